@@ -1,0 +1,27 @@
+"""Environment defaults for a machine without an NVIDIA GPU, applied when :mod:`sparse_mla` is imported.
+
+* ``TRITON_INTERPRET=1``: Triton kernels run on CPU tensors through Triton's interpreter (test in fp32/fp16:
+  the interpreter computes bf16 wrongly, triton-lang/triton issue 11584).
+* ``CUDA_VISIBLE_DEVICES=""``: without it, ``vllm.triton_utils`` replaces Triton by a placeholder when no GPU
+  driver is active.
+
+Both are ``setdefault``: a value the user already set wins. Nothing is changed on a machine with a GPU.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+
+def has_nvidia_gpu() -> bool:
+    """Cheap check (no CUDA context): a driver device node or ``nvidia-smi`` is present."""
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
+
+
+def apply_cpu_defaults() -> bool:
+    """Set the CPU-only defaults if no NVIDIA GPU is present; returns True if it did."""
+    if has_nvidia_gpu():
+        return False
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    return True

@@ -1,0 +1,127 @@
+"""``sparse-mla run``: execute the workbook's notebooks in order, headless, with papermill.
+
+Every ``notebooks/NN_*.ipynb`` (two digits, underscore) runs in name order in a fresh kernel, with the notebook
+folder as working directory, and is written executed to ``results/NN_*.ipynb``. Parameters come from a profile
+file ``params/<profile>.yaml`` (``cpu`` for a CPU-only machine, ``gpu`` for a CUDA GPU) whose top-level keys are
+notebook stems; papermill injects them after the notebook's ``parameters`` cell. A new notebook joins the chain by
+its file name alone.
+
+An executed notebook is written to a temporary file first and moved into ``results/`` only when it ran to the end,
+so a failed run never leaves a half-written record in place of a good one (papermill's own partial output is kept
+as ``results/NN_*.failed.ipynb`` for inspection).
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from .errors import UserInputError
+
+NOTEBOOK_RE = re.compile(r"^\d\d_.+\.ipynb$")
+
+
+def project_root() -> Path:
+    """The checkout root: the folder holding ``notebooks/`` above this package (``lib/sparse_mla``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def profiles(params_dir: Path | None = None) -> list[str]:
+    params_dir = params_dir or project_root() / "params"
+    return sorted(p.stem for p in params_dir.glob("*.yaml"))
+
+
+def discover(notebooks_dir: Path) -> list[Path]:
+    """The chain: ``NN_*.ipynb`` files of ``notebooks_dir`` in name order."""
+    return sorted(p for p in notebooks_dir.iterdir() if NOTEBOOK_RE.match(p.name))
+
+
+def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict]:
+    import yaml
+
+    params_dir = params_dir or project_root() / "params"
+    path = params_dir / f"{profile}.yaml"
+    if not path.is_file():
+        raise UserInputError(f"unknown profile {profile!r}; accepted: {', '.join(profiles(params_dir)) or 'none found'}"
+                             f" (files params/<profile>.yaml)")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise UserInputError(f"profile file {path.name} must map notebook stems to parameter dicts")
+    return data
+
+
+def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path | None = None,
+              notebooks_dir: Path | None = None, kernel_name: str | None = None, timeout: int | None = 3600,
+              progress: bool = True) -> list[Path]:
+    """Execute the chain with papermill; returns the executed notebooks' paths.
+
+    Args:
+        profile: name of a ``params/<profile>.yaml`` file.
+        only: notebook stems or two-digit prefixes to run (default: all).
+        out_dir: where executed notebooks go (default ``results/``).
+        notebooks_dir: the chain's folder (default ``notebooks/``).
+        kernel_name: Jupyter kernel (default: the notebook's own, ``python3``).
+        timeout: per-cell execution timeout in seconds.
+
+    Raises:
+        UserInputError: unknown profile, or an ``only`` entry that matches no notebook.
+        papermill.PapermillExecutionError: a notebook failed (its partial output is kept as ``*.failed.ipynb``).
+    """
+    import papermill as pm
+
+    root = project_root()
+    notebooks_dir = Path(notebooks_dir or root / "notebooks")
+    out_dir = Path(out_dir or root / "results")
+    params = load_profile(profile)
+    chain = discover(notebooks_dir)
+    if only:
+        picked = [nb for nb in chain if any(nb.stem == o or nb.stem.startswith(o) for o in only)]
+        unknown = [o for o in only if not any(nb.stem == o or nb.stem.startswith(o) for nb in chain)]
+        if unknown:
+            raise UserInputError(f"no notebook matches {', '.join(map(repr, unknown))}; accepted: "
+                                 f"{', '.join(nb.stem for nb in chain)}")
+        chain = picked
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = []
+    for nb in chain:
+        target = out_dir / nb.name
+        tmp = out_dir / f".{nb.stem}.running.ipynb"
+        t0 = time.time()
+        if progress:
+            print(f"[sparse-mla run] {nb.name} (profile {profile}) ...", flush=True)
+        try:
+            pm.execute_notebook(str(nb), str(tmp), parameters=params.get(nb.stem, {}), cwd=str(notebooks_dir),
+                                kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout)
+        except BaseException:
+            if tmp.exists():
+                os.replace(tmp, out_dir / f"{nb.stem}.failed.ipynb")
+            raise
+        os.replace(tmp, target)
+        done.append(target)
+        if progress:
+            print(f"[sparse-mla run] {nb.name} -> {target.relative_to(root) if target.is_relative_to(root) else target}"
+                  f" ({time.time() - t0:.0f} s)", flush=True)
+    return done
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("run", help="execute the notebooks in order with papermill into results/",
+                       description="Execute notebooks/NN_*.ipynb in order with papermill into results/, with the "
+                                   "parameters of params/<profile>.yaml.")
+    p.add_argument("--profile", default=None,
+                   help="parameter profile: cpu or gpu (default: gpu if a CUDA GPU is visible, else cpu)")
+    p.add_argument("--only", nargs="+", metavar="NB", help="notebook stems or prefixes (e.g. 01 02)")
+    p.add_argument("--out-dir", type=Path, default=None, help="where executed notebooks go (default results/)")
+    p.add_argument("--timeout", type=int, default=3600, help="per-cell timeout in seconds (default 3600)")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    profile = args.profile
+    if profile is None:
+        from ._env import has_nvidia_gpu
+
+        profile = "gpu" if has_nvidia_gpu() else "cpu"
+    run_chain(profile, only=args.only, out_dir=args.out_dir, timeout=args.timeout)
+    return 0

@@ -1,0 +1,42 @@
+"""``sparse-mla``: the workbook's command line (also ``python -m sparse_mla``).
+
+Each step's module adds its own subcommand through ``add_cli(subparsers)``; modules keep heavy imports (vLLM,
+torch) inside functions so that ``sparse-mla --help`` stays fast. Bad input raises
+:class:`sparse_mla.errors.UserInputError`: one line on stderr, exit status 2, no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import UserInputError
+
+#: Modules that contribute subcommands, in the order they appear in ``--help``.
+COMMAND_MODULES = ("chain", "diagnose", "bench", "checkpoint", "launch")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparse-mla",
+        description="Sparse MLA (DSA) workbook: diagnose vLLM's backend choice, build and benchmark a Triton "
+                    "sparse MLA kernel, register it into vLLM, launch GLM-5.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"sparse_mla.{name}").add_cli(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc = args.func(args)
+    except UserInputError as e:
+        print(f"sparse-mla {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Python entry point of the Triton sparse MLA kernel: checks inputs, picks the launch shape, launches.
+
+Contract (what vLLM's sparse ``forward_mqa`` receives; ``vllm/model_executor/layers/attention/mla_attention.py``,
+``sparse_mla_attention.py``): see :func:`sparse_mla_attention`.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ..errors import UserInputError
+from .sparse_mla_fwd import LOG2E, _merge_splits_kernel, _sparse_mla_fwd_kernel
+
+_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_TORCH_TO_TL = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def interpreting() -> bool:
+    """True when Triton runs through its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How one call is launched: head tile, index tile, number of KV splits, warps and pipeline stages."""
+
+    block_h: int
+    block_n: int
+    num_splits: int
+    num_warps: int
+    num_stages: int
+    dot_dtype: torch.dtype
+
+    @property
+    def split(self) -> bool:
+        return self.num_splits > 1
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 8
+
+
+def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.device, *,
+                  block_h: int | None = None, block_n: int | None = None, num_splits: int | None = None,
+                  num_warps: int | None = None, num_stages: int | None = None,
+                  dot_dtype: torch.dtype | None = None) -> LaunchConfig:
+    """Pick a launch configuration from shapes only (never from data: CUDA-graph safe).
+
+    Heuristic: ``BLOCK_H = 16`` heads per program (the smallest ``tl.dot`` tile; fewer heads are masked, never
+    padded in memory), ``BLOCK_N = 32`` slots per tile. When ``T * cdiv(H, BLOCK_H)`` programs cannot fill the GPU
+    twice over, the index row is split so that they can, keeping at least 128 entries per split (FlashDecoding).
+    Any explicit argument overrides the heuristic (the benchmark sweeps them).
+    """
+    if dot_dtype is None:
+        dot_dtype = torch.float32 if (interpreting() or dtype == torch.float32) else dtype
+    bh = block_h or 16
+    bn = block_n or 32
+    n_hblocks = triton.cdiv(H, bh)
+    if num_splits is None:
+        programs = T * n_hblocks
+        target = 2 * _sm_count(device)
+        max_splits = max(1, topk // 128)
+        num_splits = 1 if programs >= target else min(max_splits, triton.cdiv(target, programs))
+    num_splits = max(1, min(num_splits, triton.cdiv(topk, bn)))
+    if num_warps is None:
+        num_warps = 4 if bh <= 16 else 8
+    if num_stages is None:
+        num_stages = 2
+    return LaunchConfig(bh, bn, num_splits, num_warps, num_stages, dot_dtype)
+
+
+def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
+    for name, x in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_cache", kv_cache), ("indices", indices)):
+        if not isinstance(x, torch.Tensor):
+            raise UserInputError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if q_nope.dim() != 3 or q_pe.dim() != 3:
+        raise UserInputError(f"q_nope and q_pe must be [T, H, D]; got shapes {tuple(q_nope.shape)} and "
+                             f"{tuple(q_pe.shape)}")
+    if q_nope.shape[:2] != q_pe.shape[:2]:
+        raise UserInputError(f"q_nope {tuple(q_nope.shape)} and q_pe {tuple(q_pe.shape)} disagree on [T, H]")
+    T, H, DL = q_nope.shape
+    DR = q_pe.shape[2]
+    if q_nope.dtype not in _FLOAT_DTYPES or q_pe.dtype != q_nope.dtype or kv_cache.dtype not in _FLOAT_DTYPES:
+        raise UserInputError(
+            f"dtypes q_nope={q_nope.dtype}, q_pe={q_pe.dtype}, kv_cache={kv_cache.dtype} are not accepted; accepted: "
+            f"q_nope and q_pe of one dtype and a cache, each bfloat16, float16 or float32 (no fp8 cache)")
+    for name, d in (("q_nope", DL), ("q_pe", DR)):
+        if d < 16 or d & (d - 1):
+            raise UserInputError(f"{name} last dimension {d} is not accepted; accepted: a power of two >= 16 "
+                                 f"(512 and 64 for DeepSeek-V3.2 / GLM-5)")
+    if kv_cache.dim() not in (2, 3):
+        raise UserInputError(f"kv_cache must be [num_blocks, block_size, {DL + DR}] (or [num_slots, {DL + DR}]); "
+                             f"got shape {tuple(kv_cache.shape)}")
+    if kv_cache.shape[-1] != DL + DR:
+        raise UserInputError(f"kv_cache last dimension {kv_cache.shape[-1]} != q_nope {DL} + q_pe {DR} = {DL + DR}; "
+                             f"accepted: a latent cache row c_kv ({DL}) || k_pe ({DR})")
+    if not kv_cache.is_contiguous():
+        raise UserInputError(f"kv_cache with strides {tuple(kv_cache.stride())} is not contiguous; accepted: a "
+                             f"contiguous [num_blocks, block_size, {DL + DR}] cache (vLLM's layout)")
+    if indices.dim() != 2 or indices.shape[0] != T:
+        raise UserInputError(f"indices must be [T={T}, topk]; got shape {tuple(indices.shape)}")
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise UserInputError(f"indices dtype {indices.dtype} is not accepted; accepted: torch.int32 (or int64) "
+                             f"global cache slots, -1 for none")
+    if indices.shape[1] < 1:
+        raise UserInputError("indices has topk = 0 columns; accepted: topk >= 1")
+    devs = {x.device for x in (q_nope, q_pe, kv_cache, indices)}
+    if len(devs) != 1:
+        raise UserInputError(f"tensors are on different devices {sorted(map(str, devs))}; accepted: one device")
+    if not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) or sm_scale <= 0:
+        raise UserInputError(f"sm_scale {sm_scale!r} is not accepted; accepted: a positive finite float "
+                             f"(qk_head_dim ** -0.5, 1/16 for GLM-5)")
+
+
+def sparse_mla_attention(
+    q_nope: torch.Tensor,
+    q_pe: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+    *,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+    check_indices: bool = True,
+    **config,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA attention of each query token over its own top-k cache slots (Triton).
+
+    Args:
+        q_nope: ``[T, H, kv_lora_rank=512]`` query absorbed into the latent space (``ql_nope`` in vLLM), bf16, fp16
+            or fp32; any strides with a unit last stride (vLLM passes a strided view).
+        q_pe: ``[T, H, qk_rope_head_dim=64]`` rotary query part, same dtype; strided views accepted.
+        kv_cache: ``[num_blocks, block_size, 576]`` contiguous paged latent cache (bf16, fp16 or fp32); per token
+            ``c_kv (512) || k_pe (64)`` (vLLM's bf16 MLA cache layout; block size any, vLLM uses 64).
+        indices: ``[T, topk]`` int32 global cache slots (``slot = block * block_size + offset``); ``-1`` = no token,
+            anywhere in a row; repeats count repeatedly.
+        sm_scale: the model's softmax scale, ``qk_head_dim ** -0.5`` (GLM-5: 1/16, not ``576 ** -0.5``).
+        out: optional preallocated ``[T, H, 512]`` output (q dtype, unit last stride).
+        lse: optional preallocated ``[T, H]`` float32 log-sum-exp output.
+        check_indices: check that every slot is ``-1`` or inside the cache (one device sync; vLLM's backend passes
+            False).
+        **config: launch overrides for :func:`choose_config` (``block_h``, ``block_n``, ``num_splits``,
+            ``num_warps``, ``num_stages``, ``dot_dtype``).
+
+    Returns:
+        ``(out [T, H, 512] in q's dtype, lse [T, H] float32)``; ``lse`` is the natural-log log-sum-exp of the scaled
+        scores (FlashMLA's ``flash_mla_sparse_fwd`` returns base 2: multiply it by ``ln 2`` to compare). A row whose
+        indices are all ``-1`` gives ``out = 0`` and ``lse = -inf``.
+
+    Raises:
+        sparse_mla.errors.UserInputError: wrong ranks or last dimensions, mismatched ``T``/``H``, non-integer indices,
+            ``topk == 0``, a slot past the cache (with ``check_indices``), a non-contiguous cache, mixed dtypes or
+            devices, a non-positive ``sm_scale``.
+    """
+    _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale)
+    T, H, DL = q_nope.shape
+    DR = q_pe.shape[2]
+    num_slots = kv_cache.numel() // (DL + DR)
+    if indices.dtype != torch.int32:
+        indices = indices.to(torch.int32)
+    if indices.stride(1) != 1:
+        indices = indices.contiguous()
+    if check_indices and indices.numel():
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < -1 or hi >= num_slots:
+            bad = lo if lo < -1 else hi
+            raise UserInputError(f"indices hold slot {bad}, outside the cache; accepted: -1 or 0 <= slot < "
+                                 f"{num_slots} (num_blocks * block_size)")
+    if q_nope.stride(2) != 1:
+        q_nope = q_nope.contiguous()
+    if q_pe.stride(2) != 1:
+        q_pe = q_pe.contiguous()
+    if out is None:
+        out = torch.empty((T, H, DL), dtype=q_nope.dtype, device=q_nope.device)
+    elif out.shape != (T, H, DL) or out.dtype != q_nope.dtype or out.stride(2) != 1:
+        raise UserInputError(f"out {tuple(out.shape)} {out.dtype} does not fit; accepted: [{T}, {H}, {DL}] "
+                             f"{q_nope.dtype} with a unit last stride")
+    if lse is None:
+        lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
+    elif lse.shape != (T, H) or lse.dtype != torch.float32:
+        raise UserInputError(f"lse {tuple(lse.shape)} {lse.dtype} does not fit; accepted: [{T}, {H}] float32")
+    if T == 0 or H == 0:
+        return out, lse
+    cfg = choose_config(T, H, indices.shape[1], q_nope.dtype, q_nope.device, **config)
+    launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg)
+    return out, lse
+
+
+def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig) -> None:
+    """Launch the kernel(s) with a fixed :class:`LaunchConfig` on checked inputs (no validation, no host sync)."""
+    T, H, DL = q_nope.shape
+    DR = q_pe.shape[2]
+    topk = indices.shape[1]
+    import triton.language as tl
+
+    dot_tl = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[cfg.dot_dtype]
+    ieee = cfg.dot_dtype == torch.float32
+    n_hblocks = triton.cdiv(H, cfg.block_h)
+    S = cfg.num_splits
+    chunk = triton.cdiv(triton.cdiv(topk, S), cfg.block_n) * cfg.block_n
+    S = triton.cdiv(topk, chunk)
+    common = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DOT_DTYPE=dot_tl, IEEE=ieee,
+                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if S == 1:
+        _sparse_mla_fwd_kernel[(T, n_hblocks, 1)](
+            q_nope, q_pe, kv_cache, indices, out, lse, out, lse,
+            sm_scale * LOG2E, H, topk, chunk,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+            DL + DR, indices.stride(0),
+            out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+            0, 0, 0, 0, 0,
+            SPLIT=False, **common)
+        return
+    o_part = torch.empty((T, H, S, DL), dtype=torch.float32, device=q_nope.device)
+    lse_part = torch.empty((T, H, S), dtype=torch.float32, device=q_nope.device)
+    _sparse_mla_fwd_kernel[(T, n_hblocks, S)](
+        q_nope, q_pe, kv_cache, indices, out, lse, o_part, lse_part,
+        sm_scale * LOG2E, H, topk, chunk,
+        q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+        DL + DR, indices.stride(0),
+        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+        o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
+        SPLIT=True, **common)
+    block_d = min(DL, 128)
+    _merge_splits_kernel[(T, H, DL // block_d)](
+        o_part, lse_part, out, lse, H, S,
+        o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
+        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+        DL=DL, BLOCK_S=triton.next_power_of_2(S), BLOCK_D=block_d, num_warps=4)

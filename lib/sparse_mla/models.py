@@ -1,0 +1,226 @@
+"""Model presets and Hugging Face config loading: the attention geometry that decides vLLM's backend choice.
+
+GLM-5 (``zai-org/GLM-5``, ``GlmMoeDsaForCausalLM`` / ``glm_moe_dsa``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM`` /
+``deepseek_v32``) are DeepSeek-Sparse-Attention (DSA) models: Multi-head Latent Attention (MLA) whose absorbed
+head is ``kv_lora_rank + qk_rope_head_dim = 512 + 64 = 576`` wide, plus a lightning *indexer* that selects
+``index_topk`` cache entries per query token. vLLM turns ``use_sparse`` on when the config has ``index_topk``
+(``vllm/model_executor/models/deepseek_v2.py``: ``self.is_v32 = hasattr(config, "index_topk")``).
+
+Sources: transformers ``configuration_glm_moe_dsa.py`` (defaults are zai-org/GLM-5), DeepSeek-V3.2-Exp
+``inference/config_671B_v3.2.json``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UserInputError
+
+#: The full Hugging Face ``config.json`` of each preset (real geometry, real sizes).
+PRESET_CONFIGS: dict[str, dict[str, Any]] = {
+    "glm-5": {
+        "architectures": ["GlmMoeDsaForCausalLM"],
+        "model_type": "glm_moe_dsa",
+        "vocab_size": 154880,
+        "hidden_size": 6144,
+        "intermediate_size": 12288,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": 78,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 64,
+        "q_lora_rank": 2048,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 192,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 256,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 202752,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "rope_interleave": True,
+        "index_topk": 2048,
+        "index_head_dim": 128,
+        "index_n_heads": 32,
+        "indexer_rope_interleave": True,
+        "num_nextn_predict_layers": 1,
+        "tie_word_embeddings": False,
+        "dtype": "bfloat16",
+    },
+    "deepseek-v3.2": {
+        "architectures": ["DeepseekV32ForCausalLM"],
+        "model_type": "deepseek_v32",
+        "vocab_size": 129280,
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "moe_layer_freq": 1,
+        "n_group": 8,
+        "topk_group": 4,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 163840,
+        "rope_parameters": {
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+            "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+            "mscale": 1.0, "mscale_all_dim": 1.0,
+        },
+        "index_topk": 2048,
+        "index_head_dim": 128,
+        "index_n_heads": 64,
+        "num_nextn_predict_layers": 1,
+        "tie_word_embeddings": False,
+        "dtype": "bfloat16",
+    },
+}
+
+PRESETS = tuple(PRESET_CONFIGS)
+
+#: Keys an MLA config must have for vLLM to build MLA attention from it.
+_MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "num_attention_heads")
+
+
+@dataclass(frozen=True)
+class ModelGeometry:
+    """The attention geometry of an MLA (optionally DSA-sparse) model.
+
+    ``head_size`` is vLLM's absorbed MLA head, ``kv_lora_rank + qk_rope_head_dim`` (576 for GLM-5 and
+    DeepSeek-V3.2); ``sm_scale`` is the softmax scale the model uses, ``qk_head_dim ** -0.5`` where
+    ``qk_head_dim = qk_nope_head_dim + qk_rope_head_dim`` (1/16 for GLM-5), not ``576 ** -0.5``.
+    ``index_topk`` is ``None`` for dense MLA (DeepSeek-V3-style configs), which vLLM selects as non-sparse.
+    """
+
+    name: str
+    model_type: str
+    architecture: str
+    num_attention_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    index_topk: int | None
+    index_head_dim: int | None
+    index_n_heads: int | None
+    hf_config: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def head_size(self) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def sm_scale(self) -> float:
+        return self.qk_head_dim ** -0.5
+
+    @property
+    def use_sparse(self) -> bool:
+        """vLLM's rule: a model is DSA-sparse iff its config has ``index_topk``."""
+        return self.index_topk is not None
+
+    def heads_per_rank(self, tp: int) -> int:
+        """Attention heads one tensor-parallel rank holds (vLLM shards MLA heads evenly)."""
+        if tp < 1 or self.num_attention_heads % tp:
+            raise UserInputError(
+                f"tensor-parallel size {tp!r} does not divide num_attention_heads "
+                f"{self.num_attention_heads}; accepted: a positive divisor of it")
+        return self.num_attention_heads // tp
+
+    def summary(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("hf_config")
+        d.update(head_size=self.head_size, qk_head_dim=self.qk_head_dim, sm_scale=self.sm_scale,
+                 use_sparse=self.use_sparse)
+        return d
+
+
+def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
+    """Build a :class:`ModelGeometry` from a Hugging Face config dict.
+
+    Raises :class:`UserInputError` if the config is not an MLA config (no ``kv_lora_rank`` etc.).
+    """
+    if not isinstance(cfg, dict):
+        raise UserInputError(f"config {name!r} is not a JSON object; accepted: a Hugging Face config.json")
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    missing = [k for k in _MLA_KEYS if text.get(k) in (None, 0)]
+    if missing:
+        raise UserInputError(
+            f"config {name!r} is not an MLA config (model_type {text.get('model_type')!r}): missing "
+            f"{', '.join(missing)}; accepted: a DeepSeek-V2/V3/V3.2- or GLM-5-style config with kv_lora_rank, "
+            f"qk_rope_head_dim and num_attention_heads")
+    archs = text.get("architectures") or cfg.get("architectures") or ["?"]
+    try:
+        return ModelGeometry(
+            name=name,
+            model_type=str(text.get("model_type", "?")),
+            architecture=str(archs[0]),
+            num_attention_heads=int(text["num_attention_heads"]),
+            q_lora_rank=None if text.get("q_lora_rank") is None else int(text["q_lora_rank"]),
+            kv_lora_rank=int(text["kv_lora_rank"]),
+            qk_nope_head_dim=int(text.get("qk_nope_head_dim", 128)),
+            qk_rope_head_dim=int(text["qk_rope_head_dim"]),
+            v_head_dim=int(text.get("v_head_dim", 128)),
+            index_topk=None if text.get("index_topk") is None else int(text["index_topk"]),
+            index_head_dim=None if text.get("index_head_dim") is None else int(text["index_head_dim"]),
+            index_n_heads=None if text.get("index_n_heads") is None else int(text["index_n_heads"]),
+            hf_config=dict(text),
+        )
+    except (TypeError, ValueError) as e:
+        raise UserInputError(f"config {name!r} has a non-integer MLA dimension ({e}); accepted: integers") from None
+
+
+def load_model(spec: str | Path) -> ModelGeometry:
+    """Resolve ``spec`` to a geometry: a preset name (``glm-5``, ``deepseek-v3.2``), a ``config.json`` path,
+    or a checkpoint directory holding one.
+
+    Raises :class:`UserInputError` naming the value for an unknown preset, a missing file, malformed JSON or a
+    non-MLA config.
+    """
+    s = str(spec)
+    if s in PRESET_CONFIGS:
+        return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s])), s)
+    p = Path(s).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+        if not p.is_file():
+            raise UserInputError(f"model directory {s!r} has no config.json; accepted: a preset "
+                                 f"({', '.join(PRESETS)}), a config.json or a checkpoint directory holding one")
+    elif not p.is_file():
+        raise UserInputError(f"unknown model {s!r}: not a preset and not a file or directory; accepted: a preset "
+                             f"({', '.join(PRESETS)}), a config.json or a checkpoint directory holding one")
+    try:
+        cfg = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserInputError(f"malformed config.json {str(p)!r}: {e}; accepted: a JSON Hugging Face config") from None
+    return geometry_from_config(cfg, s)

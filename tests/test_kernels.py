@@ -1,0 +1,125 @@
+"""The Triton sparse MLA kernel against the float64 PyTorch reference, under TRITON_INTERPRET=1 on the CPU
+(fp32 and fp16: the interpreter computes bf16 wrongly). Outputs are poisoned (NaN) before every run."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernel_cases import DL, DR, make_case, rel_err
+from sparse_mla import sparse_mla_attention
+from sparse_mla.errors import UserInputError
+from sparse_mla.kernels import sparse_mla_attention_simple
+from sparse_mla.reference import sparse_mla_attention_ref
+
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
+
+
+def run_poisoned(fn, q_nope, q_pe, kv, idx, scale, **kw):
+    T, H = q_pe.shape[:2]
+    out = torch.full((T, H, DL), float("nan"), dtype=q_nope.dtype)
+    lse = torch.full((T, H), float("nan"), dtype=torch.float32)
+    o, l = fn(q_nope, q_pe, kv, idx, scale, out=out, lse=lse, **kw)
+    assert o.data_ptr() == out.data_ptr() and l.data_ptr() == lse.data_ptr()
+    return o, l
+
+
+def check(q_nope, q_pe, kv, idx, scale, **kw):
+    out, lse = run_poisoned(sparse_mla_attention, q_nope, q_pe, kv, idx, scale, **kw)
+    ref_out, ref_lse = sparse_mla_attention_ref(q_nope, q_pe, kv, idx, scale)
+    assert not torch.isnan(out).any(), "unwritten (poisoned) output left"
+    assert not torch.isnan(lse).any(), "unwritten (poisoned) lse left"
+    empty = (idx < 0).all(dim=1)
+    assert torch.all(out[empty] == 0)
+    assert torch.all(torch.isneginf(lse[empty]))
+    if (~empty).any():
+        tol = TOL[q_nope.dtype]
+        assert rel_err(out[~empty], ref_out[~empty]) < tol
+        torch.testing.assert_close(lse[~empty], ref_lse[~empty], rtol=tol, atol=tol)
+    return out, lse
+
+
+@pytest.mark.parametrize("H", [1, 3, 8, 16, 64])
+@pytest.mark.parametrize("split", [1, 4])
+def test_heads_and_paths(H, split):
+    g = torch.Generator().manual_seed(1000 + H * 10 + split)
+    check(*make_case(2, H, 77, generator=g, pad="end"), num_splits=split)
+
+
+@pytest.mark.parametrize("pad", ["none", "end", "middle", "all", "rows"])
+@pytest.mark.parametrize("T", [1, 4])
+def test_padding(pad, T):
+    g = torch.Generator().manual_seed(hash((pad, T)) % 2**31)
+    check(*make_case(T, 8, 45, generator=g, pad=pad))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_dtypes_strided_repeats(dtype):
+    g = torch.Generator().manual_seed(7)
+    case = make_case(3, 16, 50, generator=g, dtype=dtype, strided_q=True, repeats=True, pad="middle")
+    assert not case[0].is_contiguous() and not case[1].is_contiguous()
+    check(*case)
+    check(*case, num_splits=3)
+
+
+def test_repeated_index_counts_twice():
+    g = torch.Generator().manual_seed(11)
+    q_nope, q_pe, kv, idx, scale = make_case(1, 4, 2, generator=g)
+    idx[0, 1] = idx[0, 0]
+    out, lse = check(q_nope, q_pe, kv, idx, scale)
+    # two copies of one slot: softmax weight 1 on that row, lse = s + log 2
+    s = (torch.cat([q_nope[0], q_pe[0]], -1).double() @ kv.reshape(-1, DL + DR)[idx[0, 0]].double()) * scale
+    torch.testing.assert_close(lse[0].double(), s + math.log(2), rtol=1e-6, atol=1e-6)
+
+
+def test_simple_kernel_matches_reference():
+    g = torch.Generator().manual_seed(5)
+    q_nope, q_pe, kv, idx, scale = make_case(2, 3, 40, generator=g, pad="middle")
+    out, lse = sparse_mla_attention_simple(q_nope, q_pe, kv, idx, scale)
+    ref_out, ref_lse = sparse_mla_attention_ref(q_nope, q_pe, kv, idx, scale)
+    assert rel_err(out, ref_out) < 1e-5
+    torch.testing.assert_close(lse, ref_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_int64_indices_and_block_sizes():
+    g = torch.Generator().manual_seed(3)
+    q_nope, q_pe, kv, idx, scale = make_case(2, 2, 30, num_blocks=2, block_size=64, generator=g)
+    check(q_nope, q_pe, kv, idx.long(), scale)
+    check(q_nope, q_pe, kv.view(-1, DL + DR), idx, scale)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(T=st.integers(1, 4), H=st.integers(1, 40), topk=st.integers(1, 90), splits=st.sampled_from([None, 1, 2, 5]),
+       pad=st.sampled_from(["none", "end", "middle", "rows"]), seed=st.integers(0, 2**31 - 1))
+def test_hypothesis_shapes(T, H, topk, splits, pad, seed):
+    g = torch.Generator().manual_seed(seed)
+    check(*make_case(T, H, topk, num_blocks=4, block_size=32, generator=g, pad=pad), num_splits=splits)
+
+
+# ---- bad input: one clear error naming the value -------------------------------------------------------------
+
+def _good():
+    return make_case(2, 4, 8, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda a: (a[0][..., :500], *a[1:]), "last dimension 500"),
+    (lambda a: (a[0], a[1], a[2][..., :570], *a[3:]), "kv_cache last dimension 570"),
+    (lambda a: (a[0], a[1], a[2], a[3][:1], a[4]), r"indices must be \[T=2"),
+    (lambda a: (a[0], a[1], a[2], a[3].float(), a[4]), "indices dtype torch.float32"),
+    (lambda a: (a[0], a[1], a[2], torch.full_like(a[3], 10_000), a[4]), "slot 10000, outside the cache"),
+    (lambda a: (a[0], a[1], a[2], a[3][:, :0], a[4]), "topk = 0"),
+    (lambda a: (a[0], a[1], a[2].transpose(0, 1), *a[3:]), "not contiguous"),
+    (lambda a: (a[0], a[1][:1], *a[2:]), "disagree on"),
+    (lambda a: (a[0], a[1].half(), *a[2:]), "dtypes"),
+    (lambda a: (a[0], a[1], a[2].to(torch.int8), *a[3:]), "kv_cache=torch.int8"),
+    (lambda a: (*a[:4], -1.0), "sm_scale -1.0"),
+    (lambda a: (a[0], a[1], a[2], torch.full_like(a[3], -2), a[4]), "slot -2"),
+])
+def test_bad_inputs(mutate, match):
+    args = mutate(_good())
+    with pytest.raises(UserInputError, match=match):
+        sparse_mla_attention(*args)
