@@ -60,3 +60,27 @@ def sparse_mla_attention_ref(
 def flashmla_lse_to_natural(lse_base2: torch.Tensor) -> torch.Tensor:
     """Convert FlashMLA's base-2 log-sum-exp (``flash_mla_sparse_fwd``) to natural log: ``lse * ln 2``."""
     return lse_base2 * 0.6931471805599453
+
+
+def req_local_to_global_slots_ref(req_id_per_token: torch.Tensor, block_table: torch.Tensor,
+                                  token_indices: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Plain PyTorch version of vLLM's ``triton_convert_req_index_to_global_index``
+    (``vllm/v1/attention/backends/mla/sparse_utils.py``).
+
+    Args:
+        req_id_per_token: ``[T]`` request of each query token.
+        block_table: ``[num_reqs, max_blocks]`` physical block ids per request.
+        token_indices: ``[T, topk]`` request-local token positions chosen by the DSA indexer, ``-1`` = none.
+        block_size: tokens per cache block.
+
+    Returns:
+        ``[T, topk]`` int32 global slots ``block_table[req, pos // bs] * bs + pos % bs``; ``-1`` where the position is
+        ``-1`` or its block lies past the block table.
+    """
+    pos = token_indices.long()
+    blk = torch.div(pos, block_size, rounding_mode="floor")
+    valid = (pos >= 0) & (blk < block_table.shape[1])
+    rows = block_table.long()[req_id_per_token.long()]                       # [T, max_blocks]
+    phys = torch.gather(rows, 1, torch.where(valid, blk, torch.zeros_like(blk)))
+    slots = phys * block_size + pos % block_size
+    return torch.where(valid, slots, torch.full_like(slots, -1)).to(torch.int32)

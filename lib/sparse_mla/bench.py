@@ -1,0 +1,300 @@
+"""``sparse-mla bench kernel``: correctness at GLM-5 shapes and a timing benchmark against vLLM's FlashMLA sparse
+kernel, on a CUDA GPU. A benchmark, not a test: it writes what it measured to ``results/``.
+
+For each case (heads ``H``, query tokens ``T``, ``topk`` 2048, a bf16 latent cache of ``cache_tokens`` slots in
+64-token blocks, random slots):
+
+* **check**: our kernel in bf16 against :func:`sparse_mla.reference.sparse_mla_attention_ref` in fp32 (relative
+  Frobenius error of ``out``, max abs error of ``lse``); vLLM's ``flash_mla_sparse_fwd`` the same way.
+* **time**: ``triton.testing.do_bench`` medians of our kernel and of ``flash_mla_sparse_fwd``
+  (``vllm/v1/attention/ops/flashmla.py``; heads padded to 64 on SM90 / 128 on SM100 as vLLM's
+  ``FlashMLASparseImpl._bf16_flash_mla_kernel`` does, the padded q prepared outside the timed region, which favours
+  the peer). Achieved bandwidth counts the gathered KV bytes (``T * topk * 576 * 2``) plus q and out, against a
+  measured device-to-device copy bandwidth (bytes read + written); TFLOP/s counts ``2 * T * H * topk * (576 + 512)``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+from .errors import UserInputError
+
+DL, DR, TOPK = 512, 64, 2048
+GLM5_SCALE = (192 + 64) ** -0.5
+HEADS = (8, 16, 64, 128)
+TOKENS = (1, 4, 32, 128, 1024, 4096)
+SWEEP_CONFIGS = [  # (block_h, block_n, num_warps, num_stages)
+    (16, 32, 4, 2), (16, 64, 4, 2), (16, 32, 4, 3), (32, 32, 4, 2), (32, 32, 8, 2), (32, 64, 8, 2),
+    (64, 32, 8, 2), (64, 16, 8, 2), (64, 32, 8, 1),
+]
+
+
+def _require_cuda():
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserInputError("`sparse-mla bench` needs a CUDA GPU and found none; accepted: a machine with an NVIDIA "
+                             "GPU (the workbook's records come from an H200, see results/)")
+    return torch
+
+
+def environment() -> dict:
+    """GPU, versions, date: the header of every record."""
+    import torch
+    import triton
+
+    info = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(shlex.quote(a) for a in ["sparse-mla", *sys.argv[1:]]),
+            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
+    try:
+        import vllm
+
+        info["vllm"] = vllm.__version__
+    except Exception as e:  # noqa: BLE001
+        info["vllm"] = f"unavailable: {e}"
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu=p.name, capability=f"{p.major}.{p.minor}", sm_count=p.multi_processor_count,
+                    cuda=torch.version.cuda)
+    return info
+
+
+def copy_bandwidth(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written (do_bench median)."""
+    torch = _require_cuda()
+    import triton
+
+    a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    b = torch.empty_like(a)
+    ms = triton.testing.do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median")
+    del a, b
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def make_inputs(T: int, H: int, cache_tokens: int, topk: int = TOPK, seed: int = 0, block_size: int = 64):
+    """Fresh bf16 inputs on the GPU: q_nope [T,H,512], q_pe [T,H,64], cache [cache_tokens/64, 64, 576] and
+    int32 indices [T, topk] of random slots (distinct within a row when the cache is large enough)."""
+    torch = _require_cuda()
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q_nope = torch.randn(T, H, DL, device="cuda", dtype=torch.bfloat16, generator=g)
+    q_pe = torch.randn(T, H, DR, device="cuda", dtype=torch.bfloat16, generator=g)
+    kv = torch.randn(cache_tokens // block_size, block_size, DL + DR, device="cuda", dtype=torch.bfloat16,
+                     generator=g)
+    if topk <= cache_tokens:
+        # distinct slots per row: top-k of random keys, in chunks to bound memory
+        rows = []
+        for t0 in range(0, T, 256):
+            n = min(256, T - t0)
+            rows.append(torch.rand(n, cache_tokens, device="cuda", generator=g).topk(topk, dim=1).indices)
+        idx = torch.cat(rows).to(torch.int32)
+    else:
+        idx = torch.randint(0, cache_tokens, (T, topk), device="cuda", generator=g, dtype=torch.int32)
+    return q_nope, q_pe, kv, idx
+
+
+def reference_chunked(q_nope, q_pe, kv, idx, scale, chunk: int = 256):
+    """fp32 reference on the GPU, ``chunk`` tokens at a time (the gather is ``chunk * topk * 576`` floats)."""
+    import torch
+
+    from .reference import sparse_mla_attention_ref
+
+    outs, lses = [], []
+    for t0 in range(0, q_nope.shape[0], chunk):
+        o, l = sparse_mla_attention_ref(q_nope[t0:t0 + chunk], q_pe[t0:t0 + chunk], kv, idx[t0:t0 + chunk], scale,
+                                        compute_dtype=torch.float32)
+        outs.append(o.float())
+        lses.append(l)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def _rel(a, b) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def flashmla_peer(q_nope, q_pe, kv, idx, scale):
+    """vLLM's FlashMLA sparse prefill kernel as vLLM calls it (heads padded); returns (fn, unpad) or None."""
+    import torch
+
+    try:
+        from vllm.v1.attention.ops.flashmla import flash_mla_sparse_fwd, is_flashmla_sparse_supported
+
+        ok, why = is_flashmla_sparse_supported()
+        if not ok:
+            return None, why
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {e}"
+    T, H = q_pe.shape[:2]
+    major = torch.cuda.get_device_capability()[0]
+    pad = 64 if major == 9 else 128
+    Hp = max(pad, H) if H % pad == 0 or H < pad else H
+    q = torch.zeros(T, Hp, DL + DR, device="cuda", dtype=torch.bfloat16)
+    q[:, :H, :DL] = q_nope
+    q[:, :H, DL:] = q_pe
+    kv_flat = kv.view(-1, 1, DL + DR)
+    idx3 = idx.view(T, 1, -1)
+
+    def fn():
+        return flash_mla_sparse_fwd(q, kv_flat, idx3, scale, d_v=DL)
+
+    return fn, H
+
+
+def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_cache_tokens=(8192, 32768, 131072),
+              sweep: bool = False, out_dir: Path | str = "results", tag: str = "h200", quick: bool = False) -> dict:
+    """Check and time every (H, T); write ``bench_kernel_<tag>.{csv,json,png}`` (and the sweep CSV) to ``out_dir``.
+
+    Raises :class:`UserInputError` without a CUDA GPU.
+    """
+    torch = _require_cuda()
+    import pandas as pd
+    import triton
+    from tqdm.auto import tqdm
+
+    from .kernels import choose_config, launch, sparse_mla_attention
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    env["copy_bandwidth_GBps"] = round(copy_bandwidth() / 1e9, 1)
+    rows, sweep_rows, checks = [], [], []
+    cases = [(H, T) for H in heads for T in tokens]
+    # -- correctness (bf16 kernel vs fp32 reference), several cache sizes
+    for i, (H, T) in enumerate(tqdm(cases, desc="check")):
+        ct = check_cache_tokens[i % len(check_cache_tokens)]
+        q_nope, q_pe, kv, idx = make_inputs(T, H, ct, seed=100 + i)
+        idx[:, -7:] = -1  # some padding
+        ref_o, ref_l = reference_chunked(q_nope, q_pe, kv, idx, GLM5_SCALE)
+        out = torch.full((T, H, DL), float("nan"), device="cuda", dtype=torch.bfloat16)
+        lse = torch.full((T, H), float("nan"), device="cuda")
+        sparse_mla_attention(q_nope, q_pe, kv, idx, GLM5_SCALE, out=out, lse=lse)
+        rec = dict(H=H, T=T, cache_tokens=ct, topk=TOPK, nan=int(torch.isnan(out).sum() + torch.isnan(lse).sum()),
+                   out_rel_err=_rel(out, ref_o), lse_max_abs_err=(lse - ref_l).abs().max().item())
+        fn, info = flashmla_peer(q_nope, q_pe, kv, idx, GLM5_SCALE)
+        if fn is not None:
+            po, _, pl = fn()
+            rec["flashmla_out_rel_err"] = _rel(po[:, :H], ref_o)
+            rec["flashmla_lse_max_abs_err"] = (pl[:, :H] * 0.6931471805599453 - ref_l).abs().max().item()
+        checks.append(rec)
+        del q_nope, q_pe, kv, idx, ref_o, ref_l
+    torch.cuda.empty_cache()
+    # -- timing
+    for i, (H, T) in enumerate(tqdm(cases, desc="time")):
+        q_nope, q_pe, kv, idx = make_inputs(T, H, cache_tokens, seed=200 + i)
+        out = torch.empty(T, H, DL, device="cuda", dtype=torch.bfloat16)
+        lse = torch.empty(T, H, device="cuda")
+        flops = 2 * T * H * TOPK * (DL + DR + DL)
+        nbytes = T * TOPK * (DL + DR) * 2 + T * H * (DL + DR) * 2 + T * H * DL * 2
+        rep = 50 if quick else 200
+
+        def timed(cfg):
+            return triton.testing.do_bench(lambda: launch(q_nope, q_pe, kv, idx, GLM5_SCALE, out, lse, cfg),
+                                           warmup=25, rep=rep, return_mode="median")
+
+        default = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device)
+        ms = timed(default)
+        fn, _ = flashmla_peer(q_nope, q_pe, kv, idx, GLM5_SCALE)
+        peer_ms = triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median") if fn else float("nan")
+        rows.append(dict(H=H, T=T, topk=TOPK, cache_tokens=cache_tokens, block_h=default.block_h,
+                         block_n=default.block_n, num_splits=default.num_splits, num_warps=default.num_warps,
+                         num_stages=default.num_stages, triton_us=ms * 1e3, flashmla_us=peer_ms * 1e3,
+                         speedup_vs_flashmla=peer_ms / ms, triton_TBps=nbytes / ms / 1e9,
+                         frac_of_copy_bw=nbytes / (ms * 1e-3) / (env["copy_bandwidth_GBps"] * 1e9),
+                         triton_TFLOPs=flops / ms / 1e9, flashmla_TFLOPs=flops / peer_ms / 1e9))
+        if sweep:
+            base = default.num_splits
+            split_opts = sorted({1, base, max(1, base // 2), min(64, base * 2)}) if base > 1 else [1]
+            for bh, bn, nw, ns in SWEEP_CONFIGS:
+                for S in split_opts:
+                    cfg = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, block_h=bh, block_n=bn,
+                                        num_warps=nw, num_stages=ns, num_splits=S)
+                    try:
+                        t = timed(cfg)
+                    except Exception as e:  # noqa: BLE001  (e.g. out of shared memory)
+                        t, err = float("nan"), f"{type(e).__name__}"
+                    else:
+                        err = ""
+                    sweep_rows.append(dict(H=H, T=T, block_h=bh, block_n=bn, num_warps=nw, num_stages=ns,
+                                           num_splits=S, us=t * 1e3, flashmla_us=peer_ms * 1e3, error=err))
+        del q_nope, q_pe, kv, idx, out, lse
+        torch.cuda.empty_cache()
+    df = pd.DataFrame(rows)
+    record = {"environment": env, "checks": checks, "bench": rows}
+    _write(out_dir / f"bench_kernel_{tag}.json", json.dumps(record, indent=1))
+    _write(out_dir / f"bench_kernel_{tag}.csv", df.to_csv(index=False))
+    if sweep:
+        _write(out_dir / f"bench_kernel_sweep_{tag}.csv", pd.DataFrame(sweep_rows).to_csv(index=False))
+    plot_bench(df, env, out_dir / f"bench_kernel_{tag}.png")
+    return record
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def plot_bench(df, env: dict, path: Path) -> None:
+    """Speed-up over FlashMLA sparse and fraction of copy bandwidth, per head count, against T."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for H, g in df.groupby("H"):
+        axes[0].plot(g["T"], g["speedup_vs_flashmla"], marker="o", label=f"H={H}")
+        axes[1].plot(g["T"], g["frac_of_copy_bw"], marker="o", label=f"H={H}")
+    axes[0].axhline(1.0, color="gray", lw=0.8)
+    axes[0].set(xscale="log", xlabel="query tokens T", ylabel="FlashMLA time / Triton time",
+                title="TRITON_MLA_SPARSE kernel vs flash_mla_sparse_fwd")
+    axes[1].set(xscale="log", xlabel="query tokens T", ylabel="gathered bytes/s / copy bandwidth",
+                title=f"achieved bandwidth (copy {env.get('copy_bandwidth_GBps')} GB/s)")
+    for ax in axes:
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{env.get('gpu', '?')}, topk 2048, 128K-token bf16 cache; vllm {env.get('vllm')}, "
+                 f"triton {env.get('triton')}, {env.get('date', '')[:10]}", fontsize=9)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("bench", help="GPU benchmarks (kernel vs FlashMLA sparse)",
+                       description="Benchmarks that need a CUDA GPU; results go to results/.")
+    p.add_argument("what", choices=["kernel"], help="kernel: the Triton sparse MLA kernel vs flash_mla_sparse_fwd")
+    p.add_argument("--heads", type=int, nargs="+", default=list(HEADS))
+    p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
+    p.add_argument("--cache-tokens", type=int, default=128 * 1024)
+    p.add_argument("--sweep", action="store_true", help="also time a grid of launch configurations")
+    p.add_argument("--quick", action="store_true", help="shorter timing repetitions")
+    p.add_argument("--tag", default="h200", help="suffix of the result files (default h200)")
+    p.add_argument("--out-dir", type=Path, default=Path("results"))
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    for name in ("heads", "tokens"):
+        bad = [v for v in getattr(args, name) if v < 1]
+        if bad:
+            raise UserInputError(f"--{name} {bad[0]} is not accepted; accepted: positive integers")
+    if args.cache_tokens < TOPK or args.cache_tokens % 64:
+        raise UserInputError(f"--cache-tokens {args.cache_tokens} is not accepted; accepted: a multiple of 64 >= {TOPK}")
+    rec = run_bench(args.heads, args.tokens, args.cache_tokens, sweep=args.sweep, out_dir=args.out_dir, tag=args.tag,
+                    quick=args.quick)
+    import pandas as pd
+
+    pd.set_option("display.width", 200)
+    print(pd.DataFrame(rec["checks"]).to_string(index=False))
+    cols = ["H", "T", "num_splits", "block_h", "triton_us", "flashmla_us", "speedup_vs_flashmla", "frac_of_copy_bw",
+            "triton_TFLOPs", "flashmla_TFLOPs"]
+    print(pd.DataFrame(rec["bench"])[cols].round(3).to_string(index=False))
+    print(json.dumps(rec["environment"]))
+    return 0
