@@ -123,3 +123,9 @@ def test_bad_inputs(mutate, match):
     args = mutate(_good())
     with pytest.raises(UserInputError, match=match):
         sparse_mla_attention(*args)
+
+
+@pytest.mark.parametrize("block_dv,block_h,split", [(256, 16, 1), (128, 32, 3), (256, 64, 2)])
+def test_output_column_split(block_dv, block_h, split):
+    g = torch.Generator().manual_seed(block_dv + block_h + split)
+    check(*make_case(2, 20, 60, generator=g, pad="middle"), block_dv=block_dv, block_h=block_h, num_splits=split)

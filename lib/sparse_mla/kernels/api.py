@@ -30,6 +30,7 @@ class LaunchConfig:
 
     block_h: int
     block_n: int
+    block_dv: int
     num_splits: int
     num_warps: int
     num_stages: int
@@ -47,7 +48,8 @@ def _sm_count(device: torch.device) -> int:
 
 
 def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.device, *,
-                  block_h: int | None = None, block_n: int | None = None, num_splits: int | None = None,
+                  block_h: int | None = None, block_n: int | None = None, block_dv: int | None = None,
+                  num_splits: int | None = None,
                   num_warps: int | None = None, num_stages: int | None = None,
                   dot_dtype: torch.dtype | None = None) -> LaunchConfig:
     """Pick a launch configuration from shapes only (never from data: CUDA-graph safe).
@@ -72,7 +74,7 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
         num_warps = 4 if bh <= 16 else 8
     if num_stages is None:
         num_stages = 2
-    return LaunchConfig(bh, bn, num_splits, num_warps, num_stages, dot_dtype)
+    return LaunchConfig(bh, bn, block_dv or 512, num_splits, num_warps, num_stages, dot_dtype)
 
 
 def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
@@ -201,11 +203,15 @@ def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfi
 
     dot_tl = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[cfg.dot_dtype]
     ieee = cfg.dot_dtype == torch.float32
-    n_hblocks = triton.cdiv(H, cfg.block_h)
+    block_dv = min(cfg.block_dv, DL)
+    if DL % block_dv:
+        raise UserInputError(f"block_dv {cfg.block_dv} does not divide {DL}; accepted: a power of two <= {DL}")
+    n_hblocks = triton.cdiv(H, cfg.block_h) * (DL // block_dv)
     S = cfg.num_splits
     chunk = triton.cdiv(triton.cdiv(topk, S), cfg.block_n) * cfg.block_n
     S = triton.cdiv(topk, chunk)
-    common = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DOT_DTYPE=dot_tl, IEEE=ieee,
+    common = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, BLOCK_DV=block_dv, DOT_DTYPE=dot_tl,
+                  IEEE=ieee,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if S == 1:
         _sparse_mla_fwd_kernel[(T, n_hblocks, 1)](

@@ -8,7 +8,9 @@ absorbed MQA form, head 576 = 512 latent + 64 rope, V = the latent). Per query t
    offsets (``slot * 576`` overflows int32 past 3.7M slots): ``c_kv [BLOCK_N, 512]``, ``k_pe [BLOCK_N, 64]``;
 2. scores ``s = (q_nope @ c_kv^T + q_pe @ k_pe^T) * sm_scale * log2(e)`` (``[BLOCK_H, BLOCK_N]``, fp32 accumulate);
 3. online softmax in base 2 (running max ``m``, sum ``l``), guarded so that an all-masked tile never makes NaN;
-4. ``acc = acc * exp2(m_old - m_new) + p @ c_kv`` (``[BLOCK_H, 512]`` fp32).
+4. ``acc = acc * exp2(m_old - m_new) + p @ c_kv[:, dv]`` (``[BLOCK_H, BLOCK_DV]`` fp32). With ``BLOCK_DV < 512``
+   the output columns are split over ``512 / BLOCK_DV`` programs (each recomputes the scores): this bounds the
+   accumulator's registers when ``BLOCK_H`` is large (64 heads x 256 columns instead of x 512).
 
 Two launch shapes (FlashDecoding, Dao et al. 2023; vLLM's ``triton_decode_attention.py``):
 
@@ -47,17 +49,20 @@ def _sparse_mla_fwd_kernel(
     stride_op_t, stride_op_h, stride_op_s,
     stride_lp_t, stride_lp_h,
     DL: tl.constexpr, DR: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr,
     SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
-    hb = tl.program_id(1)
+    NUM_DV: tl.constexpr = DL // BLOCK_DV
+    hb = tl.program_id(1) // NUM_DV
+    dvb = tl.program_id(1) % NUM_DV
     s = tl.program_id(2)
 
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
     offs_dl = tl.arange(0, DL)
     offs_dr = tl.arange(0, DR)
+    offs_dv = dvb * BLOCK_DV + tl.arange(0, BLOCK_DV)
 
     q_nope = tl.load(Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h + offs_dl[None, :],
                      mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
@@ -69,7 +74,7 @@ def _sparse_mla_fwd_kernel(
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, DL], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
 
     idx_row = Idx + t * stride_idx_t
     for n0 in range(start, end, BLOCK_N):
@@ -92,23 +97,27 @@ def _sparse_mla_fwd_kernel(
         alpha = tl.exp2(m_i - m_ref)
         p = tl.exp2(qk - m_ref[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
+        if BLOCK_DV == DL:
+            v = c_kv
+        else:  # this program's slice of the latent as V (an L1/L2 re-read of rows just gathered)
+            v = tl.load(row + offs_dv[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
         if IEEE:
-            acc = tl.dot(p.to(DOT_DTYPE), c_kv, acc * alpha[:, None], input_precision="ieee")
+            acc = tl.dot(p.to(DOT_DTYPE), v, acc * alpha[:, None], input_precision="ieee")
         else:
-            acc = tl.dot(p.to(DOT_DTYPE), c_kv, acc * alpha[:, None])
+            acc = tl.dot(p.to(DOT_DTYPE), v, acc * alpha[:, None])
         m_i = m_new
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     if SPLIT:
-        tl.store(O_part + t * stride_op_t + offs_h[:, None] * stride_op_h + s * stride_op_s + offs_dl[None, :],
+        tl.store(O_part + t * stride_op_t + offs_h[:, None] * stride_op_h + s * stride_op_s + offs_dv[None, :],
                  out, mask=mask_h[:, None])
-        tl.store(Lse_part + t * stride_lp_t + offs_h * stride_lp_h + s, lse2, mask=mask_h)
+        tl.store(Lse_part + t * stride_lp_t + offs_h * stride_lp_h + s, lse2, mask=mask_h & (dvb == 0))
     else:
-        tl.store(Out + t * stride_o_t + offs_h[:, None] * stride_o_h + offs_dl[None, :],
+        tl.store(Out + t * stride_o_t + offs_h[:, None] * stride_o_h + offs_dv[None, :],
                  out.to(Out.dtype.element_ty), mask=mask_h[:, None])
-        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * 0.6931471805599453, mask=mask_h)
+        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * 0.6931471805599453, mask=mask_h & (dvb == 0))
 
 
 @triton.jit
