@@ -186,10 +186,12 @@ def test_kv_cache_dtypes_match_vllm_literal():
 
 def test_repeated_probes_restore_vllm_platform(sm120_bf16, sm90_auto):
     import vllm.platforms as plat
+    import vllm.v1.attention.backends.fa_utils as fa_utils     # first imported during a probe
 
     before = plat._current_platform
     again = diagnose("glm-5", "12.0", "bfloat16")
     assert plat._current_platform is before
+    assert fa_utils.current_platform is before
     assert (again["selected"], again["backends"]) == (sm120_bf16["selected"], sm120_bf16["backends"])
     assert diagnose("glm-5", "9.0")["selected"] == sm90_auto["selected"]
 
@@ -302,3 +304,16 @@ def test_with_plugin_reports_triton_mla_sparse_and_is_undone(sm120_bf16):
     stock = diagnose("glm-5", "12.0", "bfloat16")
     assert stock["selected"] is None and "TRITON_MLA_SPARSE" not in stock["backends"]
     assert stock["backends"] == sm120_bf16["backends"]
+
+
+def test_stale_extension_flag_is_refreshed(monkeypatch, sm90_auto):
+    """A vLLM module imported before the probe (here: as if without the stubs) says its extension is missing; the
+    probe must not turn that into a reason about this machine, and must leave the module as it found it."""
+    import vllm.v1.attention.ops.flashmla as flashmla_ops
+
+    monkeypatch.setattr(flashmla_ops, "_flashmla_C_AVAILABLE", False)
+    rec = diagnose("glm-5", "9.0", "auto")
+    assert "vllm.v1.attention.ops.flashmla._flashmla_C_AVAILABLE" in rec["simulated"]["refreshed_flags"]
+    assert rec["backends"] == sm90_auto["backends"]
+    _no_machine_reasons(rec)
+    assert flashmla_ops._flashmla_C_AVAILABLE is False

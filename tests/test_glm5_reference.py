@@ -174,7 +174,8 @@ def test_attention_fn_is_honored(loaded):
 
     T = 70
     r = gr.Glm5Reference(cfg, sd, attention_fn=spy)
-    base = r.forward(_ids(T))
+    ids = _ids(T)
+    base = r.forward(ids)
     assert len(calls) == cfg["num_hidden_layers"]
     nb = r.last["num_blocks"]
     for c in calls:
@@ -188,9 +189,12 @@ def test_attention_fn_is_honored(loaded):
             assert sorted(slot_to_pos[x] for x in s) == list(range(t + 1))
         unwritten = [x for x in range(nb * 64) if x not in slot_to_pos]
         assert (c["cache"].reshape(-1, 576)[unwritten] == 0).all()
+    # causal: a prefix gives the same logits
+    r.attention_fn = gr.gather_sparse_mla_attention
+    torch.testing.assert_close(r.forward(ids[:8]), base[:8], atol=1e-5, rtol=1e-5)
     # attribute replacement is honored too, and the output depends on it
     r.attention_fn = lambda q, pe, kv, idx, sc: (torch.zeros_like(q), torch.zeros(q.shape[:2]))
-    assert not torch.allclose(r.forward(_ids(T)), base)
+    assert not torch.allclose(r.forward(ids[:8]), base[:8], atol=1e-2)
 
 
 def test_rejects_unsupported(loaded):
@@ -241,3 +245,9 @@ def test_matches_transformers_sparse_prompt(loaded, ref, hf_model):
     dense = gr.Glm5Reference(dict(cfg, index_topk=256), sd).forward(ids)
     torch.testing.assert_close(dense[:INDEX_TOPK], ours[:INDEX_TOPK], atol=1e-4, rtol=1e-4)
     assert (dense[INDEX_TOPK:] - ours[INDEX_TOPK:]).abs().max().item() > 0.05 * scale
+
+
+def test_gather_attention_rejects_out_of_range_slot():
+    q, pe, cache = torch.zeros(1, 2, 8), torch.zeros(1, 2, 4), torch.zeros(2, 4, 12)
+    with pytest.raises(UserInputError, match="slot 8"):
+        gr.gather_sparse_mla_attention(q, pe, cache, torch.tensor([[0, 8]], dtype=torch.int32), 1.0)

@@ -150,7 +150,8 @@ def flashmla_peer(q_nope, q_pe, kv, idx, scale):
 
 
 def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_cache_tokens=(8192, 32768, 131072),
-              sweep: bool = False, out_dir: Path | str = "results", tag: str = "h200", quick: bool = False) -> dict:
+              sweep: bool = False, out_dir: Path | str = "results", tag: str = "h200", quick: bool = False,
+              sweep_configs: list[tuple[int, int, int, int, int]] | None = None, check: bool = True) -> dict:
     """Check and time every (H, T); write ``bench_kernel_<tag>.{csv,json,png}`` (and the sweep CSV) to ``out_dir``.
 
     Raises :class:`UserInputError` without a CUDA GPU.
@@ -169,7 +170,7 @@ def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_
     rows, sweep_rows, checks = [], [], []
     cases = [(H, T) for H in heads for T in tokens]
     # -- correctness (bf16 kernel vs fp32 reference), several cache sizes
-    for i, (H, T) in enumerate(tqdm(cases, desc="check")):
+    for i, (H, T) in enumerate(tqdm(cases if check else [], desc="check")):
         ct = check_cache_tokens[i % len(check_cache_tokens)]
         q_nope, q_pe, kv, idx = make_inputs(T, H, ct, seed=100 + i)
         idx[:, -7:] = -1  # some padding
@@ -222,8 +223,8 @@ def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_
                          frac_of_copy_bw=nbytes / (best * 1e-3) / (env["copy_bandwidth_GBps"] * 1e9),
                          triton_TFLOPs=flops / best / 1e9, flashmla_TFLOPs=flops / min(peer_ms, peer_gms) / 1e9))
         if sweep:
-            grid = ([(c, S) for c in DECODE_SWEEP for S in DECODE_SPLITS] if T <= 32
-                    else [(c, 1) for c in PREFILL_SWEEP])
+            grid = ([(c, S) for c in (sweep_configs or DECODE_SWEEP) for S in DECODE_SPLITS] if T <= 32
+                    else [(c, 1) for c in (sweep_configs or PREFILL_SWEEP)])
             for (bh, bn, dv, nw, ns), S in grid:
                 cfg = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, block_h=bh, block_n=bn,
                                     block_dv=dv, num_warps=nw, num_stages=ns, num_splits=S)
@@ -289,6 +290,9 @@ def add_cli(sub) -> None:
     p.add_argument("--cache-tokens", type=int, default=128 * 1024)
     p.add_argument("--sweep", action="store_true", help="also time a grid of launch configurations")
     p.add_argument("--quick", action="store_true", help="shorter timing repetitions")
+    p.add_argument("--configs", default=None, metavar="BH,BN,BDV,WARPS,STAGES;...",
+                   help="launch configurations for --sweep (default: the built-in grids)")
+    p.add_argument("--no-check", action="store_true", help="skip the correctness pass")
     p.add_argument("--tag", default="h200", help="suffix of the result files (default h200)")
     p.add_argument("--out-dir", type=Path, default=Path("results"))
     p.set_defaults(func=_cli)
@@ -301,8 +305,16 @@ def _cli(args) -> int:
             raise UserInputError(f"--{name} {bad[0]} is not accepted; accepted: positive integers")
     if args.cache_tokens < TOPK or args.cache_tokens % 64:
         raise UserInputError(f"--cache-tokens {args.cache_tokens} is not accepted; accepted: a multiple of 64 >= {TOPK}")
+    configs = None
+    if args.configs:
+        try:
+            configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c.strip()]
+            assert all(len(c) == 5 for c in configs)
+        except (ValueError, AssertionError):
+            raise UserInputError(f"--configs {args.configs!r} is not accepted; accepted: "
+                                 f"'BH,BN,BDV,WARPS,STAGES;...' e.g. '64,64,512,8,1'") from None
     rec = run_bench(args.heads, args.tokens, args.cache_tokens, sweep=args.sweep, out_dir=args.out_dir, tag=args.tag,
-                    quick=args.quick)
+                    quick=args.quick, sweep_configs=configs, check=not args.no_check)
     import pandas as pd
 
     pd.set_option("display.width", 200)

@@ -182,7 +182,8 @@ def expected_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
                                m + "shared_experts.down_proj.weight": (D, Is)})
         else:
             I = cfg["intermediate_size"]
-            shapes.update({m + "gate_proj.weight": (I, D), m + "up_proj.weight": (I, D), m + "down_proj.weight": (D, I)})
+            shapes.update({m + "gate_proj.weight": (I, D), m + "up_proj.weight": (I, D),
+                           m + "down_proj.weight": (D, I)})
     shapes["model.norm.weight"] = (D,)
     shapes["lm_head.weight"] = (cfg["vocab_size"], D)
     return shapes

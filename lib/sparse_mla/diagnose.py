@@ -29,9 +29,10 @@ How a target GPU is probed without a GPU (everything listed in the record's ``"s
 * backends that read the model from ``get_current_vllm_config()`` get a stand-in config carrying the model's Hugging
   Face config (``index_topk``, head dims) and a parallel config with no decode/prefill context parallelism.
 
-The stubs stay in ``sys.modules`` for the rest of the process (modules imported during a probe keep references to
-them and to the probe platform); the previous ``current_platform``, backend registrations and logger levels are
-restored after every call.
+After every call the previous ``current_platform`` (also in vLLM modules imported during the probe), backend
+registrations, selector methods and logger levels are restored. The stubs stay in ``sys.modules`` for the rest of
+the process (modules imported during a probe hold on to them), so after a probe ``import vllm.platforms.cuda``
+succeeds on a machine without a driver, where it fails otherwise; vLLM modules loaded by a probe stay loaded.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ import re
 import sys
 import tempfile
 import types
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,6 +215,7 @@ def _resolve(model, capability, kv_cache_dtype, tp, with_plugin) -> _Request:
 # ----------------------------------------------------------------------------------------------------------------
 
 _STUBBED: list[str] = []          # extension modules replaced by stubs in this process
+_STUB_REASONS: dict[str, list[str]] = {}   # loader error -> modules stubbed for it
 _SHIMMED: dict[str, str] = {}     # backend name -> how its module was imported under _cuda_alloc_on_meta
 _PROBE_CLS: type | None = None    # the ProbeCudaPlatform class (created after vLLM is importable)
 _PROBE: Any = None                # its single instance (modules imported during a probe keep a reference to it)
@@ -225,39 +228,44 @@ def _vllm_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _load_extension(name: str) -> bool:
+def _load_extension(name: str) -> str | None:
     """Load a vLLM extension module the way ``import`` would, without running its parent package's ``__init__``
     (``vllm.vllm_flash_attn`` raises at import when neither FA ``.so`` loads, which would hide the cause).
-    Returns False when it cannot be loaded (e.g. ``libcuda.so.1`` missing)."""
+    Returns None when it loaded or is absent from the wheel (then vLLM sees what a GPU machine sees), else the
+    loader's error (e.g. ``libcuda.so.1: cannot open shared object file``)."""
     if name in sys.modules:
-        return True
+        return None
     parent, _, leaf = name.rpartition(".")
     folder = _vllm_dir().parent.joinpath(*parent.split("."))
     files = sorted(folder.glob(f"{leaf}.*.so")) + sorted(folder.glob(f"{leaf}.so"))
-    if not files:
-        return False
-    spec = importlib.util.spec_from_file_location(name, files[0])
+    spec = importlib.util.spec_from_file_location(name, files[0]) if files else None
     if spec is None or spec.loader is None:
-        return False
+        return None
     try:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-    except (ImportError, OSError):
-        return False
+    except (ImportError, OSError) as e:
+        return str(e) or type(e).__name__
     sys.modules[name] = mod
-    return True
+    return None
 
 
 def _ensure_extension_modules() -> list[str]:
-    """Stub each of :data:`CUDA_EXTENSION_MODULES` that really cannot be loaded; returns all stubbed so far."""
+    """Stub each of :data:`CUDA_EXTENSION_MODULES` that cannot load because the NVIDIA driver library is missing
+    (errors naming ``libcuda``); an extension that fails for another reason would fail on a GPU machine too and is
+    left alone. Returns all modules stubbed so far in this process."""
     for name in CUDA_EXTENSION_MODULES:
-        if name in sys.modules or _load_extension(name):
+        if name in sys.modules:
+            continue
+        err = _load_extension(name)
+        if err is None or "libcuda" not in err:
             continue
         stub = types.ModuleType(name)
-        stub.__doc__ = "sparse_mla.diagnose stub: the real extension needs libcuda.so.1 (no NVIDIA driver here)"
+        stub.__doc__ = f"sparse_mla.diagnose stub: the real extension cannot load here ({err})"
         stub.__sparse_mla_stub__ = True
         sys.modules[name] = stub
         _STUBBED.append(name)
+        _STUB_REASONS.setdefault(err, []).append(name)
     # An earlier failed ``import vllm.vllm_flash_attn`` leaves flash_attn_interface cached with FA2/FA3 marked
     # unavailable; drop it so that it is re-imported against the stubs.
     if "vllm.vllm_flash_attn" not in sys.modules:
@@ -265,6 +273,33 @@ def _ensure_extension_modules() -> list[str]:
         if iface is not None and not (getattr(iface, "FA2_AVAILABLE", True) or getattr(iface, "FA3_AVAILABLE", True)):
             del sys.modules["vllm.vllm_flash_attn.flash_attn_interface"]
     return list(_STUBBED)
+
+
+#: Module-level "extension loaded" flags vLLM computes at import; a module imported before the probe (without the
+#: stubs, or under the CPU-less UnspecifiedPlatform) holds False although the extension is now importable.
+_EXTENSION_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("vllm.v1.attention.ops.flashmla", "_flashmla_C_AVAILABLE", "vllm._flashmla_C"),
+    ("vllm.v1.attention.ops.flashmla", "_flashmla_extension_C_AVAILABLE", "vllm._flashmla_extension_C"),
+    ("vllm.vllm_flash_attn.flash_attn_interface", "FA2_AVAILABLE", "vllm.vllm_flash_attn._vllm_fa2_C"),
+    ("vllm.vllm_flash_attn.flash_attn_interface", "FA3_AVAILABLE", "vllm.vllm_flash_attn._vllm_fa3_C"),
+)
+
+
+@contextlib.contextmanager
+def _extension_flags(refreshed: list[str]) -> Iterable[None]:
+    """Set stale extension flags (see :data:`_EXTENSION_FLAGS`) to True while probing; names them in ``refreshed``."""
+    changed = []
+    for mod_name, flag, ext in _EXTENSION_FLAGS:
+        mod = sys.modules.get(mod_name)
+        if mod is not None and getattr(mod, flag, True) is False and ext in sys.modules:
+            setattr(mod, flag, True)
+            changed.append((mod, flag))
+            refreshed.append(f"{mod_name}.{flag}")
+    try:
+        yield
+    finally:
+        for mod, flag in changed:
+            setattr(mod, flag, False)
 
 
 def _probe_platform_cls():
@@ -309,7 +344,8 @@ def _clear_platform_caches() -> None:
 
 @contextlib.contextmanager
 def _platform(platform) -> Iterable[None]:
-    """Make ``platform`` vLLM's ``current_platform`` (lazy lookups and module globals bound earlier), then restore."""
+    """Make ``platform`` vLLM's ``current_platform`` (lazy lookups and module globals bound earlier), then restore
+    the previous one everywhere, also in modules imported meanwhile."""
     import vllm.platforms as plat
     from vllm.platforms.interface import Platform
 
@@ -330,6 +366,13 @@ def _platform(platform) -> Iterable[None]:
         plat._current_platform = previous
         for mod, cur in patched:
             mod.current_platform = cur
+        # modules first imported during the probe bound the probe platform: point them at the real one again, so
+        # that vLLM used later in this process (e.g. an engine on a GPU machine) does not see the probe
+        if previous is not None and previous is not platform:
+            for name, mod in list(sys.modules.items()):
+                if name.startswith("vllm.") and mod is not None and \
+                        getattr(mod, "__dict__", {}).get("current_platform") is platform:
+                    mod.current_platform = previous
         _clear_platform_caches()
 
 
@@ -465,10 +508,9 @@ def _capture_selector_log() -> Iterable[list[str]]:
     lg = logging.getLogger("vllm.platforms.cuda")
     old = (lg.level, lg.propagate)
     handler = _Collect(level=logging.INFO)
-    for fn in ("_print_info_once", "_print_debug_once", "_print_warning_once"):
-        f = getattr(vlog, fn, None)
-        if hasattr(f, "cache_clear"):
-            f.cache_clear()
+    info_once = getattr(vlog, "_print_info_once", None)
+    if hasattr(info_once, "cache_clear"):
+        info_once.cache_clear()
     lg.addHandler(handler)
     lg.setLevel(logging.INFO)
     lg.propagate = False
@@ -482,7 +524,8 @@ def _capture_selector_log() -> Iterable[list[str]]:
 
 @contextlib.contextmanager
 def _quiet_logs() -> Iterable[None]:
-    """vLLM and torch log at INFO/WARNING while backend modules import; keep that off the caller's output."""
+    """vLLM and torch log at INFO/WARNING (and packages warn) while backend modules import; keep that off the
+    caller's output."""
     importlib.import_module("vllm.logger")   # configures the "vllm" logger first, so the level set below sticks
 
     loggers = [logging.getLogger(n) for n in ("vllm", "torch.utils.cpp_extension")]
@@ -490,7 +533,9 @@ def _quiet_logs() -> Iterable[None]:
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        yield
+        with warnings.catch_warnings():     # import-time Deprecation/Tqdm warnings of third-party packages
+            warnings.simplefilter("ignore")
+            yield
     finally:
         for lg, lvl in zip(loggers, old):
             lg.setLevel(lvl)
@@ -635,7 +680,8 @@ def _probe(req: _Request) -> dict[str, Any]:
                      "platform": f"{__name__}.{platform_cls.__name__} (vllm.platforms.cuda.CudaPlatformBase "
                                  f"subclass) as vllm.platforms.current_platform",
                      "device_name": "probe", "device_capability": f"{cap.major}.{cap.minor}",
-                     "stubbed_modules": stubbed}
+                     "stubbed_modules": stubbed,
+                     "stubbed_because": sorted(_STUB_REASONS)}
     simulated["vllm_config"] = ("stand-in for get_current_vllm_config(): the model's hf config, "
                                 "parallel_config with decode/prefill context parallel size 1")
     import_errors: dict[str, str] = {}
@@ -646,7 +692,9 @@ def _probe(req: _Request) -> dict[str, Any]:
     sel = AttentionSelectorConfig(head_size=req.geometry.head_size, dtype=dtype, kv_cache_dtype=req.kv_cache_dtype,
                                   block_size=None, use_mla=True, use_sparse=req.geometry.use_sparse)
 
-    with _platform(platform), _stock_selection():
+    refreshed: list[str] = []
+    flags = contextlib.nullcontext() if local else _extension_flags(refreshed)
+    with _platform(platform), _stock_selection(), flags:
         if req.with_plugin:
             plugin_info = _apply_plugin()
         priorities = list(cuda_mod._get_backend_priorities(True, cap, heads, req.kv_cache_dtype, False))
@@ -756,6 +804,8 @@ def _probe(req: _Request) -> dict[str, Any]:
     shims = {} if local else {k: v for k, v in _SHIMMED.items() if k in backends}
     if shims:
         simulated["import_shims"] = shims
+    if refreshed:
+        simulated["refreshed_flags"] = refreshed
     if import_errors:
         simulated["import_errors"] = import_errors
     if skipped:
@@ -886,6 +936,9 @@ def _atomic_write(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)       # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -947,6 +1000,62 @@ def no_backend_pairs(df) -> list[tuple[str, str]]:
     return [(g, k) for g, k, s in zip(df["gpu"], df["kv_cache_dtype"], df["selected"]) if s == "none"]
 
 
+def matrix_table(df):
+    """A :func:`diagnose_matrix` frame pivoted for reading: one row per GPU (``gpu (capability)``), one column per
+    KV-cache dtype (in the frame's order), cell = selected backend or ``"none"``."""
+    gpus = list(dict.fromkeys(f"{g} ({c})" for g, c in zip(df["gpu"], df["capability"])))
+    kvs = list(dict.fromkeys(df["kv_cache_dtype"]))
+    t = df.assign(GPU=[f"{g} ({c})" for g, c in zip(df["gpu"], df["capability"])]).pivot(
+        index="GPU", columns="kv_cache_dtype", values="selected")
+    t = t.loc[gpus, kvs]
+    t.columns.name = "kv_cache_dtype"
+    return t
+
+
+def matrix_gaps(df) -> dict[str, Any]:
+    """Where a :func:`diagnose_matrix` frame has no valid backend: ``{"pairs": [(gpu, kv)], "all_kv": [gpus with no
+    backend for any KV dtype], "by_kv": {kv: [gpus without a backend]}, "complete": [gpus with a backend for every
+    KV dtype]}``."""
+    pairs = no_backend_pairs(df)
+    gpus = list(dict.fromkeys(df["gpu"]))
+    kvs = list(dict.fromkeys(df["kv_cache_dtype"]))
+    missing = set(pairs)
+    return {"pairs": pairs,
+            "all_kv": [g for g in gpus if all((g, k) in missing for k in kvs)],
+            "by_kv": {k: [g for g in gpus if (g, k) in missing] for k in kvs},
+            "complete": [g for g in gpus if not any((g, k) in missing for k in kvs)]}
+
+
+def backends_frame(rec: Mapping[str, Any]):
+    """The record's ``backends`` as a ``pandas.DataFrame`` (backend, priority, verdict), in the record's order."""
+    import pandas as pd
+
+    rows = []
+    for name, b in rec["backends"].items():
+        verdict = ("SELECTED" if name == rec["selected"] else "valid") if not b["reasons"] else "; ".join(b["reasons"])
+        rows.append({"backend": name, "priority": b["priority"], "verdict": verdict})
+    df = pd.DataFrame(rows, columns=["backend", "priority", "verdict"])
+    df["priority"] = df["priority"].astype("Int64")
+    return df.set_index("backend")
+
+
+def vllm_source(module: str, pattern: str, after: int = 0) -> str:
+    """Lines of vLLM's source that contain ``pattern`` (plus ``after`` following lines), as
+    ``vllm/<path>:<line>: <text>``, read from the installed file without importing the module."""
+    spec = importlib.util.find_spec(module.split(".")[0])
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"{module} is not installed")
+    root = Path(list(spec.submodule_search_locations)[0]).parent
+    rel = Path(*module.split(".")).with_suffix(".py")
+    lines = (root / rel).read_text().splitlines()
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        if pattern in line:
+            for j in range(i, min(i + after + 1, len(lines))):
+                out.append(f"{rel.as_posix()}:{j + 1}: {lines[j]}")
+    return "\n".join(out)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Text output and CLI
 # ----------------------------------------------------------------------------------------------------------------
@@ -985,6 +1094,8 @@ def describe_simulated(sim: Mapping[str, Any]) -> str:
     parts = [f"GPU with compute capability {sim['device_capability']} (probe platform, no device)"]
     if sim.get("stubbed_modules"):
         parts.append("stubbed extensions " + ", ".join(m.rsplit(".", 1)[-1] for m in sim["stubbed_modules"]))
+    if sim.get("refreshed_flags"):
+        parts.append("extension flags set again: " + ", ".join(f.rsplit(".", 1)[-1] for f in sim["refreshed_flags"]))
     if sim.get("import_shims"):
         parts.append("import shim for " + ", ".join(sim["import_shims"]))
     if sim.get("import_errors"):

@@ -59,20 +59,22 @@ import torch.nn.functional as F
 from .errors import UserInputError
 
 #: ``attention_fn(q_nope_absorbed [T,H,kv_lora_rank], q_pe [T,H,rope], kv_cache [num_blocks,block_size,
-#: kv_lora_rank+rope], indices [T,topk] int32 global slots (-1 = none), sm_scale) -> (out [T,H,kv_lora_rank], lse [T,H])``
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
+#: kv_lora_rank+rope], indices [T,topk] int32 global slots (-1 = none), sm_scale)``
+#: ``-> (out [T,H,kv_lora_rank], lse [T,H] natural log)``
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float],
+                       tuple[torch.Tensor, torch.Tensor]]
 
 DEFAULT_BLOCK_SIZE = 64
 
 
 def gather_sparse_mla_attention(q_nope_absorbed: torch.Tensor, q_pe: torch.Tensor, kv_cache: torch.Tensor,
-                                indices: torch.Tensor, sm_scale: float, *, chunk: int = 256,
+                                indices: torch.Tensor, sm_scale: float, *, chunk: int = 128,
                                 compute_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """Default ``attention_fn``: sparse MLA over a paged latent cache by plain gather + softmax.
 
     ``q_nope_absorbed [T, H, Dc]``, ``q_pe [T, H, Dr]``, ``kv_cache [num_blocks, block_size, Dc + Dr]`` (``[..., :Dc]``
-    is both the key's nope part and the value), ``indices [T, topk]`` int32 global slots (``-1`` = none; duplicates
-    count once per listing), ``sm_scale`` float. Returns ``out [T, H, Dc]`` (dtype of ``q_nope_absorbed``) and
+    is both the key's nope part and the value), ``indices [T, topk]`` int32 global slots (negative = none; duplicates
+    count once per listing; a slot ``>= num_blocks * block_size`` raises :class:`UserInputError`), ``sm_scale`` float. Returns ``out [T, H, Dc]`` (dtype of ``q_nope_absorbed``) and
     ``lse [T, H]`` float32 = natural-log ``logsumexp`` of the scaled scores (``-inf``, ``out = 0`` for rows with no
     valid index). Computed in ``compute_dtype`` (float32; pass float64 for a tighter reference), ``chunk`` query rows
     at a time.
@@ -81,12 +83,21 @@ def gather_sparse_mla_attention(q_nope_absorbed: torch.Tensor, q_pe: torch.Tenso
     Dr = q_pe.shape[-1]
     kv = kv_cache.reshape(-1, Dc + Dr).to(compute_dtype)
     n_slots = kv.shape[0]
+    if indices.numel() and int(indices.max()) >= n_slots:
+        raise UserInputError(f"indices hold slot {int(indices.max())} but kv_cache has {n_slots} slots; accepted: "
+                             f"global slots in [0, {n_slots}) or negative for none")
     out = torch.zeros(T, Hn, Dc, dtype=compute_dtype, device=q_nope_absorbed.device)
     lse = torch.full((T, Hn), float("-inf"), dtype=torch.float32, device=q_nope_absorbed.device)
     for t0 in range(0, T, chunk):
         t1 = min(T, t0 + chunk)
         idx = indices[t0:t1].long()
-        valid = (idx >= 0) & (idx < n_slots)
+        valid = idx >= 0
+        # compact each row's valid entries to the front (a stable sort keeps duplicates) and drop all-empty columns
+        order = torch.sort((~valid).to(torch.int8), dim=-1, stable=True).indices
+        n = int(valid.sum(dim=-1).max())
+        if n == 0:
+            continue
+        idx, valid = idx.gather(1, order)[:, :n], valid.gather(1, order)[:, :n]
         safe = torch.where(valid, idx, torch.zeros_like(idx))
         k = kv[safe]  # [t, topk, Dc + Dr]
         q = torch.cat([q_nope_absorbed[t0:t1], q_pe[t0:t1]], dim=-1).to(compute_dtype)  # [t, H, Dc + Dr]

@@ -54,24 +54,39 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
                   dot_dtype: torch.dtype | None = None) -> LaunchConfig:
     """Pick a launch configuration from shapes only (never from data: CUDA-graph safe).
 
-    Heuristic: ``BLOCK_H = 16`` heads per program (the smallest ``tl.dot`` tile; fewer heads are masked, never
-    padded in memory), ``BLOCK_N = 32`` slots per tile. When ``T * cdiv(H, BLOCK_H)`` programs cannot fill the GPU
-    twice over, the index row is split so that they can, keeping at least 128 entries per split (FlashDecoding).
-    Any explicit argument overrides the heuristic (the benchmark sweeps them).
+    Heuristic, from the configuration sweeps on an H200 (``results/h200/bench_kernel_sweep_*.csv``):
+
+    * **split-KV** when ``T * cdiv(H, 16)`` programs cannot fill the GPU twice: ``BLOCK_H = 16``, ``BLOCK_N = 64``;
+      with fewer than 64 programs the index row is cut into ``clamp(256 // programs, 8, 32)`` splits (short
+      sequential loops matter more than the merge), otherwise into ``cdiv(2 * SMs, programs)``;
+    * **direct** otherwise: ``BLOCK_H = 16, BLOCK_N = 64`` (4 warps) for up to 16 heads, ``BLOCK_H = 32`` for up to
+      32, ``BLOCK_H = 64, BLOCK_N = 64`` (8 warps, 2 stages) beyond: one program then reads each gathered row once for 64 heads.
+
+    Fewer heads than ``BLOCK_H`` are masked, never padded in memory. Any explicit argument overrides the heuristic
+    (the benchmark sweeps them).
     """
     if dot_dtype is None:
         dot_dtype = torch.float32 if (interpreting() or dtype == torch.float32) else dtype
-    bh = block_h or 16
-    bn = block_n or 32
-    n_hblocks = triton.cdiv(H, bh)
+    sm = _sm_count(device)
+    programs = T * triton.cdiv(H, 16)
     if num_splits is None:
-        programs = T * n_hblocks
-        target = 2 * _sm_count(device)
-        max_splits = max(1, topk // 128)
-        num_splits = 1 if programs >= target else min(max_splits, triton.cdiv(target, programs))
+        if programs >= 2 * sm:
+            num_splits = 1
+        elif programs < 64:
+            num_splits = min(32, max(8, 256 // programs))
+        else:
+            num_splits = triton.cdiv(2 * sm, programs)
+        num_splits = min(num_splits, max(1, topk // 64))
+    if num_splits > 1:
+        bh, bn, nw = block_h or 16, block_n or 64, num_warps or 4
+    elif H <= 16:
+        bh, bn, nw = block_h or 16, block_n or 64, num_warps or 4
+    elif H <= 32:
+        bh, bn, nw = block_h or 32, block_n or 64, num_warps or 8
+    else:
+        bh, bn, nw = block_h or 64, block_n or 64, num_warps or 8
     num_splits = max(1, min(num_splits, triton.cdiv(topk, bn)))
-    if num_warps is None:
-        num_warps = 4 if bh <= 16 else 8
+    num_warps = nw
     if num_stages is None:
         num_stages = 2
     return LaunchConfig(bh, bn, block_dv or 512, num_splits, num_warps, num_stages, dot_dtype)
