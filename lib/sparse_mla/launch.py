@@ -135,7 +135,10 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         gens.append({"prompt_len": len(p), "token_ids": list(c.token_ids),
                      "logprobs": [lp[t].logprob for lp, t in zip(lps, c.token_ids)],
                      "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
-    rec = {"backend_requested": backend, "kv_cache_dtype": kv_cache_dtype, "tp": tp, "enforce_eager": enforce_eager,
+    from .bench import environment
+
+    rec = {"environment": environment(), "backend_requested": backend, "kv_cache_dtype": kv_cache_dtype, "tp": tp,
+           "enforce_eager": enforce_eager,
            "engine_init_s": round(init_s, 1), "layers": layers,
            "attention_backends": sorted({v["backend"] for v in layers.values() if v["backend"]}),
            "generations": gens}

@@ -10,7 +10,13 @@ indexer selected (global slots, ``slot = block * block_size + offset``),
 
 where each cache row is ``c_kv (kv_lora_rank = 512) || k_pe (qk_rope_head_dim = 64)``. A repeated slot counts as
 many times as it appears (FlashMLA and vLLM's kernels do the same). A row with no valid index gives ``out = 0`` and
-``lse = -inf``. FlashMLA's ``flash_mla_sparse_fwd`` returns ``lse`` in base 2: ``lse_e = lse_2 * ln 2``.
+``lse = -inf``.
+
+On the log base of peers' LSE: FlashMLA's README and the reference notes describe ``flash_mla_sparse_fwd``'s ``lse`` as
+base 2 (``lse_e = lse_2 * ln 2``), but the copy vendored in vLLM 0.26.0 returned a natural-log ``lse`` on the H200
+(``results/h200/bench_kernel_h200.json``: ``flashmla_lse_err_if_natural`` ~3e-6 against this reference,
+``flashmla_lse_err_if_base2`` ~2.8). :func:`flashmla_lse_to_natural` is the conversion for a base-2 build; check
+which one you have before merging states.
 """
 from __future__ import annotations
 

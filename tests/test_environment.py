@@ -1,0 +1,33 @@
+"""environment.yml says the same as pyproject.toml: same pins (dependencies + test extras), the package itself,
+and a Python that requires-python admits."""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _norm(reqs):
+    return {Requirement(r).name.lower().replace("_", "-"): str(Requirement(r).specifier) for r in reqs}
+
+
+def test_environment_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    editable = [r for r in pip_section if r.startswith("-e")]
+    pins = [r for r in pip_section if not r.startswith("-e")]
+    assert editable == ["-e ."]
+    assert _norm(pins) == _norm(project["dependencies"] + project["optional-dependencies"]["test"])
+    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python="))
+    assert SpecifierSet(project["requires-python"]).contains(python.split("=", 1)[1] + ".0")
+
+
+def test_pins_match_the_gpu_image():
+    deps = _norm(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    assert deps["vllm"] == "==0.26.0" and deps["torch"] == "==2.11.0" and deps["triton"] == "==3.6.0"
