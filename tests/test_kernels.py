@@ -52,7 +52,7 @@ def test_heads_and_paths(H, split):
 @pytest.mark.parametrize("pad", ["none", "end", "middle", "all", "rows"])
 @pytest.mark.parametrize("T", [1, 4])
 def test_padding(pad, T):
-    g = torch.Generator().manual_seed(hash((pad, T)) % 2**31)
+    g = torch.Generator().manual_seed(["none", "end", "middle", "all", "rows"].index(pad) * 10 + T)
     check(*make_case(T, 8, 45, generator=g, pad=pad))
 
 

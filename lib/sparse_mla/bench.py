@@ -48,13 +48,16 @@ def _require_cuda():
     return torch
 
 
-def environment() -> dict:
-    """GPU, versions, date: the header of every record."""
+def environment(command: str | None = None) -> dict:
+    """GPU, versions, date and the command that produced a record: the header of every record.
+
+    ``command`` defaults to the ``sparse-mla`` command line when called from the CLI, else to the calling function
+    (a notebook kernel's own arguments are not a command anyone could re-run)."""
     import torch
     import triton
 
     info = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(shlex.quote(a) for a in ["sparse-mla", *sys.argv[1:]]),
+            "command": command or _cli_command(),
             "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
     try:
         import vllm
@@ -67,6 +70,13 @@ def environment() -> dict:
         info.update(gpu=p.name, capability=f"{p.major}.{p.minor}", sm_count=p.multi_processor_count,
                     cuda=torch.version.cuda)
     return info
+
+
+def _cli_command() -> str:
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if argv0 in ("sparse-mla", "__main__.py", "cli.py"):
+        return " ".join(shlex.quote(a) for a in ["sparse-mla", *sys.argv[1:]])
+    return "python: sparse_mla (called from " + (argv0 or "an interpreter") + ")"
 
 
 def copy_bandwidth(nbytes: int = 2 << 30) -> float:
@@ -159,7 +169,7 @@ def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_
     torch = _require_cuda()
     import pandas as pd
     import triton
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     from .kernels import choose_config, launch, sparse_mla_attention
 

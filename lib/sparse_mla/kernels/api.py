@@ -167,7 +167,8 @@ def sparse_mla_attention(
 
     Returns:
         ``(out [T, H, 512] in q's dtype, lse [T, H] float32)``; ``lse`` is the natural-log log-sum-exp of the scaled
-        scores (FlashMLA's ``flash_mla_sparse_fwd`` returns base 2: multiply it by ``ln 2`` to compare). A row whose
+        scores (FlashMLA's README documents a base-2 ``lse``, ``lse_e = lse_2 * ln 2``; the ``flash_mla_sparse_fwd``
+        vendored in vLLM 0.26.0 returned natural log on the H200, see :mod:`sparse_mla.reference`). A row whose
         indices are all ``-1`` gives ``out = 0`` and ``lse = -inf``.
 
     Raises:
