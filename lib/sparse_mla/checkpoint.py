@@ -38,56 +38,34 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserInputError
+from .models import PRESET_CONFIGS as MODEL_PRESETS
+
+#: What ``glm-5-tiny`` changes in GLM-5's real config (:data:`sparse_mla.models.PRESET_CONFIGS` ``["glm-5"]``):
+#: sizes only. The attention geometry (64 heads, kv_lora_rank 512, qk_nope 192, rope 64, v 256, indexer 32 x 128,
+#: interleaved rope, theta 1e6) and the routing rules are inherited unchanged; ``q_lora_rank`` 512 instead of 2048
+#: does not change the 576-wide MLA head.
+GLM5_TINY_OVERRIDES: dict[str, Any] = {
+    "vocab_size": 2048,
+    "hidden_size": 1024,
+    "intermediate_size": 2048,
+    "moe_intermediate_size": 256,
+    "num_hidden_layers": 2,          # layer 0 dense, layer 1 MoE
+    "q_lora_rank": 512,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1,
+    "max_position_embeddings": 8192,
+    "num_nextn_predict_layers": 0,
+    "attention_bias": False,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+    "pad_token_id": 1,
+    "initializer_range": 0.02,
+}
 
 #: Preset configs (``config.json`` contents before ``index_topk`` / ``num_hidden_layers`` are filled in).
 PRESET_CONFIGS: dict[str, dict[str, Any]] = {
-    "glm-5-tiny": {
-        "architectures": ["GlmMoeDsaForCausalLM"],
-        "model_type": "glm_moe_dsa",
-        "vocab_size": 2048,
-        "hidden_size": 1024,
-        "intermediate_size": 2048,
-        "moe_intermediate_size": 256,
-        "num_hidden_layers": 2,
-        # --- GLM-5 attention geometry, unchanged ---
-        "num_attention_heads": 64,
-        "num_key_value_heads": 64,
-        "q_lora_rank": 512,  # GLM-5: 2048 (smaller is allowed; does not change the 576-wide MLA head)
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 192,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 256,
-        "index_topk": 2048,
-        "index_head_dim": 128,
-        "index_n_heads": 32,
-        "indexer_rope_interleave": True,
-        "rope_interleave": True,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
-        # --- MoE (GLM-5 routing, fewer experts) ---
-        "n_routed_experts": 8,
-        "n_shared_experts": 1,
-        "num_experts_per_tok": 2,
-        "first_k_dense_replace": 1,
-        "moe_layer_freq": 1,
-        "n_group": 1,
-        "topk_group": 1,
-        "topk_method": "noaux_tc",
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
-        "routed_scaling_factor": 2.5,
-        # --- misc ---
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-5,
-        "attention_bias": False,
-        "max_position_embeddings": 8192,
-        "num_nextn_predict_layers": 0,
-        "tie_word_embeddings": False,
-        "bos_token_id": 0,
-        "eos_token_id": 0,
-        "pad_token_id": 1,
-        "initializer_range": 0.02,
-        "dtype": "bfloat16",
-    },
+    "glm-5-tiny": {**copy.deepcopy(MODEL_PRESETS["glm-5"]), **GLM5_TINY_OVERRIDES},
 }
 
 PRESETS = tuple(PRESET_CONFIGS)
