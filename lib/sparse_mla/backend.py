@@ -40,6 +40,7 @@ from vllm.v1.attention.backend import (
 BACKEND_NAME = "TRITON_MLA_SPARSE"
 KERNEL_BLOCK_SIZES = [64]
 MIN_CAPABILITY = (8, 0)
+INDEX_TOPK_MULTIPLE = 128  # triton_convert_req_index_to_global_index works on 128-wide column tiles
 
 
 class TritonMLASparseBackend(AttentionBackend):
@@ -92,6 +93,9 @@ class TritonMLASparseBackend(AttentionBackend):
             hf_config = vllm_config.model_config.hf_config
             if not hasattr(hf_config, "index_topk"):
                 return f"{BACKEND_NAME} requires a model with index_topk config"
+            if hf_config.index_topk % INDEX_TOPK_MULTIPLE:
+                return (f"{BACKEND_NAME} requires index_topk to be a multiple of {INDEX_TOPK_MULTIPLE} "
+                        f"(vLLM's top-k index conversion); got {hf_config.index_topk}")
         return None
 
     @staticmethod

@@ -1,0 +1,260 @@
+"""Step 4 on a machine without a GPU: `sparse-mla launch` input checks, the parity helpers of
+:mod:`sparse_mla.launch` on hand-made records, deterministic prompts, and the CPU path of notebook 04 -- the
+reference GLM-5 forward with the Triton kernel (interpreter, fp32) as its attention core matches plain attention
+on a prompt longer than index_topk."""
+import json
+import math
+
+import pytest
+import torch
+
+import sparse_mla
+import sparse_mla._env
+from sparse_mla import cli, launch
+from sparse_mla.checkpoint import make_checkpoint
+from sparse_mla.errors import UserInputError
+from sparse_mla.glm5_reference import Glm5Reference
+
+INDEX_TOPK = 128
+PROMPT_LEN = 160  # > INDEX_TOPK: the indexer selects a strict subset for the last 32 positions
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("launch") / "glm5tiny", index_topk=INDEX_TOPK, num_layers=2)
+
+
+@pytest.fixture
+def one_blas_thread():
+    """Best effort: run numpy's bundled OpenBLAS on one thread for the test (restored afterwards).
+
+    Triton's interpreter executes every tile's ``tl.dot`` as a small numpy matmul; on a small machine a multithreaded
+    OpenBLAS only adds synchronisation there (the kernel test runs about 3x faster single-threaded). ``numpy`` is
+    imported long before this module, so ``OPENBLAS_NUM_THREADS`` would come too late; the library is found in
+    ``/proc/self/maps`` (Linux) and left alone where it is not.
+    """
+    import ctypes
+
+    import numpy  # noqa: F401  (loads the library)
+
+    get = set_ = None
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({ln.split()[-1] for ln in f if "openblas" in ln.lower() and ln.split()[-1].startswith("/")})
+    except OSError:
+        paths = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for g, s in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                     ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+                     ("openblas_get_num_threads", "openblas_set_num_threads")):
+            if hasattr(lib, g) and hasattr(lib, s):
+                get, set_ = getattr(lib, g), getattr(lib, s)
+                break
+        if get is not None:
+            break
+    if get is None:
+        yield
+        return
+    before = int(get())
+    set_(1)
+    try:
+        yield
+    finally:
+        set_(before)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: False)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: True)
+
+
+def _model_dir(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+    return d
+
+
+# ----------------------------------------------------------------------------------------------- command line
+@pytest.mark.parametrize("extra", [[], ["--serve"], ["--parity"]])
+def test_cli_launch_without_gpu_exits_2_with_one_line(tmp_path, capsys, no_gpu, extra):
+    rc = cli.main(["launch", "--model", str(_model_dir(tmp_path)), *extra])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert rc == 2
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("sparse-mla launch: error:")
+    assert "needs a CUDA GPU" in lines[0]
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_cli_launch_missing_model_dir_names_path(tmp_path, capsys, fake_gpu):
+    missing = tmp_path / "no-such-checkpoint"
+    rc = cli.main(["launch", "--model", str(missing)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert str(missing) in err[0] and "config.json" in err[0]
+
+
+def test_cli_launch_dir_without_config_names_path(tmp_path, capsys, fake_gpu):
+    d = tmp_path / "empty-model"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(b"")
+    rc = cli.main(["launch", "--model", str(d)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert str(d) in err[0] and "no config.json" in err[0]
+
+
+def test_cli_launch_bad_prompt_lengths(tmp_path, capsys, fake_gpu):
+    d = _model_dir(tmp_path)
+    for bad in ("48,x", "0", ","):
+        assert cli.main(["launch", "--model", str(d), "--prompt-lengths", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--prompt-lengths" in err[0]
+
+
+@pytest.mark.parametrize("fn", [launch.run_offline, launch.run_serve, launch.run_parity])
+def test_engine_entry_points_need_a_gpu(tmp_path, no_gpu, fn):
+    with pytest.raises(UserInputError, match="needs a CUDA GPU"):
+        fn(_model_dir(tmp_path))
+
+
+def test_require_gpu_passes_with_a_gpu(fake_gpu):
+    launch.require_gpu()
+
+
+def test_check_model_dir(tmp_path):
+    d = _model_dir(tmp_path)
+    assert launch.check_model_dir(str(d)) == d
+    with pytest.raises(UserInputError, match="has no config.json"):
+        launch.check_model_dir(tmp_path / "nope")
+
+
+# ----------------------------------------------------------------------------------------------- backend names
+def test_attention_config_names():
+    assert launch.attention_config("TRITON_MLA_SPARSE") == {"backend": "CUSTOM"}
+    assert launch.attention_config("auto") is None
+    assert launch.attention_config("") is None
+    assert launch.attention_config(None) is None
+    assert launch.attention_config("flashmla_sparse") == {"backend": "FLASHMLA_SPARSE"}
+    assert launch.attention_config("FLASH_ATTN_MLA_SPARSE") == {"backend": "FLASH_ATTN_MLA_SPARSE"}
+
+
+def test_attention_config_unknown_backend_names_it():
+    with pytest.raises(UserInputError, match="NOPE") as e:
+        launch.attention_config("NOPE")
+    assert "TRITON_MLA_SPARSE" in str(e.value) and "FLASHMLA_SPARSE" in str(e.value)
+
+
+# ----------------------------------------------------------------------------------------------- parity helpers
+def _gen(prompt_len, tokens, logprobs, first_top=None):
+    return {"prompt_len": prompt_len, "token_ids": list(tokens), "logprobs": list(logprobs),
+            "first_top_logprobs": {str(k): v for k, v in (first_top or {}).items()}}
+
+
+def _run(*gens):
+    return {"generations": list(gens)}
+
+
+def test_compare_identical():
+    a = _run(_gen(48, [5, 6, 7, 8], [-1.0, -2.0, -3.0, -4.0]))
+    c = launch.compare(a, a)
+    assert c["all_identical"]
+    assert c["per_prompt"] == [{"prompt_len": 48, "identical": True, "first_divergence": None,
+                                "max_abs_logprob_diff": 0.0}]
+
+
+def test_compare_divergence_and_logprob_diffs():
+    a = _run(_gen(48, [5, 6, 7, 8], [-1.0, -2.0, -3.0, -4.0]),
+             _gen(900, [1, 2, 3, 4], [-1.0, -1.0, -1.0, -1.0]))
+    b = _run(_gen(48, [5, 6, 7, 8], [-1.01, -2.0, -3.03, -4.0]),
+             _gen(900, [1, 2, 9, 4], [-1.0, -1.02, -0.5, -1.0]))   # diverges at position 2
+    c = launch.compare(a, b)
+    assert not c["all_identical"]
+    p48, p900 = c["per_prompt"]
+    assert p48["identical"] and p48["first_divergence"] is None
+    assert p48["max_abs_logprob_diff"] == pytest.approx(0.03)
+    assert not p900["identical"] and p900["first_divergence"] == 2
+    # only positions before the divergence count: the -0.5 at position 2 is a different token's log-prob
+    assert p900["max_abs_logprob_diff"] == pytest.approx(0.02)
+    assert launch.compare(b, a)["per_prompt"][1]["first_divergence"] == 2
+
+
+def test_compare_divergence_at_first_token_and_length_mismatch():
+    a = _run(_gen(8, [1, 2], [-1.0, -1.0]))
+    c = launch.compare(a, _run(_gen(8, [3, 2], [-1.0, -1.0])))["per_prompt"][0]
+    assert c["first_divergence"] == 0 and c["max_abs_logprob_diff"] is None
+    c = launch.compare(a, _run(_gen(8, [1, 2, 3], [-1.0, -1.5, -1.0])))["per_prompt"][0]
+    assert not c["identical"] and c["first_divergence"] == 2 and c["max_abs_logprob_diff"] == pytest.approx(0.5)
+
+
+def test_compare_reference():
+    vocab = 16
+    ref_lp = torch.log_softmax(torch.linspace(0.0, 1.5, vocab, dtype=torch.float64), -1)
+    top = {15: float(ref_lp[15]) + 0.01, 14: float(ref_lp[14]) - 0.03, 3: -math.inf}  # -inf entries are skipped
+    run = _run(_gen(48, [15, 2], [top[15], -3.0], first_top=top), _gen(900, [14, 2], [-1.0, -1.0], first_top={14: -1.0}))
+    ref = [{"argmax": int(ref_lp.argmax()), "logprobs": ref_lp}, {"argmax": 15, "logprobs": ref_lp}]
+    r48, r900 = launch.compare_reference(run, ref)
+    assert r48 == {"prompt_len": 48, "vllm_first_token": 15, "reference_argmax": 15, "same_first_token": True,
+                   "top_k": 3, "max_abs_logprob_diff": pytest.approx(0.03)}
+    assert r900["same_first_token"] is False and r900["reference_argmax"] == 15 and r900["top_k"] == 1
+    assert r900["max_abs_logprob_diff"] == pytest.approx(abs(-1.0 - float(ref_lp[14])))
+
+
+def test_recorded_h200_parity_matches_compare():
+    """The committed H200 record's parity table is what launch.compare computes from its runs."""
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "results" / "launch_h200.json").read_text())
+    ours = rec["runs"][launch.OURS]
+    for key, stored in rec["parity_vs_ours"].items():
+        assert launch.compare(ours, rec["runs"][key]) == stored
+
+
+# ----------------------------------------------------------------------------------------------- prompts
+def test_prompt_ids_exact_lengths_and_deterministic(ckpt):
+    lengths = [1, 17, PROMPT_LEN, 700]
+    a = launch.prompt_ids(ckpt, lengths)
+    assert [len(p) for p in a] == lengths
+    assert launch.prompt_ids(ckpt, lengths) == a
+    assert all(0 <= t < 2048 for p in a for t in p)
+    assert launch.prompt_ids(ckpt, [PROMPT_LEN], seed=1)[0] != a[2]
+    # prompts of different positions in one call differ (the word offset depends on the index)
+    same_len = launch.prompt_ids(ckpt, [48, 48])
+    assert same_len[0] != same_len[1]
+
+
+# ----------------------------------------------------------------------------------------------- notebook 04, CPU
+@pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")  # Triton interpreter
+def test_reference_forward_with_triton_kernel_matches_plain_attention(ckpt, one_blas_thread):
+    """Notebook 04 section 2 at reduced size: 2 layers, index_topk 128, a 160-token prompt."""
+    ids = torch.tensor(launch.prompt_ids(ckpt, [PROMPT_LEN])[0])
+    ref = Glm5Reference.from_pretrained(ckpt, dtype=torch.float32)
+    plain = ref.forward(ids)
+    plain_topk = [t.clone() for t in ref.last["topk_local"]]
+
+    ref.attention_fn = sparse_mla.sparse_mla_attention
+    kern = ref.forward(ids)
+    kern_topk = ref.last["topk_local"]
+
+    assert torch.isfinite(plain).all()
+    rel = ((kern - plain).abs().max() / plain.abs().max()).item()
+    assert rel <= 1e-4, rel
+    assert torch.equal(kern.argmax(-1), plain.argmax(-1))
+    assert all(torch.equal(a, b) for a, b in zip(kern_topk, plain_topk))
+    # sparsity binds: positions >= index_topk attend to exactly index_topk of their t + 1 causal tokens
+    causal = torch.arange(1, PROMPT_LEN + 1)
+    for topk in plain_topk:
+        counts = (topk >= 0).sum(-1)
+        assert torch.equal(counts, causal.clamp(max=INDEX_TOPK))
+        assert int((counts < causal).sum()) == PROMPT_LEN - INDEX_TOPK
