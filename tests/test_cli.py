@@ -30,8 +30,37 @@ def test_bench_without_gpu_is_one_clear_line(capsys, monkeypatch):
     (["bench", "kernel", "--configs", "64,64"], "--configs '64,64'"),
     (["run", "--profile", "tpu"], "unknown profile 'tpu'"),
     (["run", "--only", "99"], "no notebook matches '99'"),
+    (["run", "--only", ""], "empty notebook"),
+    (["run", "--profile", "../params/cpu"], "not a profile name"),
 ])
 def test_bad_arguments(args, match, capsys):
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match in err[0], err
+
+
+@pytest.mark.parametrize("cmd", [["run", "--only", "01", "--out-dir"], ["make-checkpoint"],
+                                 ["diagnose", "--matrix", "--out-dir"]])
+def test_output_under_a_file_is_refused_before_work(cmd, tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("keep me")
+    assert cli.main([*cmd, str(f / "sub")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file" in err[0], err
+    assert f.read_text() == "keep me"
+
+
+def test_profile_with_parameters_for_no_notebook(tmp_path, monkeypatch):
+    from sparse_mla import chain
+    from sparse_mla.errors import UserInputError
+
+    params = tmp_path / "params"
+    params.mkdir()
+    (params / "cpu.yaml").write_text("02_sparse_mla_triton_kernl: {device: cpu}\n")
+    real = chain.load_profile
+    monkeypatch.setattr(chain, "load_profile", lambda p: real(p, params_dir=params))
+    with pytest.raises(UserInputError, match="02_sparse_mla_triton_kernl"):
+        chain.run_chain("cpu", out_dir=tmp_path / "out")
+    (params / "bad.yaml").write_text("a: [unclosed\n")
+    with pytest.raises(UserInputError, match="not valid YAML"):
+        real("bad", params_dir=params)

@@ -118,6 +118,9 @@ def _good():
     (lambda a: (a[0], a[1], a[2].to(torch.int8), *a[3:]), "kv_cache=torch.int8"),
     (lambda a: (*a[:4], -1.0), "sm_scale -1.0"),
     (lambda a: (a[0], a[1], a[2], torch.full_like(a[3], -2), a[4]), "slot -2"),
+    (lambda a: (a[0], a[1], a[2], torch.full_like(a[3].long(), -2**32), a[4]), "slot -4294967296"),
+    (lambda a: (a[0], a[1], a[2], torch.full_like(a[3].long(), 2**32 + 3), a[4]), "slot 4294967299"),
+    (lambda a: (*a[:4], True), "sm_scale True"),
 ])
 def test_bad_inputs(mutate, match):
     args = mutate(_good())
@@ -129,3 +132,16 @@ def test_bad_inputs(mutate, match):
 def test_output_column_split(block_dv, block_h, split):
     g = torch.Generator().manual_seed(block_dv + block_h + split)
     check(*make_case(2, 20, 60, generator=g, pad="middle"), block_dv=block_dv, block_h=block_h, num_splits=split)
+
+
+def test_int64_indices_are_range_checked_even_without_check_indices():
+    q_nope, q_pe, kv, idx, scale = _good()
+    with pytest.raises(UserInputError, match="outside the cache"):
+        sparse_mla_attention(q_nope, q_pe, kv, torch.full_like(idx.long(), 2**32 + 3), scale, check_indices=False)
+
+
+@pytest.mark.parametrize("kw, match", [({"block_n": 48}, "block_n 48"), ({"block_h": 0}, "block_h 0"),
+                                       ({"num_splits": 0}, "num_splits 0")])
+def test_bad_launch_overrides(kw, match):
+    with pytest.raises(UserInputError, match=match):
+        sparse_mla_attention(*_good(), **kw)

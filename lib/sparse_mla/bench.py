@@ -315,11 +315,14 @@ def _cli(args) -> int:
             raise UserInputError(f"--{name} {bad[0]} is not accepted; accepted: positive integers")
     if args.cache_tokens < TOPK or args.cache_tokens % 64:
         raise UserInputError(f"--cache-tokens {args.cache_tokens} is not accepted; accepted: a multiple of 64 >= {TOPK}")
+    from .errors import writable_dir
+
+    writable_dir(args.out_dir, "--out-dir")
     configs = None
     if args.configs:
         try:
             configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c.strip()]
-            assert all(len(c) == 5 for c in configs)
+            assert all(len(c) == 5 and min(c) > 0 for c in configs)
         except (ValueError, AssertionError):
             raise UserInputError(f"--configs {args.configs!r} is not accepted; accepted: "
                                  f"'BH,BN,BDV,WARPS,STAGES;...' e.g. '64,64,512,8,1'") from None

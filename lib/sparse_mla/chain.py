@@ -17,7 +17,7 @@ import re
 import time
 from pathlib import Path
 
-from .errors import UserInputError
+from .errors import UserInputError, writable_dir
 
 NOTEBOOK_RE = re.compile(r"^\d\d_.+\.ipynb$")
 
@@ -41,11 +41,18 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
     import yaml
 
     params_dir = params_dir or project_root() / "params"
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", str(profile)):
+        raise UserInputError(f"profile {profile!r} is not a profile name; accepted: "
+                             f"{', '.join(profiles(params_dir)) or 'none found'} (files params/<profile>.yaml)")
     path = params_dir / f"{profile}.yaml"
     if not path.is_file():
         raise UserInputError(f"unknown profile {profile!r}; accepted: {', '.join(profiles(params_dir)) or 'none found'}"
                              f" (files params/<profile>.yaml)")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise UserInputError(f"profile file {path.name} is not valid YAML ({type(e).__name__}); accepted: a mapping "
+                             f"of notebook stems to parameter dicts") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise UserInputError(f"profile file {path.name} must map notebook stems to parameter dicts")
     return data
@@ -75,6 +82,12 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     out_dir = Path(out_dir or root / "results")
     params = load_profile(profile)
     chain = discover(notebooks_dir)
+    stray = sorted(set(params) - {nb.stem for nb in chain})
+    if stray:
+        raise UserInputError(f"profile {profile!r} has parameters for {', '.join(map(repr, stray))}, which is no "
+                             f"notebook; accepted: {', '.join(nb.stem for nb in chain)}")
+    if only is not None and (not only or any(not str(o).strip() for o in only)):
+        raise UserInputError(f"--only {only!r} names an empty notebook; accepted: stems or prefixes such as 01 02")
     if only:
         picked = [nb for nb in chain if any(nb.stem == o or nb.stem.startswith(o) for o in only)]
         unknown = [o for o in only if not any(nb.stem == o or nb.stem.startswith(o) for nb in chain)]
@@ -82,7 +95,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
             raise UserInputError(f"no notebook matches {', '.join(map(repr, unknown))}; accepted: "
                                  f"{', '.join(nb.stem for nb in chain)}")
         chain = picked
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = writable_dir(out_dir)
     done = []
     for nb in chain:
         target = out_dir / nb.name

@@ -37,7 +37,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .errors import UserInputError
+from .errors import UserInputError, writable_dir
 from .models import PRESET_CONFIGS as MODEL_PRESETS
 
 #: What ``glm-5-tiny`` changes in GLM-5's real config (:data:`sparse_mla.models.PRESET_CONFIGS` ``["glm-5"]``):
@@ -247,13 +247,14 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
     out = Path(out_dir).expanduser().absolute()
     _check_out_dir(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    writable_dir(out.parent, "checkpoint parent directory")
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         with torch.no_grad():
             sd = make_state_dict(cfg, seed)
         save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it 0600; other users' servers read it
         del sd
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
@@ -299,8 +300,12 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
         raise UserInputError(f"malformed config.json {str(cfg_path)!r}: {e}; accepted: JSON") from None
     index = d / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
-        files = [d / f for f in sorted(set(weight_map.values()))]
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = [d / f for f in sorted(set(weight_map.values()))]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise UserInputError(f"malformed {str(index)!r} ({type(e).__name__}: {e}); accepted: a JSON object with a "
+                                 f"'weight_map' of tensor name -> shard file") from None
     else:
         files = sorted(d.glob("*.safetensors"))
     if not files:
@@ -312,7 +317,11 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
                              f"{', '.join(missing)}")
     state: dict = {}
     for f in files:
-        state.update(load_file(str(f)))
+        try:
+            state.update(load_file(str(f)))
+        except Exception as e:  # noqa: BLE001  (safetensors raises its own SafetensorError)
+            raise UserInputError(f"cannot read {str(f)!r} ({type(e).__name__}: {e}); accepted: a safetensors "
+                                 f"file") from None
     return cfg, state
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from .errors import UserInputError
@@ -30,12 +31,30 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM (timeout, CI, kill) unwinds like Ctrl-C, so that writers' cleanup (temp files and folders) runs
+    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
         rc = args.func(args)
     except UserInputError as e:
         print(f"sparse-mla {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"sparse-mla {args.command}: interrupted; nothing half-written was left in place", file=sys.stderr)
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return int(rc or 0)
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

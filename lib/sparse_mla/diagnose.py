@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UserInputError
+from .errors import UserInputError, writable_dir
 
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``).
 GPU_PRESETS: dict[str, str] = {
@@ -1290,6 +1290,7 @@ def _cli(args) -> int:
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
     if args.matrix:
         _resolve(args.model, "12.0", args.kv_cache_dtype, args.tp, args.with_plugin)
+        writable_dir(args.out_dir, "--out-dir")   # before minutes of probing, not after
         with quiet:
             df = diagnose_matrix(model=args.model, tp=args.tp, with_plugin=args.with_plugin)
             paths = write_matrix(df, args.out_dir)

@@ -8,3 +8,31 @@ and what is accepted. ``sparse-mla`` prints that line and exits with status 2, w
 
 class UserInputError(ValueError):
     """Bad input: the message names the offending value and what would be accepted."""
+
+
+def writable_dir(path, what: str = "output directory"):
+    """Return ``path`` as a :class:`pathlib.Path` after making sure it is (or can be made) a directory.
+
+    Raises :class:`UserInputError` naming the path when it, or a parent of it, is an existing file, or when it cannot
+    be created or written -- before any long work starts, so that nothing is computed for nowhere.
+    """
+    import os
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if str(path).strip() == "":
+        raise UserInputError(f"{what} is empty; accepted: a directory path")
+    for q in (p, *p.parents):
+        if q.exists() and not q.is_dir():
+            raise UserInputError(f"{what} {str(path)!r} is not a directory ({str(q)!r} is a file); accepted: a "
+                                 f"directory path")
+        if q.exists():
+            break
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserInputError(f"{what} {str(path)!r} cannot be created ({e.strerror}); accepted: a writable directory") \
+            from None
+    if not os.access(p, os.W_OK):
+        raise UserInputError(f"{what} {str(path)!r} is not writable; accepted: a writable directory")
+    return p

@@ -51,9 +51,9 @@ def check_model_dir(model: str | os.PathLike) -> Path:
 
 def attention_config(backend: str) -> dict | None:
     """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice)."""
-    if backend in (None, "", "auto"):
+    if backend is None or backend.strip().lower() in ("", "auto"):
         return None
-    if backend == OURS:
+    if backend.strip().upper() == OURS:
         return {"backend": "CUSTOM"}
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -319,6 +319,17 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     return rec
 
 
+def default_record_path() -> str:
+    """``results/launch_<gpu>.json`` with the local GPU's short name (``h200`` for "NVIDIA H200")."""
+    import re
+
+    import torch
+
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "gpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "gpu"
+    return f"results/launch_{slug}.json"
+
+
 def add_cli(sub) -> None:
     p = sub.add_parser("launch", help="run a GLM-5-architecture checkpoint in vLLM on a backend (GPU)",
                        description="Offline vllm.LLM generation (default), `vllm serve` + openai client (--serve), or "
@@ -328,7 +339,9 @@ def add_cli(sub) -> None:
     p.add_argument("--kv-cache-dtype", default="auto", help=f"one of {', '.join(KV_DTYPES)}")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     p.add_argument("--serve", action="store_true", help="start `vllm serve` and query it with the openai client")
-    p.add_argument("--parity", action="store_true", help="run every backend, the server and the reference; write JSON")
+    p.add_argument("--parity", action="store_true",
+                   help="ours, FLASH_ATTN_MLA_SPARSE and FLASHMLA_SPARSE (CUDA graphs) + ours eager, the server and the "
+                        "reference; writes results/launch_<gpu>.json (--backend/--kv-cache-dtype/--tp do not apply)")
     p.add_argument("--prompt-lengths", default="48", help="comma-separated prompt lengths in tokens")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
@@ -346,10 +359,22 @@ def _cli(args) -> int:
         raise UserInputError(f"--prompt-lengths {args.prompt_lengths!r} is not accepted; accepted: e.g. 48,900") from None
     if not lengths or min(lengths) < 1:
         raise UserInputError(f"--prompt-lengths {args.prompt_lengths!r} is not accepted; accepted: positive integers")
-    thr = json.loads(args.throughput) if args.throughput else None
+    thr = None
+    if args.throughput:
+        try:
+            thr = json.loads(args.throughput)
+            assert isinstance(thr, dict) and all(isinstance(thr.get(k), int) and thr[k] > 0
+                                                 for k in ("num_seqs", "prompt_len", "max_tokens"))
+        except (json.JSONDecodeError, AssertionError):
+            raise UserInputError(f"--throughput {args.throughput!r} is not accepted; accepted: JSON with positive "
+                                 f"integers num_seqs, prompt_len, max_tokens") from None
+    if args.kv_cache_dtype not in KV_DTYPES:
+        raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
+                             f"{', '.join(KV_DTYPES)}")
+    attention_config(args.backend)   # unknown names fail here, before an engine starts
     if args.parity:
         rec = run_parity(model, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
-                         out=args.json_out or "results/launch_h200.json")
+                         throughput=thr, out=args.json_out or default_record_path())
     elif args.serve:
         rec = run_serve(model, args.backend, prompt=prompt_ids(model, lengths[:1])[0], max_tokens=args.max_tokens,
                         kv_cache_dtype=args.kv_cache_dtype)

@@ -180,6 +180,18 @@ def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
             f"{', '.join(missing)}; accepted: a DeepSeek-V2/V3/V3.2- or GLM-5-style config with kv_lora_rank, "
             f"qk_rope_head_dim and num_attention_heads")
     archs = text.get("architectures") or cfg.get("architectures") or ["?"]
+    if isinstance(archs, str):
+        archs = [archs]
+    for k in ("num_attention_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+              "v_head_dim", "index_topk", "index_head_dim", "index_n_heads"):
+        v = text.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31:
+            raise UserInputError(f"config {name!r} has {k} = {v!r}; accepted: a positive integer")
+    if "index_topk" in text and text["index_topk"] is None:
+        raise UserInputError(f"config {name!r} has index_topk = null; accepted: a positive integer (DSA sparse "
+                             f"attention) or no index_topk key")
     try:
         return ModelGeometry(
             name=name,
@@ -191,13 +203,33 @@ def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
             qk_nope_head_dim=int(text.get("qk_nope_head_dim", 128)),
             qk_rope_head_dim=int(text["qk_rope_head_dim"]),
             v_head_dim=int(text.get("v_head_dim", 128)),
-            index_topk=None if text.get("index_topk") is None else int(text["index_topk"]),
+            index_topk=int(text["index_topk"]) if text.get("index_topk") is not None
+            else transformers_default_index_topk(str(text.get("model_type", ""))),
             index_head_dim=None if text.get("index_head_dim") is None else int(text["index_head_dim"]),
             index_n_heads=None if text.get("index_n_heads") is None else int(text["index_n_heads"]),
             hf_config=dict(text),
         )
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise UserInputError(f"config {name!r} has a non-integer MLA dimension ({e}); accepted: integers") from None
+
+
+def transformers_default_index_topk(model_type: str) -> int | None:
+    """``index_topk`` that transformers' config class for ``model_type`` fills in when ``config.json`` has none.
+
+    vLLM decides sparse vs dense with ``hasattr(hf_config, "index_topk")`` on the *transformers* config object, and
+    e.g. ``GlmMoeDsaConfig`` defaults ``index_topk`` to 2048: a ``glm_moe_dsa`` config without the key is still DSA in
+    vLLM. ``None`` when transformers' class has no such attribute (dense MLA, e.g. ``deepseek_v3``) or does not know
+    the model type.
+    """
+    if not model_type:
+        return None
+    try:
+        from transformers import AutoConfig
+
+        value = getattr(AutoConfig.for_model(model_type), "index_topk", None)
+    except Exception:  # noqa: BLE001  (unknown model type, or a transformers without it)
+        return None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def load_model(spec: str | Path) -> ModelGeometry:
@@ -208,6 +240,9 @@ def load_model(spec: str | Path) -> ModelGeometry:
     non-MLA config.
     """
     s = str(spec)
+    if not s.strip():
+        raise UserInputError(f"model {s!r} is empty; accepted: a preset ({', '.join(PRESETS)}), a config.json or a "
+                             f"checkpoint directory holding one")
     if s in PRESET_CONFIGS:
         return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s])), s)
     p = Path(s).expanduser()

@@ -65,6 +65,13 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
     Fewer heads than ``BLOCK_H`` are masked, never padded in memory. Any explicit argument overrides the heuristic
     (the benchmark sweeps them).
     """
+    for name, v, lo in (("block_h", block_h, 16), ("block_n", block_n, 16), ("block_dv", block_dv, 16),
+                        ("num_warps", num_warps, 1)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo or v & (v - 1)):
+            raise UserInputError(f"{name} {v!r} is not accepted; accepted: a power of two >= {lo}")
+    for name, v, lo in (("num_splits", num_splits, 1), ("num_stages", num_stages, 1)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+            raise UserInputError(f"{name} {v!r} is not accepted; accepted: an integer >= {lo}")
     if dot_dtype is None:
         dot_dtype = torch.float32 if (interpreting() or dtype == torch.float32) else dtype
     sm = _sm_count(device)
@@ -130,7 +137,8 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
     devs = {x.device for x in (q_nope, q_pe, kv_cache, indices)}
     if len(devs) != 1:
         raise UserInputError(f"tensors are on different devices {sorted(map(str, devs))}; accepted: one device")
-    if not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) or sm_scale <= 0:
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) \
+            or sm_scale <= 0:
         raise UserInputError(f"sm_scale {sm_scale!r} is not accepted; accepted: a positive finite float "
                              f"(qk_head_dim ** -0.5, 1/16 for GLM-5)")
 
@@ -180,16 +188,17 @@ def sparse_mla_attention(
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
     num_slots = kv_cache.numel() // (DL + DR)
+    if (check_indices or indices.dtype != torch.int32) and indices.numel():
+        # on the caller's dtype, before any int32 cast could wrap an int64 value into range
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < -1 or hi >= min(num_slots, 2**31 - 1) or (not check_indices and hi >= 2**31):
+            bad = lo if lo < -1 else hi
+            raise UserInputError(f"indices hold slot {bad}, outside the cache; accepted: -1 or 0 <= slot < "
+                                 f"{num_slots} (num_blocks * block_size)")
     if indices.dtype != torch.int32:
         indices = indices.to(torch.int32)
     if indices.stride(1) != 1:
         indices = indices.contiguous()
-    if check_indices and indices.numel():
-        lo, hi = int(indices.min()), int(indices.max())
-        if lo < -1 or hi >= num_slots:
-            bad = lo if lo < -1 else hi
-            raise UserInputError(f"indices hold slot {bad}, outside the cache; accepted: -1 or 0 <= slot < "
-                                 f"{num_slots} (num_blocks * block_size)")
     if q_nope.stride(2) != 1:
         q_nope = q_nope.contiguous()
     if q_pe.stride(2) != 1:
