@@ -146,6 +146,8 @@ def test_tp_changes_sm100_sparse_order():
 
 def test_dense_config_is_dense_mla(tmp_path):
     cfg = {k: v for k, v in PRESET_CONFIGS["glm-5"].items() if not k.startswith("index_")}
+    # DeepSeek-V3-style dense MLA (transformers' GlmMoeDsaConfig would fill in index_topk = 2048, as vLLM sees it)
+    cfg.update(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"])
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     rec = diagnose(str(path), "9.0")

@@ -470,8 +470,12 @@ def _stand_in_vllm_config(req: _Request):
     import torch
 
     hf = dict(req.geometry.hf_config or {})
-    if hf.get("index_topk") is None:     # dense MLA: vLLM tests hasattr(config, "index_topk")
+    # vLLM tests hasattr(config, "index_topk") on transformers' config object, which may fill in a default
+    # (GlmMoeDsaConfig: 2048); the geometry carries that resolved value, None for dense MLA
+    if req.geometry.index_topk is None:
         hf.pop("index_topk", None)
+    else:
+        hf["index_topk"] = req.geometry.index_topk
     hf_ns = types.SimpleNamespace(**hf)
     ns = types.SimpleNamespace
     try:
