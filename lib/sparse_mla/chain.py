@@ -110,12 +110,26 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
             if tmp.exists():
                 os.replace(tmp, out_dir / f"{nb.stem}.failed.ipynb")
             raise
+        _relative_papermill_paths(tmp, nb, target, root)
         os.replace(tmp, target)
         done.append(target)
         if progress:
             print(f"[sparse-mla run] {nb.name} -> {target.relative_to(root) if target.is_relative_to(root) else target}"
                   f" ({time.time() - t0:.0f} s)", flush=True)
     return done
+
+
+def _relative_papermill_paths(path: Path, source: Path, target: Path, root: Path) -> None:
+    """papermill records the input and output paths in the notebook's metadata; keep them relative to the checkout
+    so that executed records carry no machine-specific absolute paths."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    meta = nb.metadata.get("papermill", {})
+    for key, p in (("input_path", source), ("output_path", target)):
+        if key in meta:
+            meta[key] = os.path.relpath(p, root) if Path(p).resolve().is_relative_to(root) else Path(p).name
+    nbformat.write(nb, str(path))
 
 
 def add_cli(sub) -> None:
