@@ -12,3 +12,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    """``sparse_mla.cli.main(["diagnose", ...])`` -> (rc, stdout, stderr). Only the diagnose subcommand is loaded, so
+    the test does not depend on the other steps' modules."""
+    from sparse_mla import cli
+
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("diagnose",))
+
+    def run(*argv):
+        rc = cli.main(["diagnose", *argv])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return run

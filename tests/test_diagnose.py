@@ -35,20 +35,6 @@ def sm89_auto():
     return diagnose("glm-5", "8.9", "auto")
 
 
-@pytest.fixture
-def run_cli(monkeypatch, capsys):
-    """``sparse_mla.cli.main(["diagnose", ...])`` -> (rc, stdout, stderr). Only this step's subcommand is loaded, so
-    the test does not depend on the other steps' modules."""
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("diagnose",))
-
-    def run(*argv):
-        rc = cli.main(["diagnose", *argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    return run
-
-
 def _no_machine_reasons(rec):
     for name, b in rec["backends"].items():
         for r in b["reasons"]:

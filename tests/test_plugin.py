@@ -69,19 +69,6 @@ def vllm_state(probes):
         vplugins.plugins_loaded = loaded
 
 
-@pytest.fixture
-def run_cli(monkeypatch, capsys):
-    """``sparse_mla.cli.main(["diagnose", ...])`` -> (rc, stdout, stderr), with only the diagnose subcommand."""
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("diagnose",))
-
-    def run(*argv):
-        rc = cli.main(["diagnose", *argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    return run
-
-
 def _stock_valid_backends(cuda_mod):
     fn = cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"].__func__
     while hasattr(fn, "__wrapped__"):
