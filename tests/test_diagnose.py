@@ -10,7 +10,6 @@ import typing
 
 import pytest
 
-from sparse_mla import cli
 from sparse_mla.diagnose import (CORE_MLA_BACKENDS, GPU_PRESETS, KV_CACHE_DTYPES, VLLM_CACHE_DTYPES, diagnose,
                                  diagnose_matrix, no_backend_pairs, parse_capability, write_matrix)
 from sparse_mla.errors import UserInputError

@@ -13,7 +13,6 @@ import json
 
 import pytest
 
-from sparse_mla import cli
 from sparse_mla import diagnose as dg
 from sparse_mla.models import PRESET_CONFIGS
 
