@@ -64,3 +64,12 @@ def test_profile_with_parameters_for_no_notebook(tmp_path, monkeypatch):
     (params / "bad.yaml").write_text("a: [unclosed\n")
     with pytest.raises(UserInputError, match="not valid YAML"):
         real("bad", params_dir=params)
+
+
+def test_gpu_profile_without_gpu(monkeypatch, capsys):
+    from sparse_mla import _env
+
+    monkeypatch.setattr(_env, "has_nvidia_gpu", lambda: False)
+    assert cli.main(["run", "--profile", "gpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile 'gpu' needs a CUDA GPU" in err[0]

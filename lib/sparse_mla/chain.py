@@ -81,6 +81,12 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     notebooks_dir = Path(notebooks_dir or root / "notebooks")
     out_dir = Path(out_dir or root / "results")
     params = load_profile(profile)
+    if profile == "gpu":
+        from ._env import has_nvidia_gpu
+
+        if not has_nvidia_gpu():
+            raise UserInputError("profile 'gpu' needs a CUDA GPU and this machine has none; accepted: --profile cpu "
+                                 "(the default here)")
     chain = discover(notebooks_dir)
     stray = sorted(set(params) - {nb.stem for nb in chain})
     if stray:
@@ -112,6 +118,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
             raise
         _relative_papermill_paths(tmp, nb, target, root)
         os.replace(tmp, target)
+        (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
         done.append(target)
         if progress:
             print(f"[sparse-mla run] {nb.name} -> {target.relative_to(root) if target.is_relative_to(root) else target}"
