@@ -24,6 +24,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ._files import atomic_write, atomic_write_text
 from .errors import UserInputError
 
 DL, DR, TOPK = 512, 64, 2048
@@ -249,18 +250,12 @@ def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_
         torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
     record = {"environment": env, "checks": checks, "bench": rows}
-    _write(out_dir / f"bench_kernel_{tag}.json", json.dumps(record, indent=1))
-    _write(out_dir / f"bench_kernel_{tag}.csv", df.to_csv(index=False))
+    atomic_write_text(out_dir / f"bench_kernel_{tag}.json", json.dumps(record, indent=1))
+    atomic_write_text(out_dir / f"bench_kernel_{tag}.csv", df.to_csv(index=False))
     if sweep:
-        _write(out_dir / f"bench_kernel_sweep_{tag}.csv", pd.DataFrame(sweep_rows).to_csv(index=False))
+        atomic_write_text(out_dir / f"bench_kernel_sweep_{tag}.csv", pd.DataFrame(sweep_rows).to_csv(index=False))
     plot_bench(df, env, out_dir / f"bench_kernel_{tag}.png")
     return record
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def plot_bench(df, env: dict, path: Path) -> None:
@@ -285,10 +280,8 @@ def plot_bench(df, env: dict, path: Path) -> None:
     fig.suptitle(f"{env.get('gpu', '?')}, topk 2048, 128K-token bf16 cache; vllm {env.get('vllm')}, "
                  f"triton {env.get('triton')}, {env.get('date', '')[:10]}", fontsize=9)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def add_cli(sub) -> None:

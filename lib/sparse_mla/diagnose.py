@@ -44,7 +44,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import types
 import warnings
 from collections.abc import Iterable, Mapping
@@ -52,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._files import atomic_write as _atomic_write
 from .errors import UserInputError, writable_dir
 
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``).
@@ -978,23 +978,6 @@ def matrix_changes(df):
         raise ValueError("matrix_changes needs a diagnose_matrix(..., with_plugin=True) frame")
     cols = ["gpu", "capability", "kv_cache_dtype", "stock_selected", "with_plugin_selected"]
     return df.loc[df["stock_selected"] != df["with_plugin_selected"], cols].reset_index(drop=True)
-
-
-def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then ``os.replace`` it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)       # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def plot_matrix(df, title: str | None = None):

@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ._files import atomic_write_text
 from .errors import UserInputError
 
 OURS = "TRITON_MLA_SPARSE"
@@ -311,11 +312,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
             rec["serve"] = {"error": f"{type(e).__name__}: {e}",
                             "log_tail": (log_dir / "serve.log").read_text(errors="replace")[-3000:]
                             if (log_dir / "serve.log").exists() else ""}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(rec, indent=1, default=str))
-    os.replace(tmp, out)
+    atomic_write_text(out, json.dumps(rec, indent=1, default=str))
     return rec
 
 
@@ -383,9 +380,7 @@ def _cli(args) -> int:
                           max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr)
     text = json.dumps(rec, indent=1, default=str)
     if args.json_out and not args.parity:
-        tmp = args.json_out.with_name(f".{args.json_out.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, args.json_out)
+        atomic_write_text(args.json_out, text)
     elif not args.parity:
         print(text)
     else:

@@ -46,7 +46,6 @@ def sparse_mla_attention_ref(
         ``(out [T, H, kv_lora_rank] in q_nope.dtype, lse [T, H] float32, natural log)``.
     """
     T, H, dl = q_nope.shape
-    dr = q_pe.shape[-1]
     kv = kv_cache.reshape(-1, kv_cache.shape[-1]).to(compute_dtype)
     idx = indices.long()
     valid = idx >= 0
