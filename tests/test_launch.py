@@ -77,10 +77,13 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: True)
 
 
-def _model_dir(tmp_path):
+def _model_dir(tmp_path, **overrides):
+    """A checkpoint directory holding only a DSA config.json (GLM-5's head count, index_topk and kv_lora_rank)."""
     d = tmp_path / "model"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+    d.mkdir(exist_ok=True)
+    cfg = {"architectures": ["GlmMoeDsaForCausalLM"], "num_attention_heads": 64, "kv_lora_rank": 512,
+           "index_topk": 2048, **overrides}
+    (d / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}))
     return d
 
 
@@ -131,6 +134,70 @@ def test_engine_entry_points_need_a_gpu(tmp_path, no_gpu, fn):
 
 def test_require_gpu_passes_with_a_gpu(fake_gpu):
     launch.require_gpu()
+
+
+@pytest.mark.parametrize("drop", ["index_topk", "kv_lora_rank"])
+def test_cli_launch_non_dsa_config_is_refused_before_an_engine(tmp_path, capsys, fake_gpu, monkeypatch, drop):
+    """A dense-MLA / non-DSA config (no index_topk, or no MLA) fails with one line naming the file and the key."""
+    monkeypatch.setattr(launch, "run_offline", lambda *a, **k: pytest.fail("an engine was started"))
+    d = _model_dir(tmp_path, architectures=["DeepseekV3ForCausalLM"], **{drop: None})
+    rc = cli.main(["launch", "--model", str(d)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "not a DSA" in err[0] and drop in err[0] and "DeepseekV3ForCausalLM" in err[0] and "config.json" in err[0]
+
+
+def test_cli_launch_config_not_json(tmp_path, capsys, fake_gpu):
+    d = _model_dir(tmp_path)
+    (d / "config.json").write_text("{not json")
+    assert cli.main(["launch", "--model", str(d)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not valid JSON" in err[0]
+
+
+@pytest.mark.parametrize("tp", ["3", "0", "-2", "128"])
+@pytest.mark.parametrize("mode", [[], ["--serve"], ["--parity"]])
+def test_cli_launch_tp_not_dividing_heads(tmp_path, capsys, fake_gpu, monkeypatch, tp, mode):
+    for fn in ("run_offline", "run_serve", "run_parity"):
+        monkeypatch.setattr(launch, fn, lambda *a, **k: pytest.fail("an engine was started"))
+    rc = cli.main(["launch", "--model", str(_model_dir(tmp_path)), "--tp", tp, *mode])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert f"tensor-parallel size {tp}" in err[0] and "64 attention heads" in err[0] and "1, 2, 4, 8" in err[0]
+
+
+def test_check_tp_more_than_visible_gpus(tmp_path, monkeypatch):
+    d = _model_dir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert launch.check_tp(d, 2) == 2
+    with pytest.raises(UserInputError, match=r"tensor-parallel size 8 needs 8 GPUs and 2 are visible; accepted: 1, 2$"):
+        launch.check_tp(d, 8)
+    for bad in (True, 2.0, "2"):
+        with pytest.raises(UserInputError, match="does not divide"):
+            launch.check_tp(d, bad)
+
+
+def test_cli_launch_unknown_backend_in_backends_list(tmp_path, capsys, fake_gpu, monkeypatch):
+    monkeypatch.setattr(launch, "run_parity", lambda *a, **k: pytest.fail("an engine was started"))
+    d = _model_dir(tmp_path)
+    for bad in ("TRITON_MLA_SPARSE,NOPE_SPARSE", " , "):
+        assert cli.main(["launch", "--model", str(d), "--parity", "--backends", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("NOPE_SPARSE" in err[0] or "names no backend" in err[0]), err
+
+
+def test_parity_record_dir_checked_before_engines(tmp_path, fake_gpu, monkeypatch):
+    monkeypatch.setattr(launch, "_subprocess_offline", lambda *a, **k: pytest.fail("an engine was started"))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UserInputError, match="record directory"):
+        launch.run_parity(_model_dir(tmp_path), out=blocker / "launch.json")
+
+
+def test_default_record_path_for_tp():
+    assert launch.default_record_path(2) == "results/launch_tp2.json"
+    assert launch.default_record_path(8) == "results/launch_tp8.json"
 
 
 def test_check_model_dir(tmp_path):

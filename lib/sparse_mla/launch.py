@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ._files import atomic_write_text
-from .errors import UserInputError
+from .errors import UserInputError, writable_dir
 
 OURS = "TRITON_MLA_SPARSE"
 PEERS = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
@@ -43,11 +43,50 @@ def require_gpu() -> None:
 
 
 def check_model_dir(model: str | os.PathLike) -> Path:
+    """The checkpoint directory as a :class:`~pathlib.Path`, after checking that it holds a DSA model's config.
+
+    vLLM's ``deepseek_v2.py`` turns on sparse attention exactly when the config has ``index_topk``; MLA needs
+    ``kv_lora_rank``. Raises :class:`UserInputError` for a missing directory or ``config.json``, a file that is not
+    JSON, or a config without those keys -- before any engine starts.
+    """
     p = Path(model).expanduser()
     if not (p / "config.json").is_file():
         raise UserInputError(f"model directory {str(model)!r} has no config.json; accepted: a Hugging Face checkpoint "
                              f"directory (e.g. from `sparse-mla make-checkpoint`, or a real GLM-5 download)")
+    try:
+        cfg = json.loads((p / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserInputError(f"{str(p / 'config.json')!r} is not valid JSON ({type(e).__name__}); accepted: a Hugging "
+                             f"Face config.json") from None
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
+    missing = [k for k in ("index_topk", "kv_lora_rank", "num_attention_heads") if k not in cfg]
+    if missing:
+        arch = ", ".join(cfg.get("architectures") or []) or cfg.get("model_type") or "unknown architecture"
+        raise UserInputError(f"{str(p / 'config.json')!r} ({arch}) is not a DSA (sparse MLA) model: no "
+                             f"{', '.join(missing)}; accepted: a GLM-5 / DeepSeek-V3.2 architecture "
+                             f"(GlmMoeDsaForCausalLM, DeepseekV32ForCausalLM) with index_topk and kv_lora_rank")
     return p
+
+
+def check_tp(model: str | os.PathLike, tp) -> int:
+    """``tp`` as an int after checking it against the checkpoint's heads and the visible GPUs.
+
+    vLLM shards MLA by heads (``num_attention_heads // tp`` per rank), so ``tp`` must divide them. Raises
+    :class:`UserInputError` naming the value and the accepted sizes -- before any engine starts.
+    """
+    cfg = json.loads((check_model_dir(model) / "config.json").read_text())
+    heads = int(cfg.get("text_config", cfg)["num_attention_heads"])
+    ok = [d for d in range(1, heads + 1) if heads % d == 0]
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
+        raise UserInputError(f"tensor-parallel size {tp!r} does not divide the model's {heads} attention heads; "
+                             f"accepted: {', '.join(map(str, ok))}")
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n and tp > n:
+        raise UserInputError(f"tensor-parallel size {tp} needs {tp} GPUs and {n} are visible; accepted: "
+                             f"{', '.join(str(d) for d in ok if d <= n)}")
+    return tp
 
 
 def attention_config(backend: str) -> dict | None:
@@ -110,6 +149,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     """
     require_gpu()
     model = check_model_dir(model)
+    tp = check_tp(model, tp)
     if kv_cache_dtype not in KV_DTYPES:
         raise UserInputError(f"kv cache dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
     # layer_backends travels to the workers by pickle (LLM.collective_rpc with a function)
@@ -160,7 +200,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
 
 def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] | None = None, max_tokens: int = 16,
               port: int = 8011, kv_cache_dtype: str = "auto", timeout_s: float = 300.0,
-              log_path: str | os.PathLike | None = None) -> dict:
+              log_path: str | os.PathLike | None = None, tp: int = 1) -> dict:
     """``vllm serve`` on 127.0.0.1 with the backend, one greedy completion through the ``openai`` client.
 
     Returns the completion's token ids and log-probs and the server log lines that name the attention backend.
@@ -168,9 +208,10 @@ def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] |
     """
     require_gpu()
     model = check_model_dir(model)
+    tp = check_tp(model, tp)
     cmd = ["vllm", "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
            "--gpu-memory-utilization", "0.35", "--enforce-eager", "--seed", "0", "--served-model-name", "glm5",
-           "--kv-cache-dtype", kv_cache_dtype]
+           "--kv-cache-dtype", kv_cache_dtype, "--tensor-parallel-size", str(tp)]
     ac = attention_config(backend)
     if ac:
         cmd += ["--attention-backend", ac["backend"]]
@@ -208,7 +249,7 @@ def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] |
                 proc.wait()
     lines = [ln.strip() for ln in Path(log_path).read_text(errors="replace").splitlines()
              if "attention backend" in ln.lower() or "Using " in ln and "backend" in ln]
-    return {"backend_requested": backend, "server_up_s": round(up_s, 1), "token_ids": toks,
+    return {"backend_requested": backend, "tp": tp, "server_up_s": round(up_s, 1), "token_ids": toks,
             "logprobs": list(ch.logprobs.token_logprobs), "backend_log_lines": lines[:20],
             "custom_backend_selected": any("CUSTOM" in ln for ln in lines)}
 
@@ -268,11 +309,22 @@ def _subprocess_offline(args: list[str], out_json: Path, log: Path) -> dict:
 
 def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths=(48, 900), max_tokens: int = 32,
                throughput: dict | None = None, serve: bool = True, graph: bool = True,
-               out: str | os.PathLike = "results/launch_h200.json", log_dir: str | os.PathLike | None = None) -> dict:
+               out: str | os.PathLike = "results/launch_h200.json", log_dir: str | os.PathLike | None = None,
+               tp: int = 1) -> dict:
     """Offline runs per backend (own processes; CUDA graphs when ``graph``, plus an eager run of ours), the served
-    check (eager) and the reference comparison; writes the JSON record atomically to ``out`` and returns it."""
+    check (eager) and the reference comparison; writes the JSON record atomically to ``out`` and returns it.
+
+    ``tp`` > 1 runs every engine and the server tensor-parallel over ``tp`` GPUs (``num_attention_heads // tp``
+    heads per rank); the reference forward runs on one GPU. A backend that fails is recorded with its log tail
+    under ``runs[name]["error"]`` and left out of the comparisons.
+    """
     require_gpu()
     model = check_model_dir(model)
+    tp = check_tp(model, tp)
+    backends = tuple(backends)
+    for b in backends:
+        attention_config(b)   # unknown names fail here, before an engine starts
+    writable_dir(Path(out).parent, "record directory")   # before the engines, not after
     cfg = json.loads((model / "config.json").read_text())
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -280,11 +332,11 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     lens = ",".join(map(str, prompt_lengths))
     runs = {}
     # every backend in vLLM's default serving mode (CUDA graphs), plus ours once in eager mode
-    plan = [(b, graph) for b in backends] + ([(OURS, False)] if graph else [])
+    plan = [(b, graph) for b in backends] + ([(OURS, False)] if graph and OURS in backends else [])
     for b, g in plan:
         key = b if g == graph else f"{b}+eager"
         args = ["--model", str(model), "--backend", b, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
-                "--throughput", json.dumps(throughput)] + (["--cuda-graphs"] if g else [])
+                "--throughput", json.dumps(throughput), "--tp", str(tp)] + (["--cuda-graphs"] if g else [])
         runs[key] = _subprocess_offline(args, log_dir / f"{key}.json", log_dir / f"{key}.log")
     prompts = prompt_ids(model, list(prompt_lengths))
     from .bench import environment
@@ -292,10 +344,11 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     rec = {"environment": environment(), "model": {"path": model.name, "index_topk": cfg.get("index_topk"),
                                                    "num_attention_heads": cfg.get("num_attention_heads"),
                                                    "num_hidden_layers": cfg.get("num_hidden_layers")},
-           "prompt_lengths": list(prompt_lengths), "runs": runs}
+           "tp": tp, "prompt_lengths": list(prompt_lengths), "runs": runs}
     ok = {k: v for k, v in runs.items() if "error" not in v}
-    if OURS in ok:
+    if OURS in ok and len(ok) > 1:
         rec["parity_vs_ours"] = {k: compare(ok[OURS], v) for k, v in ok.items() if k != OURS}
+    if ok:
         try:
             ref = reference_first_token(model, prompts)
             rec["reference_first_token"] = {k: compare_reference(v, ref) for k, v in ok.items()}
@@ -304,9 +357,12 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     rec["throughput_tokens_per_s"] = {k: v.get("throughput", {}).get("output_tokens_per_s") for k, v in ok.items()}
     if serve:
         try:
-            s = run_serve(model, OURS, prompt=prompts[0], max_tokens=16, log_path=log_dir / "serve.log")
-            if OURS in ok:
-                s["matches_offline"] = s["token_ids"] == ok[OURS]["generations"][0]["token_ids"][:16]
+            s = run_serve(model, OURS, prompt=prompts[0], max_tokens=16, log_path=log_dir / "serve.log", tp=tp)
+            # the server runs eager: compare with our offline eager run (CUDA-graph runs may part at near-ties)
+            same_mode = f"{OURS}+eager" if f"{OURS}+eager" in ok else OURS if OURS in ok else None
+            if same_mode:
+                s["compared_with"] = same_mode
+                s["matches_offline"] = s["token_ids"] == ok[same_mode]["generations"][0]["token_ids"][:16]
             rec["serve"] = s
         except Exception as e:  # noqa: BLE001
             rec["serve"] = {"error": f"{type(e).__name__}: {e}",
@@ -316,11 +372,15 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     return rec
 
 
-def default_record_path() -> str:
-    """``results/launch_<gpu>.json`` with the local GPU's short name (``h200`` for "NVIDIA H200")."""
+def default_record_path(tp: int = 1) -> str:
+    """``results/launch_<gpu>.json`` with the local GPU's short name (``h200`` for "NVIDIA H200");
+    ``results/launch_tp<N>.json`` for a tensor-parallel run."""
     import re
 
     import torch
+
+    if tp > 1:
+        return f"results/launch_tp{tp}.json"
 
     name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "gpu"
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "gpu"
@@ -338,7 +398,10 @@ def add_cli(sub) -> None:
     p.add_argument("--serve", action="store_true", help="start `vllm serve` and query it with the openai client")
     p.add_argument("--parity", action="store_true",
                    help="ours, FLASH_ATTN_MLA_SPARSE and FLASHMLA_SPARSE (CUDA graphs) + ours eager, the server and the "
-                        "reference; writes results/launch_<gpu>.json (--backend/--kv-cache-dtype/--tp do not apply)")
+                        "reference; writes results/launch_<gpu>.json, or results/launch_tp<N>.json with --tp N > 1 "
+                        "(--backend/--kv-cache-dtype do not apply)")
+    p.add_argument("--backends", default=",".join((OURS, *PEERS)),
+                   help="with --parity: comma-separated backends to run (default: %(default)s)")
     p.add_argument("--prompt-lengths", default="48", help="comma-separated prompt lengths in tokens")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
@@ -369,14 +432,20 @@ def _cli(args) -> int:
         raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
                              f"{', '.join(KV_DTYPES)}")
     attention_config(args.backend)   # unknown names fail here, before an engine starts
+    tp = check_tp(model, args.tp)
+    backends = [b.strip() for b in str(args.backends).split(",") if b.strip()]
+    if not backends:
+        raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
+    for b in backends:
+        attention_config(b)
     if args.parity:
-        rec = run_parity(model, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
-                         throughput=thr, out=args.json_out or default_record_path())
+        rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
+                         throughput=thr, out=args.json_out or default_record_path(tp), tp=tp)
     elif args.serve:
         rec = run_serve(model, args.backend, prompt=prompt_ids(model, lengths[:1])[0], max_tokens=args.max_tokens,
-                        kv_cache_dtype=args.kv_cache_dtype)
+                        kv_cache_dtype=args.kv_cache_dtype, tp=tp)
     else:
-        rec = run_offline(model, args.backend, args.kv_cache_dtype, args.tp, prompts=prompt_ids(model, lengths),
+        rec = run_offline(model, args.backend, args.kv_cache_dtype, tp, prompts=prompt_ids(model, lengths),
                           max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr)
     text = json.dumps(rec, indent=1, default=str)
     if args.json_out and not args.parity:
