@@ -1,7 +1,8 @@
 """``sparse-mla run``: execute the workbook's notebooks in order, headless, with papermill.
 
 Every ``notebooks/NN_*.ipynb`` (two digits, underscore) runs in name order in a fresh kernel, with the notebook
-folder as working directory, and is written executed to ``results/NN_*.ipynb``. Parameters come from a profile
+folder as working directory, and is written executed to ``results/NN_*.ipynb``; after each one,
+``results/summary.{json,md}`` are rewritten from the reports of all executed notebooks there (:mod:`sparse_mla.summary`). Parameters come from a profile
 file ``params/<profile>.yaml`` (``cpu`` for a CPU-only machine, ``gpu`` for a CUDA GPU) whose top-level keys are
 notebook stems; papermill injects them after the notebook's ``parameters`` cell. A new notebook joins the chain by
 its file name alone.
@@ -17,6 +18,7 @@ import re
 import time
 from pathlib import Path
 
+from . import summary
 from .errors import UserInputError, writable_dir
 
 NOTEBOOK_RE = re.compile(r"^\d\d_.+\.ipynb$")
@@ -116,22 +118,25 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
             if tmp.exists():
                 os.replace(tmp, out_dir / f"{nb.stem}.failed.ipynb")
             raise
-        _relative_papermill_paths(tmp, nb, target, root)
+        _finalize(tmp, nb, target, root, profile)
         os.replace(tmp, target)
         (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
         done.append(target)
+        summary.write_summary(out_dir)   # after every notebook: a later failure keeps what ran
         if progress:
             print(f"[sparse-mla run] {nb.name} -> {target.relative_to(root) if target.is_relative_to(root) else target}"
                   f" ({time.time() - t0:.0f} s)", flush=True)
     return done
 
 
-def _relative_papermill_paths(path: Path, source: Path, target: Path, root: Path) -> None:
+def _finalize(path: Path, source: Path, target: Path, root: Path, profile: str) -> None:
     """papermill records the input and output paths in the notebook's metadata; keep them relative to the checkout
-    so that executed records carry no machine-specific absolute paths."""
+    so that executed records carry no machine-specific absolute paths. Also record the parameter profile (read back
+    by :mod:`sparse_mla.summary`)."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
+    nb.metadata["sparse_mla"] = {"profile": profile}
     meta = nb.metadata.get("papermill", {})
     for key, p in (("input_path", source), ("output_path", target)):
         if key in meta:

@@ -1,0 +1,135 @@
+"""Headline results of each notebook, collected by ``sparse-mla run`` into ``results/summary.{json,md}``.
+
+A notebook ends with ``summary.report(title, values)``: it displays a small table and, in the same output, the values
+as JSON under the MIME type :data:`MIME` (the way scrapbook's ``glue`` does, without the dependency). papermill keeps
+that output in the executed notebook, so the chain reads the numbers back from ``results/NN_*.ipynb`` instead of
+re-typing or re-computing them: :func:`collect` gathers every executed notebook's report, :func:`write_summary`
+writes ``summary.json`` (machine-readable) and ``summary.md`` (one table per notebook) atomically.
+
+Each entry names the notebook, the parameter profile it ran under (``cpu`` / ``gpu``, stored by the chain in the
+notebook's metadata), papermill's injected parameters and its end time, so that records from different machines are
+not mistaken for one run.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ._files import atomic_write_text
+from .errors import UserInputError
+
+MIME = "application/vnd.sparse-mla.summary+json"
+NOTEBOOK_RE = re.compile(r"^\d\d_.+\.ipynb$")
+
+
+def _clean(value: Any, key: str) -> Any:
+    """JSON-safe copy: numpy/torch scalars to Python, floats rounded to 4 significant digits, NaN/inf to strings."""
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return float(f"{value:.4g}") if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v, key) for v in value]
+    raise UserInputError(f"summary value {key!r} has type {type(value).__name__}; accepted: bool, int, float, str, "
+                         f"None, or lists / dicts of them")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(map(_text, value)) or "-"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_text(v)}" for k, v in value.items()) or "-"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(values: dict) -> str:
+    rows = [f"| {_cell(k)} | {_cell(_text(v))} |" for k, v in values.items()]
+    return "\n".join(["| result | value |", "| --- | --- |", *rows])
+
+
+def report(title: str, values: dict[str, Any]) -> dict:
+    """Display a notebook's headline results and mark them for :func:`collect`.
+
+    Args:
+        title: one line naming the step (``"Diagnose"``, ``"Kernel"``...).
+        values: ordered ``{label: value}``; values are bool / int / float / str / None or lists and dicts of them
+            (numpy and torch scalars are converted; floats are kept to 4 significant digits).
+
+    Returns:
+        The cleaned values. Raises :class:`UserInputError` for an empty title or a value of another type.
+    """
+    if not isinstance(title, str) or not title.strip():
+        raise UserInputError(f"summary title {title!r} is empty; accepted: a non-empty string")
+    if not isinstance(values, dict) or not values:
+        raise UserInputError(f"summary values {values!r} are not a non-empty dict; accepted: {{label: value}}")
+    clean = {str(k): _clean(v, str(k)) for k, v in values.items()}
+    from IPython.display import display
+
+    md = f"**Summary · {title}** (collected by `sparse-mla run` into `results/summary.md`)\n\n{_table(clean)}"
+    # [label, value] pairs: nbformat writes JSON objects with sorted keys, pairs keep the notebook's order
+    display({MIME: {"title": title, "values": [[k, v] for k, v in clean.items()]}, "text/markdown": md,
+             "text/plain": "\n".join(f"{k}: {_text(v)}" for k, v in clean.items())}, raw=True)
+    return clean
+
+
+def read_reports(notebook: str | os.PathLike) -> list[dict]:
+    """The :func:`report` outputs of one executed notebook, in cell order."""
+    import nbformat
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    meta = nb.metadata.get("papermill", {})
+    found = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            data = out.get("data", {})
+            if MIME in data:
+                found.append({"notebook": Path(notebook).name, "title": data[MIME]["title"],
+                              "profile": nb.metadata.get("sparse_mla", {}).get("profile"),
+                              "parameters": meta.get("parameters", {}), "executed": meta.get("end_time"),
+                              "values": dict(data[MIME]["values"])})
+    return found
+
+
+def collect(results_dir: str | os.PathLike) -> list[dict]:
+    """Reports of every executed ``NN_*.ipynb`` in ``results_dir`` (name order); notebooks without one are skipped."""
+    d = Path(results_dir)
+    return [r for p in sorted(d.iterdir()) if NOTEBOOK_RE.match(p.name) and not p.name.endswith(".failed.ipynb")
+            for r in read_reports(p)]
+
+
+def to_markdown(reports: list[dict]) -> str:
+    lines = ["# Workbook summary", "",
+             "Collected by `sparse-mla run` from the executed notebooks in `results/` (each notebook's last cell, "
+             "`sparse_mla.summary.report`). Profile and date are per notebook: notebooks run on different machines "
+             "are different runs.", ""]
+    for r in reports:
+        when = (r.get("executed") or "")[:10] or "unknown date"
+        params = ", ".join(f"{k}={v!r}" for k, v in r["parameters"].items()) or "defaults"
+        lines += [f"## {r['title']}", "",
+                  f"`results/{r['notebook']}`, profile `{r.get('profile') or 'unknown'}`, parameters: {params}; "
+                  f"executed {when}.", "", _table(r["values"]), ""]
+    return "\n".join(lines)
+
+
+def write_summary(results_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write ``summary.json`` and ``summary.md`` into ``results_dir`` (each atomically); returns their paths."""
+    d = Path(results_dir)
+    reports = collect(d)
+    paths = {"json": d / "summary.json", "md": d / "summary.md"}
+    atomic_write_text(paths["json"], json.dumps({"notebooks": reports}, indent=1) + "\n")
+    atomic_write_text(paths["md"], to_markdown(reports))
+    return paths

@@ -1,0 +1,75 @@
+"""`sparse_mla.summary`: reports displayed by notebooks are read back from executed notebooks by the chain and
+written to summary.json / summary.md; a failing notebook leaves the earlier summary and results in place."""
+import json
+
+import nbformat
+import numpy as np
+import pytest
+
+from sparse_mla import chain, summary
+from sparse_mla.errors import UserInputError
+
+
+def _notebook(path, *sources, parameters="x = 1"):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cells = [nbformat.v4.new_code_cell(parameters)]
+    cells[0].metadata["tags"] = ["parameters"]
+    cells += [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.cells = cells
+    nbformat.write(nb, str(path))
+
+
+def test_report_cleans_values_and_rejects_bad_ones(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj))
+    clean = summary.report("T", {"a": np.float32(0.123456789), "b": [np.int64(3), True], "c": float("nan"),
+                                 "d": {"x": None}})
+    assert clean == {"a": 0.1235, "b": [3, True], "c": "nan", "d": {"x": None}}
+    assert shown[0][summary.MIME] == {"title": "T", "values": [["a", 0.1235], ["b", [3, True]], ["c", "nan"],
+                                                               ["d", {"x": None}]]}
+    assert "| a | 0.1235 |" in shown[0]["text/markdown"]
+    summary.report("T", {"max |Δ|": "a|b"})
+    assert "| max \\|Δ\\| | a\\|b |" in shown[-1]["text/markdown"]
+    with pytest.raises(UserInputError, match=r"summary value 'bad' has type object"):
+        summary.report("T", {"bad": object()})
+    for title, values in (("", {"a": 1}), ("T", {}), ("T", [("a", 1)])):
+        with pytest.raises(UserInputError):
+            summary.report(title, values)
+
+
+def test_chain_collects_reports_and_keeps_them_after_a_failure(tmp_path, monkeypatch):
+    nbs, out = tmp_path / "notebooks", tmp_path / "results"
+    nbs.mkdir()
+    _notebook(nbs / "01_first.ipynb", "from sparse_mla import summary\nimport random\n"
+                                      "v = random.random()\nsummary.report('first', {'x': x, 'v': v})")
+    _notebook(nbs / "02_second.ipynb", "raise RuntimeError('second failed on purpose')")
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"01_first": {"x": 7}})
+    with pytest.raises(Exception, match="second failed on purpose"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir=out, progress=False)
+    data = json.loads((out / "summary.json").read_text())
+    [rep] = data["notebooks"]
+    assert rep["notebook"] == "01_first.ipynb" and rep["profile"] == "cpu" and rep["parameters"] == {"x": 7}
+    assert rep["values"]["x"] == 7
+    assert list(rep["values"]) == ["x", "v"]   # the notebook's order, not sorted
+    # the value in the summary is the one the executed notebook displayed, not a recomputation
+    executed = nbformat.read(str(out / "01_first.ipynb"), as_version=4)
+    shown = [o["data"][summary.MIME] for c in executed.cells for o in c.get("outputs", []) if summary.MIME in
+             o.get("data", {})]
+    assert dict(shown[0]["values"])["v"] == rep["values"]["v"]
+    md = (out / "summary.md").read_text()
+    assert "## first" in md and "| x | 7 |" in md and "profile `cpu`" in md
+    assert (out / "02_second.failed.ipynb").exists() and not (out / "02_second.ipynb").exists()
+    before = (out / "summary.json").read_text()
+    with pytest.raises(Exception, match="second failed on purpose"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir=out, progress=False, only=["02"])
+    assert (out / "summary.json").read_text() == before
+
+
+def test_collect_skips_notebooks_without_report_and_failed_ones(tmp_path):
+    _notebook(tmp_path / "01_plain.ipynb", "1 + 1")
+    _notebook(tmp_path / "02_x.failed.ipynb", "1")
+    (tmp_path / "notes.txt").write_text("not a notebook")
+    assert summary.collect(tmp_path) == []
+    paths = summary.write_summary(tmp_path)
+    assert json.loads(paths["json"].read_text()) == {"notebooks": []}
