@@ -60,7 +60,10 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
       with fewer than 64 programs the index row is cut into ``clamp(256 // programs, 8, 32)`` splits (short
       sequential loops matter more than the merge), otherwise into ``cdiv(2 * SMs, programs)``;
     * **direct** otherwise: ``BLOCK_H = 16, BLOCK_N = 64`` (4 warps) for up to 16 heads, ``BLOCK_H = 32`` for up to
-      32, ``BLOCK_H = 64, BLOCK_N = 64`` (8 warps, 2 stages) beyond: one program then reads each gathered row once for 64 heads.
+      32, ``BLOCK_H = 64, BLOCK_N = 64`` (8 warps, 2 stages) beyond: one program then reads each gathered row once for 64 heads;
+
+    These tiles are sized for the H200's 227 KB of shared memory per block. Where a tile does not fit (SM120 / RTX PRO
+    6000 and SM86/89: 99 KB; float32 tiles anywhere) :func:`launch` steps down through :func:`smaller_configs`.
 
     Fewer heads than ``BLOCK_H`` are masked, never padded in memory. Any explicit argument overrides the heuristic
     (the benchmark sweeps them).
@@ -215,12 +218,98 @@ def sparse_mla_attention(
     if T == 0 or H == 0:
         return out, lse
     cfg = choose_config(T, H, indices.shape[1], q_nope.dtype, q_nope.device, **config)
-    launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg)
+    launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg, fallback=not config)
     return out, lse
 
 
-def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig) -> None:
-    """Launch the kernel(s) with a fixed :class:`LaunchConfig` on checked inputs (no validation, no host sync)."""
+# shared memory per block (opt-in maximum, bytes) by compute capability: CUDA tuning guides (Ampere: 8.0 163 KB, 8.6 99
+# KB; Ada 8.9 99 KB; Hopper 9.0 227 KB; Blackwell 10.0 227 KB, 12.0 99 KB). At run time the device's own
+# ``shared_memory_per_block_optin`` is what counts; this table serves ahead-of-time checks (tests, notebook 02).
+SMEM_PER_BLOCK = {(8, 0): 166912, (8, 6): 101376, (8, 9): 101376, (9, 0): 232448, (10, 0): 232448, (12, 0): 101376}
+
+_FITTED: dict[tuple, LaunchConfig] = {}   # (device, dtypes, dims, heuristic config) -> the config that compiled
+
+
+def smaller_configs(cfg: LaunchConfig):
+    """Successively smaller tiles after ``cfg`` (fewer pipeline stages, then half the heads per program down to 16,
+    then half the index tile down to 16): each needs less shared memory than the one before."""
+    from dataclasses import replace
+
+    c = cfg
+    while True:
+        if c.num_stages > 1:
+            c = replace(c, num_stages=1)
+        elif c.block_h > 16:
+            c = replace(c, block_h=c.block_h // 2, num_warps=4 if c.block_h // 2 <= 16 else c.num_warps)
+        elif c.block_n > 16:
+            c = replace(c, block_n=c.block_n // 2)
+        else:
+            return
+        yield c
+
+
+def shared_memory_bytes(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
+                        DL: int = 512, DR: int = 64) -> int:
+    """Shared memory (bytes) of the attention kernel compiled ahead of time for ``capability`` (no GPU needed:
+    ``triton.compile`` with a ``GPUTarget``). Compare with :data:`SMEM_PER_BLOCK`."""
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if interpreting():
+        raise RuntimeError("shared_memory_bytes compiles for a GPU target; unset TRITON_INTERPRET (=0)")
+    K = _sparse_mla_fwd_kernel
+    tl_dtype = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+    ptr = f"*{tl_dtype[dtype]}"
+    sig = {"Q_nope": ptr, "Q_pe": ptr, "KV": ptr, "Idx": "*i32", "Out": ptr, "Lse": "*fp32", "O_part": "*fp32",
+           "Lse_part": "*fp32", "sm_scale_log2": "fp32"}
+    sig.update({n: "i32" for n in K.arg_names[len(sig):K.arg_names.index("DL")]})
+    consts = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, BLOCK_DV=min(cfg.block_dv, DL),
+                  SPLIT=cfg.split if split is None else split,
+                  DOT_DTYPE={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
+                             torch.float32: tl.float32}[cfg.dot_dtype],
+                  IEEE=cfg.dot_dtype == torch.float32)
+    sig.update({k: "constexpr" for k in consts})
+    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(k),): v for k, v in consts.items()})
+    major, minor = capability
+    k = triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
+                       options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+    return int(k.metadata.shared)
+
+
+def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig, fallback: bool = True) -> None:
+    """Launch the kernel(s) with a :class:`LaunchConfig` on checked inputs (no validation, no host sync).
+
+    With ``fallback`` (the default), a configuration whose tiles do not fit the GPU's shared memory (Triton's
+    ``OutOfResources``, raised before anything runs) is replaced by the first of :func:`smaller_configs` that fits,
+    and that choice is remembered per device, dtypes and configuration. ``fallback=False`` (configuration sweeps)
+    raises instead.
+    """
+    if not fallback or interpreting():
+        return _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg)
+    from triton.runtime.errors import OutOfResources
+
+    key = (q_nope.device, q_nope.dtype, kv_cache.dtype, q_nope.shape[2], q_pe.shape[2], cfg)
+    first = _FITTED.get(key, cfg)
+    err = None
+    for c in (first, *smaller_configs(first)):
+        try:
+            _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, c)
+        except OutOfResources as e:
+            err = e
+            continue
+        _FITTED[key] = c
+        return
+    raise err
+
+
+def fitted_config(q_nope, q_pe, kv_cache, cfg: LaunchConfig) -> LaunchConfig:
+    """The configuration :func:`launch` actually used for ``cfg`` on these tensors' device and dtypes (``cfg`` itself
+    unless it did not fit)."""
+    return _FITTED.get((q_nope.device, q_nope.dtype, kv_cache.dtype, q_nope.shape[2], q_pe.shape[2], cfg), cfg)
+
+
+def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig) -> None:
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
     topk = indices.shape[1]

@@ -1,0 +1,77 @@
+"""Shared memory of the kernel's tiles on the GPUs we cannot run here, compiled ahead of time on the CPU.
+
+The user's GPU (RTX PRO 6000, SM120) has 99 KB of shared memory per block, the H200 227 KB. Triton compiles the
+attention kernel for a ``GPUTarget`` without a GPU, and the compiled kernel reports its shared memory: for every
+default configuration of :func:`sparse_mla.kernels.choose_config`, :func:`sparse_mla.kernels.launch`'s fallback chain
+(:func:`smaller_configs`) must reach a configuration that fits. Triton's interpreter cannot compile, so the check runs
+in a subprocess with ``TRITON_INTERPRET=0``.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = r"""
+import json, torch
+from sparse_mla.kernels import SMEM_PER_BLOCK, choose_config, shared_memory_bytes, smaller_configs
+rows = []
+cpu = torch.device("cpu")
+CASES = [((12, 0), torch.bfloat16, [(1, 8), (4096, 8), (4096, 32), (4096, 64)]),
+         ((9, 0), torch.bfloat16, [(1, 8), (4096, 32), (4096, 64)]),
+         ((12, 0), torch.float32, [(1, 8), (4096, 64)]),
+         ((9, 0), torch.float32, [(4096, 64)])]
+for cap, dtype, shapes in CASES:
+        for T, H in shapes:
+            cfg = choose_config(T, H, 2048, dtype, cpu)
+            chain = []
+            for c in (cfg, *smaller_configs(cfg)):
+                chain.append((c.block_h, c.block_n, c.num_warps, c.num_stages, c.split,
+                              shared_memory_bytes(c, dtype, cap)))
+                if chain[-1][-1] <= SMEM_PER_BLOCK[cap]:
+                    break
+            rows.append(dict(cap=list(cap), dtype=str(dtype).removeprefix("torch."), T=T, H=H, chain=chain,
+                             limit=SMEM_PER_BLOCK[cap]))
+print(json.dumps(rows))
+"""
+
+
+@pytest.fixture(scope="module")
+def fits():
+    env = {**os.environ, "TRITON_INTERPRET": "0", "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _row(fits, cap, dtype, T, H):
+    return next(r for r in fits if r["cap"] == list(cap) and r["dtype"] == dtype and r["T"] == T and r["H"] == H)
+
+
+def test_every_default_reaches_a_fitting_config(fits):
+    assert len(fits) == 10
+    for r in fits:
+        assert r["chain"][-1][-1] <= r["limit"], r
+
+
+def test_h200_bf16_defaults_fit_as_benchmarked(fits):
+    """The configurations timed on the H200 (results/h200/bench_kernel_h200.*) run there unchanged."""
+    for T, H in [(1, 8), (4096, 32), (4096, 64)]:
+        assert len(_row(fits, (9, 0), "bfloat16", T, H)["chain"]) == 1
+
+
+def test_sm120_needs_the_fallback_for_wide_head_tiles(fits):
+    """On SM120 (99 KB) the 16-head tiles fit as they are (decode, and GLM-5 at TP 8: 8 heads per GPU), while the
+    32- and 64-head prefill tiles (135 KB / 172 KB compiled for sm_120) must step down."""
+    assert len(_row(fits, (12, 0), "bfloat16", 1, 8)["chain"]) == 1
+    assert len(_row(fits, (12, 0), "bfloat16", 4096, 8)["chain"]) == 1
+    for H in (32, 64):
+        chain = _row(fits, (12, 0), "bfloat16", 4096, H)["chain"]
+        assert chain[0][-1] > 101376 and len(chain) > 1 and chain[-1][0] < chain[0][0]
+
+
+def test_fp32_64_head_tile_does_not_fit_an_h200(fits):
+    """Found by notebook 04's float32 reference forward on the H200 (64 heads): 311808 > 232448 bytes."""
+    chain = _row(fits, (9, 0), "float32", 4096, 64)["chain"]
+    assert chain[0][-1] > 232448 and len(chain) > 1
