@@ -226,7 +226,7 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
                              f"empty directory path")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserInputError(f"checkpoint directory {str(out)!r} exists and is not empty; accepted: a new or empty "
-                             f"directory, or overwrite=True (--overwrite)")
+                             f"directory, or --overwrite (overwrite=True in Python)")
 
 
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,

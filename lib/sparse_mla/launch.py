@@ -220,7 +220,10 @@ def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] |
 
     t0 = time.time()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=False)
+        # INFO logging: the server's log is where it names the attention backend it picked (a notebook may have
+        # set VLLM_LOGGING_LEVEL=ERROR for its own cells, and the server would inherit it)
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=False, env=env)
         try:
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=60)
             while True:

@@ -113,14 +113,14 @@ def collect(results_dir: str | os.PathLike) -> list[dict]:
 
 def to_markdown(reports: list[dict]) -> str:
     lines = ["# Workbook summary", "",
-             "Collected by `sparse-mla run` from the executed notebooks in `results/` (each notebook's last cell, "
+             "Collected by `sparse-mla run` from the executed notebooks in this folder (each notebook's last cell, "
              "`sparse_mla.summary.report`). Profile and date are per notebook: notebooks run on different machines "
              "are different runs.", ""]
     for r in reports:
         when = (r.get("executed") or "")[:10] or "unknown date"
         params = ", ".join(f"{k}={v!r}" for k, v in r["parameters"].items()) or "defaults"
         lines += [f"## {r['title']}", "",
-                  f"`results/{r['notebook']}`, profile `{r.get('profile') or 'unknown'}`, parameters: {params}; "
+                  f"`{r['notebook']}`, profile `{r.get('profile') or 'unknown'}`, parameters: {params}; "
                   f"executed {when}.", "", _table(r["values"]), ""]
     return "\n".join(lines)
 
