@@ -174,7 +174,7 @@ def test_check_tp_more_than_visible_gpus(tmp_path, monkeypatch):
     with pytest.raises(UserInputError, match=r"tensor-parallel size 8 needs 8 GPUs and 2 are visible; accepted: 1, 2$"):
         launch.check_tp(d, 8)
     for bad in (True, 2.0, "2"):
-        with pytest.raises(UserInputError, match="does not divide"):
+        with pytest.raises(UserInputError, match="is not an integer"):
             launch.check_tp(d, bad)
 
 
@@ -191,7 +191,7 @@ def test_parity_record_dir_checked_before_engines(tmp_path, fake_gpu, monkeypatc
     monkeypatch.setattr(launch, "_subprocess_offline", lambda *a, **k: pytest.fail("an engine was started"))
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(UserInputError, match="record directory"):
+    with pytest.raises(UserInputError, match="folder of the record file"):
         launch.run_parity(_model_dir(tmp_path), out=blocker / "launch.json")
 
 
@@ -325,3 +325,68 @@ def test_reference_forward_with_triton_kernel_matches_plain_attention(ckpt, one_
         counts = (topk >= 0).sum(-1)
         assert torch.equal(counts, causal.clamp(max=INDEX_TOPK))
         assert int((counts < causal).sum()) == PROMPT_LEN - INDEX_TOPK
+
+
+# ------------------------------------------------------------------------ inputs checked before any engine starts
+@pytest.fixture
+def no_engine(monkeypatch):
+    for fn in ("run_offline", "run_serve", "_subprocess_offline"):
+        monkeypatch.setattr(launch, fn, lambda *a, **k: pytest.fail("an engine was started"))
+
+
+@pytest.mark.parametrize("mode", [[], ["--serve"], ["--parity"]])
+def test_cli_json_out_checked_before_the_engine(tmp_path, capsys, fake_gpu, no_engine, mode):
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep")
+    d = _model_dir(tmp_path)
+    for bad, says in ((tmp_path, "is a directory"), (blocker / "x.json", "is a file"), ("", "is empty")):
+        assert cli.main(["launch", "--model", str(d), "--json-out", str(bad), *mode]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert blocker.read_text() == "keep"
+
+
+@pytest.mark.parametrize("overrides,says", [
+    ({"text_config": "x"}, "not a config object"),
+    ({"num_attention_heads": "sixty"}, "num_attention_heads = 'sixty'"),
+    ({"num_attention_heads": 0}, "num_attention_heads = 0"),
+    ({"num_attention_heads": 64.5}, "num_attention_heads = 64.5"),
+    ({"num_attention_heads": 10**12}, "num_attention_heads = 1000000000000"),
+    ({"index_topk": None, "kv_lora_rank": 512}, "no index_topk"),
+    ({"index_topk": 0}, "index_topk = 0"),
+    ({"kv_lora_rank": "abc"}, "kv_lora_rank = 'abc'"),
+])
+def test_malformed_dsa_config_values(tmp_path, capsys, fake_gpu, no_engine, overrides, says):
+    d = _model_dir(tmp_path, **overrides)
+    assert cli.main(["launch", "--model", str(d), "--tp", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--max-tokens", "0"], "max tokens 0"),
+    (["--prompt-lengths", "4090", "--max-tokens", "32"], "exceeds the engines' max_model_len 4096"),
+    (["--throughput", '{"num_seqs": true, "prompt_len": 8, "max_tokens": 8}'], "throughput"),
+    (["--throughput", '{"num_seqs": 4, "prompt_len": 99999, "max_tokens": 8}'], "prompt_len + max_tokens"),
+    (["--throughput", ""], "is not JSON"),
+])
+def test_generation_sizes_checked(tmp_path, capsys, fake_gpu, no_engine, argv, says):
+    assert cli.main(["launch", "--model", str(_model_dir(tmp_path)), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+def test_backend_names_normalised_and_deduplicated():
+    assert launch.normalize_backends([" triton_mla_sparse", "flashmla_sparse", "FLASHMLA_SPARSE"]) == \
+        ("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE")
+    for bad in ("FLASHMLA_SPARSE", [], ["auto"], [5]):
+        with pytest.raises(UserInputError):
+            launch.normalize_backends(bad)
+
+
+def test_run_parity_api_checks_arguments(tmp_path, fake_gpu, no_engine):
+    d = _model_dir(tmp_path)
+    for kw in ({"prompt_lengths": ()}, {"max_tokens": -1}, {"throughput": {"x": 1}}, {"backends": "FLASHMLA_SPARSE"},
+               {"out": tmp_path}):
+        with pytest.raises(UserInputError):
+            launch.run_parity(d, **kw)

@@ -73,3 +73,35 @@ def test_collect_skips_notebooks_without_report_and_failed_ones(tmp_path):
     assert summary.collect(tmp_path) == []
     paths = summary.write_summary(tmp_path)
     assert json.loads(paths["json"].read_text()) == {"notebooks": []}
+
+
+def test_collect_reports_unreadable_notebooks_instead_of_failing(tmp_path):
+    (tmp_path / "01_bad.ipynb").write_text("not json")
+    (tmp_path / "02_list.ipynb").write_text("[]")
+    reps = summary.collect(tmp_path)
+    assert [r["notebook"] for r in reps] == ["01_bad.ipynb", "02_list.ipynb"]
+    assert all("unreadable" in r["title"] and "error" in r["values"] for r in reps)
+    with pytest.raises(UserInputError, match="not a directory"):
+        summary.collect(tmp_path / "missing")
+
+
+def test_report_title_must_be_one_line(monkeypatch):
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: None)
+    for bad in ("a\nb", 5):
+        with pytest.raises(UserInputError, match="one-line"):
+            summary.report(bad, {"a": 1})
+
+
+def test_run_refuses_out_dir_equal_to_notebooks_and_bad_timeout(tmp_path, monkeypatch):
+    monkeypatch.setattr(chain, "load_profile", lambda p: {})
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _notebook(nbs / "01_a.ipynb", "1")
+    before = (nbs / "01_a.ipynb").read_text()
+    with pytest.raises(UserInputError, match="notebooks' own folder"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir=nbs, progress=False)
+    with pytest.raises(UserInputError, match="empty"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir="", progress=False)
+    with pytest.raises(UserInputError, match="timeout"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "o", timeout=-5, progress=False)
+    assert (nbs / "01_a.ipynb").read_text() == before

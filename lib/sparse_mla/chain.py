@@ -81,7 +81,10 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
 
     root = project_root()
     notebooks_dir = Path(notebooks_dir or root / "notebooks")
-    out_dir = Path(out_dir or root / "results")
+    if out_dir is not None and str(out_dir).strip() == "":
+        raise UserInputError(f"output directory {str(out_dir)!r} is empty; accepted: a directory path (default "
+                             f"results/)")
+    out_dir = Path(out_dir) if out_dir is not None else root / "results"
     params = load_profile(profile)
     if profile == "gpu":
         from ._env import has_nvidia_gpu
@@ -103,7 +106,12 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
             raise UserInputError(f"no notebook matches {', '.join(map(repr, unknown))}; accepted: "
                                  f"{', '.join(nb.stem for nb in chain)}")
         chain = picked
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
+        raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
     out_dir = writable_dir(out_dir)
+    if out_dir.resolve() == notebooks_dir.resolve():
+        raise UserInputError(f"output directory {str(out_dir)!r} is the notebooks' own folder; accepted: another "
+                             f"directory (default results/): executed notebooks would overwrite their sources")
     done = []
     for nb in chain:
         target = out_dir / nb.name
@@ -151,7 +159,7 @@ def add_cli(sub) -> None:
     p.add_argument("--profile", default=None,
                    help="parameter profile: cpu or gpu (default: gpu if a CUDA GPU is visible, else cpu)")
     p.add_argument("--only", nargs="+", metavar="NB", help="notebook stems or prefixes (e.g. 01 02)")
-    p.add_argument("--out-dir", type=Path, default=None, help="where executed notebooks go (default results/)")
+    p.add_argument("--out-dir", default=None, help="where executed notebooks go (default results/)")
     p.add_argument("--timeout", type=int, default=3600, help="per-cell timeout in seconds (default 3600)")
     p.set_defaults(func=_cli)
 

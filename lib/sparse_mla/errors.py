@@ -36,3 +36,18 @@ def writable_dir(path, what: str = "output directory"):
     if not os.access(p, os.W_OK):
         raise UserInputError(f"{what} {str(path)!r} is not writable; accepted: a writable directory")
     return p
+
+
+def writable_file(path, what: str = "output file"):
+    """Return ``path`` as a :class:`pathlib.Path` after checking that a file can be written there: not empty, not an
+    existing directory, its folder (made if missing) writable. Raises :class:`UserInputError` naming the path --
+    before the work whose result would go there."""
+    from pathlib import Path
+
+    if path is None or str(path).strip() in ("", "."):
+        raise UserInputError(f"{what} {str(path)!r} is empty; accepted: a file path")
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UserInputError(f"{what} {str(path)!r} is a directory; accepted: a file path")
+    writable_dir(p.parent if str(p.parent) else Path("."), f"folder of the {what}")
+    return p

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ._files import atomic_write_text
-from .errors import UserInputError, writable_dir
+from .errors import UserInputError, writable_file
 
 OURS = "TRITON_MLA_SPARSE"
 PEERS = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
@@ -58,13 +58,20 @@ def check_model_dir(model: str | os.PathLike) -> Path:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserInputError(f"{str(p / 'config.json')!r} is not valid JSON ({type(e).__name__}); accepted: a Hugging "
                              f"Face config.json") from None
-    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else None
+    if not isinstance(cfg, dict):
+        raise UserInputError(f"{str(p / 'config.json')!r} is not a config object (or its text_config is not); "
+                             f"accepted: a Hugging Face config.json")
     missing = [k for k in ("index_topk", "kv_lora_rank", "num_attention_heads") if k not in cfg]
     if missing:
-        arch = ", ".join(cfg.get("architectures") or []) or cfg.get("model_type") or "unknown architecture"
+        arch = ", ".join(map(str, cfg.get("architectures") or [])) or cfg.get("model_type") or "unknown architecture"
         raise UserInputError(f"{str(p / 'config.json')!r} ({arch}) is not a DSA (sparse MLA) model: no "
                              f"{', '.join(missing)}; accepted: a GLM-5 / DeepSeek-V3.2 architecture "
                              f"(GlmMoeDsaForCausalLM, DeepseekV32ForCausalLM) with index_topk and kv_lora_rank")
+    for k, hi in (("index_topk", 2**20), ("kv_lora_rank", 2**16), ("num_attention_heads", 4096)):
+        v = cfg[k]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+            raise UserInputError(f"{str(p / 'config.json')!r} has {k} = {v!r}; accepted: an integer from 1 to {hi}")
     return p
 
 
@@ -77,7 +84,9 @@ def check_tp(model: str | os.PathLike, tp) -> int:
     cfg = json.loads((check_model_dir(model) / "config.json").read_text())
     heads = int(cfg.get("text_config", cfg)["num_attention_heads"])
     ok = [d for d in range(1, heads + 1) if heads % d == 0]
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
+    if isinstance(tp, bool) or not isinstance(tp, int):
+        raise UserInputError(f"tensor-parallel size {tp!r} is not an integer; accepted: {', '.join(map(str, ok))}")
+    if tp < 1 or heads % tp:
         raise UserInputError(f"tensor-parallel size {tp!r} does not divide the model's {heads} attention heads; "
                              f"accepted: {', '.join(map(str, ok))}")
     import torch
@@ -89,11 +98,65 @@ def check_tp(model: str | os.PathLike, tp) -> int:
     return tp
 
 
+MAX_MODEL_LEN = 4096   # the engines' max_model_len (offline and served)
+DEFAULT_THROUGHPUT = {"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}
+
+
+def normalize_backends(backends) -> tuple[str, ...]:
+    """Backend names for a parity run: upper-cased, stripped, duplicates dropped (order kept), each known to vLLM or
+    ours. Raises :class:`UserInputError` for a plain string, an empty list or an unknown name."""
+    if isinstance(backends, str) or not hasattr(backends, "__iter__"):
+        raise UserInputError(f"backends {backends!r} is not a list of names; accepted: e.g. [{OURS!r}, {PEERS[0]!r}]")
+    out = []
+    for b in backends:
+        attention_config(b)
+        name = b.strip().upper()
+        if name in ("", "AUTO"):
+            raise UserInputError(f"backend {b!r} in a parity run names no backend; accepted: {OURS} or a vLLM name")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise UserInputError(f"backends {backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
+    return tuple(out)
+
+
+def check_generation(prompt_lengths, max_tokens, throughput=None):
+    """Prompt lengths, new tokens and the throughput batch, checked against the engines' ``max_model_len``
+    (:data:`MAX_MODEL_LEN`); returns them (lengths as a tuple). Raises :class:`UserInputError` naming the value."""
+    def pos_int(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    if not pos_int(max_tokens):
+        raise UserInputError(f"max tokens {max_tokens!r} is not accepted; accepted: an integer >= 1")
+    try:
+        lengths = tuple(prompt_lengths)
+    except TypeError:
+        lengths = ()
+    if not lengths or not all(pos_int(n) for n in lengths):
+        raise UserInputError(f"prompt lengths {prompt_lengths!r} are not accepted; accepted: positive integers")
+    if max(lengths) + max_tokens > MAX_MODEL_LEN:
+        raise UserInputError(f"prompt length {max(lengths)} + max tokens {max_tokens} exceeds the engines' "
+                             f"max_model_len {MAX_MODEL_LEN}; accepted: a sum <= {MAX_MODEL_LEN}")
+    if throughput is not None:
+        keys = ("num_seqs", "prompt_len", "max_tokens")
+        if not isinstance(throughput, dict) or not all(pos_int(throughput.get(k)) for k in keys):
+            raise UserInputError(f"throughput {throughput!r} is not accepted; accepted: a dict (JSON) with positive "
+                                 f"integers num_seqs, prompt_len, max_tokens")
+        if throughput["prompt_len"] + throughput["max_tokens"] > MAX_MODEL_LEN or throughput["num_seqs"] > 1024:
+            raise UserInputError(f"throughput {throughput!r} is not accepted; accepted: prompt_len + max_tokens <= "
+                                 f"{MAX_MODEL_LEN} and num_seqs <= 1024")
+        throughput = {k: throughput[k] for k in keys}
+    return lengths, max_tokens, throughput
+
+
 def attention_config(backend: str) -> dict | None:
     """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice)."""
+    if backend is not None and not isinstance(backend, str):
+        raise UserInputError(f"attention backend {backend!r} is not a name; accepted: auto, {OURS}, or a vLLM name")
     if backend is None or backend.strip().lower() in ("", "auto"):
         return None
-    if backend.strip().upper() == OURS:
+    backend = backend.strip()
+    if backend.upper() == OURS:
         return {"backend": "CUSTOM"}
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -324,14 +387,13 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     require_gpu()
     model = check_model_dir(model)
     tp = check_tp(model, tp)
-    backends = tuple(backends)
-    for b in backends:
-        attention_config(b)   # unknown names fail here, before an engine starts
-    writable_dir(Path(out).parent, "record directory")   # before the engines, not after
+    backends = normalize_backends(backends)
+    prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
+    out = writable_file(out, "record file")   # before the engines, not after
     cfg = json.loads((model / "config.json").read_text())
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    throughput = throughput or {"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}
+    throughput = throughput or DEFAULT_THROUGHPUT
     lens = ",".join(map(str, prompt_lengths))
     runs = {}
     # every backend in vLLM's default serving mode (CUDA graphs), plus ours once in eager mode
@@ -423,24 +485,27 @@ def _cli(args) -> int:
     if not lengths or min(lengths) < 1:
         raise UserInputError(f"--prompt-lengths {args.prompt_lengths!r} is not accepted; accepted: positive integers")
     thr = None
-    if args.throughput:
+    if args.throughput is not None:
         try:
             thr = json.loads(args.throughput)
-            assert isinstance(thr, dict) and all(isinstance(thr.get(k), int) and thr[k] > 0
-                                                 for k in ("num_seqs", "prompt_len", "max_tokens"))
-        except (json.JSONDecodeError, AssertionError):
-            raise UserInputError(f"--throughput {args.throughput!r} is not accepted; accepted: JSON with positive "
-                                 f"integers num_seqs, prompt_len, max_tokens") from None
+        except json.JSONDecodeError:
+            raise UserInputError(f"--throughput {args.throughput!r} is not JSON; accepted: e.g. "
+                                 f"{json.dumps(DEFAULT_THROUGHPUT)!r}") from None
+    try:
+        lengths, _, thr = check_generation(lengths, args.max_tokens, thr)
+    except UserInputError as e:
+        raise UserInputError(f"{e} (--prompt-lengths, --max-tokens, --throughput)") from None
     if args.kv_cache_dtype not in KV_DTYPES:
         raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
                              f"{', '.join(KV_DTYPES)}")
     attention_config(args.backend)   # unknown names fail here, before an engine starts
     tp = check_tp(model, args.tp)
-    backends = [b.strip() for b in str(args.backends).split(",") if b.strip()]
+    backends = [b for b in str(args.backends).split(",") if b.strip()]
     if not backends:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
-    for b in backends:
-        attention_config(b)
+    backends = normalize_backends(backends)
+    if args.json_out is not None:
+        writable_file(args.json_out, "--json-out file")   # before the engine, not after
     if args.parity:
         rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
                          throughput=thr, out=args.json_out or default_record_path(tp), tp=tp)

@@ -72,10 +72,10 @@ def report(title: str, values: dict[str, Any]) -> dict:
     Returns:
         The cleaned values. Raises :class:`UserInputError` for an empty title or a value of another type.
     """
-    if not isinstance(title, str) or not title.strip():
-        raise UserInputError(f"summary title {title!r} is empty; accepted: a non-empty string")
+    if not isinstance(title, str) or not title.strip() or "\n" in title:
+        raise UserInputError(f"summary title {title!r:.80} is not accepted; accepted: a non-empty one-line string")
     if not isinstance(values, dict) or not values:
-        raise UserInputError(f"summary values {values!r} are not a non-empty dict; accepted: {{label: value}}")
+        raise UserInputError(f"summary values {values!r:.80} are not a non-empty dict; accepted: {{label: value}}")
     clean = {str(k): _clean(v, str(k)) for k, v in values.items()}
     from IPython.display import display
 
@@ -96,7 +96,7 @@ def read_reports(notebook: str | os.PathLike) -> list[dict]:
     for cell in nb.cells:
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             data = out.get("data", {})
-            if MIME in data:
+            if MIME in data and isinstance(data[MIME], dict) and "title" in data[MIME]:
                 found.append({"notebook": Path(notebook).name, "title": data[MIME]["title"],
                               "profile": nb.metadata.get("sparse_mla", {}).get("profile"),
                               "parameters": meta.get("parameters", {}), "executed": meta.get("end_time"),
@@ -105,10 +105,24 @@ def read_reports(notebook: str | os.PathLike) -> list[dict]:
 
 
 def collect(results_dir: str | os.PathLike) -> list[dict]:
-    """Reports of every executed ``NN_*.ipynb`` in ``results_dir`` (name order); notebooks without one are skipped."""
+    """Reports of every executed ``NN_*.ipynb`` in ``results_dir`` (name order); notebooks without one are skipped,
+    a notebook that cannot be read gives an entry saying so (a stray file must not fail the chain).
+
+    Raises :class:`UserInputError` when ``results_dir`` is not a directory."""
     d = Path(results_dir)
-    return [r for p in sorted(d.iterdir()) if NOTEBOOK_RE.match(p.name) and not p.name.endswith(".failed.ipynb")
-            for r in read_reports(p)]
+    if not d.is_dir():
+        raise UserInputError(f"results directory {str(results_dir)!r} is not a directory; accepted: the folder "
+                             f"holding executed NN_*.ipynb notebooks")
+    out = []
+    for p in sorted(d.iterdir()):
+        if not NOTEBOOK_RE.match(p.name) or p.name.endswith(".failed.ipynb"):
+            continue
+        try:
+            out += read_reports(p)
+        except Exception as e:  # noqa: BLE001  (nbformat raises several types for a bad file)
+            out.append({"notebook": p.name, "title": f"{p.name} (unreadable)", "profile": None, "parameters": {},
+                        "executed": None, "values": {"error": f"{type(e).__name__}: {str(e)[:200]}"}})
+    return out
 
 
 def to_markdown(reports: list[dict]) -> str:
