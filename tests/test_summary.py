@@ -61,9 +61,25 @@ def test_chain_collects_reports_and_keeps_them_after_a_failure(tmp_path, monkeyp
     assert "## first" in md and "| x | 7 |" in md and "profile `cpu`" in md
     assert (out / "02_second.failed.ipynb").exists() and not (out / "02_second.ipynb").exists()
     before = (out / "summary.json").read_text()
-    with pytest.raises(Exception, match="second failed on purpose"):
+    with pytest.raises(chain.NotebookFailed, match=r"02_second.ipynb failed in cell 1 \(In \[\d+\], starting "
+                                                   r"\"raise RuntimeError.*RuntimeError: second failed on purpose"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=out, progress=False, only=["02"])
     assert (out / "summary.json").read_text() == before
+
+
+def test_cli_run_failure_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
+    from sparse_mla import cli
+
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _notebook(nbs / "01_boom.ipynb", "1 / 0")
+    monkeypatch.setattr(chain, "load_profile", lambda p: {})
+    real = chain.run_chain
+    monkeypatch.setattr(chain, "run_chain", lambda *a, **k: real(*a, **{**k, "notebooks_dir": nbs, "progress": False}))
+    rc = cli.main(["run", "--profile", "cpu", "--out-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1
+    assert err[-1].startswith("sparse-mla run: failed: 01_boom.ipynb failed in cell 1") and "ZeroDivisionError" in err[-1]
 
 
 def test_collect_skips_notebooks_without_report_and_failed_ones(tmp_path):

@@ -24,6 +24,10 @@ from .errors import UserInputError, writable_dir
 NOTEBOOK_RE = re.compile(r"^\d\d_.+\.ipynb$")
 
 
+class NotebookFailed(RuntimeError):
+    """A notebook of the chain raised: the message names the notebook, the cell and the error."""
+
+
 def project_root() -> Path:
     """The checkout root: the folder holding ``notebooks/`` above this package (``lib/sparse_mla``)."""
     return Path(__file__).resolve().parents[2]
@@ -75,7 +79,8 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
 
     Raises:
         UserInputError: unknown profile, or an ``only`` entry that matches no notebook.
-        papermill.PapermillExecutionError: a notebook failed (its partial output is kept as ``*.failed.ipynb``).
+        NotebookFailed: a notebook raised; the message names it, the cell and the error (its partial output is kept
+            as ``*.failed.ipynb``; ``sparse-mla run`` prints the message and exits 1).
     """
     import papermill as pm
 
@@ -122,9 +127,17 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         try:
             pm.execute_notebook(str(nb), str(tmp), parameters=params.get(nb.stem, {}), cwd=str(notebooks_dir),
                                 kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout)
-        except BaseException:
+        except BaseException as e:
+            failed = out_dir / f"{nb.stem}.failed.ipynb"
             if tmp.exists():
-                os.replace(tmp, out_dir / f"{nb.stem}.failed.ipynb")
+                os.replace(tmp, failed)
+            if isinstance(e, pm.PapermillExecutionError):
+                first = (e.source or "").strip().splitlines()[:1]
+                raise NotebookFailed(
+                    f"{nb.name} failed in cell {e.cell_index} (In [{e.exec_count}]"
+                    + (f", starting {first[0][:60]!r}" if first else "") + f"): {e.ename}: {str(e.evalue)[:300]}; "
+                    f"its partial output is {failed}; the notebooks executed before it and any earlier {target} "
+                    f"are unchanged") from e
             raise
         _finalize(tmp, nb, target, root, profile)
         os.replace(tmp, target)
@@ -170,5 +183,11 @@ def _cli(args) -> int:
         from ._env import has_nvidia_gpu
 
         profile = "gpu" if has_nvidia_gpu() else "cpu"
-    run_chain(profile, only=args.only, out_dir=args.out_dir, timeout=args.timeout)
+    try:
+        run_chain(profile, only=args.only, out_dir=args.out_dir, timeout=args.timeout)
+    except NotebookFailed as e:
+        import sys
+
+        print(f"sparse-mla run: failed: {e}", file=sys.stderr)
+        return 1
     return 0
