@@ -76,3 +76,35 @@ def test_fp32_64_head_tile_does_not_fit_an_h200(fits):
     """Found by notebook 04's float32 reference forward on the H200 (64 heads): 311808 > 232448 bytes."""
     chain = _row(fits, (9, 0), "float32", 4096, 64)["chain"]
     assert chain[0][-1] > 232448 and len(chain) > 1
+
+
+def test_launch_steps_down_and_remembers_the_fitting_config(monkeypatch):
+    """launch's fallback logic, with a fake launcher that refuses tiles over 1024 entries (no GPU needed)."""
+    import torch
+    from triton.runtime.errors import OutOfResources
+
+    from sparse_mla.kernels import LaunchConfig, api
+
+    tried = []
+
+    def fake_launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg):
+        tried.append((cfg.block_h, cfg.block_n))
+        if cfg.block_h * cfg.block_n > 1024:
+            raise OutOfResources(150000, 101376, "shared memory")
+
+    monkeypatch.setattr(api, "_launch", fake_launch)
+    monkeypatch.setattr(api, "interpreting", lambda: False)
+    monkeypatch.setattr(api, "_FITTED", {})
+    q, p, kv = torch.zeros(1, 64, 512), torch.zeros(1, 64, 64), torch.zeros(1, 64, 576)
+    cfg = LaunchConfig(64, 64, 512, 1, 8, 2, torch.bfloat16)
+    api.launch(q, p, kv, None, 1.0, None, None, cfg)
+    assert tried == [(64, 64), (64, 32), (32, 32)]
+    assert api.fitted_config(q, p, kv, cfg) == LaunchConfig(32, 32, 512, 1, 4, 2, torch.bfloat16)
+    tried.clear()
+    api.launch(q, p, kv, None, 1.0, None, None, cfg)
+    assert tried == [(32, 32)]                      # remembered: no second failing compile
+    with pytest.raises(OutOfResources):             # sweeps ask for exactly their configuration
+        api.launch(q, p, kv, None, 1.0, None, None, cfg, fallback=False)
+    monkeypatch.setattr(api, "_launch", lambda *a: (_ for _ in ()).throw(OutOfResources(1, 0, "shared memory")))
+    with pytest.raises(OutOfResources):             # nothing fits: the last error, not silence
+        api.launch(q, p, kv, None, 1.0, None, None, LaunchConfig(16, 64, 512, 1, 4, 2, torch.float32))

@@ -2,7 +2,8 @@
 
 Every ``notebooks/NN_*.ipynb`` (two digits, underscore) runs in name order in a fresh kernel, with the notebook
 folder as working directory, and is written executed to ``results/NN_*.ipynb``; after each one,
-``results/summary.{json,md}`` are rewritten from the reports of all executed notebooks there (:mod:`sparse_mla.summary`). Parameters come from a profile
+``results/summary.{json,md}`` are rewritten from the reports of all executed notebooks there
+(:mod:`sparse_mla.summary`). Parameters come from a profile
 file ``params/<profile>.yaml`` (``cpu`` for a CPU-only machine, ``gpu`` for a CUDA GPU) whose top-level keys are
 notebook stems; papermill injects them after the notebook's ``parameters`` cell. A new notebook joins the chain by
 its file name alone.

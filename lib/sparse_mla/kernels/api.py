@@ -224,7 +224,7 @@ def sparse_mla_attention(
 
 # shared memory per block (opt-in maximum, bytes) by compute capability: CUDA tuning guides (Ampere: 8.0 163 KB, 8.6 99
 # KB; Ada 8.9 99 KB; Hopper 9.0 227 KB; Blackwell 10.0 227 KB, 12.0 99 KB). At run time the device's own
-# ``shared_memory_per_block_optin`` is what counts; this table serves ahead-of-time checks (tests, notebook 02).
+# ``shared_memory_per_block_optin`` is what counts; this table serves ahead-of-time checks (tests/test_kernel_fit.py).
 SMEM_PER_BLOCK = {(8, 0): 166912, (8, 6): 101376, (8, 9): 101376, (9, 0): 232448, (10, 0): 232448, (12, 0): 101376}
 
 _FITTED: dict[tuple, LaunchConfig] = {}   # (device, dtypes, dims, heuristic config) -> the config that compiled
@@ -288,7 +288,7 @@ def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfi
         return _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg)
     from triton.runtime.errors import OutOfResources
 
-    key = (q_nope.device, q_nope.dtype, kv_cache.dtype, q_nope.shape[2], q_pe.shape[2], cfg)
+    key = _fit_key(q_nope, q_pe, kv_cache, cfg)
     first = _FITTED.get(key, cfg)
     err = None
     for c in (first, *smaller_configs(first)):
@@ -305,7 +305,11 @@ def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfi
 def fitted_config(q_nope, q_pe, kv_cache, cfg: LaunchConfig) -> LaunchConfig:
     """The configuration :func:`launch` actually used for ``cfg`` on these tensors' device and dtypes (``cfg`` itself
     unless it did not fit)."""
-    return _FITTED.get((q_nope.device, q_nope.dtype, kv_cache.dtype, q_nope.shape[2], q_pe.shape[2], cfg), cfg)
+    return _FITTED.get(_fit_key(q_nope, q_pe, kv_cache, cfg), cfg)
+
+
+def _fit_key(q_nope, q_pe, kv_cache, cfg: LaunchConfig) -> tuple:
+    return q_nope.device, q_nope.dtype, kv_cache.dtype, q_nope.shape[2], q_pe.shape[2], cfg
 
 
 def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig) -> None:
