@@ -121,3 +121,19 @@ def test_run_refuses_out_dir_equal_to_notebooks_and_bad_timeout(tmp_path, monkey
     with pytest.raises(UserInputError, match="timeout"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "o", timeout=-5, progress=False)
     assert (nbs / "01_a.ipynb").read_text() == before
+
+
+def test_default_out_dir_is_per_profile(tmp_path, monkeypatch):
+    """A CPU run must not replace the executed notebooks of a GPU run: each profile has its own folder."""
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    _notebook(nbs / "01_a.ipynb", "from sparse_mla import summary\nsummary.report('a', {'x': x})")
+    gpu_record = tmp_path / "results" / "gpu" / "01_a.ipynb"
+    gpu_record.parent.mkdir(parents=True)
+    gpu_record.write_text("the GPU run's record")
+    monkeypatch.setattr(chain, "project_root", lambda: tmp_path)
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"01_a": {"x": 3}})
+    [done] = chain.run_chain("cpu", notebooks_dir=nbs, progress=False)
+    assert done == tmp_path / "results" / "cpu" / "01_a.ipynb"
+    assert (tmp_path / "results" / "cpu" / "summary.md").exists()
+    assert gpu_record.read_text() == "the GPU run's record"

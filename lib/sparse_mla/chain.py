@@ -1,16 +1,16 @@
 """``sparse-mla run``: execute the workbook's notebooks in order, headless, with papermill.
 
 Every ``notebooks/NN_*.ipynb`` (two digits, underscore) runs in name order in a fresh kernel, with the notebook
-folder as working directory, and is written executed to ``results/NN_*.ipynb``; after each one,
-``results/summary.{json,md}`` are rewritten from the reports of all executed notebooks there
-(:mod:`sparse_mla.summary`). Parameters come from a profile
+folder as working directory, and is written executed to ``results/<profile>/NN_*.ipynb`` (one folder per profile, so
+a CPU run never replaces the records of a GPU run); after each one, ``summary.{json,md}`` in that folder are
+rewritten from the reports of all executed notebooks there (:mod:`sparse_mla.summary`). Parameters come from a profile
 file ``params/<profile>.yaml`` (``cpu`` for a CPU-only machine, ``gpu`` for a CUDA GPU) whose top-level keys are
 notebook stems; papermill injects them after the notebook's ``parameters`` cell. A new notebook joins the chain by
 its file name alone.
 
-An executed notebook is written to a temporary file first and moved into ``results/`` only when it ran to the end,
+An executed notebook is written to a temporary file first and moved into place only when it ran to the end,
 so a failed run never leaves a half-written record in place of a good one (papermill's own partial output is kept
-as ``results/NN_*.failed.ipynb`` for inspection).
+as ``NN_*.failed.ipynb`` beside it for inspection).
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     Args:
         profile: name of a ``params/<profile>.yaml`` file.
         only: notebook stems or two-digit prefixes to run (default: all).
-        out_dir: where executed notebooks go (default ``results/``).
+        out_dir: where executed notebooks go (default ``results/<profile>/``).
         notebooks_dir: the chain's folder (default ``notebooks/``).
         kernel_name: Jupyter kernel (default: the notebook's own, ``python3``).
         timeout: per-cell execution timeout in seconds.
@@ -89,8 +89,8 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     notebooks_dir = Path(notebooks_dir or root / "notebooks")
     if out_dir is not None and str(out_dir).strip() == "":
         raise UserInputError(f"output directory {str(out_dir)!r} is empty; accepted: a directory path (default "
-                             f"results/)")
-    out_dir = Path(out_dir) if out_dir is not None else root / "results"
+                             f"results/<profile>/)")
+    out_dir = Path(out_dir) if out_dir is not None else root / "results" / str(profile)
     params = load_profile(profile)
     if profile == "gpu":
         from ._env import has_nvidia_gpu
@@ -117,7 +117,8 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     out_dir = writable_dir(out_dir)
     if out_dir.resolve() == notebooks_dir.resolve():
         raise UserInputError(f"output directory {str(out_dir)!r} is the notebooks' own folder; accepted: another "
-                             f"directory (default results/): executed notebooks would overwrite their sources")
+                             f"directory (default results/<profile>/): executed notebooks would overwrite their "
+                             f"sources")
     done = []
     for nb in chain:
         target = out_dir / nb.name
@@ -167,13 +168,13 @@ def _finalize(path: Path, source: Path, target: Path, root: Path, profile: str) 
 
 
 def add_cli(sub) -> None:
-    p = sub.add_parser("run", help="execute the notebooks in order with papermill into results/",
-                       description="Execute notebooks/NN_*.ipynb in order with papermill into results/, with the "
-                                   "parameters of params/<profile>.yaml.")
+    p = sub.add_parser("run", help="execute the notebooks in order with papermill into results/<profile>/",
+                       description="Execute notebooks/NN_*.ipynb in order with papermill into results/<profile>/, "
+                                   "with the parameters of params/<profile>.yaml.")
     p.add_argument("--profile", default=None,
                    help="parameter profile: cpu or gpu (default: gpu if a CUDA GPU is visible, else cpu)")
     p.add_argument("--only", nargs="+", metavar="NB", help="notebook stems or prefixes (e.g. 01 02)")
-    p.add_argument("--out-dir", default=None, help="where executed notebooks go (default results/)")
+    p.add_argument("--out-dir", default=None, help="where executed notebooks go (default results/<profile>/)")
     p.add_argument("--timeout", type=int, default=3600, help="per-cell timeout in seconds (default 3600)")
     p.set_defaults(func=_cli)
 

@@ -79,7 +79,7 @@ def report(title: str, values: dict[str, Any]) -> dict:
     clean = {str(k): _clean(v, str(k)) for k, v in values.items()}
     from IPython.display import display
 
-    md = f"**Summary · {title}** (collected by `sparse-mla run` into `results/summary.md`)\n\n{_table(clean)}"
+    md = f"**Summary · {title}** (collected by `sparse-mla run` into `results/<profile>/summary.md`)\n\n{_table(clean)}"
     # [label, value] pairs: nbformat writes JSON objects with sorted keys, pairs keep the notebook's order
     display({MIME: {"title": title, "values": [[k, v] for k, v in clean.items()]}, "text/markdown": md,
              "text/plain": "\n".join(f"{k}: {_text(v)}" for k, v in clean.items())}, raw=True)
