@@ -137,3 +137,44 @@ def test_default_out_dir_is_per_profile(tmp_path, monkeypatch):
     assert done == tmp_path / "results" / "cpu" / "01_a.ipynb"
     assert (tmp_path / "results" / "cpu" / "summary.md").exists()
     assert gpu_record.read_text() == "the GPU run's record"
+
+
+def test_overview_puts_every_profile_folder_side_by_side(tmp_path, monkeypatch):
+    """results/summary.{json,md} gathers the reports of all profile folders; a run of one profile rewrites its own
+    part and keeps the other's, values as each executed notebook displayed them."""
+    import random
+
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    _notebook(nbs / "01_a.ipynb", "from sparse_mla import summary\nsummary.report('a', {'x': x})")
+    monkeypatch.setattr(chain, "project_root", lambda: tmp_path)
+    xs = {"cpu": random.randint(0, 10**6), "other": random.randint(0, 10**6)}
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"01_a": {"x": xs[p]}})
+    chain.run_chain("cpu", notebooks_dir=nbs, progress=False)
+    chain.run_chain("other", notebooks_dir=nbs, progress=False)
+    results = tmp_path / "results"
+    data = json.loads((results / "summary.json").read_text())
+    assert sorted(data["profiles"]) == ["cpu", "other"]
+    for name, x in xs.items():
+        [rep] = data["profiles"][name]
+        assert rep["profile"] == name and rep["values"] == {"x": x}
+        # the profile folder's own summary says the same
+        assert json.loads((results / name / "summary.json").read_text())["notebooks"] == [rep]
+    md = (results / "summary.md").read_text()
+    assert md.index("## Profile folder `cpu/`") < md.index(f"| x | {xs['cpu']} |") \
+        < md.index("## Profile folder `other/`") < md.index(f"| x | {xs['other']} |")
+    xs["cpu"] += 1
+    chain.run_chain("cpu", notebooks_dir=nbs, progress=False)
+    data = json.loads((results / "summary.json").read_text())
+    assert data["profiles"]["cpu"][0]["values"] == {"x": xs["cpu"]}
+    assert data["profiles"]["other"][0]["values"] == {"x": xs["other"]}
+
+
+def test_overview_of_an_empty_or_missing_results_folder(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("no notebooks here")
+    paths = summary.write_overview(tmp_path)
+    assert json.loads(paths["json"].read_text()) == {"profiles": {}}
+    assert "No executed notebooks yet" in paths["md"].read_text()
+    with pytest.raises(UserInputError, match="not a directory"):
+        summary.write_overview(tmp_path / "missing")

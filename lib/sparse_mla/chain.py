@@ -3,7 +3,8 @@
 Every ``notebooks/NN_*.ipynb`` (two digits, underscore) runs in name order in a fresh kernel, with the notebook
 folder as working directory, and is written executed to ``results/<profile>/NN_*.ipynb`` (one folder per profile, so
 a CPU run never replaces the records of a GPU run); after each one, ``summary.{json,md}`` in that folder are
-rewritten from the reports of all executed notebooks there (:mod:`sparse_mla.summary`). Parameters come from a profile
+rewritten from the reports of all executed notebooks there, and ``results/summary.{json,md}`` from those of every
+profile folder (:mod:`sparse_mla.summary`). Parameters come from a profile
 file ``params/<profile>.yaml`` (``cpu`` for a CPU-only machine, ``gpu`` for a CUDA GPU) whose top-level keys are
 notebook stems; papermill injects them after the notebook's ``parameters`` cell. A new notebook joins the chain by
 its file name alone.
@@ -146,6 +147,8 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
         done.append(target)
         summary.write_summary(out_dir)   # after every notebook: a later failure keeps what ran
+        if out_dir.resolve().parent == (root / "results").resolve():
+            summary.write_overview(out_dir.parent)   # results/summary.*: every profile folder side by side
         if progress:
             print(f"[sparse-mla run] {nb.name} -> {target.relative_to(root) if target.is_relative_to(root) else target}"
                   f" ({time.time() - t0:.0f} s)", flush=True)

@@ -1,4 +1,4 @@
-"""Headline results of each notebook, collected by ``sparse-mla run`` into ``results/summary.{json,md}``.
+"""Headline results of each notebook, collected by ``sparse-mla run`` into ``summary.{json,md}`` files.
 
 A notebook ends with ``summary.report(title, values)``: it displays a small table and, in the same output, the values
 as JSON under the MIME type :data:`MIME` (the way scrapbook's ``glue`` does, without the dependency). papermill keeps
@@ -9,6 +9,10 @@ writes ``summary.json`` (machine-readable) and ``summary.md`` (one table per not
 Each entry names the notebook, the parameter profile it ran under (``cpu`` / ``gpu``, stored by the chain in the
 notebook's metadata), papermill's injected parameters and its end time, so that records from different machines are
 not mistaken for one run.
+
+Two levels: each profile folder (``results/cpu/``, ``results/gpu/``) gets its own ``summary.{json,md}``
+(:func:`write_summary`), and ``results/summary.{json,md}`` puts all profile folders side by side
+(:func:`write_overview`), so a CPU run and a GPU run can be read in one place without one replacing the other.
 """
 from __future__ import annotations
 
@@ -125,18 +129,23 @@ def collect(results_dir: str | os.PathLike) -> list[dict]:
     return out
 
 
+def _sections(reports: list[dict], level: str = "##") -> list[str]:
+    lines = []
+    for r in reports:
+        when = (r.get("executed") or "")[:10] or "unknown date"
+        params = ", ".join(f"{k}={v!r}" for k, v in r["parameters"].items()) or "defaults"
+        lines += [f"{level} {r['title']}", "",
+                  f"`{r['notebook']}`, profile `{r.get('profile') or 'unknown'}`, parameters: {params}; "
+                  f"executed {when}.", "", _table(r["values"]), ""]
+    return lines
+
+
 def to_markdown(reports: list[dict]) -> str:
     lines = ["# Workbook summary", "",
              "Collected by `sparse-mla run` from the executed notebooks in this folder (each notebook's last cell, "
              "`sparse_mla.summary.report`). Profile and date are per notebook: notebooks run on different machines "
              "are different runs.", ""]
-    for r in reports:
-        when = (r.get("executed") or "")[:10] or "unknown date"
-        params = ", ".join(f"{k}={v!r}" for k, v in r["parameters"].items()) or "defaults"
-        lines += [f"## {r['title']}", "",
-                  f"`{r['notebook']}`, profile `{r.get('profile') or 'unknown'}`, parameters: {params}; "
-                  f"executed {when}.", "", _table(r["values"]), ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _sections(reports))
 
 
 def write_summary(results_dir: str | os.PathLike) -> dict[str, Path]:
@@ -146,4 +155,35 @@ def write_summary(results_dir: str | os.PathLike) -> dict[str, Path]:
     paths = {"json": d / "summary.json", "md": d / "summary.md"}
     atomic_write_text(paths["json"], json.dumps({"notebooks": reports}, indent=1) + "\n")
     atomic_write_text(paths["md"], to_markdown(reports))
+    return paths
+
+
+def profile_folders(results_root: str | os.PathLike) -> list[Path]:
+    """Sub-folders of ``results_root`` that hold executed ``NN_*.ipynb`` notebooks (name order)."""
+    root = Path(results_root)
+    if not root.is_dir():
+        raise UserInputError(f"results directory {str(results_root)!r} is not a directory; accepted: the folder "
+                             f"holding one sub-folder per profile (results/)")
+    return [d for d in sorted(root.iterdir())
+            if d.is_dir() and any(NOTEBOOK_RE.match(p.name) and not p.name.endswith(".failed.ipynb")
+                                  for p in d.iterdir())]
+
+
+def write_overview(results_root: str | os.PathLike) -> dict[str, Path]:
+    """Write ``summary.json`` (``{"profiles": {folder: [reports]}}``) and ``summary.md`` (one part per profile
+    folder) into ``results_root``, each atomically, from the executed notebooks of every profile folder under it;
+    returns their paths. Raises :class:`UserInputError` when ``results_root`` is not a directory."""
+    root = Path(results_root)
+    parts = {d.name: collect(d) for d in profile_folders(root)}
+    lines = ["# Workbook summary, all profiles", "",
+             "Collected by `sparse-mla run` from the executed notebooks under `results/<profile>/` (each notebook's "
+             "last cell, `sparse_mla.summary.report`). Each profile folder is a separate run, often on a different "
+             "machine: compare the profile and the date of each notebook before comparing numbers.", ""]
+    for name, reports in parts.items():
+        lines += [f"## Profile folder `{name}/`", "", *_sections(reports, "###")]
+    if not parts:
+        lines += ["No executed notebooks yet: `sparse-mla run` writes them to `results/<profile>/`.", ""]
+    paths = {"json": root / "summary.json", "md": root / "summary.md"}
+    atomic_write_text(paths["json"], json.dumps({"profiles": parts}, indent=1) + "\n")
+    atomic_write_text(paths["md"], "\n".join(lines))
     return paths
