@@ -215,12 +215,24 @@ def test_attention_config_names():
     assert launch.attention_config(None) is None
     assert launch.attention_config("flashmla_sparse") == {"backend": "FLASHMLA_SPARSE"}
     assert launch.attention_config("FLASH_ATTN_MLA_SPARSE") == {"backend": "FLASH_ATTN_MLA_SPARSE"}
+    assert launch.attention_config("custom") == {"backend": "CUSTOM"}   # vLLM's slot name for ours
+    assert launch.normalize_backends(["custom", "TRITON_MLA_SPARSE", "flashmla_sparse"]) == (
+        "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE")
 
 
 def test_attention_config_unknown_backend_names_it():
     with pytest.raises(UserInputError, match="NOPE") as e:
         launch.attention_config("NOPE")
     assert "TRITON_MLA_SPARSE" in str(e.value) and "FLASHMLA_SPARSE" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["FLASH_ATTN", "triton_mla", "FLASHMLA"])
+def test_attention_config_rejects_dense_backends_before_an_engine(name):
+    """vLLM knows these names, but none runs a DSA model's sparse attention: refused by name, not by a failed engine."""
+    with pytest.raises(UserInputError, match=rf"{name!r} is not a sparse MLA backend.*FLASH_ATTN_MLA_SPARSE"):
+        launch.attention_config(name)
+    with pytest.raises(UserInputError, match="not a sparse MLA backend"):
+        launch.normalize_backends([launch.OURS, name])
 
 
 # ----------------------------------------------------------------------------------------------- parity helpers

@@ -111,6 +111,7 @@ def normalize_backends(backends) -> tuple[str, ...]:
     for b in backends:
         attention_config(b)
         name = b.strip().upper()
+        name = OURS if name == "CUSTOM" else name
         if name in ("", "AUTO"):
             raise UserInputError(f"backend {b!r} in a parity run names no backend; accepted: {OURS} or a vLLM name")
         if name not in out:
@@ -149,20 +150,37 @@ def check_generation(prompt_lengths, max_tokens, throughput=None):
     return lengths, max_tokens, throughput
 
 
+def sparse_mla_backend_names() -> list[str]:
+    """vLLM's sparse MLA backend names (``AttentionBackendEnum`` members whose name holds both ``MLA`` and ``SPARSE``;
+    ``vllm/v1/attention/backends/registry.py``): the only ones that can run a DSA model's attention."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return [m for m in AttentionBackendEnum.__members__ if "MLA" in m and "SPARSE" in m]
+
+
 def attention_config(backend: str) -> dict | None:
-    """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice)."""
+    """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice).
+
+    Accepted: ``auto`` / empty / ``None``, ``TRITON_MLA_SPARSE`` (ours, vLLM's ``CUSTOM`` slot; ``CUSTOM`` is the
+    same backend) or one of vLLM's
+    sparse MLA backends (:func:`sparse_mla_backend_names`), any case. Raises :class:`UserInputError` for another
+    name, dense ones such as ``FLASH_ATTN`` or ``TRITON_MLA`` included: vLLM would reject them for a DSA model only
+    once an engine had started."""
     if backend is not None and not isinstance(backend, str):
         raise UserInputError(f"attention backend {backend!r} is not a name; accepted: auto, {OURS}, or a vLLM name")
     if backend is None or backend.strip().lower() in ("", "auto"):
         return None
     backend = backend.strip()
-    if backend.upper() == OURS:
+    if backend.upper() in (OURS, "CUSTOM"):
         return {"backend": "CUSTOM"}
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    if backend.upper() not in AttentionBackendEnum.__members__:
-        raise UserInputError(f"unknown attention backend {backend!r}; accepted: auto, {OURS}, or a vLLM name "
-                             f"({', '.join(m for m in AttentionBackendEnum.__members__ if 'MLA' in m)})")
+    sparse = sparse_mla_backend_names()
+    if backend.upper() not in sparse:
+        what = ("is not a sparse MLA backend (a DSA model's attention needs one)"
+                if backend.upper() in AttentionBackendEnum.__members__ else "is unknown")
+        raise UserInputError(f"attention backend {backend!r} {what}; accepted: auto, {OURS}, or one of vLLM's sparse "
+                             f"MLA backends ({', '.join(sparse)})")
     return {"backend": backend.upper()}
 
 
