@@ -140,6 +140,37 @@ def test_vllm_plugin_loader_calls_register(vllm_state, monkeypatch):
     assert calls == [1]
 
 
+def test_register_leaves_another_plugins_custom_backend_alone(vllm_state, caplog):
+    """vLLM has one CUSTOM slot: a backend another plugin put there is kept, with a warning, and the fallback then
+    offers nothing (vLLM would resolve CUSTOM to the other class)."""
+    import torch
+    import vllm.platforms.cuda as cuda_mod
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    import sparse_mla.plugin as plugin
+
+    other = "someone_else.attention.TheirBackend"
+    register_backend(AttentionBackendEnum.CUSTOM, other)
+    method = cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"]
+    with caplog.at_level("WARNING", logger="sparse_mla.plugin"):
+        assert plugin.register() is False
+    assert AttentionBackendEnum.CUSTOM.get_path() == other
+    assert cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"] is method
+    assert other in caplog.text and "not registered" in caplog.text
+
+    # the other order: ours first, then another plugin overwrites the slot
+    AttentionBackendEnum.CUSTOM.clear_override()
+    assert plugin.register() is True
+    sel = AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype="bfloat16", block_size=None,
+                                  use_mla=True, use_sparse=True)
+    valid, invalid = plugin.offer_triton_mla_sparse([], {}, DeviceCapability(12, 0), sel, 64)
+    assert [c.backend for c in valid] == [AttentionBackendEnum.CUSTOM]
+    register_backend(AttentionBackendEnum.CUSTOM, other)
+    assert plugin.offer_triton_mla_sparse([], {}, DeviceCapability(12, 0), sel, 64) == ([], {})
+
+
 # ---- the selection matrix with the plugin ----------------------------------------------------------------------
 
 def test_sm120_bf16_selects_triton_mla_sparse(probes):

@@ -13,6 +13,11 @@ vLLM calls :func:`register` once in every process it starts (front end, engine c
    passing its own ``validate_configuration``. Where vLLM has a valid backend (SM90, SM100, SM120 with fp8), its
    choice is unchanged.
 
+vLLM has a single ``CUSTOM`` slot. If another plugin already holds it, :func:`register` leaves that plugin's backend
+in place and logs a warning (ours is then neither selectable as ``CUSTOM`` nor offered by the fallback); if another
+plugin takes the slot after ours, the fallback sees that at selection time and offers nothing, so vLLM never picks a
+stranger's backend in our name.
+
 Switch: ``SPARSE_MLA_PREFER_TRITON=1`` in the environment offers ``TRITON_MLA_SPARSE`` *ahead* of the stock list
 for every sparse MLA request it accepts (to run it on an H100/H200/B200 where vLLM has its own kernels).
 ``SPARSE_MLA_DISABLE_FALLBACK=1`` turns the fallback off (explicit ``CUSTOM`` still works).
@@ -34,12 +39,29 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "0").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def register() -> None:
-    """Register ``TRITON_MLA_SPARSE`` as vLLM's CUSTOM backend and install the selector fallback (idempotent)."""
+def custom_slot_holder() -> str | None:
+    """The class path in vLLM's ``CUSTOM`` backend slot, or ``None`` while it is empty."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return AttentionBackendEnum.CUSTOM.get_path() if AttentionBackendEnum.CUSTOM.is_overridden() else None
+
+
+def register() -> bool:
+    """Register ``TRITON_MLA_SPARSE`` as vLLM's CUSTOM backend and install the selector fallback (idempotent).
+
+    Returns False, with a warning naming the holder, and changes nothing when another plugin's backend already holds
+    vLLM's ``CUSTOM`` slot."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
+    holder = custom_slot_holder()
+    if holder not in (None, BACKEND_PATH):
+        logger.warning("sparse_mla: vLLM's CUSTOM attention backend slot already holds %s (another plugin); "
+                       "TRITON_MLA_SPARSE is not registered and its selector fallback is off in this process. "
+                       "Uninstall or disable the other plugin (VLLM_PLUGINS) to use TRITON_MLA_SPARSE.", holder)
+        return False
     register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
     install_selector_fallback()
+    return True
 
 
 def install_selector_fallback() -> bool:
@@ -76,6 +98,11 @@ def offer_triton_mla_sparse(valid, invalid, device_capability, attn_selector_con
         return valid, invalid
     prefer = _flag(PREFER_ENV)
     if valid and not prefer:
+        return valid, invalid
+    holder = custom_slot_holder()
+    if holder != BACKEND_PATH:   # the slot was taken by another plugin after ours (or never registered)
+        logger.warning("sparse_mla: vLLM's CUSTOM attention backend slot holds %s, not TRITON_MLA_SPARSE; the "
+                       "fallback offers nothing", holder)
         return valid, invalid
     from vllm.platforms.cuda import _BackendCandidate
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
