@@ -73,3 +73,16 @@ def test_gpu_profile_without_gpu(monkeypatch, capsys):
     assert cli.main(["run", "--profile", "gpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "profile 'gpu' needs a CUDA GPU" in err[0]
+
+
+def test_unknown_home_directory_is_a_clear_error(tmp_path):
+    """``~nosuchuser/...`` (pathlib raises RuntimeError) is refused like any other bad path, naming the value."""
+    from sparse_mla import checkpoint, launch, models
+    from sparse_mla.errors import UserInputError, writable_dir, writable_file
+
+    bad = "~no_such_user_sparse_mla/x"
+    for call in (lambda: writable_dir(bad), lambda: writable_file(bad), lambda: launch.check_model_dir(bad),
+                 lambda: models.load_model(bad), lambda: checkpoint.load_checkpoint(bad),
+                 lambda: checkpoint.make_checkpoint(bad)):
+        with pytest.raises(UserInputError, match="no_such_user_sparse_mla.*home directory"):
+            call()

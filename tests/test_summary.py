@@ -33,6 +33,12 @@ def test_report_cleans_values_and_rejects_bad_ones(monkeypatch):
     assert "| max \\|Δ\\| | a\\|b |" in shown[-1]["text/markdown"]
     with pytest.raises(UserInputError, match=r"summary value 'bad' has type object"):
         summary.report("T", {"bad": object()})
+    loop = {"a": 1}
+    loop["self"] = loop
+    with pytest.raises(UserInputError, match=r"summary value 'd.self' contains itself"):
+        summary.report("T", {"d": loop})
+    shared = [1, 2]
+    assert summary.report("T", {"twice": [shared, shared]}) == {"twice": [[1, 2], [1, 2]]}   # shared, not a cycle
     for title, values in (("", {"a": 1}), ("T", {}), ("T", [("a", 1)])):
         with pytest.raises(UserInputError):
             summary.report(title, values)

@@ -37,7 +37,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .errors import UserInputError, writable_dir
+from .errors import UserInputError, expand_path, writable_dir
 from .models import PRESET_CONFIGS as MODEL_PRESETS
 
 #: What ``glm-5-tiny`` changes in GLM-5's real config (:data:`sparse_mla.models.PRESET_CONFIGS` ``["glm-5"]``):
@@ -245,7 +245,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     cfg = preset_config(preset, index_topk, num_layers)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
-    out = Path(out_dir).expanduser().absolute()
+    out = expand_path(out_dir, "checkpoint directory").absolute()
     _check_out_dir(out, overwrite)
     writable_dir(out.parent, "checkpoint parent directory")
 
@@ -287,7 +287,7 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     """
     from safetensors.torch import load_file
 
-    d = Path(path).expanduser()
+    d = expand_path(path, "checkpoint")
     if not d.is_dir():
         raise UserInputError(f"checkpoint {str(path)!r} is not a directory; accepted: a Hugging Face model directory "
                              f"with config.json and *.safetensors")

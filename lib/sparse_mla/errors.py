@@ -10,6 +10,17 @@ class UserInputError(ValueError):
     """Bad input: the message names the offending value and what would be accepted."""
 
 
+def expand_path(path, what: str):
+    """``Path(path).expanduser()``; a ``~user`` that names no user is a :class:`UserInputError`, not a RuntimeError."""
+    from pathlib import Path
+
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise UserInputError(f"{what} {str(path)!r} starts with a home directory that cannot be found; accepted: a "
+                             f"path without ~, or ~ / ~user for an existing user") from None
+
+
 def writable_dir(path, what: str = "output directory"):
     """Return ``path`` as a :class:`pathlib.Path` after making sure it is (or can be made) a directory.
 
@@ -19,9 +30,9 @@ def writable_dir(path, what: str = "output directory"):
     import os
     from pathlib import Path
 
-    p = Path(path).expanduser()
     if str(path).strip() == "":
         raise UserInputError(f"{what} is empty; accepted: a directory path")
+    p = expand_path(path, what)
     for q in (p, *p.parents):
         if q.exists() and not q.is_dir():
             raise UserInputError(f"{what} {str(path)!r} is not a directory ({str(q)!r} is a file); accepted: a "
@@ -46,7 +57,7 @@ def writable_file(path, what: str = "output file"):
 
     if path is None or str(path).strip() in ("", "."):
         raise UserInputError(f"{what} {str(path)!r} is empty; accepted: a file path")
-    p = Path(path).expanduser()
+    p = expand_path(path, what)
     if p.is_dir():
         raise UserInputError(f"{what} {str(path)!r} is a directory; accepted: a file path")
     writable_dir(p.parent if str(p.parent) else Path("."), f"folder of the {what}")

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ._files import atomic_write_text
-from .errors import UserInputError, writable_file
+from .errors import UserInputError, expand_path, writable_file
 
 OURS = "TRITON_MLA_SPARSE"
 PEERS = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
@@ -49,7 +49,7 @@ def check_model_dir(model: str | os.PathLike) -> Path:
     ``kv_lora_rank``. Raises :class:`UserInputError` for a missing directory or ``config.json``, a file that is not
     JSON, or a config without those keys -- before any engine starts.
     """
-    p = Path(model).expanduser()
+    p = expand_path(model, "model directory")
     if not (p / "config.json").is_file():
         raise UserInputError(f"model directory {str(model)!r} has no config.json; accepted: a Hugging Face checkpoint "
                              f"directory (e.g. from `sparse-mla make-checkpoint`, or a real GLM-5 download)")

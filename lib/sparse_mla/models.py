@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UserInputError
+from .errors import UserInputError, expand_path
 
 #: The full Hugging Face ``config.json`` of each preset (real geometry, real sizes).
 PRESET_CONFIGS: dict[str, dict[str, Any]] = {
@@ -245,7 +245,7 @@ def load_model(spec: str | Path) -> ModelGeometry:
                              f"checkpoint directory holding one")
     if s in PRESET_CONFIGS:
         return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s])), s)
-    p = Path(s).expanduser()
+    p = expand_path(s, "model")
     if p.is_dir():
         p = p / "config.json"
         if not p.is_file():

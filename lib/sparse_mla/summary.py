@@ -30,18 +30,22 @@ MIME = "application/vnd.sparse-mla.summary+json"
 NOTEBOOK_RE = re.compile(r"^\d\d_.+\.ipynb$")
 
 
-def _clean(value: Any, key: str) -> Any:
-    """JSON-safe copy: numpy/torch scalars to Python, floats rounded to 4 significant digits, NaN/inf to strings."""
+def _clean(value: Any, key: str, _path: tuple[int, ...] = ()) -> Any:
+    """JSON-safe copy: numpy/torch scalars to Python, floats rounded to 4 significant digits, NaN/inf to strings.
+    Raises :class:`UserInputError` for another type or a list / dict that contains itself."""
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
         value = value.item()
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
         return float(f"{value:.4g}") if math.isfinite(value) else str(value)
-    if isinstance(value, dict):
-        return {str(k): _clean(v, f"{key}.{k}") for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v, key) for v in value]
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in _path:
+            raise UserInputError(f"summary value {key!r} contains itself; accepted: lists / dicts without cycles")
+        inner = (*_path, id(value))
+        if isinstance(value, dict):
+            return {str(k): _clean(v, f"{key}.{k}", inner) for k, v in value.items()}
+        return [_clean(v, key, inner) for v in value]
     raise UserInputError(f"summary value {key!r} has type {type(value).__name__}; accepted: bool, int, float, str, "
                          f"None, or lists / dicts of them")
 
