@@ -11,7 +11,7 @@ import typing
 import pytest
 
 from sparse_mla.diagnose import (CORE_MLA_BACKENDS, GPU_PRESETS, KV_CACHE_DTYPES, VLLM_CACHE_DTYPES, diagnose,
-                                 diagnose_matrix, no_backend_pairs, parse_capability, write_matrix)
+                                 parse_capability)
 from sparse_mla.errors import UserInputError
 from sparse_mla.models import PRESET_CONFIGS
 
@@ -247,20 +247,6 @@ def test_bad_input_raises_before_probe():
 
 
 # ---- matrix --------------------------------------------------------------------------------------------------------
-
-def test_matrix_writes_csv_and_png(tmp_path):
-    import pandas as pd
-
-    df = diagnose_matrix("glm-5")
-    assert list(df.columns) == ["gpu", "capability", "kv_cache_dtype", "selected", "n_valid"]
-    assert len(df) == len(GPU_PRESETS) * len(KV_CACHE_DTYPES)
-    pairs = no_backend_pairs(df)
-    assert ("rtx-pro-6000", "bfloat16") in pairs and ("l40s", "auto") in pairs and ("h200", "auto") not in pairs
-    paths = write_matrix(df, tmp_path / "results")
-    assert pd.read_csv(paths["csv"], dtype={"capability": str}).equals(df)
-    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["diagnose_matrix.csv", "diagnose_matrix.png"]
-
 
 def test_cli_matrix(run_cli, tmp_path):
     rc, out, _ = run_cli("--matrix", "--out-dir", str(tmp_path))

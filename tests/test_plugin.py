@@ -14,6 +14,7 @@ import json
 import pytest
 
 from sparse_mla import diagnose as dg
+from sparse_mla import matrix as mx
 from sparse_mla.models import PRESET_CONFIGS
 
 OURS = "TRITON_MLA_SPARSE"
@@ -402,14 +403,14 @@ SMALL = dict(gpus=["rtx-pro-6000", "h200", "l40s"], kv_cache_dtypes=["auto", "bf
 @pytest.fixture(scope="module")
 def side_by_side(probes):
     probes("12.0", "bfloat16")
-    return dg.diagnose_matrix("glm-5", with_plugin=True, **SMALL)
+    return mx.diagnose_matrix("glm-5", with_plugin=True, **SMALL)
 
 
 def test_matrix_side_by_side_columns(side_by_side):
     df = side_by_side
     assert list(df.columns) == ["gpu", "capability", "kv_cache_dtype", "stock_selected", "with_plugin_selected",
                                 "stock_n_valid", "with_plugin_n_valid"]
-    assert dg.is_side_by_side(df) and df.attrs["with_plugin"] is True
+    assert mx.is_side_by_side(df) and df.attrs["with_plugin"] is True
     assert len(df) == 9
     cell = {(g, k): (s, p) for g, k, s, p in zip(df["gpu"], df["kv_cache_dtype"], df["stock_selected"],
                                                  df["with_plugin_selected"])}
@@ -417,13 +418,13 @@ def test_matrix_side_by_side_columns(side_by_side):
     assert cell[("l40s", "auto")] == ("none", OURS) and cell[("l40s", "bfloat16")] == ("none", OURS)
     assert cell[("l40s", "fp8")] == ("none", "none")                # our backend takes no fp8 cache
     assert cell[("h200", "auto")] == ("FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
-    changes = dg.matrix_changes(df)
+    changes = mx.matrix_changes(df)
     assert set(zip(changes["gpu"], changes["kv_cache_dtype"])) == \
         {("rtx-pro-6000", "bfloat16"), ("l40s", "auto"), ("l40s", "bfloat16")}
     assert set(changes["with_plugin_selected"]) == {OURS}
-    assert dg.no_backend_pairs(df) == [("l40s", "fp8")]
-    assert ("rtx-pro-6000", "bfloat16") in dg.no_backend_pairs(df, "stock_selected")
-    table = dg.matrix_table(df)
+    assert mx.no_backend_pairs(df) == [("l40s", "fp8")]
+    assert ("rtx-pro-6000", "bfloat16") in mx.no_backend_pairs(df, "stock_selected")
+    table = mx.matrix_table(df)
     assert list(table.columns.get_level_values(0).unique()) == ["stock", "with plugin"]
     assert table.loc["l40s (8.9)", ("with plugin", "auto")] == OURS
 
@@ -431,12 +432,12 @@ def test_matrix_side_by_side_columns(side_by_side):
 def test_matrix_side_by_side_files(side_by_side, tmp_path):
     import pandas as pd
 
-    paths = dg.write_matrix(side_by_side, tmp_path)
+    paths = mx.write_matrix(side_by_side, tmp_path)
     assert paths == {"csv": tmp_path / "diagnose_matrix_plugin.csv", "png": tmp_path / "diagnose_matrix_plugin.png"}
     assert pd.read_csv(paths["csv"], dtype={"capability": str}).equals(side_by_side)
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnose_matrix_plugin.csv", "diagnose_matrix_plugin.png"]
-    fig = dg.plot_matrix(side_by_side)
+    fig = mx.plot_matrix(side_by_side)
     assert len(fig.axes) == 2
     assert [ax.get_title() for ax in fig.axes] == ["stock vLLM", "with sparse_mla.plugin"]
 
@@ -445,7 +446,7 @@ def test_matrix_heatmap_colours(side_by_side):
     """"none" is red in both panels and TRITON_MLA_SPARSE has a colour of its own."""
     import numpy as np
 
-    fig = dg.plot_matrix_side_by_side(side_by_side)
+    fig = mx.plot_matrix_side_by_side(side_by_side)
     fig.canvas.draw()
     stock_ax, plugin_ax = fig.axes
 
@@ -455,8 +456,8 @@ def test_matrix_heatmap_colours(side_by_side):
 
     from matplotlib.colors import to_rgb
 
-    red = tuple(np.round(to_rgb(dg._NONE_COLOR), 3))
-    ours = tuple(np.round(to_rgb(dg._PLUGIN_COLOR), 3))
+    red = tuple(np.round(to_rgb(mx._NONE_COLOR), 3))
+    ours = tuple(np.round(to_rgb(mx._PLUGIN_COLOR), 3))
     rows = {g: i for i, g in enumerate(dict.fromkeys(side_by_side["gpu"]))}
     cols = {k: j for j, k in enumerate(dict.fromkeys(side_by_side["kv_cache_dtype"]))}
     assert colour(stock_ax, rows["l40s"], cols["auto"]) == red
@@ -470,7 +471,7 @@ def test_matrix_heatmap_colours(side_by_side):
 def test_cli_matrix_with_plugin(run_cli, tmp_path, monkeypatch):
     """``sparse-mla diagnose --matrix --with-plugin`` (on a smaller GPU x KV grid, to keep the test short): the
     side-by-side table on stdout, the plugin CSV/PNG written, the stock-only files not touched."""
-    monkeypatch.setattr(dg, "diagnose_matrix", functools.partial(dg.diagnose_matrix, **SMALL))
+    monkeypatch.setattr(mx, "diagnose_matrix", functools.partial(mx.diagnose_matrix, **SMALL))
     rc, out, _ = run_cli("--matrix", "--with-plugin", "--out-dir", str(tmp_path))
     assert rc == 0
     assert "stock_selected" in out and "with_plugin_selected" in out and OURS in out

@@ -28,7 +28,6 @@ def writable_dir(path, what: str = "output directory"):
     be created or written -- before any long work starts, so that nothing is computed for nowhere.
     """
     import os
-    from pathlib import Path
 
     if str(path).strip() == "":
         raise UserInputError(f"{what} is empty; accepted: a directory path")
