@@ -23,7 +23,7 @@ from pathlib import Path
 from . import summary
 from .errors import UserInputError, writable_dir
 
-NOTEBOOK_RE = re.compile(r"^\d\d_.+\.ipynb$")
+NOTEBOOK_RE = summary.NOTEBOOK_RE
 
 
 class NotebookFailed(RuntimeError):

@@ -112,6 +112,11 @@ def read_reports(notebook: str | os.PathLike) -> list[dict]:
     return found
 
 
+def executed_notebooks(folder: Path) -> list[Path]:
+    """``NN_*.ipynb`` files of ``folder`` in name order, without the chain's ``*.failed.ipynb`` partial outputs."""
+    return [p for p in sorted(folder.iterdir()) if NOTEBOOK_RE.match(p.name) and not p.name.endswith(".failed.ipynb")]
+
+
 def collect(results_dir: str | os.PathLike) -> list[dict]:
     """Reports of every executed ``NN_*.ipynb`` in ``results_dir`` (name order); notebooks without one are skipped,
     a notebook that cannot be read gives an entry saying so (a stray file must not fail the chain).
@@ -122,9 +127,7 @@ def collect(results_dir: str | os.PathLike) -> list[dict]:
         raise UserInputError(f"results directory {str(results_dir)!r} is not a directory; accepted: the folder "
                              f"holding executed NN_*.ipynb notebooks")
     out = []
-    for p in sorted(d.iterdir()):
-        if not NOTEBOOK_RE.match(p.name) or p.name.endswith(".failed.ipynb"):
-            continue
+    for p in executed_notebooks(d):
         try:
             out += read_reports(p)
         except Exception as e:  # noqa: BLE001  (nbformat raises several types for a bad file)
@@ -168,9 +171,7 @@ def profile_folders(results_root: str | os.PathLike) -> list[Path]:
     if not root.is_dir():
         raise UserInputError(f"results directory {str(results_root)!r} is not a directory; accepted: the folder "
                              f"holding one sub-folder per profile (results/)")
-    return [d for d in sorted(root.iterdir())
-            if d.is_dir() and any(NOTEBOOK_RE.match(p.name) and not p.name.endswith(".failed.ipynb")
-                                  for p in d.iterdir())]
+    return [d for d in sorted(root.iterdir()) if d.is_dir() and executed_notebooks(d)]
 
 
 def write_overview(results_root: str | os.PathLike) -> dict[str, Path]:
