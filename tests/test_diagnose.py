@@ -290,3 +290,22 @@ def test_stale_extension_flag_is_refreshed(monkeypatch, sm90_auto):
     assert rec["backends"] == sm90_auto["backends"]
     _no_machine_reasons(rec)
     assert flashmla_ops._flashmla_C_AVAILABLE is False
+
+
+def test_backend_verdicts_in_table_and_frame(sm90_auto):
+    """The CLI table and the notebook's frame say the same per backend: SELECTED, valid (noting a backend that is not
+    on the GPU's priority list, which the selector never tries), or vLLM's reasons."""
+    from sparse_mla.diagnose import backend_verdict, backends_frame, format_record
+
+    rec = sm90_auto
+    frame = backends_frame(rec)
+    table = format_record(rec)
+    for name, b in rec["backends"].items():
+        v = backend_verdict(rec, name)
+        assert frame.loc[name, "verdict"] == v and f"{name} " in table and v in table
+        if name == rec["selected"]:
+            assert v == "SELECTED"
+        elif b["reasons"]:
+            assert v == "; ".join(b["reasons"])
+        else:
+            assert v.startswith("valid") and (b["priority"] is None) == v.endswith("(not in this GPU's priority list)")

@@ -108,6 +108,17 @@ def test_cli_launch_missing_model_dir_names_path(tmp_path, capsys, fake_gpu):
     assert str(missing) in err[0] and "config.json" in err[0]
 
 
+def test_cli_launch_checks_arguments_before_the_gpu(tmp_path, capsys, no_gpu):
+    """On a machine without a GPU a wrong value is still named (and not hidden behind 'needs a CUDA GPU')."""
+    d = _model_dir(tmp_path)
+    for argv, news in ((["--model", str(tmp_path / "nosuch")], "nosuch"),
+                       (["--model", str(d), "--parity", "--backends", "TRITON_MLA_SPARSE,FOO"], "'FOO'"),
+                       (["--model", str(d), "--tp", "3"], "tensor-parallel size 3")):
+        assert cli.main(["launch", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and news in err[0] and "needs a CUDA GPU" not in err[0], err
+
+
 def test_cli_launch_dir_without_config_names_path(tmp_path, capsys, fake_gpu):
     d = tmp_path / "empty-model"
     d.mkdir()

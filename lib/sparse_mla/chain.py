@@ -121,6 +121,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
                              f"directory (default results/<profile>/): executed notebooks would overwrite their "
                              f"sources")
     done = []
+    wrote_overview = out_dir.resolve().parent == (root / "results").resolve()
     for nb in chain:
         target = out_dir / nb.name
         tmp = out_dir / f".{nb.stem}.running.ipynb"
@@ -147,12 +148,18 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
         done.append(target)
         summary.write_summary(out_dir)   # after every notebook: a later failure keeps what ran
-        if out_dir.resolve().parent == (root / "results").resolve():
+        if wrote_overview:
             summary.write_overview(out_dir.parent)   # results/summary.*: every profile folder side by side
         if progress:
-            print(f"[sparse-mla run] {nb.name} -> {target.relative_to(root) if target.is_relative_to(root) else target}"
-                  f" ({time.time() - t0:.0f} s)", flush=True)
+            print(f"[sparse-mla run] {nb.name} -> {_shown(target, root)} ({time.time() - t0:.0f} s)", flush=True)
+    if progress and done:
+        tops = [out_dir / "summary.md"] + ([out_dir.parent / "summary.md"] if wrote_overview else [])
+        print(f"[sparse-mla run] summary: {' and '.join(_shown(t, root) for t in tops)} (and .json)", flush=True)
     return done
+
+
+def _shown(path: Path, root: Path) -> str:
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)
 
 
 def _finalize(path: Path, source: Path, target: Path, root: Path, profile: str) -> None:

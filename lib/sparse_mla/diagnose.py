@@ -882,14 +882,24 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         return _probe(req)
 
 
+def backend_verdict(rec: Mapping[str, Any], name: str) -> str:
+    """One backend's line in a :func:`diagnose` record: ``SELECTED``, ``valid`` (with a note when the backend is not
+    on this GPU's priority list, so vLLM's selector never tries it), or vLLM's reasons joined by ``"; "``."""
+    b = rec["backends"][name]
+    if b["reasons"]:
+        return "; ".join(b["reasons"])
+    if name == rec["selected"]:
+        return "SELECTED"
+    return "valid" + ("" if b["priority"] is not None else " (not in this GPU's priority list)")
+
+
 def backends_frame(rec: Mapping[str, Any]):
     """The record's ``backends`` as a ``pandas.DataFrame`` (backend, priority, verdict), in the record's order."""
     import pandas as pd
 
     rows = []
     for name, b in rec["backends"].items():
-        verdict = ("SELECTED" if name == rec["selected"] else "valid") if not b["reasons"] else "; ".join(b["reasons"])
-        rows.append({"backend": name, "priority": b["priority"], "verdict": verdict})
+        rows.append({"backend": name, "priority": b["priority"], "verdict": backend_verdict(rec, name)})
     df = pd.DataFrame(rows, columns=["backend", "priority", "verdict"])
     df["priority"] = df["priority"].astype("Int64")
     return df.set_index("backend")
@@ -930,12 +940,7 @@ def format_record(rec: Mapping[str, Any]) -> str:
     lines.append(f"{'-' * w}  {'-' * 4}  {'-' * 7}")
     for name, b in rows:
         prio = "-" if b["priority"] is None else str(b["priority"])
-        if name == rec["selected"]:
-            verdict = "SELECTED"
-        elif not b["reasons"]:
-            verdict = "valid" + ("" if b["priority"] is not None else " (not in this GPU's priority list)")
-        else:
-            verdict = "; ".join(b["reasons"])
+        verdict = backend_verdict(rec, name)
         lines.append(f"{name:<{w}}  {prio:>4}  {verdict}")
     lines += ["", f"vLLM: {rec['verdict']}", f"Simulated: {describe_simulated(rec['simulated'])}"]
     if rec.get("plugin"):

@@ -494,8 +494,7 @@ def add_cli(sub) -> None:
 
 
 def _cli(args) -> int:
-    require_gpu()
-    model = check_model_dir(args.model)
+    model = check_model_dir(args.model)   # every argument is checked first: a wrong value is news on any machine
     try:
         lengths = [int(x) for x in str(args.prompt_lengths).split(",") if x.strip()]
     except ValueError:
@@ -524,6 +523,7 @@ def _cli(args) -> int:
     backends = normalize_backends(backends)
     if args.json_out is not None:
         writable_file(args.json_out, "--json-out file")   # before the engine, not after
+    require_gpu()
     if args.parity:
         rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
                          throughput=thr, out=args.json_out or default_record_path(tp), tp=tp)
