@@ -200,6 +200,7 @@ def test_deterministic_cli_and_overwrite(ckpt, tmp_path, only_checkpoint_cli, ca
     out = tmp_path / "again"
     out.mkdir()
     (out / "junk.txt").write_text("old")
+    (out / "config.json").write_text("{}")   # an earlier checkpoint: --overwrite may replace it
     assert cli.main(["make-checkpoint", str(out)]) == 2  # non-empty, no --overwrite
     assert "junk.txt" in os.listdir(out) and "not empty" in capsys.readouterr().err
     assert cli.main(["make-checkpoint", str(out), "--seed", "0", "--overwrite"]) == 0
@@ -229,6 +230,33 @@ def test_refuses_overwrite_without_flag(tmp_path):
     f.write_text("")
     with pytest.raises(UserInputError, match="not a directory"):
         ck.make_checkpoint(f)
+
+
+def test_overwrite_replaces_only_a_checkpoint_elsewhere_than_here(tmp_path, monkeypatch):
+    """--overwrite never replaces a folder that is not a checkpoint, nor the current directory or one above it; an
+    empty or blank path is refused (it would mean the current directory)."""
+    monkeypatch.setattr(ck, "make_state_dict", lambda cfg, seed=0: pytest.fail("work started"))
+    work = tmp_path / "thesis"
+    work.mkdir()
+    (work / "thesis.txt").write_text("years of work")
+    with pytest.raises(UserInputError, match="holds no config.json"):
+        ck.make_checkpoint(work, overwrite=True)
+    (work / "config.json").write_text("{}")
+    sub = work / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    for bad, match in (("..", "holds the current working directory"), (str(work), "holds the current working"),
+                       ("", "is empty"), ("   ", "is empty")):
+        with pytest.raises(UserInputError, match=match):
+            ck.make_checkpoint(bad, overwrite=True)
+    assert (work / "thesis.txt").read_text() == "years of work" and sub.is_dir()
+
+
+@pytest.mark.parametrize("kwargs, match", [({"index_topk": 2**40}, "up to 1048576"),
+                                           ({"num_layers": 100000}, "at most 128")])
+def test_upper_bounds(kwargs, match):
+    with pytest.raises(UserInputError, match=match):
+        ck.preset_config(**kwargs)
 
 
 def test_failure_leaves_nothing(tmp_path, monkeypatch):

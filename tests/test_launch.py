@@ -3,6 +3,7 @@
 reference GLM-5 forward with the Triton kernel (interpreter, fp32) as its attention core matches plain attention
 on a prompt longer than index_topk."""
 import json
+import os
 import math
 
 import pytest
@@ -362,11 +363,17 @@ def test_cli_json_out_checked_before_the_engine(tmp_path, capsys, fake_gpu, no_e
     blocker = tmp_path / "afile"
     blocker.write_text("keep")
     d = _model_dir(tmp_path)
-    for bad, says in ((tmp_path, "is a directory"), (blocker / "x.json", "is a file"), ("", "is empty")):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    config = (d / "config.json").read_text()
+    for bad, says in ((tmp_path, "is a directory"), (blocker / "x.json", "is a file"), ("", "is empty"),
+                      (fifo, "not a regular file"), (d / "config.json", "inside the model directory"),
+                      (d / "sub" / "rec.json", "inside the model directory")):
         assert cli.main(["launch", "--model", str(d), "--json-out", str(bad), *mode]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
-    assert blocker.read_text() == "keep"
+    assert blocker.read_text() == "keep" and (d / "config.json").read_text() == config
+    assert fifo.exists() and not fifo.is_file() and not (d / "sub").exists()
 
 
 @pytest.mark.parametrize("overrides,says", [

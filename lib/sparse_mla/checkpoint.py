@@ -80,6 +80,12 @@ _NORM_WEIGHT_STD = 0.05
 _BIAS_STD = 0.05
 
 
+#: Upper bounds of make-checkpoint's knobs: index_topk as ``sparse-mla launch`` accepts it
+#: (``launch.check_model_dir``), layers well above GLM-5's 78 (each tiny layer is ~100 MB of weights).
+MAX_INDEX_TOPK = 2**20
+MAX_LAYERS = 128
+
+
 def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers: int | None = None) -> dict:
     """The ``config.json`` dict of ``preset`` with ``index_topk`` and ``num_hidden_layers`` filled in.
 
@@ -89,17 +95,20 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
     if preset not in PRESET_CONFIGS:
         raise UserInputError(f"unknown checkpoint preset {preset!r}; accepted: {', '.join(PRESETS)}")
     if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk <= 0 \
-            or index_topk % INDEX_TOPK_MULTIPLE:
+            or index_topk % INDEX_TOPK_MULTIPLE or index_topk > MAX_INDEX_TOPK:
         raise UserInputError(
-            f"index_topk {index_topk!r} is not a positive multiple of {INDEX_TOPK_MULTIPLE} (vLLM converts "
-            f"top-k indices in groups of {INDEX_TOPK_MULTIPLE}); accepted: e.g. 256, 512, 1024, 2048")
+            f"index_topk {index_topk!r} is not a positive multiple of {INDEX_TOPK_MULTIPLE} up to {MAX_INDEX_TOPK} "
+            f"(vLLM converts top-k indices in groups of {INDEX_TOPK_MULTIPLE}; `sparse-mla launch` takes at most "
+            f"{MAX_INDEX_TOPK}); accepted: e.g. 256, 512, 1024, 2048")
     cfg = copy.deepcopy(PRESET_CONFIGS[preset])
     if num_layers is not None:
         min_layers = cfg["first_k_dense_replace"] + 1
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < min_layers:
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not \
+                min_layers <= num_layers <= MAX_LAYERS:
             raise UserInputError(
-                f"num_layers {num_layers!r} leaves no MoE layer (first_k_dense_replace "
-                f"{cfg['first_k_dense_replace']}); accepted: an integer >= {min_layers}")
+                f"num_layers {num_layers!r} is not accepted (at least {min_layers} so that one MoE layer follows "
+                f"first_k_dense_replace {cfg['first_k_dense_replace']} dense ones; at most {MAX_LAYERS}, above "
+                f"GLM-5's 78); accepted: an integer from {min_layers} to {MAX_LAYERS}")
         cfg["num_hidden_layers"] = num_layers
     cfg["index_topk"] = index_topk
     return cfg
@@ -221,12 +230,22 @@ def _train_tokenizer(vocab_size: int):
 
 
 def _check_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuse an output that is a file, a non-empty directory without ``overwrite``, or -- even with ``overwrite`` --
+    a directory that is not a checkpoint (no ``config.json``) or that holds the current working directory."""
     if out.exists() and not out.is_dir():
         raise UserInputError(f"checkpoint output {str(out)!r} exists and is not a directory; accepted: a new or "
                              f"empty directory path")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserInputError(f"checkpoint directory {str(out)!r} exists and is not empty; accepted: a new or empty "
                              f"directory, or --overwrite (overwrite=True in Python)")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / "config.json").is_file():
+            raise UserInputError(f"checkpoint directory {str(out)!r} is not empty and holds no config.json: "
+                                 f"--overwrite replaces only an earlier checkpoint; accepted: a new or empty directory, "
+                                 f"or a checkpoint directory with --overwrite")
+        if Path.cwd().resolve().is_relative_to(out.resolve()):
+            raise UserInputError(f"checkpoint directory {str(out)!r} holds the current working directory; accepted: "
+                                 f"a directory outside it")
 
 
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
@@ -245,7 +264,9 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     cfg = preset_config(preset, index_topk, num_layers)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
-    out = expand_path(out_dir, "checkpoint directory").absolute()
+    if str(out_dir).strip() == "":
+        raise UserInputError(f"checkpoint directory {str(out_dir)!r} is empty; accepted: a directory path")
+    out = Path(os.path.normpath(expand_path(out_dir, "checkpoint directory").absolute()))   # "..", "a/." too
     _check_out_dir(out, overwrite)
     writable_dir(out.parent, "checkpoint parent directory")
 

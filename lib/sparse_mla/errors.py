@@ -50,7 +50,8 @@ def writable_dir(path, what: str = "output directory"):
 
 def writable_file(path, what: str = "output file"):
     """Return ``path`` as a :class:`pathlib.Path` after checking that a file can be written there: not empty, not an
-    existing directory, its folder (made if missing) writable. Raises :class:`UserInputError` naming the path --
+    existing directory or special file (device, FIFO: the atomic write would replace it), its folder (made if
+    missing) writable. Raises :class:`UserInputError` naming the path --
     before the work whose result would go there."""
     from pathlib import Path
 
@@ -59,5 +60,8 @@ def writable_file(path, what: str = "output file"):
     p = expand_path(path, what)
     if p.is_dir():
         raise UserInputError(f"{what} {str(path)!r} is a directory; accepted: a file path")
+    if p.exists() and not p.is_file():
+        raise UserInputError(f"{what} {str(path)!r} is not a regular file (a device, FIFO or socket), which a record "
+                             f"would replace; accepted: a regular file path")
     writable_dir(p.parent if str(p.parent) else Path("."), f"folder of the {what}")
     return p

@@ -102,6 +102,17 @@ MAX_MODEL_LEN = 4096   # the engines' max_model_len (offline and served)
 DEFAULT_THROUGHPUT = {"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}
 
 
+def record_file(path, model: Path, what: str = "record file") -> Path:
+    """``path`` for a launch record, checked before any engine: a writable regular-file path (``errors.writable_file``)
+    outside the model directory (a record must never replace the config or weights the engine reads). Raises
+    :class:`UserInputError` naming the path."""
+    if path is not None and str(path).strip() not in ("", ".") \
+            and expand_path(path, what).resolve().is_relative_to(Path(model).resolve()):
+        raise UserInputError(f"{what} {str(path)!r} is inside the model directory {str(model)!r}, whose files the "
+                             f"engine reads; accepted: a path outside it")
+    return writable_file(path, what)
+
+
 def normalize_backends(backends) -> tuple[str, ...]:
     """Backend names for a parity run: upper-cased, stripped, duplicates dropped (order kept), each known to vLLM or
     ours. Raises :class:`UserInputError` for a plain string, an empty list or an unknown name."""
@@ -407,7 +418,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     tp = check_tp(model, tp)
     backends = normalize_backends(backends)
     prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
-    out = writable_file(out, "record file")   # before the engines, not after
+    out = record_file(out, model)   # before the engines, not after
     cfg = json.loads((model / "config.json").read_text())
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -522,7 +533,7 @@ def _cli(args) -> int:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
     backends = normalize_backends(backends)
     if args.json_out is not None:
-        writable_file(args.json_out, "--json-out file")   # before the engine, not after
+        record_file(args.json_out, model, "--json-out file")   # before the engine, not after
     require_gpu()
     if args.parity:
         rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
