@@ -184,3 +184,95 @@ def test_overview_of_an_empty_or_missing_results_folder(tmp_path):
     assert "No executed notebooks yet" in paths["md"].read_text()
     with pytest.raises(UserInputError, match="not a directory"):
         summary.write_overview(tmp_path / "missing")
+
+
+def _executed(path, meta=None, mime=None):
+    """A notebook as the chain leaves it, with papermill metadata and one report output (both overridable)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["papermill"] = meta if meta is not None else {"parameters": {"x": 1}, "end_time": "2026-12-01T00:00"}
+    nb.metadata["sparse_mla"] = {"profile": "cpu"}
+    cell = nbformat.v4.new_code_cell("summary.report(...)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        summary.MIME: mime if mime is not None else {"title": "t", "values": [["a", 1]]}, "text/plain": "a: 1"})]
+    nb.cells = [cell]
+    nbformat.write(nb, str(path))
+
+
+@pytest.mark.parametrize("meta, mime", [
+    ({"parameters": {}, "end_time": 17}, None),
+    ({"parameters": [1, 2], "end_time": None}, None),
+    (None, {"title": "t", "values": [[1, 2]]}),
+    (None, {"title": 5, "values": []}),
+])
+def test_malformed_records_become_unreadable_entries_not_failures(tmp_path, meta, mime):
+    _executed(tmp_path / "01_good.ipynb")
+    _executed(tmp_path / "02_odd.ipynb", meta, mime)
+    paths = summary.write_summary(tmp_path)
+    reps = json.loads(paths["json"].read_text())["notebooks"]
+    assert [r["title"] for r in reps] == ["t", "02_odd.ipynb (unreadable)"]
+    md = paths["md"].read_text()
+    assert "## t" in md and "## 02_odd.ipynb (unreadable)" in md
+    (tmp_path / "gpu").mkdir()
+    _executed(tmp_path / "gpu" / "01_x.ipynb", meta, mime)
+    assert json.loads(summary.write_overview(tmp_path)["json"].read_text())["profiles"]["gpu"][0]["title"] == \
+        "01_x.ipynb (unreadable)"
+
+
+def test_special_files_are_skipped_and_empty_paths_refused(tmp_path):
+    import os
+
+    _executed(tmp_path / "01_good.ipynb")
+    os.mkfifo(tmp_path / "02_pipe.ipynb")
+    assert [r["notebook"] for r in summary.collect(tmp_path)] == ["01_good.ipynb"]   # returns: the FIFO is not read
+    for fn in (summary.write_summary, summary.write_overview):
+        for bad in ("", "  ", None):
+            with pytest.raises(UserInputError, match="is empty"):
+                fn(bad)
+
+
+def test_run_refuses_results_root_and_another_profiles_folder(tmp_path, monkeypatch):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    _notebook(nbs / "01_a.ipynb", "1")
+    (tmp_path / "params").mkdir()
+    for name in ("cpu", "gpu"):
+        (tmp_path / "params" / f"{name}.yaml").write_text("{}")
+    monkeypatch.setattr(chain, "project_root", lambda: tmp_path)
+    overview = tmp_path / "results" / "summary.json"
+    overview.parent.mkdir()
+    overview.write_text("the overview")
+    with pytest.raises(UserInputError, match="is results/ itself"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "results", progress=False)
+    with pytest.raises(UserInputError, match="holds the records of profile 'gpu'"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "results" / "gpu", progress=False)
+    assert overview.read_text() == "the overview" and not (tmp_path / "results" / "gpu").exists()
+
+
+def test_profile_files_with_odd_content(tmp_path, monkeypatch):
+    params = tmp_path / "params"
+    params.mkdir()
+    (params / "d.yaml").mkdir()
+    (params / "cpu.yaml").write_text("{}")
+    assert chain.profiles(params) == ["cpu"]
+    (params / "dated.yaml").write_text("01_a: {model: 2020-01-01}\n")
+    with pytest.raises(UserInputError, match="dated.yaml: parameters of '01_a' are not plain values"):
+        chain.load_profile("dated", params)
+    (params / "mixed.yaml").write_text("01: {}\nfoo: {}\n")
+    with pytest.raises(UserInputError, match="notebook stems \\(strings\\)"):
+        chain.load_profile("mixed", params)
+
+
+def test_overview_failure_warns_and_the_chain_goes_on(tmp_path, monkeypatch, capsys):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    _notebook(nbs / "01_a.ipynb", "from sparse_mla import summary\nsummary.report('a', {'x': 1})")
+    _notebook(nbs / "02_b.ipynb", "from sparse_mla import summary\nsummary.report('b', {'y': 2})")
+    monkeypatch.setattr(chain, "project_root", lambda: tmp_path)
+    monkeypatch.setattr(chain, "load_profile", lambda p: {})
+    (tmp_path / "results" / "summary.md").mkdir(parents=True)   # a folder where the overview's file goes
+    done = chain.run_chain("cpu", notebooks_dir=nbs, progress=True)
+    assert [p.name for p in done] == ["01_a.ipynb", "02_b.ipynb"]
+    out = capsys.readouterr().out
+    assert "warning: results/summary.* not updated" in out
+    assert [r["title"] for r in json.loads((tmp_path / "results" / "cpu" / "summary.json").read_text())["notebooks"]] \
+        == ["a", "b"]

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from . import summary
-from .errors import UserInputError, writable_dir
+from .errors import UserInputError, expand_path, writable_dir
 
 NOTEBOOK_RE = summary.NOTEBOOK_RE
 
@@ -36,8 +36,9 @@ def project_root() -> Path:
 
 
 def profiles(params_dir: Path | None = None) -> list[str]:
+    """Names of the profile files ``params/<profile>.yaml``."""
     params_dir = params_dir or project_root() / "params"
-    return sorted(p.stem for p in params_dir.glob("*.yaml"))
+    return sorted(p.stem for p in params_dir.glob("*.yaml") if p.is_file())
 
 
 def discover(notebooks_dir: Path) -> list[Path]:
@@ -61,8 +62,17 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise UserInputError(f"profile file {path.name} is not valid YAML ({type(e).__name__}); accepted: a mapping "
                              f"of notebook stems to parameter dicts") from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise UserInputError(f"profile file {path.name} must map notebook stems to parameter dicts")
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in data.items()):
+        raise UserInputError(f"profile file {path.name} must map notebook stems (strings) to parameter dicts")
+    import json
+
+    for stem, values in data.items():
+        try:
+            json.dumps(values)
+        except (TypeError, ValueError) as e:
+            raise UserInputError(f"profile file {path.name}: parameters of {stem!r} are not plain values ({e}); "
+                                 f"accepted: strings, numbers, booleans, null, lists and mappings (quote dates)") \
+                from None
     return data
 
 
@@ -115,11 +125,19 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         chain = picked
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
         raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
-    out_dir = writable_dir(out_dir)
-    if out_dir.resolve() == notebooks_dir.resolve():
+    where = expand_path(out_dir, "output directory").resolve()   # checked before anything is created
+    if where == notebooks_dir.resolve():
         raise UserInputError(f"output directory {str(out_dir)!r} is the notebooks' own folder; accepted: another "
                              f"directory (default results/<profile>/): executed notebooks would overwrite their "
                              f"sources")
+    results_root = (root / "results").resolve()
+    if where == results_root:
+        raise UserInputError(f"output directory {str(out_dir)!r} is results/ itself, which holds the overview of all "
+                             f"profiles (summary.*); accepted: results/{profile}/ (the default) or another directory")
+    if where.parent == results_root and where.name != profile and where.name in profiles():
+        raise UserInputError(f"output directory {str(out_dir)!r} holds the records of profile {where.name!r}; "
+                             f"accepted for profile {profile!r}: results/{profile}/ (the default) or another directory")
+    out_dir = writable_dir(out_dir)
     done = []
     wrote_overview = out_dir.resolve().parent == (root / "results").resolve()
     for nb in chain:
@@ -149,7 +167,12 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         done.append(target)
         summary.write_summary(out_dir)   # after every notebook: a later failure keeps what ran
         if wrote_overview:
-            summary.write_overview(out_dir.parent)   # results/summary.*: every profile folder side by side
+            try:   # results/summary.*: every profile folder side by side; secondary to this profile's own summary
+                summary.write_overview(out_dir.parent)
+            except OSError as e:
+                wrote_overview = False
+                print(f"[sparse-mla run] warning: results/summary.* not updated ({type(e).__name__}: {e}); "
+                      f"this profile's summary is {_shown(out_dir / 'summary.md', root)}", flush=True)
         if progress:
             print(f"[sparse-mla run] {nb.name} -> {_shown(target, root)} ({time.time() - t0:.0f} s)", flush=True)
     if progress and done:

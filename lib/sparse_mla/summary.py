@@ -100,21 +100,31 @@ def read_reports(notebook: str | os.PathLike) -> list[dict]:
 
     nb = nbformat.read(str(notebook), as_version=4)
     meta = nb.metadata.get("papermill", {})
+    profile = nb.metadata.get("sparse_mla", {}).get("profile")
+    parameters, executed = meta.get("parameters", {}), meta.get("end_time")
+    # what the chain wrote has these types; anything else is not a record of ours (collect() lists it as unreadable)
+    if not (isinstance(parameters, dict) and isinstance(executed, (str, type(None)))
+            and isinstance(profile, (str, type(None)))):
+        raise ValueError("papermill/sparse_mla metadata of unexpected types")
     found = []
     for cell in nb.cells:
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             data = out.get("data", {})
             if MIME in data and isinstance(data[MIME], dict) and "title" in data[MIME]:
-                found.append({"notebook": Path(notebook).name, "title": data[MIME]["title"],
-                              "profile": nb.metadata.get("sparse_mla", {}).get("profile"),
-                              "parameters": meta.get("parameters", {}), "executed": meta.get("end_time"),
-                              "values": dict(data[MIME]["values"])})
+                title, values = data[MIME]["title"], dict(data[MIME]["values"])
+                if not isinstance(title, str) or not all(isinstance(k, str) for k in values):
+                    raise ValueError(f"{MIME} output with a non-string title or label")
+                found.append({"notebook": Path(notebook).name, "title": title, "profile": profile,
+                              "parameters": {str(k): v for k, v in parameters.items()}, "executed": executed,
+                              "values": values})
     return found
 
 
 def executed_notebooks(folder: Path) -> list[Path]:
-    """``NN_*.ipynb`` files of ``folder`` in name order, without the chain's ``*.failed.ipynb`` partial outputs."""
-    return [p for p in sorted(folder.iterdir()) if NOTEBOOK_RE.match(p.name) and not p.name.endswith(".failed.ipynb")]
+    """``NN_*.ipynb`` entries of ``folder`` in name order, without the chain's ``*.failed.ipynb`` partial outputs and
+    without special files (a FIFO would block the reader forever)."""
+    return [p for p in sorted(folder.iterdir()) if NOTEBOOK_RE.match(p.name) and not p.name.endswith(".failed.ipynb")
+            and (p.is_file() or p.is_dir() or not p.exists())]
 
 
 def collect(results_dir: str | os.PathLike) -> list[dict]:
@@ -157,28 +167,47 @@ def to_markdown(reports: list[dict]) -> str:
 
 def write_summary(results_dir: str | os.PathLike) -> dict[str, Path]:
     """Write ``summary.json`` and ``summary.md`` into ``results_dir`` (each atomically); returns their paths."""
-    d = Path(results_dir)
+    d = _folder(results_dir)
     reports = collect(d)
+    return _write_pair(d, {"notebooks": reports}, to_markdown(reports))
+
+
+def _folder(path) -> Path:
+    if path is None or str(path).strip() == "":
+        raise UserInputError(f"results directory {path!r} is empty; accepted: a directory path")
+    return Path(path)
+
+
+def _write_pair(d: Path, doc: dict, md: str) -> dict[str, Path]:
+    """Both texts are made before either file is written, so the pair never disagrees after a failure."""
+    text = json.dumps(doc, indent=1) + "\n"
     paths = {"json": d / "summary.json", "md": d / "summary.md"}
-    atomic_write_text(paths["json"], json.dumps({"notebooks": reports}, indent=1) + "\n")
-    atomic_write_text(paths["md"], to_markdown(reports))
+    atomic_write_text(paths["json"], text)
+    atomic_write_text(paths["md"], md)
     return paths
 
 
 def profile_folders(results_root: str | os.PathLike) -> list[Path]:
     """Sub-folders of ``results_root`` that hold executed ``NN_*.ipynb`` notebooks (name order)."""
-    root = Path(results_root)
+    root = _folder(results_root)
     if not root.is_dir():
         raise UserInputError(f"results directory {str(results_root)!r} is not a directory; accepted: the folder "
                              f"holding one sub-folder per profile (results/)")
-    return [d for d in sorted(root.iterdir()) if d.is_dir() and executed_notebooks(d)]
+    folders = []
+    for d in sorted(root.iterdir()):
+        try:
+            if d.is_dir() and executed_notebooks(d):
+                folders.append(d)
+        except OSError:   # a folder this user cannot list is no profile folder of this run
+            continue
+    return folders
 
 
 def write_overview(results_root: str | os.PathLike) -> dict[str, Path]:
     """Write ``summary.json`` (``{"profiles": {folder: [reports]}}``) and ``summary.md`` (one part per profile
     folder) into ``results_root``, each atomically, from the executed notebooks of every profile folder under it;
     returns their paths. Raises :class:`UserInputError` when ``results_root`` is not a directory."""
-    root = Path(results_root)
+    root = _folder(results_root)
     parts = {d.name: collect(d) for d in profile_folders(root)}
     lines = ["# Workbook summary, all profiles", "",
              "Collected by `sparse-mla run` from the executed notebooks under `results/<profile>/` (each notebook's "
@@ -188,7 +217,4 @@ def write_overview(results_root: str | os.PathLike) -> dict[str, Path]:
         lines += [f"## Profile folder `{name}/`", "", *_sections(reports, "###")]
     if not parts:
         lines += ["No executed notebooks yet: `sparse-mla run` writes them to `results/<profile>/`.", ""]
-    paths = {"json": root / "summary.json", "md": root / "summary.md"}
-    atomic_write_text(paths["json"], json.dumps({"profiles": parts}, indent=1) + "\n")
-    atomic_write_text(paths["md"], "\n".join(lines))
-    return paths
+    return _write_pair(root, {"profiles": parts}, "\n".join(lines))
