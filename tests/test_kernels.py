@@ -121,6 +121,9 @@ def _good():
     (lambda a: (a[0], a[1], a[2], torch.full_like(a[3].long(), -2**32), a[4]), "slot -4294967296"),
     (lambda a: (a[0], a[1], a[2], torch.full_like(a[3].long(), 2**32 + 3), a[4]), "slot 4294967299"),
     (lambda a: (*a[:4], True), "sm_scale True"),
+    (lambda a: (*a[:4], 1e38), "sm_scale 1e\\+38"),
+    (lambda a: (a[0], a[1], a[2].half(), *a[3:]), "kv_cache=torch.float16"),   # cache dtype differs from q's
+    (lambda a: tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in a), "meta device"),
 ])
 def test_bad_inputs(mutate, match):
     args = mutate(_good())
@@ -141,7 +144,29 @@ def test_int64_indices_are_range_checked_even_without_check_indices():
 
 
 @pytest.mark.parametrize("kw, match", [({"block_n": 48}, "block_n 48"), ({"block_h": 0}, "block_h 0"),
-                                       ({"num_splits": 0}, "num_splits 0")])
+                                       ({"num_splits": 0}, "num_splits 0"), ({"block_n": 2**20}, "block_n 1048576"),
+                                       ({"dot_dtype": "fp16"}, "dot_dtype 'fp16'"),
+                                       ({"dot_dtype": torch.int8}, "dot_dtype torch.int8"),
+                                       ({"blockn": 32}, "unknown launch override.*blockn.*accepted: block_h")])
 def test_bad_launch_overrides(kw, match):
     with pytest.raises(UserInputError, match=match):
         sparse_mla_attention(*_good(), **kw)
+
+
+def test_bad_outputs_and_scalar_kinds():
+    """``out``/``lse`` of the wrong kind or device are refused; numpy scalars are accepted as ``sm_scale``, and the
+    result is the reference's."""
+    import numpy as np
+
+    from sparse_mla.reference import sparse_mla_attention_ref
+
+    q_nope, q_pe, kv, idx, scale = _good()
+    for kw, match in (({"out": [1]}, "out must be a torch.Tensor"), ({"lse": 3.0}, "lse must be a torch.Tensor"),
+                      ({"out": torch.empty(2, 4, 512, device="meta")}, "out is on meta")):
+        with pytest.raises(UserInputError, match=match):
+            sparse_mla_attention(q_nope, q_pe, kv, idx, scale, **kw)
+    poisoned = torch.full((2, 4, 512), float("nan"))
+    out, lse = sparse_mla_attention(q_nope, q_pe, kv, idx, np.float32(scale), out=poisoned)
+    assert out is poisoned
+    ref_out, ref_lse = sparse_mla_attention_ref(q_nope.double(), q_pe.double(), kv.double(), idx, scale)
+    assert rel_err(out, ref_out) < 1e-5 and rel_err(lse, ref_lse) < 1e-5

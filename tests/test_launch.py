@@ -238,12 +238,12 @@ def test_attention_config_unknown_backend_names_it():
     assert "TRITON_MLA_SPARSE" in str(e.value) and "FLASHMLA_SPARSE" in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["FLASH_ATTN", "triton_mla", "FLASHMLA"])
+@pytest.mark.parametrize("name", ["FLASH_ATTN", "triton_mla", "FLASHMLA", "XPU_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE"])
 def test_attention_config_rejects_dense_backends_before_an_engine(name):
     """vLLM knows these names, but none runs a DSA model's sparse attention: refused by name, not by a failed engine."""
-    with pytest.raises(UserInputError, match=rf"{name!r} is not a sparse MLA backend.*FLASH_ATTN_MLA_SPARSE"):
+    with pytest.raises(UserInputError, match=rf"{name!r} is not a CUDA sparse MLA backend.*FLASH_ATTN_MLA_SPARSE"):
         launch.attention_config(name)
-    with pytest.raises(UserInputError, match="not a sparse MLA backend"):
+    with pytest.raises(UserInputError, match="not a CUDA sparse MLA backend"):
         launch.normalize_backends([launch.OURS, name])
 
 

@@ -162,11 +162,13 @@ def check_generation(prompt_lengths, max_tokens, throughput=None):
 
 
 def sparse_mla_backend_names() -> list[str]:
-    """vLLM's sparse MLA backend names (``AttentionBackendEnum`` members whose name holds both ``MLA`` and ``SPARSE``;
-    ``vllm/v1/attention/backends/registry.py``): the only ones that can run a DSA model's attention."""
+    """vLLM's CUDA sparse MLA backend names (``AttentionBackendEnum`` members whose name holds both ``MLA`` and
+    ``SPARSE``, without the ROCm and XPU ones; ``vllm/v1/attention/backends/registry.py``): the only ones that can run
+    a DSA model's attention on an NVIDIA GPU (vLLM still validates each against the GPU and the model)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    return [m for m in AttentionBackendEnum.__members__ if "MLA" in m and "SPARSE" in m]
+    return [m for m in AttentionBackendEnum.__members__
+            if "MLA" in m and "SPARSE" in m and not m.startswith(("ROCM_", "XPU_"))]
 
 
 def attention_config(backend: str) -> dict | None:
@@ -188,7 +190,7 @@ def attention_config(backend: str) -> dict | None:
 
     sparse = sparse_mla_backend_names()
     if backend.upper() not in sparse:
-        what = ("is not a sparse MLA backend (a DSA model's attention needs one)"
+        what = ("is not a CUDA sparse MLA backend (a DSA model's attention on an NVIDIA GPU needs one)"
                 if backend.upper() in AttentionBackendEnum.__members__ else "is unknown")
         raise UserInputError(f"attention backend {backend!r} {what}; accepted: auto, {OURS}, or one of vLLM's sparse "
                              f"MLA backends ({', '.join(sparse)})")

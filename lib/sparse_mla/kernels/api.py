@@ -6,6 +6,7 @@ Contract (what vLLM's sparse ``forward_mqa`` receives; ``vllm/model_executor/lay
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -16,6 +17,10 @@ from ..errors import UserInputError
 from .sparse_mla_fwd import LOG2E, _merge_splits_kernel, _sparse_mla_fwd_kernel
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: Launch overrides :func:`sparse_mla_attention` passes on to :func:`choose_config`.
+CONFIG_KEYS = ("block_h", "block_n", "block_dv", "num_splits", "num_warps", "num_stages", "dot_dtype")
+#: Largest accepted softmax scale: far above any model's ``qk_head_dim ** -0.5`` (<= 1); fp32 scores stay finite.
+MAX_SM_SCALE = 1e4
 _TORCH_TO_TL = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
@@ -68,13 +73,16 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
     Fewer heads than ``BLOCK_H`` are masked, never padded in memory. Any explicit argument overrides the heuristic
     (the benchmark sweeps them).
     """
-    for name, v, lo in (("block_h", block_h, 16), ("block_n", block_n, 16), ("block_dv", block_dv, 16),
-                        ("num_warps", num_warps, 1)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo or v & (v - 1)):
-            raise UserInputError(f"{name} {v!r} is not accepted; accepted: a power of two >= {lo}")
-    for name, v, lo in (("num_splits", num_splits, 1), ("num_stages", num_stages, 1)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
-            raise UserInputError(f"{name} {v!r} is not accepted; accepted: an integer >= {lo}")
+    for name, v, lo, hi in (("block_h", block_h, 16, 128), ("block_n", block_n, 16, 256),
+                            ("block_dv", block_dv, 16, 512), ("num_warps", num_warps, 1, 32)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi or v & (v - 1)):
+            raise UserInputError(f"{name} {v!r} is not accepted; accepted: a power of two from {lo} to {hi}")
+    for name, v, lo, hi in (("num_splits", num_splits, 1, 1024), ("num_stages", num_stages, 1, 8)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
+            raise UserInputError(f"{name} {v!r} is not accepted; accepted: an integer from {lo} to {hi}")
+    if dot_dtype is not None and dot_dtype not in _FLOAT_DTYPES:
+        raise UserInputError(f"dot_dtype {dot_dtype!r} is not accepted; accepted: torch.bfloat16, torch.float16 or "
+                             f"torch.float32")
     if dot_dtype is None:
         dot_dtype = torch.float32 if (interpreting() or dtype == torch.float32) else dtype
     sm = _sm_count(device)
@@ -113,10 +121,10 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
         raise UserInputError(f"q_nope {tuple(q_nope.shape)} and q_pe {tuple(q_pe.shape)} disagree on [T, H]")
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
-    if q_nope.dtype not in _FLOAT_DTYPES or q_pe.dtype != q_nope.dtype or kv_cache.dtype not in _FLOAT_DTYPES:
+    if q_nope.dtype not in _FLOAT_DTYPES or q_pe.dtype != q_nope.dtype or kv_cache.dtype != q_nope.dtype:
         raise UserInputError(
             f"dtypes q_nope={q_nope.dtype}, q_pe={q_pe.dtype}, kv_cache={kv_cache.dtype} are not accepted; accepted: "
-            f"q_nope and q_pe of one dtype and a cache, each bfloat16, float16 or float32 (no fp8 cache)")
+            f"q_nope, q_pe and the cache of one dtype, bfloat16, float16 or float32 (no fp8 cache)")
     for name, d in (("q_nope", DL), ("q_pe", DR)):
         if d < 16 or d & (d - 1):
             raise UserInputError(f"{name} last dimension {d} is not accepted; accepted: a power of two >= 16 "
@@ -140,10 +148,25 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
     devs = {x.device for x in (q_nope, q_pe, kv_cache, indices)}
     if len(devs) != 1:
         raise UserInputError(f"tensors are on different devices {sorted(map(str, devs))}; accepted: one device")
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) \
-            or sm_scale <= 0:
-        raise UserInputError(f"sm_scale {sm_scale!r} is not accepted; accepted: a positive finite float "
+    if q_nope.device.type == "meta":
+        raise UserInputError("tensors on the meta device hold no data; accepted: cuda (or cpu under TRITON_INTERPRET=1)")
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real) or not math.isfinite(sm_scale) \
+            or not 0 < sm_scale <= MAX_SM_SCALE:
+        raise UserInputError(f"sm_scale {sm_scale!r} is not accepted; accepted: a real number in (0, {MAX_SM_SCALE:g}] "
                              f"(qk_head_dim ** -0.5, 1/16 for GLM-5)")
+
+
+def _check_outputs(out, lse, T, H, DL, dtype, device):
+    for name, x in (("out", out), ("lse", lse)):
+        if x is not None and not isinstance(x, torch.Tensor):
+            raise UserInputError(f"{name} must be a torch.Tensor or None, got {type(x).__name__}")
+        if x is not None and x.device != device:
+            raise UserInputError(f"{name} is on {x.device} and the inputs on {device}; accepted: the inputs' device")
+    if out is not None and (out.shape != (T, H, DL) or out.dtype != dtype or out.stride(2) != 1):
+        raise UserInputError(f"out {tuple(out.shape)} {out.dtype} does not fit; accepted: [{T}, {H}, {DL}] "
+                             f"{dtype} with a unit last stride")
+    if lse is not None and (lse.shape != (T, H) or lse.dtype != torch.float32):
+        raise UserInputError(f"lse {tuple(lse.shape)} {lse.dtype} does not fit; accepted: [{T}, {H}] float32")
 
 
 def sparse_mla_attention(
@@ -185,11 +208,17 @@ def sparse_mla_attention(
     Raises:
         sparse_mla.errors.UserInputError: wrong ranks or last dimensions, mismatched ``T``/``H``, non-integer indices,
             ``topk == 0``, a slot past the cache (with ``check_indices``), a non-contiguous cache, mixed dtypes or
-            devices, a non-positive ``sm_scale``.
+            devices (``out`` and ``lse`` included), meta tensors, an ``sm_scale`` outside ``(0, 1e4]``, an unknown or
+            out-of-range launch override.
     """
     _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale)
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
+    _check_outputs(out, lse, T, H, DL, q_nope.dtype, q_nope.device)
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise UserInputError(f"unknown launch override(s) {', '.join(unknown)}; accepted: {', '.join(CONFIG_KEYS)}")
+    sm_scale = float(sm_scale)
     num_slots = kv_cache.numel() // (DL + DR)
     if (check_indices or indices.dtype != torch.int32) and indices.numel():
         # on the caller's dtype, before any int32 cast could wrap an int64 value into range
@@ -208,13 +237,8 @@ def sparse_mla_attention(
         q_pe = q_pe.contiguous()
     if out is None:
         out = torch.empty((T, H, DL), dtype=q_nope.dtype, device=q_nope.device)
-    elif out.shape != (T, H, DL) or out.dtype != q_nope.dtype or out.stride(2) != 1:
-        raise UserInputError(f"out {tuple(out.shape)} {out.dtype} does not fit; accepted: [{T}, {H}, {DL}] "
-                             f"{q_nope.dtype} with a unit last stride")
     if lse is None:
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
-    elif lse.shape != (T, H) or lse.dtype != torch.float32:
-        raise UserInputError(f"lse {tuple(lse.shape)} {lse.dtype} does not fit; accepted: [{T}, {H}] float32")
     if T == 0 or H == 0:
         return out, lse
     cfg = choose_config(T, H, indices.shape[1], q_nope.dtype, q_nope.device, **config)
