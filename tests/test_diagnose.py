@@ -254,6 +254,12 @@ def test_cli_matrix(run_cli, tmp_path):
     assert (tmp_path / "diagnose_matrix.csv").is_file() and (tmp_path / "diagnose_matrix.png").is_file()
 
 
+@pytest.mark.parametrize("extra", [["--capability", "9.0"], ["--kv-cache-dtype", "fp8"]])
+def test_cli_matrix_refuses_single_probe_options(run_cli, tmp_path, extra):
+    rc, out, err = run_cli("--matrix", *extra, "--out-dir", str(tmp_path / "m"))
+    assert rc == 2 and f"{extra[0]} would be ignored" in err and not (tmp_path / "m").exists()
+
+
 # ---- step 3 hook ---------------------------------------------------------------------------------------------------
 
 def test_with_plugin_missing(monkeypatch):

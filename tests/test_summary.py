@@ -246,6 +246,10 @@ def test_run_refuses_results_root_and_another_profiles_folder(tmp_path, monkeypa
     with pytest.raises(UserInputError, match="holds the records of profile 'gpu'"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "results" / "gpu", progress=False)
     assert overview.read_text() == "the overview" and not (tmp_path / "results" / "gpu").exists()
+    (tmp_path / "o" / "01_a.ipynb").mkdir(parents=True)
+    with pytest.raises(UserInputError, match="01_a.ipynb in .* are folders where executed notebooks go"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "o", progress=False)
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["01_a.ipynb"]
 
 
 def test_profile_files_with_odd_content(tmp_path, monkeypatch):

@@ -138,6 +138,10 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         raise UserInputError(f"output directory {str(out_dir)!r} holds the records of profile {where.name!r}; "
                              f"accepted for profile {profile!r}: results/{profile}/ (the default) or another directory")
     out_dir = writable_dir(out_dir)
+    blocked = [nb.name for nb in chain if (out_dir / nb.name).is_dir()]
+    if blocked:
+        raise UserInputError(f"{', '.join(blocked)} in {str(out_dir)!r} are folders where executed notebooks go; "
+                             f"accepted: an output directory without folders of those names")
     done = []
     wrote_overview = out_dir.resolve().parent == (root / "results").resolve()
     for nb in chain:

@@ -998,9 +998,9 @@ def add_cli(subparsers) -> None:
                     "reasons, then vLLM's verdict.")
     p.add_argument("--model", default="glm-5",
                    help="preset (glm-5, deepseek-v3.2), config.json or checkpoint directory (default glm-5)")
-    p.add_argument("--capability", default="12.0",
+    p.add_argument("--capability", default=None,
                    help="major.minor (default 12.0), a GPU preset (" + ", ".join(GPU_PRESETS) + ") or local")
-    p.add_argument("--kv-cache-dtype", default="auto",
+    p.add_argument("--kv-cache-dtype", default=None,
                    help="auto (default), bfloat16, fp8, fp8_ds_mla or another vLLM CacheDType")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (heads per rank = heads / tp; default 1)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON record on stdout")
@@ -1020,7 +1020,13 @@ def _cli(args) -> int:
     if args.matrix:
         from .matrix import diagnose_matrix, write_matrix
 
-        _resolve(args.model, "12.0", args.kv_cache_dtype, args.tp, args.with_plugin)
+        given = [f for f, v in (("--capability", args.capability), ("--kv-cache-dtype", args.kv_cache_dtype))
+                 if v is not None]
+        if given:
+            raise UserInputError(f"--matrix probes every GPU preset and KV-cache dtype, so {' and '.join(given)} would "
+                                 f"be ignored; accepted: --matrix without them, or {' and '.join(given)} without "
+                                 f"--matrix (one probe)")
+        _resolve(args.model, "12.0", "auto", args.tp, args.with_plugin)
         writable_dir(args.out_dir, "--out-dir")   # before minutes of probing, not after
         with quiet:
             df = diagnose_matrix(model=args.model, tp=args.tp, with_plugin=args.with_plugin)
@@ -1033,7 +1039,8 @@ def _cli(args) -> int:
             print(f"\nwrote {paths['csv']} and {paths['png']}")
         return 0
     with quiet:
-        rec = diagnose(model=args.model, capability=args.capability, kv_cache_dtype=args.kv_cache_dtype, tp=args.tp,
+        rec = diagnose(model=args.model, capability="12.0" if args.capability is None else args.capability,
+                       kv_cache_dtype="auto" if args.kv_cache_dtype is None else args.kv_cache_dtype, tp=args.tp,
                        with_plugin=args.with_plugin)
     print(json.dumps(rec, indent=2) if args.json else format_record(rec))
     return 0
