@@ -199,14 +199,13 @@ def test_names_accepted_by_vllm_load_weights(ckpt):
 def test_deterministic_cli_and_overwrite(ckpt, tmp_path, only_checkpoint_cli, capsys):
     out = tmp_path / "again"
     out.mkdir()
-    (out / "junk.txt").write_text("old")
-    (out / "config.json").write_text("{}")   # an earlier checkpoint: --overwrite may replace it
+    (out / "model.safetensors").write_text("old")   # an earlier checkpoint: --overwrite may replace it
+    (out / "config.json").write_text("{}")
     assert cli.main(["make-checkpoint", str(out)]) == 2  # non-empty, no --overwrite
-    assert "junk.txt" in os.listdir(out) and "not empty" in capsys.readouterr().err
+    assert (out / "model.safetensors").read_text() == "old" and "not empty" in capsys.readouterr().err
     assert cli.main(["make-checkpoint", str(out), "--seed", "0", "--overwrite"]) == 0
     printed = capsys.readouterr().out
     assert "parameters:" in printed and "model.safetensors" in printed
-    assert not (out / "junk.txt").exists()
     for name in ("model.safetensors", "config.json", "tokenizer.json", "generation_config.json"):
         assert (out / name).read_bytes() == (ckpt / name).read_bytes(), name
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
@@ -239,9 +238,16 @@ def test_overwrite_replaces_only_a_checkpoint_elsewhere_than_here(tmp_path, monk
     work = tmp_path / "thesis"
     work.mkdir()
     (work / "thesis.txt").write_text("years of work")
-    with pytest.raises(UserInputError, match="holds no config.json"):
+    with pytest.raises(UserInputError, match="holds thesis.txt: --overwrite replaces only an earlier"):
         ck.make_checkpoint(work, overwrite=True)
-    (work / "config.json").write_text("{}")
+    (work / "config.json").write_text("{}")   # a config.json alone does not make a folder ours to replace
+    with pytest.raises(UserInputError, match="holds thesis.txt"):
+        ck.make_checkpoint(work, overwrite=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    with pytest.raises(UserInputError, match="is or holds the current working directory"):
+        ck.make_checkpoint(".")   # empty, no --overwrite needed, but it is where the user stands
     sub = work / "sub"
     sub.mkdir()
     monkeypatch.chdir(sub)

@@ -62,7 +62,7 @@ def test_profile_with_parameters_for_no_notebook(tmp_path, monkeypatch):
     with pytest.raises(UserInputError, match="02_sparse_mla_triton_kernl"):
         chain.run_chain("cpu", out_dir=tmp_path / "out")
     (params / "bad.yaml").write_text("a: [unclosed\n")
-    with pytest.raises(UserInputError, match="not valid YAML"):
+    with pytest.raises(UserInputError, match="bad.yaml is not accepted YAML"):
         real("bad", params_dir=params)
 
 

@@ -260,6 +260,15 @@ def test_cli_matrix_refuses_single_probe_options(run_cli, tmp_path, extra):
     assert rc == 2 and f"{extra[0]} would be ignored" in err and not (tmp_path / "m").exists()
 
 
+def test_cli_out_dir_needs_matrix_and_matrix_files_are_checked_first(run_cli, tmp_path):
+    rc, _, err = run_cli("--out-dir", str(tmp_path / "x"))
+    assert rc == 2 and "only used with --matrix" in err and not (tmp_path / "x").exists()
+    (tmp_path / "m" / "diagnose_matrix.png").mkdir(parents=True)
+    rc, _, err = run_cli("--matrix", "--out-dir", str(tmp_path / "m"))
+    assert rc == 2 and "diagnose_matrix.png" in err and "is a directory" in err
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["diagnose_matrix.png"]   # no CSV written alone
+
+
 # ---- step 3 hook ---------------------------------------------------------------------------------------------------
 
 def test_with_plugin_missing(monkeypatch):

@@ -122,6 +122,8 @@ def _good():
     (lambda a: (a[0], a[1], a[2], torch.full_like(a[3].long(), 2**32 + 3), a[4]), "slot 4294967299"),
     (lambda a: (*a[:4], True), "sm_scale True"),
     (lambda a: (*a[:4], 1e38), "sm_scale 1e\\+38"),
+    (lambda a: (*a[:4], 10**400), "sm_scale 1000"),
+    (lambda a: (a[0].to_sparse(), *a[1:]), "q_nope has layout torch.sparse_coo"),
     (lambda a: (a[0], a[1], a[2].half(), *a[3:]), "kv_cache=torch.float16"),   # cache dtype differs from q's
     (lambda a: tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in a), "meta device"),
 ])
@@ -162,7 +164,10 @@ def test_bad_outputs_and_scalar_kinds():
 
     q_nope, q_pe, kv, idx, scale = _good()
     for kw, match in (({"out": [1]}, "out must be a torch.Tensor"), ({"lse": 3.0}, "lse must be a torch.Tensor"),
-                      ({"out": torch.empty(2, 4, 512, device="meta")}, "out is on meta")):
+                      ({"out": torch.empty(2, 4, 512, device="meta")}, "out is on meta"),
+                      ({"lse": torch.empty(1, 4).expand(2, 4)}, "rows that share memory"),
+                      ({"out": torch.empty(1, 4, 512).expand(2, 4, 512)}, "rows that share memory"),
+                      ({"out": torch.zeros(2, 4, 512).to_sparse()}, "layout torch.sparse_coo")):
         with pytest.raises(UserInputError, match=match):
             sparse_mla_attention(q_nope, q_pe, kv, idx, scale, **kw)
     poisoned = torch.full((2, 4, 512), float("nan"))

@@ -363,12 +363,17 @@ def test_cli_json_out_checked_before_the_engine(tmp_path, capsys, fake_gpu, no_e
     blocker = tmp_path / "afile"
     blocker.write_text("keep")
     d = _model_dir(tmp_path)
+    blobs = tmp_path / "blobs"   # Hugging Face cache layout: snapshot files are links into blobs/
+    blobs.mkdir()
+    os.replace(d / "config.json", blobs / "cfgblob")
+    os.symlink(blobs / "cfgblob", d / "config.json")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     config = (d / "config.json").read_text()
     for bad, says in ((tmp_path, "is a directory"), (blocker / "x.json", "is a file"), ("", "is empty"),
-                      (fifo, "not a regular file"), (d / "config.json", "inside the model directory"),
-                      (d / "sub" / "rec.json", "inside the model directory")):
+                      (fifo, "not a regular file"), (d / "config.json", "a file of the model directory"),
+                      (d / "sub" / "rec.json", "a file of the model directory"),
+                      (blobs / "cfgblob", "a file of the model directory")):
         assert cli.main(["launch", "--model", str(d), "--json-out", str(bad), *mode]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err

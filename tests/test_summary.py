@@ -243,11 +243,15 @@ def test_run_refuses_results_root_and_another_profiles_folder(tmp_path, monkeypa
     overview.write_text("the overview")
     with pytest.raises(UserInputError, match="is results/ itself"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "results", progress=False)
-    with pytest.raises(UserInputError, match="holds the records of profile 'gpu'"):
+    with pytest.raises(UserInputError, match=r"is \(inside\) the records of profile 'gpu'"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "results" / "gpu", progress=False)
     assert overview.read_text() == "the overview" and not (tmp_path / "results" / "gpu").exists()
+    for inside in (nbs / "05_out.ipynb", tmp_path / "results" / "gpu" / "x"):
+        with pytest.raises(UserInputError, match=r"is \(inside\)"):
+            chain.run_chain("cpu", notebooks_dir=nbs, out_dir=inside, progress=False)
+        assert not inside.exists()
     (tmp_path / "o" / "01_a.ipynb").mkdir(parents=True)
-    with pytest.raises(UserInputError, match="01_a.ipynb in .* are folders where executed notebooks go"):
+    with pytest.raises(UserInputError, match="01_a.ipynb in .* are folders where the chain's records go"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=tmp_path / "o", progress=False)
     assert [p.name for p in (tmp_path / "o").iterdir()] == ["01_a.ipynb"]
 
@@ -262,8 +266,14 @@ def test_profile_files_with_odd_content(tmp_path, monkeypatch):
     with pytest.raises(UserInputError, match="dated.yaml: parameters of '01_a' are not plain values"):
         chain.load_profile("dated", params)
     (params / "mixed.yaml").write_text("01: {}\nfoo: {}\n")
-    with pytest.raises(UserInputError, match="notebook stems \\(strings\\)"):
+    with pytest.raises(UserInputError, match="entries 1 are not accepted; accepted: notebook stems \\(strings\\)"):
         chain.load_profile("mixed", params)
+    (params / "bomb.yaml").write_text("a: &a [x, x]\nb: &b [*a, *a]\n01_a: {v: *b}\n")
+    with pytest.raises(UserInputError, match="bomb.yaml is not accepted YAML \\(YAML aliases"):
+        chain.load_profile("bomb", params)
+    (params / "names.yaml").write_text("01_a: {1: 2, not-a-name: 3, ok: 4}\n")
+    with pytest.raises(UserInputError, match="'01_a' has parameter names 1, 'not-a-name'"):
+        chain.load_profile("names", params)
 
 
 def test_overview_failure_warns_and_the_chain_goes_on(tmp_path, monkeypatch, capsys):
@@ -274,6 +284,15 @@ def test_overview_failure_warns_and_the_chain_goes_on(tmp_path, monkeypatch, cap
     monkeypatch.setattr(chain, "project_root", lambda: tmp_path)
     monkeypatch.setattr(chain, "load_profile", lambda p: {})
     (tmp_path / "results" / "summary.md").mkdir(parents=True)   # a folder where the overview's file goes
+    with pytest.raises(UserInputError, match=r"\.\./summary.md in .* are folders where the chain's records go"):
+        chain.run_chain("cpu", notebooks_dir=nbs, progress=False)
+    assert not (tmp_path / "results" / "cpu" / "01_a.ipynb").exists()
+    (tmp_path / "results" / "summary.md").rmdir()
+
+    def no_disk(folder):
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(summary, "write_overview", no_disk)   # e.g. a read-only results/ (root ignores modes)
     done = chain.run_chain("cpu", notebooks_dir=nbs, progress=True)
     assert [p.name for p in done] == ["01_a.ipynb", "02_b.ipynb"]
     out = capsys.readouterr().out

@@ -43,7 +43,7 @@ def profiles(params_dir: Path | None = None) -> list[str]:
 
 def discover(notebooks_dir: Path) -> list[Path]:
     """The chain: ``NN_*.ipynb`` files of ``notebooks_dir`` in name order."""
-    return sorted(p for p in notebooks_dir.iterdir() if NOTEBOOK_RE.match(p.name))
+    return sorted(p for p in notebooks_dir.iterdir() if NOTEBOOK_RE.match(p.name) and p.is_file())
 
 
 def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict]:
@@ -57,16 +57,31 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
     if not path.is_file():
         raise UserInputError(f"unknown profile {profile!r}; accepted: {', '.join(profiles(params_dir)) or 'none found'}"
                              f" (files params/<profile>.yaml)")
+    class NoAliasLoader(yaml.SafeLoader):   # a few bytes of nested aliases can expand to gigabytes
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError(f"YAML aliases (*name) are not accepted {self.peek_event().start_mark}")
+            return super().compose_node(parent, index)
+
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=NoAliasLoader) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise UserInputError(f"profile file {path.name} is not valid YAML ({type(e).__name__}); accepted: a mapping "
-                             f"of notebook stems to parameter dicts") from None
-    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in data.items()):
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        raise UserInputError(f"profile file {path.name} is not accepted YAML ({first}); accepted: a mapping of "
+                             f"notebook stems to parameter dicts, without aliases") from None
+    if not isinstance(data, dict):
         raise UserInputError(f"profile file {path.name} must map notebook stems (strings) to parameter dicts")
+    bad = [k for k, v in data.items() if not (isinstance(k, str) and isinstance(v, dict))]
+    if bad:
+        raise UserInputError(f"profile file {path.name}: entries {', '.join(map(repr, bad))} are not accepted; "
+                             f"accepted: notebook stems (strings) mapped to parameter dicts")
     import json
 
     for stem, values in data.items():
+        bad = [k for k in values if not (isinstance(k, str) and k.isidentifier())]
+        if bad:
+            raise UserInputError(f"profile file {path.name}: {stem!r} has parameter names {', '.join(map(repr, bad))}; "
+                                 f"accepted: Python identifiers (the notebook's parameters cell variables)")
         try:
             json.dumps(values)
         except (TypeError, ValueError) as e:
@@ -126,24 +141,29 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
         raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
     where = expand_path(out_dir, "output directory").resolve()   # checked before anything is created
-    if where == notebooks_dir.resolve():
-        raise UserInputError(f"output directory {str(out_dir)!r} is the notebooks' own folder; accepted: another "
-                             f"directory (default results/<profile>/): executed notebooks would overwrite their "
-                             f"sources")
+    if where.is_relative_to(notebooks_dir.resolve()):
+        raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the notebooks' own folder; accepted: "
+                             f"another directory (default results/<profile>/): executed notebooks would overwrite "
+                             f"their sources or join the chain")
     results_root = (root / "results").resolve()
     if where == results_root:
         raise UserInputError(f"output directory {str(out_dir)!r} is results/ itself, which holds the overview of all "
                              f"profiles (summary.*); accepted: results/{profile}/ (the default) or another directory")
-    if where.parent == results_root and where.name != profile and where.name in profiles():
-        raise UserInputError(f"output directory {str(out_dir)!r} holds the records of profile {where.name!r}; "
+    other = next((results_root / p for p in profiles() if p != profile
+                  and where.is_relative_to(results_root / p)), None)
+    if other is not None:
+        raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the records of profile {other.name!r}; "
                              f"accepted for profile {profile!r}: results/{profile}/ (the default) or another directory")
     out_dir = writable_dir(out_dir)
-    blocked = [nb.name for nb in chain if (out_dir / nb.name).is_dir()]
+    wrote_overview = out_dir.resolve().parent == results_root
+    records = [nb.name for nb in chain] + ["summary.json", "summary.md"]
+    if wrote_overview:
+        records += ["../summary.json", "../summary.md"]
+    blocked = [name for name in records if (out_dir / name).is_dir()]
     if blocked:
-        raise UserInputError(f"{', '.join(blocked)} in {str(out_dir)!r} are folders where executed notebooks go; "
+        raise UserInputError(f"{', '.join(blocked)} in {str(out_dir)!r} are folders where the chain's records go; "
                              f"accepted: an output directory without folders of those names")
     done = []
-    wrote_overview = out_dir.resolve().parent == (root / "results").resolve()
     for nb in chain:
         target = out_dir / nb.name
         tmp = out_dir / f".{nb.stem}.running.ipynb"

@@ -229,23 +229,33 @@ def _train_tokenizer(vocab_size: int):
                                    pad_token=_SPECIAL_TOKENS[1])
 
 
+#: The files ``make_checkpoint`` writes: ``--overwrite`` replaces a folder only if it holds nothing else (so never a
+#: project, a home directory or a real Hugging Face download).
+CHECKPOINT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                              "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+
+
 def _check_out_dir(out: Path, overwrite: bool) -> None:
-    """Refuse an output that is a file, a non-empty directory without ``overwrite``, or -- even with ``overwrite`` --
-    a directory that is not a checkpoint (no ``config.json``) or that holds the current working directory."""
+    """Refuse an output that is a file, that holds the current working directory, a non-empty directory without
+    ``overwrite``, or -- even with ``overwrite`` -- a directory that is not an earlier ``make_checkpoint`` output
+    (a ``config.json`` and nothing but :data:`CHECKPOINT_FILES`)."""
     if out.exists() and not out.is_dir():
         raise UserInputError(f"checkpoint output {str(out)!r} exists and is not a directory; accepted: a new or "
                              f"empty directory path")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise UserInputError(f"checkpoint directory {str(out)!r} is or holds the current working directory, which "
+                             f"would be replaced; accepted: a directory outside it")
+    if not (out.is_dir() and any(out.iterdir())):
+        return
+    if not overwrite:
         raise UserInputError(f"checkpoint directory {str(out)!r} exists and is not empty; accepted: a new or empty "
-                             f"directory, or --overwrite (overwrite=True in Python)")
-    if out.is_dir() and any(out.iterdir()):
-        if not (out / "config.json").is_file():
-            raise UserInputError(f"checkpoint directory {str(out)!r} is not empty and holds no config.json: "
-                                 f"--overwrite replaces only an earlier checkpoint; accepted: a new or empty directory, "
-                                 f"or a checkpoint directory with --overwrite")
-        if Path.cwd().resolve().is_relative_to(out.resolve()):
-            raise UserInputError(f"checkpoint directory {str(out)!r} holds the current working directory; accepted: "
-                                 f"a directory outside it")
+                             f"directory, or --overwrite (overwrite=True in Python) for an earlier checkpoint")
+    others = sorted(p.name for p in out.iterdir() if p.name not in CHECKPOINT_FILES or not p.is_file())
+    if others or not (out / "config.json").is_file():
+        what = f"holds {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}" if others else "has no config.json"
+        raise UserInputError(f"checkpoint directory {str(out)!r} {what}: --overwrite replaces only an earlier "
+                             f"make-checkpoint output ({', '.join(sorted(CHECKPOINT_FILES))}); accepted: a new or "
+                             f"empty directory, or such a checkpoint with --overwrite")
 
 
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
@@ -270,7 +280,11 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     _check_out_dir(out, overwrite)
     writable_dir(out.parent, "checkpoint parent directory")
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise UserInputError(f"checkpoint directory {str(out_dir)!r}: no folder can be made next to it ({e.strerror}); "
+                             f"accepted: a shorter name in a writable directory") from None
     try:
         with torch.no_grad():
             sd = make_state_dict(cfg, seed)

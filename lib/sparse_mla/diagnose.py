@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UserInputError, writable_dir
+from .errors import UserInputError, writable_dir, writable_file
 
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``).
 GPU_PRESETS: dict[str, str] = {
@@ -1007,7 +1007,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--matrix", action="store_true",
                    help="every GPU preset x KV dtype (auto, bfloat16, fp8, fp8_ds_mla): table on stdout, CSV and "
                         "PNG heatmap into --out-dir")
-    p.add_argument("--out-dir", default="results", help="where --matrix writes its files (default results)")
+    p.add_argument("--out-dir", default=None, help="where --matrix writes its files (default ./results)")
     p.add_argument("--with-plugin", action="store_true",
                    help="register the step 3 TRITON_MLA_SPARSE backend (sparse_mla.plugin) before selecting; with "
                         "--matrix: stock and with-plugin verdicts side by side (diagnose_matrix_plugin.csv/.png)")
@@ -1027,10 +1027,13 @@ def _cli(args) -> int:
                                  f"be ignored; accepted: --matrix without them, or {' and '.join(given)} without "
                                  f"--matrix (one probe)")
         _resolve(args.model, "12.0", "auto", args.tp, args.with_plugin)
-        writable_dir(args.out_dir, "--out-dir")   # before minutes of probing, not after
+        out_dir = writable_dir("results" if args.out_dir is None else args.out_dir, "--out-dir")   # before probing
+        stem = "diagnose_matrix_plugin" if args.with_plugin else "diagnose_matrix"
+        for ext in ("csv", "png"):
+            writable_file(out_dir / f"{stem}.{ext}", "matrix file")
         with quiet:
             df = diagnose_matrix(model=args.model, tp=args.tp, with_plugin=args.with_plugin)
-            paths = write_matrix(df, args.out_dir)
+            paths = write_matrix(df, out_dir)
         if args.json:
             print(json.dumps({"rows": df.to_dict(orient="records"),
                               "files": {k: str(v) for k, v in paths.items()}}, indent=2))
@@ -1038,6 +1041,9 @@ def _cli(args) -> int:
             print(df.to_string(index=False))
             print(f"\nwrote {paths['csv']} and {paths['png']}")
         return 0
+    if args.out_dir is not None:
+        raise UserInputError(f"--out-dir {args.out_dir!r} is only used with --matrix (a single probe writes no files); "
+                             f"accepted: --matrix --out-dir DIR, or no --out-dir")
     with quiet:
         rec = diagnose(model=args.model, capability="12.0" if args.capability is None else args.capability,
                        kv_cache_dtype="auto" if args.kv_cache_dtype is None else args.kv_cache_dtype, tp=args.tp,

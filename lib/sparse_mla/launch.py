@@ -106,10 +106,12 @@ def record_file(path, model: Path, what: str = "record file") -> Path:
     """``path`` for a launch record, checked before any engine: a writable regular-file path (``errors.writable_file``)
     outside the model directory (a record must never replace the config or weights the engine reads). Raises
     :class:`UserInputError` naming the path."""
-    if path is not None and str(path).strip() not in ("", ".") \
-            and expand_path(path, what).resolve().is_relative_to(Path(model).resolve()):
-        raise UserInputError(f"{what} {str(path)!r} is inside the model directory {str(model)!r}, whose files the "
-                             f"engine reads; accepted: a path outside it")
+    if path is not None and str(path).strip() not in ("", "."):
+        where, model = expand_path(path, what).resolve(), Path(model).resolve()
+        # a Hugging Face cache snapshot links its files to ../blobs/: those targets are the model's files too
+        if where.is_relative_to(model) or where in {q.resolve() for q in model.iterdir()}:
+            raise UserInputError(f"{what} {str(path)!r} is (a link target of) a file of the model directory "
+                                 f"{str(model)!r}, which the engine reads; accepted: a path outside it")
     return writable_file(path, what)
 
 

@@ -114,6 +114,8 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
     for name, x in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_cache", kv_cache), ("indices", indices)):
         if not isinstance(x, torch.Tensor):
             raise UserInputError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.layout != torch.strided:
+            raise UserInputError(f"{name} has layout {x.layout}; accepted: dense (torch.strided) tensors")
     if q_nope.dim() != 3 or q_pe.dim() != 3:
         raise UserInputError(f"q_nope and q_pe must be [T, H, D]; got shapes {tuple(q_nope.shape)} and "
                              f"{tuple(q_pe.shape)}")
@@ -126,8 +128,8 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
             f"dtypes q_nope={q_nope.dtype}, q_pe={q_pe.dtype}, kv_cache={kv_cache.dtype} are not accepted; accepted: "
             f"q_nope, q_pe and the cache of one dtype, bfloat16, float16 or float32 (no fp8 cache)")
     for name, d in (("q_nope", DL), ("q_pe", DR)):
-        if d < 16 or d & (d - 1):
-            raise UserInputError(f"{name} last dimension {d} is not accepted; accepted: a power of two >= 16 "
+        if d < 16 or d > 1024 or d & (d - 1):
+            raise UserInputError(f"{name} last dimension {d} is not accepted; accepted: a power of two from 16 to 1024 "
                                  f"(512 and 64 for DeepSeek-V3.2 / GLM-5)")
     if kv_cache.dim() not in (2, 3):
         raise UserInputError(f"kv_cache must be [num_blocks, block_size, {DL + DR}] (or [num_slots, {DL + DR}]); "
@@ -150,8 +152,11 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
         raise UserInputError(f"tensors are on different devices {sorted(map(str, devs))}; accepted: one device")
     if q_nope.device.type == "meta":
         raise UserInputError("tensors on the meta device hold no data; accepted: cuda (or cpu under TRITON_INTERPRET=1)")
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real) or not math.isfinite(sm_scale) \
-            or not 0 < sm_scale <= MAX_SM_SCALE:
+    try:
+        finite = isinstance(sm_scale, numbers.Real) and not isinstance(sm_scale, bool) and math.isfinite(sm_scale)
+    except OverflowError:   # an int or Fraction beyond float range
+        finite = False
+    if not finite or not 0 < sm_scale <= MAX_SM_SCALE:
         raise UserInputError(f"sm_scale {sm_scale!r} is not accepted; accepted: a real number in (0, {MAX_SM_SCALE:g}] "
                              f"(qk_head_dim ** -0.5, 1/16 for GLM-5)")
 
@@ -162,6 +167,11 @@ def _check_outputs(out, lse, T, H, DL, dtype, device):
             raise UserInputError(f"{name} must be a torch.Tensor or None, got {type(x).__name__}")
         if x is not None and x.device != device:
             raise UserInputError(f"{name} is on {x.device} and the inputs on {device}; accepted: the inputs' device")
+        if x is not None and x.layout != torch.strided:
+            raise UserInputError(f"{name} has layout {x.layout}; accepted: a dense (torch.strided) tensor")
+        if x is not None and any(st == 0 and n > 1 for st, n in zip(x.stride(), x.shape)):
+            raise UserInputError(f"{name} with strides {tuple(x.stride())} has rows that share memory (an expanded "
+                                 f"view); accepted: a tensor with its own storage per element, e.g. torch.empty")
     if out is not None and (out.shape != (T, H, DL) or out.dtype != dtype or out.stride(2) != 1):
         raise UserInputError(f"out {tuple(out.shape)} {out.dtype} does not fit; accepted: [{T}, {H}, {DL}] "
                              f"{dtype} with a unit last stride")
