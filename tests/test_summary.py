@@ -37,6 +37,13 @@ def test_report_cleans_values_and_rejects_bad_ones(monkeypatch):
     loop["self"] = loop
     with pytest.raises(UserInputError, match=r"summary value 'd.self' contains itself"):
         summary.report("T", {"d": loop})
+    deep = [1]
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(UserInputError, match="nested deeper than 32"):
+        summary.report("T", {"deep": deep})
+    with pytest.raises(UserInputError, match="integer of 16610 bits"):
+        summary.report("T", {"huge": 10**5000})
     shared = [1, 2]
     assert summary.report("T", {"twice": [shared, shared]}) == {"twice": [[1, 2], [1, 2]]}   # shared, not a cycle
     for title, values in (("", {"a": 1}), ("T", {}), ("T", [("a", 1)])):

@@ -35,6 +35,9 @@ def _clean(value: Any, key: str, _path: tuple[int, ...] = ()) -> Any:
     Raises :class:`UserInputError` for another type or a list / dict that contains itself."""
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
         value = value.item()
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**100:
+        raise UserInputError(f"summary value {key!r} is an integer of {value.bit_length()} bits; accepted: integers "
+                             f"below 1e100 (use a float or a string for larger ones)")
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -42,6 +45,9 @@ def _clean(value: Any, key: str, _path: tuple[int, ...] = ()) -> Any:
     if isinstance(value, (dict, list, tuple)):
         if id(value) in _path:
             raise UserInputError(f"summary value {key!r} contains itself; accepted: lists / dicts without cycles")
+        if len(_path) >= 32:
+            raise UserInputError(f"summary value {key!r} is nested deeper than 32 levels; accepted: shallow lists / "
+                                 f"dicts (a summary is read by people)")
         inner = (*_path, id(value))
         if isinstance(value, dict):
             return {str(k): _clean(v, f"{key}.{k}", inner) for k, v in value.items()}
