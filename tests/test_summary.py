@@ -269,18 +269,14 @@ def test_profile_files_with_odd_content(tmp_path, monkeypatch):
     (params / "d.yaml").mkdir()
     (params / "cpu.yaml").write_text("{}")
     assert chain.profiles(params) == ["cpu"]
-    (params / "dated.yaml").write_text("01_a: {model: 2020-01-01}\n")
-    with pytest.raises(UserInputError, match="dated.yaml: parameters of '01_a' are not plain values"):
-        chain.load_profile("dated", params)
-    (params / "mixed.yaml").write_text("01: {}\nfoo: {}\n")
-    with pytest.raises(UserInputError, match="entries 1 are not accepted; accepted: notebook stems \\(strings\\)"):
-        chain.load_profile("mixed", params)
-    (params / "bomb.yaml").write_text("a: &a [x, x]\nb: &b [*a, *a]\n01_a: {v: *b}\n")
-    with pytest.raises(UserInputError, match="bomb.yaml is not accepted YAML \\(YAML aliases"):
-        chain.load_profile("bomb", params)
-    (params / "names.yaml").write_text("01_a: {1: 2, not-a-name: 3, ok: 4}\n")
-    with pytest.raises(UserInputError, match="'01_a' has parameter names 1, 'not-a-name'"):
-        chain.load_profile("names", params)
+    for name, text, match in (
+            ("dated", "01_a: {model: 2020-01-01}\n", "dated.yaml: parameters of '01_a' are not plain values"),
+            ("mixed", "01: {}\nfoo: {}\n", "entries 1 are not accepted; accepted: notebook stems \\(strings\\)"),
+            ("bomb", "a: &a [x, x]\nb: &b [*a, *a]\n01_a: {v: *b}\n", "bomb.yaml is not accepted YAML \\(YAML aliases"),
+            ("names", "01_a: {1: 2, not-a-name: 3, ok: 4}\n", "'01_a' has parameter names 1, 'not-a-name'")):
+        (params / f"{name}.yaml").write_text(text)
+        with pytest.raises(UserInputError, match=match):
+            chain.load_profile(name, params)
 
 
 def test_overview_failure_warns_and_the_chain_goes_on(tmp_path, monkeypatch, capsys):
