@@ -105,7 +105,8 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         timeout: per-cell execution timeout in seconds.
 
     Raises:
-        UserInputError: unknown profile, or an ``only`` entry that matches no notebook.
+        UserInputError: unknown profile, an ``only`` entry that matches no notebook, a bad timeout, an output folder
+            that :func:`_output_dir` refuses -- all before the first notebook runs.
         NotebookFailed: a notebook raised; the message names it, the cell and the error (its partial output is kept
             as ``*.failed.ipynb``; ``sparse-mla run`` prints the message and exits 1).
     """
@@ -140,29 +141,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         chain = picked
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
         raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
-    where = expand_path(out_dir, "output directory").resolve()   # checked before anything is created
-    if where.is_relative_to(notebooks_dir.resolve()):
-        raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the notebooks' own folder; accepted: "
-                             f"another directory (default results/<profile>/): executed notebooks would overwrite "
-                             f"their sources or join the chain")
-    results_root = (root / "results").resolve()
-    if where == results_root:
-        raise UserInputError(f"output directory {str(out_dir)!r} is results/ itself, which holds the overview of all "
-                             f"profiles (summary.*); accepted: results/{profile}/ (the default) or another directory")
-    other = next((results_root / p for p in profiles() if p != profile
-                  and where.is_relative_to(results_root / p)), None)
-    if other is not None:
-        raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the records of profile {other.name!r}; "
-                             f"accepted for profile {profile!r}: results/{profile}/ (the default) or another directory")
-    out_dir = writable_dir(out_dir)
-    wrote_overview = out_dir.resolve().parent == results_root
-    records = [nb.name for nb in chain] + ["summary.json", "summary.md"]
-    if wrote_overview:
-        records += ["../summary.json", "../summary.md"]
-    blocked = [name for name in records if (out_dir / name).is_dir()]
-    if blocked:
-        raise UserInputError(f"{', '.join(blocked)} in {str(out_dir)!r} are folders where the chain's records go; "
-                             f"accepted: an output directory without folders of those names")
+    out_dir, overview = _output_dir(out_dir, profile, chain, notebooks_dir, root)
     done = []
     for nb in chain:
         target = out_dir / nb.name
@@ -190,19 +169,51 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
         done.append(target)
         summary.write_summary(out_dir)   # after every notebook: a later failure keeps what ran
-        if wrote_overview:
+        if overview:
             try:   # results/summary.*: every profile folder side by side; secondary to this profile's own summary
                 summary.write_overview(out_dir.parent)
             except OSError as e:
-                wrote_overview = False
+                overview = False
                 print(f"[sparse-mla run] warning: results/summary.* not updated ({type(e).__name__}: {e}); "
                       f"this profile's summary is {_shown(out_dir / 'summary.md', root)}", flush=True)
         if progress:
             print(f"[sparse-mla run] {nb.name} -> {_shown(target, root)} ({time.time() - t0:.0f} s)", flush=True)
     if progress and done:
-        tops = [out_dir / "summary.md"] + ([out_dir.parent / "summary.md"] if wrote_overview else [])
+        tops = [out_dir / "summary.md"] + ([out_dir.parent / "summary.md"] if overview else [])
         print(f"[sparse-mla run] summary: {' and '.join(_shown(t, root) for t in tops)} (and .json)", flush=True)
     return done
+
+
+def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: Path, root: Path) -> tuple[Path, bool]:
+    """The checked output folder (made if missing) and whether ``results/summary.*`` is written beside it.
+
+    Refused before anything is created: a folder in ``notebooks/`` (records would join the chain), ``results/``
+    itself (it holds the overview), another profile's folder, and a folder where a record would land on a folder.
+    """
+    where = expand_path(out_dir, "output directory").resolve()   # checked before anything is created
+    if where.is_relative_to(notebooks_dir.resolve()):
+        raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the notebooks' own folder; accepted: "
+                             f"another directory (default results/<profile>/): executed notebooks would overwrite "
+                             f"their sources or join the chain")
+    results_root = (root / "results").resolve()
+    if where == results_root:
+        raise UserInputError(f"output directory {str(out_dir)!r} is results/ itself, which holds the overview of all "
+                             f"profiles (summary.*); accepted: results/{profile}/ (the default) or another directory")
+    other = next((results_root / p for p in profiles() if p != profile
+                  and where.is_relative_to(results_root / p)), None)
+    if other is not None:
+        raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the records of profile {other.name!r}; "
+                             f"accepted for profile {profile!r}: results/{profile}/ (the default) or another directory")
+    out_dir = writable_dir(out_dir)
+    overview = out_dir.resolve().parent == results_root
+    records = [nb.name for nb in chain] + ["summary.json", "summary.md"]
+    if overview:
+        records += ["../summary.json", "../summary.md"]
+    blocked = [name for name in records if (out_dir / name).is_dir()]
+    if blocked:
+        raise UserInputError(f"{', '.join(blocked)} in {str(out_dir)!r} are folders where the chain's records go; "
+                             f"accepted: an output directory without folders of those names")
+    return out_dir, overview
 
 
 def _shown(path: Path, root: Path) -> str:
