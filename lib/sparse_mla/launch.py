@@ -177,8 +177,7 @@ def attention_config(backend: str) -> dict | None:
     """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice).
 
     Accepted: ``auto`` / empty / ``None``, ``TRITON_MLA_SPARSE`` (ours, vLLM's ``CUSTOM`` slot; ``CUSTOM`` is the
-    same backend) or one of vLLM's
-    sparse MLA backends (:func:`sparse_mla_backend_names`), any case. Raises :class:`UserInputError` for another
+    same backend) or one of vLLM's CUDA sparse MLA backends (:func:`sparse_mla_backend_names`), any case. Raises :class:`UserInputError` for another
     name, dense ones such as ``FLASH_ATTN`` or ``TRITON_MLA`` included: vLLM would reject them for a DSA model only
     once an engine had started."""
     if backend is not None and not isinstance(backend, str):

@@ -163,13 +163,15 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
 
 def _check_outputs(out, lse, T, H, DL, dtype, device):
     for name, x in (("out", out), ("lse", lse)):
-        if x is not None and not isinstance(x, torch.Tensor):
+        if x is None:
+            continue
+        if not isinstance(x, torch.Tensor):
             raise UserInputError(f"{name} must be a torch.Tensor or None, got {type(x).__name__}")
-        if x is not None and x.device != device:
+        if x.device != device:
             raise UserInputError(f"{name} is on {x.device} and the inputs on {device}; accepted: the inputs' device")
-        if x is not None and x.layout != torch.strided:
+        if x.layout != torch.strided:
             raise UserInputError(f"{name} has layout {x.layout}; accepted: a dense (torch.strided) tensor")
-        if x is not None and any(st == 0 and n > 1 for st, n in zip(x.stride(), x.shape)):
+        if any(st == 0 and n > 1 for st, n in zip(x.stride(), x.shape)):
             raise UserInputError(f"{name} with strides {tuple(x.stride())} has rows that share memory (an expanded "
                                  f"view); accepted: a tensor with its own storage per element, e.g. torch.empty")
     if out is not None and (out.shape != (T, H, DL) or out.dtype != dtype or out.stride(2) != 1):
