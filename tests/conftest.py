@@ -20,7 +20,7 @@ def run_cli(monkeypatch, capsys):
     the test does not depend on the other steps' modules."""
     from sparse_mla import cli
 
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("diagnose",))
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("diagnose.cli",))
 
     def run(*argv):
         rc = cli.main(["diagnose", *argv])

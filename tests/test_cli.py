@@ -51,7 +51,7 @@ def test_output_under_a_file_is_refused_before_work(cmd, tmp_path, capsys):
 
 
 def test_profile_with_parameters_for_no_notebook(tmp_path, monkeypatch):
-    from sparse_mla import chain
+    from sparse_mla.workbook import chain
     from sparse_mla.errors import UserInputError
 
     params = tmp_path / "params"
@@ -77,7 +77,9 @@ def test_gpu_profile_without_gpu(monkeypatch, capsys):
 
 def test_unknown_home_directory_is_a_clear_error(tmp_path):
     """``~nosuchuser/...`` (pathlib raises RuntimeError) is refused like any other bad path, naming the value."""
-    from sparse_mla import checkpoint, launch, models
+    from sparse_mla import models
+    from sparse_mla.launch import checkpoint
+    from sparse_mla.launch import engine as launch
     from sparse_mla.errors import UserInputError, writable_dir, writable_file
 
     bad = "~no_such_user_sparse_mla/x"

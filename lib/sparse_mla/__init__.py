@@ -1,8 +1,8 @@
 """sparse-mla-workbook: DeepSeek Sparse Attention (DSA) MLA in vLLM on GPUs that vLLM has no sparse MLA kernel for.
 
 Steps: :mod:`sparse_mla.diagnose` (why vLLM rejects GLM-5), :mod:`sparse_mla.kernels` (the Triton kernel, with
-:mod:`sparse_mla.reference` beside it), :mod:`sparse_mla.backend` / :mod:`sparse_mla.plugin` (``TRITON_MLA_SPARSE``
-in vLLM), :mod:`sparse_mla.launch` (GLM-5 through vLLM).
+:mod:`sparse_mla.kernels.reference` beside it), :mod:`sparse_mla.vllm_plugin.backend` / :mod:`sparse_mla.vllm_plugin` (``TRITON_MLA_SPARSE``
+in vLLM), :mod:`sparse_mla.launch.engine` (GLM-5 through vLLM).
 
 Importing the package on a machine without an NVIDIA GPU sets ``TRITON_INTERPRET=1`` and
 ``CUDA_VISIBLE_DEVICES=""`` unless already set (see :mod:`sparse_mla._env`).

@@ -14,7 +14,7 @@ import sys
 from .errors import UserInputError
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
-COMMAND_MODULES = ("chain", "diagnose", "bench", "checkpoint", "launch")
+COMMAND_MODULES = ("workbook.chain", "diagnose.cli", "bench.cli", "launch.checkpoint", "launch.engine")
 
 
 def build_parser() -> argparse.ArgumentParser:

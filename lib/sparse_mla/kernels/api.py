@@ -14,7 +14,7 @@ import torch
 import triton
 
 from ..errors import UserInputError
-from .sparse_mla_fwd import LOG2E, _merge_splits_kernel, _sparse_mla_fwd_kernel
+from .attention import LOG2E, _merge_splits_kernel, _sparse_mla_fwd_kernel
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Launch overrides :func:`sparse_mla_attention` passes on to :func:`choose_config`.
@@ -214,7 +214,7 @@ def sparse_mla_attention(
     Returns:
         ``(out [T, H, 512] in q's dtype, lse [T, H] float32)``; ``lse`` is the natural-log log-sum-exp of the scaled
         scores (FlashMLA's README documents a base-2 ``lse``, ``lse_e = lse_2 * ln 2``; the ``flash_mla_sparse_fwd``
-        vendored in vLLM 0.26.0 returned natural log on the H200, see :mod:`sparse_mla.reference`). A row whose
+        vendored in vLLM 0.26.0 returned natural log on the H200, see :mod:`sparse_mla.kernels.reference`). A row whose
         indices are all ``-1`` gives ``out = 0`` and ``lse = -inf``.
 
     Raises:
@@ -260,7 +260,7 @@ def sparse_mla_attention(
 
 # shared memory per block (opt-in maximum, bytes) by compute capability: CUDA tuning guides (Ampere: 8.0 163 KB, 8.6 99
 # KB; Ada 8.9 99 KB; Hopper 9.0 227 KB; Blackwell 10.0 227 KB, 12.0 99 KB). At run time the device's own
-# ``shared_memory_per_block_optin`` is what counts; this table serves ahead-of-time checks (tests/test_kernel_fit.py).
+# ``shared_memory_per_block_optin`` is what counts; this table serves ahead-of-time checks (tests/kernels/test_fit.py).
 SMEM_PER_BLOCK = {(8, 0): 166912, (8, 6): 101376, (8, 9): 101376, (9, 0): 232448, (10, 0): 232448, (12, 0): 101376}
 
 _FITTED: dict[tuple, LaunchConfig] = {}   # (device, dtypes, dims, heuristic config) -> the config that compiled

@@ -1,9 +1,9 @@
 """A first, simple Triton sparse MLA kernel: one program per (token, head), no tensor cores.
 
-It computes the same function as :func:`sparse_mla.reference.sparse_mla_attention_ref` with an online softmax
+It computes the same function as :func:`sparse_mla.kernels.reference.sparse_mla_attention_ref` with an online softmax
 over tiles of ``BLOCK_N`` selected slots, but each program handles a single head, so every head re-reads the
 token's selected cache rows (H times the bytes of the real kernel) and the dots run as elementwise
-multiply-and-sum instead of ``tl.dot``. Notebook 02 builds it first, then :mod:`sparse_mla.kernels.sparse_mla_fwd`.
+multiply-and-sum instead of ``tl.dot``. Notebook 02 builds it first, then :mod:`sparse_mla.kernels.attention`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .sparse_mla_fwd import LOG2E
+from .attention import LOG2E
 
 
 @triton.jit

@@ -1,0 +1,392 @@
+"""The probe: vLLM's own CUDA platform code run for a GPU that is not there.
+
+* :func:`probe_platform` -- a ``CudaPlatformBase`` subclass whose ``get_device_capability()`` returns the target,
+  installed as ``vllm.platforms.current_platform`` for the duration of a probe (:func:`use_platform`), because
+  capability checks such as ``is_device_capability_family`` read ``current_platform``, not an argument;
+* :func:`ensure_extension_modules` -- vLLM's CUDA extension modules that cannot load without the driver
+  (``libcuda.so.1``) are replaced by empty ``sys.modules`` entries, so backends are judged as on a GPU machine;
+* :func:`cuda_alloc_on_meta` / :func:`import_backend` -- a backend module that allocates CUDA memory at import
+  (``CUTLASS_MLA``) is imported with that allocation on PyTorch's ``meta`` device;
+* :func:`stock_selection` -- backend registrations and selector wrappers set aside, so that a probe sees stock vLLM;
+* :func:`quiet_logs` / :func:`capture_selector_log` -- vLLM's log lines kept off the caller's output, the
+  selector's "Using X attention backend" line captured.
+
+Everything is restored after each probe; the stubs stay in ``sys.modules`` for the rest of the process.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import logging
+import sys
+import types
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+#: vLLM's CUDA extension modules; each needs ``libcuda.so.1`` at load time. ``_C_stable_libtorch`` is imported
+#: unguarded by ``vllm/platforms/cuda.py``; the FlashMLA and FlashAttention ones decide FLASHMLA(_SPARSE) and
+#: FLASH_ATTN_MLA(_SPARSE) availability (``vllm/v1/attention/ops/flashmla.py``,
+#: ``vllm/vllm_flash_attn/flash_attn_interface.py``).
+CUDA_EXTENSION_MODULES: tuple[str, ...] = (
+    "vllm._C_stable_libtorch",
+    "vllm._flashmla_C",
+    "vllm._flashmla_extension_C",
+    "vllm.vllm_flash_attn._vllm_fa2_C",
+    "vllm.vllm_flash_attn._vllm_fa3_C",
+)
+
+#: ``functools.cache``'d vLLM helpers whose answer depends on ``current_platform`` without taking the capability
+#: as an argument; cleared before and after each probe. (``_get_backend_priorities`` and the MLA prefill selector
+#: are keyed on the capability and need no clearing.)
+_PLATFORM_DEPENDENT_CACHES: tuple[tuple[str, str], ...] = (
+    ("vllm.model_executor.layers.attention.mla_attention", "backend_supports_prefill_query_quantization"),
+    ("vllm.utils.flashinfer", "supports_trtllm_attention"),
+    ("vllm.utils.flashinfer", "has_flashinfer_fp8_blockscale_gemm"),
+    ("vllm.utils.platform_utils", "num_compute_units"),
+    ("vllm.utils.platform_utils", "get_device_name_as_file_name"),
+    ("vllm.v1.attention.selector", "_cached_get_attn_backend"),
+)
+
+# ----------------------------------------------------------------------------------------------------------------
+# Probe machinery (imports vLLM)
+# ----------------------------------------------------------------------------------------------------------------
+
+STUBBED: list[str] = []          # extension modules replaced by stubs in this process
+STUB_REASONS: dict[str, list[str]] = {}   # loader error -> modules stubbed for it
+SHIMMED: dict[str, str] = {}     # backend name -> how its module was imported under cuda_alloc_on_meta
+_PROBE_CLS: type | None = None    # the ProbeCudaPlatform class (created after vLLM is importable)
+PROBE: Any = None                # its single instance (modules imported during a probe keep a reference to it)
+
+
+def _vllm_dir() -> Path:
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("vLLM is not installed")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _load_extension(name: str) -> str | None:
+    """Load a vLLM extension module the way ``import`` would, without running its parent package's ``__init__``
+    (``vllm.vllm_flash_attn`` raises at import when neither FA ``.so`` loads, which would hide the cause).
+    Returns None when it loaded or is absent from the wheel (then vLLM sees what a GPU machine sees), else the
+    loader's error (e.g. ``libcuda.so.1: cannot open shared object file``)."""
+    if name in sys.modules:
+        return None
+    parent, _, leaf = name.rpartition(".")
+    folder = _vllm_dir().parent.joinpath(*parent.split("."))
+    files = sorted(folder.glob(f"{leaf}.*.so")) + sorted(folder.glob(f"{leaf}.so"))
+    spec = importlib.util.spec_from_file_location(name, files[0]) if files else None
+    if spec is None or spec.loader is None:
+        return None
+    try:
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except (ImportError, OSError) as e:
+        return str(e) or type(e).__name__
+    sys.modules[name] = mod
+    return None
+
+
+def ensure_extension_modules() -> list[str]:
+    """Stub each of :data:`CUDA_EXTENSION_MODULES` that cannot load because the NVIDIA driver library is missing
+    (errors naming ``libcuda``); an extension that fails for another reason would fail on a GPU machine too and is
+    left alone. Returns all modules stubbed so far in this process."""
+    for name in CUDA_EXTENSION_MODULES:
+        if name in sys.modules:
+            continue
+        err = _load_extension(name)
+        if err is None or "libcuda" not in err:
+            continue
+        stub = types.ModuleType(name)
+        stub.__doc__ = f"sparse_mla.diagnose stub: the real extension cannot load here ({err})"
+        stub.__sparse_mla_stub__ = True
+        sys.modules[name] = stub
+        STUBBED.append(name)
+        STUB_REASONS.setdefault(err, []).append(name)
+    # An earlier failed ``import vllm.vllm_flash_attn`` leaves flash_attn_interface cached with FA2/FA3 marked
+    # unavailable; drop it so that it is re-imported against the stubs.
+    if "vllm.vllm_flash_attn" not in sys.modules:
+        iface = sys.modules.get("vllm.vllm_flash_attn.flash_attn_interface")
+        if iface is not None and not (getattr(iface, "FA2_AVAILABLE", True) or getattr(iface, "FA3_AVAILABLE", True)):
+            del sys.modules["vllm.vllm_flash_attn.flash_attn_interface"]
+    return list(STUBBED)
+
+
+#: Module-level "extension loaded" flags vLLM computes at import; a module imported before the probe (without the
+#: stubs, or under the CPU-less UnspecifiedPlatform) holds False although the extension is now importable.
+_EXTENSION_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("vllm.v1.attention.ops.flashmla", "_flashmla_C_AVAILABLE", "vllm._flashmla_C"),
+    ("vllm.v1.attention.ops.flashmla", "_flashmla_extension_C_AVAILABLE", "vllm._flashmla_extension_C"),
+    ("vllm.vllm_flash_attn.flash_attn_interface", "FA2_AVAILABLE", "vllm.vllm_flash_attn._vllm_fa2_C"),
+    ("vllm.vllm_flash_attn.flash_attn_interface", "FA3_AVAILABLE", "vllm.vllm_flash_attn._vllm_fa3_C"),
+)
+
+
+@contextlib.contextmanager
+def extension_flags(refreshed: list[str]) -> Iterable[None]:
+    """Set stale extension flags (see :data:`_EXTENSION_FLAGS`) to True while probing; names them in ``refreshed``."""
+    changed = []
+    for mod_name, flag, ext in _EXTENSION_FLAGS:
+        mod = sys.modules.get(mod_name)
+        if mod is not None and getattr(mod, flag, True) is False and ext in sys.modules:
+            setattr(mod, flag, True)
+            changed.append((mod, flag))
+            refreshed.append(f"{mod_name}.{flag}")
+    try:
+        yield
+    finally:
+        for mod, flag in changed:
+            setattr(mod, flag, False)
+
+
+def probe_platform_cls():
+    """Create (once) :class:`ProbeCudaPlatform`, a ``CudaPlatformBase`` whose capability is set per probe."""
+    global _PROBE_CLS, PROBE
+    if _PROBE_CLS is None:
+        from vllm.platforms.cuda import CudaPlatformBase
+        from vllm.platforms.interface import DeviceCapability
+
+        class ProbeCudaPlatform(CudaPlatformBase):
+            """CUDA platform of a GPU that is not there: capability from :func:`diagnose`, no NVML, no driver."""
+
+            probe_capability = DeviceCapability(12, 0)
+
+            @classmethod
+            def get_device_capability(cls, device_id: int = 0):
+                return cls.probe_capability
+
+            @classmethod
+            def get_device_name(cls, device_id: int = 0) -> str:
+                return "probe"
+
+            @classmethod
+            def get_device_total_memory(cls, device_id: int = 0) -> int:
+                return 0
+
+            @classmethod
+            def is_fully_connected(cls, device_ids) -> bool:
+                return True
+
+        _PROBE_CLS = ProbeCudaPlatform
+        PROBE = ProbeCudaPlatform()
+    return _PROBE_CLS
+
+
+def _clear_platform_caches() -> None:
+    for mod_name, attr in _PLATFORM_DEPENDENT_CACHES:
+        fn = getattr(sys.modules.get(mod_name), attr, None)
+        if hasattr(fn, "cache_clear"):
+            fn.cache_clear()
+
+
+@contextlib.contextmanager
+def use_platform(platform) -> Iterable[None]:
+    """Make ``platform`` vLLM's ``current_platform`` (lazy lookups and module globals bound earlier), then restore
+    the previous one everywhere, also in modules imported meanwhile."""
+    import vllm.platforms as plat
+    from vllm.platforms.interface import Platform
+
+    previous = plat._current_platform
+    patched: list[tuple[types.ModuleType, Any]] = []
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("vllm.") or mod is None:
+            continue
+        cur = getattr(mod, "__dict__", {}).get("current_platform")
+        if isinstance(cur, Platform) and cur is not platform:
+            patched.append((mod, cur))
+            mod.current_platform = platform
+    plat._current_platform = platform
+    _clear_platform_caches()
+    try:
+        yield
+    finally:
+        plat._current_platform = previous
+        for mod, cur in patched:
+            mod.current_platform = cur
+        # modules first imported during the probe bound the probe platform: point them at the real one again, so
+        # that vLLM used later in this process (e.g. an engine on a GPU machine) does not see the probe
+        if previous is not None and previous is not platform:
+            for name, mod in list(sys.modules.items()):
+                if name.startswith("vllm.") and mod is not None and \
+                        getattr(mod, "__dict__", {}).get("current_platform") is platform:
+                    mod.current_platform = previous
+        _clear_platform_caches()
+
+
+@contextlib.contextmanager
+def cuda_alloc_on_meta() -> Iterable[None]:
+    """While importing a backend module that allocates CUDA memory at module level: ``torch.empty(device="cuda")``
+    gives a ``meta`` tensor and ``num_compute_units`` returns 0."""
+    import torch
+    import vllm.utils.platform_utils as pu
+
+    real_empty, real_ncu = torch.empty, pu.num_compute_units
+
+    def empty(*args, **kwargs):
+        dev = kwargs.get("device")
+        if dev is not None and str(dev).startswith("cuda"):
+            kwargs["device"] = "meta"
+        return real_empty(*args, **kwargs)
+
+    torch.empty = empty
+    pu.num_compute_units = lambda device_id=0: 0
+    try:
+        yield
+    finally:
+        torch.empty = real_empty
+        pu.num_compute_units = real_ncu
+
+
+class BlockImports:
+    """``sys.meta_path`` finder: importing one of ``modules`` raises ImportError (vLLM's selector catches only
+    ImportError; a backend whose import crashes otherwise would abort the whole selection)."""
+
+    def __init__(self, modules: Mapping[str, str]):
+        self.modules = dict(modules)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.modules:
+            raise ImportError(f"{fullname}: {self.modules[fullname]}")
+        return None
+
+
+def fmt_exc(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}".rstrip(": ")
+
+
+def import_backend(member, probing: bool):
+    """Return ``(class, error)`` for an ``AttentionBackendEnum`` member; retries a non-ImportError import crash
+    under :func:`cuda_alloc_on_meta` when probing (remembered in ``SHIMMED`` for the records)."""
+    try:
+        return member.get_class(), None
+    except ImportError as e:
+        return None, e
+    except Exception as e:  # noqa: BLE001 - e.g. RuntimeError "Found no NVIDIA driver" at module level
+        if not probing:
+            return None, e
+        first = e
+    try:
+        with cuda_alloc_on_meta():
+            cls = member.get_class()
+    except Exception:  # noqa: BLE001
+        return None, first
+    SHIMMED[member.name] = (f"module-level CUDA allocation moved to the meta device while importing "
+                          f"{member.get_path(include_classname=False)} (without it: {fmt_exc(first)})")
+    return cls, None
+
+
+def is_mla_candidate(member) -> bool:
+    """Cheap pre-filter before importing: MLA backends carry "MLA" in the enum name or "mla" in the module path.
+    (Importing every backend of the enum just to call ``is_mla()`` would load FlashInfer, FlexAttention, ... for
+    nothing; the final word is the class's ``is_mla()``.)"""
+    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES
+
+    if member in _ATTN_OVERRIDES:        # a registered plugin/custom backend: always look at it
+        return True
+    value = member.value or ""
+    return bool(value) and ("MLA" in member.name or ".mla." in value or "_mla" in value)
+
+
+def display_name(member, cls) -> str:
+    """The enum name, or the class's own ``get_name()`` when a plugin overrode that member with another backend."""
+    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES
+
+    if cls is not None and member in _ATTN_OVERRIDES:
+        try:
+            name = cls.get_name()
+        except Exception:  # noqa: BLE001
+            return member.name
+        if name and name != member.name:
+            return str(name)
+    return member.name
+
+
+@contextlib.contextmanager
+def capture_selector_log() -> Iterable[list[str]]:
+    """Collect the messages ``vllm.platforms.cuda`` logs at INFO+ (the "Using X attention backend ..." line) without
+    printing them; clears vLLM's ``info_once`` de-duplication so repeated probes log again."""
+    from vllm import logger as vlog
+
+    messages: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    lg = logging.getLogger("vllm.platforms.cuda")
+    old = (lg.level, lg.propagate)
+    handler = _Collect(level=logging.INFO)
+    info_once = getattr(vlog, "_print_info_once", None)
+    if hasattr(info_once, "cache_clear"):
+        info_once.cache_clear()
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    lg.propagate = False
+    try:
+        yield messages
+    finally:
+        lg.removeHandler(handler)
+        lg.setLevel(old[0])
+        lg.propagate = old[1]
+
+
+@contextlib.contextmanager
+def quiet_logs() -> Iterable[None]:
+    """vLLM and torch log at INFO/WARNING (and packages warn) while backend modules import; keep that off the
+    caller's output."""
+    importlib.import_module("vllm.logger")   # configures the "vllm" logger first, so the level set below sticks
+
+    loggers = [logging.getLogger(n) for n in ("vllm", "torch.utils.cpp_extension")]
+    old = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():     # import-time Deprecation/Tqdm warnings of third-party packages
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lvl in zip(loggers, old):
+            lg.setLevel(lvl)
+
+
+@contextlib.contextmanager
+def stock_selection() -> Iterable[None]:
+    """Run the probe against stock vLLM selection and undo any change made inside it.
+
+    On entry, backend overrides (``register_backend``) are set aside and selector methods of ``CudaPlatformBase``
+    that carry a ``__wrapped__`` original (a plugin's wrapper, e.g. ``sparse_mla.vllm_plugin``'s fallback, installed
+    earlier in this process) are unwrapped; on exit everything is put back as it was. So ``with_plugin=False``
+    always diagnoses stock vLLM 0.26.0, and ``with_plugin=True`` sees exactly what the plugin's ``register()``
+    adds to it.
+    """
+    import vllm.platforms.cuda as cuda_mod
+    import vllm.v1.attention.selector as selector_mod
+    from vllm.v1.attention.backends import registry
+
+    base = cuda_mod.CudaPlatformBase
+    overrides = dict(registry._ATTN_OVERRIDES)
+    cls_attrs = {k: base.__dict__[k] for k in ("get_attn_backend_cls", "get_valid_backends")}
+    mod_attrs = [(cuda_mod, "_get_backend_priorities", cuda_mod._get_backend_priorities),
+                 (selector_mod, "get_attn_backend", selector_mod.get_attn_backend),
+                 (selector_mod, "_cached_get_attn_backend", selector_mod._cached_get_attn_backend)]
+    registry._ATTN_OVERRIDES.clear()
+    for k, v in cls_attrs.items():
+        fn = v.__func__ if isinstance(v, classmethod) else v
+        unwrapped = fn
+        while hasattr(unwrapped, "__wrapped__"):
+            unwrapped = unwrapped.__wrapped__
+        if unwrapped is not fn:
+            setattr(base, k, classmethod(unwrapped))
+    try:
+        yield
+    finally:
+        registry._ATTN_OVERRIDES.clear()
+        registry._ATTN_OVERRIDES.update(overrides)
+        for k, v in cls_attrs.items():
+            setattr(base, k, v)
+        for mod, attr, v in mod_attrs:
+            setattr(mod, attr, v)

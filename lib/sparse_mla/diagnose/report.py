@@ -1,0 +1,89 @@
+"""Reading a diagnosis record: one backend's verdict, the backends as a table, the record as text, what was
+simulated, and vLLM's own source lines to quote."""
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def backend_verdict(rec: Mapping[str, Any], name: str) -> str:
+    """One backend's line in a :func:`diagnose` record: ``SELECTED``, ``valid`` (with a note when the backend is not
+    on this GPU's priority list, so vLLM's selector never tries it), or vLLM's reasons joined by ``"; "``."""
+    b = rec["backends"][name]
+    if b["reasons"]:
+        return "; ".join(b["reasons"])
+    if name == rec["selected"]:
+        return "SELECTED"
+    return "valid" + ("" if b["priority"] is not None else " (not in this GPU's priority list)")
+
+
+def backends_frame(rec: Mapping[str, Any]):
+    """The record's ``backends`` as a ``pandas.DataFrame`` (backend, priority, verdict), in the record's order."""
+    import pandas as pd
+
+    rows = []
+    for name, b in rec["backends"].items():
+        rows.append({"backend": name, "priority": b["priority"], "verdict": backend_verdict(rec, name)})
+    df = pd.DataFrame(rows, columns=["backend", "priority", "verdict"])
+    df["priority"] = df["priority"].astype("Int64")
+    return df.set_index("backend")
+
+
+def vllm_source(module: str, pattern: str, after: int = 0) -> str:
+    """Lines of vLLM's source that contain ``pattern`` (plus ``after`` following lines), as
+    ``vllm/<path>:<line>: <text>``, read from the installed file without importing the module."""
+    spec = importlib.util.find_spec(module.split(".")[0])
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"{module} is not installed")
+    root = Path(list(spec.submodule_search_locations)[0]).parent
+    rel = Path(*module.split(".")).with_suffix(".py")
+    lines = (root / rel).read_text().splitlines()
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        if pattern in line:
+            for j in range(i, min(i + after + 1, len(lines))):
+                out.append(f"{rel.as_posix()}:{j + 1}: {lines[j]}")
+    return "\n".join(out)
+
+
+def format_record(rec: Mapping[str, Any]) -> str:
+    """A readable table of a :func:`diagnose` record: backend, priority, verdict/reasons; then vLLM's verdict and
+    what was simulated."""
+    lines = [f"model {rec['model']} ({rec['mla']} MLA, {rec['dtype']}, {rec['heads_per_rank']} heads/rank at "
+             f"tp={rec['tp']}), capability {rec['capability']}" + (f" [{rec['gpu']}]" if rec.get("gpu") else "")
+             + f", kv_cache_dtype {rec['kv_cache_dtype']}, vLLM {rec['vllm_version']}", ""]
+    rows = sorted(rec["backends"].items(),
+                  key=lambda kv: (kv[1]["priority"] is None, kv[1]["priority"] if kv[1]["priority"] is not None
+                                  else 0, kv[0]))
+    w = max([len("backend")] + [len(n) for n, _ in rows])
+    lines.append(f"{'backend':<{w}}  {'prio':>4}  verdict")
+    lines.append(f"{'-' * w}  {'-' * 4}  {'-' * 7}")
+    for name, b in rows:
+        prio = "-" if b["priority"] is None else str(b["priority"])
+        verdict = backend_verdict(rec, name)
+        lines.append(f"{name:<{w}}  {prio:>4}  {verdict}")
+    lines += ["", f"vLLM: {rec['verdict']}", f"Simulated: {describe_simulated(rec['simulated'])}"]
+    if rec.get("plugin"):
+        lines.append(f"Plugin: {rec['plugin'].get('called')} overrides {rec['plugin'].get('overrides') or '{}'}")
+    return "\n".join(lines)
+
+
+def describe_simulated(sim: Mapping[str, Any]) -> str:
+    """One line for the record's ``simulated`` entry."""
+    if not sim.get("probe"):
+        return f"nothing: real {sim.get('platform')} ({sim.get('device_name')}, {sim.get('device_capability')})"
+    parts = [f"GPU with compute capability {sim['device_capability']} (probe platform, no device)"]
+    if sim.get("stubbed_modules"):
+        parts.append("stubbed extensions " + ", ".join(m.rsplit(".", 1)[-1] for m in sim["stubbed_modules"]))
+    if sim.get("refreshed_flags"):
+        parts.append("extension flags set again: " + ", ".join(f.rsplit(".", 1)[-1] for f in sim["refreshed_flags"]))
+    if sim.get("import_shims"):
+        parts.append("import shim for " + ", ".join(sim["import_shims"]))
+    if sim.get("import_errors"):
+        parts.append("import failed: " + ", ".join(sim["import_errors"]))
+    if sim.get("skipped_backends"):
+        parts.append("not probed: " + ", ".join(sim["skipped_backends"]))
+    parts.append("stand-in vLLM config with the model's hf config")
+    return "; ".join(parts)

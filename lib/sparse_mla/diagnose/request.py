@@ -1,0 +1,140 @@
+"""What is diagnosed: the target GPU (a compute capability or a GPU preset), the KV-cache dtype, the tensor-parallel
+size and the model, checked before vLLM is imported.
+
+:func:`parse_capability` and :func:`resolve` turn user input into a :class:`Request` or raise
+:class:`sparse_mla.errors.UserInputError` with one line naming the bad value and what is accepted.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UserInputError
+
+
+#: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``).
+GPU_PRESETS: dict[str, str] = {
+    "rtx-pro-6000": "12.0",
+    "rtx-5090": "12.0",
+    "b200": "10.0",
+    "h100": "9.0",
+    "h200": "9.0",
+    "a100": "8.0",
+    "l40s": "8.9",
+    "rtx-4090": "8.9",
+}
+
+#: The KV-cache dtypes the workbook diagnoses (``--kv-cache-dtype``; the matrix's columns).
+KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "fp8", "fp8_ds_mla")
+
+#: vLLM 0.26.0's ``vllm.config.cache.CacheDType`` literal, copied so that input is validated before vLLM is
+#: imported (tests/diagnose/test_selection.py checks it against the installed vLLM).
+VLLM_CACHE_DTYPES: tuple[str, ...] = (
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "turboquant_k8v4",
+    "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "int4_per_token_head",
+    "int8_per_token_head", "fp8_per_token_head", "nvfp4",
+)
+
+#: Name under which the step 3 plugin's backend is reported.
+PLUGIN_BACKEND_NAME = "TRITON_MLA_SPARSE"
+
+_CAP_RE = re.compile(r"^(\d{1,2})\.(\d)$")
+_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+           "half": "float16"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Input validation (no vLLM / torch import)
+# ----------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Request:
+    geometry: Any            # sparse_mla.models.ModelGeometry
+    capability: tuple[int, int] | None   # None: the local GPU
+    gpu: str | None          # preset name, "local", or None for a plain major.minor
+    kv_cache_dtype: str
+    tp: int
+    heads_per_rank: int
+    dtype: str               # torch dtype name passed to the selector
+    with_plugin: bool
+
+
+def accepted_capabilities() -> str:
+    return "major.minor such as 12.0, 9.0, 8.9; a GPU preset (" + ", ".join(GPU_PRESETS) + "); or local"
+
+
+def parse_capability(capability: str | float | tuple[int, int]) -> tuple[tuple[int, int] | None, str | None]:
+    """Turn ``capability`` into ``((major, minor), preset_name)``; ``(None, "local")`` for ``"local"``.
+
+    Accepts ``"12.0"``-style strings, a :data:`GPU_PRESETS` name, ``"local"`` or a ``(major, minor)`` tuple.
+    Raises :class:`UserInputError` naming the value for anything else (``"12"``, ``"twelve"``, ``"12.0.1"``).
+    Does not check that a local GPU exists (:func:`diagnose` does).
+    """
+    if isinstance(capability, tuple) and len(capability) == 2 and all(isinstance(x, int) for x in capability):
+        return (int(capability[0]), int(capability[1])), None
+    s = str(capability).strip()
+    key = s.lower()
+    if key == "local":
+        return None, "local"
+    if key in GPU_PRESETS:
+        major, minor = GPU_PRESETS[key].split(".")
+        return (int(major), int(minor)), key
+    m = _CAP_RE.match(s)
+    if not m:
+        raise UserInputError(f"unknown capability {s!r}; accepted: {accepted_capabilities()}")
+    return (int(m.group(1)), int(m.group(2))), None
+
+
+def check_kv_cache_dtype(kv_cache_dtype: str) -> str:
+    if kv_cache_dtype not in VLLM_CACHE_DTYPES:
+        raise UserInputError(
+            f"unknown KV-cache dtype {kv_cache_dtype!r}; accepted: {', '.join(KV_CACHE_DTYPES)} "
+            f"(or another vLLM CacheDType: {', '.join(d for d in VLLM_CACHE_DTYPES if d not in KV_CACHE_DTYPES)})")
+    return kv_cache_dtype
+
+
+def _model_dtype(geometry) -> str:
+    """The dtype vLLM's ``--dtype auto`` gives the layer: the config's ``dtype``/``torch_dtype`` if it is fp16 or
+    bf16, else bfloat16 (vLLM runs fp32 checkpoints in bf16 on GPUs that support it)."""
+    cfg = geometry.hf_config or {}
+    raw = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16").replace("torch.", "").lower()
+    return _DTYPES.get(raw, "bfloat16")
+
+
+def _plugin_available() -> bool:
+    if "sparse_mla.vllm_plugin" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("sparse_mla.vllm_plugin") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def resolve(model, capability, kv_cache_dtype, tp, with_plugin) -> Request:
+    from ..models import load_model
+
+    cap, gpu = parse_capability(capability)
+    kv = check_kv_cache_dtype(str(kv_cache_dtype))
+    geometry = load_model(model)
+    if isinstance(tp, bool) or not isinstance(tp, int):
+        try:
+            tp = int(str(tp), 10)
+        except ValueError:
+            raise UserInputError(f"tensor-parallel size {tp!r} is not an integer; accepted: a positive divisor "
+                                 f"of num_attention_heads {geometry.num_attention_heads}") from None
+    heads = geometry.heads_per_rank(tp)
+    if gpu == "local":
+        from .._env import has_nvidia_gpu
+
+        if not has_nvidia_gpu():
+            raise UserInputError(f"capability 'local': this machine has no NVIDIA GPU; accepted: "
+                                 f"{accepted_capabilities().replace('; or local', '')}")
+    if with_plugin and not _plugin_available():
+        raise UserInputError("--with-plugin needs the step 3 plugin (module sparse_mla.vllm_plugin), which is not "
+                             "installed yet; accepted: run without --with-plugin")
+    return Request(geometry=geometry, capability=cap, gpu=gpu, kv_cache_dtype=kv, tp=tp, heads_per_rank=heads,
+                    dtype=_model_dtype(geometry), with_plugin=bool(with_plugin))

@@ -1,0 +1,408 @@
+"""A random-weight GLM-5-architecture checkpoint, generated locally, and a loader for any Hugging Face checkpoint.
+
+:func:`make_checkpoint` writes a Hugging Face model directory that vLLM 0.26.0 loads as ``GlmMoeDsaForCausalLM``
+(an alias of ``DeepseekV2ForCausalLM``, ``vllm/model_executor/models/deepseek_v2.py``) and transformers (>= 5.5)
+loads as ``GlmMoeDsaForCausalLM`` (``transformers/models/glm_moe_dsa/modeling_glm_moe_dsa.py``)::
+
+    config.json              architectures ["GlmMoeDsaForCausalLM"], model_type "glm_moe_dsa"
+    generation_config.json   bos/eos/pad token ids
+    model.safetensors        seeded random weights, bf16 (e_score_correction_bias fp32, as in real checkpoints)
+    tokenizer.json, tokenizer_config.json, ...   byte-level BPE trained locally with ``tokenizers``
+
+Preset ``glm-5-tiny`` keeps GLM-5's attention geometry exactly -- 64 heads (64 KV heads), kv_lora_rank 512,
+qk_nope 192, qk_rope 64, v_head 256 (absorbed MLA head 576, sm_scale 1/16), indexer 32 heads x 128, interleaved
+RoPE (theta 1e6) in both attention and indexer -- and shrinks everything else: q_lora_rank 512 (GLM-5: 2048; the
+indexer's ``wq_b`` input shrinks with it), hidden 1024, 2 layers (layer 0 dense, layer 1 MoE), 8 routed experts
+top-2 + 1 shared (moe_intermediate 256), vocab 2048, max_position_embeddings 8192, no MTP layer.
+
+Tensor names are the per-expert, unfused names vLLM's ``DeepseekV2Model.load_weights`` maps
+(deepseek_v2.py ``load_weights``: ``q_a_proj``/``kv_a_proj_with_mqa`` -> ``fused_qkv_a_proj``, ``gate_proj``/``up_proj``
+-> ``gate_up_proj``, ``indexer.wk``/``indexer.weights_proj`` -> ``indexer.wk_weights_proj``,
+``mlp.experts.{e}.*`` -> FusedMoE ``w13_weight``/``w2_weight``); transformers fuses the experts itself on load
+(``conversion_mapping.py``: ``glm_moe_dsa`` -> ``qwen2_moe`` pattern). See :func:`expected_weight_shapes`.
+
+Weight scales (chosen so bf16 activations stay O(1) through the layers and attention is neither flat nor one-hot):
+linear weights ``N(0, 1/fan_in)``, embeddings ``N(0, 1)``, norm weights ``1 + N(0, 0.05^2)``, LayerNorm bias and
+``e_score_correction_bias`` ``N(0, 0.05^2)``. Every tensor draws from its own generator seeded from ``(seed, name)``,
+so the bytes depend only on the seed (and a tensor does not change when ``num_layers`` does).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserInputError, expand_path, writable_dir
+from ..models import PRESET_CONFIGS as MODEL_PRESETS
+
+#: What ``glm-5-tiny`` changes in GLM-5's real config (:data:`sparse_mla.models.PRESET_CONFIGS` ``["glm-5"]``):
+#: sizes only. The attention geometry (64 heads, kv_lora_rank 512, qk_nope 192, rope 64, v 256, indexer 32 x 128,
+#: interleaved rope, theta 1e6) and the routing rules are inherited unchanged; ``q_lora_rank`` 512 instead of 2048
+#: does not change the 576-wide MLA head.
+GLM5_TINY_OVERRIDES: dict[str, Any] = {
+    "vocab_size": 2048,
+    "hidden_size": 1024,
+    "intermediate_size": 2048,
+    "moe_intermediate_size": 256,
+    "num_hidden_layers": 2,          # layer 0 dense, layer 1 MoE
+    "q_lora_rank": 512,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "first_k_dense_replace": 1,
+    "max_position_embeddings": 8192,
+    "num_nextn_predict_layers": 0,
+    "attention_bias": False,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+    "pad_token_id": 1,
+    "initializer_range": 0.02,
+}
+
+#: Preset configs (``config.json`` contents before ``index_topk`` / ``num_hidden_layers`` are filled in).
+PRESET_CONFIGS: dict[str, dict[str, Any]] = {
+    "glm-5-tiny": {**copy.deepcopy(MODEL_PRESETS["glm-5"]), **GLM5_TINY_OVERRIDES},
+}
+
+PRESETS = tuple(PRESET_CONFIGS)
+
+#: vLLM's sparse index conversion works on 128-token groups: ``index_topk`` must be a positive multiple of 128.
+INDEX_TOPK_MULTIPLE = 128
+
+#: Tokenizer special tokens (ids 0 and 1 in the trained vocabulary).
+_SPECIAL_TOKENS = ("<|endoftext|>", "<|pad|>")
+
+_NORM_WEIGHT_STD = 0.05
+_BIAS_STD = 0.05
+
+
+#: Upper bounds of make-checkpoint's knobs: index_topk as ``sparse-mla launch`` accepts it
+#: (``launch.check_model_dir``), layers well above GLM-5's 78 (each tiny layer is ~100 MB of weights).
+MAX_INDEX_TOPK = 2**20
+MAX_LAYERS = 128
+
+
+def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers: int | None = None) -> dict:
+    """The ``config.json`` dict of ``preset`` with ``index_topk`` and ``num_hidden_layers`` filled in.
+
+    Raises :class:`UserInputError` for an unknown preset, an ``index_topk`` that is not a positive multiple of
+    128, or a layer count that leaves no MoE layer.
+    """
+    if preset not in PRESET_CONFIGS:
+        raise UserInputError(f"unknown checkpoint preset {preset!r}; accepted: {', '.join(PRESETS)}")
+    if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk <= 0 \
+            or index_topk % INDEX_TOPK_MULTIPLE or index_topk > MAX_INDEX_TOPK:
+        raise UserInputError(
+            f"index_topk {index_topk!r} is not a positive multiple of {INDEX_TOPK_MULTIPLE} up to {MAX_INDEX_TOPK} "
+            f"(vLLM converts top-k indices in groups of {INDEX_TOPK_MULTIPLE}; `sparse-mla launch` takes at most "
+            f"{MAX_INDEX_TOPK}); accepted: e.g. 256, 512, 1024, 2048")
+    cfg = copy.deepcopy(PRESET_CONFIGS[preset])
+    if num_layers is not None:
+        min_layers = cfg["first_k_dense_replace"] + 1
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not \
+                min_layers <= num_layers <= MAX_LAYERS:
+            raise UserInputError(
+                f"num_layers {num_layers!r} is not accepted (at least {min_layers} so that one MoE layer follows "
+                f"first_k_dense_replace {cfg['first_k_dense_replace']} dense ones; at most {MAX_LAYERS}, above "
+                f"GLM-5's 78); accepted: an integer from {min_layers} to {MAX_LAYERS}")
+        cfg["num_hidden_layers"] = num_layers
+    cfg["index_topk"] = index_topk
+    return cfg
+
+
+def is_moe_layer(cfg: dict, layer_idx: int) -> bool:
+    """vLLM's rule (deepseek_v2.py ``DeepseekV2DecoderLayer.__init__``): MoE iff ``n_routed_experts`` is set,
+    ``layer_idx >= first_k_dense_replace`` and ``layer_idx % moe_layer_freq == 0``."""
+    return (cfg.get("n_routed_experts") is not None and layer_idx >= cfg["first_k_dense_replace"]
+            and layer_idx % cfg.get("moe_layer_freq", 1) == 0)
+
+
+def expected_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Checkpoint tensor name -> shape (``[out_features, in_features]`` for linears) for a GLM-5 / DeepSeek-V3.2
+    config, under the names vLLM 0.26.0's ``DeepseekV2ForCausalLM.load_weights`` maps (deepseek_v2.py 1503-1740).
+
+    Requires ``q_lora_rank`` (DSA indexers read ``q_a_layernorm``'s output) and ``index_topk``. MTP layers
+    (``num_nextn_predict_layers``) are not included (vLLM's main model skips them).
+    """
+    D = cfg["hidden_size"]
+    nh = cfg["num_attention_heads"]
+    qr, kvr = cfg["q_lora_rank"], cfg["kv_lora_rank"]
+    nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    ih, idim = cfg["index_n_heads"], cfg["index_head_dim"]
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg["vocab_size"], D)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        a = p + "self_attn."
+        shapes.update({
+            p + "input_layernorm.weight": (D,),
+            p + "post_attention_layernorm.weight": (D,),
+            a + "q_a_proj.weight": (qr, D),
+            a + "q_a_layernorm.weight": (qr,),
+            a + "q_b_proj.weight": (nh * (nope + rope), qr),
+            a + "kv_a_proj_with_mqa.weight": (kvr + rope, D),
+            a + "kv_a_layernorm.weight": (kvr,),
+            a + "kv_b_proj.weight": (nh * (nope + v), kvr),
+            a + "o_proj.weight": (D, nh * v),
+            a + "indexer.wq_b.weight": (ih * idim, qr),
+            a + "indexer.wk.weight": (idim, D),
+            a + "indexer.weights_proj.weight": (ih, D),
+            a + "indexer.k_norm.weight": (idim,),
+            a + "indexer.k_norm.bias": (idim,),
+        })
+        m = p + "mlp."
+        if is_moe_layer(cfg, i):
+            E, I = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+            shapes[m + "gate.weight"] = (E, D)
+            if cfg.get("topk_method") == "noaux_tc":
+                shapes[m + "gate.e_score_correction_bias"] = (E,)
+            for e in range(E):
+                shapes.update({m + f"experts.{e}.gate_proj.weight": (I, D), m + f"experts.{e}.up_proj.weight": (I, D),
+                               m + f"experts.{e}.down_proj.weight": (D, I)})
+            if cfg.get("n_shared_experts"):
+                Is = I * cfg["n_shared_experts"]
+                shapes.update({m + "shared_experts.gate_proj.weight": (Is, D),
+                               m + "shared_experts.up_proj.weight": (Is, D),
+                               m + "shared_experts.down_proj.weight": (D, Is)})
+        else:
+            I = cfg["intermediate_size"]
+            shapes.update({m + "gate_proj.weight": (I, D), m + "up_proj.weight": (I, D),
+                           m + "down_proj.weight": (D, I)})
+    shapes["model.norm.weight"] = (D,)
+    shapes["lm_head.weight"] = (cfg["vocab_size"], D)
+    return shapes
+
+
+def _tensor_seed(seed: int, name: str) -> int:
+    return (int(seed) * 0x9E3779B1 + zlib.crc32(name.encode())) % (2**63 - 1)
+
+
+def _init_tensor(name: str, shape: tuple[int, ...], seed: int):
+    """One seeded random tensor (bf16; ``e_score_correction_bias`` fp32). See the module docstring for scales."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(_tensor_seed(seed, name))
+    x = torch.randn(shape, generator=g, dtype=torch.float32)
+    if name.endswith("e_score_correction_bias"):
+        return x.mul_(_BIAS_STD)
+    if name.endswith(".bias"):
+        x.mul_(_BIAS_STD)
+    elif len(shape) == 1:  # RMSNorm / LayerNorm weight
+        x.mul_(_NORM_WEIGHT_STD).add_(1.0)
+    elif name == "model.embed_tokens.weight":
+        pass  # N(0, 1): the residual stream starts at unit scale
+    else:  # linear [out, in]
+        x.mul_(shape[1] ** -0.5)
+    return x.to(torch.bfloat16)
+
+
+def make_state_dict(cfg: dict, seed: int = 0) -> dict:
+    """Seeded random weights for ``cfg`` under :func:`expected_weight_shapes` names (bf16 / fp32 bias)."""
+    return {name: _init_tensor(name, shape, seed) for name, shape in expected_weight_shapes(cfg).items()}
+
+
+def _train_tokenizer(vocab_size: int):
+    """A byte-level BPE tokenizer trained on a fixed synthetic corpus (deterministic; no downloads)."""
+    import random
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(0)
+    words = ["the", "model", "attention", "sparse", "kernel", "token", "cache", "index", "expert", "router",
+             "layer", "hidden", "query", "key", "value", "rope", "latent", "rank", "head", "block", "page",
+             "decode", "prefill", "batch", "glm", "deep", "seek", "triton", "vllm", "softmax", "gather"]
+    corpus = [" ".join(rng.choice(words) + rng.choice(["", "s", "ed", "ing", "er", "."]) for _ in range(64))
+              for _ in range(2000)]
+    corpus += ["".join(chr(c) for c in range(32, 127))] * 10
+    corpus += [" ".join(str(rng.randrange(10**6)) for _ in range(32)) for _ in range(200)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(_SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=_SPECIAL_TOKENS[0], eos_token=_SPECIAL_TOKENS[0],
+                                   pad_token=_SPECIAL_TOKENS[1])
+
+
+#: The files ``make_checkpoint`` writes: ``--overwrite`` replaces a folder only if it holds nothing else (so never a
+#: project, a home directory or a real Hugging Face download).
+CHECKPOINT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                              "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+
+
+def _check_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuse an output that is a file, that holds the current working directory, a non-empty directory without
+    ``overwrite``, or -- even with ``overwrite`` -- a directory that is not an earlier ``make_checkpoint`` output
+    (a ``config.json`` and nothing but :data:`CHECKPOINT_FILES`)."""
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"checkpoint output {str(out)!r} exists and is not a directory; accepted: a new or "
+                             f"empty directory path")
+    if Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise UserInputError(f"checkpoint directory {str(out)!r} is or holds the current working directory, which "
+                             f"would be replaced; accepted: a directory outside it")
+    if not (out.is_dir() and any(out.iterdir())):
+        return
+    if not overwrite:
+        raise UserInputError(f"checkpoint directory {str(out)!r} exists and is not empty; accepted: a new or empty "
+                             f"directory, or --overwrite (overwrite=True in Python) for an earlier checkpoint")
+    others = sorted(p.name for p in out.iterdir() if p.name not in CHECKPOINT_FILES or not p.is_file())
+    if others or not (out / "config.json").is_file():
+        what = f"holds {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}" if others else "has no config.json"
+        raise UserInputError(f"checkpoint directory {str(out)!r} {what}: --overwrite replaces only an earlier "
+                             f"make-checkpoint output ({', '.join(sorted(CHECKPOINT_FILES))}); accepted: a new or "
+                             f"empty directory, or such a checkpoint with --overwrite")
+
+
+def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
+                    num_layers: int | None = None, overwrite: bool = False) -> Path:
+    """Write a random-weight GLM-5-architecture Hugging Face checkpoint to ``out_dir`` and return its path.
+
+    Everything is written into a temporary directory next to ``out_dir`` and renamed into place at the end, so a
+    failed run leaves nothing half-written. Same arguments -> byte-identical files.
+
+    Raises :class:`UserInputError` for an unknown preset, a bad ``index_topk`` (not a positive multiple of 128) or
+    ``num_layers``, or an existing non-empty ``out_dir`` without ``overwrite=True``.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = preset_config(preset, index_topk, num_layers)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
+    if str(out_dir).strip() == "":
+        raise UserInputError(f"checkpoint directory {str(out_dir)!r} is empty; accepted: a directory path")
+    out = Path(os.path.normpath(expand_path(out_dir, "checkpoint directory").absolute()))   # "..", "a/." too
+    _check_out_dir(out, overwrite)
+    writable_dir(out.parent, "checkpoint parent directory")
+
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise UserInputError(f"checkpoint directory {str(out_dir)!r}: no folder can be made next to it ({e.strerror}); "
+                             f"accepted: a shorter name in a writable directory") from None
+    try:
+        with torch.no_grad():
+            sd = make_state_dict(cfg, seed)
+        save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it 0600; other users' servers read it
+        del sd
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
+               "pad_token_id": cfg["pad_token_id"]}
+        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
+        _train_tokenizer(cfg["vocab_size"]).save_pretrained(str(tmp))
+        os.chmod(tmp, 0o755)
+        # Re-check right before the rename (another process may have created the directory meanwhile).
+        _check_out_dir(out, overwrite)
+        if out.is_dir():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.rename(out, trash / out.name)
+            os.rename(tmp, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
+    """Read a Hugging Face checkpoint directory: ``(config dict, {name: tensor})``.
+
+    Accepts ``config.json`` plus either ``model.safetensors.index.json`` (sharded; the files its ``weight_map``
+    names) or every ``*.safetensors`` in the directory. No tokenizer is needed, so a real GLM-5 directory works too
+    (tensors keep their stored dtypes -- fp8 weights and their ``weight_scale_inv`` stay as stored).
+    Raises :class:`UserInputError` if the directory, its config or its weights are missing.
+    """
+    from safetensors.torch import load_file
+
+    d = expand_path(path, "checkpoint")
+    if not d.is_dir():
+        raise UserInputError(f"checkpoint {str(path)!r} is not a directory; accepted: a Hugging Face model directory "
+                             f"with config.json and *.safetensors")
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise UserInputError(f"checkpoint {str(path)!r} has no config.json; accepted: a Hugging Face model directory")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserInputError(f"malformed config.json {str(cfg_path)!r}: {e}; accepted: JSON") from None
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = [d / f for f in sorted(set(weight_map.values()))]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise UserInputError(f"malformed {str(index)!r} ({type(e).__name__}: {e}); accepted: a JSON object with a "
+                                 f"'weight_map' of tensor name -> shard file") from None
+    else:
+        files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise UserInputError(f"checkpoint {str(path)!r} has no *.safetensors files; accepted: a directory with "
+                             f"model.safetensors or a sharded model.safetensors.index.json")
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise UserInputError(f"checkpoint {str(path)!r}: shard(s) named by model.safetensors.index.json are missing: "
+                             f"{', '.join(missing)}")
+    state: dict = {}
+    for f in files:
+        try:
+            state.update(load_file(str(f)))
+        except Exception as e:  # noqa: BLE001  (safetensors raises its own SafetensorError)
+            raise UserInputError(f"cannot read {str(f)!r} ({type(e).__name__}: {e}); accepted: a safetensors "
+                                 f"file") from None
+    return cfg, state
+
+
+def checkpoint_summary(path: str | os.PathLike) -> dict[str, Any]:
+    """Path, parameter count (from safetensors headers, no tensor loading) and file sizes of a checkpoint dir."""
+    from safetensors import safe_open
+
+    d = Path(path)
+    n_params = 0
+    for f in sorted(d.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as sf:
+            for k in sf.keys():
+                shape = sf.get_slice(k).get_shape()
+                n = 1
+                for s in shape:
+                    n *= s
+                n_params += n
+    files = {p.name: p.stat().st_size for p in sorted(d.iterdir()) if p.is_file()}
+    return {"path": str(d), "num_parameters": n_params, "files": files, "total_bytes": sum(files.values())}
+
+
+def _cmd_make_checkpoint(args) -> int:
+    out = make_checkpoint(args.out, preset=args.preset, index_topk=args.index_topk, seed=args.seed,
+                          num_layers=args.layers, overwrite=args.overwrite)
+    s = checkpoint_summary(out)
+    print(f"wrote {s['path']}")
+    print(f"  parameters: {s['num_parameters']:,} ({s['num_parameters'] / 1e6:.1f} M)")
+    for name, size in s["files"].items():
+        print(f"  {name:<28} {size:>14,} B")
+    print(f"  total: {s['total_bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
+def add_cli(subparsers) -> None:
+    """Add ``make-checkpoint`` to the ``sparse-mla`` command line."""
+    p = subparsers.add_parser(
+        "make-checkpoint", help="write a random-weight GLM-5-architecture checkpoint (HF format)",
+        description="Write a seeded random-weight GLM-5-architecture (glm_moe_dsa) Hugging Face checkpoint: "
+                    "config.json, model.safetensors (bf16, vLLM weight names), generation_config.json, tokenizer.")
+    p.add_argument("out", metavar="OUT", help="output directory (must be new or empty unless --overwrite)")
+    p.add_argument("--preset", default="glm-5-tiny", help=f"config preset (default glm-5-tiny; accepted: "
+                                                          f"{', '.join(PRESETS)})")
+    p.add_argument("--index-topk", type=int, default=2048,
+                   help="indexer top-k, a positive multiple of 128 (default 2048 as GLM-5; e.g. 256 makes "
+                        "sparsity bind on short prompts)")
+    p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--layers", type=int, default=None, help="number of layers (default: the preset's, 2)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT")
+    p.set_defaults(func=_cmd_make_checkpoint)

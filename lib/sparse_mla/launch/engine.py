@@ -1,0 +1,558 @@
+"""Step 4: GLM-5 through vLLM on a chosen attention backend, offline (``vllm.LLM``) or served (``vllm serve`` +
+the ``openai`` client), with parity checks against vLLM's own sparse backends and an independent PyTorch forward.
+
+* :func:`run_offline` starts one engine, reports the backend every attention layer got, generates greedily with
+  log-probs, and measures decode throughput of a decode-heavy batch.
+* :func:`run_serve` starts ``vllm serve`` on 127.0.0.1, sends one completion through the ``openai`` client and
+  reads back which backend the server's worker picked.
+* :func:`run_parity` runs :func:`run_offline` for several backends, each in its own process (a clean GPU per
+  engine), runs the served check, computes the reference forward's first-token log-probs
+  (:class:`sparse_mla.launch.glm5_reference.Glm5Reference`), and writes one JSON record.
+
+Backend names: ``TRITON_MLA_SPARSE`` (this workbook's, registered by the ``vllm.general_plugins`` entry point into
+vLLM's ``CUSTOM`` slot; vLLM's own selector also picks it where it has no sparse MLA backend), ``auto`` (vLLM's
+choice), or any vLLM name such as ``FLASH_ATTN_MLA_SPARSE`` or ``FLASHMLA_SPARSE``.
+An engine needs a CUDA GPU: vLLM's CPU platform refuses MLA and sparse attention.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .._files import atomic_write_text
+from ..errors import UserInputError, expand_path, writable_file
+
+OURS = "TRITON_MLA_SPARSE"
+PEERS = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
+KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla")
+
+
+def require_gpu() -> None:
+    from .._env import has_nvidia_gpu
+
+    if not has_nvidia_gpu():
+        raise UserInputError("an engine launch needs a CUDA GPU and this machine has none (vLLM's CPU platform refuses "
+                             "MLA and sparse attention); accepted: a machine with an NVIDIA GPU, or notebook 04's CPU "
+                             "path (reference forward with the kernel under the Triton interpreter)")
+
+
+def check_model_dir(model: str | os.PathLike) -> Path:
+    """The checkpoint directory as a :class:`~pathlib.Path`, after checking that it holds a DSA model's config.
+
+    vLLM's ``deepseek_v2.py`` turns on sparse attention exactly when the config has ``index_topk``; MLA needs
+    ``kv_lora_rank``. Raises :class:`UserInputError` for a missing directory or ``config.json``, a file that is not
+    JSON, or a config without those keys -- before any engine starts.
+    """
+    p = expand_path(model, "model directory")
+    if not (p / "config.json").is_file():
+        raise UserInputError(f"model directory {str(model)!r} has no config.json; accepted: a Hugging Face checkpoint "
+                             f"directory (e.g. from `sparse-mla make-checkpoint`, or a real GLM-5 download)")
+    try:
+        cfg = json.loads((p / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserInputError(f"{str(p / 'config.json')!r} is not valid JSON ({type(e).__name__}); accepted: a Hugging "
+                             f"Face config.json") from None
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else None
+    if not isinstance(cfg, dict):
+        raise UserInputError(f"{str(p / 'config.json')!r} is not a config object (or its text_config is not); "
+                             f"accepted: a Hugging Face config.json")
+    missing = [k for k in ("index_topk", "kv_lora_rank", "num_attention_heads") if k not in cfg]
+    if missing:
+        arch = ", ".join(map(str, cfg.get("architectures") or [])) or cfg.get("model_type") or "unknown architecture"
+        raise UserInputError(f"{str(p / 'config.json')!r} ({arch}) is not a DSA (sparse MLA) model: no "
+                             f"{', '.join(missing)}; accepted: a GLM-5 / DeepSeek-V3.2 architecture "
+                             f"(GlmMoeDsaForCausalLM, DeepseekV32ForCausalLM) with index_topk and kv_lora_rank")
+    for k, hi in (("index_topk", 2**20), ("kv_lora_rank", 2**16), ("num_attention_heads", 4096)):
+        v = cfg[k]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+            raise UserInputError(f"{str(p / 'config.json')!r} has {k} = {v!r}; accepted: an integer from 1 to {hi}")
+    return p
+
+
+def check_tp(model: str | os.PathLike, tp) -> int:
+    """``tp`` as an int after checking it against the checkpoint's heads and the visible GPUs.
+
+    vLLM shards MLA by heads (``num_attention_heads // tp`` per rank), so ``tp`` must divide them. Raises
+    :class:`UserInputError` naming the value and the accepted sizes -- before any engine starts.
+    """
+    cfg = json.loads((check_model_dir(model) / "config.json").read_text())
+    heads = int(cfg.get("text_config", cfg)["num_attention_heads"])
+    ok = [d for d in range(1, heads + 1) if heads % d == 0]
+    if isinstance(tp, bool) or not isinstance(tp, int):
+        raise UserInputError(f"tensor-parallel size {tp!r} is not an integer; accepted: {', '.join(map(str, ok))}")
+    if tp < 1 or heads % tp:
+        raise UserInputError(f"tensor-parallel size {tp!r} does not divide the model's {heads} attention heads; "
+                             f"accepted: {', '.join(map(str, ok))}")
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n and tp > n:
+        raise UserInputError(f"tensor-parallel size {tp} needs {tp} GPUs and {n} are visible; accepted: "
+                             f"{', '.join(str(d) for d in ok if d <= n)}")
+    return tp
+
+
+MAX_MODEL_LEN = 4096   # the engines' max_model_len (offline and served)
+DEFAULT_THROUGHPUT = {"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}
+
+
+def record_file(path, model: Path, what: str = "record file") -> Path:
+    """``path`` for a launch record, checked before any engine: a writable regular-file path (``errors.writable_file``)
+    outside the model directory (a record must never replace the config or weights the engine reads). Raises
+    :class:`UserInputError` naming the path."""
+    if path is not None and str(path).strip() not in ("", "."):
+        where, model = expand_path(path, what).resolve(), Path(model).resolve()
+        # a Hugging Face cache snapshot links its files to ../blobs/: those targets are the model's files too
+        if where.is_relative_to(model) or where in {q.resolve() for q in model.iterdir()}:
+            raise UserInputError(f"{what} {str(path)!r} is (a link target of) a file of the model directory "
+                                 f"{str(model)!r}, which the engine reads; accepted: a path outside it")
+    return writable_file(path, what)
+
+
+def normalize_backends(backends) -> tuple[str, ...]:
+    """Backend names for a parity run: upper-cased, stripped, duplicates dropped (order kept), each known to vLLM or
+    ours. Raises :class:`UserInputError` for a plain string, an empty list or an unknown name."""
+    if isinstance(backends, str) or not hasattr(backends, "__iter__"):
+        raise UserInputError(f"backends {backends!r} is not a list of names; accepted: e.g. [{OURS!r}, {PEERS[0]!r}]")
+    out = []
+    for b in backends:
+        attention_config(b)
+        name = b.strip().upper()
+        name = OURS if name == "CUSTOM" else name
+        if name in ("", "AUTO"):
+            raise UserInputError(f"backend {b!r} in a parity run names no backend; accepted: {OURS} or a vLLM name")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise UserInputError(f"backends {backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
+    return tuple(out)
+
+
+def check_generation(prompt_lengths, max_tokens, throughput=None):
+    """Prompt lengths, new tokens and the throughput batch, checked against the engines' ``max_model_len``
+    (:data:`MAX_MODEL_LEN`); returns them (lengths as a tuple). Raises :class:`UserInputError` naming the value."""
+    def pos_int(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    if not pos_int(max_tokens):
+        raise UserInputError(f"max tokens {max_tokens!r} is not accepted; accepted: an integer >= 1")
+    try:
+        lengths = tuple(prompt_lengths)
+    except TypeError:
+        lengths = ()
+    if not lengths or not all(pos_int(n) for n in lengths):
+        raise UserInputError(f"prompt lengths {prompt_lengths!r} are not accepted; accepted: positive integers")
+    if max(lengths) + max_tokens > MAX_MODEL_LEN:
+        raise UserInputError(f"prompt length {max(lengths)} + max tokens {max_tokens} exceeds the engines' "
+                             f"max_model_len {MAX_MODEL_LEN}; accepted: a sum <= {MAX_MODEL_LEN}")
+    if throughput is not None:
+        keys = ("num_seqs", "prompt_len", "max_tokens")
+        if not isinstance(throughput, dict) or not all(pos_int(throughput.get(k)) for k in keys):
+            raise UserInputError(f"throughput {throughput!r} is not accepted; accepted: a dict (JSON) with positive "
+                                 f"integers num_seqs, prompt_len, max_tokens")
+        if throughput["prompt_len"] + throughput["max_tokens"] > MAX_MODEL_LEN or throughput["num_seqs"] > 1024:
+            raise UserInputError(f"throughput {throughput!r} is not accepted; accepted: prompt_len + max_tokens <= "
+                                 f"{MAX_MODEL_LEN} and num_seqs <= 1024")
+        throughput = {k: throughput[k] for k in keys}
+    return lengths, max_tokens, throughput
+
+
+def sparse_mla_backend_names() -> list[str]:
+    """vLLM's CUDA sparse MLA backend names (``AttentionBackendEnum`` members whose name holds both ``MLA`` and
+    ``SPARSE``, without the ROCm and XPU ones; ``vllm/v1/attention/backends/registry.py``): the only ones that can run
+    a DSA model's attention on an NVIDIA GPU (vLLM still validates each against the GPU and the model)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return [m for m in AttentionBackendEnum.__members__
+            if "MLA" in m and "SPARSE" in m and not m.startswith(("ROCM_", "XPU_"))]
+
+
+def attention_config(backend: str) -> dict | None:
+    """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice).
+
+    Accepted: ``auto`` / empty / ``None``, ``TRITON_MLA_SPARSE`` (ours, vLLM's ``CUSTOM`` slot; ``CUSTOM`` is the
+    same backend) or one of vLLM's CUDA sparse MLA backends (:func:`sparse_mla_backend_names`), any case. Raises :class:`UserInputError` for another
+    name, dense ones such as ``FLASH_ATTN`` or ``TRITON_MLA`` included: vLLM would reject them for a DSA model only
+    once an engine had started."""
+    if backend is not None and not isinstance(backend, str):
+        raise UserInputError(f"attention backend {backend!r} is not a name; accepted: auto, {OURS}, or a vLLM name")
+    if backend is None or backend.strip().lower() in ("", "auto"):
+        return None
+    backend = backend.strip()
+    if backend.upper() in (OURS, "CUSTOM"):
+        return {"backend": "CUSTOM"}
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    sparse = sparse_mla_backend_names()
+    if backend.upper() not in sparse:
+        what = ("is not a CUDA sparse MLA backend (a DSA model's attention on an NVIDIA GPU needs one)"
+                if backend.upper() in AttentionBackendEnum.__members__ else "is unknown")
+        raise UserInputError(f"attention backend {backend!r} {what}; accepted: auto, {OURS}, or one of vLLM's sparse "
+                             f"MLA backends ({', '.join(sparse)})")
+    return {"backend": backend.upper()}
+
+
+def layer_backends(worker) -> dict:
+    """Runs inside each vLLM worker (``LLM.collective_rpc``): attention backend and impl of every attention layer."""
+    ctx = worker.model_runner.compilation_config.static_forward_context
+    out = {}
+    for name, layer in ctx.items():
+        backend = getattr(layer, "attn_backend", None)
+        if backend is None and hasattr(layer, "get_attn_backend"):
+            try:
+                backend = layer.get_attn_backend()
+            except Exception:  # noqa: BLE001
+                backend = None
+        out[name] = {"layer": type(layer).__name__,
+                     "backend": backend.get_name() if backend is not None else None,
+                     "impl": type(getattr(layer, "impl", None)).__name__,
+                     "kv_cache_dtype": str(getattr(layer, "kv_cache_dtype", ""))}
+    return out
+
+
+def prompt_ids(model_dir: Path, lengths: list[int], seed: int = 0) -> list[list[int]]:
+    """Deterministic prompts of exact token lengths: text through the checkpoint's tokenizer, repeated and cut."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    words = ("the sparse attention kernel reads the latent cache while the indexer picks the top tokens of each "
+             "query and the router sends every token to its experts").split()
+    out = []
+    for i, n in enumerate(lengths):
+        text = " ".join(words[(j * 7 + i + seed) % len(words)] for j in range(n + 8))
+        ids = tok(text, add_special_tokens=False).input_ids
+        while len(ids) < n:
+            ids = ids + ids
+        out.append(ids[:n])
+    return out
+
+
+def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: str = "auto", tp: int = 1,
+                prompts: list[list[int]] | None = None, max_tokens: int = 32, logprobs: int = 20,
+                enforce_eager: bool = True, max_model_len: int = 4096, gpu_memory_utilization: float = 0.35,
+                throughput: dict | None = None, seed: int = 0) -> dict:
+    """One engine: per-layer backends, greedy generations with log-probs, optional decode throughput.
+
+    ``throughput`` = ``{"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}`` runs a decode-heavy batch and reports
+    generated tokens/s (wall clock around ``LLM.generate``, after a warm-up batch).
+    """
+    require_gpu()
+    model = check_model_dir(model)
+    tp = check_tp(model, tp)
+    if kv_cache_dtype not in KV_DTYPES:
+        raise UserInputError(f"kv cache dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
+    # layer_backends travels to the workers by pickle (LLM.collective_rpc with a function)
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    from vllm import LLM, SamplingParams
+
+    kw = dict(model=str(model), tensor_parallel_size=tp, enforce_eager=enforce_eager, max_model_len=max_model_len,
+              gpu_memory_utilization=gpu_memory_utilization, seed=seed, max_num_seqs=64,
+              kv_cache_dtype=kv_cache_dtype)
+    ac = attention_config(backend)
+    if ac:
+        kw["attention_config"] = ac
+    t0 = time.time()
+    llm = LLM(**kw)
+    init_s = time.time() - t0
+    layers = llm.collective_rpc(layer_backends)[0]
+    prompts = prompts or prompt_ids(model, [48])
+    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=logprobs, ignore_eos=True, seed=seed)
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+    gens = []
+    for p, o in zip(prompts, outs):
+        c = o.outputs[0]
+        lps = c.logprobs or []
+        gens.append({"prompt_len": len(p), "token_ids": list(c.token_ids),
+                     "logprobs": [lp[t].logprob for lp, t in zip(lps, c.token_ids)],
+                     "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
+    from ..bench.common import environment
+
+    rec = {"environment": environment(), "backend_requested": backend, "kv_cache_dtype": kv_cache_dtype, "tp": tp,
+           "enforce_eager": enforce_eager,
+           "engine_init_s": round(init_s, 1), "layers": layers,
+           "attention_backends": sorted({v["backend"] for v in layers.values() if v["backend"]}),
+           "generations": gens}
+    if throughput:
+        n, plen, mt = throughput["num_seqs"], throughput["prompt_len"], throughput["max_tokens"]
+        batch = [{"prompt_token_ids": ids} for ids in prompt_ids(model, [plen] * n, seed=1)]
+        tsp = SamplingParams(temperature=0.0, max_tokens=mt, ignore_eos=True)
+        llm.generate(batch[:4], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+        t1 = time.time()
+        res = llm.generate(batch, tsp, use_tqdm=False)
+        dt = time.time() - t1
+        gen_tokens = sum(len(r.outputs[0].token_ids) for r in res)
+        rec["throughput"] = {**throughput, "seconds": round(dt, 3), "generated_tokens": gen_tokens,
+                             "output_tokens_per_s": round(gen_tokens / dt, 1)}
+    del llm
+    return rec
+
+
+def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] | None = None, max_tokens: int = 16,
+              port: int = 8011, kv_cache_dtype: str = "auto", timeout_s: float = 300.0,
+              log_path: str | os.PathLike | None = None, tp: int = 1) -> dict:
+    """``vllm serve`` on 127.0.0.1 with the backend, one greedy completion through the ``openai`` client.
+
+    Returns the completion's token ids and log-probs and the server log lines that name the attention backend.
+    The server is always stopped (SIGTERM, then SIGKILL) before returning.
+    """
+    require_gpu()
+    model = check_model_dir(model)
+    tp = check_tp(model, tp)
+    cmd = ["vllm", "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
+           "--gpu-memory-utilization", "0.35", "--enforce-eager", "--seed", "0", "--served-model-name", "glm5",
+           "--kv-cache-dtype", kv_cache_dtype, "--tensor-parallel-size", str(tp)]
+    ac = attention_config(backend)
+    if ac:
+        cmd += ["--attention-backend", ac["backend"]]
+    log_path = Path(log_path or tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")[1])
+    import openai
+
+    t0 = time.time()
+    with open(log_path, "w") as log:
+        # INFO logging: the server's log is where it names the attention backend it picked (a notebook may have
+        # set VLLM_LOGGING_LEVEL=ERROR for its own cells, and the server would inherit it)
+        env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=False, env=env)
+        try:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=60)
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {log_path}")
+                try:
+                    client.models.list()
+                    break
+                except openai.APIConnectionError:
+                    if time.time() - t0 > timeout_s:
+                        raise TimeoutError(f"vllm serve not up after {timeout_s:.0f} s; log: {log_path}")
+                    time.sleep(2)
+            up_s = time.time() - t0
+            prompt = prompt or prompt_ids(model, [48])[0]
+            r = client.completions.create(model="glm5", prompt=prompt, max_tokens=max_tokens, temperature=0.0,
+                                          logprobs=1, extra_body={"return_tokens_as_token_ids": True,
+                                                                  "ignore_eos": True})
+            ch = r.choices[0]
+            toks = [int(t.split(":", 1)[1]) for t in ch.logprobs.tokens]
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    lines = [ln.strip() for ln in Path(log_path).read_text(errors="replace").splitlines()
+             if "attention backend" in ln.lower() or "Using " in ln and "backend" in ln]
+    return {"backend_requested": backend, "tp": tp, "server_up_s": round(up_s, 1), "token_ids": toks,
+            "logprobs": list(ch.logprobs.token_logprobs), "backend_log_lines": lines[:20],
+            "custom_backend_selected": any("CUSTOM" in ln for ln in lines)}
+
+
+def reference_first_token(model: str | os.PathLike, prompts: list[list[int]], device: str = "cuda") -> list[dict]:
+    """Log-softmax of the independent PyTorch forward at each prompt's last position (fp32): the first token's
+    distribution, to compare with vLLM's first-token top log-probs."""
+    import torch
+
+    from .glm5_reference import Glm5Reference
+
+    ref = Glm5Reference.from_pretrained(model, dtype=torch.float32, device=device)
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            logits = ref.forward(torch.tensor(p))
+            lp = torch.log_softmax(logits[-1].double(), -1)
+            out.append({"argmax": int(lp.argmax()), "logprobs": lp.cpu()})
+    del ref
+    torch.cuda.empty_cache() if device == "cuda" else None
+    return out
+
+
+def compare(a: dict, b: dict) -> dict:
+    """Greedy agreement and log-prob differences between two runs' generations (prompt by prompt)."""
+    res = []
+    for ga, gb in zip(a["generations"], b["generations"]):
+        ta, tb = ga["token_ids"], gb["token_ids"]
+        n = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+        d = [abs(x - y) for x, y in zip(ga["logprobs"][:n], gb["logprobs"][:n])]
+        res.append({"prompt_len": ga["prompt_len"], "identical": ta == tb, "first_divergence": None if ta == tb else n,
+                    "max_abs_logprob_diff": max(d) if d else None})
+    return {"per_prompt": res, "all_identical": all(r["identical"] for r in res)}
+
+
+def compare_reference(run: dict, ref: list[dict]) -> list[dict]:
+    """vLLM's first-token top-k log-probs against the reference forward's at the same token ids."""
+    out = []
+    for g, r in zip(run["generations"], ref):
+        top = {int(k): v for k, v in g["first_top_logprobs"].items()}
+        diffs = [abs(v - float(r["logprobs"][k])) for k, v in top.items() if math.isfinite(v)]
+        out.append({"prompt_len": g["prompt_len"], "vllm_first_token": g["token_ids"][0],
+                    "reference_argmax": r["argmax"], "same_first_token": g["token_ids"][0] == r["argmax"],
+                    "top_k": len(top), "max_abs_logprob_diff": max(diffs) if diffs else None})
+    return out
+
+
+def _subprocess_offline(args: list[str], out_json: Path, log: Path) -> dict:
+    cmd = [sys.executable, "-m", "sparse_mla", "launch", *args, "--json-out", str(out_json)]
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0 or not out_json.is_file():
+        tail = log.read_text(errors="replace")[-3000:]
+        return {"error": f"exit {rc}", "log_tail": tail}
+    return json.loads(out_json.read_text())
+
+
+def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths=(48, 900), max_tokens: int = 32,
+               throughput: dict | None = None, serve: bool = True, graph: bool = True,
+               out: str | os.PathLike = "results/launch_h200.json", log_dir: str | os.PathLike | None = None,
+               tp: int = 1) -> dict:
+    """Offline runs per backend (own processes; CUDA graphs when ``graph``, plus an eager run of ours), the served
+    check (eager) and the reference comparison; writes the JSON record atomically to ``out`` and returns it.
+
+    ``tp`` > 1 runs every engine and the server tensor-parallel over ``tp`` GPUs (``num_attention_heads // tp``
+    heads per rank); the reference forward runs on one GPU. A backend that fails is recorded with its log tail
+    under ``runs[name]["error"]`` and left out of the comparisons.
+    """
+    require_gpu()
+    model = check_model_dir(model)
+    tp = check_tp(model, tp)
+    backends = normalize_backends(backends)
+    prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
+    out = record_file(out, model)   # before the engines, not after
+    cfg = json.loads((model / "config.json").read_text())
+    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    throughput = throughput or DEFAULT_THROUGHPUT
+    lens = ",".join(map(str, prompt_lengths))
+    runs = {}
+    # every backend in vLLM's default serving mode (CUDA graphs), plus ours once in eager mode
+    plan = [(b, graph) for b in backends] + ([(OURS, False)] if graph and OURS in backends else [])
+    for b, g in plan:
+        key = b if g == graph else f"{b}+eager"
+        args = ["--model", str(model), "--backend", b, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
+                "--throughput", json.dumps(throughput), "--tp", str(tp)] + (["--cuda-graphs"] if g else [])
+        runs[key] = _subprocess_offline(args, log_dir / f"{key}.json", log_dir / f"{key}.log")
+    prompts = prompt_ids(model, list(prompt_lengths))
+    from ..bench.common import environment
+
+    rec = {"environment": environment(), "model": {"path": model.name, "index_topk": cfg.get("index_topk"),
+                                                   "num_attention_heads": cfg.get("num_attention_heads"),
+                                                   "num_hidden_layers": cfg.get("num_hidden_layers")},
+           "tp": tp, "prompt_lengths": list(prompt_lengths), "runs": runs}
+    ok = {k: v for k, v in runs.items() if "error" not in v}
+    if OURS in ok and len(ok) > 1:
+        rec["parity_vs_ours"] = {k: compare(ok[OURS], v) for k, v in ok.items() if k != OURS}
+    if ok:
+        try:
+            ref = reference_first_token(model, prompts)
+            rec["reference_first_token"] = {k: compare_reference(v, ref) for k, v in ok.items()}
+        except Exception as e:  # noqa: BLE001
+            rec["reference_first_token"] = {"error": f"{type(e).__name__}: {e}"}
+    rec["throughput_tokens_per_s"] = {k: v.get("throughput", {}).get("output_tokens_per_s") for k, v in ok.items()}
+    if serve:
+        try:
+            s = run_serve(model, OURS, prompt=prompts[0], max_tokens=16, log_path=log_dir / "serve.log", tp=tp)
+            # the server runs eager: compare with our offline eager run (CUDA-graph runs may part at near-ties)
+            same_mode = f"{OURS}+eager" if f"{OURS}+eager" in ok else OURS if OURS in ok else None
+            if same_mode:
+                s["compared_with"] = same_mode
+                s["matches_offline"] = s["token_ids"] == ok[same_mode]["generations"][0]["token_ids"][:16]
+            rec["serve"] = s
+        except Exception as e:  # noqa: BLE001
+            rec["serve"] = {"error": f"{type(e).__name__}: {e}",
+                            "log_tail": (log_dir / "serve.log").read_text(errors="replace")[-3000:]
+                            if (log_dir / "serve.log").exists() else ""}
+    atomic_write_text(out, json.dumps(rec, indent=1, default=str))
+    return rec
+
+
+def default_record_path(tp: int = 1) -> str:
+    """``results/launch_<gpu>.json`` with the local GPU's short name (``h200`` for "NVIDIA H200");
+    ``results/launch_tp<N>.json`` for a tensor-parallel run."""
+    import re
+
+    import torch
+
+    if tp > 1:
+        return f"results/launch_tp{tp}.json"
+
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "gpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "gpu"
+    return f"results/launch_{slug}.json"
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("launch", help="run a GLM-5-architecture checkpoint in vLLM on a backend (GPU)",
+                       description="Offline vllm.LLM generation (default), `vllm serve` + openai client (--serve), or "
+                                   "the full parity record (--parity). Needs a CUDA GPU.")
+    p.add_argument("--model", required=True, help="checkpoint directory (sparse-mla make-checkpoint, or real GLM-5)")
+    p.add_argument("--backend", default=OURS, help=f"{OURS} (default), auto, or a vLLM backend name")
+    p.add_argument("--kv-cache-dtype", default="auto", help=f"one of {', '.join(KV_DTYPES)}")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--serve", action="store_true", help="start `vllm serve` and query it with the openai client")
+    p.add_argument("--parity", action="store_true",
+                   help="ours, FLASH_ATTN_MLA_SPARSE and FLASHMLA_SPARSE (CUDA graphs) + ours eager, the server and the "
+                        "reference; writes results/launch_<gpu>.json, or results/launch_tp<N>.json with --tp N > 1 "
+                        "(--backend/--kv-cache-dtype do not apply)")
+    p.add_argument("--backends", default=",".join((OURS, *PEERS)),
+                   help="with --parity: comma-separated backends to run (default: %(default)s)")
+    p.add_argument("--prompt-lengths", default="48", help="comma-separated prompt lengths in tokens")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
+    p.add_argument("--throughput", default=None, help='JSON, e.g. {"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}')
+    p.add_argument("--json-out", type=Path, default=None, help="write the record here (default: print it)")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    model = check_model_dir(args.model)   # every argument is checked first: a wrong value is news on any machine
+    try:
+        lengths = [int(x) for x in str(args.prompt_lengths).split(",") if x.strip()]
+    except ValueError:
+        raise UserInputError(f"--prompt-lengths {args.prompt_lengths!r} is not accepted; accepted: e.g. 48,900") from None
+    if not lengths or min(lengths) < 1:
+        raise UserInputError(f"--prompt-lengths {args.prompt_lengths!r} is not accepted; accepted: positive integers")
+    thr = None
+    if args.throughput is not None:
+        try:
+            thr = json.loads(args.throughput)
+        except json.JSONDecodeError:
+            raise UserInputError(f"--throughput {args.throughput!r} is not JSON; accepted: e.g. "
+                                 f"{json.dumps(DEFAULT_THROUGHPUT)!r}") from None
+    try:
+        lengths, _, thr = check_generation(lengths, args.max_tokens, thr)
+    except UserInputError as e:
+        raise UserInputError(f"{e} (--prompt-lengths, --max-tokens, --throughput)") from None
+    if args.kv_cache_dtype not in KV_DTYPES:
+        raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
+                             f"{', '.join(KV_DTYPES)}")
+    attention_config(args.backend)   # unknown names fail here, before an engine starts
+    tp = check_tp(model, args.tp)
+    backends = [b for b in str(args.backends).split(",") if b.strip()]
+    if not backends:
+        raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
+    backends = normalize_backends(backends)
+    if args.json_out is not None:
+        record_file(args.json_out, model, "--json-out file")   # before the engine, not after
+    require_gpu()
+    if args.parity:
+        rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
+                         throughput=thr, out=args.json_out or default_record_path(tp), tp=tp)
+    elif args.serve:
+        rec = run_serve(model, args.backend, prompt=prompt_ids(model, lengths[:1])[0], max_tokens=args.max_tokens,
+                        kv_cache_dtype=args.kv_cache_dtype, tp=tp)
+    else:
+        rec = run_offline(model, args.backend, args.kv_cache_dtype, tp, prompts=prompt_ids(model, lengths),
+                          max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr)
+    text = json.dumps(rec, indent=1, default=str)
+    if args.json_out and not args.parity:
+        atomic_write_text(args.json_out, text)
+    elif not args.parity:
+        print(text)
+    else:
+        print(json.dumps({k: rec.get(k) for k in ("parity_vs_ours", "throughput_tokens_per_s")}, indent=1,
+                         default=str))
+    return 0

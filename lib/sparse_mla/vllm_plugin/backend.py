@@ -1,0 +1,192 @@
+"""``TRITON_MLA_SPARSE``: a vLLM 0.26.0 sparse MLA (DSA) attention backend on the portable Triton kernel.
+
+Follows the shape of vLLM's own sparse backends (``vllm/v1/attention/backends/mla/flashattn_mla_sparse.py``,
+``flashmla_sparse.py``): a Backend class that only declares, a metadata builder that only prepares tensors (vLLM's
+``SparseMLACommonMetadataBuilder``), and an Impl (on vLLM's ``SparseMLACommonImpl``) whose ``forward_mqa`` converts
+the indexer's request-local top-k positions to global cache slots with vLLM's own
+``triton_convert_req_index_to_global_index`` and calls :func:`sparse_mla.kernels.launch`.
+
+Accepted: head size 576 (``kv_lora_rank 512 + qk_rope_head_dim 64``), model dtype bf16/fp16, KV cache
+``auto``/``bfloat16``/``float16``, kernel block size 64 (the DSA indexer's), compute capability >= 8.0, any number
+of heads per rank, a model with ``index_topk``. Everything else is rejected by ``validate_configuration`` with
+vLLM-style reasons ("kv_cache_dtype not supported", ...), before any kernel runs.
+
+Prefill: tokens of prompts no longer than ``index_topk`` go through vLLM's dense MHA prefill (inherited
+``forward_mha``, the selected MLA prefill backend) exactly as for the in-tree sparse backends; all other tokens
+(decode, chunked and long prefill) go through ``forward_mqa``, one query row per token over its own top-k slots.
+CUDA graphs: ``UNIFORM_BATCH`` (the launch depends only on shapes; no host sync).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from vllm.config.cache import CacheDType
+from vllm.model_executor.layers.attention.mla_attention import MLACommonPrefillMetadata
+from vllm.model_executor.layers.attention.sparse_mla_attention import (
+    SparseMLACommonImpl,
+    SparseMLACommonMetadataBuilder,
+)
+from vllm.platforms.interface import DeviceCapability
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionLayer,
+    AttentionMetadata,
+    MLAAttentionImpl,
+)
+
+BACKEND_NAME = "TRITON_MLA_SPARSE"
+KERNEL_BLOCK_SIZES = [64]
+MIN_CAPABILITY = (8, 0)
+INDEX_TOPK_MULTIPLE = 128  # triton_convert_req_index_to_global_index works on 128-wide column tiles
+
+
+class TritonMLASparseBackend(AttentionBackend):
+    """Declarations only: what ``TRITON_MLA_SPARSE`` accepts (see the module docstring)."""
+
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
+    supported_kv_cache_dtypes: ClassVar[list[CacheDType]] = ["auto", "float16", "bfloat16"]
+
+    @staticmethod
+    def get_name() -> str:
+        return BACKEND_NAME
+
+    @staticmethod
+    def get_supported_kernel_block_sizes() -> list[int]:
+        return list(KERNEL_BLOCK_SIZES)
+
+    @staticmethod
+    def get_builder_cls() -> type["TritonMLASparseMetadataBuilder"]:
+        return TritonMLASparseMetadataBuilder
+
+    @staticmethod
+    def get_impl_cls() -> type[MLAAttentionImpl[Any]]:
+        return TritonMLASparseImpl
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return [576]
+
+    @classmethod
+    def is_mla(cls) -> bool:
+        return True
+
+    @classmethod
+    def is_sparse(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_compute_capability(cls, capability: DeviceCapability) -> bool:
+        return (capability.major, capability.minor) >= MIN_CAPABILITY
+
+    @classmethod
+    def supports_combination(cls, head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink, use_sparse,
+                             use_mm_prefix, device_capability) -> str | None:
+        from vllm.config import get_current_vllm_config_or_none
+
+        vllm_config = get_current_vllm_config_or_none()
+        if vllm_config is not None and vllm_config.model_config is not None:
+            if vllm_config.parallel_config.decode_context_parallel_size > 1:
+                return f"{BACKEND_NAME} does not support DCP for now"
+            hf_config = vllm_config.model_config.hf_config
+            if not hasattr(hf_config, "index_topk"):
+                return f"{BACKEND_NAME} requires a model with index_topk config"
+            if hf_config.index_topk % INDEX_TOPK_MULTIPLE:
+                return (f"{BACKEND_NAME} requires index_topk to be a multiple of {INDEX_TOPK_MULTIPLE} "
+                        f"(vLLM's top-k index conversion); got {hf_config.index_topk}")
+        return None
+
+    @staticmethod
+    def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
+                           cache_dtype_str: str = "auto") -> tuple[int, ...]:
+        return (num_blocks, block_size, head_size)
+
+
+@dataclass
+class TritonMLASparseMetadata(AttentionMetadata):
+    """The fields ``SparseMLACommonMetadataBuilder.build`` fills and ``MLAAttention.forward_impl`` reads."""
+
+    num_reqs: int
+    max_query_len: int
+    max_seq_len: int
+    num_actual_tokens: int
+    query_start_loc: torch.Tensor
+    slot_mapping: torch.Tensor
+    block_table: torch.Tensor
+    req_id_per_token: torch.Tensor
+    seq_lens: torch.Tensor
+    block_size: int = 64
+    topk_tokens: int = 2048
+    num_decodes: int = 0
+    num_prefills: int = 0
+    num_decode_tokens: int = 0
+    prefill_max_seq_len: int = 0
+    prefill: MLACommonPrefillMetadata | None = None
+    cp_kv_cache_interleave_size: int = 1
+
+
+class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASparseMetadata]):
+    """vLLM's sparse MLA builder; a token counts as decode when its request adds one query token (plus
+    speculative tokens when spec decode is on)."""
+
+    metadata_cls = TritonMLASparseMetadata
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
+
+
+def convert_to_global_slots(req_id_per_token: torch.Tensor, block_table: torch.Tensor, topk_indices: torch.Tensor,
+                            block_size: int) -> torch.Tensor:
+    """Request-local top-k positions ``[T, topk]`` (``-1`` = none) to global cache slots, by vLLM's own kernel
+    (``vllm/v1/attention/backends/mla/sparse_utils.py``): ``block_table[req, pos // bs] * bs + pos % bs``; ``-1``
+    stays ``-1``, a position past the request's block table becomes ``-1``. ``topk`` must be a multiple of 128."""
+    from vllm.v1.attention.backends.mla.sparse_utils import triton_convert_req_index_to_global_index
+
+    return triton_convert_req_index_to_global_index(
+        req_id_per_token, block_table, topk_indices, BLOCK_SIZE=block_size, NUM_TOPK_TOKENS=topk_indices.shape[1])
+
+
+class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
+    """Sparse MLA on the Triton kernel. ``forward_mqa`` receives ``(ql_nope [T, H, 512], q_pe [T, H, 64])``
+    strided views in the model dtype and the layer's ``[num_blocks, block_size, 576]`` cache, and returns
+    ``out [T, H, 512]`` (q dtype). LSE is natural-log (``lse_base_on_e``) but not returned (no DCP)."""
+
+    can_return_lse_for_decode: bool = False
+    supports_dcp: bool = False
+
+    def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
+                 logits_soft_cap, attn_type, kv_sharing_target_layer_name, topk_indices_buffer=None, indexer=None,
+                 **mla_args) -> None:
+        if alibi_slopes or sliding_window or logits_soft_cap:
+            raise NotImplementedError(f"{BACKEND_NAME} does not support alibi, sliding window or logits soft cap.")
+        if kv_cache_dtype not in TritonMLASparseBackend.supported_kv_cache_dtypes:
+            raise NotImplementedError(f"{BACKEND_NAME} supports only auto/bfloat16/float16 KV caches, got "
+                                      f"{kv_cache_dtype!r}.")
+        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
+                         logits_soft_cap, attn_type, kv_sharing_target_layer_name, indexer=indexer,
+                         topk_indices_buffer=topk_indices_buffer, **mla_args)
+        assert self.topk_indices_buffer is not None, "Indexer or topk_indices_buffer required for sparse MLA"
+        self.supports_quant_query_input = False
+
+    def forward_mqa(self, q, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: TritonMLASparseMetadata,
+                    layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
+        from ..kernels import choose_config, launch
+
+        if isinstance(q, tuple):
+            q_nope, q_pe = q
+        else:
+            q_nope, q_pe = q.split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+        T, H = q_pe.shape[:2]
+        topk_indices = self.topk_indices_buffer[:T]
+        slots = convert_to_global_slots(attn_metadata.req_id_per_token[:T], attn_metadata.block_table,
+                                        topk_indices, attn_metadata.block_size)
+        out = torch.empty((T, H, self.kv_lora_rank), dtype=q_nope.dtype, device=q_nope.device)
+        lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
+        if T:
+            cfg = choose_config(T, H, slots.shape[1], q_nope.dtype, q_nope.device)
+            launch(q_nope, q_pe, kv_c_and_k_pe_cache, slots, self.scale, out, lse, cfg)
+        return out, None

@@ -1,0 +1,50 @@
+"""vLLM plugin entry point (``vllm.general_plugins``: ``triton_mla_sparse = sparse_mla.vllm_plugin:register``).
+
+vLLM calls :func:`register` once in every process it starts (front end, engine core, each worker: see
+``vllm/plugins/__init__.py``), so it is re-entrant. It does two things, neither of which edits vLLM's files:
+
+1. ``register_backend(AttentionBackendEnum.CUSTOM, "sparse_mla.vllm_plugin.backend.TritonMLASparseBackend")`` (vLLM's own
+   out-of-tree registry, ``vllm/v1/attention/backends/registry.py``): the backend is then selected explicitly with
+   ``--attention-backend CUSTOM`` / ``attention_config={"backend": "CUSTOM"}``, and vLLM still validates it.
+2. **Fallback selection.** vLLM's CUDA selector (``CudaPlatformBase.get_attn_backend_cls``) only considers the
+   backends on each GPU's priority list. The plugin wraps ``CudaPlatformBase.get_valid_backends`` (it calls the
+   original and adds to its result): for a sparse MLA request where the stock list has *no* valid backend
+   (SM120 with a bf16 KV cache, SM80/86/89 with any), ``TRITON_MLA_SPARSE`` is offered after the stock list, after
+   passing its own ``validate_configuration``. Where vLLM has a valid backend (SM90, SM100, SM120 with fp8), its
+   choice is unchanged.
+
+vLLM has a single ``CUSTOM`` slot. If another plugin already holds it, :func:`register` leaves that plugin's backend
+in place and logs a warning (ours is then neither selectable as ``CUSTOM`` nor offered by the fallback); if another
+plugin takes the slot after ours, the fallback sees that at selection time and offers nothing, so vLLM never picks a
+stranger's backend in our name.
+
+Switch: ``SPARSE_MLA_PREFER_TRITON=1`` in the environment offers ``TRITON_MLA_SPARSE`` *ahead* of the stock list
+for every sparse MLA request it accepts (to run it on an H100/H200/B200 where vLLM has its own kernels).
+``SPARSE_MLA_DISABLE_FALLBACK=1`` turns the fallback off (explicit ``CUSTOM`` still works).
+"""
+from __future__ import annotations
+
+import logging
+
+from .selector import BACKEND_PATH, custom_slot_holder, install_selector_fallback
+
+
+logger = logging.getLogger(__name__)
+
+
+def register() -> bool:
+    """Register ``TRITON_MLA_SPARSE`` as vLLM's CUSTOM backend and install the selector fallback (idempotent).
+
+    Returns False, with a warning naming the holder, and changes nothing when another plugin's backend already holds
+    vLLM's ``CUSTOM`` slot."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    holder = custom_slot_holder()
+    if holder not in (None, BACKEND_PATH):
+        logger.warning("sparse_mla: vLLM's CUSTOM attention backend slot already holds %s (another plugin); "
+                       "TRITON_MLA_SPARSE is not registered and its selector fallback is off in this process. "
+                       "Uninstall or disable the other plugin (VLLM_PLUGINS) to use TRITON_MLA_SPARSE.", holder)
+        return False
+    register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
+    install_selector_fallback()
+    return True

@@ -1,0 +1,263 @@
+"""``sparse-mla run``: execute the workbook's notebooks in order, headless, with papermill.
+
+Every ``notebooks/NN_*.ipynb`` (two digits, underscore) runs in name order in a fresh kernel, with the notebook
+folder as working directory, and is written executed to ``results/<profile>/NN_*.ipynb`` (one folder per profile, so
+a CPU run never replaces the records of a GPU run); after each one, ``summary.{json,md}`` in that folder are
+rewritten from the reports of all executed notebooks there, and ``results/summary.{json,md}`` from those of every
+profile folder (:mod:`sparse_mla.workbook.summary`). Parameters come from a profile
+file ``params/<profile>.yaml`` (``cpu`` for a CPU-only machine, ``gpu`` for a CUDA GPU) whose top-level keys are
+notebook stems; papermill injects them after the notebook's ``parameters`` cell. A new notebook joins the chain by
+its file name alone.
+
+An executed notebook is written to a temporary file first and moved into place only when it ran to the end,
+so a failed run never leaves a half-written record in place of a good one (papermill's own partial output is kept
+as ``NN_*.failed.ipynb`` beside it for inspection).
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from . import summary
+from ..errors import UserInputError, expand_path, writable_dir
+
+NOTEBOOK_RE = summary.NOTEBOOK_RE
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook of the chain raised: the message names the notebook, the cell and the error."""
+
+
+def project_root() -> Path:
+    """The checkout root: the folder holding ``notebooks/`` above this package (``lib/sparse_mla/workbook``)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def profiles(params_dir: Path | None = None) -> list[str]:
+    """Names of the profile files ``params/<profile>.yaml``."""
+    params_dir = params_dir or project_root() / "params"
+    return sorted(p.stem for p in params_dir.glob("*.yaml") if p.is_file())
+
+
+def discover(notebooks_dir: Path) -> list[Path]:
+    """The chain: ``NN_*.ipynb`` files of ``notebooks_dir`` in name order."""
+    return sorted(p for p in notebooks_dir.iterdir() if NOTEBOOK_RE.match(p.name) and p.is_file())
+
+
+def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict]:
+    import yaml
+
+    params_dir = params_dir or project_root() / "params"
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", str(profile)):
+        raise UserInputError(f"profile {profile!r} is not a profile name; accepted: "
+                             f"{', '.join(profiles(params_dir)) or 'none found'} (files params/<profile>.yaml)")
+    path = params_dir / f"{profile}.yaml"
+    if not path.is_file():
+        raise UserInputError(f"unknown profile {profile!r}; accepted: {', '.join(profiles(params_dir)) or 'none found'}"
+                             f" (files params/<profile>.yaml)")
+    class NoAliasLoader(yaml.SafeLoader):   # a few bytes of nested aliases can expand to gigabytes
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError(f"YAML aliases (*name) are not accepted {self.peek_event().start_mark}")
+            return super().compose_node(parent, index)
+
+    try:
+        data = yaml.load(path.read_text(), Loader=NoAliasLoader) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        raise UserInputError(f"profile file {path.name} is not accepted YAML ({first}); accepted: a mapping of "
+                             f"notebook stems to parameter dicts, without aliases") from None
+    if not isinstance(data, dict):
+        raise UserInputError(f"profile file {path.name} must map notebook stems (strings) to parameter dicts")
+    bad = [k for k, v in data.items() if not (isinstance(k, str) and isinstance(v, dict))]
+    if bad:
+        raise UserInputError(f"profile file {path.name}: entries {', '.join(map(repr, bad))} are not accepted; "
+                             f"accepted: notebook stems (strings) mapped to parameter dicts")
+    import json
+
+    for stem, values in data.items():
+        bad = [k for k in values if not (isinstance(k, str) and k.isidentifier())]
+        if bad:
+            raise UserInputError(f"profile file {path.name}: {stem!r} has parameter names {', '.join(map(repr, bad))}; "
+                                 f"accepted: Python identifiers (the notebook's parameters cell variables)")
+        try:
+            json.dumps(values)
+        except (TypeError, ValueError) as e:
+            raise UserInputError(f"profile file {path.name}: parameters of {stem!r} are not plain values ({e}); "
+                                 f"accepted: strings, numbers, booleans, null, lists and mappings (quote dates)") \
+                from None
+    return data
+
+
+def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path | None = None,
+              notebooks_dir: Path | None = None, kernel_name: str | None = None, timeout: int | None = 3600,
+              progress: bool = True) -> list[Path]:
+    """Execute the chain with papermill; returns the executed notebooks' paths.
+
+    Args:
+        profile: name of a ``params/<profile>.yaml`` file.
+        only: notebook stems or two-digit prefixes to run (default: all).
+        out_dir: where executed notebooks go (default ``results/<profile>/``).
+        notebooks_dir: the chain's folder (default ``notebooks/``).
+        kernel_name: Jupyter kernel (default: the notebook's own, ``python3``).
+        timeout: per-cell execution timeout in seconds.
+
+    Raises:
+        UserInputError: unknown profile, an ``only`` entry that matches no notebook, a bad timeout, an output folder
+            that :func:`_output_dir` refuses -- all before the first notebook runs.
+        NotebookFailed: a notebook raised; the message names it, the cell and the error (its partial output is kept
+            as ``*.failed.ipynb``; ``sparse-mla run`` prints the message and exits 1).
+    """
+    import papermill as pm
+
+    root = project_root()
+    notebooks_dir = Path(notebooks_dir or root / "notebooks")
+    if out_dir is not None and str(out_dir).strip() == "":
+        raise UserInputError(f"output directory {str(out_dir)!r} is empty; accepted: a directory path (default "
+                             f"results/<profile>/)")
+    out_dir = Path(out_dir) if out_dir is not None else root / "results" / str(profile)
+    params = load_profile(profile)
+    if profile == "gpu":
+        from .._env import has_nvidia_gpu
+
+        if not has_nvidia_gpu():
+            raise UserInputError("profile 'gpu' needs a CUDA GPU and this machine has none; accepted: --profile cpu "
+                                 "(the default here)")
+    chain = discover(notebooks_dir)
+    stray = sorted(set(params) - {nb.stem for nb in chain})
+    if stray:
+        raise UserInputError(f"profile {profile!r} has parameters for {', '.join(map(repr, stray))}, which is no "
+                             f"notebook; accepted: {', '.join(nb.stem for nb in chain)}")
+    if only is not None and (not only or any(not str(o).strip() for o in only)):
+        raise UserInputError(f"--only {only!r} names an empty notebook; accepted: stems or prefixes such as 01 02")
+    if only:
+        picked = [nb for nb in chain if any(nb.stem == o or nb.stem.startswith(o) for o in only)]
+        unknown = [o for o in only if not any(nb.stem == o or nb.stem.startswith(o) for nb in chain)]
+        if unknown:
+            raise UserInputError(f"no notebook matches {', '.join(map(repr, unknown))}; accepted: "
+                                 f"{', '.join(nb.stem for nb in chain)}")
+        chain = picked
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
+        raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
+    out_dir, overview = _output_dir(out_dir, profile, chain, notebooks_dir, root)
+    done = []
+    for nb in chain:
+        target = out_dir / nb.name
+        tmp = out_dir / f".{nb.stem}.running.ipynb"
+        t0 = time.time()
+        if progress:
+            print(f"[sparse-mla run] {nb.name} (profile {profile}) ...", flush=True)
+        try:
+            pm.execute_notebook(str(nb), str(tmp), parameters=params.get(nb.stem, {}), cwd=str(notebooks_dir),
+                                kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout)
+        except BaseException as e:
+            failed = out_dir / f"{nb.stem}.failed.ipynb"
+            if tmp.exists():
+                os.replace(tmp, failed)
+            if isinstance(e, pm.PapermillExecutionError):
+                first = (e.source or "").strip().splitlines()[:1]
+                raise NotebookFailed(
+                    f"{nb.name} failed in cell {e.cell_index} (In [{e.exec_count}]"
+                    + (f", starting {first[0][:60]!r}" if first else "") + f"): {e.ename}: {str(e.evalue)[:300]}; "
+                    f"its partial output is {failed}; the notebooks executed before it and any earlier {target} "
+                    f"are unchanged") from e
+            raise
+        _finalize(tmp, nb, target, root, profile)
+        os.replace(tmp, target)
+        (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
+        done.append(target)
+        summary.write_summary(out_dir)   # after every notebook: a later failure keeps what ran
+        if overview:
+            try:   # results/summary.*: every profile folder side by side; secondary to this profile's own summary
+                summary.write_overview(out_dir.parent)
+            except OSError as e:
+                overview = False
+                print(f"[sparse-mla run] warning: results/summary.* not updated ({type(e).__name__}: {e}); "
+                      f"this profile's summary is {_shown(out_dir / 'summary.md', root)}", flush=True)
+        if progress:
+            print(f"[sparse-mla run] {nb.name} -> {_shown(target, root)} ({time.time() - t0:.0f} s)", flush=True)
+    if progress and done:
+        tops = [out_dir / "summary.md"] + ([out_dir.parent / "summary.md"] if overview else [])
+        print(f"[sparse-mla run] summary: {' and '.join(_shown(t, root) for t in tops)} (and .json)", flush=True)
+    return done
+
+
+def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: Path, root: Path) -> tuple[Path, bool]:
+    """The checked output folder (made if missing) and whether ``results/summary.*`` is written beside it.
+
+    Refused before anything is created: a folder in ``notebooks/`` (records would join the chain), ``results/``
+    itself (it holds the overview), another profile's folder, and a folder where a record would land on a folder.
+    """
+    where = expand_path(out_dir, "output directory").resolve()   # checked before anything is created
+    if where.is_relative_to(notebooks_dir.resolve()):
+        raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the notebooks' own folder; accepted: "
+                             f"another directory (default results/<profile>/): executed notebooks would overwrite "
+                             f"their sources or join the chain")
+    results_root = (root / "results").resolve()
+    if where == results_root:
+        raise UserInputError(f"output directory {str(out_dir)!r} is results/ itself, which holds the overview of all "
+                             f"profiles (summary.*); accepted: results/{profile}/ (the default) or another directory")
+    other = next((results_root / p for p in profiles() if p != profile
+                  and where.is_relative_to(results_root / p)), None)
+    if other is not None:
+        raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the records of profile {other.name!r}; "
+                             f"accepted for profile {profile!r}: results/{profile}/ (the default) or another directory")
+    out_dir = writable_dir(out_dir)
+    overview = out_dir.resolve().parent == results_root
+    records = [nb.name for nb in chain] + ["summary.json", "summary.md"]
+    if overview:
+        records += ["../summary.json", "../summary.md"]
+    blocked = [name for name in records if (out_dir / name).is_dir()]
+    if blocked:
+        raise UserInputError(f"{', '.join(blocked)} in {str(out_dir)!r} are folders where the chain's records go; "
+                             f"accepted: an output directory without folders of those names")
+    return out_dir, overview
+
+
+def _shown(path: Path, root: Path) -> str:
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)
+
+
+def _finalize(path: Path, source: Path, target: Path, root: Path, profile: str) -> None:
+    """papermill records the input and output paths in the notebook's metadata; keep them relative to the checkout
+    so that executed records carry no machine-specific absolute paths. Also record the parameter profile (read back
+    by :mod:`sparse_mla.workbook.summary`)."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    nb.metadata["sparse_mla"] = {"profile": profile}
+    meta = nb.metadata.get("papermill", {})
+    for key, p in (("input_path", source), ("output_path", target)):
+        if key in meta:
+            meta[key] = os.path.relpath(p, root) if Path(p).resolve().is_relative_to(root) else Path(p).name
+    nbformat.write(nb, str(path))
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("run", help="execute the notebooks in order with papermill into results/<profile>/",
+                       description="Execute notebooks/NN_*.ipynb in order with papermill into results/<profile>/, "
+                                   "with the parameters of params/<profile>.yaml.")
+    p.add_argument("--profile", default=None,
+                   help="parameter profile: cpu or gpu (default: gpu if a CUDA GPU is visible, else cpu)")
+    p.add_argument("--only", nargs="+", metavar="NB", help="notebook stems or prefixes (e.g. 01 02)")
+    p.add_argument("--out-dir", default=None, help="where executed notebooks go (default results/<profile>/)")
+    p.add_argument("--timeout", type=int, default=3600, help="per-cell timeout in seconds (default 3600)")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    profile = args.profile
+    if profile is None:
+        from .._env import has_nvidia_gpu
+
+        profile = "gpu" if has_nvidia_gpu() else "cpu"
+    try:
+        run_chain(profile, only=args.only, out_dir=args.out_dir, timeout=args.timeout)
+    except NotebookFailed as e:
+        import sys
+
+        print(f"sparse-mla run: failed: {e}", file=sys.stderr)
+        return 1
+    return 0

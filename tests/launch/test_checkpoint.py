@@ -1,0 +1,319 @@
+"""sparse_mla.launch.checkpoint: files, tensor names/shapes (checked against vLLM's real ``load_weights``), determinism,
+atomic writes and user-input errors."""
+from __future__ import annotations
+
+import json
+import re
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from sparse_mla.launch import checkpoint as ck
+from sparse_mla import cli
+from sparse_mla.errors import UserInputError
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory) -> Path:
+    return ck.make_checkpoint(tmp_path_factory.mktemp("ck") / "glm5tiny", seed=0)
+
+
+@pytest.fixture
+def only_checkpoint_cli(monkeypatch):
+    """Build the CLI with just this module's subcommand (other steps' modules are not this test's concern)."""
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("launch.checkpoint",))
+
+
+def test_files_and_config(ckpt):
+    names = {p.name for p in ckpt.iterdir()}
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+            "tokenizer_config.json"} <= names
+    assert not [p for p in ckpt.parent.iterdir() if p.name.startswith(".")], "temp dir left behind"
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg["architectures"] == ["GlmMoeDsaForCausalLM"] and cfg["model_type"] == "glm_moe_dsa"
+    # GLM-5's attention geometry, unchanged
+    geo = dict(num_attention_heads=64, num_key_value_heads=64, kv_lora_rank=512, qk_nope_head_dim=192,
+               qk_rope_head_dim=64, v_head_dim=256, index_n_heads=32, index_head_dim=128, index_topk=2048,
+               indexer_rope_interleave=True, rope_interleave=True)
+    assert {k: cfg[k] for k in geo} == geo
+    assert cfg["rope_parameters"] == {"rope_type": "default", "rope_theta": 1e6}
+    assert cfg["q_lora_rank"] == 512 and cfg["num_hidden_layers"] == 2 and cfg["first_k_dense_replace"] == 1
+    assert cfg["num_nextn_predict_layers"] == 0 and cfg["tie_word_embeddings"] is False
+    # the geometry the rest of the workbook reads
+    from sparse_mla.models import load_model
+
+    g = load_model(ckpt)
+    assert g.head_size == 576 and g.sm_scale == 1 / 16 and g.use_sparse
+
+
+def test_tokenizer_roundtrip(ckpt):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(ckpt))
+    assert len(tok) == 2048
+    text = "the sparse attention kernel decodes 12345 tokens"
+    ids = tok(text).input_ids
+    assert tok.decode(ids) == text and max(ids) < 2048
+
+
+def test_tensor_names_shapes_dtypes(ckpt):
+    from safetensors import safe_open
+
+    cfg = json.loads((ckpt / "config.json").read_text())
+    expected = ck.expected_weight_shapes(cfg)
+    with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
+        got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        dtypes = {k: f.get_slice(k).get_dtype() for k in f.keys()}
+    assert got == expected
+    assert {dtypes[k] for k in dtypes if not k.endswith("e_score_correction_bias")} == {"BF16"}
+    assert dtypes["model.layers.1.mlp.gate.e_score_correction_bias"] == "F32"
+    # spot checks of the layout (layer 0 dense, layer 1 MoE)
+    assert got["model.layers.0.self_attn.kv_b_proj.weight"] == (64 * (192 + 256), 512)
+    assert got["model.layers.0.self_attn.q_b_proj.weight"] == (64 * 256, 512)
+    assert got["model.layers.0.self_attn.kv_a_proj_with_mqa.weight"] == (576, 1024)
+    assert got["model.layers.0.self_attn.indexer.wq_b.weight"] == (32 * 128, 512)
+    assert "model.layers.0.mlp.gate_proj.weight" in got and "model.layers.0.mlp.gate.weight" not in got
+    assert got["model.layers.1.mlp.experts.7.down_proj.weight"] == (1024, 256)
+    assert "model.layers.1.mlp.shared_experts.up_proj.weight" in got
+    n = sum(torch.Size(s).numel() for s in got.values())
+    assert ck.checkpoint_summary(ckpt)["num_parameters"] == n
+
+
+def test_weight_scales_sane(ckpt):
+    _, sd = ck.load_checkpoint(ckpt)
+    for name, t in sd.items():
+        t = t.flatten()[:200_000].float() if t.dim() == 1 else t[:256].float()  # a sample is enough
+        assert torch.isfinite(t).all(), name
+        if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+            assert (t - 1).abs().max() < 0.5, name
+        elif t.dim() == 2 and name != "model.embed_tokens.weight":
+            std = t.std().item()
+            assert 0.5 < std * t.shape[1] ** 0.5 < 2.0, (name, std)
+
+
+def _vllm_param_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Parameter names/shapes of vLLM 0.26.0's ``DeepseekV2Model`` (without the ``model.`` prefix), derived by hand
+    from the module tree in deepseek_v2.py (``DeepseekV2MLAAttention``: ``fused_qkv_a_proj``; ``Indexer``:
+    ``wk_weights_proj``; ``DeepseekV2MLP``: ``gate_up_proj``; FusedMoE: ``experts.routed_experts.w13_weight``/
+    ``w2_weight``). Building the real model needs a GPU platform (MLA is rejected on CPU)."""
+    D, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    qr, kvr, nope, rope, v = (cfg[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                               "qk_rope_head_dim", "v_head_dim"))
+    ih, idim = cfg["index_n_heads"], cfg["index_head_dim"]
+    p = {"embed_tokens.weight": (cfg["vocab_size"], D), "norm.weight": (D,)}
+    for i in range(cfg["num_hidden_layers"]):
+        L, a = f"layers.{i}.", f"layers.{i}.self_attn."
+        p.update({L + "input_layernorm.weight": (D,), L + "post_attention_layernorm.weight": (D,),
+                  a + "fused_qkv_a_proj.weight": (qr + kvr + rope, D), a + "q_a_layernorm.weight": (qr,),
+                  a + "q_b_proj.weight": (nh * (nope + rope), qr), a + "kv_a_layernorm.weight": (kvr,),
+                  a + "kv_b_proj.weight": (nh * (nope + v), kvr), a + "o_proj.weight": (D, nh * v),
+                  a + "indexer.wq_b.weight": (ih * idim, qr), a + "indexer.wk_weights_proj.weight": (idim + ih, D),
+                  a + "indexer.k_norm.weight": (idim,), a + "indexer.k_norm.bias": (idim,)})
+        m = L + "mlp."
+        if ck.is_moe_layer(cfg, i):
+            E, I = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+            p.update({m + "gate.weight": (E, D), m + "gate.e_score_correction_bias": (E,),
+                      m + "shared_experts.gate_up_proj.weight": (2 * I, D),
+                      m + "shared_experts.down_proj.weight": (D, I),
+                      m + "experts.routed_experts.w13_weight": (E, 2 * I, D),
+                      m + "experts.routed_experts.w2_weight": (E, D, I)})
+        else:
+            I = cfg["intermediate_size"]
+            p.update({m + "gate_up_proj.weight": (2 * I, D), m + "down_proj.weight": (D, I)})
+    return p
+
+
+def test_names_accepted_by_vllm_load_weights(ckpt):
+    """Feed the checkpoint through vLLM's real ``DeepseekV2Model.load_weights`` (the name mapping code) against a
+    stand-in module whose parameters carry the hand-derived vLLM names; every tensor must land in a parameter shard
+    of the right shape, and every parameter shard must be filled exactly once."""
+    dsv2 = pytest.importorskip("vllm.model_executor.models.deepseek_v2")
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    cfg = json.loads((ckpt / "config.json").read_text())
+    hf_cfg = AutoConfig.from_pretrained(str(ckpt))
+    shapes = _vllm_param_shapes(cfg)
+    calls: list[tuple[str, tuple, object, object]] = []
+
+    def make_loader(pname):
+        def loader(param, w, *args, **kw):
+            if "expert_id" in kw:
+                shard, expert = kw["shard_id"], kw["expert_id"]
+            else:
+                shard, expert = (args[0] if args else None), None
+            calls.append((pname, tuple(w.shape), shard, expert))
+            return True
+        return loader
+
+    class StandIn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config, self.num_redundant_experts, self.use_mha = hf_cfg, 0, False
+            self._p = {}
+            for n, s in shapes.items():
+                prm = torch.nn.Parameter(torch.empty(s, device="meta"), requires_grad=False)
+                prm.weight_loader = make_loader(n)
+                self._p[n] = prm
+
+        def named_parameters(self, *a, **k):
+            return iter(self._p.items())
+
+    sd = load_file(str(ckpt / "model.safetensors"))
+    assert set(sd) - {"lm_head.weight"} == {k for k in sd if k.startswith("model.")}
+    assert tuple(sd["lm_head.weight"].shape) == (cfg["vocab_size"], cfg["hidden_size"])  # ParallelLMHead.weight
+    weights = [(k[len("model."):], t) for k, t in sd.items() if k.startswith("model.")]  # AutoWeightsLoader strip
+    loaded = dsv2.DeepseekV2Model.load_weights(StandIn(), iter(weights))
+    assert loaded == set(shapes)
+    assert len(calls) == len(weights)
+
+    D = cfg["hidden_size"]
+    I_moe, E = cfg["moe_intermediate_size"], cfg["n_routed_experts"]
+    got: dict[str, set] = {}
+    for pname, wshape, shard, expert in calls:
+        got.setdefault(pname, set()).add((shard, expert))
+        pshape = shapes[pname]
+        if pname.endswith("fused_qkv_a_proj.weight"):
+            assert wshape == ((cfg["q_lora_rank"], D) if shard == 0 else (cfg["kv_lora_rank"] + 64, D))
+        elif pname.endswith("wk_weights_proj.weight"):
+            assert wshape == ((cfg["index_head_dim"], D) if shard == 0 else (cfg["index_n_heads"], D))
+        elif pname.endswith("gate_up_proj.weight"):
+            assert shard in (0, 1) and wshape == (pshape[0] // 2, D)
+        elif pname.endswith("w13_weight"):
+            assert shard in ("w1", "w3") and wshape == (I_moe, D)
+        elif pname.endswith("w2_weight"):
+            assert shard == "w2" and wshape == (D, I_moe)
+        else:
+            assert shard is None and wshape == pshape, pname
+    for pname, keys in got.items():
+        if pname.endswith(("fused_qkv_a_proj.weight", "wk_weights_proj.weight", "gate_up_proj.weight")):
+            assert keys == {(0, None), (1, None)}, pname
+        elif pname.endswith("w13_weight"):
+            assert keys == {(s, e) for s in ("w1", "w3") for e in range(E)}, pname
+        elif pname.endswith("w2_weight"):
+            assert keys == {("w2", e) for e in range(E)}, pname
+
+
+def test_deterministic_cli_and_overwrite(ckpt, tmp_path, only_checkpoint_cli, capsys):
+    out = tmp_path / "again"
+    out.mkdir()
+    (out / "model.safetensors").write_text("old")   # an earlier checkpoint: --overwrite may replace it
+    (out / "config.json").write_text("{}")
+    assert cli.main(["make-checkpoint", str(out)]) == 2  # non-empty, no --overwrite
+    assert (out / "model.safetensors").read_text() == "old" and "not empty" in capsys.readouterr().err
+    assert cli.main(["make-checkpoint", str(out), "--seed", "0", "--overwrite"]) == 0
+    printed = capsys.readouterr().out
+    assert "parameters:" in printed and "model.safetensors" in printed
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "generation_config.json"):
+        assert (out / name).read_bytes() == (ckpt / name).read_bytes(), name
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_seed_changes_weights():
+    a = ck._init_tensor("model.layers.0.self_attn.q_a_proj.weight", (8, 16), seed=0)
+    b = ck._init_tensor("model.layers.0.self_attn.q_a_proj.weight", (8, 16), seed=1)
+    c = ck._init_tensor("model.layers.0.self_attn.q_a_proj.weight", (8, 16), seed=0)
+    assert not torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_refuses_overwrite_without_flag(tmp_path):
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "keep").write_text("1")
+    with pytest.raises(UserInputError, match=re.escape(str(out))):
+        ck.make_checkpoint(out)
+    assert (out / "keep").read_text() == "1"
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(UserInputError, match="not a directory"):
+        ck.make_checkpoint(f)
+
+
+def test_overwrite_replaces_only_a_checkpoint_elsewhere_than_here(tmp_path, monkeypatch):
+    """--overwrite never replaces a folder that is not a checkpoint, nor the current directory or one above it; an
+    empty or blank path is refused (it would mean the current directory)."""
+    monkeypatch.setattr(ck, "make_state_dict", lambda cfg, seed=0: pytest.fail("work started"))
+    work = tmp_path / "thesis"
+    work.mkdir()
+    (work / "thesis.txt").write_text("years of work")
+    with pytest.raises(UserInputError, match="holds thesis.txt: --overwrite replaces only an earlier"):
+        ck.make_checkpoint(work, overwrite=True)
+    (work / "config.json").write_text("{}")   # a config.json alone does not make a folder ours to replace
+    with pytest.raises(UserInputError, match="holds thesis.txt"):
+        ck.make_checkpoint(work, overwrite=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    with pytest.raises(UserInputError, match="is or holds the current working directory"):
+        ck.make_checkpoint(".")   # empty, no --overwrite needed, but it is where the user stands
+    sub = work / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    for bad, match in (("..", "holds the current working directory"), (str(work), "holds the current working"),
+                       ("", "is empty"), ("   ", "is empty")):
+        with pytest.raises(UserInputError, match=match):
+            ck.make_checkpoint(bad, overwrite=True)
+    assert (work / "thesis.txt").read_text() == "years of work" and sub.is_dir()
+
+
+@pytest.mark.parametrize("kwargs, match", [({"index_topk": 2**40}, "up to 1048576"),
+                                           ({"num_layers": 100000}, "at most 128")])
+def test_upper_bounds(kwargs, match):
+    with pytest.raises(UserInputError, match=match):
+        ck.preset_config(**kwargs)
+
+
+def test_failure_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(ck, "make_state_dict", lambda cfg, seed=0: {"x": torch.zeros(2)})
+
+    def boom(vocab):
+        raise RuntimeError("tokenizer failed")
+
+    monkeypatch.setattr(ck, "_train_tokenizer", boom)
+    with pytest.raises(RuntimeError, match="tokenizer failed"):
+        ck.make_checkpoint(tmp_path / "never")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--preset", "glm-6"], "glm-5-tiny"),
+    (["--index-topk", "300"], "300"),
+    (["--index-topk", "0"], "index_topk 0"),
+    (["--layers", "1"], "num_layers 1"),
+])
+def test_cli_bad_input_returns_2(tmp_path, only_checkpoint_cli, capsys, argv, needle):
+    assert cli.main(["make-checkpoint", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_preset_config_errors():
+    with pytest.raises(UserInputError, match="accepted: glm-5-tiny"):
+        ck.preset_config("nope")
+    with pytest.raises(UserInputError, match="index_topk 100"):
+        ck.preset_config(index_topk=100)
+    assert ck.preset_config(index_topk=256, num_layers=3)["num_hidden_layers"] == 3
+
+
+def test_load_checkpoint_sharded_and_errors(ckpt, tmp_path):
+    from safetensors.torch import save_file
+
+    cfg, sd = ck.load_checkpoint(ckpt)
+    assert cfg["model_type"] == "glm_moe_dsa" and "lm_head.weight" in sd
+    # a sharded directory without a tokenizer (like a real GLM-5 download)
+    d = tmp_path / "sharded"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "glm_moe_dsa"}))
+    save_file({"a": torch.ones(2)}, str(d / "model-00001-of-00002.safetensors"))
+    save_file({"b": torch.zeros(3)}, str(d / "model-00002-of-00002.safetensors"))
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    cfg2, sd2 = ck.load_checkpoint(d)
+    assert set(sd2) == {"a", "b"}
+    with pytest.raises(UserInputError, match="no config.json"):
+        ck.load_checkpoint(tmp_path)
+    with pytest.raises(UserInputError, match="not a directory"):
+        ck.load_checkpoint(tmp_path / "missing")

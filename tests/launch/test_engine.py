@@ -1,0 +1,428 @@
+"""Step 4 on a machine without a GPU: `sparse-mla launch` input checks, the parity helpers of
+:mod:`sparse_mla.launch.engine` on hand-made records, deterministic prompts, and the CPU path of notebook 04 -- the
+reference GLM-5 forward with the Triton kernel (interpreter, fp32) as its attention core matches plain attention
+on a prompt longer than index_topk."""
+import json
+import os
+import math
+
+import pytest
+import torch
+
+import sparse_mla
+import sparse_mla._env
+from sparse_mla import cli
+from sparse_mla.launch import engine as launch
+from sparse_mla.launch.checkpoint import make_checkpoint
+from sparse_mla.errors import UserInputError
+from sparse_mla.launch.glm5_reference import Glm5Reference
+
+INDEX_TOPK = 128
+PROMPT_LEN = 160  # > INDEX_TOPK: the indexer selects a strict subset for the last 32 positions
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("launch") / "glm5tiny", index_topk=INDEX_TOPK, num_layers=2)
+
+
+@pytest.fixture
+def one_blas_thread():
+    """Best effort: run numpy's bundled OpenBLAS on one thread for the test (restored afterwards).
+
+    Triton's interpreter executes every tile's ``tl.dot`` as a small numpy matmul; on a small machine a multithreaded
+    OpenBLAS only adds synchronisation there (the kernel test runs about 3x faster single-threaded). ``numpy`` is
+    imported long before this module, so ``OPENBLAS_NUM_THREADS`` would come too late; the library is found in
+    ``/proc/self/maps`` (Linux) and left alone where it is not.
+    """
+    import ctypes
+
+    import numpy  # noqa: F401  (loads the library)
+
+    get = set_ = None
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({ln.split()[-1] for ln in f if "openblas" in ln.lower() and ln.split()[-1].startswith("/")})
+    except OSError:
+        paths = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for g, s in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                     ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+                     ("openblas_get_num_threads", "openblas_set_num_threads")):
+            if hasattr(lib, g) and hasattr(lib, s):
+                get, set_ = getattr(lib, g), getattr(lib, s)
+                break
+        if get is not None:
+            break
+    if get is None:
+        yield
+        return
+    before = int(get())
+    set_(1)
+    try:
+        yield
+    finally:
+        set_(before)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: False)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: True)
+
+
+def _model_dir(tmp_path, **overrides):
+    """A checkpoint directory holding only a DSA config.json (GLM-5's head count, index_topk and kv_lora_rank)."""
+    d = tmp_path / "model"
+    d.mkdir(exist_ok=True)
+    cfg = {"architectures": ["GlmMoeDsaForCausalLM"], "num_attention_heads": 64, "kv_lora_rank": 512,
+           "index_topk": 2048, **overrides}
+    (d / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}))
+    return d
+
+
+# ----------------------------------------------------------------------------------------------- command line
+@pytest.mark.parametrize("extra", [[], ["--serve"], ["--parity"]])
+def test_cli_launch_without_gpu_exits_2_with_one_line(tmp_path, capsys, no_gpu, extra):
+    rc = cli.main(["launch", "--model", str(_model_dir(tmp_path)), *extra])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert rc == 2
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("sparse-mla launch: error:")
+    assert "needs a CUDA GPU" in lines[0]
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_cli_launch_missing_model_dir_names_path(tmp_path, capsys, fake_gpu):
+    missing = tmp_path / "no-such-checkpoint"
+    rc = cli.main(["launch", "--model", str(missing)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert str(missing) in err[0] and "config.json" in err[0]
+
+
+def test_cli_launch_checks_arguments_before_the_gpu(tmp_path, capsys, no_gpu):
+    """On a machine without a GPU a wrong value is still named (and not hidden behind 'needs a CUDA GPU')."""
+    d = _model_dir(tmp_path)
+    for argv, news in ((["--model", str(tmp_path / "nosuch")], "nosuch"),
+                       (["--model", str(d), "--parity", "--backends", "TRITON_MLA_SPARSE,FOO"], "'FOO'"),
+                       (["--model", str(d), "--tp", "3"], "tensor-parallel size 3")):
+        assert cli.main(["launch", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and news in err[0] and "needs a CUDA GPU" not in err[0], err
+
+
+def test_cli_launch_dir_without_config_names_path(tmp_path, capsys, fake_gpu):
+    d = tmp_path / "empty-model"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(b"")
+    rc = cli.main(["launch", "--model", str(d)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert str(d) in err[0] and "no config.json" in err[0]
+
+
+def test_cli_launch_bad_prompt_lengths(tmp_path, capsys, fake_gpu):
+    d = _model_dir(tmp_path)
+    for bad in ("48,x", "0", ","):
+        assert cli.main(["launch", "--model", str(d), "--prompt-lengths", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--prompt-lengths" in err[0]
+
+
+@pytest.mark.parametrize("fn", [launch.run_offline, launch.run_serve, launch.run_parity])
+def test_engine_entry_points_need_a_gpu(tmp_path, no_gpu, fn):
+    with pytest.raises(UserInputError, match="needs a CUDA GPU"):
+        fn(_model_dir(tmp_path))
+
+
+def test_require_gpu_passes_with_a_gpu(fake_gpu):
+    launch.require_gpu()
+
+
+@pytest.mark.parametrize("drop", ["index_topk", "kv_lora_rank"])
+def test_cli_launch_non_dsa_config_is_refused_before_an_engine(tmp_path, capsys, fake_gpu, monkeypatch, drop):
+    """A dense-MLA / non-DSA config (no index_topk, or no MLA) fails with one line naming the file and the key."""
+    monkeypatch.setattr(launch, "run_offline", lambda *a, **k: pytest.fail("an engine was started"))
+    d = _model_dir(tmp_path, architectures=["DeepseekV3ForCausalLM"], **{drop: None})
+    rc = cli.main(["launch", "--model", str(d)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "not a DSA" in err[0] and drop in err[0] and "DeepseekV3ForCausalLM" in err[0] and "config.json" in err[0]
+
+
+def test_cli_launch_config_not_json(tmp_path, capsys, fake_gpu):
+    d = _model_dir(tmp_path)
+    (d / "config.json").write_text("{not json")
+    assert cli.main(["launch", "--model", str(d)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not valid JSON" in err[0]
+
+
+@pytest.mark.parametrize("tp", ["3", "0", "-2", "128"])
+@pytest.mark.parametrize("mode", [[], ["--serve"], ["--parity"]])
+def test_cli_launch_tp_not_dividing_heads(tmp_path, capsys, fake_gpu, monkeypatch, tp, mode):
+    for fn in ("run_offline", "run_serve", "run_parity"):
+        monkeypatch.setattr(launch, fn, lambda *a, **k: pytest.fail("an engine was started"))
+    rc = cli.main(["launch", "--model", str(_model_dir(tmp_path)), "--tp", tp, *mode])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert f"tensor-parallel size {tp}" in err[0] and "64 attention heads" in err[0] and "1, 2, 4, 8" in err[0]
+
+
+def test_check_tp_more_than_visible_gpus(tmp_path, monkeypatch):
+    d = _model_dir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert launch.check_tp(d, 2) == 2
+    with pytest.raises(UserInputError, match=r"tensor-parallel size 8 needs 8 GPUs and 2 are visible; accepted: 1, 2$"):
+        launch.check_tp(d, 8)
+    for bad in (True, 2.0, "2"):
+        with pytest.raises(UserInputError, match="is not an integer"):
+            launch.check_tp(d, bad)
+
+
+def test_cli_launch_unknown_backend_in_backends_list(tmp_path, capsys, fake_gpu, monkeypatch):
+    monkeypatch.setattr(launch, "run_parity", lambda *a, **k: pytest.fail("an engine was started"))
+    d = _model_dir(tmp_path)
+    for bad in ("TRITON_MLA_SPARSE,NOPE_SPARSE", " , "):
+        assert cli.main(["launch", "--model", str(d), "--parity", "--backends", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("NOPE_SPARSE" in err[0] or "names no backend" in err[0]), err
+
+
+def test_parity_record_dir_checked_before_engines(tmp_path, fake_gpu, monkeypatch):
+    monkeypatch.setattr(launch, "_subprocess_offline", lambda *a, **k: pytest.fail("an engine was started"))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UserInputError, match="folder of the record file"):
+        launch.run_parity(_model_dir(tmp_path), out=blocker / "launch.json")
+
+
+def test_default_record_path_for_tp():
+    assert launch.default_record_path(2) == "results/launch_tp2.json"
+    assert launch.default_record_path(8) == "results/launch_tp8.json"
+
+
+def test_check_model_dir(tmp_path):
+    d = _model_dir(tmp_path)
+    assert launch.check_model_dir(str(d)) == d
+    with pytest.raises(UserInputError, match="has no config.json"):
+        launch.check_model_dir(tmp_path / "nope")
+
+
+# ----------------------------------------------------------------------------------------------- backend names
+def test_attention_config_names():
+    assert launch.attention_config("TRITON_MLA_SPARSE") == {"backend": "CUSTOM"}
+    assert launch.attention_config("auto") is None
+    assert launch.attention_config("") is None
+    assert launch.attention_config(None) is None
+    assert launch.attention_config("flashmla_sparse") == {"backend": "FLASHMLA_SPARSE"}
+    assert launch.attention_config("FLASH_ATTN_MLA_SPARSE") == {"backend": "FLASH_ATTN_MLA_SPARSE"}
+    assert launch.attention_config("custom") == {"backend": "CUSTOM"}   # vLLM's slot name for ours
+    assert launch.normalize_backends(["custom", "TRITON_MLA_SPARSE", "flashmla_sparse"]) == (
+        "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE")
+
+
+def test_attention_config_unknown_backend_names_it():
+    with pytest.raises(UserInputError, match="NOPE") as e:
+        launch.attention_config("NOPE")
+    assert "TRITON_MLA_SPARSE" in str(e.value) and "FLASHMLA_SPARSE" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["FLASH_ATTN", "triton_mla", "FLASHMLA", "XPU_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE"])
+def test_attention_config_rejects_dense_backends_before_an_engine(name):
+    """vLLM knows these names, but none runs a DSA model's sparse attention: refused by name, not by a failed engine."""
+    with pytest.raises(UserInputError, match=rf"{name!r} is not a CUDA sparse MLA backend.*FLASH_ATTN_MLA_SPARSE"):
+        launch.attention_config(name)
+    with pytest.raises(UserInputError, match="not a CUDA sparse MLA backend"):
+        launch.normalize_backends([launch.OURS, name])
+
+
+# ----------------------------------------------------------------------------------------------- parity helpers
+def _gen(prompt_len, tokens, logprobs, first_top=None):
+    return {"prompt_len": prompt_len, "token_ids": list(tokens), "logprobs": list(logprobs),
+            "first_top_logprobs": {str(k): v for k, v in (first_top or {}).items()}}
+
+
+def _run(*gens):
+    return {"generations": list(gens)}
+
+
+def test_compare_identical():
+    a = _run(_gen(48, [5, 6, 7, 8], [-1.0, -2.0, -3.0, -4.0]))
+    c = launch.compare(a, a)
+    assert c["all_identical"]
+    assert c["per_prompt"] == [{"prompt_len": 48, "identical": True, "first_divergence": None,
+                                "max_abs_logprob_diff": 0.0}]
+
+
+def test_compare_divergence_and_logprob_diffs():
+    a = _run(_gen(48, [5, 6, 7, 8], [-1.0, -2.0, -3.0, -4.0]),
+             _gen(900, [1, 2, 3, 4], [-1.0, -1.0, -1.0, -1.0]))
+    b = _run(_gen(48, [5, 6, 7, 8], [-1.01, -2.0, -3.03, -4.0]),
+             _gen(900, [1, 2, 9, 4], [-1.0, -1.02, -0.5, -1.0]))   # diverges at position 2
+    c = launch.compare(a, b)
+    assert not c["all_identical"]
+    p48, p900 = c["per_prompt"]
+    assert p48["identical"] and p48["first_divergence"] is None
+    assert p48["max_abs_logprob_diff"] == pytest.approx(0.03)
+    assert not p900["identical"] and p900["first_divergence"] == 2
+    # only positions before the divergence count: the -0.5 at position 2 is a different token's log-prob
+    assert p900["max_abs_logprob_diff"] == pytest.approx(0.02)
+    assert launch.compare(b, a)["per_prompt"][1]["first_divergence"] == 2
+
+
+def test_compare_divergence_at_first_token_and_length_mismatch():
+    a = _run(_gen(8, [1, 2], [-1.0, -1.0]))
+    c = launch.compare(a, _run(_gen(8, [3, 2], [-1.0, -1.0])))["per_prompt"][0]
+    assert c["first_divergence"] == 0 and c["max_abs_logprob_diff"] is None
+    c = launch.compare(a, _run(_gen(8, [1, 2, 3], [-1.0, -1.5, -1.0])))["per_prompt"][0]
+    assert not c["identical"] and c["first_divergence"] == 2 and c["max_abs_logprob_diff"] == pytest.approx(0.5)
+
+
+def test_compare_reference():
+    vocab = 16
+    ref_lp = torch.log_softmax(torch.linspace(0.0, 1.5, vocab, dtype=torch.float64), -1)
+    top = {15: float(ref_lp[15]) + 0.01, 14: float(ref_lp[14]) - 0.03, 3: -math.inf}  # -inf entries are skipped
+    run = _run(_gen(48, [15, 2], [top[15], -3.0], first_top=top), _gen(900, [14, 2], [-1.0, -1.0], first_top={14: -1.0}))
+    ref = [{"argmax": int(ref_lp.argmax()), "logprobs": ref_lp}, {"argmax": 15, "logprobs": ref_lp}]
+    r48, r900 = launch.compare_reference(run, ref)
+    assert r48 == {"prompt_len": 48, "vllm_first_token": 15, "reference_argmax": 15, "same_first_token": True,
+                   "top_k": 3, "max_abs_logprob_diff": pytest.approx(0.03)}
+    assert r900["same_first_token"] is False and r900["reference_argmax"] == 15 and r900["top_k"] == 1
+    assert r900["max_abs_logprob_diff"] == pytest.approx(abs(-1.0 - float(ref_lp[14])))
+
+
+def test_recorded_h200_parity_matches_compare():
+    """The committed H200 record's parity table is what launch.compare computes from its runs."""
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results" / "launch_h200.json").read_text())
+    ours = rec["runs"][launch.OURS]
+    for key, stored in rec["parity_vs_ours"].items():
+        assert launch.compare(ours, rec["runs"][key]) == stored
+
+
+# ----------------------------------------------------------------------------------------------- prompts
+def test_prompt_ids_exact_lengths_and_deterministic(ckpt):
+    lengths = [1, 17, PROMPT_LEN, 700]
+    a = launch.prompt_ids(ckpt, lengths)
+    assert [len(p) for p in a] == lengths
+    assert launch.prompt_ids(ckpt, lengths) == a
+    assert all(0 <= t < 2048 for p in a for t in p)
+    assert launch.prompt_ids(ckpt, [PROMPT_LEN], seed=1)[0] != a[2]
+    # prompts of different positions in one call differ (the word offset depends on the index)
+    same_len = launch.prompt_ids(ckpt, [48, 48])
+    assert same_len[0] != same_len[1]
+
+
+# ----------------------------------------------------------------------------------------------- notebook 04, CPU
+@pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")  # Triton interpreter
+def test_reference_forward_with_triton_kernel_matches_plain_attention(ckpt, one_blas_thread):
+    """Notebook 04 section 2 at reduced size: 2 layers, index_topk 128, a 160-token prompt."""
+    ids = torch.tensor(launch.prompt_ids(ckpt, [PROMPT_LEN])[0])
+    ref = Glm5Reference.from_pretrained(ckpt, dtype=torch.float32)
+    plain = ref.forward(ids)
+    plain_topk = [t.clone() for t in ref.last["topk_local"]]
+
+    ref.attention_fn = sparse_mla.sparse_mla_attention
+    kern = ref.forward(ids)
+    kern_topk = ref.last["topk_local"]
+
+    assert torch.isfinite(plain).all()
+    rel = ((kern - plain).abs().max() / plain.abs().max()).item()
+    assert rel <= 1e-4, rel
+    assert torch.equal(kern.argmax(-1), plain.argmax(-1))
+    assert all(torch.equal(a, b) for a, b in zip(kern_topk, plain_topk))
+    # sparsity binds: positions >= index_topk attend to exactly index_topk of their t + 1 causal tokens
+    causal = torch.arange(1, PROMPT_LEN + 1)
+    for topk in plain_topk:
+        counts = (topk >= 0).sum(-1)
+        assert torch.equal(counts, causal.clamp(max=INDEX_TOPK))
+        assert int((counts < causal).sum()) == PROMPT_LEN - INDEX_TOPK
+
+
+# ------------------------------------------------------------------------ inputs checked before any engine starts
+@pytest.fixture
+def no_engine(monkeypatch):
+    for fn in ("run_offline", "run_serve", "_subprocess_offline"):
+        monkeypatch.setattr(launch, fn, lambda *a, **k: pytest.fail("an engine was started"))
+
+
+@pytest.mark.parametrize("mode", [[], ["--serve"], ["--parity"]])
+def test_cli_json_out_checked_before_the_engine(tmp_path, capsys, fake_gpu, no_engine, mode):
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep")
+    d = _model_dir(tmp_path)
+    blobs = tmp_path / "blobs"   # Hugging Face cache layout: snapshot files are links into blobs/
+    blobs.mkdir()
+    os.replace(d / "config.json", blobs / "cfgblob")
+    os.symlink(blobs / "cfgblob", d / "config.json")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    config = (d / "config.json").read_text()
+    for bad, says in ((tmp_path, "is a directory"), (blocker / "x.json", "is a file"), ("", "is empty"),
+                      (fifo, "not a regular file"), (d / "config.json", "a file of the model directory"),
+                      (d / "sub" / "rec.json", "a file of the model directory"),
+                      (blobs / "cfgblob", "a file of the model directory")):
+        assert cli.main(["launch", "--model", str(d), "--json-out", str(bad), *mode]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert blocker.read_text() == "keep" and (d / "config.json").read_text() == config
+    assert fifo.exists() and not fifo.is_file() and not (d / "sub").exists()
+
+
+@pytest.mark.parametrize("overrides,says", [
+    ({"text_config": "x"}, "not a config object"),
+    ({"num_attention_heads": "sixty"}, "num_attention_heads = 'sixty'"),
+    ({"num_attention_heads": 0}, "num_attention_heads = 0"),
+    ({"num_attention_heads": 64.5}, "num_attention_heads = 64.5"),
+    ({"num_attention_heads": 10**12}, "num_attention_heads = 1000000000000"),
+    ({"index_topk": None, "kv_lora_rank": 512}, "no index_topk"),
+    ({"index_topk": 0}, "index_topk = 0"),
+    ({"kv_lora_rank": "abc"}, "kv_lora_rank = 'abc'"),
+])
+def test_malformed_dsa_config_values(tmp_path, capsys, fake_gpu, no_engine, overrides, says):
+    d = _model_dir(tmp_path, **overrides)
+    assert cli.main(["launch", "--model", str(d), "--tp", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--max-tokens", "0"], "max tokens 0"),
+    (["--prompt-lengths", "4090", "--max-tokens", "32"], "exceeds the engines' max_model_len 4096"),
+    (["--throughput", '{"num_seqs": true, "prompt_len": 8, "max_tokens": 8}'], "throughput"),
+    (["--throughput", '{"num_seqs": 4, "prompt_len": 99999, "max_tokens": 8}'], "prompt_len + max_tokens"),
+    (["--throughput", ""], "is not JSON"),
+])
+def test_generation_sizes_checked(tmp_path, capsys, fake_gpu, no_engine, argv, says):
+    assert cli.main(["launch", "--model", str(_model_dir(tmp_path)), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+def test_backend_names_normalised_and_deduplicated():
+    assert launch.normalize_backends([" triton_mla_sparse", "flashmla_sparse", "FLASHMLA_SPARSE"]) == \
+        ("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE")
+    for bad in ("FLASHMLA_SPARSE", [], ["auto"], [5]):
+        with pytest.raises(UserInputError):
+            launch.normalize_backends(bad)
+
+
+def test_run_parity_api_checks_arguments(tmp_path, fake_gpu, no_engine):
+    d = _model_dir(tmp_path)
+    for kw in ({"prompt_lengths": ()}, {"max_tokens": -1}, {"throughput": {"x": 1}}, {"backends": "FLASHMLA_SPARSE"},
+               {"out": tmp_path}):
+        with pytest.raises(UserInputError):
+            launch.run_parity(d, **kw)

@@ -1,0 +1,59 @@
+"""A synthetic mixed batch as vLLM hands it to a sparse MLA backend: requests with a decode token, a chunked
+prefill and a fresh prompt, a shuffled block table, request-local causal top-k indices with -1 tails."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+DL, DR = 512, 64
+
+
+def mixed_batch(H=8, topk=128, block_size=64, device="cpu", dtype=torch.float32, seed=0,
+                seqs=((300, 1), (200, 5), (90, 90))):
+    """seqs: (seq_len, query_len) per request (decode first, as vLLM orders them).
+
+    Returns a namespace with q_nope/q_pe (strided views, like vLLM's), kv_cache, block_table, req_id_per_token,
+    topk_indices (request-local), and the metadata fields forward_mqa reads."""
+    g = torch.Generator().manual_seed(seed)
+    blocks_per_req = [(s + block_size - 1) // block_size for s, _ in seqs]
+    num_blocks = sum(blocks_per_req) + 3
+    perm = torch.randperm(num_blocks, generator=g)
+    max_blocks = max(blocks_per_req) + 1
+    block_table = torch.zeros(len(seqs), max_blocks, dtype=torch.int32)
+    k = 0
+    for r, nb in enumerate(blocks_per_req):
+        block_table[r, :nb] = perm[k:k + nb].to(torch.int32)
+        k += nb
+    T = sum(q for _, q in seqs)
+    req_id = torch.cat([torch.full((q,), r, dtype=torch.int32) for r, (_, q) in enumerate(seqs)])
+    rows = []
+    for s, q in seqs:
+        for j in range(q):
+            pos = s - q + j                   # this token's position; it may attend to 0..pos
+            n = min(topk, pos + 1)
+            sel = torch.randperm(pos + 1, generator=g)[:n].to(torch.int32)
+            row = torch.full((topk,), -1, dtype=torch.int32)
+            row[:n] = sel
+            rows.append(row)
+    topk_indices = torch.stack(rows)
+    kv_cache = torch.randn(num_blocks, block_size, DL + DR, generator=g).to(dtype)
+    q_nope = torch.randn(H, T, DL, generator=g).to(dtype).transpose(0, 1)            # strides (512, T*512, 1)
+    q_pe = torch.randn(T, H, 192 + DR, generator=g).to(dtype)[..., 192:]             # slice of the full q
+    ns = SimpleNamespace(q_nope=q_nope.to(device), q_pe=q_pe.to(device), kv_cache=kv_cache.to(device),
+                         block_table=block_table.to(device), req_id_per_token=req_id.to(device),
+                         topk_indices=topk_indices.to(device), block_size=block_size, T=T, H=H, topk=topk,
+                         sm_scale=(192 + DR) ** -0.5, seqs=seqs)
+    return ns
+
+
+def make_impl(H, topk_indices_buffer, kv_cache_dtype="auto"):
+    """TritonMLASparseImpl with GLM-5 dims, built as MLAAttention builds it (keyword arguments)."""
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseImpl
+
+    return TritonMLASparseImpl(
+        num_heads=H, head_size=DL + DR, scale=(192 + DR) ** -0.5, num_kv_heads=1, alibi_slopes=None,
+        sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None, attn_type="decoder",
+        kv_sharing_target_layer_name=None, q_lora_rank=2048, kv_lora_rank=DL, qk_nope_head_dim=192,
+        qk_rope_head_dim=DR, qk_head_dim=192 + DR, v_head_dim=256, kv_b_proj=None, indexer=None,
+        topk_indices_buffer=topk_indices_buffer)

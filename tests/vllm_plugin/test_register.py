@@ -1,0 +1,487 @@
+"""Step 3, ``sparse_mla.vllm_plugin``: TRITON_MLA_SPARSE registered into vLLM 0.26.0 as an out-of-tree plugin.
+
+What vLLM's own selector picks with the plugin, for GPUs this CPU machine does not have (through
+``sparse_mla.diagnose``'s in-process probe: the first probe imports vLLM and its MLA backends, ~15 s, later ones take
+about a second, so each case is probed once per module); the entry point and vLLM's plugin loader; the backend's
+rejection reasons compared with the strings vLLM's generic ``validate_configuration`` produces; and the
+``--matrix --with-plugin`` side-by-side table, CSV and heatmap.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+
+from sparse_mla import diagnose as dg
+from sparse_mla.diagnose import matrix as mx
+from sparse_mla.models import PRESET_CONFIGS
+
+OURS = "TRITON_MLA_SPARSE"
+
+
+# ---- module-scoped probes (with the plugin) -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def probes():
+    """``diagnose(..., with_plugin=True)`` records, probed on first use and kept for the module."""
+    cache: dict[tuple, dict] = {}
+
+    def get(capability, kv="auto", tp=1, model="glm-5"):
+        key = (model, capability, kv, tp)
+        if key not in cache:
+            cache[key] = dg.diagnose(model, capability, kv, tp=tp, with_plugin=True)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def dense_config(tmp_path_factory):
+    """GLM-5's config without the DSA indexer fields: dense MLA (``use_sparse=False``)."""
+    cfg = {k: v for k, v in PRESET_CONFIGS["glm-5"].items() if not k.startswith("index_")}
+    # DeepSeek-V3-style dense MLA (transformers' GlmMoeDsaConfig would fill in index_topk = 2048, as vLLM sees it)
+    cfg.update(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"])
+    path = tmp_path_factory.mktemp("dense") / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+@pytest.fixture
+def vllm_state(probes):
+    """Snapshot and restore what ``register()`` changes in this process: vLLM's backend overrides, the selector
+    method it wraps and the plugin loader's once-per-process flag. Depends on a probe having run, so that
+    ``vllm.platforms.cuda`` is importable on a machine without the NVIDIA driver (the probe's stubs)."""
+    probes("12.0", "bfloat16")
+    import vllm.platforms.cuda as cuda_mod
+    import vllm.plugins as vplugins
+    from vllm.v1.attention.backends import registry
+
+    overrides = dict(registry._ATTN_OVERRIDES)
+    method = cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"]
+    loaded = vplugins.plugins_loaded
+    try:
+        yield
+    finally:
+        registry._ATTN_OVERRIDES.clear()
+        registry._ATTN_OVERRIDES.update(overrides)
+        cuda_mod.CudaPlatformBase.get_valid_backends = method
+        vplugins.plugins_loaded = loaded
+
+
+def _stock_valid_backends(cuda_mod):
+    fn = cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"].__func__
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn
+
+
+# ---- registration ----------------------------------------------------------------------------------------------
+
+def test_entry_point_is_declared():
+    from importlib.metadata import entry_points
+
+    eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "triton_mla_sparse"]
+    assert len(eps) == 1
+    assert eps[0].value == "sparse_mla.vllm_plugin:register"
+    import sparse_mla.vllm_plugin
+
+    assert eps[0].load() is sparse_mla.vllm_plugin.register
+
+
+def test_register_is_reentrant(vllm_state):
+    import vllm.platforms.cuda as cuda_mod
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, _ATTN_OVERRIDES
+
+    import sparse_mla.vllm_plugin as plugin
+    from sparse_mla.vllm_plugin import selector
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    plugin.register()
+    first = cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"]
+    plugin.register()
+    second = cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"]
+    assert second is first                                  # not wrapped a second time
+    fn = second.__func__
+    assert getattr(fn, selector._MARK, False)
+    assert not getattr(fn.__wrapped__, selector._MARK, False)   # wraps vLLM's own method, once
+    assert fn.__wrapped__ is _stock_valid_backends(cuda_mod)
+    assert _ATTN_OVERRIDES[AttentionBackendEnum.CUSTOM] == "sparse_mla.vllm_plugin.backend.TritonMLASparseBackend"
+    assert AttentionBackendEnum.CUSTOM.get_path() == selector.BACKEND_PATH
+    assert AttentionBackendEnum.CUSTOM.get_class() is TritonMLASparseBackend
+    assert TritonMLASparseBackend.get_name() == OURS
+
+
+def test_vllm_plugin_loader_calls_register(vllm_state, monkeypatch):
+    """vLLM's own ``load_general_plugins()`` (what every vLLM process runs) finds the entry point and calls it, once
+    per process (its ``plugins_loaded`` flag)."""
+    import vllm.envs as envs
+    import vllm.plugins as vplugins
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, _ATTN_OVERRIDES
+
+    import sparse_mla.vllm_plugin as plugin
+    from sparse_mla.vllm_plugin import selector
+
+    if envs._is_envs_cache_enabled():
+        pytest.skip("vLLM's environment cache is on in this process; VLLM_PLUGINS would not be re-read")
+    calls = []
+    real = plugin.register
+
+    def spy():
+        calls.append(1)
+        real()
+
+    monkeypatch.setattr(plugin, "register", spy)          # EntryPoint.load() resolves sparse_mla.vllm_plugin:register
+    monkeypatch.setenv("VLLM_PLUGINS", "triton_mla_sparse")
+    monkeypatch.setattr(vplugins, "plugins_loaded", False)
+    _ATTN_OVERRIDES.pop(AttentionBackendEnum.CUSTOM, None)
+
+    vplugins.load_general_plugins()
+    assert calls == [1]
+    assert _ATTN_OVERRIDES[AttentionBackendEnum.CUSTOM] == selector.BACKEND_PATH
+    vplugins.load_general_plugins()                        # a second call in the same process does nothing
+    assert calls == [1]
+
+
+def test_register_leaves_another_plugins_custom_backend_alone(vllm_state, caplog):
+    """vLLM has one CUSTOM slot: a backend another plugin put there is kept, with a warning, and the fallback then
+    offers nothing (vLLM would resolve CUSTOM to the other class)."""
+    import torch
+    import vllm.platforms.cuda as cuda_mod
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    import sparse_mla.vllm_plugin as plugin
+    from sparse_mla.vllm_plugin import selector
+
+    other = "someone_else.attention.TheirBackend"
+    register_backend(AttentionBackendEnum.CUSTOM, other)
+    method = cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"]
+    with caplog.at_level("WARNING", logger="sparse_mla.vllm_plugin"):
+        assert plugin.register() is False
+    assert AttentionBackendEnum.CUSTOM.get_path() == other
+    assert cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"] is method
+    assert other in caplog.text and "not registered" in caplog.text
+
+    # the other order: ours first, then another plugin overwrites the slot
+    AttentionBackendEnum.CUSTOM.clear_override()
+    assert plugin.register() is True
+    sel = AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype="bfloat16", block_size=None,
+                                  use_mla=True, use_sparse=True)
+    valid, invalid = selector.offer_triton_mla_sparse([], {}, DeviceCapability(12, 0), sel, 64)
+    assert [c.backend for c in valid] == [AttentionBackendEnum.CUSTOM]
+    register_backend(AttentionBackendEnum.CUSTOM, other)
+    assert selector.offer_triton_mla_sparse([], {}, DeviceCapability(12, 0), sel, 64) == ([], {})
+
+
+# ---- the selection matrix with the plugin ----------------------------------------------------------------------
+
+def test_sm120_bf16_selects_triton_mla_sparse(probes):
+    rec = probes("12.0", "bfloat16")
+    assert rec["selected"] == OURS and rec["valid"] == [OURS]
+    assert rec["verdict"].startswith("Using CUSTOM attention backend out of potential backends: ['CUSTOM']")
+    assert rec["backends"][OURS]["reasons"] == []
+    # vLLM's own backends still say no, with the same reasons as without the plugin
+    assert rec["backends"]["TRITON_MLA"]["reasons"] == ["sparse not supported"]
+    assert "kv_cache_dtype not supported" in rec["backends"]["FLASHINFER_MLA_SPARSE_SM120"]["reasons"]
+    assert rec["plugin"]["overrides"] == {"CUSTOM": "sparse_mla.vllm_plugin.backend.TritonMLASparseBackend"}
+    assert rec["plugin"]["wrapped"] == ["CudaPlatformBase.get_valid_backends"]
+
+
+@pytest.mark.parametrize("capability, kv", [("8.9", "auto"), ("8.9", "bfloat16"), ("8.0", "auto"),
+                                            ("8.0", "bfloat16")])
+def test_ampere_ada_select_triton_mla_sparse(probes, capability, kv):
+    rec = probes(capability, kv)
+    assert rec["selected"] == OURS and rec["valid"] == [OURS]
+    assert rec["backends"]["FLASHMLA_SPARSE"]["reasons"] == ["compute capability not supported"]
+
+
+def test_sm90_unchanged(probes):
+    rec = probes("9.0", "auto")
+    stock = dg.diagnose("glm-5", "9.0", "auto")
+    assert rec["selected"] == stock["selected"] == "FLASH_ATTN_MLA_SPARSE"
+    assert rec["valid"] == stock["valid"] and OURS not in rec["valid"]
+    # offered only where vLLM has nothing: reported, but not on the priority list
+    assert rec["backends"][OURS] == {"priority": None, "reasons": []}
+
+
+def test_sm100_unchanged(probes):
+    rec = probes("10.0", "auto")
+    stock = dg.diagnose("glm-5", "10.0", "auto")
+    assert rec["selected"] == stock["selected"] == "FLASHMLA_SPARSE"          # tp=1: 64 heads per rank
+    assert rec["valid"] == stock["valid"] and OURS not in rec["valid"]
+
+
+def test_sm120_fp8_ds_mla(probes):
+    rec = probes("12.0", "fp8_ds_mla")
+    stock = dg.diagnose("glm-5", "12.0", "fp8_ds_mla")
+    if rec["simulated"]["host_dependent"].get("flashinfer_sparse_mla_sm120_api"):
+        assert rec["selected"] == "FLASHINFER_MLA_SPARSE_SM120"
+    assert rec["selected"] == stock["selected"]             # whatever vLLM says: not ours
+    assert rec["selected"] != OURS
+    assert rec["backends"][OURS]["reasons"] == ["kv_cache_dtype not supported"]
+
+
+def test_prefer_switch_takes_sm90(probes, monkeypatch):
+    import sparse_mla.vllm_plugin as plugin
+    from sparse_mla.vllm_plugin import selector
+
+    monkeypatch.setenv(selector.PREFER_ENV, "1")
+    rec = dg.diagnose("glm-5", "9.0", "auto", with_plugin=True)
+    assert rec["selected"] == OURS
+    assert rec["valid"][0] == OURS and "FLASH_ATTN_MLA_SPARSE" in rec["valid"]
+    assert rec["backends"][OURS]["priority"] == -1
+    # an fp8 cache is still not ours, also when preferred
+    fp8 = dg.diagnose("glm-5", "9.0", "fp8", with_plugin=True)
+    assert fp8["selected"] != OURS and fp8["backends"][OURS]["reasons"] == ["kv_cache_dtype not supported"]
+
+
+def test_disable_switch(monkeypatch):
+    import sparse_mla.vllm_plugin as plugin
+    from sparse_mla.vllm_plugin import selector
+
+    monkeypatch.setenv(selector.DISABLE_ENV, "1")
+    rec = dg.diagnose("glm-5", "8.9", "auto", with_plugin=True)
+    assert rec["selected"] is None and rec["valid"] == []
+
+
+@pytest.mark.parametrize("capability", ["12.0", "9.0", "8.9"])
+def test_dense_mla_never_gets_ours(probes, dense_config, monkeypatch, capability):
+    import sparse_mla.vllm_plugin as plugin
+    from sparse_mla.vllm_plugin import selector
+
+    rec = probes(capability, "bfloat16", model=dense_config)
+    assert rec["mla"] == "dense"
+    assert rec["selected"] is not None and rec["selected"] != OURS and OURS not in rec["valid"]
+    monkeypatch.setenv(selector.PREFER_ENV, "1")
+    preferred = dg.diagnose(dense_config, capability, "bfloat16", with_plugin=True)
+    assert preferred["selected"] == rec["selected"] and OURS not in preferred["valid"]
+
+
+def test_offer_leaves_non_sparse_requests_alone(probes):
+    """The selector hook itself: a dense MLA request goes back exactly as vLLM's stock list left it."""
+    import torch
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    from sparse_mla.vllm_plugin.selector import offer_triton_mla_sparse
+
+    probes("12.0", "bfloat16")
+    sel = AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=None,
+                                  use_mla=True, use_sparse=False)
+    valid, invalid = [], {}
+    assert offer_triton_mla_sparse(valid, invalid, DeviceCapability(8, 9), sel, 64) == ([], {})
+
+
+def test_cli_with_plugin_json(run_cli):
+    rc, out, _ = run_cli("--with-plugin", "--capability", "12.0", "--kv-cache-dtype", "bfloat16", "--json")
+    assert rc == 0
+    rec = json.loads(out)
+    assert rec["selected"] == OURS and rec["plugin"]["called"] == "sparse_mla.vllm_plugin.register()"
+
+
+# ---- our reasons are vLLM's generic reasons ----------------------------------------------------------------------
+
+GOOD = dict(head_size=576, kv_cache_dtype="auto", block_size=64, use_mla=True, has_sink=False, use_sparse=True,
+            use_mm_prefix=False, use_per_head_quant_scales=False, attn_type="decoder")
+
+
+def _generic_backend():
+    """A trivial ``AttentionBackend`` declaring what TRITON_MLA_SPARSE declares; its ``validate_configuration`` is
+    vLLM's base-class logic, untouched, so its reasons are vLLM's current wording."""
+    import torch
+    from vllm.v1.attention.backend import AttentionBackend
+
+    class Generic(AttentionBackend):
+        supported_dtypes = [torch.float16, torch.bfloat16]
+        supported_kv_cache_dtypes = ["auto", "float16", "bfloat16"]
+
+        @staticmethod
+        def get_supported_kernel_block_sizes():
+            return [64]
+
+        @classmethod
+        def get_supported_head_sizes(cls):
+            return [576]
+
+        @classmethod
+        def is_mla(cls):
+            return True
+
+        @classmethod
+        def is_sparse(cls):
+            return True
+
+        @classmethod
+        def supports_compute_capability(cls, capability):
+            return capability.major >= 8
+
+    return Generic
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"head_size": 512}, "head_size not supported"),
+    ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype not supported"),
+    ({"kv_cache_dtype": "fp8_ds_mla"}, "kv_cache_dtype not supported"),
+    ({"capability": (7, 5)}, "compute capability not supported"),
+    ({"use_sparse": False}, "non-sparse not supported"),
+    ({"block_size": 16}, "block_size not supported"),
+    ({"dtype": "float32"}, "dtype not supported"),
+])
+def test_rejection_reasons_are_vllm_generic(change, expected):
+    import torch
+    from vllm.platforms.interface import DeviceCapability
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    args = {**GOOD, "dtype": torch.bfloat16, "device_capability": DeviceCapability(12, 0)}
+    for k, v in change.items():
+        if k == "capability":
+            args["device_capability"] = DeviceCapability(*v)
+        elif k == "dtype":
+            args["dtype"] = getattr(torch, v)
+        else:
+            args[k] = v
+    ours = TritonMLASparseBackend.validate_configuration(**args)
+    generic = _generic_backend().validate_configuration(**args)
+    assert generic == [expected]           # the analogous trivial subclass: vLLM's wording, one reason
+    assert ours == generic
+
+
+def test_good_configuration_and_declarations():
+    import torch
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend as B
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseImpl, TritonMLASparseMetadataBuilder
+
+    for cap in [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]:
+        for kv in ("auto", "bfloat16", "float16"):
+            assert B.validate_configuration(**{**GOOD, "kv_cache_dtype": kv}, dtype=torch.bfloat16,
+                                            device_capability=DeviceCapability(*cap)) == []
+    assert B.validate_configuration(**{**GOOD, "block_size": 128}, dtype=torch.float16,
+                                    device_capability=DeviceCapability(12, 0)) == []   # a multiple of 64
+    assert B.get_supported_kernel_block_sizes() == [64] and B.get_supported_head_sizes() == [576]
+    assert B.is_mla() and B.is_sparse()
+    assert B.get_impl_cls() is TritonMLASparseImpl and B.get_builder_cls() is TritonMLASparseMetadataBuilder
+    assert TritonMLASparseMetadataBuilder._cudagraph_support is AttentionCGSupport.UNIFORM_BATCH
+    assert B.get_kv_cache_shape(10, 64, 1, 576) == (10, 64, 576)
+
+
+def test_model_without_index_topk_is_rejected_by_combination(probes):
+    """``supports_combination`` reads the model from vLLM's current config (as the in-tree sparse backends do)."""
+    import types
+
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.interface import DeviceCapability
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    probes("12.0", "bfloat16")
+    ns = types.SimpleNamespace
+    args = {**GOOD, "dtype": torch.bfloat16, "device_capability": DeviceCapability(12, 0)}
+
+    def cfg(hf, dcp=1):
+        return ns(model_config=ns(hf_config=hf, hf_text_config=hf),
+                  parallel_config=ns(decode_context_parallel_size=dcp, prefill_context_parallel_size=1),
+                  compilation_config=ns(custom_ops=[], mode=0))
+
+    with set_current_vllm_config(cfg(ns(index_topk=2048))):
+        assert TritonMLASparseBackend.validate_configuration(**args) == []
+    with set_current_vllm_config(cfg(ns(kv_lora_rank=512))):
+        assert TritonMLASparseBackend.validate_configuration(**args) == \
+            [f"{OURS} requires a model with index_topk config"]
+    with set_current_vllm_config(cfg(ns(index_topk=2048), dcp=2)):
+        assert TritonMLASparseBackend.validate_configuration(**args) == [f"{OURS} does not support DCP for now"]
+    with set_current_vllm_config(cfg(ns(index_topk=100))):   # vLLM's index conversion needs multiples of 128
+        reasons = TritonMLASparseBackend.validate_configuration(**args)
+        assert len(reasons) == 1 and "index_topk" in reasons[0] and "got 100" in reasons[0]
+
+
+# ---- diagnose --matrix --with-plugin: stock and with-plugin side by side ----------------------------------------
+
+SMALL = dict(gpus=["rtx-pro-6000", "h200", "l40s"], kv_cache_dtypes=["auto", "bfloat16", "fp8"])
+
+
+@pytest.fixture(scope="module")
+def side_by_side(probes):
+    probes("12.0", "bfloat16")
+    return mx.diagnose_matrix("glm-5", with_plugin=True, **SMALL)
+
+
+def test_matrix_side_by_side_columns(side_by_side):
+    df = side_by_side
+    assert list(df.columns) == ["gpu", "capability", "kv_cache_dtype", "stock_selected", "with_plugin_selected",
+                                "stock_n_valid", "with_plugin_n_valid"]
+    assert mx.is_side_by_side(df) and df.attrs["with_plugin"] is True
+    assert len(df) == 9
+    cell = {(g, k): (s, p) for g, k, s, p in zip(df["gpu"], df["kv_cache_dtype"], df["stock_selected"],
+                                                 df["with_plugin_selected"])}
+    assert cell[("rtx-pro-6000", "bfloat16")] == ("none", OURS)
+    assert cell[("l40s", "auto")] == ("none", OURS) and cell[("l40s", "bfloat16")] == ("none", OURS)
+    assert cell[("l40s", "fp8")] == ("none", "none")                # our backend takes no fp8 cache
+    assert cell[("h200", "auto")] == ("FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
+    changes = mx.matrix_changes(df)
+    assert set(zip(changes["gpu"], changes["kv_cache_dtype"])) == \
+        {("rtx-pro-6000", "bfloat16"), ("l40s", "auto"), ("l40s", "bfloat16")}
+    assert set(changes["with_plugin_selected"]) == {OURS}
+    assert mx.no_backend_pairs(df) == [("l40s", "fp8")]
+    assert ("rtx-pro-6000", "bfloat16") in mx.no_backend_pairs(df, "stock_selected")
+    table = mx.matrix_table(df)
+    assert list(table.columns.get_level_values(0).unique()) == ["stock", "with plugin"]
+    assert table.loc["l40s (8.9)", ("with plugin", "auto")] == OURS
+
+
+def test_matrix_side_by_side_files(side_by_side, tmp_path):
+    import pandas as pd
+
+    paths = mx.write_matrix(side_by_side, tmp_path)
+    assert paths == {"csv": tmp_path / "diagnose_matrix_plugin.csv", "png": tmp_path / "diagnose_matrix_plugin.png"}
+    assert pd.read_csv(paths["csv"], dtype={"capability": str}).equals(side_by_side)
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnose_matrix_plugin.csv", "diagnose_matrix_plugin.png"]
+    fig = mx.plot_matrix(side_by_side)
+    assert len(fig.axes) == 2
+    assert [ax.get_title() for ax in fig.axes] == ["stock vLLM", "with sparse_mla.vllm_plugin"]
+
+
+def test_matrix_heatmap_colours(side_by_side):
+    """"none" is red in both panels and TRITON_MLA_SPARSE has a colour of its own."""
+    import numpy as np
+
+    fig = mx.plot_matrix_side_by_side(side_by_side)
+    fig.canvas.draw()
+    stock_ax, plugin_ax = fig.axes
+
+    def colour(ax, gpu_row, kv_col):
+        im = ax.get_images()[0]
+        return tuple(np.round(im.cmap(im.norm(im.get_array()[gpu_row, kv_col]))[:3], 3))
+
+    from matplotlib.colors import to_rgb
+
+    red = tuple(np.round(to_rgb(mx._NONE_COLOR), 3))
+    ours = tuple(np.round(to_rgb(mx._PLUGIN_COLOR), 3))
+    rows = {g: i for i, g in enumerate(dict.fromkeys(side_by_side["gpu"]))}
+    cols = {k: j for j, k in enumerate(dict.fromkeys(side_by_side["kv_cache_dtype"]))}
+    assert colour(stock_ax, rows["l40s"], cols["auto"]) == red
+    assert colour(plugin_ax, rows["l40s"], cols["fp8"]) == red
+    assert colour(plugin_ax, rows["l40s"], cols["auto"]) == ours
+    assert colour(plugin_ax, rows["rtx-pro-6000"], cols["bfloat16"]) == ours
+    others = {colour(plugin_ax, rows["h200"], cols[k]) for k in cols}
+    assert red not in others and ours not in others
+
+
+def test_cli_matrix_with_plugin(run_cli, tmp_path, monkeypatch):
+    """``sparse-mla diagnose --matrix --with-plugin`` (on a smaller GPU x KV grid, to keep the test short): the
+    side-by-side table on stdout, the plugin CSV/PNG written, the stock-only files not touched."""
+    monkeypatch.setattr(mx, "diagnose_matrix", functools.partial(mx.diagnose_matrix, **SMALL))
+    rc, out, _ = run_cli("--matrix", "--with-plugin", "--out-dir", str(tmp_path))
+    assert rc == 0
+    assert "stock_selected" in out and "with_plugin_selected" in out and OURS in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnose_matrix_plugin.csv", "diagnose_matrix_plugin.png"]
+    rc, out, _ = run_cli("--matrix", "--with-plugin", "--json", "--out-dir", str(tmp_path))
+    doc = json.loads(out)
+    assert rc == 0 and len(doc["rows"]) == 9 and doc["files"]["csv"].endswith("diagnose_matrix_plugin.csv")
