@@ -31,7 +31,7 @@ def test_bf16_glm5_shapes(H, T):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("H,T", [(8, 1), (64, 4), (64, 512), (128, 300), (32, 300)])
 def test_fp32_fp16_every_path_fits(dtype, H, T):
-    """Split-KV and direct paths at GLM-5 head counts in float32 / float16 (notebook 04's reference forward runs the
+    """Split-KV and direct paths at GLM-5 head counts in float32 / float16 (notebook 05's reference forward runs the
     kernel in float32 with 64 heads): no out-of-shared-memory launch, results within the dtype's tolerance."""
     q_nope, q_pe, kv, idx = make_inputs(T, H, 4096, seed=H * 1000 + T, topk=256)
     q_nope, q_pe, kv = q_nope.to(dtype), q_pe.to(dtype), kv.to(dtype)

@@ -73,7 +73,7 @@ def test_sm120_needs_the_fallback_for_wide_head_tiles(fits):
 
 
 def test_fp32_64_head_tile_does_not_fit_an_h200(fits):
-    """Found by notebook 04's float32 reference forward on the H200 (64 heads): 311808 > 232448 bytes."""
+    """Found by notebook 05's float32 reference forward on the H200 (64 heads): 311808 > 232448 bytes."""
     chain = _row(fits, (9, 0), "float32", 4096, 64)["chain"]
     assert chain[0][-1] > 232448 and len(chain) > 1
 

@@ -1,5 +1,5 @@
 """Step 4 on a machine without a GPU: `sparse-mla launch` input checks, the parity helpers of
-:mod:`sparse_mla.launch.engine` on hand-made records, deterministic prompts, and the CPU path of notebook 04 -- the
+:mod:`sparse_mla.launch.engine` on hand-made records, deterministic prompts, and the CPU path of notebook 05 -- the
 reference GLM-5 forward with the Triton kernel (interpreter, fp32) as its attention core matches plain attention
 on a prompt longer than index_topk."""
 import json
@@ -326,10 +326,10 @@ def test_prompt_ids_exact_lengths_and_deterministic(ckpt):
     assert same_len[0] != same_len[1]
 
 
-# ----------------------------------------------------------------------------------------------- notebook 04, CPU
+# ----------------------------------------------------------------------------------------------- notebook 05, CPU
 @pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")  # Triton interpreter
 def test_reference_forward_with_triton_kernel_matches_plain_attention(ckpt, one_blas_thread):
-    """Notebook 04 section 2 at reduced size: 2 layers, index_topk 128, a 160-token prompt."""
+    """Notebook 05 section 2 at reduced size: 2 layers, index_topk 128, a 160-token prompt."""
     ids = torch.tensor(launch.prompt_ids(ckpt, [PROMPT_LEN])[0])
     ref = Glm5Reference.from_pretrained(ckpt, dtype=torch.float32)
     plain = ref.forward(ids)

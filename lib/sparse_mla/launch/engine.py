@@ -38,7 +38,7 @@ def require_gpu() -> None:
 
     if not has_nvidia_gpu():
         raise UserInputError("an engine launch needs a CUDA GPU and this machine has none (vLLM's CPU platform refuses "
-                             "MLA and sparse attention); accepted: a machine with an NVIDIA GPU, or notebook 04's CPU "
+                             "MLA and sparse attention); accepted: a machine with an NVIDIA GPU, or notebook 05's CPU "
                              "path (reference forward with the kernel under the Triton interpreter)")
 
 
