@@ -131,6 +131,9 @@ class ModelGeometry:
     index_head_dim: int | None
     index_n_heads: int | None
     hf_config: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    #: the whole config.json as given (``hf_config`` is its text part) and the file or folder it came from
+    raw_config: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    source: str | None = field(default=None, compare=False)
 
     @property
     def head_size(self) -> int:
@@ -160,6 +163,7 @@ class ModelGeometry:
     def summary(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("hf_config")
+        d.pop("raw_config")
         d.update(head_size=self.head_size, qk_head_dim=self.qk_head_dim, sm_scale=self.sm_scale,
                  use_sparse=self.use_sparse)
         return d
@@ -173,7 +177,13 @@ def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
     if not isinstance(cfg, dict):
         raise UserInputError(f"config {name!r} is not a JSON object; accepted: a Hugging Face config.json")
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    missing = [k for k in _MLA_KEYS if text.get(k) in (None, 0)]
+    for k in _MLA_KEYS:
+        v = text.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise UserInputError(f"config {name!r} has {k} = {v!r}, which must be a positive integer; accepted: a "
+                                 f"DeepSeek-V2/V3/V3.2- or GLM-5-style MLA config (GLM-5: kv_lora_rank 512, "
+                                 f"qk_rope_head_dim 64)")
+    missing = [k for k in _MLA_KEYS if text.get(k) is None]
     if missing:
         raise UserInputError(
             f"config {name!r} is not an MLA config (model_type {text.get('model_type')!r}): missing "
@@ -188,7 +198,8 @@ def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
         if v is None:
             continue
         if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31:
-            raise UserInputError(f"config {name!r} has {k} = {v!r}; accepted: a positive integer")
+            raise UserInputError(f"config {name!r} has {k} = {v!r}, which must be a positive integer; accepted: a "
+                                 f"positive integer below 2**31")
     if "index_topk" in text and text["index_topk"] is None:
         raise UserInputError(f"config {name!r} has index_topk = null; accepted: a positive integer (DSA sparse "
                              f"attention) or no index_topk key")
@@ -208,6 +219,7 @@ def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
             index_head_dim=None if text.get("index_head_dim") is None else int(text["index_head_dim"]),
             index_n_heads=None if text.get("index_n_heads") is None else int(text["index_n_heads"]),
             hf_config=dict(text),
+            raw_config=dict(cfg),
         )
     except (TypeError, ValueError, OverflowError) as e:
         raise UserInputError(f"config {name!r} has a non-integer MLA dimension ({e}); accepted: integers") from None
@@ -245,6 +257,7 @@ def load_model(spec: str | Path) -> ModelGeometry:
                              f"checkpoint directory holding one")
     if s in PRESET_CONFIGS:
         return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s])), s)
+    source = str(expand_path(s, "model"))
     p = expand_path(s, "model")
     if p.is_dir():
         p = p / "config.json"
@@ -258,4 +271,6 @@ def load_model(spec: str | Path) -> ModelGeometry:
         cfg = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserInputError(f"malformed config.json {str(p)!r}: {e}; accepted: a JSON Hugging Face config") from None
-    return geometry_from_config(cfg, s)
+    from dataclasses import replace
+
+    return replace(geometry_from_config(cfg, s), source=source)

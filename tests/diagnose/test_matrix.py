@@ -1,20 +1,52 @@
-"""``sparse_mla.diagnose.matrix``: the diagnosis for every GPU preset x KV-cache dtype, its gaps and its CSV / PNG records.
-(The side-by-side matrix with the step 3 plugin is tested in test_plugin.py.)"""
+"""``sparse_mla.diagnose.matrix``: the diagnosis for every GPU preset x KV-cache dtype (stock vLLM, and side by
+side with the step 3 plugin), its gaps, both walls (attention, indexer) and its CSV / PNG records."""
 from __future__ import annotations
+
+import functools
+import json
 
 import pytest
 
+from sparse_mla import diagnose as dg
 from sparse_mla.diagnose import GPU_PRESETS, KV_CACHE_DTYPES
+from sparse_mla.diagnose import matrix as mx
+from sparse_mla.diagnose.matrix import (MATRIX_COLUMNS, diagnose_matrix, matrix_gaps, matrix_table, no_backend_pairs,
+                                        write_matrix)
 from sparse_mla.errors import UserInputError
-from sparse_mla.diagnose.matrix import diagnose_matrix, matrix_gaps, matrix_table, no_backend_pairs, write_matrix
+
+OURS = "TRITON_MLA_SPARSE"
+
+
+@pytest.fixture(scope="module")
+def probes():
+    cache: dict[tuple, dict] = {}
+
+    def get(capability, kv="auto", tp=1, model="glm-5"):
+        key = (model, capability, kv, tp)
+        if key not in cache:
+            cache[key] = dg.diagnose(model, capability, kv, tp=tp, with_plugin=True)
+        return cache[key]
+
+    return get
 
 
 def test_matrix_writes_csv_and_png(tmp_path):
     import pandas as pd
 
     df = diagnose_matrix("glm-5")
-    assert list(df.columns) == ["gpu", "capability", "kv_cache_dtype", "selected", "n_valid"]
+    assert list(df.columns) == list(MATRIX_COLUMNS)
     assert len(df) == len(GPU_PRESETS) * len(KV_CACHE_DTYPES)
+    for gpu in ("rtx-3090", "a40", "gb10"):
+        assert gpu in set(df["gpu"])
+    cell = {(g, k): r for g, k, r in zip(df["gpu"], df["kv_cache_dtype"], df.to_dict(orient="records"))}
+    # both walls, each as the record of the same probe says
+    for (g, k), r in cell.items():
+        rec = dg.diagnose("glm-5", GPU_PRESETS[g], k)
+        assert r["selected"] == (rec["selected"] or "none")
+        assert r["indexer"] == (rec["indexer"]["stock"] or "none")
+        assert r["blocked_at"] == (rec["blockers"][0]["stage"] if rec["blockers"] else "-")
+    assert cell[("a100", "auto")]["blocked_at"] == "attention" and cell[("a100", "auto")]["indexer"] == "none"
+    assert cell[("h200", "auto")]["engine_starts"] == "yes"
     pairs = no_backend_pairs(df)
     assert ("rtx-pro-6000", "bfloat16") in pairs and ("l40s", "auto") in pairs and ("h200", "auto") not in pairs
     paths = write_matrix(df, tmp_path / "results")
@@ -35,3 +67,94 @@ def test_matrix_bad_input_before_any_probe():
         diagnose_matrix("glm-5", gpus=[])
     with pytest.raises(UserInputError, match="nope"):
         diagnose_matrix("glm-5", kv_cache_dtypes=["nope"])
+
+
+# ---- diagnose --matrix --with-plugin: stock and with-plugin side by side ----------------------------------------
+
+SMALL = dict(gpus=["rtx-pro-6000", "h200", "l40s"], kv_cache_dtypes=["auto", "bfloat16", "fp8"])
+
+
+@pytest.fixture(scope="module")
+def side_by_side(probes):
+    probes("12.0", "bfloat16")
+    return mx.diagnose_matrix("glm-5", with_plugin=True, **SMALL)
+
+
+def test_matrix_side_by_side_columns(side_by_side):
+    df = side_by_side
+    assert list(df.columns) == list(mx.MATRIX_PLUGIN_COLUMNS)
+    assert mx.is_side_by_side(df) and df.attrs["with_plugin"] is True
+    assert len(df) == 9
+    cell = {(g, k): (s, p) for g, k, s, p in zip(df["gpu"], df["kv_cache_dtype"], df["stock_selected"],
+                                                 df["with_plugin_selected"])}
+    assert cell[("rtx-pro-6000", "bfloat16")] == ("none", OURS)
+    assert cell[("l40s", "auto")] == ("none", OURS) and cell[("l40s", "bfloat16")] == ("none", OURS)
+    assert cell[("h200", "auto")] == ("FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
+    fp8 = dg.diagnose("glm-5", "8.9", "fp8", with_plugin=True)       # whatever the plugin's backend says of fp8
+    assert cell[("l40s", "fp8")] == ("none", fp8["selected"] or "none")
+    changes = mx.matrix_changes(df)
+    assert {("rtx-pro-6000", "bfloat16"), ("l40s", "auto"), ("l40s", "bfloat16")} <= \
+        set(zip(changes["gpu"], changes["kv_cache_dtype"]))
+    assert set(changes["with_plugin_selected"]) == {OURS}
+    assert (("l40s", "fp8") in mx.no_backend_pairs(df)) == (fp8["selected"] is None)
+    assert ("rtx-pro-6000", "bfloat16") in mx.no_backend_pairs(df, "stock_selected")
+    table = mx.matrix_table(df)
+    assert list(table.columns.get_level_values(0).unique()) == ["stock", "with plugin"]
+    assert table.loc["l40s (8.9)", ("with plugin", "auto")] == OURS
+
+
+def test_matrix_side_by_side_files(side_by_side, tmp_path):
+    import pandas as pd
+
+    paths = mx.write_matrix(side_by_side, tmp_path)
+    assert paths == {"csv": tmp_path / "diagnose_matrix_plugin.csv", "png": tmp_path / "diagnose_matrix_plugin.png"}
+    assert pd.read_csv(paths["csv"], dtype={"capability": str}).equals(side_by_side)
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnose_matrix_plugin.csv", "diagnose_matrix_plugin.png"]
+    fig = mx.plot_matrix(side_by_side)
+    assert len(fig.axes) == 2
+    assert [ax.get_title() for ax in fig.axes] == ["stock vLLM", "with sparse_mla.vllm_plugin"]
+
+
+def test_matrix_heatmap_colours(side_by_side):
+    """"none" is red in both panels and TRITON_MLA_SPARSE has a colour of its own."""
+    import numpy as np
+
+    fig = mx.plot_matrix_side_by_side(side_by_side)
+    fig.canvas.draw()
+    stock_ax, plugin_ax = fig.axes
+
+    def colour(ax, gpu_row, kv_col):
+        im = ax.get_images()[0]
+        return tuple(np.round(im.cmap(im.norm(im.get_array()[gpu_row, kv_col]))[:3], 3))
+
+    from matplotlib.colors import to_rgb
+
+    red = tuple(np.round(to_rgb(mx._NONE_COLOR), 3))
+    ours = tuple(np.round(to_rgb(mx._PLUGIN_COLOR), 3))
+    rows = {g: i for i, g in enumerate(dict.fromkeys(side_by_side["gpu"]))}
+    cols = {k: j for j, k in enumerate(dict.fromkeys(side_by_side["kv_cache_dtype"]))}
+    assert colour(stock_ax, rows["l40s"], cols["auto"]) == red
+    later = tuple(np.round(to_rgb(mx._LATER_COLOR), 3))
+    by = {(g, k): r for g, k, r in zip(side_by_side["gpu"], side_by_side["kv_cache_dtype"],
+                                       side_by_side.to_dict(orient="records"))}
+    l40s = by[("l40s", "auto")]
+    # the second wall: our attention backend, but the engine stops at the indexer unless ours takes it
+    assert colour(plugin_ax, rows["l40s"], cols["auto"]) == (later if l40s["with_plugin_engine_starts"] == "no"
+                                                             else ours)
+    assert colour(plugin_ax, rows["rtx-pro-6000"], cols["bfloat16"]) == ours
+    others = {colour(plugin_ax, rows["h200"], cols[k]) for k in cols}
+    assert red not in others and ours not in others
+
+
+def test_cli_matrix_with_plugin(run_cli, tmp_path, monkeypatch):
+    """``sparse-mla diagnose --matrix --with-plugin`` (on a smaller GPU x KV grid, to keep the test short): the
+    side-by-side table on stdout, the plugin CSV/PNG written, the stock-only files not touched."""
+    monkeypatch.setattr(mx, "diagnose_matrix", functools.partial(mx.diagnose_matrix, **SMALL))
+    rc, out, _ = run_cli("--matrix", "--with-plugin", "--out-dir", str(tmp_path))
+    assert rc == 0
+    assert "stock_selected" in out and "with_plugin_selected" in out and OURS in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnose_matrix_plugin.csv", "diagnose_matrix_plugin.png"]
+    rc, out, _ = run_cli("--matrix", "--with-plugin", "--json", "--out-dir", str(tmp_path))
+    doc = json.loads(out)
+    assert rc == 0 and len(doc["rows"]) == 9 and doc["files"]["csv"].endswith("diagnose_matrix_plugin.csv")

@@ -1,4 +1,5 @@
-"""Step 1, ``sparse_mla.diagnose``: vLLM 0.26.0's own selector, probed for GPUs this CPU machine does not have.
+"""``sparse_mla.diagnose.selection``: the attention stage -- vLLM 0.26.0's own selector, probed for GPUs this CPU
+machine does not have, every MLA backend's reasons as vLLM gives them.
 
 The probe runs in-process; the first call imports vLLM and its MLA backends (~15 s), later calls take well under a
 second. Module-scoped fixtures probe each capability once.
@@ -10,8 +11,7 @@ import typing
 
 import pytest
 
-from sparse_mla.diagnose import (CORE_MLA_BACKENDS, GPU_PRESETS, KV_CACHE_DTYPES, VLLM_CACHE_DTYPES, diagnose,
-                                 parse_capability)
+from sparse_mla.diagnose import GPU_PRESETS, KV_CACHE_DTYPES, VLLM_CACHE_DTYPES, diagnose, parse_capability
 from sparse_mla.errors import UserInputError
 from sparse_mla.models import PRESET_CONFIGS
 
@@ -107,14 +107,17 @@ def test_record_json_shape(sm120_bf16):
     assert rec["model"] == "glm-5" and rec["capability"] == "12.0" and rec["kv_cache_dtype"] == "bfloat16"
     assert rec["tp"] == 1 and rec["vllm_version"] == "0.26.0" and rec["mla"] == "sparse (DSA)"
     assert isinstance(rec["valid"], list) and isinstance(rec["verdict"], str)
-    assert set(CORE_MLA_BACKENDS) <= set(rec["backends"])
+    from sparse_mla.diagnose.selection import cuda_mla_backends
+
+    assert {m.name for m in cuda_mla_backends()} == set(rec["backends"])     # every CUDA MLA backend, no ROCm/XPU
+    assert not any(n.startswith(("ROCM_", "XPU_")) for n in rec["backends"])
     for b in rec["backends"].values():
         assert set(b) == {"priority", "reasons"}
         assert b["priority"] is None or isinstance(b["priority"], int)
         assert all(isinstance(r, str) for r in b["reasons"])
     sim = rec["simulated"]
     assert sim["probe"] is True and sim["device_capability"] == "12.0"
-    assert "vllm._C_stable_libtorch" in sim["stubbed_modules"]
+    assert sim["driver"]["driver"] in ("stand-in", "nvidia") and "vllm._C_stable_libtorch" in sim["driver"]["loaded"]
 
 
 # ---- inputs -----------------------------------------------------------------------------------------------------
@@ -154,8 +157,11 @@ def test_config_path_equals_preset(tmp_path, sm120_bf16):
 
 
 def test_gpu_presets():
-    for name in ("rtx-pro-6000", "rtx-5090", "b200", "h100", "h200", "a100", "l40s", "rtx-4090"):
+    for name in ("rtx-pro-6000", "rtx-5090", "b200", "h100", "h200", "a100", "l40s", "rtx-4090", "rtx-3090", "a40",
+                 "gb10"):
         assert name in GPU_PRESETS
+    assert parse_capability("rtx-3090") == ((8, 6), "rtx-3090") and parse_capability("a40") == ((8, 6), "a40")
+    assert parse_capability("gb10") == ((12, 1), "gb10")
     assert parse_capability("rtx-pro-6000") == ((12, 0), "rtx-pro-6000")
     assert parse_capability("L40S") == ((8, 9), "l40s")
     assert parse_capability("9.0") == ((9, 0), None)
@@ -198,6 +204,8 @@ def test_cli_table(run_cli):
     assert "FLASH_ATTN_MLA_SPARSE" in out and "SELECTED" in out
     assert "vLLM: Using FLASH_ATTN_MLA_SPARSE attention backend" in out
     assert "Simulated: GPU with compute capability 9.0" in out
+    for stage in ("config ", "attention ", "kv cache ", "indexer ", "kernel ", "engine "):
+        assert any(line.startswith(stage) for line in out.splitlines()), stage
 
 
 def _write(tmp_path, name, text):
@@ -220,10 +228,18 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
     (["--tp", "3"], "3"),
     (["--model", "@malformed"], "malformed"),
     (["--model", "@llama"], "llama"),
+    (["--model", "@rope0"], "qk_rope_head_dim = 0, which must be a positive integer"),
+    (["--model", "@no_model_type"], "model_type"),
+    (["--backend", "FLASH_NONSENSE"], "FLASH_NONSENSE"),
+    (["--backend", "TRITON_MLA_SPARSE"], "--with-plugin"),
 ])
 def test_cli_bad_input(run_cli, tmp_path, argv, bad):
+    glm = PRESET_CONFIGS["glm-5"]
     files = {"@malformed": _write(tmp_path, "malformed.json", "{\"model_type\": \"glm_moe_dsa\", "),
-             "@llama": _write(tmp_path, "llama.json", json.dumps(LLAMA))}
+             "@llama": _write(tmp_path, "llama.json", json.dumps(LLAMA)),
+             "@rope0": _write(tmp_path, "rope0.json", json.dumps({**glm, "qk_rope_head_dim": 0})),
+             "@no_model_type": _write(tmp_path, "nomt.json",
+                                      json.dumps({k: v for k, v in glm.items() if k != "model_type"}))}
     argv = [files.get(a, a) for a in argv]
     rc, out, err = run_cli(*argv)
     assert rc == 2
@@ -254,7 +270,7 @@ def test_cli_matrix(run_cli, tmp_path):
     assert (tmp_path / "diagnose_matrix.csv").is_file() and (tmp_path / "diagnose_matrix.png").is_file()
 
 
-@pytest.mark.parametrize("extra", [["--capability", "9.0"], ["--kv-cache-dtype", "fp8"]])
+@pytest.mark.parametrize("extra", [["--capability", "9.0"], ["--kv-cache-dtype", "fp8"], ["--backend", "CUSTOM"]])
 def test_cli_matrix_refuses_single_probe_options(run_cli, tmp_path, extra):
     rc, out, err = run_cli("--matrix", *extra, "--out-dir", str(tmp_path / "m"))
     assert rc == 2 and f"{extra[0]} would be ignored" in err and not (tmp_path / "m").exists()
@@ -282,8 +298,7 @@ def test_with_plugin_missing(monkeypatch):
 def test_with_plugin_reports_triton_mla_sparse_and_is_undone(sm120_bf16):
     import sparse_mla.diagnose.request as d
 
-    if not d._plugin_available():
-        pytest.skip("sparse_mla.vllm_plugin (step 3) is not there yet")
+    assert d._plugin_available()
     rec = diagnose("glm-5", "12.0", "bfloat16", with_plugin=True)
     assert "TRITON_MLA_SPARSE" in rec["backends"]
     assert rec["plugin"]["called"].startswith("sparse_mla.vllm_plugin.")
@@ -295,7 +310,7 @@ def test_with_plugin_reports_triton_mla_sparse_and_is_undone(sm120_bf16):
 
 
 def test_stale_extension_flag_is_refreshed(monkeypatch, sm90_auto):
-    """A vLLM module imported before the probe (here: as if without the stubs) says its extension is missing; the
+    """A vLLM module imported before the probe (here: as if without the driver) says its extension is missing; the
     probe must not turn that into a reason about this machine, and must leave the module as it found it."""
     import vllm.v1.attention.ops.flashmla as flashmla_ops
 

@@ -3,18 +3,16 @@
 What vLLM's own selector picks with the plugin, for GPUs this CPU machine does not have (through
 ``sparse_mla.diagnose``'s in-process probe: the first probe imports vLLM and its MLA backends, ~15 s, later ones take
 about a second, so each case is probed once per module); the entry point and vLLM's plugin loader; the backend's
-rejection reasons compared with the strings vLLM's generic ``validate_configuration`` produces; and the
-``--matrix --with-plugin`` side-by-side table, CSV and heatmap.
+rejection reasons compared with the strings vLLM's generic ``validate_configuration`` produces. (The
+``--matrix --with-plugin`` side-by-side table, CSV and heatmap are tested in tests/diagnose/test_matrix.py.)
 """
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
 
 from sparse_mla import diagnose as dg
-from sparse_mla.diagnose import matrix as mx
 from sparse_mla.models import PRESET_CONFIGS
 
 OURS = "TRITON_MLA_SPARSE"
@@ -399,89 +397,3 @@ def test_model_without_index_topk_is_rejected_by_combination(probes):
     with set_current_vllm_config(cfg(ns(index_topk=100))):   # vLLM's index conversion needs multiples of 128
         reasons = TritonMLASparseBackend.validate_configuration(**args)
         assert len(reasons) == 1 and "index_topk" in reasons[0] and "got 100" in reasons[0]
-
-
-# ---- diagnose --matrix --with-plugin: stock and with-plugin side by side ----------------------------------------
-
-SMALL = dict(gpus=["rtx-pro-6000", "h200", "l40s"], kv_cache_dtypes=["auto", "bfloat16", "fp8"])
-
-
-@pytest.fixture(scope="module")
-def side_by_side(probes):
-    probes("12.0", "bfloat16")
-    return mx.diagnose_matrix("glm-5", with_plugin=True, **SMALL)
-
-
-def test_matrix_side_by_side_columns(side_by_side):
-    df = side_by_side
-    assert list(df.columns) == ["gpu", "capability", "kv_cache_dtype", "stock_selected", "with_plugin_selected",
-                                "stock_n_valid", "with_plugin_n_valid"]
-    assert mx.is_side_by_side(df) and df.attrs["with_plugin"] is True
-    assert len(df) == 9
-    cell = {(g, k): (s, p) for g, k, s, p in zip(df["gpu"], df["kv_cache_dtype"], df["stock_selected"],
-                                                 df["with_plugin_selected"])}
-    assert cell[("rtx-pro-6000", "bfloat16")] == ("none", OURS)
-    assert cell[("l40s", "auto")] == ("none", OURS) and cell[("l40s", "bfloat16")] == ("none", OURS)
-    assert cell[("l40s", "fp8")] == ("none", "none")                # our backend takes no fp8 cache
-    assert cell[("h200", "auto")] == ("FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
-    changes = mx.matrix_changes(df)
-    assert set(zip(changes["gpu"], changes["kv_cache_dtype"])) == \
-        {("rtx-pro-6000", "bfloat16"), ("l40s", "auto"), ("l40s", "bfloat16")}
-    assert set(changes["with_plugin_selected"]) == {OURS}
-    assert mx.no_backend_pairs(df) == [("l40s", "fp8")]
-    assert ("rtx-pro-6000", "bfloat16") in mx.no_backend_pairs(df, "stock_selected")
-    table = mx.matrix_table(df)
-    assert list(table.columns.get_level_values(0).unique()) == ["stock", "with plugin"]
-    assert table.loc["l40s (8.9)", ("with plugin", "auto")] == OURS
-
-
-def test_matrix_side_by_side_files(side_by_side, tmp_path):
-    import pandas as pd
-
-    paths = mx.write_matrix(side_by_side, tmp_path)
-    assert paths == {"csv": tmp_path / "diagnose_matrix_plugin.csv", "png": tmp_path / "diagnose_matrix_plugin.png"}
-    assert pd.read_csv(paths["csv"], dtype={"capability": str}).equals(side_by_side)
-    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnose_matrix_plugin.csv", "diagnose_matrix_plugin.png"]
-    fig = mx.plot_matrix(side_by_side)
-    assert len(fig.axes) == 2
-    assert [ax.get_title() for ax in fig.axes] == ["stock vLLM", "with sparse_mla.vllm_plugin"]
-
-
-def test_matrix_heatmap_colours(side_by_side):
-    """"none" is red in both panels and TRITON_MLA_SPARSE has a colour of its own."""
-    import numpy as np
-
-    fig = mx.plot_matrix_side_by_side(side_by_side)
-    fig.canvas.draw()
-    stock_ax, plugin_ax = fig.axes
-
-    def colour(ax, gpu_row, kv_col):
-        im = ax.get_images()[0]
-        return tuple(np.round(im.cmap(im.norm(im.get_array()[gpu_row, kv_col]))[:3], 3))
-
-    from matplotlib.colors import to_rgb
-
-    red = tuple(np.round(to_rgb(mx._NONE_COLOR), 3))
-    ours = tuple(np.round(to_rgb(mx._PLUGIN_COLOR), 3))
-    rows = {g: i for i, g in enumerate(dict.fromkeys(side_by_side["gpu"]))}
-    cols = {k: j for j, k in enumerate(dict.fromkeys(side_by_side["kv_cache_dtype"]))}
-    assert colour(stock_ax, rows["l40s"], cols["auto"]) == red
-    assert colour(plugin_ax, rows["l40s"], cols["fp8"]) == red
-    assert colour(plugin_ax, rows["l40s"], cols["auto"]) == ours
-    assert colour(plugin_ax, rows["rtx-pro-6000"], cols["bfloat16"]) == ours
-    others = {colour(plugin_ax, rows["h200"], cols[k]) for k in cols}
-    assert red not in others and ours not in others
-
-
-def test_cli_matrix_with_plugin(run_cli, tmp_path, monkeypatch):
-    """``sparse-mla diagnose --matrix --with-plugin`` (on a smaller GPU x KV grid, to keep the test short): the
-    side-by-side table on stdout, the plugin CSV/PNG written, the stock-only files not touched."""
-    monkeypatch.setattr(mx, "diagnose_matrix", functools.partial(mx.diagnose_matrix, **SMALL))
-    rc, out, _ = run_cli("--matrix", "--with-plugin", "--out-dir", str(tmp_path))
-    assert rc == 0
-    assert "stock_selected" in out and "with_plugin_selected" in out and OURS in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnose_matrix_plugin.csv", "diagnose_matrix_plugin.png"]
-    rc, out, _ = run_cli("--matrix", "--with-plugin", "--json", "--out-dir", str(tmp_path))
-    doc = json.loads(out)
-    assert rc == 0 and len(doc["rows"]) == 9 and doc["files"]["csv"].endswith("diagnose_matrix_plugin.csv")

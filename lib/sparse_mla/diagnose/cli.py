@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from ..errors import UserInputError, writable_dir, writable_file
 from .report import format_record
 from .request import GPU_PRESETS, resolve
-from .selection import diagnose
+from .path import diagnose
 
 
 @contextlib.contextmanager
@@ -38,10 +38,11 @@ def _stdout_to_stderr() -> Iterable[None]:
 def add_cli(subparsers) -> None:
     """Add ``sparse-mla diagnose``."""
     p = subparsers.add_parser(
-        "diagnose", help="ask vLLM's attention selector why each MLA backend rejects a model on a GPU",
-        description="Run vLLM 0.26.0's own attention-backend selection for an MLA model on any target GPU (also "
-                    "without a GPU: a probe platform stands in) and print every MLA backend's priority and vLLM's "
-                    "reasons, then vLLM's verdict.")
+        "diagnose", help="what vLLM would do with a DSA model on a GPU: config, attention, KV cache, indexer, kernel",
+        description="Run vLLM 0.26.0's own path for an MLA model on any target GPU (also without a GPU: a probe "
+                    "platform stands in): the engine configuration as `vllm serve` builds it, the attention backend "
+                    "and the KV-cache dtype it allocates, the DSA indexer's kernels, the top-k index conversion; one "
+                    "verdict line per stage, every MLA backend's priority and vLLM's reasons, vLLM's own texts.")
     p.add_argument("--model", default="glm-5",
                    help="preset (glm-5, deepseek-v3.2), config.json or checkpoint directory (default glm-5)")
     p.add_argument("--capability", default=None,
@@ -49,6 +50,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--kv-cache-dtype", default=None,
                    help="auto (default), bfloat16, fp8, fp8_ds_mla or another vLLM CacheDType")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (heads per rank = heads / tp; default 1)")
+    p.add_argument("--backend", default=None, metavar="NAME",
+                   help="what if vLLM is told --attention-backend NAME: a vLLM backend name, or TRITON_MLA_SPARSE "
+                        "with --with-plugin (default: vLLM's own choice)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON record on stdout")
     p.add_argument("--matrix", action="store_true",
                    help="every GPU preset x KV dtype (auto, bfloat16, fp8, fp8_ds_mla): table on stdout, CSV and "
@@ -66,8 +70,8 @@ def _cli(args) -> int:
     if args.matrix:
         from .matrix import diagnose_matrix, write_matrix
 
-        given = [f for f, v in (("--capability", args.capability), ("--kv-cache-dtype", args.kv_cache_dtype))
-                 if v is not None]
+        given = [f for f, v in (("--capability", args.capability), ("--kv-cache-dtype", args.kv_cache_dtype),
+                                ("--backend", args.backend)) if v is not None]
         if given:
             raise UserInputError(f"--matrix probes every GPU preset and KV-cache dtype, so {' and '.join(given)} would "
                                  f"be ignored; accepted: --matrix without them, or {' and '.join(given)} without "
@@ -93,6 +97,6 @@ def _cli(args) -> int:
     with quiet:
         rec = diagnose(model=args.model, capability="12.0" if args.capability is None else args.capability,
                        kv_cache_dtype="auto" if args.kv_cache_dtype is None else args.kv_cache_dtype, tp=args.tp,
-                       with_plugin=args.with_plugin)
+                       with_plugin=args.with_plugin, backend=args.backend)
     print(json.dumps(rec, indent=2) if args.json else format_record(rec))
     return 0

@@ -16,7 +16,7 @@ from typing import Any
 from .._files import atomic_write as _atomic_write
 from ..errors import UserInputError
 from .request import GPU_PRESETS, KV_CACHE_DTYPES, PLUGIN_BACKEND_NAME, check_kv_cache_dtype, parse_capability, resolve
-from .selection import diagnose
+from .path import diagnose
 
 
 def _gpu_items(gpus) -> list[tuple[str, str]]:
@@ -36,9 +36,12 @@ def _gpu_items(gpus) -> list[tuple[str, str]]:
 
 
 #: Columns of :func:`diagnose_matrix` frames: stock only, and stock beside the step 3 plugin (``with_plugin``).
-MATRIX_COLUMNS: tuple[str, ...] = ("gpu", "capability", "kv_cache_dtype", "selected", "n_valid")
-MATRIX_PLUGIN_COLUMNS: tuple[str, ...] = ("gpu", "capability", "kv_cache_dtype", "stock_selected",
-                                          "with_plugin_selected", "stock_n_valid", "with_plugin_n_valid")
+#: Per probe: the attention backend, how many were valid, the cache vLLM allocates, the indexer, whether the engine
+#: starts (True / False / None, see :func:`sparse_mla.diagnose.diagnose`) and the stage of the first blocker.
+_CELL: tuple[str, ...] = ("selected", "n_valid", "effective_kv_cache_dtype", "indexer", "engine_starts", "blocked_at")
+MATRIX_COLUMNS: tuple[str, ...] = ("gpu", "capability", "kv_cache_dtype", *_CELL, "host_dependent")
+MATRIX_PLUGIN_COLUMNS: tuple[str, ...] = ("gpu", "capability", "kv_cache_dtype", *(f"stock_{c}" for c in _CELL),
+                                          *(f"with_plugin_{c}" for c in _CELL), "host_dependent")
 
 #: Environment switches of :mod:`sparse_mla.vllm_plugin` recorded in a side-by-side frame's ``attrs`` when set.
 _PLUGIN_SWITCHES: tuple[str, ...] = ("SPARSE_MLA_PREFER_TRITON", "SPARSE_MLA_DISABLE_FALLBACK")
@@ -58,10 +61,13 @@ def diagnose_matrix(model: str | os.PathLike = "glm-5", tp: int = 1,
 
     Returns:
         ``pandas.DataFrame`` with one row per (gpu, kv_cache_dtype), in the given orders. Stock
-        (:data:`MATRIX_COLUMNS`): ``gpu, capability, kv_cache_dtype, selected`` (backend name or ``"none"``),
-        ``n_valid``. With ``with_plugin`` (:data:`MATRIX_PLUGIN_COLUMNS`): ``gpu, capability, kv_cache_dtype,
-        stock_selected, with_plugin_selected, stock_n_valid, with_plugin_n_valid``; ``attrs["with_plugin"]`` is
-        True and ``attrs["plugin_switches"]`` names the plugin's environment switches that were set.
+        (:data:`MATRIX_COLUMNS`): ``gpu, capability, kv_cache_dtype``, then per probe ``selected`` (attention
+        backend or ``"none"``), ``n_valid``, ``effective_kv_cache_dtype`` (what vLLM allocates), ``indexer``
+        (``DEEPGEMM``, ``TRITON_DSA_INDEXER`` or ``"none"``; ``"-"`` for dense MLA), ``engine_starts`` (``"yes"``,
+        ``"no"``, ``"depends on host"``), ``blocked_at`` (stage of the first blocker or ``"-"``), and
+        ``host_dependent`` (the answer changes with this host's FlashInfer SM120 API). With ``with_plugin``
+        (:data:`MATRIX_PLUGIN_COLUMNS`) the per-probe columns come twice, ``stock_*`` and ``with_plugin_*``;
+        ``attrs["with_plugin"]`` is True and ``attrs["plugin_switches"]`` names the plugin's switches that were set.
 
     Raises:
         UserInputError: as :func:`diagnose`; all inputs are checked before the first probe.
@@ -80,10 +86,12 @@ def diagnose_matrix(model: str | os.PathLike = "glm-5", tp: int = 1,
             row = {"gpu": gpu, "capability": rec["capability"], "kv_cache_dtype": kv}
             if with_plugin:
                 plug = diagnose(model=model, capability=cap, kv_cache_dtype=kv, tp=tp, with_plugin=True)
-                row.update(stock_selected=rec["selected"] or "none", with_plugin_selected=plug["selected"] or "none",
-                           stock_n_valid=len(rec["valid"]), with_plugin_n_valid=len(plug["valid"]))
+                row.update({f"stock_{k}": v for k, v in _cell(rec, False).items()})
+                row.update({f"with_plugin_{k}": v for k, v in _cell(plug, True).items()})
+                row["host_dependent"] = bool(rec["host_dependent"]["depends"] or plug["host_dependent"]["depends"])
             else:
-                row.update(selected=rec["selected"] or "none", n_valid=len(rec["valid"]))
+                row.update(_cell(rec, False))
+                row["host_dependent"] = bool(rec["host_dependent"]["depends"])
             rows.append(row)
     df = pd.DataFrame(rows, columns=list(MATRIX_PLUGIN_COLUMNS if with_plugin else MATRIX_COLUMNS))
     df.attrs.update(model=rec["model"], vllm_version=rec["vllm_version"], tp=tp, mla=rec["mla"])
@@ -91,6 +99,19 @@ def diagnose_matrix(model: str | os.PathLike = "glm-5", tp: int = 1,
         df.attrs.update(with_plugin=True,
                         plugin_switches={k: os.environ[k] for k in _PLUGIN_SWITCHES if k in os.environ})
     return df
+
+
+#: ``engine_starts`` of a record as a matrix cell (a CSV reads strings back unchanged, booleans and None not).
+ENGINE_STARTS = {True: "yes", False: "no", None: "depends on host"}
+
+
+def _cell(rec: Mapping[str, Any], with_plugin: bool) -> dict[str, Any]:
+    ix = rec["indexer"]["with_plugin"] if with_plugin else rec["indexer"]["stock"]
+    return {"selected": rec["selected"] or "none", "n_valid": len(rec["valid"]),
+            "effective_kv_cache_dtype": rec["effective_kv_cache_dtype"] or "-",
+            "indexer": (ix or "none") if rec["mla"] == "sparse (DSA)" else "-",
+            "engine_starts": ENGINE_STARTS[rec["engine_starts"]],
+            "blocked_at": rec["blockers"][0]["stage"] if rec["blockers"] else "-"}
 
 
 def is_side_by_side(df) -> bool:
@@ -117,51 +138,12 @@ def matrix_changes(df):
     return df.loc[df["stock_selected"] != df["with_plugin_selected"], cols].reset_index(drop=True)
 
 
-def plot_matrix(df, title: str | None = None):
-    """Heatmap of a :func:`diagnose_matrix` frame as a ``matplotlib.figure.Figure`` (no pyplot state): GPUs down,
-    KV-cache dtypes across, cell text = selected backend; ``"none"`` cells red. A side-by-side frame
-    (``with_plugin=True``) gets two panels, see :func:`plot_matrix_side_by_side`."""
-    if is_side_by_side(df):
-        return plot_matrix_side_by_side(df, title=title)
-    from matplotlib.colors import ListedColormap
-    from matplotlib.figure import Figure
-
-    gpus = list(dict.fromkeys(f"{g} ({c})" for g, c in zip(df["gpu"], df["capability"])))
-    kvs = list(dict.fromkeys(df["kv_cache_dtype"]))
-    cell = {(f"{g} ({c})", k): s for g, c, k, s in zip(df["gpu"], df["capability"], df["kv_cache_dtype"],
-                                                       df["selected"])}
-    backends = sorted({s for s in cell.values() if s != "none"})
-    palette = ["#9ecae1", "#a1d99b", "#fdd0a2", "#bcbddc", "#c7e9c0", "#fdae6b", "#dadaeb", "#6baed6"]
-    colors = ["#d62728"] + [palette[i % len(palette)] for i in range(len(backends))]
-    index = {"none": 0, **{b: i + 1 for i, b in enumerate(backends)}}
-    grid = [[index[cell.get((g, k), "none")] for k in kvs] for g in gpus]
-    fig = Figure(figsize=(2.9 * len(kvs) + 2.5, 0.62 * len(gpus) + 1.6), dpi=100)
-    ax = fig.add_subplot(1, 1, 1)
-    ax.imshow(grid, cmap=ListedColormap(colors), vmin=-0.5, vmax=len(colors) - 0.5, aspect="auto")
-    for i, g in enumerate(gpus):
-        for j, k in enumerate(kvs):
-            s = cell.get((g, k), "none")
-            ax.text(j, i, s, ha="center", va="center", fontsize=8,
-                    color="white" if s == "none" else "black", fontweight="bold" if s == "none" else "normal")
-    ax.set_xticks(range(len(kvs)), labels=[f"kv={k}" for k in kvs])
-    ax.set_yticks(range(len(gpus)), labels=gpus)
-    ax.set_xticks([x - 0.5 for x in range(1, len(kvs))], minor=True)
-    ax.set_yticks([y - 0.5 for y in range(1, len(gpus))], minor=True)
-    ax.grid(which="minor", color="white", linewidth=2)
-    ax.tick_params(which="minor", length=0)
-    if title is None:
-        a = getattr(df, "attrs", {}) or {}
-        who = f"{a['model']} (tp={a.get('tp', 1)}), vLLM {a.get('vllm_version', '?')}: " if "model" in a else "vLLM: "
-        title = who + "attention backend selected (red: no valid backend)"
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig
-
-
-#: Colours of :func:`plot_matrix_side_by_side`: no valid backend, the workbook's backend, all others (in turn).
+#: Colours of the heatmaps: no attention backend (the first wall), an attention backend but the engine stops later
+#: (the indexer or kernel wall), the workbook's backend, all other backends (in turn).
 _NONE_COLOR = "#d62728"
+_LATER_COLOR = "#fd8d3c"
 _PLUGIN_COLOR = "#54278f"
-_OTHER_COLORS = ("#9ecae1", "#a1d99b", "#fdd0a2", "#fee391", "#c7e9c0", "#6baed6", "#fdae6b", "#d9d9d9")
+_OTHER_COLORS = ("#9ecae1", "#a1d99b", "#fee391", "#c7e9c0", "#bcbddc", "#6baed6", "#fdd0a2", "#d9d9d9")
 
 
 def _wrap_name(name: str, width: int = 17) -> str:
@@ -174,39 +156,66 @@ def _wrap_name(name: str, width: int = 17) -> str:
     return name[: i + 1] + "\n" + name[i + 1:]
 
 
-def plot_matrix_side_by_side(df, title: str | None = None):
-    """Two-panel heatmap of a side-by-side :func:`diagnose_matrix` frame (``with_plugin=True``): stock vLLM on the
-    left, with the step 3 plugin on the right; GPUs down, KV-cache dtypes across, cell text = selected backend.
-    ``"none"`` cells are red, :data:`PLUGIN_BACKEND_NAME` cells dark purple with white bold text, every other
-    backend a light colour (the same in both panels); cells the plugin changed get a thick black frame."""
+def _panels(df) -> list[tuple[str, str]]:
+    """(title, column prefix) of each heatmap panel."""
+    if is_side_by_side(df):
+        return [("stock vLLM", "stock_"), ("with sparse_mla.vllm_plugin", "with_plugin_")]
+    return [("", "")]
+
+
+def plot_matrix(df, title: str | None = None):
+    """Heatmap of a :func:`diagnose_matrix` frame as a ``matplotlib.figure.Figure`` (no pyplot state): GPUs down,
+    KV-cache dtypes across; a side-by-side frame (``with_plugin=True``) gets two panels, stock vLLM and with the
+    step 3 plugin. Each cell names the attention backend and, below it, the DSA indexer vLLM would run; its colour
+    shows the two walls: red = no valid attention backend, orange = a backend but the engine stops later (no indexer
+    kernels, or the top-k conversion), the workbook's backend purple, others light. ``+`` marks cells whose answer
+    depends on this host's software (FlashInfer's SM120 sparse MLA API); in the right panel, a thick frame marks
+    cells the plugin changed."""
     from matplotlib.colors import ListedColormap
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    if not is_side_by_side(df):
-        raise ValueError("plot_matrix_side_by_side needs a diagnose_matrix(..., with_plugin=True) frame")
+    panels = _panels(df)
     gpus = list(dict.fromkeys(f"{g} ({c})" for g, c in zip(df["gpu"], df["capability"])))
     kvs = list(dict.fromkeys(df["kv_cache_dtype"]))
-    keys = [(f"{g} ({c})", k) for g, c, k in zip(df["gpu"], df["capability"], df["kv_cache_dtype"])]
-    panels = [("stock vLLM", dict(zip(keys, df["stock_selected"]))),
-              ("with sparse_mla.vllm_plugin", dict(zip(keys, df["with_plugin_selected"])))]
-    others = sorted({s for _, cell in panels for s in cell.values()} - {"none", PLUGIN_BACKEND_NAME})
-    colors = [_NONE_COLOR, _PLUGIN_COLOR] + [_OTHER_COLORS[i % len(_OTHER_COLORS)] for i in range(len(others))]
-    index = {"none": 0, PLUGIN_BACKEND_NAME: 1, **{b: i + 2 for i, b in enumerate(others)}}
+    rows = {(f"{r['gpu']} ({r['capability']})", r["kv_cache_dtype"]): r for r in df.to_dict(orient="records")}
+    names = sorted({str(r[f"{p}selected"]) for r in rows.values() for _, p in panels}
+                   - {"none", PLUGIN_BACKEND_NAME})
+    colors = [_NONE_COLOR, _LATER_COLOR, _PLUGIN_COLOR] + [_OTHER_COLORS[i % len(_OTHER_COLORS)]
+                                                           for i in range(len(names))]
+    index = {PLUGIN_BACKEND_NAME: 2, **{b: i + 3 for i, b in enumerate(names)}}
     cmap = ListedColormap(colors)
-    fig = Figure(figsize=(2 * (1.75 * len(kvs)) + 3.2, 0.62 * len(gpus) + 2.0), dpi=100)
-    axes = fig.subplots(1, 2, sharey=True)
-    stock = panels[0][1]
-    for p, (ax, (label, cell)) in enumerate(zip(axes, panels)):
-        grid = [[index[cell.get((g, k), "none")] for k in kvs] for g in gpus]
+    fig = Figure(figsize=(len(panels) * 1.9 * len(kvs) + 3.0, 0.7 * len(gpus) + 2.1), dpi=100)
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for n, (ax, (label, p)) in enumerate(zip(axes, panels)):
+        grid = []
+        for g in gpus:
+            line = []
+            for k in kvs:
+                r = rows.get((g, k))
+                sel = "none" if r is None else str(r[f"{p}selected"])
+                if sel == "none":
+                    line.append(0)
+                elif r[f"{p}engine_starts"] == "no":
+                    line.append(1)
+                else:
+                    line.append(index[sel])
+            grid.append(line)
         ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(colors) - 0.5, aspect="auto")
         for i, g in enumerate(gpus):
             for j, k in enumerate(kvs):
-                s = cell.get((g, k), "none")
-                dark = s in ("none", PLUGIN_BACKEND_NAME)
-                ax.text(j, i, _wrap_name(s), ha="center", va="center", fontsize=7, linespacing=0.95,
-                        color="white" if dark else "black", fontweight="bold" if dark else "normal")
-                if p == 1 and s != stock.get((g, k), "none"):
+                r = rows.get((g, k))
+                if r is None:
+                    continue
+                sel = str(r[f"{p}selected"])
+                ix = "" if str(r[f"{p}indexer"]) == "-" else str(r[f"{p}indexer"])
+                text = ("no backend" if sel == "none" else _wrap_name(sel)) + (f"\nidx: {ix}" if ix else "")
+                if r.get("host_dependent"):
+                    text += " +"
+                dark = grid[i][j] in (0, 2)
+                ax.text(j, i, text, ha="center", va="center", fontsize=6.5, linespacing=0.95,
+                        color="white" if dark else "black", fontweight="bold" if grid[i][j] == 2 else "normal")
+                if n == 1 and (sel != str(r["stock_selected"]) or str(r[f"{p}indexer"]) != str(r["stock_indexer"])):
                     ax.add_patch(Rectangle((j - 0.47, i - 0.45), 0.94, 0.9, fill=False, edgecolor="black",
                                            linewidth=2.2))
         ax.set_xticks(range(len(kvs)), labels=[f"kv={k}" for k in kvs], fontsize=8)
@@ -215,16 +224,27 @@ def plot_matrix_side_by_side(df, title: str | None = None):
         ax.set_yticks([y - 0.5 for y in range(1, len(gpus))], minor=True)
         ax.grid(which="minor", color="white", linewidth=2)
         ax.tick_params(which="minor", length=0)
-        ax.set_title(label, fontsize=10)
+        if label:
+            ax.set_title(label, fontsize=10)
     if title is None:
         a = getattr(df, "attrs", {}) or {}
         who = f"{a['model']} (tp={a.get('tp', 1)}), vLLM {a.get('vllm_version', '?')}: " if "model" in a else "vLLM: "
         sw = ", ".join(f"{k}={v}" for k, v in (a.get("plugin_switches") or {}).items())
-        title = (who + "attention backend selected, stock | with plugin" + (f" ({sw})" if sw else "")
-                 + f"\nred: no valid backend; purple: {PLUGIN_BACKEND_NAME}; framed: changed by the plugin")
-    fig.suptitle(title, fontsize=10)
+        title = (who + "attention backend and DSA indexer" + (", stock | with plugin" if len(panels) > 1 else "")
+                 + (f" ({sw})" if sw else "")
+                 + "\nred: no attention backend; orange: the engine stops later (no indexer kernels / top-k "
+                   "conversion); + : depends on this host's FlashInfer" + ("; framed: changed by the plugin"
+                                                                            if len(panels) > 1 else ""))
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def plot_matrix_side_by_side(df, title: str | None = None):
+    """:func:`plot_matrix` of a side-by-side frame (kept for callers that name the two-panel form)."""
+    if not is_side_by_side(df):
+        raise ValueError("plot_matrix_side_by_side needs a diagnose_matrix(..., with_plugin=True) frame")
+    return plot_matrix(df, title=title)
 
 
 def write_matrix(df, out_dir: str | os.PathLike = "results", title: str | None = None) -> dict[str, Path]:

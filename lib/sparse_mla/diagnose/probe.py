@@ -19,6 +19,7 @@ import contextlib
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 import types
 import warnings
@@ -52,14 +53,16 @@ _PLATFORM_DEPENDENT_CACHES: tuple[tuple[str, str], ...] = (
 )
 
 # ----------------------------------------------------------------------------------------------------------------
-# Probe machinery (imports vLLM)
+# The driver stand-in (imports vLLM's real extensions)
 # ----------------------------------------------------------------------------------------------------------------
 
-STUBBED: list[str] = []          # extension modules replaced by stubs in this process
-STUB_REASONS: dict[str, list[str]] = {}   # loader error -> modules stubbed for it
+DRIVER: dict[str, Any] = {}      # how libcuda.so.1 was provided in this process (see load_vllm_extensions)
 SHIMMED: dict[str, str] = {}     # backend name -> how its module was imported under cuda_alloc_on_meta
 _PROBE_CLS: type | None = None    # the ProbeCudaPlatform class (created after vLLM is importable)
 PROBE: Any = None                # its single instance (modules imported during a probe keep a reference to it)
+
+#: What every entry point of the stand-in driver returns: ``CUDA_ERROR_NO_DEVICE`` (``cuda.h``).
+CUDA_ERROR_NO_DEVICE = 100
 
 
 def _vllm_dir() -> Path:
@@ -69,11 +72,123 @@ def _vllm_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def driver_symbols() -> list[str]:
+    """The CUDA driver API functions (``cu*``, unversioned) that vLLM's extension modules import from
+    ``libcuda.so.1``, read from their ELF dynamic symbol tables (``pyelftools``, a vLLM dependency)."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    names: set[str] = set()
+    for so in sorted(_vllm_dir().rglob("*.so")):
+        try:
+            with open(so, "rb") as f:
+                elf = ELFFile(f)
+                dyn = elf.get_section_by_name(".dynamic")
+                if not isinstance(dyn, DynamicSection) or not any(
+                        t.entry.d_tag == "DT_NEEDED" and t.needed == "libcuda.so.1" for t in dyn.iter_tags()):
+                    continue
+                syms = elf.get_section_by_name(".dynsym")
+                for s in syms.iter_symbols() if syms is not None else ():
+                    if s["st_shndx"] == "SHN_UNDEF" and s.name.startswith("cu") and not s.name.startswith("cuda") \
+                            and "@" not in s.name and not s.name.startswith(("cublas", "cufft", "curand", "cusparse",
+                                                                             "cusolver", "cudnn", "cupti")):
+                        names.add(s.name)
+        except (OSError, ValueError, TypeError) as e:   # not an ELF we can read: it cannot need libcuda either
+            DRIVER.setdefault("unreadable", []).append(f"{so.name}: {type(e).__name__}")
+    return sorted(names | {"cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet"})
+
+
+def _build_stub_driver(symbols: list[str]) -> Path:
+    """Compile a ``libcuda.so.1`` whose entry points all return ``CUDA_ERROR_NO_DEVICE`` (``cuGetErrorString``
+    fills in a message) into a fresh temporary folder; the caller loads it and removes the folder."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    cc = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None)
+    if cc is None:
+        raise RuntimeError("no C compiler (cc, gcc or clang)")
+    folder = Path(tempfile.mkdtemp(prefix="sparse_mla_probe_"))
+    lines = ["/* stand-in for the NVIDIA driver: sparse_mla.diagnose.probe; no GPU, every call fails */",
+             f"#define NO_DEVICE {CUDA_ERROR_NO_DEVICE}"]
+    for name in symbols:
+        if name == "cuGetErrorString":
+            lines.append('int cuGetErrorString(int e, const char **s) { '
+                         '*s = "no CUDA driver (sparse_mla diagnosis probe)"; return 0; }')
+        elif name == "cuGetErrorName":
+            lines.append('int cuGetErrorName(int e, const char **s) { *s = "CUDA_ERROR_NO_DEVICE"; return 0; }')
+        else:
+            lines.append(f"int {name}() {{ return NO_DEVICE; }}")
+    (folder / "stub.c").write_text("\n".join(lines) + "\n")
+    so = folder / "libcuda.so.1"
+    r = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", str(so),
+                        str(folder / "stub.c")], capture_output=True, text=True)
+    if r.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise RuntimeError(f"{cc} failed: {r.stderr.strip()[:300]}")
+    return so
+
+
+def load_vllm_extensions() -> dict[str, Any]:
+    """Make vLLM's CUDA extension modules (:data:`CUDA_EXTENSION_MODULES`) importable on this machine, for real.
+
+    Each of them needs ``libcuda.so.1`` at load time. Where the NVIDIA driver library is present it is used as is
+    (also without a GPU). Otherwise a stand-in ``libcuda.so.1`` is compiled (every entry point returns
+    ``CUDA_ERROR_NO_DEVICE``; the functions are those the extensions import, :func:`driver_symbols`), loaded with
+    ``RTLD_GLOBAL`` under the driver's soname, and its temporary folder removed again: the dynamic loader then
+    resolves the extensions' ``libcuda.so.1`` to it, vLLM's real ops register (``torch.ops._C.*``, FlashMLA, FA3), and
+    anything that would touch a device gets an error, as on a machine whose GPU is gone. Once per process.
+
+    Returns (and keeps in :data:`DRIVER`) ``{"driver": "nvidia" | "stand-in", "symbols": n, "loaded": [...],
+    "failed": {module: error}}``. Raises ``RuntimeError`` when no driver is present and no C compiler is found.
+    """
+    import ctypes
+    import shutil
+
+    import torch  # noqa: F401,I001  (the extensions need libtorch loaded first)
+
+    if "driver" not in DRIVER:
+        try:
+            ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+            DRIVER["driver"] = "nvidia"
+        except OSError:
+            symbols = driver_symbols()
+            try:
+                so = _build_stub_driver(symbols)
+            except RuntimeError as e:
+                raise RuntimeError(f"the GPU-less probe needs a stand-in libcuda.so.1 and could not build one ({e}); "
+                                   f"install a C compiler (gcc), or run where the NVIDIA driver is installed") from None
+            try:
+                ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL)
+            finally:
+                shutil.rmtree(so.parent, ignore_errors=True)
+            DRIVER.update(driver="stand-in", symbols=len(symbols))
+        DRIVER["loaded"], DRIVER["failed"] = [], {}
+    for name in CUDA_EXTENSION_MODULES:
+        if name in DRIVER["loaded"] or name in DRIVER["failed"]:
+            continue
+        err = _load_extension(name)
+        if err is None:
+            DRIVER["loaded"].append(name)
+        else:
+            DRIVER["failed"][name] = err
+    # an earlier failed ``import vllm.vllm_flash_attn`` leaves flash_attn_interface cached with FA2/FA3 marked
+    # unavailable; drop it so that it is imported again against the loaded extensions
+    if "vllm.vllm_flash_attn" not in sys.modules:
+        iface = sys.modules.get("vllm.vllm_flash_attn.flash_attn_interface")
+        if iface is not None and not (getattr(iface, "FA2_AVAILABLE", True) or getattr(iface, "FA3_AVAILABLE", True)):
+            del sys.modules["vllm.vllm_flash_attn.flash_attn_interface"]
+    return dict(DRIVER)
+
+
+#: Older name of :func:`load_vllm_extensions` (tests and helpers import vLLM's CUDA modules after calling it).
+ensure_extension_modules = load_vllm_extensions
+
+
 def _load_extension(name: str) -> str | None:
     """Load a vLLM extension module the way ``import`` would, without running its parent package's ``__init__``
     (``vllm.vllm_flash_attn`` raises at import when neither FA ``.so`` loads, which would hide the cause).
-    Returns None when it loaded or is absent from the wheel (then vLLM sees what a GPU machine sees), else the
-    loader's error (e.g. ``libcuda.so.1: cannot open shared object file``)."""
+    Returns None when it loaded or is absent from the wheel, else the loader's error."""
     if name in sys.modules:
         return None
     parent, _, leaf = name.rpartition(".")
@@ -89,31 +204,6 @@ def _load_extension(name: str) -> str | None:
         return str(e) or type(e).__name__
     sys.modules[name] = mod
     return None
-
-
-def ensure_extension_modules() -> list[str]:
-    """Stub each of :data:`CUDA_EXTENSION_MODULES` that cannot load because the NVIDIA driver library is missing
-    (errors naming ``libcuda``); an extension that fails for another reason would fail on a GPU machine too and is
-    left alone. Returns all modules stubbed so far in this process."""
-    for name in CUDA_EXTENSION_MODULES:
-        if name in sys.modules:
-            continue
-        err = _load_extension(name)
-        if err is None or "libcuda" not in err:
-            continue
-        stub = types.ModuleType(name)
-        stub.__doc__ = f"sparse_mla.diagnose stub: the real extension cannot load here ({err})"
-        stub.__sparse_mla_stub__ = True
-        sys.modules[name] = stub
-        STUBBED.append(name)
-        STUB_REASONS.setdefault(err, []).append(name)
-    # An earlier failed ``import vllm.vllm_flash_attn`` leaves flash_attn_interface cached with FA2/FA3 marked
-    # unavailable; drop it so that it is re-imported against the stubs.
-    if "vllm.vllm_flash_attn" not in sys.modules:
-        iface = sys.modules.get("vllm.vllm_flash_attn.flash_attn_interface")
-        if iface is not None and not (getattr(iface, "FA2_AVAILABLE", True) or getattr(iface, "FA3_AVAILABLE", True)):
-            del sys.modules["vllm.vllm_flash_attn.flash_attn_interface"]
-    return list(STUBBED)
 
 
 #: Module-level "extension loaded" flags vLLM computes at import; a module imported before the probe (without the
@@ -154,10 +244,15 @@ def probe_platform_cls():
             """CUDA platform of a GPU that is not there: capability from :func:`diagnose`, no NVML, no driver."""
 
             probe_capability = DeviceCapability(12, 0)
+            probe_device_count = 1
 
             @classmethod
             def get_device_capability(cls, device_id: int = 0):
                 return cls.probe_capability
+
+            @classmethod
+            def device_count(cls) -> int:
+                return cls.probe_device_count
 
             @classmethod
             def get_device_name(cls, device_id: int = 0) -> str:
@@ -165,7 +260,7 @@ def probe_platform_cls():
 
             @classmethod
             def get_device_total_memory(cls, device_id: int = 0) -> int:
-                return 0
+                return 96 << 30
 
             @classmethod
             def is_fully_connected(cls, device_ids) -> bool:
@@ -353,26 +448,52 @@ def quiet_logs() -> Iterable[None]:
             lg.setLevel(lvl)
 
 
+#: vLLM modules whose globals a plugin may rebind (the selector, the sparse MLA cache-dtype rule, the DSA indexer's
+#: DeepGEMM calls, the indexer's query quantization); the probe puts every one of their globals back after each call.
+PATCHABLE_MODULES: tuple[str, ...] = (
+    "vllm.platforms.cuda",
+    "vllm.v1.attention.selector",
+    "vllm.model_executor.layers.attention.mla_attention",
+    "vllm.model_executor.layers.sparse_attn_indexer",
+    "vllm.v1.attention.backends.mla.indexer",
+    "vllm.model_executor.models.deepseek_v2",
+)
+#: Attribute that the workbook's own patches carry (with ``__wrapped__`` = vLLM's original).
+PATCH_MARK = "_sparse_mla_patch"
+
+
+def _unwrap_marked(value):
+    while getattr(value, PATCH_MARK, False) and hasattr(value, "__wrapped__"):
+        value = value.__wrapped__
+    return value
+
+
 @contextlib.contextmanager
 def stock_selection() -> Iterable[None]:
-    """Run the probe against stock vLLM selection and undo any change made inside it.
+    """Run the probe against stock vLLM and undo any change made inside it.
 
-    On entry, backend overrides (``register_backend``) are set aside and selector methods of ``CudaPlatformBase``
-    that carry a ``__wrapped__`` original (a plugin's wrapper, e.g. ``sparse_mla.vllm_plugin``'s fallback, installed
-    earlier in this process) are unwrapped; on exit everything is put back as it was. So ``with_plugin=False``
-    always diagnoses stock vLLM 0.26.0, and ``with_plugin=True`` sees exactly what the plugin's ``register()``
-    adds to it.
+    On entry, vLLM's own loading of ``vllm.general_plugins`` is marked done (so ``EngineArgs`` does not register our
+    plugin behind the probe's back), backend overrides (``register_backend``) are set aside, selector methods of ``CudaPlatformBase`` that
+    carry a ``__wrapped__`` original (a plugin's wrapper) are unwrapped, and globals of :data:`PATCHABLE_MODULES` that
+    carry :data:`PATCH_MARK` are set back to vLLM's originals; on exit every global of those modules, the overrides,
+    the selector methods and ``sys.meta_path`` are put back exactly as they were (also in those modules first
+    imported during the probe, which get vLLM's originals). So ``with_plugin=False`` always diagnoses stock vLLM
+    0.26.0, and ``with_plugin=True`` sees exactly what the plugin's ``register()`` adds to it.
     """
     import vllm.platforms.cuda as cuda_mod
+    import vllm.plugins as vllm_plugins
     import vllm.v1.attention.selector as selector_mod
     from vllm.v1.attention.backends import registry
 
     base = cuda_mod.CudaPlatformBase
+    # vLLM's EngineArgs loads the installed vllm.general_plugins (ours among them) once per process; inside the probe
+    # it must not: the probe calls the step 3 plugin's register() itself, and only when asked to
+    plugins_loaded = vllm_plugins.plugins_loaded
+    vllm_plugins.plugins_loaded = True
     overrides = dict(registry._ATTN_OVERRIDES)
     cls_attrs = {k: base.__dict__[k] for k in ("get_attn_backend_cls", "get_valid_backends")}
-    mod_attrs = [(cuda_mod, "_get_backend_priorities", cuda_mod._get_backend_priorities),
-                 (selector_mod, "get_attn_backend", selector_mod.get_attn_backend),
-                 (selector_mod, "_cached_get_attn_backend", selector_mod._cached_get_attn_backend)]
+    meta_path = list(sys.meta_path)
+    snapshots = {name: dict(vars(sys.modules[name])) for name in PATCHABLE_MODULES if name in sys.modules}
     registry._ATTN_OVERRIDES.clear()
     for k, v in cls_attrs.items():
         fn = v.__func__ if isinstance(v, classmethod) else v
@@ -381,12 +502,31 @@ def stock_selection() -> Iterable[None]:
             unwrapped = unwrapped.__wrapped__
         if unwrapped is not fn:
             setattr(base, k, classmethod(unwrapped))
+    for name in snapshots:
+        mod = sys.modules[name]
+        for attr, value in list(vars(mod).items()):
+            if getattr(value, PATCH_MARK, False):
+                setattr(mod, attr, _unwrap_marked(value))
     try:
         yield
     finally:
+        vllm_plugins.plugins_loaded = plugins_loaded
         registry._ATTN_OVERRIDES.clear()
         registry._ATTN_OVERRIDES.update(overrides)
         for k, v in cls_attrs.items():
             setattr(base, k, v)
-        for mod, attr, v in mod_attrs:
-            setattr(mod, attr, v)
+        sys.meta_path[:] = meta_path
+        for name in PATCHABLE_MODULES:
+            mod = sys.modules.get(name)
+            if mod is None:
+                continue
+            d = vars(mod)
+            if name in snapshots:
+                for attr in [a for a in d if a not in snapshots[name]]:
+                    del d[attr]
+                d.update(snapshots[name])
+            else:
+                for attr, value in list(d.items()):
+                    if getattr(value, PATCH_MARK, False):
+                        d[attr] = _unwrap_marked(value)
+        selector_mod._cached_get_attn_backend.cache_clear()

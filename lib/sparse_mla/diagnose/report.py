@@ -49,24 +49,49 @@ def vllm_source(module: str, pattern: str, after: int = 0) -> str:
 
 
 def format_record(rec: Mapping[str, Any]) -> str:
-    """A readable table of a :func:`diagnose` record: backend, priority, verdict/reasons; then vLLM's verdict and
+    """A :func:`diagnose` record as text: the request, one verdict line per stage of vLLM's path (config, attention,
+    KV cache, indexer, kernel, engine), the table of MLA backends with vLLM's reasons, vLLM's own selection text, and
     what was simulated."""
-    lines = [f"model {rec['model']} ({rec['mla']} MLA, {rec['dtype']}, {rec['heads_per_rank']} heads/rank at "
+    forced = f", --attention-backend {rec['forced_backend']}" if rec.get("forced_backend") else ""
+    lines = [f"model {rec['model']} ({rec['mla'] or '?'} MLA, {rec['dtype']}, {rec['heads_per_rank']} heads/rank at "
              f"tp={rec['tp']}), capability {rec['capability']}" + (f" [{rec['gpu']}]" if rec.get("gpu") else "")
-             + f", kv_cache_dtype {rec['kv_cache_dtype']}, vLLM {rec['vllm_version']}", ""]
-    rows = sorted(rec["backends"].items(),
-                  key=lambda kv: (kv[1]["priority"] is None, kv[1]["priority"] if kv[1]["priority"] is not None
-                                  else 0, kv[0]))
-    w = max([len("backend")] + [len(n) for n, _ in rows])
-    lines.append(f"{'backend':<{w}}  {'prio':>4}  verdict")
-    lines.append(f"{'-' * w}  {'-' * 4}  {'-' * 7}")
-    for name, b in rows:
-        prio = "-" if b["priority"] is None else str(b["priority"])
-        verdict = backend_verdict(rec, name)
-        lines.append(f"{name:<{w}}  {prio:>4}  {verdict}")
+             + f", kv_cache_dtype {rec['kv_cache_dtype']}{forced}, vLLM {rec['vllm_version']}", ""]
+    w = max(len(k) for k in rec["stages"])
+    for stage, line in rec["stages"].items():
+        lines.append(f"{stage:<{w}}  {line}")
+    if rec["backends"]:
+        rows = sorted(rec["backends"].items(),
+                      key=lambda kv: (kv[1]["priority"] is None, kv[1]["priority"] if kv[1]["priority"] is not None
+                                      else 0, kv[0]))
+        bw = max([len("backend")] + [len(n) for n, _ in rows])
+        lines += ["", f"{'backend':<{bw}}  {'prio':>4}  verdict", f"{'-' * bw}  {'-' * 4}  {'-' * 7}"]
+        for name, b in rows:
+            prio = "-" if b["priority"] is None else str(b["priority"])
+            lines.append(f"{name:<{bw}}  {prio:>4}  {backend_verdict(rec, name)}")
     lines += ["", f"vLLM: {rec['verdict']}", f"Simulated: {describe_simulated(rec['simulated'])}"]
     if rec.get("plugin"):
         lines.append(f"Plugin: {rec['plugin'].get('called')} overrides {rec['plugin'].get('overrides') or '{}'}")
+    return "\n".join(lines)
+
+
+def format_stages(rec: Mapping[str, Any], width: int | None = None) -> str:
+    """The record's verdict per stage of vLLM's path, one line each (wrapped at ``width`` characters if given), then
+    the blockers' stages and ``engine_starts``."""
+    import textwrap
+
+    head = (f"{rec['model']} on {rec['capability']}" + (f" [{rec['gpu']}]" if rec.get("gpu") else "")
+            + f", --kv-cache-dtype {rec['kv_cache_dtype']}" + (f", --attention-backend {rec['forced_backend']}"
+                                                               if rec.get("forced_backend") else "")
+            + (" (with the plugin)" if rec.get("plugin") else "") + ":")
+    lines = [head]
+    w = max(len(k) for k in rec["stages"])
+    for stage, text in rec["stages"].items():
+        first = f"  {stage:<{w}}  "
+        if width:
+            lines.append(textwrap.fill(text, width=width, initial_indent=first, subsequent_indent=" " * len(first)))
+        else:
+            lines.append(first + text)
+    lines.append(f"  blockers: {[b['stage'] for b in rec['blockers']]} | engine_starts: {rec['engine_starts']}")
     return "\n".join(lines)
 
 
@@ -75,15 +100,18 @@ def describe_simulated(sim: Mapping[str, Any]) -> str:
     if not sim.get("probe"):
         return f"nothing: real {sim.get('platform')} ({sim.get('device_name')}, {sim.get('device_capability')})"
     parts = [f"GPU with compute capability {sim['device_capability']} (probe platform, no device)"]
-    if sim.get("stubbed_modules"):
-        parts.append("stubbed extensions " + ", ".join(m.rsplit(".", 1)[-1] for m in sim["stubbed_modules"]))
+    drv = sim.get("driver") or {}
+    if drv.get("driver") == "stand-in":
+        parts.append(f"vLLM's extensions loaded against a stand-in libcuda.so.1 ({drv.get('symbols')} entry points, "
+                     f"all returning CUDA_ERROR_NO_DEVICE)")
+    if drv.get("failed"):
+        parts.append("extensions that failed to load: " + ", ".join(drv["failed"]))
+    if sim.get("model_inspection"):
+        parts.append("vLLM's model inspection in-process")
     if sim.get("refreshed_flags"):
         parts.append("extension flags set again: " + ", ".join(f.rsplit(".", 1)[-1] for f in sim["refreshed_flags"]))
     if sim.get("import_shims"):
         parts.append("import shim for " + ", ".join(sim["import_shims"]))
     if sim.get("import_errors"):
         parts.append("import failed: " + ", ".join(sim["import_errors"]))
-    if sim.get("skipped_backends"):
-        parts.append("not probed: " + ", ".join(sim["skipped_backends"]))
-    parts.append("stand-in vLLM config with the model's hf config")
     return "; ".join(parts)

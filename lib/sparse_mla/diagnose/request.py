@@ -26,6 +26,9 @@ GPU_PRESETS: dict[str, str] = {
     "a100": "8.0",
     "l40s": "8.9",
     "rtx-4090": "8.9",
+    "rtx-3090": "8.6",
+    "a40": "8.6",
+    "gb10": "12.1",
 }
 
 #: The KV-cache dtypes the workbook diagnoses (``--kv-cache-dtype``; the matrix's columns).
@@ -61,6 +64,7 @@ class Request:
     heads_per_rank: int
     dtype: str               # torch dtype name passed to the selector
     with_plugin: bool
+    backend: str | None = None   # a backend forced as with --attention-backend (vLLM's enum name), or None
 
 
 def accepted_capabilities() -> str:
@@ -114,7 +118,7 @@ def _plugin_available() -> bool:
         return False
 
 
-def resolve(model, capability, kv_cache_dtype, tp, with_plugin) -> Request:
+def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None) -> Request:
     from ..models import load_model
 
     cap, gpu = parse_capability(capability)
@@ -137,4 +141,25 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin) -> Request:
         raise UserInputError("--with-plugin needs the step 3 plugin (module sparse_mla.vllm_plugin), which is not "
                              "installed yet; accepted: run without --with-plugin")
     return Request(geometry=geometry, capability=cap, gpu=gpu, kv_cache_dtype=kv, tp=tp, heads_per_rank=heads,
-                    dtype=_model_dtype(geometry), with_plugin=bool(with_plugin))
+                    dtype=_model_dtype(geometry), with_plugin=bool(with_plugin),
+                    backend=check_backend(backend, with_plugin))
+
+
+def check_backend(backend, with_plugin: bool) -> str | None:
+    """A forced backend (``--backend``) as vLLM's ``AttentionBackendEnum`` name, or None for vLLM's own choice
+    (``None``/``auto``). ``TRITON_MLA_SPARSE`` is the plugin's backend, which vLLM knows as ``CUSTOM``."""
+    if backend is None or str(backend).strip().lower() in ("", "auto"):
+        return None
+    name = str(backend).strip().upper()
+    if name == PLUGIN_BACKEND_NAME:
+        if not with_plugin:
+            raise UserInputError(f"--backend {backend!r} is the workbook's own backend, registered by the step 3 plugin; "
+                                 f"accepted: --with-plugin --backend {PLUGIN_BACKEND_NAME}, or a vLLM backend name")
+        return "CUSTOM"
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    names = [m.name for m in AttentionBackendEnum]
+    if name not in names:
+        raise UserInputError(f"unknown attention backend {backend!r}; accepted: auto, {PLUGIN_BACKEND_NAME} (with "
+                             f"--with-plugin) or one of vLLM's: {', '.join(names)}")
+    return name

@@ -1,93 +1,49 @@
-"""Step 1, *diagnose*: ask vLLM 0.26.0's own attention selector why each MLA backend rejects a model on a GPU.
+"""Stage 2 of vLLM's path, *attention*: which MLA backend an attention layer gets, and why not the others; and the
+KV-cache dtype vLLM then allocates.
 
-vLLM picks the attention backend of an MLA layer in ``CudaPlatformBase.get_attn_backend_cls``
-(``vllm/platforms/cuda.py``): it walks the per-architecture priority list ``_get_backend_priorities(...)`` and
-asks every backend class ``validate_configuration(...)`` (``vllm/v1/attention/backend.py`` plus each backend's
-``supports_combination``, ``vllm/v1/attention/backends/mla/*.py``), then either logs
-``"Using X attention backend out of potential backends: [...]"`` or raises
-``ValueError("No valid attention backend found for cuda with AttentionSelectorConfig(...). Reasons: {...}")``.
-GLM-5 / DeepSeek-V3.2 reach it with ``use_mla=True`` and ``use_sparse=True`` because their config has
-``index_topk`` (``vllm/model_executor/models/deepseek_v2.py``).
+``MLAAttention.__init__`` (``vllm/model_executor/layers/attention/mla_attention.py``) calls
+``get_attn_backend(head_size, dtype, kv_cache_dtype, use_mla=True, use_sparse=..., num_heads=...)``
+(``vllm/v1/attention/selector.py``), which builds an ``AttentionSelectorConfig`` from the engine configuration and
+asks ``current_platform.get_attn_backend_cls``: ``CudaPlatformBase`` (``vllm/platforms/cuda.py``) walks the
+per-architecture priority list ``_get_backend_priorities(...)``, asks every backend ``validate_configuration(...)``
+(``vllm/v1/attention/backend.py`` plus each backend's ``supports_combination``) and either logs ``"Using X attention
+backend out of potential backends: [...]"`` or raises ``ValueError("No valid attention backend found ...")`` (or,
+for a backend the user forced, ``"Selected backend X is not valid for this configuration. Reason: [...]"``). The
+layer then rewrites the cache dtype for sparse MLA (``_canonicalize_sparse_mla_kv_cache_dtype``: FLASHMLA_SPARSE
+with a quantized cache and FLASHINFER_MLA_SPARSE_SM120 with ``auto``/``fp8`` run on ``fp8_ds_mla``).
 
-:func:`diagnose` runs exactly that code for any target GPU, also on a machine without one, and returns one JSON
-record: which backend vLLM would select, which are valid, and every MLA backend's priority and vLLM's reasons.
-:mod:`sparse_mla.diagnose.matrix` runs it for every GPU x KV-cache dtype (table, heatmap, CSV).
-No message is re-typed here: reasons are the strings vLLM's ``validate_configuration`` returns and the verdict is
-the text of vLLM's own ``ValueError`` or log line.
-
-How a target GPU is probed without a GPU (everything listed in the record's ``"simulated"`` entry):
-
-* a *probe platform*, :class:`ProbeCudaPlatform` (a ``CudaPlatformBase`` subclass whose
-  ``get_device_capability()`` returns the target), is installed as ``vllm.platforms._current_platform`` for the
-  duration of the probe, because capability checks such as ``is_device_capability_family`` (FlashMLA, FA3 MLA)
-  read ``current_platform``, not the ``device_capability`` argument;
-* vLLM's CUDA extension modules that cannot load without the driver (``libcuda.so.1``) are replaced by empty
-  ``sys.modules`` entries, so backends are judged as they would be on a GPU machine instead of failing with
-  "_flashmla_C is not available" or ``ImportError`` (only modules that really fail to load are stubbed);
-* a backend module that crashes at import without a driver (``CUTLASS_MLA`` allocates a CUDA workspace at module
-  level, ``cutlass_mla.py``) is imported with that allocation redirected to PyTorch's ``meta`` device; if it still
-  fails, its exception becomes its reason and the selector sees an ``ImportError`` for it, as vLLM handles those;
-* backends that read the model from ``get_current_vllm_config()`` get a stand-in config carrying the model's Hugging
-  Face config (``index_topk``, head dims) and a parallel config with no decode/prefill context parallelism.
-
-After every call the previous ``current_platform`` (also in vLLM modules imported during the probe), backend
-registrations, selector methods and logger levels are restored. The stubs stay in ``sys.modules`` for the rest of
-the process (modules imported during a probe hold on to them), so after a probe ``import vllm.platforms.cuda``
-succeeds on a machine without a driver, where it fails otherwise; vLLM modules loaded by a probe stay loaded.
+:func:`attention_stage` makes exactly those calls, with the layer's arguments read from vLLM's engine configuration
+(``model_config.get_head_size()``, ``model_config.dtype``, ``cache_config.cache_dtype``, ``get_num_attention_heads``,
+``hasattr(hf_config, "index_topk")`` as ``deepseek_v2.py`` tests it), and tabulates every MLA backend vLLM knows with
+vLLM's own reasons. No message is re-typed here.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
 import importlib.util
-import os
 import sys
-import types
 from typing import Any
 
 from ..errors import UserInputError
 from . import probe as pr
-from .request import PLUGIN_BACKEND_NAME, Request, accepted_capabilities, resolve
+from .request import PLUGIN_BACKEND_NAME
 
-#: MLA backends every record lists (the CUDA MLA priority lists of ``vllm/platforms/cuda.py`` plus the sparse
-#: backends reachable only by name). Others found in ``AttentionBackendEnum`` are added when they can be probed.
-CORE_MLA_BACKENDS: tuple[str, ...] = (
-    "FLASHINFER_MLA", "TOKENSPEED_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA",
-    "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120",
-    "XPU_MLA_SPARSE",
-)
+def cuda_mla_backends() -> list:
+    """Every MLA backend vLLM's CUDA platform considers on some GPU: the union of ``_get_backend_priorities(use_mla=
+    True, ...)`` (``vllm/platforms/cuda.py``) over the capability families and the cache/head variants that change
+    its lists, in first-seen order. ROCm, XPU and DeepSeek-V4 backends are on none of them."""
+    import vllm.platforms.cuda as cuda_mod
+    from vllm.platforms.interface import DeviceCapability
 
-def _stand_in_vllm_config(req: Request):
-    """What ``get_current_vllm_config()`` returns during the probe: the fields vLLM's MLA backends read in
-    ``supports_combination`` (``model_config.hf_config``/``hf_text_config``, ``parallel_config``)."""
-    import torch
-
-    hf = dict(req.geometry.hf_config or {})
-    # vLLM tests hasattr(config, "index_topk") on transformers' config object, which may fill in a default
-    # (GlmMoeDsaConfig: 2048); the geometry carries that resolved value, None for dense MLA
-    if req.geometry.index_topk is None:
-        hf.pop("index_topk", None)
-    else:
-        hf["index_topk"] = req.geometry.index_topk
-    hf_ns = types.SimpleNamespace(**hf)
-    ns = types.SimpleNamespace
-    try:
-        from vllm.config import AttentionConfig
-
-        attention_config = AttentionConfig()
-    except Exception:  # noqa: BLE001
-        attention_config = ns(backend=None, flash_attn_version=None, backend_per_kind={},
-                              sparse_mla_force_mqa=False, mla_prefill_backend=None, use_fp4_indexer_cache=False)
-    return ns(
-        model_config=ns(hf_config=hf_ns, hf_text_config=hf_ns, model=req.geometry.name, dtype=getattr(torch, req.dtype),
-                        use_mla=True, is_diffusion=False, architectures=[req.geometry.architecture]),
-        parallel_config=ns(tensor_parallel_size=req.tp, pipeline_parallel_size=1, data_parallel_size=1,
-                           decode_context_parallel_size=1, prefill_context_parallel_size=1,
-                           cp_kv_cache_interleave_size=1),
-        cache_config=ns(cache_dtype=req.kv_cache_dtype, block_size=None, user_specified_block_size=False),
-        attention_config=attention_config,
-        compilation_config=ns(custom_ops=[], mode=0),
-    )
+    seen: list = []
+    for major in (8, 9, 10, 11, 12):
+        for kv in ("auto", "fp8"):
+            for heads in (8, 128):
+                for m in cuda_mod._get_backend_priorities(True, DeviceCapability(major, 0), heads, kv, False):
+                    if m not in seen:
+                        seen.append(m)
+    return seen
 
 
 def _apply_plugin() -> dict[str, Any]:
@@ -156,88 +112,98 @@ def _host_dependent_checks() -> dict[str, bool]:
     return out
 
 
-def _probe(req: Request) -> dict[str, Any]:
-    import torch
-    import vllm
-    from vllm.utils.import_utils import resolve_obj_by_qualname
+def layer_arguments(vc) -> dict[str, Any]:
+    """The arguments ``MLAAttention.__init__`` passes to ``get_attn_backend`` for this engine configuration."""
+    mc = vc.model_config
+    return dict(head_size=mc.get_head_size(), dtype=mc.dtype, kv_cache_dtype=vc.cache_config.cache_dtype,
+                use_mla=bool(mc.use_mla), use_sparse=hasattr(mc.hf_config, "index_topk"),
+                num_heads=mc.get_num_attention_heads(vc.parallel_config))
 
-    local = req.gpu == "local"
-    stubbed = [] if local else pr.ensure_extension_modules()
+
+def _select(vc, args: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's ``get_attn_backend`` under ``set_current_vllm_config(vc)``, with the selector configuration it builds
+    captured (for the backend table) and its verdict (log line or exception text)."""
+    import vllm.v1.attention.selector as selector_mod
+    from vllm.config import set_current_vllm_config
+
+    captured: dict[str, Any] = {}
+    original = selector_mod._cached_get_attn_backend
+
+    def capture(backend, attn_selector_config, num_heads=None):
+        captured.update(backend=backend, config=attn_selector_config, num_heads=num_heads)
+        return original(backend=backend, attn_selector_config=attn_selector_config, num_heads=num_heads)
+
+    original.cache_clear()
+    selector_mod._cached_get_attn_backend = capture
+    out: dict[str, Any] = {"backend_cls": None, "error": None}
+    try:
+        with set_current_vllm_config(vc), pr.capture_selector_log() as logged:
+            try:
+                out["backend_cls"] = selector_mod.get_attn_backend(
+                    args["head_size"], args["dtype"], args["kv_cache_dtype"], use_mla=args["use_mla"],
+                    use_sparse=args["use_sparse"], num_heads=args["num_heads"])
+            except ValueError as e:
+                out["error"] = str(e)
+    finally:
+        selector_mod._cached_get_attn_backend = original
+        original.cache_clear()
+    out["log"] = list(logged)
+    out.update(captured)
+    return out
+
+
+def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> dict[str, Any]:
+    """Stage 2: vLLM's selection for this engine configuration plus every MLA backend's verdict.
+
+    Returns ``selected`` (name or None), ``valid`` (names in priority order), ``backends`` (``{NAME: {"priority",
+    "reasons"}}``), ``verdict`` (vLLM's log line or exception text), ``error`` (the exception text or None),
+    ``forced`` (the backend the configuration forces, or None), ``effective_kv_cache_dtype`` (after
+    ``_canonicalize_sparse_mla_kv_cache_dtype``), ``kv_note``, ``args`` (the layer's arguments, printable),
+    ``import_errors``, ``skipped``.
+    """
     import vllm.platforms.cuda as cuda_mod
     from vllm.config import set_current_vllm_config
-    from vllm.platforms.interface import DeviceCapability
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    from vllm.v1.attention.selector import AttentionSelectorConfig
+    from vllm.model_executor.layers.attention import mla_attention
 
-    simulated: dict[str, Any]
-    if local:
-        import vllm.platforms as plat
+    args = layer_arguments(vc)
+    choice = _select(vc, args)
+    sel = choice.get("config")
+    heads = args["num_heads"]
+    kv = args["kv_cache_dtype"]
+    forced = vc.attention_config.backend
+    priorities = list(cuda_mod._get_backend_priorities(args["use_mla"], cap, heads, kv, False))
 
-        platform = plat.current_platform
-        if not isinstance(platform, cuda_mod.CudaPlatformBase):
-            raise UserInputError(f"capability 'local': vLLM's platform here is {type(platform).__name__}, not CUDA;"
-                                 f" accepted: {accepted_capabilities().replace('; or local', '')}")
-        cap = platform.get_device_capability()
-        platform_cls = type(platform)
-        simulated = {"probe": False, "platform": platform_cls.__name__, "device_name": platform.get_device_name(),
-                     "device_capability": f"{cap.major}.{cap.minor}", "stubbed_modules": []}
-    else:
-        platform_cls = pr.probe_platform_cls()
-        cap = DeviceCapability(*req.capability)
-        platform_cls.probe_capability = cap
-        platform = pr.PROBE
-        simulated = {"probe": True,
-                     "platform": f"{__name__}.{platform_cls.__name__} (vllm.platforms.cuda.CudaPlatformBase "
-                                 f"subclass) as vllm.platforms.current_platform",
-                     "device_name": "probe", "device_capability": f"{cap.major}.{cap.minor}",
-                     "stubbed_modules": stubbed,
-                     "stubbed_because": sorted(pr.STUB_REASONS)}
-    simulated["vllm_config"] = ("stand-in for get_current_vllm_config(): the model's hf config, "
-                                "parallel_config with decode/prefill context parallel size 1")
+    # The MLA backends vLLM's CUDA platform knows (on this GPU's priority list or another GPU's), plus a backend the
+    # configuration forces and the plugin's registration (CUSTOM). A member whose module cannot be imported here is
+    # kept with its import error as the reason.
+    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES
+
+    members = cuda_mla_backends()
+    for m in [forced, *_ATTN_OVERRIDES]:
+        if m is not None and m not in members:
+            members.append(m)
+    candidates: list[tuple[Any, Any, str | None]] = []
     import_errors: dict[str, str] = {}
     skipped: dict[str, str] = {}
-    plugin_info: dict[str, Any] | None = None
-    dtype = getattr(torch, req.dtype)
-    heads = req.heads_per_rank
-    sel = AttentionSelectorConfig(head_size=req.geometry.head_size, dtype=dtype, kv_cache_dtype=req.kv_cache_dtype,
-                                  block_size=None, use_mla=True, use_sparse=req.geometry.use_sparse)
+    for member in members:
+        cls, err = pr.import_backend(member, probing=not local)
+        if cls is not None:
+            try:
+                if not cls.is_mla():
+                    skipped[member.name] = "not an MLA backend"
+                    continue
+            except Exception as e:  # noqa: BLE001
+                cls, err = None, e
+        if cls is None:
+            candidates.append((member, None, pr.fmt_exc(err)))
+            import_errors[member.name] = pr.fmt_exc(err)
+            continue
+        candidates.append((member, cls, None))
 
-    refreshed: list[str] = []
-    flags = contextlib.nullcontext() if local else pr.extension_flags(refreshed)
-    with pr.use_platform(platform), pr.stock_selection(), flags:
-        if req.with_plugin:
-            plugin_info = _apply_plugin()
-        priorities = list(cuda_mod._get_backend_priorities(True, cap, heads, req.kv_cache_dtype, False))
-
-        # Every MLA backend vLLM knows: enum members whose class says is_mla(). Members that cannot be imported
-        # here are kept (with their import error as reason) if they are core MLA backends or in this GPU's
-        # priority list; others are skipped and named in "simulated" -- in vLLM 0.26.0 that is the DeepSeek-V4
-        # backends (FLASHMLA_SPARSE_DSV4, ...), which need ops of the real _C_stable_libtorch at import, take
-        # head size 512 and are in no CUDA MLA priority list.
-        candidates: list[tuple[Any, Any, str | None]] = []
-        for member in AttentionBackendEnum:
-            if not pr.is_mla_candidate(member):
-                continue
-            cls, err = pr.import_backend(member, probing=not local)
-            if cls is not None:
-                try:
-                    if not cls.is_mla():
-                        continue
-                except Exception as e:  # noqa: BLE001
-                    cls, err = None, e
-            if cls is None:
-                if member.name in CORE_MLA_BACKENDS or member in priorities:
-                    candidates.append((member, None, pr.fmt_exc(err)))
-                    import_errors[member.name] = pr.fmt_exc(err)
-                else:
-                    skipped[member.name] = pr.fmt_exc(err)
-                continue
-            candidates.append((member, cls, None))
-
-        cfg = _stand_in_vllm_config(req)
-        backends: dict[str, dict[str, Any]] = {}
-        names: dict[str, str] = {}      # class path -> display name
-        with set_current_vllm_config(cfg):
+    backends: dict[str, dict[str, Any]] = {}
+    names: dict[str, str] = {}      # class path -> display name
+    with set_current_vllm_config(vc):
+        if sel is not None:
             for member, cls, err in candidates:
                 name = pr.display_name(member, cls)
                 if cls is None:
@@ -254,9 +220,7 @@ def _probe(req: Request) -> dict[str, Any]:
                 if name in backends and backends[name]["priority"] is not None and prio is None:
                     continue    # a plugin class registered twice (e.g. CUSTOM too): keep the prioritised entry
                 backends[name] = {"priority": prio, "reasons": [str(r) for r in reasons]}
-
-            # vLLM's own decision. Backends whose import crashed with something other than ImportError are made to
-            # raise ImportError for the duration, which vLLM's get_valid_backends handles ("ImportError").
+            # vLLM's own view (get_valid_backends, possibly extended by a plugin) wins over the direct calls above
             blocked = {m.get_path(include_classname=False): err for m, c, err in candidates
                        if c is None and m in priorities and not err.startswith(("ImportError", "ModuleNotFoundError"))}
             finder = pr.BlockImports(blocked)
@@ -265,17 +229,9 @@ def _probe(req: Request) -> dict[str, Any]:
             try:
                 valid_cands, invalid_map = platform_cls.get_valid_backends(
                     device_capability=cap, attn_selector_config=sel, num_heads=heads)
-                with pr.capture_selector_log() as logged:
-                    try:
-                        path = platform_cls.get_attn_backend_cls(None, sel, num_heads=heads)
-                        error = None
-                    except ValueError as e:
-                        path, error = None, str(e)
             finally:
                 if blocked:
                     sys.meta_path.remove(finder)
-
-            # vLLM's own view (get_valid_backends, possibly extended by a plugin) wins over the direct calls above
             for member, (prio, reasons) in invalid_map.items():
                 with contextlib.suppress(Exception):
                     backends[pr.display_name(member, member.get_class())] = {
@@ -284,105 +240,62 @@ def _probe(req: Request) -> dict[str, Any]:
                 name = names.setdefault(cuda_mod._backend_cls_path(c.backend_class),
                                         pr.display_name(c.backend, c.backend_class))
                 backends[name] = {"priority": c.priority, "reasons": []}
+        else:
+            valid_cands = []
+        if with_plugin and PLUGIN_BACKEND_NAME not in backends and sel is not None:
+            pcls = _plugin_backend_class()
+            if pcls is not None:
+                try:
+                    reasons = list(pcls.validate_configuration(device_capability=cap, **sel._asdict()))
+                except Exception as e:  # noqa: BLE001
+                    reasons = [pr.fmt_exc(e)]
+                backends[PLUGIN_BACKEND_NAME] = {"priority": None, "reasons": [str(r) for r in reasons]}
 
-            selected = None
-            if path:
-                selected = names.get(path)
-                if selected is None:        # a class outside the enum (e.g. a plugin's fallback selector)
-                    sel_cls = resolve_obj_by_qualname(path)
-                    selected = str(sel_cls.get_name())
-                    names[path] = selected
-            valid = [names.get(cuda_mod._backend_cls_path(c.backend_class), pr.display_name(c.backend, c.backend_class))
-                     for c in sorted(valid_cands, key=lambda c: c.priority)]
-            if selected is not None and selected not in valid:
-                valid.insert(0, selected)
-            if req.with_plugin and PLUGIN_BACKEND_NAME not in backends:
-                pcls = _plugin_backend_class()
-                if pcls is not None:
-                    try:
-                        reasons = list(pcls.validate_configuration(device_capability=cap, **sel._asdict()))
-                    except Exception as e:  # noqa: BLE001
-                        reasons = [pr.fmt_exc(e)]
-                    backends[PLUGIN_BACKEND_NAME] = {"priority": None, "reasons": [str(r) for r in reasons]}
-
-    if error is not None:
-        verdict = error
+    backend_cls = choice["backend_cls"]
+    selected = None
+    if backend_cls is not None:
+        path = cuda_mod._backend_cls_path(backend_cls)
+        selected = names.get(path) or str(backend_cls.get_name())
+    valid = [names.get(cuda_mod._backend_cls_path(c.backend_class), pr.display_name(c.backend, c.backend_class))
+             for c in sorted(valid_cands, key=lambda c: c.priority)]
+    if selected is not None and selected not in valid:
+        valid.insert(0, selected)
+    if choice["error"] is not None:
+        verdict = choice["error"]
     else:
-        using = [m for m in logged if m.startswith("Using ")]
-        verdict = using[-1] if using else f"(vLLM logged no verdict; get_attn_backend_cls returned {path})"
-    simulated["host_dependent"] = _host_dependent_checks()
-    shims = {} if local else {k: v for k, v in pr.SHIMMED.items() if k in backends}
-    if shims:
-        simulated["import_shims"] = shims
-    if refreshed:
-        simulated["refreshed_flags"] = refreshed
-    if import_errors:
-        simulated["import_errors"] = import_errors
-    if skipped:
-        simulated["skipped_backends"] = skipped
+        using = [m for m in choice["log"] if m.startswith("Using ")]
+        verdict = using[-1] if using else f"Using {selected} attention backend (selected: {forced or 'auto'})"
 
-    record: dict[str, Any] = {
-        "model": req.geometry.name,
-        "capability": f"{cap.major}.{cap.minor}",
-        "kv_cache_dtype": req.kv_cache_dtype,
-        "tp": req.tp,
-        "vllm_version": vllm.__version__,
-        "simulated": simulated,
-        "selected": selected,
-        "valid": valid,
-        "backends": backends,
-        "verdict": verdict,
-        "mla": "sparse (DSA)" if req.geometry.use_sparse else "dense",
-        "gpu": req.gpu,
-        "dtype": req.dtype,
-        "heads_per_rank": heads,
-    }
-    # priority-list members first (in vLLM's order), then the others in enum order
-    record["backends"] = dict(sorted(backends.items(), key=lambda kv: (kv[1]["priority"] is None,
-                                                                       kv[1]["priority"] or 0)))
-    if plugin_info is not None:
-        record["plugin"] = plugin_info
-    return record
+    effective, kv_note = kv, None
+    if backend_cls is not None and args["use_mla"] and args["use_sparse"]:
+        effective = mla_attention._canonicalize_sparse_mla_kv_cache_dtype(backend_cls, kv)
+        if effective != kv:
+            kv_note = (f"{selected} runs the cache as {effective} (vLLM's _canonicalize_sparse_mla_kv_cache_dtype, "
+                       f"mla_attention.py: {kv} -> {effective})")
+    if effective == "auto" and backend_cls is not None:
+        from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+
+        effective = str(kv_cache_dtype_str_to_dtype("auto", vc.model_config)).replace("torch.", "")
+        kv_note = f"{effective} (auto: vLLM's kv_cache_dtype_str_to_dtype gives the model dtype)"
+    return {"selected": selected, "valid": valid, "backends": dict(sorted(
+                backends.items(), key=lambda kv_: (kv_[1]["priority"] is None, kv_[1]["priority"] or 0))),
+            "verdict": verdict, "error": choice["error"], "forced": None if forced is None else str(forced.name),
+            "effective_kv_cache_dtype": effective, "kv_note": kv_note, "backend_cls": backend_cls,
+            "args": {**{k: v for k, v in args.items() if k != "dtype"}, "dtype": str(args["dtype"]).replace("torch.", "")},
+            "import_errors": import_errors, "skipped": skipped}
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Public API
-# ----------------------------------------------------------------------------------------------------------------
+def flip_host_check(vc, args: dict[str, Any]) -> str | None:
+    """The backend vLLM would select if this host's FlashInfer SM120 sparse MLA API check
+    (``vllm.utils.flashinfer.has_flashinfer_sparse_mla_sm120``) answered the other way; ``"none"`` for no backend.
+    A cell whose answer changes depends on what is installed on the machine that runs vLLM, not only on the GPU."""
+    import vllm.utils.flashinfer as fi
 
-def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_cache_dtype: str = "auto",
-             tp: int = 1, with_plugin: bool = False) -> dict[str, Any]:
-    """Ask vLLM's attention selector which MLA backend it would use for ``model`` on a GPU, and why not the others.
-
-    Args:
-        model: a preset of :data:`sparse_mla.models.PRESETS` (``glm-5``, ``deepseek-v3.2``), a ``config.json`` path
-            or a checkpoint directory holding one (:func:`sparse_mla.models.load_model`). The selector gets
-            ``head_size = kv_lora_rank + qk_rope_head_dim``, the config's dtype (bf16/fp16; else bf16),
-            ``use_mla=True`` and ``use_sparse = "index_topk" in config``.
-        capability: target GPU, ``"12.0"``-style ``major.minor``, a :data:`GPU_PRESETS` name, or ``"local"`` (this
-            machine's GPU through vLLM's real platform; no probe).
-        kv_cache_dtype: ``auto``, ``bfloat16``, ``fp8``, ``fp8_ds_mla`` or another vLLM ``CacheDType``.
-        tp: tensor-parallel size; the selector gets ``num_heads = num_attention_heads // tp`` (it orders the SM100
-            sparse backends by it).
-        with_plugin: also register the step 3 backend (``sparse_mla.vllm_plugin.register()``) before selecting.
-
-    Returns:
-        A JSON-serialisable dict: ``model, capability, kv_cache_dtype, tp, vllm_version, simulated`` (what was
-        simulated: probe platform, stubbed modules, import shims, skipped backends), ``selected`` (backend name or
-        None), ``valid`` (names, priority order), ``backends`` (``{NAME: {"priority": index in vLLM's priority
-        list for that GPU or None, "reasons": vLLM's rejection strings, [] = accepted}}``), ``verdict`` (vLLM's own
-        ``ValueError`` text or "Using X attention backend ..." log line), ``mla`` (``"sparse (DSA)"`` or
-        ``"dense"``), ``gpu`` (preset name, ``"local"`` or None), ``dtype``, ``heads_per_rank``; plus ``plugin``
-        with ``with_plugin``.
-
-    Raises:
-        UserInputError: unknown preset / capability / KV-cache dtype, unreadable or non-MLA config, ``tp`` not
-            dividing the heads, ``local`` without a GPU, ``with_plugin`` without the step 3 plugin. Checked before
-            vLLM is imported.
-
-    Source: ``vllm/platforms/cuda.py`` (``_get_backend_priorities``, ``CudaPlatformBase.get_valid_backends`` and
-    ``get_attn_backend_cls``), ``vllm/v1/attention/selector.py`` (``AttentionSelectorConfig``),
-    ``vllm/v1/attention/backend.py`` (``validate_configuration``), ``vllm/v1/attention/backends/mla/*.py``.
-    """
-    req = resolve(model, capability, kv_cache_dtype, tp, with_plugin)
-    with pr.quiet_logs():
-        return _probe(req)
+    real = fi.has_flashinfer_sparse_mla_sm120
+    answer = bool(real())
+    fi.has_flashinfer_sparse_mla_sm120 = lambda: not answer
+    try:
+        other = _select(vc, args)
+    finally:
+        fi.has_flashinfer_sparse_mla_sm120 = real
+    return None if other["backend_cls"] is None else str(other["backend_cls"].get_name())

@@ -75,6 +75,14 @@ def _table(values: dict) -> str:
     return "\n".join(["| result | value |", "| --- | --- |", *rows])
 
 
+class Report(dict):
+    """The cleaned values :func:`report` returns: a plain dict that IPython does not display again (the table and the
+    JSON are already the cell's output; a notebook's last expression would otherwise print the dict too)."""
+
+    def _ipython_display_(self) -> None:
+        return None
+
+
 def report(title: str, values: dict[str, Any]) -> dict:
     """Display a notebook's headline results and mark them for :func:`collect`.
 
@@ -97,7 +105,7 @@ def report(title: str, values: dict[str, Any]) -> dict:
     # [label, value] pairs: nbformat writes JSON objects with sorted keys, pairs keep the notebook's order
     display({MIME: {"title": title, "values": [[k, v] for k, v in clean.items()]}, "text/markdown": md,
              "text/plain": "\n".join(f"{k}: {_text(v)}" for k, v in clean.items())}, raw=True)
-    return clean
+    return Report(clean)
 
 
 def read_reports(notebook: str | os.PathLike) -> list[dict]:

@@ -1,0 +1,246 @@
+"""What vLLM 0.26.0 would really do with a checkpoint on a given GPU: :func:`diagnose`, stage by stage, in vLLM's own
+words, for any GPU (a probe platform stands in for one that is not there).
+
+The stages, in the order a ``vllm serve`` start meets them:
+
+1. **config** (:mod:`.config`): ``EngineArgs(...).create_engine_config()`` -- vLLM's config loading, architecture
+   hooks and platform checks;
+2. **attention** (:mod:`.selection`): the MLA layer's backend selection and the KV-cache dtype it then allocates;
+3. **indexer** (:mod:`.runtime`): the DSA indexer's DeepGEMM kernels (and its fp8 query quantization);
+4. **kernel** (:mod:`.runtime`): the sparse backends' top-k index conversion.
+
+The record's ``blockers`` list what stops the engine, in that order; ``engine_starts`` is ``False`` when there is
+one, ``True`` when none is found and nothing depended on this host's own software, ``None`` when no blocker is found
+but the answer depends on what is installed on the machine that runs vLLM (FlashInfer's SM120 sparse MLA API).
+
+How a GPU that is not there is probed (everything listed in the record's ``"simulated"``): the probe platform
+(:func:`.probe.probe_platform_cls`, a ``CudaPlatformBase`` reporting the target capability and ``tp`` GPUs) is
+``vllm.platforms.current_platform`` for the duration of the call; where no NVIDIA driver is installed, vLLM's
+extensions are loaded against a stand-in ``libcuda.so.1`` (:func:`.probe.load_vllm_extensions`); vLLM's
+model-architecture inspection runs in this process instead of a subprocess; a backend module that allocates CUDA
+memory at import gets it on the ``meta`` device. After every call the previous platform, backend registrations,
+patched globals and logger levels are restored.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from ..errors import UserInputError
+from . import probe as pr
+from .request import Request, accepted_capabilities, resolve
+
+STAGES = ("config", "attention", "indexer", "kernel")
+
+
+def _platform(req: Request):
+    import vllm.platforms.cuda as cuda_mod
+    from vllm.platforms.interface import DeviceCapability
+
+    if req.gpu == "local":
+        import vllm.platforms as plat
+
+        platform = plat.current_platform
+        if not isinstance(platform, cuda_mod.CudaPlatformBase):
+            raise UserInputError(f"capability 'local': vLLM's platform here is {type(platform).__name__}, not CUDA;"
+                                 f" accepted: {accepted_capabilities().replace('; or local', '')}")
+        cap = platform.get_device_capability()
+        return platform, type(platform), cap, {
+            "probe": False, "platform": type(platform).__name__, "device_name": platform.get_device_name(),
+            "device_capability": f"{cap.major}.{cap.minor}"}
+    cls = pr.probe_platform_cls()
+    cap = DeviceCapability(*req.capability)
+    cls.probe_capability = cap
+    cls.probe_device_count = req.tp
+    return pr.PROBE, cls, cap, {
+        "probe": True,
+        "platform": f"{pr.__name__}.{cls.__name__} (vllm.platforms.cuda.CudaPlatformBase subclass) as "
+                    f"vllm.platforms.current_platform, reporting {req.tp} GPU(s)",
+        "device_name": "probe", "device_capability": f"{cap.major}.{cap.minor}",
+        "driver": dict(pr.DRIVER),
+        "model_inspection": "vLLM's architecture inspection ran in this process (vLLM runs it in a subprocess)"}
+
+
+def _short(text: str, n: int = 160) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= n else line[: n - 3] + "..."
+
+
+def _probe(req: Request) -> dict[str, Any]:
+    import vllm
+
+    from . import config as stage_config
+    from . import runtime, selection
+
+    local = req.gpu == "local"
+    if not local:
+        pr.load_vllm_extensions()
+    platform, platform_cls, cap, simulated = _platform(req)
+    blockers: list[dict[str, str]] = []
+    plugin_info = None
+    refreshed: list[str] = []
+    with pr.use_platform(platform), pr.stock_selection(), pr.extension_flags(refreshed):
+        if req.with_plugin:
+            plugin_info = selection._apply_plugin()
+        with stage_config.model_dir(req) as path:
+            vc, cfg = stage_config.engine_config(req, path, req.backend)
+            if vc is None:
+                blockers.append({"stage": "config", "reason": cfg["error"]})
+                att = {"selected": None, "valid": [], "backends": {}, "verdict": "(not reached: vLLM refused the "
+                       "configuration)", "error": None, "forced": req.backend, "effective_kv_cache_dtype": None,
+                       "kv_note": None, "backend_cls": None, "args": {}, "import_errors": {}, "skipped": {}}
+                ix = {"needed": False, "stock": None, "with_plugin": None, "reasons": [], "hooked": {}}
+                kern = {"checked": False, "reasons": []}
+                other = None
+            else:
+                att = selection.attention_stage(vc, platform_cls, cap, local, req.with_plugin)
+                if att["error"] is not None:
+                    blockers.append({"stage": "attention", "reason": att["error"]})
+                other = None if local else selection.flip_host_check(vc, selection.layer_arguments(vc))
+                ix = runtime.indexer_stage(vc, cap, req.with_plugin)
+                chosen_ix = ix["with_plugin"] if req.with_plugin else ix["stock"]
+                if ix["needed"] and chosen_ix is None:
+                    reasons = ix.get("plugin_reasons") or ix["reasons"] if req.with_plugin else ix["reasons"]
+                    blockers.append({"stage": "indexer", "reason": "; ".join(reasons)})
+                kern = runtime.kernel_stage(vc, att)
+                for r in kern["reasons"]:
+                    blockers.append({"stage": "kernel", "reason": r})
+        host = selection._host_dependent_checks()
+
+    selected = att["selected"]
+    host_dependent = other is not None and other != (selected or None) if not local else False
+    if vc is not None and not local and (other or None) != (selected or None):
+        host_dependent = True
+    if blockers:
+        engine_starts = False
+    else:
+        engine_starts = None if host_dependent else True
+    sparse = vc is not None and hasattr(vc.model_config.hf_config, "index_topk")
+    if pr.SHIMMED:
+        simulated["import_shims"] = {k: v for k, v in pr.SHIMMED.items() if k in att["backends"]}
+    if refreshed:
+        simulated["refreshed_flags"] = refreshed
+    if att["import_errors"]:
+        simulated["import_errors"] = att["import_errors"]
+    simulated["host_dependent"] = host
+    record: dict[str, Any] = {
+        "model": req.geometry.name,
+        "capability": f"{cap.major}.{cap.minor}",
+        "gpu": req.gpu,
+        "kv_cache_dtype": req.kv_cache_dtype,
+        "tp": req.tp,
+        "forced_backend": req.backend,
+        "vllm_version": vllm.__version__,
+        "config": {k: v for k, v in cfg.items() if k != "error"},
+        "mla": ("sparse (DSA)" if sparse else "dense") if vc is not None else None,
+        "dtype": att["args"].get("dtype", req.dtype),
+        "heads_per_rank": att["args"].get("num_heads", req.heads_per_rank),
+        "selected": selected,
+        "valid": att["valid"],
+        "backends": att["backends"],
+        "verdict": att["verdict"] if vc is not None else cfg["error"],
+        "effective_kv_cache_dtype": att["effective_kv_cache_dtype"],
+        "indexer": {"stock": ix["stock"], "with_plugin": ix["with_plugin"] if req.with_plugin else None,
+                    "reasons": list(ix["reasons"]) + list(ix.get("plugin_reasons") or [])},
+        "blockers": blockers,
+        "engine_starts": engine_starts,
+        "host_dependent": {"depends": bool(host_dependent), "selected_if_host_differs": other}
+        if not local else {"depends": False, "selected_if_host_differs": None},
+        "simulated": simulated,
+    }
+    record["stages"] = _stage_lines(record, cfg, att, ix, kern, sparse)
+    record["headline"] = headline(record)
+    if plugin_info is not None:
+        record["plugin"] = plugin_info
+    return record
+
+
+def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
+    """One verdict line per stage (the text output prints them)."""
+    by = {b["stage"]: b["reason"] for b in rec["blockers"]}
+    lines: dict[str, str] = {}
+    if "config" in by:
+        lines["config"] = f"BLOCKED: {_short(by['config'], 400)}"
+        return lines
+    notes = "; ".join(cfg.get("notes") or [])
+    lines["config"] = (f"ok: {cfg.get('architecture')} ({cfg.get('model_type')}, {cfg.get('hf_config_type')}), "
+                       f"{rec['mla']} MLA, dtype {cfg.get('dtype')}, kv_cache_dtype {cfg.get('cache_dtype')}"
+                       + (f"; {notes}" if notes else ""))
+    if "attention" in by:
+        # vLLM's text, with the selector configuration it repeats folded (the record's "verdict" keeps it whole)
+        text = re.sub(r"AttentionSelectorConfig\([^)]*\)", "AttentionSelectorConfig(...)", by["attention"])
+        lines["attention"] = f"BLOCKED: {_short(text, 600)}"
+    else:
+        forced = f" (forced: {rec['forced_backend']})" if rec["forced_backend"] else ""
+        lines["attention"] = f"ok: {rec['selected']}{forced}"
+        kv = rec["effective_kv_cache_dtype"]
+        lines["kv cache"] = att["kv_note"] or f"{kv} (as configured)"
+    if sparse:
+        if "indexer" in by:
+            lines["indexer"] = f"BLOCKED: {by['indexer']}"
+        else:
+            name = rec["indexer"]["with_plugin"] or rec["indexer"]["stock"]
+            extra = "" if rec["indexer"]["stock"] == name else f" (stock vLLM: {'; '.join(ix['reasons'])})"
+            lines["indexer"] = f"ok: {name}{extra}"
+        if kern["checked"]:
+            lines["kernel"] = (f"BLOCKED: {by['kernel']}" if "kernel" in by else
+                               f"ok: index_topk {cfg.get('index_topk')} passes vLLM's top-k index conversion "
+                               f"(a multiple of 128)")
+    starts = rec["engine_starts"]
+    lines["engine"] = {True: "starts: no blocker on vLLM's path up to the first forward",
+                       False: f"does not start: first blocker at the {rec['blockers'][0]['stage'] if rec['blockers'] else '?'} stage",
+                       None: "no blocker found, but the answer depends on this host's software (FlashInfer's SM120 "
+                             f"API); with it answering the other way vLLM would select "
+                             f"{rec['host_dependent']['selected_if_host_differs'] or 'no backend'}"}[starts]
+    return lines
+
+
+def headline(rec: dict[str, Any]) -> str:
+    """One short line for summaries: the attention backend, the KV cache it runs on, the indexer, whether the engine
+    starts (the full vLLM texts stay in the record)."""
+    if rec["blockers"] and rec["blockers"][0]["stage"] == "config":
+        return f"vLLM refuses the configuration: {_short(rec['blockers'][0]['reason'], 120)}"
+    att = rec["selected"] or "no valid attention backend"
+    kv = f" on {rec['effective_kv_cache_dtype']}" if rec["selected"] else ""
+    ix = rec["indexer"]["with_plugin"] or rec["indexer"]["stock"]
+    ix_s = "" if rec["mla"] != "sparse (DSA)" else (f", indexer {ix}" if ix else ", no indexer kernels")
+    starts = {True: "engine starts", False: "engine stops at the " + rec["blockers"][0]["stage"] if rec["blockers"]
+              else "engine stops", None: "engine starts only if the host has FlashInfer's SM120 API"}[rec["engine_starts"]]
+    return f"{att}{kv}{ix_s}: {starts}"
+
+
+def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_cache_dtype: str = "auto",
+             tp: int = 1, with_plugin: bool = False, backend: str | None = None) -> dict[str, Any]:
+    """What vLLM 0.26.0 would do with ``model`` on a GPU, from ``config.json`` to a running engine, in vLLM's words.
+
+    Args:
+        model: a preset of :data:`sparse_mla.models.PRESETS` (``glm-5``, ``deepseek-v3.2``), a ``config.json`` path
+            or a checkpoint directory holding one. vLLM loads it with its own config loader.
+        capability: target GPU, ``"12.0"``-style ``major.minor``, a :data:`~sparse_mla.diagnose.request.GPU_PRESETS`
+            name, or ``"local"`` (this machine's GPU through vLLM's real platform; no probe).
+        kv_cache_dtype: ``--kv-cache-dtype``: ``auto``, ``bfloat16``, ``fp8``, ``fp8_ds_mla`` or another vLLM
+            ``CacheDType``.
+        tp: ``--tensor-parallel-size`` (heads per rank = heads / tp; the probe reports ``tp`` GPUs).
+        with_plugin: also call the step 3 plugin's ``register()`` (as vLLM's entry-point loader does) first.
+        backend: ``--attention-backend``: ``None``/``"auto"`` for vLLM's choice, a vLLM backend name, or
+            ``TRITON_MLA_SPARSE`` (with ``with_plugin``); vLLM's own rejection is reported when it does not fit.
+
+    Returns:
+        A JSON-serialisable record: ``model, capability, gpu, kv_cache_dtype, tp, forced_backend, vllm_version``;
+        ``config`` (architecture, model_type, vLLM's config class, notes on what vLLM changed, the EngineArgs);
+        ``mla`` (``"sparse (DSA)"``/``"dense"``, as vLLM decides it), ``dtype``, ``heads_per_rank``;
+        ``selected``, ``valid``, ``backends`` (``{NAME: {"priority", "reasons"}}``, vLLM's rejection strings),
+        ``verdict`` (vLLM's selection log line or exception text); ``effective_kv_cache_dtype`` (what vLLM
+        allocates); ``indexer`` (``{"stock", "with_plugin", "reasons"}``); ``blockers`` (``[{"stage", "reason"}]``
+        in the order vLLM meets them); ``engine_starts`` (True / False / None, see the module docstring);
+        ``host_dependent``; ``stages`` (one verdict line per stage); ``headline``; ``simulated``; ``plugin``.
+
+    Raises:
+        UserInputError: unknown preset / capability / KV-cache dtype / backend, unreadable or non-MLA config, a config
+            vLLM cannot load, ``tp`` not dividing the heads, ``local`` without a GPU, ``with_plugin`` without the
+            step 3 plugin.
+    """
+    req = resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend)
+    with pr.quiet_logs():
+        return _probe(req)
