@@ -8,6 +8,7 @@ rejection reasons compared with the strings vLLM's generic ``validate_configurat
 """
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -397,3 +398,51 @@ def test_model_without_index_topk_is_rejected_by_combination(probes):
     with set_current_vllm_config(cfg(ns(index_topk=100))):   # vLLM's index conversion needs multiples of 128
         reasons = TritonMLASparseBackend.validate_configuration(**args)
         assert len(reasons) == 1 and "index_topk" in reasons[0] and "got 100" in reasons[0]
+
+
+# ---- vLLM versions ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version, ok", [("0.26.0", True), ("0.26.3", True), ("0.26.1.dev7+g1234abc", True),
+                                         ("0.27.0", False), ("0.33.0", False), ("0.25.1", False), ("nonsense", False)])
+def test_supported_vllm_versions(version, ok):
+    from sparse_mla.vllm_plugin.register import vllm_supported
+
+    got, line = vllm_supported(version)
+    assert got is ok and version in line and "0.26" in line and "\n" not in line
+
+
+def test_register_outside_the_supported_range_changes_nothing(vllm_state, monkeypatch, caplog):
+    """On vLLM 0.33 the plugin would fail deep in the engine (changed signatures): it registers nothing, says so once."""
+    import logging
+
+    import vllm
+    import vllm.platforms.cuda as cuda_mod
+    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES
+
+    import sparse_mla.vllm_plugin as plugin
+    reg = importlib.import_module("sparse_mla.vllm_plugin.register")   # (the package's `register` is the function)
+
+    monkeypatch.setattr(vllm, "__version__", "0.33.0")
+    monkeypatch.setattr(reg, "_WARNED", set())
+    before = (dict(_ATTN_OVERRIDES), cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"])
+    with caplog.at_level(logging.WARNING, logger="sparse_mla.vllm_plugin.register"):
+        assert plugin.register() is False
+        assert plugin.register() is False
+    assert (dict(_ATTN_OVERRIDES), cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"]) == before
+    lines = [r.getMessage() for r in caplog.records if "0.33.0" in r.getMessage()]
+    assert len(lines) == 1 and "not registered" in lines[0]
+    rec = dg.diagnose("glm-5", "12.0", "bfloat16", with_plugin=True)
+    assert rec["plugin"]["registered"] is False and rec["selected"] is None
+    assert rec["vllm_supported"]["supported"] is False and "0.33.0" in rec["vllm_supported"]["note"]
+
+
+def test_new_vllm_signatures_are_harmless():
+    """vLLM 0.33 passes the KV-cache spec to get_supported_kernel_block_sizes and decode_max_query_len to the sparse
+    metadata; both are accepted (support is not claimed: no GPU run on 0.33 has shown it)."""
+    import inspect
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend, TritonMLASparseMetadata
+
+    sizes = TritonMLASparseBackend.get_supported_kernel_block_sizes
+    assert sizes() == sizes(kv_cache_spec=None) == sizes(None)
+    assert "decode_max_query_len" in inspect.signature(TritonMLASparseMetadata).parameters

@@ -149,6 +149,10 @@ def _probe(req: Request) -> dict[str, Any]:
         if not local else {"depends": False, "selected_if_host_differs": None},
         "simulated": simulated,
     }
+    from ..vllm_plugin.register import vllm_supported
+
+    ok, line = vllm_supported(vllm.__version__)
+    record["vllm_supported"] = {"supported": ok, "note": line}
     record["stages"] = _stage_lines(record, cfg, att, ix, kern, sparse)
     record["headline"] = headline(record)
     if plugin_info is not None:

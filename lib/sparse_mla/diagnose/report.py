@@ -56,6 +56,9 @@ def format_record(rec: Mapping[str, Any]) -> str:
     lines = [f"model {rec['model']} ({rec['mla'] or '?'} MLA, {rec['dtype']}, {rec['heads_per_rank']} heads/rank at "
              f"tp={rec['tp']}), capability {rec['capability']}" + (f" [{rec['gpu']}]" if rec.get("gpu") else "")
              + f", kv_cache_dtype {rec['kv_cache_dtype']}{forced}, vLLM {rec['vllm_version']}", ""]
+    sup = rec.get("vllm_supported") or {}
+    if sup and not sup.get("supported"):
+        lines[-1:] = [f"warning: {sup['note']}", ""]
     w = max(len(k) for k in rec["stages"])
     for stage, line in rec["stages"].items():
         lines.append(f"{stage:<{w}}  {line}")
@@ -70,7 +73,9 @@ def format_record(rec: Mapping[str, Any]) -> str:
             lines.append(f"{name:<{bw}}  {prio:>4}  {backend_verdict(rec, name)}")
     lines += ["", f"vLLM: {rec['verdict']}", f"Simulated: {describe_simulated(rec['simulated'])}"]
     if rec.get("plugin"):
-        lines.append(f"Plugin: {rec['plugin'].get('called')} overrides {rec['plugin'].get('overrides') or '{}'}")
+        p = rec["plugin"]
+        lines.append(f"Plugin: {p.get('called')} " + (f"overrides {p.get('overrides') or '{}'}" if p.get("registered", True)
+                                                      else "registered nothing"))
     return "\n".join(lines)
 
 

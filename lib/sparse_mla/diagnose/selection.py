@@ -74,11 +74,11 @@ def _apply_plugin() -> dict[str, Any]:
     before = dict(registry._ATTN_OVERRIDES)
     methods = ("get_attn_backend_cls", "get_valid_backends")
     before_m = {k: cuda_mod.CudaPlatformBase.__dict__[k] for k in methods}
-    register()
+    registered = register()
     overrides = {m.name: p for m, p in registry._ATTN_OVERRIDES.items() if before.get(m) != p}
     wrapped = [f"CudaPlatformBase.{k}" for k in methods if cuda_mod.CudaPlatformBase.__dict__[k] is not before_m[k]]
     return {"module": "sparse_mla.vllm_plugin", "called": f"sparse_mla.vllm_plugin.{register.__name__}()",
-            "overrides": overrides, "wrapped": wrapped}
+            "registered": registered is not False, "overrides": overrides, "wrapped": wrapped}
 
 
 def _plugin_backend_class():

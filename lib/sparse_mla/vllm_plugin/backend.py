@@ -54,7 +54,8 @@ class TritonMLASparseBackend(AttentionBackend):
         return BACKEND_NAME
 
     @staticmethod
-    def get_supported_kernel_block_sizes() -> list[int]:
+    def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list[int]:
+        # (vLLM 0.33 passes the KV-cache spec; 0.26 passes nothing)
         return list(KERNEL_BLOCK_SIZES)
 
     @staticmethod
@@ -125,6 +126,7 @@ class TritonMLASparseMetadata(AttentionMetadata):
     prefill_max_seq_len: int = 0
     prefill: MLACommonPrefillMetadata | None = None
     cp_kv_cache_interleave_size: int = 1
+    decode_max_query_len: int | None = None     # passed by vLLM 0.33's sparse builder; unused here
 
 
 class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASparseMetadata]):

@@ -31,12 +31,42 @@ from .selector import BACKEND_PATH, custom_slot_holder, install_selector_fallbac
 
 logger = logging.getLogger(__name__)
 
+#: The vLLM releases the plugin is built and tested for (every GPU run of the workbook used 0.26.0). vLLM 0.27-0.33
+#: need a newer torch than the lent GPU image has, so no GPU run has shown the plugin there.
+SUPPORTED_VLLM = ">=0.26.0,<0.27"
+_WARNED: set[str] = set()
+
+
+def vllm_supported(version: str | None = None) -> tuple[bool, str]:
+    """``(supported, one line)`` for a vLLM version (default: the installed one) against :data:`SUPPORTED_VLLM`."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if version is None:
+        import vllm
+
+        version = str(vllm.__version__)
+    try:
+        ok = SpecifierSet(SUPPORTED_VLLM).contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        ok = False
+    line = (f"sparse_mla supports vLLM {SUPPORTED_VLLM} (0.26.x); this is vLLM {version}" +
+            ("" if ok else ": TRITON_MLA_SPARSE is not registered and nothing in vLLM is changed"))
+    return ok, line
+
 
 def register() -> bool:
     """Register ``TRITON_MLA_SPARSE`` as vLLM's CUSTOM backend and install the selector fallback (idempotent).
 
-    Returns False, with a warning naming the holder, and changes nothing when another plugin's backend already holds
-    vLLM's ``CUSTOM`` slot."""
+    Returns False and changes nothing, with one warning line, when vLLM is outside :data:`SUPPORTED_VLLM` (vLLM 0.33
+    calls backend methods with other signatures: a registration there would fail deep inside the engine) or when
+    another plugin's backend already holds vLLM's ``CUSTOM`` slot."""
+    ok, line = vllm_supported()
+    if not ok:
+        if line not in _WARNED:     # once per process (vLLM calls register() in every process it starts)
+            _WARNED.add(line)
+            logger.warning(line)
+        return False
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
     holder = custom_slot_holder()

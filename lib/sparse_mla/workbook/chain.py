@@ -156,6 +156,14 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
             failed = out_dir / f"{nb.stem}.failed.ipynb"
             if tmp.exists():
                 os.replace(tmp, failed)
+            from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+            if isinstance(e, (CellTimeoutError, DeadKernelError)):
+                what = (f"a cell ran longer than the per-cell timeout of {timeout} s (--timeout)"
+                        if isinstance(e, CellTimeoutError) else "its kernel died")
+                raise NotebookFailed(f"{nb.name} failed: {what}; its partial output is {_shown(failed, root)}; the "
+                                     f"notebooks executed before it and any earlier {_shown(target, root)} are "
+                                     f"unchanged") from None
             if isinstance(e, pm.PapermillExecutionError):
                 first = (e.source or "").strip().splitlines()[:1]
                 raise NotebookFailed(
@@ -188,7 +196,8 @@ def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: P
     """The checked output folder (made if missing) and whether ``results/summary.*`` is written beside it.
 
     Refused before anything is created: a folder in ``notebooks/`` (records would join the chain), ``results/``
-    itself (it holds the overview), another profile's folder, and a folder where a record would land on a folder.
+    itself (it holds the overview), another profile's folder, any other folder under ``results/`` (it holds records
+    of other kinds, e.g. ``results/h200/``), and a folder where a record would land on a folder.
     """
     where = expand_path(out_dir, "output directory").resolve()   # checked before anything is created
     if where.is_relative_to(notebooks_dir.resolve()):
@@ -204,6 +213,14 @@ def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: P
     if other is not None:
         raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the records of profile {other.name!r}; "
                              f"accepted for profile {profile!r}: results/{profile}/ (the default) or another directory")
+    if where.is_relative_to(results_root) and where != results_root / profile:
+        # results/ holds records of other kinds (results/h200/: GPU benchmarks, launch records ...); a chain run
+        # there would mix executed notebooks into them and appear as a profile of its own in results/summary.*
+        held = sorted(p.name for p in where.iterdir())[:4] if where.is_dir() else []
+        raise UserInputError(f"output directory {str(out_dir)!r} is inside results/, where a chain run may write only "
+                             f"results/{profile}/" + (f" ({str(out_dir)!r} holds other records: {', '.join(held)})"
+                                                      if held else "")
+                             + f"; accepted: results/{profile}/ (the default) or a directory outside results/")
     out_dir = writable_dir(out_dir)
     overview = out_dir.resolve().parent == results_root
     records = [nb.name for nb in chain] + ["summary.json", "summary.md"]
@@ -220,14 +237,34 @@ def _shown(path: Path, root: Path) -> str:
     return str(path.relative_to(root) if path.is_relative_to(root) else path)
 
 
+#: stderr lines that are tools talking about themselves, not results: tqdm's redrawn progress bars and the Jupyter
+#: kernel's warning about its TCP transport.
+_NOISE = re.compile(r"(\[IPKernelApp\] WARNING \| Kernel is running over TCP|\d+%\|.*\||\d+(/\d+)? \[[0-9:<?]+.*(it/s|s/it)\])")
+
+
+def _without_tool_noise(out):
+    """A stderr stream output without progress-bar and kernel-transport lines (None when nothing else is left)."""
+    if out.get("output_type") != "stream" or out.get("name") != "stderr":
+        return out
+    kept = [ln for ln in re.split(r"[\r\n]", out.get("text", "")) if ln.strip() and not _NOISE.search(ln)]
+    if not kept:
+        return None
+    out["text"] = "\n".join(kept) + "\n"
+    return out
+
+
 def _finalize(path: Path, source: Path, target: Path, root: Path, profile: str) -> None:
     """papermill records the input and output paths in the notebook's metadata; keep them relative to the checkout
-    so that executed records carry no machine-specific absolute paths. Also record the parameter profile (read back
-    by :mod:`sparse_mla.workbook.summary`)."""
+    so that executed records carry no machine-specific absolute paths. Drop tool noise from stderr (tqdm progress
+    bars, the kernel's TCP warning). Also record the parameter profile (read back by
+    :mod:`sparse_mla.workbook.summary`)."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
     nb.metadata["sparse_mla"] = {"profile": profile}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in (_without_tool_noise(o) for o in cell.get("outputs", [])) if o is not None]
     meta = nb.metadata.get("papermill", {})
     for key, p in (("input_path", source), ("output_path", target)):
         if key in meta:
