@@ -222,6 +222,35 @@ def test_client_records_errors_and_bounds_the_load(fake_server):
 
 
 # ----------------------------------------------------------------------------------------------- lifecycle
+def test_vllms_own_parser_accepts_the_server_command():
+    """The command line bench serve starts, parsed by vLLM 0.26's own `vllm serve` argument parser
+    (``make_arg_parser``; built under the diagnose probe's CUDA platform, since the CPU platform cannot build it)."""
+    pytest.importorskip("vllm.entrypoints.openai.cli_args")
+    import torch  # noqa: F401  (vLLM's extensions load against torch's libraries)
+
+    from sparse_mla.diagnose import probe as pr
+    from sparse_mla.launch.engine import serve_command
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    pr.ensure_extension_modules()
+    pr.probe_platform_cls()
+    with pr.use_platform(pr.PROBE), pr.quiet_logs():
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+        parser = make_arg_parser(FlexibleArgumentParser())
+    mtp = {"method": "mtp", "num_speculative_tokens": 1}
+    cmd = serve_command("/m", parse_run_spec("TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"), 8123, kv_cache_dtype="fp8_ds_mla",
+                        tp=2, enforce_eager=False, max_model_len=5120, max_num_seqs=32, speculative_config=mtp,
+                        extra=bs.SERVER_EXTRA)
+    assert cmd[:3] == ["vllm", "serve", "/m"]
+    ns = parser.parse_args(cmd[3:])
+    assert (ns.host, ns.port, ns.served_model_name, ns.seed) == ("127.0.0.1", 8123, ["glm5"], 0)
+    assert (ns.attention_backend, ns.kv_cache_dtype, ns.speculative_config) == ("CUSTOM", "fp8_ds_mla", mtp)
+    assert (ns.max_model_len, ns.max_num_seqs, ns.tensor_parallel_size) == (5120, 32, 2)
+    assert ns.enable_prefix_caching is False and ns.disable_uvicorn_access_log is True and not ns.enforce_eager
+    assert parser.parse_args(serve_command("/m", parse_run_spec("FLASHMLA_SPARSE"), 1)[3:]).enforce_eager
+
+
 def test_served_starts_waits_logs_and_kills(vllm_on_path, tmp_path, model_dir):
     from sparse_mla.launch.engine import serve_command, server_env
 

@@ -53,6 +53,8 @@ WARMUP_TOKENS = 2
 SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
                  "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
 SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+#: Extra ``vllm serve`` options: repeats are the same work without prefix caching; no access-log line per request.
+SERVER_EXTRA = ("--no-enable-prefix-caching", "--disable-uvicorn-access-log")
 LIMITS = {"num_requests": (1, 4096), "concurrency": (1, 1024), "repeats": (1, 20), "max_tokens": (2, 1024),
           "seed": (0, 2**31 - 1)}
 
@@ -303,7 +305,7 @@ def serve_and_measure(model: Path, key: str, spec, prompts: list[dict], load: Lo
 
     port = free_port()
     cmd = serve_command(model, spec, port, speculative_config=speculative_config, max_num_seqs=load.concurrency,
-                        extra=("--no-enable-prefix-caching", "--disable-uvicorn-access-log"), **server_kw)
+                        extra=SERVER_EXTRA, **server_kw)
     run = {**spec.describe(), "run": key, "run_spec": spec.name, "kv_cache_dtype": server_kw.get("kv_cache_dtype", "auto"),
            "speculative_config": speculative_config, "cuda_graphs": not server_kw.get("enforce_eager", True),
            "command": cmd, "log": log_path.name}
