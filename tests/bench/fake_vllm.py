@@ -82,7 +82,8 @@ class Handler(BaseHTTPRequestHandler):
                     c = dict(COUNTERS)
                 for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
                                   ("num_accepted_tokens", "accepted_tokens")):
-                    lines += [f"# HELP vllm:spec_decode_{name}_total x", f"# TYPE vllm:spec_decode_{name}_total counter",
+                    lines += [f"# HELP vllm:spec_decode_{name}_total x",
+                              f"# TYPE vllm:spec_decode_{name}_total counter",
                               f"vllm:spec_decode_{name}_total{{{lab}}} {float(c[key])}",
                               f"vllm:spec_decode_{name}_created{{{lab}}} 1.7e9"]
                 lines += ["# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total x",

@@ -375,8 +375,8 @@ def test_bench_serve_end_to_end_with_a_fake_vllm(vllm_on_path, model_dir, tmp_pa
 
 def test_bench_serve_records_a_server_that_does_not_start(vllm_on_path, model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_EXIT", "1")
-    rec = bs.bench_serve(model_dir, ["FLASHMLA_SPARSE"], bs.Load(num_requests=2, concurrency=1, repeats=1, max_tokens=2),
-                         out_dir=tmp_path, tag="x", server_timeout_s=20)
+    load = bs.Load(num_requests=2, concurrency=1, repeats=1, max_tokens=2)
+    rec = bs.bench_serve(model_dir, ["FLASHMLA_SPARSE"], load, out_dir=tmp_path, tag="x", server_timeout_s=20)
     r = rec["runs"]["FLASHMLA_SPARSE"]
     assert "exited with 1" in r["error"] and "FAKE_VLLM argv" in r["log_tail"]
     assert rec["complete"] and "simulated" not in rec

@@ -306,9 +306,9 @@ def serve_and_measure(model: Path, key: str, spec, prompts: list[dict], load: Lo
     port = free_port()
     cmd = serve_command(model, spec, port, speculative_config=speculative_config, max_num_seqs=load.concurrency,
                         extra=SERVER_EXTRA, **server_kw)
-    run = {**spec.describe(), "run": key, "run_spec": spec.name, "kv_cache_dtype": server_kw.get("kv_cache_dtype", "auto"),
-           "speculative_config": speculative_config, "cuda_graphs": not server_kw.get("enforce_eager", True),
-           "command": cmd, "log": log_path.name}
+    run = {**spec.describe(), "run": key, "run_spec": spec.name,
+           "kv_cache_dtype": server_kw.get("kv_cache_dtype", "auto"), "speculative_config": speculative_config,
+           "cuda_graphs": not server_kw.get("enforce_eager", True), "command": cmd, "log": log_path.name}
     t0 = time.time()
     kw = dict(model=SERVED_NAME, request_timeout_s=request_timeout_s, load_timeout_s=load_timeout_s)
     try:
@@ -332,6 +332,8 @@ def serve_and_measure(model: Path, key: str, spec, prompts: list[dict], load: Lo
                token_ids=tokens[0], wall_s=round(time.time() - t0, 1),
                self_agreement=[{k: v for k, v in agreement(tokens[0], t).items() if k != "per_request"}
                                for t in tokens[1:]])
+    if run["summary"]["errors"] or run["warmup"]["errors"]:
+        run["log_tail"] = _tail(log_path)
     return run
 
 
@@ -411,13 +413,19 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
                    "prefix_caching": False, "server_timeout_s": server_timeout_s},
         "speculative_config": speculative_config, "runs": {}})
     t0 = time.time()
-    for key, name, scfg in plan_runs(runs, speculative_config):
+    plan = plan_runs(runs, speculative_config)
+    for i, (key, name, scfg) in enumerate(plan):
         log = out_dir / f"bench_serve_{tag}_{_safe(key)}.log"
-        rec["runs"][key] = serve_and_measure(model, key, parse_run_spec(name), prompts, load, log,
-                                             speculative_config=scfg, server_timeout_s=server_timeout_s,
-                                             request_timeout_s=request_timeout_s, **server_kw)
+        print(f"[bench serve {i + 1}/{len(plan)}] {key}: vllm serve, log {log.name}", flush=True)
+        r = rec["runs"][key] = serve_and_measure(model, key, parse_run_spec(name), prompts, load, log,
+                                                 speculative_config=scfg, server_timeout_s=server_timeout_s,
+                                                 request_timeout_s=request_timeout_s, **server_kw)
         rec.update(compare_runs(rec["runs"], runs[0]), wall_s=round(time.time() - t0, 1))
         write_record(rec, out_dir, tag)
+        tps = ((r.get("summary") or {}).get("output_tokens_per_s") or {}).get("median")
+        print(f"[bench serve {i + 1}/{len(plan)}] {key}: " + (r["error"] if "error" in r else
+              f"up in {r['server_up_s']} s, {tps:.1f} tokens/s (median), {r['wall_s']} s in all"
+              if tps is not None else "no request finished"), flush=True)
     rec["complete"] = True
     write_record(rec, out_dir, tag)
     return rec
@@ -586,11 +594,13 @@ def cli_run(args, record_place) -> int:
     rec = bench_serve(model, runs, load, out_dir=out_dir, tag=tag, kv_cache_dtype=args.kv_cache_dtype, tp=args.tp,
                       cuda_graphs=not args.eager, speculative_config=spec_cfg,
                       server_timeout_s=args.server_timeout, request_timeout_s=args.request_timeout)
-    for row in csv_rows(rec):
-        print(f"{row['run']:<45} " + (f"error: {row['error']}" if row["error"] else
-                                       f"{row['tokens_per_s_median'] or 0:9.1f} tok/s  TTFT {row['ttft_ms_median'] or 0:7.1f} ms"
-                                       f"  TPOT {row['tpot_ms_median'] or 0:6.2f} ms  same as baseline "
-                                       f"{row['identical_vs_baseline'] or '-'}  as plain {row['identical_vs_plain'] or '-'}"
-                                       f"  acceptance {row['acceptance_rate'] if row['acceptance_rate'] is not None else '-'}"))
+    for r in csv_rows(rec):
+        if r["error"]:
+            print(f"{r['run']:<45} error: {r['error']}")
+            continue
+        acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.3f}"
+        print(f"{r['run']:<45} {r['tokens_per_s_median'] or 0:9.1f} tok/s  TTFT {r['ttft_ms_median'] or 0:7.1f} ms  "
+              f"TPOT {r['tpot_ms_median'] or 0:6.2f} ms  same as baseline {r['identical_vs_baseline'] or '-'}  "
+              f"as plain {r['identical_vs_plain'] or '-'}  acceptance {acc}")
     print(f"record: {out_dir / f'bench_serve_{tag}.json'} (+ .csv, .png, bench_serve_{tag}_<run>.log)")
     return 0

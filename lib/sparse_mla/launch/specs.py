@@ -109,7 +109,8 @@ def sparse_mla_backend_names(head_size: int = MLA_HEAD_SIZE) -> tuple[str, ...]:
 
 def accepted_backends() -> str:
     """What :func:`attention_config` accepts, as one phrase for error messages."""
-    return f"auto, {OURS} (alias CUSTOM), or one of vLLM's CUDA sparse MLA backends ({', '.join(sparse_mla_backend_names())})"
+    names = ", ".join(sparse_mla_backend_names())
+    return f"auto, {OURS} (alias CUSTOM), or one of vLLM's CUDA sparse MLA backends ({names})"
 
 
 def attention_config(backend: str) -> dict | None:
