@@ -122,3 +122,26 @@ def test_patched_environ_restores(monkeypatch):
             assert "SPARSE_MLA_TEST_A" not in os.environ and os.environ["SPARSE_MLA_TEST_B"] == "1"
             raise RuntimeError
     assert os.environ["SPARSE_MLA_TEST_A"] == "x" and "SPARSE_MLA_TEST_B" not in os.environ
+
+
+def test_unimportable_backend_classes(monkeypatch):
+    """A class that cannot be imported here is kept when it is one of vLLM's general backends (vLLM judges it on the
+    GPU) and dropped when it is a model's own (its head size cannot be read): never a DSV4 backend by accident."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    real = AttentionBackendEnum.get_class
+
+    def get_class(self):
+        if self.name in ("FLASHMLA_SPARSE", "FLASHMLA_SPARSE_DSV4"):
+            raise ImportError("no extension here")
+        return real(self)
+
+    specs.sparse_mla_backend_names.cache_clear()
+    monkeypatch.setattr(AttentionBackendEnum, "get_class", get_class)
+    try:
+        names = specs.sparse_mla_backend_names()
+        names_512 = specs.sparse_mla_backend_names(512)
+    finally:
+        specs.sparse_mla_backend_names.cache_clear()
+    assert "FLASHMLA_SPARSE" in names and "FLASHMLA_SPARSE_DSV4" not in names
+    assert "FLASHMLA_SPARSE_DSV4" not in names_512 and "FLASHINFER_MLA_SPARSE_DSV4" in names_512

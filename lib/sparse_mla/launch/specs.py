@@ -87,7 +87,9 @@ def sparse_mla_backend_names(head_size: int = MLA_HEAD_SIZE) -> tuple[str, ...]:
     (``vllm/v1/attention/backends/registry.py``) named ``*MLA*SPARSE*`` without the ROCm and XPU ones, whose class
     says ``is_sparse()`` and ``supports_head_size(head_size)`` -- so DeepSeek-V4's 512-wide ``*_DSV4`` backends are
     not offered for GLM-5. A class that cannot be imported on this machine (``FLASH_ATTN_MLA_SPARSE`` without the
-    FlashAttention extensions, e.g. a CPU-only vLLM) is kept: vLLM judges it when an engine starts on the GPU."""
+    FlashAttention extensions, e.g. a CPU-only vLLM) is kept if it is one of vLLM's general attention backends
+    (module under ``vllm.v1.attention.backends``; vLLM judges it when an engine starts on the GPU), and left out if it
+    belongs to one model (``vllm.models.*``, as the DeepSeek-V4 ones do), whose head size cannot be read here."""
     from ..diagnose.probe import quiet_logs
 
     with quiet_logs():   # backend modules log and warn while they import
@@ -100,7 +102,8 @@ def sparse_mla_backend_names(head_size: int = MLA_HEAD_SIZE) -> tuple[str, ...]:
             try:
                 cls = member.get_class()
             except Exception:  # noqa: BLE001  (ImportError, or a module that needs the GPU at import)
-                out.append(name)
+                if member.get_path().startswith("vllm.v1.attention.backends."):   # not a model's own backend
+                    out.append(name)
                 continue
             if cls.is_sparse() and cls.supports_head_size(head_size):
                 out.append(name)
