@@ -381,3 +381,25 @@ def test_bench_serve_records_a_server_that_does_not_start(vllm_on_path, model_di
     assert "exited with 1" in r["error"] and "FAKE_VLLM argv" in r["log_tail"]
     assert rec["complete"] and "simulated" not in rec
     assert "error" in (tmp_path / "bench_serve_x.csv").read_text().splitlines()[0]
+
+
+def test_cli_glue_quick_defaults_and_printout(vllm_on_path, model_dir, tmp_path, monkeypatch, capsys):
+    """The command line's own path after the GPU check (record_place stands in): --quick gives 1 repeat, explicit
+    values win over --quick, one line per run and the record's place are printed."""
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("bench.cli",))
+    args = cli.build_parser().parse_args(["bench", "serve", "--model", str(model_dir), "--quick", "--num-requests",
+                                          "4", "--concurrency", "2", "--max-tokens", "3", "--backends",
+                                          "FLASHMLA_SPARSE,TRITON_MLA_SPARSE"])
+    seen = {}
+    real = bs.bench_serve
+    monkeypatch.setattr(bs, "bench_serve", lambda model, runs, load, **kw: seen.update(load=load, runs=runs, **kw)
+                        or real(model, runs, load, **kw))
+    assert bs.cli_run(args, lambda a: (tmp_path, "t")) == 0
+    assert seen["load"] == bs.Load(num_requests=4, concurrency=2, repeats=1, max_tokens=3, seed=0)
+    assert seen["runs"] == ("FLASHMLA_SPARSE", "TRITON_MLA_SPARSE") and seen["cuda_graphs"] is True
+    out = capsys.readouterr().out.splitlines()
+    lines = [ln for ln in out if not ln.startswith("[bench serve")]
+    assert lines[0].startswith("FLASHMLA_SPARSE ") and "tok/s" in lines[0] and "same as baseline -" in lines[0]
+    assert lines[1].startswith("TRITON_MLA_SPARSE ") and "same as baseline" in lines[1]
+    assert lines[2].startswith("record: ") and (tmp_path / "bench_serve_t.json").is_file()
+

@@ -507,7 +507,7 @@ def plot(rec: dict, path: Path) -> None:
     from matplotlib.figure import Figure
 
     rows = [r for r in csv_rows(rec) if r["tokens_per_s_median"] is not None]
-    fig = Figure(figsize=(4.2 * 3, 4.4), layout="constrained")
+    fig = Figure(figsize=(4.4 * 3, 5.2), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, (k, label) in zip(axes, (("tokens_per_s", "output tokens/s"), ("ttft_ms", "TTFT median (ms)"),
                                      ("tpot_ms", "TPOT median (ms)"))):
@@ -524,7 +524,8 @@ def plot(rec: dict, path: Path) -> None:
             if r["speculative"]:
                 b.set_hatch("//")
         ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
-        ax.set_xticks(range(len(rows)), [r["run"].replace("+", "+\n") for r in rows], fontsize=6)
+        ax.set_xticks(range(len(rows)), [r["run"] for r in rows], fontsize=7, rotation=35, ha="right",
+                      rotation_mode="anchor")
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
     env, ld = rec.get("environment", {}), rec.get("load", {})
