@@ -20,6 +20,13 @@ def ckpt(tmp_path_factory) -> Path:
     return ck.make_checkpoint(tmp_path_factory.mktemp("ck") / "glm5tiny", seed=0)
 
 
+@pytest.fixture(scope="module")
+def ckpt_mtp(tmp_path_factory) -> Path:
+    """The same checkpoint (seed 0) with GLM-5's MTP layer (``make-checkpoint --mtp``)."""
+    assert cli.main(["make-checkpoint", str(tmp_path_factory.mktemp("ckmtp") / "glm5tiny"), "--mtp"]) == 0
+    return next(tmp_path_factory.getbasetemp().glob("ckmtp*/glm5tiny"))
+
+
 @pytest.fixture
 def only_checkpoint_cli(monkeypatch):
     """Build the CLI with just this module's subcommand (other steps' modules are not this test's concern)."""
@@ -93,8 +100,8 @@ def test_weight_scales_sane(ckpt):
             assert 0.5 < std * t.shape[1] ** 0.5 < 2.0, (name, std)
 
 
-def _vllm_param_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
-    """Parameter names/shapes of vLLM 0.26.0's ``DeepseekV2Model`` (without the ``model.`` prefix), derived by hand
+def _vllm_layer_params(cfg: dict, i: int, prefix: str) -> dict[str, tuple[int, ...]]:
+    """Parameter names/shapes of vLLM 0.26.0's ``DeepseekV2DecoderLayer`` ``i`` under ``prefix``, derived by hand
     from the module tree in deepseek_v2.py (``DeepseekV2MLAAttention``: ``fused_qkv_a_proj``; ``Indexer``:
     ``wk_weights_proj``; ``DeepseekV2MLP``: ``gate_up_proj``; FusedMoE: ``experts.routed_experts.w13_weight``/
     ``w2_weight``). Building the real model needs a GPU platform (MLA is rejected on CPU)."""
@@ -102,98 +109,225 @@ def _vllm_param_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     qr, kvr, nope, rope, v = (cfg[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                                "qk_rope_head_dim", "v_head_dim"))
     ih, idim = cfg["index_n_heads"], cfg["index_head_dim"]
-    p = {"embed_tokens.weight": (cfg["vocab_size"], D), "norm.weight": (D,)}
-    for i in range(cfg["num_hidden_layers"]):
-        L, a = f"layers.{i}.", f"layers.{i}.self_attn."
-        p.update({L + "input_layernorm.weight": (D,), L + "post_attention_layernorm.weight": (D,),
-                  a + "fused_qkv_a_proj.weight": (qr + kvr + rope, D), a + "q_a_layernorm.weight": (qr,),
-                  a + "q_b_proj.weight": (nh * (nope + rope), qr), a + "kv_a_layernorm.weight": (kvr,),
-                  a + "kv_b_proj.weight": (nh * (nope + v), kvr), a + "o_proj.weight": (D, nh * v),
-                  a + "indexer.wq_b.weight": (ih * idim, qr), a + "indexer.wk_weights_proj.weight": (idim + ih, D),
-                  a + "indexer.k_norm.weight": (idim,), a + "indexer.k_norm.bias": (idim,)})
-        m = L + "mlp."
-        if ck.is_moe_layer(cfg, i):
-            E, I = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
-            p.update({m + "gate.weight": (E, D), m + "gate.e_score_correction_bias": (E,),
-                      m + "shared_experts.gate_up_proj.weight": (2 * I, D),
-                      m + "shared_experts.down_proj.weight": (D, I),
-                      m + "experts.routed_experts.w13_weight": (E, 2 * I, D),
-                      m + "experts.routed_experts.w2_weight": (E, D, I)})
-        else:
-            I = cfg["intermediate_size"]
-            p.update({m + "gate_up_proj.weight": (2 * I, D), m + "down_proj.weight": (D, I)})
+    L, a = prefix, prefix + "self_attn."
+    p = {L + "input_layernorm.weight": (D,), L + "post_attention_layernorm.weight": (D,),
+         a + "fused_qkv_a_proj.weight": (qr + kvr + rope, D), a + "q_a_layernorm.weight": (qr,),
+         a + "q_b_proj.weight": (nh * (nope + rope), qr), a + "kv_a_layernorm.weight": (kvr,),
+         a + "kv_b_proj.weight": (nh * (nope + v), kvr), a + "o_proj.weight": (D, nh * v),
+         a + "indexer.wq_b.weight": (ih * idim, qr), a + "indexer.wk_weights_proj.weight": (idim + ih, D),
+         a + "indexer.k_norm.weight": (idim,), a + "indexer.k_norm.bias": (idim,)}
+    m = L + "mlp."
+    if ck.is_moe_layer(cfg, i):
+        E, I = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+        p.update({m + "gate.weight": (E, D), m + "gate.e_score_correction_bias": (E,),
+                  m + "shared_experts.gate_up_proj.weight": (2 * I, D),
+                  m + "shared_experts.down_proj.weight": (D, I),
+                  m + "experts.routed_experts.w13_weight": (E, 2 * I, D),
+                  m + "experts.routed_experts.w2_weight": (E, D, I)})
+    else:
+        I = cfg["intermediate_size"]
+        p.update({m + "gate_up_proj.weight": (2 * I, D), m + "down_proj.weight": (D, I)})
     return p
 
 
-def test_names_accepted_by_vllm_load_weights(ckpt):
-    """Feed the checkpoint through vLLM's real ``DeepseekV2Model.load_weights`` (the name mapping code) against a
-    stand-in module whose parameters carry the hand-derived vLLM names; every tensor must land in a parameter shard
-    of the right shape, and every parameter shard must be filled exactly once."""
-    dsv2 = pytest.importorskip("vllm.model_executor.models.deepseek_v2")
-    from safetensors.torch import load_file
-    from transformers import AutoConfig
+def _vllm_param_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """``DeepseekV2Model``'s parameters (without the ``model.`` prefix): embedding, decoder layers, final norm."""
+    p = {"embed_tokens.weight": (cfg["vocab_size"], cfg["hidden_size"]), "norm.weight": (cfg["hidden_size"],)}
+    for i in range(cfg["num_hidden_layers"]):
+        p.update(_vllm_layer_params(cfg, i, f"layers.{i}."))
+    return p
 
-    cfg = json.loads((ckpt / "config.json").read_text())
-    hf_cfg = AutoConfig.from_pretrained(str(ckpt))
-    shapes = _vllm_param_shapes(cfg)
-    calls: list[tuple[str, tuple, object, object]] = []
 
-    def make_loader(pname):
-        def loader(param, w, *args, **kw):
+def _vllm_mtp_param_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """``DeepSeekMTP``'s parameters, derived by hand from deepseek_mtp.py: ``DeepSeekMTP.model`` (prefix ``model``,
+    line 255) is a ``DeepSeekMultiTokenPredictor`` with ``embed_tokens`` (175) and ``layers[str(L)]`` (prefix
+    ``model.layers.{L}``, 167), each a ``DeepSeekMultiTokenPredictorLayer``: ``enorm``/``hnorm`` (91-92),
+    ``eh_proj = nn.Linear(2 * hidden, hidden, bias=False)`` (93), ``shared_head.norm``/``shared_head.head``
+    (71-72, 109) and ``mtp_block``, a ``DeepseekV2DecoderLayer`` of layer index ``L`` (112)."""
+    D, V = cfg["hidden_size"], cfg["vocab_size"]
+    p = {"model.embed_tokens.weight": (V, D)}
+    for L in range(cfg["num_hidden_layers"], cfg["num_hidden_layers"] + cfg["num_nextn_predict_layers"]):
+        q = f"model.layers.{L}."
+        p.update({q + "enorm.weight": (D,), q + "hnorm.weight": (D,), q + "eh_proj.weight": (D, 2 * D),
+                  q + "shared_head.norm.weight": (D,), q + "shared_head.head.weight": (V, D)})
+        p.update(_vllm_layer_params(cfg, L, q + "mtp_block."))
+    return p
+
+
+class _Recorder:
+    """Weight loaders that record ``(param, weight shape, shard, expert)`` instead of copying."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, tuple, object, object]] = []
+
+    def params(self, shapes: dict) -> dict:
+        out = {}
+        for n, s in shapes.items():
+            prm = torch.nn.Parameter(torch.empty(s, device="meta"), requires_grad=False)
+            prm.weight_loader = self.loader(n)
+            out[n] = prm
+        return out
+
+    def loader(self, pname):
+        def load(param, w, *args, **kw):
             if "expert_id" in kw:
                 shard, expert = kw["shard_id"], kw["expert_id"]
             else:
                 shard, expert = (args[0] if args else None), None
-            calls.append((pname, tuple(w.shape), shard, expert))
+            self.calls.append((pname, tuple(w.shape), shard, expert))
             return True
-        return loader
+        return load
+
+    def check(self, cfg: dict, shapes: dict) -> None:
+        """Every call lands in a parameter shard of the right shape; every shard is filled exactly once."""
+        D = cfg["hidden_size"]
+        I_moe, E = cfg["moe_intermediate_size"], cfg["n_routed_experts"]
+        got: dict[str, set] = {}
+        for pname, wshape, shard, expert in self.calls:
+            assert (shard, expert) not in got.get(pname, set()), (pname, shard, expert)
+            got.setdefault(pname, set()).add((shard, expert))
+            pshape = shapes[pname]
+            if pname.endswith("fused_qkv_a_proj.weight"):
+                assert wshape == ((cfg["q_lora_rank"], D) if shard == 0 else (cfg["kv_lora_rank"] + 64, D))
+            elif pname.endswith("wk_weights_proj.weight"):
+                assert wshape == ((cfg["index_head_dim"], D) if shard == 0 else (cfg["index_n_heads"], D))
+            elif pname.endswith("gate_up_proj.weight"):
+                assert shard in (0, 1) and wshape == (pshape[0] // 2, D)
+            elif pname.endswith("w13_weight"):
+                assert shard in ("w1", "w3") and wshape == (I_moe, D)
+            elif pname.endswith("w2_weight"):
+                assert shard == "w2" and wshape == (D, I_moe)
+            else:
+                assert shard is None and wshape == pshape, pname
+        assert set(got) == set(shapes)
+        for pname, keys in got.items():
+            if pname.endswith(("fused_qkv_a_proj.weight", "wk_weights_proj.weight", "gate_up_proj.weight")):
+                assert keys == {(0, None), (1, None)}, pname
+            elif pname.endswith("w13_weight"):
+                assert keys == {(s, e) for s in ("w1", "w3") for e in range(E)}, pname
+            elif pname.endswith("w2_weight"):
+                assert keys == {("w2", e) for e in range(E)}, pname
+
+
+@pytest.mark.parametrize("which", ["plain", "mtp"])
+def test_names_accepted_by_vllm_load_weights(ckpt, ckpt_mtp, which):
+    """Feed the checkpoint through vLLM's real ``DeepseekV2Model.load_weights`` (the name mapping code) against a
+    stand-in module whose parameters carry the hand-derived vLLM names; every tensor must land in a parameter shard
+    of the right shape, and every parameter shard must be filled exactly once. With an MTP layer, the main model
+    skips ``model.layers.{num_hidden_layers}.*`` (deepseek_v2.py ``get_spec_layer_idx_from_weight_name``)."""
+    dsv2 = pytest.importorskip("vllm.model_executor.models.deepseek_v2")
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    d = ckpt if which == "plain" else ckpt_mtp
+    cfg = json.loads((d / "config.json").read_text())
+    hf_cfg = AutoConfig.from_pretrained(str(d))
+    shapes = _vllm_param_shapes(cfg)
+    rec = _Recorder()
+    params = rec.params(shapes)
 
     class StandIn(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.config, self.num_redundant_experts, self.use_mha = hf_cfg, 0, False
-            self._p = {}
-            for n, s in shapes.items():
-                prm = torch.nn.Parameter(torch.empty(s, device="meta"), requires_grad=False)
-                prm.weight_loader = make_loader(n)
-                self._p[n] = prm
 
         def named_parameters(self, *a, **k):
-            return iter(self._p.items())
+            return iter(params.items())
 
-    sd = load_file(str(ckpt / "model.safetensors"))
+    sd = load_file(str(d / "model.safetensors"))
     assert set(sd) - {"lm_head.weight"} == {k for k in sd if k.startswith("model.")}
     assert tuple(sd["lm_head.weight"].shape) == (cfg["vocab_size"], cfg["hidden_size"])  # ParallelLMHead.weight
     weights = [(k[len("model."):], t) for k, t in sd.items() if k.startswith("model.")]  # AutoWeightsLoader strip
+    mtp_prefix = f"layers.{cfg['num_hidden_layers']}."
+    n_mtp = sum(k.startswith(mtp_prefix) for k, _ in weights)
+    assert (n_mtp > 0) == (which == "mtp")
     loaded = dsv2.DeepseekV2Model.load_weights(StandIn(), iter(weights))
     assert loaded == set(shapes)
-    assert len(calls) == len(weights)
+    assert len(rec.calls) == len(weights) - n_mtp
+    rec.check(cfg, shapes)
 
-    D = cfg["hidden_size"]
-    I_moe, E = cfg["moe_intermediate_size"], cfg["n_routed_experts"]
-    got: dict[str, set] = {}
-    for pname, wshape, shard, expert in calls:
-        got.setdefault(pname, set()).add((shard, expert))
-        pshape = shapes[pname]
-        if pname.endswith("fused_qkv_a_proj.weight"):
-            assert wshape == ((cfg["q_lora_rank"], D) if shard == 0 else (cfg["kv_lora_rank"] + 64, D))
-        elif pname.endswith("wk_weights_proj.weight"):
-            assert wshape == ((cfg["index_head_dim"], D) if shard == 0 else (cfg["index_n_heads"], D))
-        elif pname.endswith("gate_up_proj.weight"):
-            assert shard in (0, 1) and wshape == (pshape[0] // 2, D)
-        elif pname.endswith("w13_weight"):
-            assert shard in ("w1", "w3") and wshape == (I_moe, D)
-        elif pname.endswith("w2_weight"):
-            assert shard == "w2" and wshape == (D, I_moe)
-        else:
-            assert shard is None and wshape == pshape, pname
-    for pname, keys in got.items():
-        if pname.endswith(("fused_qkv_a_proj.weight", "wk_weights_proj.weight", "gate_up_proj.weight")):
-            assert keys == {(0, None), (1, None)}, pname
-        elif pname.endswith("w13_weight"):
-            assert keys == {(s, e) for s in ("w1", "w3") for e in range(E)}, pname
-        elif pname.endswith("w2_weight"):
-            assert keys == {("w2", e) for e in range(E)}, pname
+
+def test_mtp_names_accepted_by_vllm_mtp_load_weights(ckpt_mtp):
+    """The whole MTP checkpoint through vLLM's real ``DeepSeekMTP.load_weights`` (its name rewriting
+    ``_rewrite_spec_layer_name``, the stacked and expert mappings, the missing-layer check), with the draft config
+    made by vLLM's own ``SpeculativeConfig.hf_config_override`` (``glm_moe_dsa`` -> ``deepseek_mtp``): every MTP
+    tensor lands once in a parameter shard of the hand-derived :func:`_vllm_mtp_param_shapes`, every shard is
+    filled, and no main-model tensor is consumed."""
+    mtp_mod = pytest.importorskip("vllm.model_executor.models.deepseek_mtp")
+    from types import SimpleNamespace
+
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+    from vllm.config.speculative import SpeculativeConfig
+
+    cfg = json.loads((ckpt_mtp / "config.json").read_text())
+    assert cfg["num_nextn_predict_layers"] == 1
+    hf_cfg = SpeculativeConfig.hf_config_override(AutoConfig.from_pretrained(str(ckpt_mtp)))
+    assert hf_cfg.model_type == "deepseek_mtp" and hf_cfg.architectures == ["DeepSeekMTPModel"]
+    assert hf_cfg.n_predict == 1
+    shapes = _vllm_mtp_param_shapes(cfg)
+    rec = _Recorder()
+    params = rec.params(shapes)
+    L = cfg["num_hidden_layers"]
+
+    class StandIn(torch.nn.Module):
+        _rewrite_spec_layer_name = mtp_mod.DeepSeekMTP._rewrite_spec_layer_name
+
+        def __init__(self):
+            super().__init__()
+            self.config = hf_cfg
+            self.model = SimpleNamespace(mtp_start_layer_idx=L, num_mtp_layers=1)
+
+        def named_parameters(self, *a, **k):
+            return iter(params.items())
+
+    sd = load_file(str(ckpt_mtp / "model.safetensors"))
+    mtp_names = [k for k in sd if k.startswith(f"model.layers.{L}.")]
+    assert set(mtp_names) == set(ck.mtp_weight_shapes(cfg))
+    loaded = mtp_mod.DeepSeekMTP.load_weights(StandIn(), iter(sd.items()))
+    assert loaded == set(shapes)
+    assert len(rec.calls) == len(mtp_names)
+    rec.check(cfg, shapes)
+    # without the MTP tensors vLLM's loader refuses (the check `launch --speculative-config` makes early)
+    rec2 = _Recorder()
+    params.update(rec2.params(shapes))
+    with pytest.raises(ValueError, match=f"MTP speculative decoding layer {L} weights missing"):
+        mtp_mod.DeepSeekMTP.load_weights(StandIn(), iter((k, t) for k, t in sd.items() if k not in mtp_names))
+
+
+def test_mtp_checkpoint_round_trip_and_main_model_unchanged(ckpt, ckpt_mtp):
+    """load_checkpoint reads every MTP tensor back with the expected shape; the main model's tensors are
+    byte-identical to the checkpoint without --mtp (same seed), and the MTP layer's embedding and head are copies of
+    the main model's (vLLM shares them anyway)."""
+    cfg, sd = ck.load_checkpoint(ckpt_mtp)
+    cfg0, sd0 = ck.load_checkpoint(ckpt)
+    assert {k: tuple(t.shape) for k, t in sd.items()} == ck.expected_weight_shapes(cfg)
+    assert set(sd) == set(sd0) | set(ck.mtp_weight_shapes(cfg)) and not set(sd0) & set(ck.mtp_weight_shapes(cfg))
+    assert all(torch.equal(sd[k], sd0[k]) and sd[k].dtype == sd0[k].dtype for k in sd0)
+    L = cfg["num_hidden_layers"]
+    assert torch.equal(sd[f"model.layers.{L}.embed_tokens.weight"], sd["model.embed_tokens.weight"])
+    assert torch.equal(sd[f"model.layers.{L}.shared_head.head.weight"], sd["lm_head.weight"])
+    assert not torch.equal(sd[f"model.layers.{L}.self_attn.q_a_proj.weight"][:, :64],
+                           sd[f"model.layers.{L - 1}.self_attn.q_a_proj.weight"][:, :64])   # own seeds
+    assert ck.is_moe_layer(cfg, L) and f"model.layers.{L}.mlp.experts.7.down_proj.weight" in sd
+    assert {k: cfg[k] for k in cfg if k != "num_nextn_predict_layers"} == \
+        {k: cfg0[k] for k in cfg0 if k != "num_nextn_predict_layers"}
+    assert (cfg["num_nextn_predict_layers"], cfg0["num_nextn_predict_layers"]) == (1, 0)
+
+
+def test_reference_forward_ignores_the_mtp_layer(ckpt_mtp):
+    """Glm5Reference, like vLLM's target model, runs layers 0..num_hidden_layers-1 only: poisoning every MTP tensor
+    with NaN changes nothing, and the logits equal those of the same weights without the MTP layer."""
+    from sparse_mla.launch.glm5_reference import Glm5Reference
+
+    cfg, sd = ck.load_checkpoint(ckpt_mtp)
+    mtp = ck.mtp_weight_shapes(cfg)
+    ids = torch.randint(2, cfg["vocab_size"], (24,), generator=torch.Generator().manual_seed(3))
+    poisoned = {k: (torch.full_like(t, float("nan")) if k in mtp else t) for k, t in sd.items()}
+    a = Glm5Reference(cfg, poisoned).forward(ids)
+    plain = {k: t for k, t in sd.items() if k not in mtp}
+    b = Glm5Reference({**cfg, "num_nextn_predict_layers": 0}, plain).forward(ids)
+    assert torch.isfinite(a).all() and torch.equal(a, b)
 
 
 def test_deterministic_cli_and_overwrite(ckpt, tmp_path, only_checkpoint_cli, capsys):
@@ -296,6 +430,12 @@ def test_preset_config_errors():
     with pytest.raises(UserInputError, match="index_topk 100"):
         ck.preset_config(index_topk=100)
     assert ck.preset_config(index_topk=256, num_layers=3)["num_hidden_layers"] == 3
+    with pytest.raises(UserInputError, match="mtp 'yes' is not accepted"):
+        ck.preset_config(mtp="yes")
+    cfg = ck.preset_config(index_topk=256, num_layers=3, mtp=True)
+    assert cfg["num_nextn_predict_layers"] == 1
+    assert {n for n in ck.mtp_weight_shapes(cfg) if n.endswith("mlp.gate.weight")} == {"model.layers.3.mlp.gate.weight"}
+    assert ck.mtp_weight_shapes(ck.preset_config()) == {}
 
 
 def test_load_checkpoint_sharded_and_errors(ckpt, tmp_path):

@@ -3,8 +3,9 @@
 reference GLM-5 forward with the Triton kernel (interpreter, fp32) as its attention core matches plain attention
 on a prompt longer than index_topk."""
 import json
-import os
 import math
+import os
+import sys
 
 import pytest
 import torch
@@ -426,3 +427,142 @@ def test_run_parity_api_checks_arguments(tmp_path, fake_gpu, no_engine):
                {"out": tmp_path}):
         with pytest.raises(UserInputError):
             launch.run_parity(d, **kw)
+
+
+# ------------------------------------------------------------------------ run specs, kv dtype, MTP through --parity
+def _fake_offline(calls):
+    """Stands in for one engine subprocess: records (args, env) and answers with a run record whose greedy tokens
+    depend on the backend (FLASHMLA_SPARSE parts at token 2), like near-ties between backends."""
+    def run(args, out_json, log, env=None):
+        a = dict(zip(args[::2], args[1::2]))
+        calls.append({"args": list(args), "env": env, "log": log})
+        lens = [int(x) for x in a["--prompt-lengths"].split(",")]
+        part = "FLASHMLA_SPARSE" in a["--backend"]
+        gens = [_gen(n, [n, n + 1] + ([9, 9] if part else [n + 2, n + 3]), [-1.0] * 4, first_top={n: -1.0})
+                for n in lens]
+        return {"layers": {}, "kv_cache_dtype": a["--kv-cache-dtype"], "generations": gens,
+                "throughput": {"output_tokens_per_s": 1.0}}
+    return run
+
+
+def test_parity_run_specs_kv_dtype_and_speculative_config_reach_every_engine(ckpt, tmp_path, fake_gpu, monkeypatch):
+    calls, served = [], {}
+    monkeypatch.setattr(launch, "_subprocess_offline", _fake_offline(calls))
+    monkeypatch.setattr(launch, "reference_first_token", lambda model, prompts: [
+        {"argmax": len(p), "logprobs": torch.zeros(4096)} for p in prompts])
+    monkeypatch.setattr(launch, "run_serve", lambda model, backend, **kw: served.update(backend=backend, **kw) or {
+        "token_ids": [48, 49, 50, 51]})
+    monkeypatch.setenv("SPARSE_MLA_TRITON_INDEXER", "1")          # the shell's value must not leak into plain runs
+    monkeypatch.setenv("SPARSE_MLA_SIMULATED_CAPABILITY", "8.9")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    model = tmp_path / "m2"
+    model.mkdir()
+    for f in ckpt.iterdir():
+        if f.name != "config.json":
+            (model / f.name).symlink_to(f)
+    (model / "config.json").write_text(json.dumps({**cfg, "num_nextn_predict_layers": 1}))
+    mtp = {"method": "mtp", "num_speculative_tokens": 1}
+    rec = launch.run_parity(model, backends=["TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", "TRITON_MLA_SPARSE",
+                                             "FLASHMLA_SPARSE"], prompt_lengths=(48, 200), max_tokens=4,
+                            out=tmp_path / "rec.json", log_dir=tmp_path / "logs", kv_cache_dtype="fp8_ds_mla",
+                            speculative_config=json.dumps(mtp))
+    keys = ["TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE", "TRITON_MLA_SPARSE+eager"]
+    assert list(rec["runs"]) == keys and len(calls) == 4
+    for key, c in zip(keys, calls):
+        a = c["args"]
+        assert a[a.index("--kv-cache-dtype") + 1] == "fp8_ds_mla"
+        assert json.loads(a[a.index("--speculative-config") + 1]) == mtp
+        assert a[a.index("--backend") + 1] == key.removesuffix("+eager")
+        assert ("--cuda-graphs" in a) == (not key.endswith("+eager"))
+        assert c["env"].get("SPARSE_MLA_TRITON_INDEXER") == ("1" if "TRITON_DSA_INDEXER" in key else None)
+        assert "+" not in c["log"].name      # log names without '+' (they must survive copying off the GPU host)
+        r = rec["runs"][key]
+        assert r["kv_cache_dtype"] == "fp8_ds_mla" and r["indexer"] == (
+            "TRITON_DSA_INDEXER" if "TRITON_DSA_INDEXER" in key else "vllm")
+        assert rec["run_specs"][key]["backend_requested"] == key.split("+")[0]
+    assert rec["kv_cache_dtype"] == "fp8_ds_mla" and rec["speculative_config"] == mtp
+    assert rec["model"]["num_nextn_predict_layers"] == 1 and rec["simulated"]["capability"] == "8.9"
+    # ours (plain) is the baseline; every pair is compared once
+    assert rec["parity_baseline"] == "TRITON_MLA_SPARSE"
+    assert set(rec["parity_vs_ours"]) == set(keys) - {"TRITON_MLA_SPARSE"}
+    assert rec["parity_vs_ours"]["TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"]["all_identical"]
+    assert rec["parity_vs_ours"]["FLASHMLA_SPARSE"]["per_prompt"][0]["first_divergence"] == 2
+    assert [(p["a"], p["b"]) for p in rec["parity_pairs"]] == [(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]]
+    assert all(r["same_first_token"] for rows in rec["reference_first_token"].values() for r in rows)
+    assert served["backend"] == "TRITON_MLA_SPARSE" and served["kv_cache_dtype"] == "fp8_ds_mla"
+    assert served["speculative_config"] == mtp and rec["serve"]["compared_with"] == "TRITON_MLA_SPARSE+eager"
+    assert json.loads((tmp_path / "rec.json").read_text())["run_specs"] == rec["run_specs"]
+
+
+def test_parity_baseline_without_plain_ours():
+    assert launch.parity_baseline(("FLASHMLA_SPARSE", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER")) == \
+        "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"
+    assert launch.parity_baseline(("FLASHMLA_SPARSE",)) is None
+    assert launch.parity_plan(("FLASHMLA_SPARSE", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"))[-1] == (
+        "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER+eager", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", False)
+    assert launch.parity_plan(("FLASHMLA_SPARSE",), graph=False) == [("FLASHMLA_SPARSE", "FLASHMLA_SPARSE", False)]
+
+
+def test_cli_parity_passes_run_specs_kv_dtype_and_speculative_config(tmp_path, fake_gpu, monkeypatch, capsys):
+    got = {}
+    monkeypatch.setattr(launch, "run_parity", lambda model, **kw: got.update(kw) or {})
+    d = _model_dir(tmp_path, num_nextn_predict_layers=1)
+    assert cli.main(["launch", "--model", str(d), "--parity", "--kv-cache-dtype", "fp8_ds_mla", "--backends",
+                     "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE,FLASHMLA_SPARSE",
+                     "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}',
+                     "--json-out", str(tmp_path / "r.json")]) == 0
+    assert got["backends"] == ("TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE")
+    assert got["kv_cache_dtype"] == "fp8_ds_mla"
+    assert got["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
+    for argv, says in ((["--backend", "TRITON_MLA_SPARSE+X"], "run spec"),
+                       (["--speculative-config", "{x"], "is not JSON"),
+                       (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype 'fp4'")):
+        assert cli.main(["launch", "--model", str(_model_dir(tmp_path)), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+
+
+def test_serve_command_and_environments(monkeypatch):
+    spec = launch.parse_run_spec("FLASHMLA_SPARSE+TRITON_DSA_INDEXER")
+    cmd = launch.serve_command("/m", spec, 8123, kv_cache_dtype="fp8_ds_mla", tp=2, enforce_eager=False,
+                               max_num_seqs=32, speculative_config={"method": "mtp"}, extra=("--x",))
+    assert cmd[:3] == ["vllm", "serve", "/m"] and cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--attention-backend") + 1] == "FLASHMLA_SPARSE" and "--enforce-eager" not in cmd
+    assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2" and cmd[cmd.index("--max-num-seqs") + 1] == "32"
+    assert cmd[cmd.index("--speculative-config") + 1] == '{"method": "mtp"}' and cmd[-1] == "--x"
+    assert "--attention-backend" not in launch.serve_command("/m", launch.parse_run_spec("auto"), 1)
+    assert launch.serve_command("/m", launch.parse_run_spec("custom"), 1)[-1] == "CUSTOM"
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "ERROR")
+    monkeypatch.setenv("SPARSE_MLA_TRITON_INDEXER", "1")
+    plain = launch.parse_run_spec("FLASHMLA_SPARSE")
+    assert "SPARSE_MLA_TRITON_INDEXER" not in launch.spec_env(plain)
+    assert launch.server_env(spec)["SPARSE_MLA_TRITON_INDEXER"] == "1"
+    assert launch.server_env(plain)["VLLM_LOGGING_LEVEL"] == "INFO"
+
+
+def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
+    """run_serve end to end on the CPU: the stand-in `vllm serve` (tests/bench/fake_vllm.py) gets the run spec's
+    backend, KV dtype, speculative config and indexer switch, answers one completion, and is stopped."""
+    from pathlib import Path
+
+    fake = Path(__file__).resolve().parents[1] / "bench" / "fake_vllm.py"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+    (bindir / "vllm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SPARSE_MLA_SIMULATED_CAPABILITY", "12.0")
+    d = _model_dir(tmp_path, num_nextn_predict_layers=1)
+    prompt = [5, 6, 7]
+    rec = launch.run_serve(d, "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", prompt=prompt, max_tokens=4,
+                           kv_cache_dtype="fp8_ds_mla", log_path=tmp_path / "s.log",
+                           speculative_config={"method": "mtp", "num_speculative_tokens": 1})
+    assert rec["token_ids"] == [(sum(prompt) * 31 + 7 * k) % 2048 for k in range(4)]
+    assert rec["run"] == "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER" and rec["indexer"] == "TRITON_DSA_INDEXER"
+    assert rec["kv_cache_dtype"] == "fp8_ds_mla" and rec["custom_backend_selected"] is True
+    assert rec["simulated"]["capability"] == "12.0"
+    cmd = rec["command"]
+    assert cmd[cmd.index("--attention-backend") + 1] == "CUSTOM" and "--enforce-eager" in cmd
+    log = (tmp_path / "s.log").read_text()
+    assert "SPARSE_MLA_TRITON_INDEXER='1' VLLM_LOGGING_LEVEL='INFO'" in log
+

@@ -1,4 +1,4 @@
-"""``sparse-mla bench WHAT``: the GPU benchmarks, one subcommand each (``kernel``). Each writes its record (CSV, JSON,
+"""``sparse-mla bench WHAT``: the GPU benchmarks, one subcommand each (``kernel``, ``serve``). Each writes its record (CSV, JSON,
 PNG) named after the GPU that made it, into ``results/<gpu>/`` unless ``--out-dir`` says otherwise."""
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def add_cli(sub) -> None:
     k.add_argument("--no-check", action="store_true", help="skip the correctness pass")
     _record_args(k)
     k.set_defaults(func=_kernel_cli)
+    _add_serve(what)
 
 
 def _record_args(p) -> None:
@@ -50,6 +51,25 @@ def record_place(args) -> tuple[Path, str]:
                              f"GPU's name, here {slug!r})")
     out_dir = Path("results") / slug if args.out_dir is None else args.out_dir
     return writable_dir(out_dir, "--out-dir"), tag
+
+
+def _add_serve(what) -> None:
+    from .serve import add_arguments
+
+    s = what.add_parser("serve", help="vllm serve per backend under a seeded load: tokens/s, TTFT, TPOT, agreement",
+                        description="Starts `vllm serve` for each run spec in turn (127.0.0.1, a free port), sends a "
+                                    "bounded seeded load through the openai client, repeats it, and records output "
+                                    "tokens/s, TTFT and TPOT with their spread and the greedy outputs' agreement "
+                                    "across backends (and with --speculative-config, against speculative decoding).")
+    add_arguments(s)
+    _record_args(s)
+    s.set_defaults(func=_serve_cli)
+
+
+def _serve_cli(args) -> int:
+    from .serve import cli_run
+
+    return cli_run(args, record_place)
 
 
 def _kernel_cli(args) -> int:

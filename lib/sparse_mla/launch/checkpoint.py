@@ -13,7 +13,18 @@ Preset ``glm-5-tiny`` keeps GLM-5's attention geometry exactly -- 64 heads (64 K
 qk_nope 192, qk_rope 64, v_head 256 (absorbed MLA head 576, sm_scale 1/16), indexer 32 heads x 128, interleaved
 RoPE (theta 1e6) in both attention and indexer -- and shrinks everything else: q_lora_rank 512 (GLM-5: 2048; the
 indexer's ``wq_b`` input shrinks with it), hidden 1024, 2 layers (layer 0 dense, layer 1 MoE), 8 routed experts
-top-2 + 1 shared (moe_intermediate 256), vocab 2048, max_position_embeddings 8192, no MTP layer.
+top-2 + 1 shared (moe_intermediate 256), vocab 2048, max_position_embeddings 8192, no MTP layer by default.
+
+``mtp=True`` (``make-checkpoint --mtp``) adds GLM-5's one MTP layer (``num_nextn_predict_layers: 1``) as vLLM's
+``DeepSeekMTP`` loads it (``vllm/model_executor/models/deepseek_mtp.py``; ``glm_moe_dsa`` is mapped to
+``deepseek_mtp`` by ``SpeculativeConfig.hf_config_override`` in ``vllm/config/speculative.py``): under
+``model.layers.{num_hidden_layers}.`` a whole decoder layer (attention with its indexer; MoE by vLLM's layer rule)
+plus ``enorm``, ``hnorm``, ``eh_proj [hidden, 2 * hidden]``, ``shared_head.norm``, ``shared_head.head`` and
+``embed_tokens``. As in DeepSeek-V3/GLM-5 the MTP module shares the embedding and output head with the main model:
+those two are stored as copies of ``model.embed_tokens`` and ``lm_head`` (vLLM shares the target model's anyway,
+``llm_base_proposer.py`` ``_maybe_share_embeddings``/``_maybe_share_lm_head``). Every other tensor keeps its own seed,
+so the main model's tensors are byte-identical with and without ``mtp``. The main model (vLLM's and
+:class:`~sparse_mla.launch.glm5_reference.Glm5Reference`) ignores the MTP layer.
 
 Tensor names are the per-expert, unfused names vLLM's ``DeepseekV2Model.load_weights`` maps
 (deepseek_v2.py ``load_weights``: ``q_a_proj``/``kv_a_proj_with_mqa`` -> ``fused_qkv_a_proj``, ``gate_proj``/``up_proj``
@@ -86,8 +97,10 @@ MAX_INDEX_TOPK = 2**20
 MAX_LAYERS = 128
 
 
-def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers: int | None = None) -> dict:
-    """The ``config.json`` dict of ``preset`` with ``index_topk`` and ``num_hidden_layers`` filled in.
+def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers: int | None = None,
+                  mtp: bool = False) -> dict:
+    """The ``config.json`` dict of ``preset`` with ``index_topk``, ``num_hidden_layers`` and (``mtp``: GLM-5's 1,
+    else 0) ``num_nextn_predict_layers`` filled in.
 
     Raises :class:`UserInputError` for an unknown preset, an ``index_topk`` that is not a positive multiple of
     128, or a layer count that leaves no MoE layer.
@@ -110,7 +123,10 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
                 f"first_k_dense_replace {cfg['first_k_dense_replace']} dense ones; at most {MAX_LAYERS}, above "
                 f"GLM-5's 78); accepted: an integer from {min_layers} to {MAX_LAYERS}")
         cfg["num_hidden_layers"] = num_layers
+    if not isinstance(mtp, bool):
+        raise UserInputError(f"mtp {mtp!r} is not accepted; accepted: True (GLM-5's one MTP layer) or False")
     cfg["index_topk"] = index_topk
+    cfg["num_nextn_predict_layers"] = MODEL_PRESETS["glm-5"]["num_nextn_predict_layers"] if mtp else 0
     return cfg
 
 
@@ -123,56 +139,87 @@ def is_moe_layer(cfg: dict, layer_idx: int) -> bool:
 
 def expected_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     """Checkpoint tensor name -> shape (``[out_features, in_features]`` for linears) for a GLM-5 / DeepSeek-V3.2
-    config, under the names vLLM 0.26.0's ``DeepseekV2ForCausalLM.load_weights`` maps (deepseek_v2.py 1503-1740).
+    config, under the names vLLM 0.26.0's ``DeepseekV2ForCausalLM.load_weights`` maps (deepseek_v2.py 1503-1740),
+    followed by the MTP layers (``num_nextn_predict_layers``, :func:`mtp_weight_shapes`) if the config has any.
 
-    Requires ``q_lora_rank`` (DSA indexers read ``q_a_layernorm``'s output) and ``index_topk``. MTP layers
-    (``num_nextn_predict_layers``) are not included (vLLM's main model skips them).
+    Requires ``q_lora_rank`` (DSA indexers read ``q_a_layernorm``'s output) and ``index_topk``.
     """
+    D = cfg["hidden_size"]
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg["vocab_size"], D)}
+    for i in range(cfg["num_hidden_layers"]):
+        shapes.update(decoder_layer_shapes(cfg, i))
+    shapes["model.norm.weight"] = (D,)
+    shapes["lm_head.weight"] = (cfg["vocab_size"], D)
+    shapes.update(mtp_weight_shapes(cfg))
+    return shapes
+
+
+def decoder_layer_shapes(cfg: dict, i: int) -> dict[str, tuple[int, ...]]:
+    """Tensors of decoder layer ``i`` (``model.layers.{i}.``): norms, MLA attention with its DSA indexer, and a
+    dense MLP or (:func:`is_moe_layer`) the routed + shared experts."""
     D = cfg["hidden_size"]
     nh = cfg["num_attention_heads"]
     qr, kvr = cfg["q_lora_rank"], cfg["kv_lora_rank"]
     nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
     ih, idim = cfg["index_n_heads"], cfg["index_head_dim"]
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg["vocab_size"], D)}
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        a = p + "self_attn."
-        shapes.update({
-            p + "input_layernorm.weight": (D,),
-            p + "post_attention_layernorm.weight": (D,),
-            a + "q_a_proj.weight": (qr, D),
-            a + "q_a_layernorm.weight": (qr,),
-            a + "q_b_proj.weight": (nh * (nope + rope), qr),
-            a + "kv_a_proj_with_mqa.weight": (kvr + rope, D),
-            a + "kv_a_layernorm.weight": (kvr,),
-            a + "kv_b_proj.weight": (nh * (nope + v), kvr),
-            a + "o_proj.weight": (D, nh * v),
-            a + "indexer.wq_b.weight": (ih * idim, qr),
-            a + "indexer.wk.weight": (idim, D),
-            a + "indexer.weights_proj.weight": (ih, D),
-            a + "indexer.k_norm.weight": (idim,),
-            a + "indexer.k_norm.bias": (idim,),
-        })
-        m = p + "mlp."
-        if is_moe_layer(cfg, i):
-            E, I = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
-            shapes[m + "gate.weight"] = (E, D)
-            if cfg.get("topk_method") == "noaux_tc":
-                shapes[m + "gate.e_score_correction_bias"] = (E,)
-            for e in range(E):
-                shapes.update({m + f"experts.{e}.gate_proj.weight": (I, D), m + f"experts.{e}.up_proj.weight": (I, D),
-                               m + f"experts.{e}.down_proj.weight": (D, I)})
-            if cfg.get("n_shared_experts"):
-                Is = I * cfg["n_shared_experts"]
-                shapes.update({m + "shared_experts.gate_proj.weight": (Is, D),
-                               m + "shared_experts.up_proj.weight": (Is, D),
-                               m + "shared_experts.down_proj.weight": (D, Is)})
-        else:
-            I = cfg["intermediate_size"]
-            shapes.update({m + "gate_proj.weight": (I, D), m + "up_proj.weight": (I, D),
-                           m + "down_proj.weight": (D, I)})
-    shapes["model.norm.weight"] = (D,)
-    shapes["lm_head.weight"] = (cfg["vocab_size"], D)
+    p = f"model.layers.{i}."
+    a = p + "self_attn."
+    shapes = {
+        p + "input_layernorm.weight": (D,),
+        p + "post_attention_layernorm.weight": (D,),
+        a + "q_a_proj.weight": (qr, D),
+        a + "q_a_layernorm.weight": (qr,),
+        a + "q_b_proj.weight": (nh * (nope + rope), qr),
+        a + "kv_a_proj_with_mqa.weight": (kvr + rope, D),
+        a + "kv_a_layernorm.weight": (kvr,),
+        a + "kv_b_proj.weight": (nh * (nope + v), kvr),
+        a + "o_proj.weight": (D, nh * v),
+        a + "indexer.wq_b.weight": (ih * idim, qr),
+        a + "indexer.wk.weight": (idim, D),
+        a + "indexer.weights_proj.weight": (ih, D),
+        a + "indexer.k_norm.weight": (idim,),
+        a + "indexer.k_norm.bias": (idim,),
+    }
+    m = p + "mlp."
+    if is_moe_layer(cfg, i):
+        E, I = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+        shapes[m + "gate.weight"] = (E, D)
+        if cfg.get("topk_method") == "noaux_tc":
+            shapes[m + "gate.e_score_correction_bias"] = (E,)
+        for e in range(E):
+            shapes.update({m + f"experts.{e}.gate_proj.weight": (I, D), m + f"experts.{e}.up_proj.weight": (I, D),
+                           m + f"experts.{e}.down_proj.weight": (D, I)})
+        if cfg.get("n_shared_experts"):
+            Is = I * cfg["n_shared_experts"]
+            shapes.update({m + "shared_experts.gate_proj.weight": (Is, D),
+                           m + "shared_experts.up_proj.weight": (Is, D),
+                           m + "shared_experts.down_proj.weight": (D, Is)})
+    else:
+        I = cfg["intermediate_size"]
+        shapes.update({m + "gate_proj.weight": (I, D), m + "up_proj.weight": (I, D), m + "down_proj.weight": (D, I)})
+    return shapes
+
+
+#: MTP tensors that are copies of the main model's (DeepSeek-V3 / GLM-5 share embedding and output head).
+MTP_SHARED = {"embed_tokens.weight": "model.embed_tokens.weight", "shared_head.head.weight": "lm_head.weight"}
+
+
+def mtp_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Tensors of the MTP layers ``model.layers.{L}.`` for ``L`` in ``num_hidden_layers ..
+    num_hidden_layers + num_nextn_predict_layers - 1``, as vLLM's ``DeepSeekMTP.load_weights`` consumes them
+    (deepseek_mtp.py: ``DeepSeekMultiTokenPredictorLayer`` holds ``enorm``, ``hnorm``, ``eh_proj =
+    nn.Linear(2 * hidden, hidden, bias=False)``, ``shared_head.norm``/``shared_head.head`` and ``mtp_block`` = a
+    ``DeepseekV2DecoderLayer`` with layer index ``L``; ``_rewrite_spec_layer_name`` moves every other name of the
+    layer under ``mtp_block`` and ``embed_tokens`` to the top level)."""
+    D, V = cfg["hidden_size"], cfg["vocab_size"]
+    shapes: dict[str, tuple[int, ...]] = {}
+    first = cfg["num_hidden_layers"]
+    for L in range(first, first + int(cfg.get("num_nextn_predict_layers") or 0)):
+        p = f"model.layers.{L}."
+        shapes.update(decoder_layer_shapes(cfg, L))
+        shapes.update({p + "enorm.weight": (D,), p + "hnorm.weight": (D,), p + "eh_proj.weight": (D, 2 * D),
+                       p + "shared_head.norm.weight": (D,), p + "shared_head.head.weight": (V, D),
+                       p + "embed_tokens.weight": (V, D)})
     return shapes
 
 
@@ -200,8 +247,14 @@ def _init_tensor(name: str, shape: tuple[int, ...], seed: int):
 
 
 def make_state_dict(cfg: dict, seed: int = 0) -> dict:
-    """Seeded random weights for ``cfg`` under :func:`expected_weight_shapes` names (bf16 / fp32 bias)."""
-    return {name: _init_tensor(name, shape, seed) for name, shape in expected_weight_shapes(cfg).items()}
+    """Seeded random weights for ``cfg`` under :func:`expected_weight_shapes` names (bf16 / fp32 bias); an MTP
+    layer's ``embed_tokens`` and ``shared_head.head`` are copies of the main model's (:data:`MTP_SHARED`)."""
+    mtp = mtp_weight_shapes(cfg)
+    sd = {}
+    for name, shape in expected_weight_shapes(cfg).items():
+        shared = next((src for leaf, src in MTP_SHARED.items() if name in mtp and name.endswith("." + leaf)), None)
+        sd[name] = sd[shared].clone() if shared else _init_tensor(name, shape, seed)
+    return sd
 
 
 def _train_tokenizer(vocab_size: int):
@@ -259,11 +312,12 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
 
 
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
-                    num_layers: int | None = None, overwrite: bool = False) -> Path:
+                    num_layers: int | None = None, overwrite: bool = False, mtp: bool = False) -> Path:
     """Write a random-weight GLM-5-architecture Hugging Face checkpoint to ``out_dir`` and return its path.
 
     Everything is written into a temporary directory next to ``out_dir`` and renamed into place at the end, so a
-    failed run leaves nothing half-written. Same arguments -> byte-identical files.
+    failed run leaves nothing half-written. Same arguments -> byte-identical files. ``mtp`` adds GLM-5's MTP layer
+    (see the module docstring); without it the files are those of earlier versions for the same seed.
 
     Raises :class:`UserInputError` for an unknown preset, a bad ``index_topk`` (not a positive multiple of 128) or
     ``num_layers``, or an existing non-empty ``out_dir`` without ``overwrite=True``.
@@ -271,7 +325,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     import torch
     from safetensors.torch import save_file
 
-    cfg = preset_config(preset, index_topk, num_layers)
+    cfg = preset_config(preset, index_topk, num_layers, mtp)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
     if str(out_dir).strip() == "":
@@ -380,7 +434,7 @@ def checkpoint_summary(path: str | os.PathLike) -> dict[str, Any]:
 
 def _cmd_make_checkpoint(args) -> int:
     out = make_checkpoint(args.out, preset=args.preset, index_topk=args.index_topk, seed=args.seed,
-                          num_layers=args.layers, overwrite=args.overwrite)
+                          num_layers=args.layers, overwrite=args.overwrite, mtp=args.mtp)
     s = checkpoint_summary(out)
     print(f"wrote {s['path']}")
     print(f"  parameters: {s['num_parameters']:,} ({s['num_parameters'] / 1e6:.1f} M)")
@@ -405,4 +459,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--layers", type=int, default=None, help="number of layers (default: the preset's, 2)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT")
+    p.add_argument("--mtp", action="store_true",
+                   help="add GLM-5's one MTP layer (num_nextn_predict_layers 1) for vLLM's speculative decoding "
+                        "(--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}')")
     p.set_defaults(func=_cmd_make_checkpoint)

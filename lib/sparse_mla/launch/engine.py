@@ -3,16 +3,24 @@ the ``openai`` client), with parity checks against vLLM's own sparse backends an
 
 * :func:`run_offline` starts one engine, reports the backend every attention layer got, generates greedily with
   log-probs, and measures decode throughput of a decode-heavy batch.
-* :func:`run_serve` starts ``vllm serve`` on 127.0.0.1, sends one completion through the ``openai`` client and
-  reads back which backend the server's worker picked.
-* :func:`run_parity` runs :func:`run_offline` for several backends, each in its own process (a clean GPU per
+* :func:`run_serve` starts ``vllm serve`` on 127.0.0.1 (:func:`serve_command`, :func:`server_env`, and
+  :func:`sparse_mla.launch.server.served`: a free port, a bounded wait for ``/health``, the server's process group
+  always stopped), sends one completion through the ``openai`` client and reads back which backend the server's
+  worker picked. ``sparse_mla.bench.serve`` drives the same pieces under load.
+* :func:`run_parity` runs :func:`run_offline` for several run specs, each in its own process (a clean GPU per
   engine), runs the served check, computes the reference forward's first-token log-probs
   (:class:`sparse_mla.launch.glm5_reference.Glm5Reference`), and writes one JSON record.
 
-Backend names: ``TRITON_MLA_SPARSE`` (this workbook's, registered by the ``vllm.general_plugins`` entry point into
-vLLM's ``CUSTOM`` slot; vLLM's own selector also picks it where it has no sparse MLA backend), ``auto`` (vLLM's
-choice), or any vLLM name such as ``FLASH_ATTN_MLA_SPARSE`` or ``FLASHMLA_SPARSE``.
-An engine needs a CUDA GPU: vLLM's CPU platform refuses MLA and sparse attention.
+A **run spec** is ``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER`` (:mod:`sparse_mla.launch.specs`). Backend names:
+``TRITON_MLA_SPARSE`` (this workbook's, registered by the ``vllm.general_plugins`` entry point into vLLM's ``CUSTOM``
+slot, so ``CUSTOM`` is an alias; vLLM's own selector also picks it where it has no sparse MLA backend), ``auto``
+(vLLM's choice), or one of vLLM's CUDA sparse MLA backends for the 576-wide MLA head (e.g.
+``FLASH_ATTN_MLA_SPARSE``, ``FLASHMLA_SPARSE``). The ``+TRITON_DSA_INDEXER`` suffix runs that engine with
+``SPARSE_MLA_TRITON_INDEXER=1`` in its environment.
+
+Every record names each run's backend, indexer and KV-cache dtype, and carries ``"simulated"`` when
+``SPARSE_MLA_SIMULATED_CAPABILITY`` is set (``specs.simulated``). An engine needs a CUDA GPU: vLLM's CPU platform
+refuses MLA and sparse attention.
 """
 from __future__ import annotations
 
@@ -27,10 +35,11 @@ from pathlib import Path
 
 from .._files import atomic_write_text
 from ..errors import UserInputError, expand_path, writable_file
+from .server import HOST, backend_log_lines, free_port, served
+from .specs import (KV_DTYPES, MTP_EXAMPLE, OURS, PEERS, TRITON_INDEXER, RunSpec, attention_config,
+                    check_speculative_config, normalize_backends, parse_run_spec, patched_environ, with_simulated)
 
-OURS = "TRITON_MLA_SPARSE"
-PEERS = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
-KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla")
+SERVED_NAME = "glm5"
 
 
 def require_gpu() -> None:
@@ -115,25 +124,6 @@ def record_file(path, model: Path, what: str = "record file") -> Path:
     return writable_file(path, what)
 
 
-def normalize_backends(backends) -> tuple[str, ...]:
-    """Backend names for a parity run: upper-cased, stripped, duplicates dropped (order kept), each known to vLLM or
-    ours. Raises :class:`UserInputError` for a plain string, an empty list or an unknown name."""
-    if isinstance(backends, str) or not hasattr(backends, "__iter__"):
-        raise UserInputError(f"backends {backends!r} is not a list of names; accepted: e.g. [{OURS!r}, {PEERS[0]!r}]")
-    out = []
-    for b in backends:
-        attention_config(b)
-        name = b.strip().upper()
-        name = OURS if name == "CUSTOM" else name
-        if name in ("", "AUTO"):
-            raise UserInputError(f"backend {b!r} in a parity run names no backend; accepted: {OURS} or a vLLM name")
-        if name not in out:
-            out.append(name)
-    if not out:
-        raise UserInputError(f"backends {backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
-    return tuple(out)
-
-
 def check_generation(prompt_lengths, max_tokens, throughput=None):
     """Prompt lengths, new tokens and the throughput batch, checked against the engines' ``max_model_len``
     (:data:`MAX_MODEL_LEN`); returns them (lengths as a tuple). Raises :class:`UserInputError` naming the value."""
@@ -161,41 +151,6 @@ def check_generation(prompt_lengths, max_tokens, throughput=None):
                                  f"{MAX_MODEL_LEN} and num_seqs <= 1024")
         throughput = {k: throughput[k] for k in keys}
     return lengths, max_tokens, throughput
-
-
-def sparse_mla_backend_names() -> list[str]:
-    """vLLM's CUDA sparse MLA backend names (``AttentionBackendEnum`` members whose name holds both ``MLA`` and
-    ``SPARSE``, without the ROCm and XPU ones; ``vllm/v1/attention/backends/registry.py``): the only ones that can run
-    a DSA model's attention on an NVIDIA GPU (vLLM still validates each against the GPU and the model)."""
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-    return [m for m in AttentionBackendEnum.__members__
-            if "MLA" in m and "SPARSE" in m and not m.startswith(("ROCM_", "XPU_"))]
-
-
-def attention_config(backend: str) -> dict | None:
-    """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice).
-
-    Accepted: ``auto`` / empty / ``None``, ``TRITON_MLA_SPARSE`` (ours, vLLM's ``CUSTOM`` slot; ``CUSTOM`` is the
-    same backend) or one of vLLM's CUDA sparse MLA backends (:func:`sparse_mla_backend_names`), any case. Raises :class:`UserInputError` for another
-    name, dense ones such as ``FLASH_ATTN`` or ``TRITON_MLA`` included: vLLM would reject them for a DSA model only
-    once an engine had started."""
-    if backend is not None and not isinstance(backend, str):
-        raise UserInputError(f"attention backend {backend!r} is not a name; accepted: auto, {OURS}, or a vLLM name")
-    if backend is None or backend.strip().lower() in ("", "auto"):
-        return None
-    backend = backend.strip()
-    if backend.upper() in (OURS, "CUSTOM"):
-        return {"backend": "CUSTOM"}
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-    sparse = sparse_mla_backend_names()
-    if backend.upper() not in sparse:
-        what = ("is not a CUDA sparse MLA backend (a DSA model's attention on an NVIDIA GPU needs one)"
-                if backend.upper() in AttentionBackendEnum.__members__ else "is unknown")
-        raise UserInputError(f"attention backend {backend!r} {what}; accepted: auto, {OURS}, or one of vLLM's sparse "
-                             f"MLA backends ({', '.join(sparse)})")
-    return {"backend": backend.upper()}
 
 
 def layer_backends(worker) -> dict:
@@ -236,15 +191,19 @@ def prompt_ids(model_dir: Path, lengths: list[int], seed: int = 0) -> list[list[
 def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: str = "auto", tp: int = 1,
                 prompts: list[list[int]] | None = None, max_tokens: int = 32, logprobs: int = 20,
                 enforce_eager: bool = True, max_model_len: int = 4096, gpu_memory_utilization: float = 0.35,
-                throughput: dict | None = None, seed: int = 0) -> dict:
-    """One engine: per-layer backends, greedy generations with log-probs, optional decode throughput.
+                throughput: dict | None = None, seed: int = 0, speculative_config: dict | str | None = None) -> dict:
+    """One engine for the run spec ``backend`` (:func:`parse_run_spec`): per-layer backends, greedy generations with
+    log-probs, optional decode throughput.
 
     ``throughput`` = ``{"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}`` runs a decode-heavy batch and reports
-    generated tokens/s (wall clock around ``LLM.generate``, after a warm-up batch).
+    generated tokens/s (wall clock around one ``LLM.generate`` call after a warm-up batch; the prompts' prefill is
+    inside the timed call). ``speculative_config`` goes to ``LLM(speculative_config=...)`` unchanged.
     """
     require_gpu()
     model = check_model_dir(model)
     tp = check_tp(model, tp)
+    spec = parse_run_spec(backend)
+    speculative_config = check_speculative_config(speculative_config, model)
     if kv_cache_dtype not in KV_DTYPES:
         raise UserInputError(f"kv cache dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
     # layer_backends travels to the workers by pickle (LLM.collective_rpc with a function)
@@ -254,12 +213,15 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     kw = dict(model=str(model), tensor_parallel_size=tp, enforce_eager=enforce_eager, max_model_len=max_model_len,
               gpu_memory_utilization=gpu_memory_utilization, seed=seed, max_num_seqs=64,
               kv_cache_dtype=kv_cache_dtype)
-    ac = attention_config(backend)
+    ac = attention_config(spec.backend)
     if ac:
         kw["attention_config"] = ac
-    t0 = time.time()
-    llm = LLM(**kw)
-    init_s = time.time() - t0
+    if speculative_config:
+        kw["speculative_config"] = speculative_config
+    with patched_environ(spec.env):   # the engine's processes inherit the indexer switch when they start
+        t0 = time.time()
+        llm = LLM(**kw)
+        init_s = time.time() - t0
     layers = llm.collective_rpc(layer_backends)[0]
     prompts = prompts or prompt_ids(model, [48])
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=logprobs, ignore_eos=True, seed=seed)
@@ -273,8 +235,8 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
                      "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
     from ..bench.common import environment
 
-    rec = {"environment": environment(), "backend_requested": backend, "kv_cache_dtype": kv_cache_dtype, "tp": tp,
-           "enforce_eager": enforce_eager,
+    rec = {"environment": environment(), **spec.describe(), "kv_cache_dtype": kv_cache_dtype, "tp": tp,
+           "enforce_eager": enforce_eager, "speculative_config": speculative_config,
            "engine_init_s": round(init_s, 1), "layers": layers,
            "attention_backends": sorted({v["backend"] for v in layers.values() if v["backend"]}),
            "generations": gens}
@@ -290,66 +252,76 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         rec["throughput"] = {**throughput, "seconds": round(dt, 3), "generated_tokens": gen_tokens,
                              "output_tokens_per_s": round(gen_tokens / dt, 1)}
     del llm
-    return rec
+    return with_simulated(rec)
+
+
+# ------------------------------------------------------------------------------------------------ vllm serve
+def serve_command(model: str | os.PathLike, spec: RunSpec, port: int, *, kv_cache_dtype: str = "auto", tp: int = 1,
+                  enforce_eager: bool = True, max_model_len: int = MAX_MODEL_LEN,
+                  gpu_memory_utilization: float = 0.35, max_num_seqs: int | None = None,
+                  speculative_config: dict | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``vllm serve`` command line for a run spec: loopback only, model served as ``glm5``, seed 0, the
+    backend through ``--attention-backend`` (``CUSTOM`` for ours), ``--speculative-config`` as JSON."""
+    cmd = ["vllm", "serve", str(model), "--host", HOST, "--port", str(port), "--served-model-name", SERVED_NAME,
+           "--max-model-len", str(max_model_len), "--gpu-memory-utilization", str(gpu_memory_utilization),
+           "--seed", "0", "--kv-cache-dtype", kv_cache_dtype, "--tensor-parallel-size", str(tp)]
+    cmd += ["--enforce-eager"] if enforce_eager else []
+    cmd += ["--max-num-seqs", str(max_num_seqs)] if max_num_seqs else []
+    ac = attention_config(spec.backend)
+    cmd += ["--attention-backend", ac["backend"]] if ac else []
+    cmd += ["--speculative-config", json.dumps(speculative_config)] if speculative_config else []
+    return cmd + list(extra)
+
+
+def spec_env(spec: RunSpec, base: dict | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with the run spec's indexer switch set or removed."""
+    env = dict(os.environ if base is None else base)
+    for k, v in spec.env.items():
+        env.pop(k, None) if v is None else env.__setitem__(k, v)
+    return env
+
+
+def server_env(spec: RunSpec, base: dict | None = None) -> dict[str, str]:
+    """:func:`spec_env` plus INFO logging: the server's log is where it names its attention backend (a notebook may
+    have set ``VLLM_LOGGING_LEVEL=ERROR`` for its own cells, and the server would inherit it)."""
+    return {**spec_env(spec, base), "VLLM_LOGGING_LEVEL": "INFO"}
 
 
 def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] | None = None, max_tokens: int = 16,
-              port: int = 8011, kv_cache_dtype: str = "auto", timeout_s: float = 300.0,
-              log_path: str | os.PathLike | None = None, tp: int = 1) -> dict:
-    """``vllm serve`` on 127.0.0.1 with the backend, one greedy completion through the ``openai`` client.
+              port: int | None = None, kv_cache_dtype: str = "auto", timeout_s: float = 300.0,
+              log_path: str | os.PathLike | None = None, tp: int = 1,
+              speculative_config: dict | str | None = None) -> dict:
+    """``vllm serve`` (eager) on 127.0.0.1 for the run spec ``backend``, one greedy completion through the ``openai``
+    client.
 
     Returns the completion's token ids and log-probs and the server log lines that name the attention backend.
-    The server is always stopped (SIGTERM, then SIGKILL) before returning.
+    ``port`` defaults to a free one. The server is always stopped before returning (``server.served``).
     """
     require_gpu()
     model = check_model_dir(model)
     tp = check_tp(model, tp)
-    cmd = ["vllm", "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
-           "--gpu-memory-utilization", "0.35", "--enforce-eager", "--seed", "0", "--served-model-name", "glm5",
-           "--kv-cache-dtype", kv_cache_dtype, "--tensor-parallel-size", str(tp)]
-    ac = attention_config(backend)
-    if ac:
-        cmd += ["--attention-backend", ac["backend"]]
+    spec = parse_run_spec(backend)
+    speculative_config = check_speculative_config(speculative_config, model)
+    port = port or free_port()
+    cmd = serve_command(model, spec, port, kv_cache_dtype=kv_cache_dtype, tp=tp,
+                        speculative_config=speculative_config)
     log_path = Path(log_path or tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")[1])
     import openai
 
-    t0 = time.time()
-    with open(log_path, "w") as log:
-        # INFO logging: the server's log is where it names the attention backend it picked (a notebook may have
-        # set VLLM_LOGGING_LEVEL=ERROR for its own cells, and the server would inherit it)
-        env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=False, env=env)
-        try:
-            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=60)
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {log_path}")
-                try:
-                    client.models.list()
-                    break
-                except openai.APIConnectionError:
-                    if time.time() - t0 > timeout_s:
-                        raise TimeoutError(f"vllm serve not up after {timeout_s:.0f} s; log: {log_path}")
-                    time.sleep(2)
-            up_s = time.time() - t0
-            prompt = prompt or prompt_ids(model, [48])[0]
-            r = client.completions.create(model="glm5", prompt=prompt, max_tokens=max_tokens, temperature=0.0,
-                                          logprobs=1, extra_body={"return_tokens_as_token_ids": True,
-                                                                  "ignore_eos": True})
-            ch = r.choices[0]
-            toks = [int(t.split(":", 1)[1]) for t in ch.logprobs.tokens]
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    lines = [ln.strip() for ln in Path(log_path).read_text(errors="replace").splitlines()
-             if "attention backend" in ln.lower() or "Using " in ln and "backend" in ln]
-    return {"backend_requested": backend, "tp": tp, "server_up_s": round(up_s, 1), "token_ids": toks,
-            "logprobs": list(ch.logprobs.token_logprobs), "backend_log_lines": lines[:20],
-            "custom_backend_selected": any("CUSTOM" in ln for ln in lines)}
+    with served(cmd, server_env(spec), log_path, port, timeout_s) as srv:
+        client = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="none", timeout=60, max_retries=0)
+        prompt = prompt or prompt_ids(model, [48])[0]
+        r = client.completions.create(model=SERVED_NAME, prompt=prompt, max_tokens=max_tokens, temperature=0.0,
+                                      logprobs=1, extra_body={"return_tokens_as_token_ids": True,
+                                                              "ignore_eos": True})
+        ch = r.choices[0]
+        toks = [int(t.split(":", 1)[1]) for t in ch.logprobs.tokens]
+    lines = backend_log_lines(log_path)
+    return with_simulated({**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "tp": tp,
+                            "speculative_config": speculative_config, "command": cmd, "server_up_s": srv.up_s,
+                            "token_ids": toks, "logprobs": list(ch.logprobs.token_logprobs),
+                            "backend_log_lines": lines,
+                            "custom_backend_selected": any("CUSTOM" in ln for ln in lines)})
 
 
 def reference_first_token(model: str | os.PathLike, prompts: list[list[int]], device: str = "cuda") -> list[dict]:
@@ -395,32 +367,54 @@ def compare_reference(run: dict, ref: list[dict]) -> list[dict]:
     return out
 
 
-def _subprocess_offline(args: list[str], out_json: Path, log: Path) -> dict:
+def _subprocess_offline(args: list[str], out_json: Path, log: Path, env: dict | None = None) -> dict:
     cmd = [sys.executable, "-m", "sparse_mla", "launch", *args, "--json-out", str(out_json)]
     with open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0 or not out_json.is_file():
         tail = log.read_text(errors="replace")[-3000:]
         return {"error": f"exit {rc}", "log_tail": tail}
     return json.loads(out_json.read_text())
 
 
+def parity_plan(specs: tuple[str, ...], graph: bool = True) -> list[tuple[str, str, bool]]:
+    """``(record key, run spec, CUDA graphs)`` per engine of a parity run: every run spec in vLLM's default serving
+    mode (CUDA graphs when ``graph``), plus the baseline (:func:`parity_baseline`) once more in eager mode."""
+    plan = [(s, s, graph) for s in specs]
+    base = parity_baseline(specs)
+    return plan + ([(f"{base}+eager", base, False)] if graph and base else [])
+
+
+def parity_baseline(specs) -> str | None:
+    """The run the others are compared with: plain ``TRITON_MLA_SPARSE`` if listed, else the first run spec on our
+    backend, else ``None``."""
+    ours = [s for s in specs if parse_run_spec(s).backend == OURS]
+    return OURS if OURS in ours else ours[0] if ours else None
+
+
 def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths=(48, 900), max_tokens: int = 32,
                throughput: dict | None = None, serve: bool = True, graph: bool = True,
                out: str | os.PathLike = "results/launch_h200.json", log_dir: str | os.PathLike | None = None,
-               tp: int = 1) -> dict:
-    """Offline runs per backend (own processes; CUDA graphs when ``graph``, plus an eager run of ours), the served
-    check (eager) and the reference comparison; writes the JSON record atomically to ``out`` and returns it.
+               tp: int = 1, kv_cache_dtype: str = "auto", speculative_config: dict | str | None = None) -> dict:
+    """Offline runs per run spec (own processes, each with its spec's environment; CUDA graphs when ``graph``, plus
+    an eager run of the baseline), the served check (eager) and the reference comparison; writes the JSON record
+    atomically to ``out`` and returns it.
 
-    ``tp`` > 1 runs every engine and the server tensor-parallel over ``tp`` GPUs (``num_attention_heads // tp``
-    heads per rank); the reference forward runs on one GPU. A backend that fails is recorded with its log tail
-    under ``runs[name]["error"]`` and left out of the comparisons.
+    ``backends``: run specs (``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER``, :func:`normalize_backends`). Every
+    engine and the server get ``kv_cache_dtype`` (e.g. ``fp8_ds_mla``: ours against ``FLASHMLA_SPARSE`` on the same
+    fp8 cache) and ``speculative_config``. ``tp`` > 1 runs every engine and the server tensor-parallel over ``tp``
+    GPUs (``num_attention_heads // tp`` heads per rank); the reference forward runs on one GPU. A run that fails is
+    recorded with its log tail under ``runs[key]["error"]`` and left out of the comparisons. The record compares
+    every run with the baseline (``parity_vs_ours``) and every pair of runs (``parity_pairs``).
     """
     require_gpu()
     model = check_model_dir(model)
     tp = check_tp(model, tp)
     backends = normalize_backends(backends)
     prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
+    if kv_cache_dtype not in KV_DTYPES:
+        raise UserInputError(f"kv cache dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
+    speculative_config = check_speculative_config(speculative_config, model)
     out = record_file(out, model)   # before the engines, not after
     cfg = json.loads((model / "config.json").read_text())
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
@@ -428,23 +422,33 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     throughput = throughput or DEFAULT_THROUGHPUT
     lens = ",".join(map(str, prompt_lengths))
     runs = {}
-    # every backend in vLLM's default serving mode (CUDA graphs), plus ours once in eager mode
-    plan = [(b, graph) for b in backends] + ([(OURS, False)] if graph and OURS in backends else [])
-    for b, g in plan:
-        key = b if g == graph else f"{b}+eager"
-        args = ["--model", str(model), "--backend", b, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
-                "--throughput", json.dumps(throughput), "--tp", str(tp)] + (["--cuda-graphs"] if g else [])
-        runs[key] = _subprocess_offline(args, log_dir / f"{key}.json", log_dir / f"{key}.log")
+    for key, name, g in parity_plan(backends, graph):
+        spec = parse_run_spec(name)
+        args = ["--model", str(model), "--backend", name, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
+                "--throughput", json.dumps(throughput), "--tp", str(tp), "--kv-cache-dtype", kv_cache_dtype]
+        args += ["--cuda-graphs"] if g else []
+        args += ["--speculative-config", json.dumps(speculative_config)] if speculative_config else []
+        file = key.replace("+", "_")
+        res = _subprocess_offline(args, log_dir / f"{file}.json", log_dir / f"{file}.log", spec_env(spec))
+        runs[key] = {**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g, **res}
     prompts = prompt_ids(model, list(prompt_lengths))
     from ..bench.common import environment
 
     rec = {"environment": environment(), "model": {"path": model.name, "index_topk": cfg.get("index_topk"),
                                                    "num_attention_heads": cfg.get("num_attention_heads"),
-                                                   "num_hidden_layers": cfg.get("num_hidden_layers")},
-           "tp": tp, "prompt_lengths": list(prompt_lengths), "runs": runs}
+                                                   "num_hidden_layers": cfg.get("num_hidden_layers"),
+                                                   "num_nextn_predict_layers": cfg.get("num_nextn_predict_layers")},
+           "tp": tp, "kv_cache_dtype": kv_cache_dtype, "speculative_config": speculative_config,
+           "prompt_lengths": list(prompt_lengths),
+           "run_specs": {k: {x: v[x] for x in ("run", "backend_requested", "indexer", "kv_cache_dtype")}
+                         for k, v in runs.items()}, "runs": runs}
     ok = {k: v for k, v in runs.items() if "error" not in v}
-    if OURS in ok and len(ok) > 1:
-        rec["parity_vs_ours"] = {k: compare(ok[OURS], v) for k, v in ok.items() if k != OURS}
+    base = parity_baseline(backends)
+    if base in ok and len(ok) > 1:
+        rec["parity_baseline"] = base
+        rec["parity_vs_ours"] = {k: compare(ok[base], v) for k, v in ok.items() if k != base}
+    keys = list(ok)
+    rec["parity_pairs"] = [{"a": a, "b": b, **compare(ok[a], ok[b])} for i, a in enumerate(keys) for b in keys[i + 1:]]
     if ok:
         try:
             ref = reference_first_token(model, prompts)
@@ -452,11 +456,12 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
         except Exception as e:  # noqa: BLE001
             rec["reference_first_token"] = {"error": f"{type(e).__name__}: {e}"}
     rec["throughput_tokens_per_s"] = {k: v.get("throughput", {}).get("output_tokens_per_s") for k, v in ok.items()}
-    if serve:
+    if serve and base:
         try:
-            s = run_serve(model, OURS, prompt=prompts[0], max_tokens=16, log_path=log_dir / "serve.log", tp=tp)
-            # the server runs eager: compare with our offline eager run (CUDA-graph runs may part at near-ties)
-            same_mode = f"{OURS}+eager" if f"{OURS}+eager" in ok else OURS if OURS in ok else None
+            s = run_serve(model, base, prompt=prompts[0], max_tokens=16, log_path=log_dir / "serve.log", tp=tp,
+                          kv_cache_dtype=kv_cache_dtype, speculative_config=speculative_config)
+            # the server runs eager: compare with the baseline's offline eager run (graph runs may part at near-ties)
+            same_mode = f"{base}+eager" if f"{base}+eager" in ok else base if base in ok else None
             if same_mode:
                 s["compared_with"] = same_mode
                 s["matches_offline"] = s["token_ids"] == ok[same_mode]["generations"][0]["token_ids"][:16]
@@ -465,6 +470,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
             rec["serve"] = {"error": f"{type(e).__name__}: {e}",
                             "log_tail": (log_dir / "serve.log").read_text(errors="replace")[-3000:]
                             if (log_dir / "serve.log").exists() else ""}
+    rec = with_simulated(rec)
     atomic_write_text(out, json.dumps(rec, indent=1, default=str))
     return rec
 
@@ -489,20 +495,25 @@ def add_cli(sub) -> None:
                        description="Offline vllm.LLM generation (default), `vllm serve` + openai client (--serve), or "
                                    "the full parity record (--parity). Needs a CUDA GPU.")
     p.add_argument("--model", required=True, help="checkpoint directory (sparse-mla make-checkpoint, or real GLM-5)")
-    p.add_argument("--backend", default=OURS, help=f"{OURS} (default), auto, or a vLLM backend name")
-    p.add_argument("--kv-cache-dtype", default="auto", help=f"one of {', '.join(KV_DTYPES)}")
+    p.add_argument("--backend", default=OURS, help=f"run spec: {OURS} (default), auto, or a vLLM sparse MLA backend "
+                                                   f"name, optionally +{TRITON_INDEXER}")
+    p.add_argument("--kv-cache-dtype", default="auto", help=f"one of {', '.join(KV_DTYPES)} (every engine of --parity)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     p.add_argument("--serve", action="store_true", help="start `vllm serve` and query it with the openai client")
     p.add_argument("--parity", action="store_true",
-                   help="ours, FLASH_ATTN_MLA_SPARSE and FLASHMLA_SPARSE (CUDA graphs) + ours eager, the server and the "
+                   help="the --backends run specs (CUDA graphs) + the first of ours eager, the server and the "
                         "reference; writes results/launch_<gpu>.json, or results/launch_tp<N>.json with --tp N > 1 "
-                        "(--backend/--kv-cache-dtype do not apply)")
+                        "(--backend does not apply)")
     p.add_argument("--backends", default=",".join((OURS, *PEERS)),
-                   help="with --parity: comma-separated backends to run (default: %(default)s)")
+                   help=f"with --parity: comma-separated run specs, BACKEND or BACKEND+{TRITON_INDEXER} "
+                        f"(default: %(default)s)")
     p.add_argument("--prompt-lengths", default="48", help="comma-separated prompt lengths in tokens")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
     p.add_argument("--throughput", default=None, help='JSON, e.g. {"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}')
+    p.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help=f"passed to vLLM unchanged (LLM(speculative_config=...), vllm serve --speculative-config), "
+                        f"e.g. '{MTP_EXAMPLE}' (needs make-checkpoint --mtp)")
     p.add_argument("--json-out", type=Path, default=None, help="write the record here (default: print it)")
     p.set_defaults(func=_cli)
 
@@ -529,24 +540,27 @@ def _cli(args) -> int:
     if args.kv_cache_dtype not in KV_DTYPES:
         raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
                              f"{', '.join(KV_DTYPES)}")
-    attention_config(args.backend)   # unknown names fail here, before an engine starts
+    parse_run_spec(args.backend)   # unknown names fail here, before an engine starts
     tp = check_tp(model, args.tp)
     backends = [b for b in str(args.backends).split(",") if b.strip()]
     if not backends:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
     backends = normalize_backends(backends)
+    spec_cfg = check_speculative_config(args.speculative_config, model)
     if args.json_out is not None:
         record_file(args.json_out, model, "--json-out file")   # before the engine, not after
     require_gpu()
     if args.parity:
         rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
-                         throughput=thr, out=args.json_out or default_record_path(tp), tp=tp)
+                         throughput=thr, out=args.json_out or default_record_path(tp), tp=tp,
+                         kv_cache_dtype=args.kv_cache_dtype, speculative_config=spec_cfg)
     elif args.serve:
         rec = run_serve(model, args.backend, prompt=prompt_ids(model, lengths[:1])[0], max_tokens=args.max_tokens,
-                        kv_cache_dtype=args.kv_cache_dtype, tp=tp)
+                        kv_cache_dtype=args.kv_cache_dtype, tp=tp, speculative_config=spec_cfg)
     else:
         rec = run_offline(model, args.backend, args.kv_cache_dtype, tp, prompts=prompt_ids(model, lengths),
-                          max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr)
+                          max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr,
+                          speculative_config=spec_cfg)
     text = json.dumps(rec, indent=1, default=str)
     if args.json_out and not args.parity:
         atomic_write_text(args.json_out, text)

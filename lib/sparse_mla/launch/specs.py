@@ -1,0 +1,202 @@
+"""What one engine run is, checked before any engine starts: a **run spec** (``BACKEND`` or
+``BACKEND+TRITON_DSA_INDEXER``), the backend names ``sparse-mla launch`` accepts (vLLM's CUDA sparse MLA backends
+for the 576-wide MLA head, computed from vLLM's own classes, plus ours and ``CUSTOM`` as its alias), the
+``--speculative-config`` passed to vLLM, and the ``SPARSE_MLA_SIMULATED_CAPABILITY`` report.
+
+The ``+TRITON_DSA_INDEXER`` suffix runs that engine with ``SPARSE_MLA_TRITON_INDEXER=1`` in its environment (the
+plugin then replaces vLLM's DeepGEMM indexer calls by the workbook's Triton indexer); without it the variable is
+removed from the engine's environment, so a shell that exported it cannot switch a plain run silently.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserInputError
+
+OURS = "TRITON_MLA_SPARSE"
+PEERS = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
+KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla")
+MLA_HEAD_SIZE = 576      # kv_lora_rank 512 + qk_rope_head_dim 64: GLM-5's and DeepSeek-V3.2's absorbed MLA head
+TRITON_INDEXER = "TRITON_DSA_INDEXER"      # run-spec suffix
+INDEXER_ENV = "SPARSE_MLA_TRITON_INDEXER"  # what the suffix sets to "1" in the engine's environment
+SIMULATED_ENV = "SPARSE_MLA_SIMULATED_CAPABILITY"
+MTP_EXAMPLE = '{"method": "mtp", "num_speculative_tokens": 1}'
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One engine configuration of a run: an attention ``backend`` (normalised name, ``auto`` for vLLM's choice) and
+    the DSA ``indexer`` (``"vllm"``: vLLM's own, DeepGEMM logits; ``TRITON_DSA_INDEXER``: the workbook's)."""
+
+    backend: str
+    indexer: str = "vllm"
+
+    @property
+    def name(self) -> str:
+        return self.backend + (f"+{TRITON_INDEXER}" if self.indexer == TRITON_INDEXER else "")
+
+    @property
+    def env(self) -> dict[str, str | None]:
+        """Environment changes for the engine's processes (``None`` = remove the variable)."""
+        return {INDEXER_ENV: "1" if self.indexer == TRITON_INDEXER else None}
+
+    def describe(self) -> dict:
+        return {"run": self.name, "backend_requested": self.backend, "indexer": self.indexer}
+
+
+def parse_run_spec(text) -> RunSpec:
+    """``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER`` (any case; ``CUSTOM`` = ``TRITON_MLA_SPARSE``) as a
+    :class:`RunSpec`. Raises :class:`UserInputError` naming the value for an unknown backend or suffix."""
+    if not isinstance(text, str):
+        raise UserInputError(f"run spec {text!r} is not a name; accepted: BACKEND or BACKEND+{TRITON_INDEXER}")
+    head, *suffixes = [part.strip() for part in text.split("+")]
+    if any(sfx.upper() != TRITON_INDEXER for sfx in suffixes) or len(suffixes) > 1:
+        raise UserInputError(f"run spec {text!r} is not accepted; accepted: BACKEND or BACKEND+{TRITON_INDEXER} "
+                             f"(BACKEND: {accepted_backends()})")
+    ac = attention_config(head)
+    backend = "auto" if ac is None else OURS if ac["backend"] == "CUSTOM" else ac["backend"]
+    return RunSpec(backend, TRITON_INDEXER if suffixes else "vllm")
+
+
+def normalize_backends(backends) -> tuple[str, ...]:
+    """Run-spec names for a parity run (:func:`parse_run_spec`): upper-cased, stripped, duplicates dropped (order
+    kept). Raises :class:`UserInputError` for a plain string, an empty list, ``auto`` or an unknown name."""
+    if isinstance(backends, str) or not hasattr(backends, "__iter__"):
+        raise UserInputError(f"backends {backends!r} is not a list of names; accepted: e.g. [{OURS!r}, {PEERS[0]!r}]")
+    out = []
+    for b in backends:
+        spec = parse_run_spec(b)
+        if spec.backend == "auto":
+            raise UserInputError(f"backend {b!r} in a parity run names no backend; accepted: {accepted_backends()}")
+        if spec.name not in out:
+            out.append(spec.name)
+    if not out:
+        raise UserInputError(f"backends {backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def sparse_mla_backend_names(head_size: int = MLA_HEAD_SIZE) -> tuple[str, ...]:
+    """vLLM's CUDA sparse MLA backends for an MLA head of ``head_size``: the ``AttentionBackendEnum`` members
+    (``vllm/v1/attention/backends/registry.py``) named ``*MLA*SPARSE*`` without the ROCm and XPU ones, whose class
+    says ``is_sparse()`` and ``supports_head_size(head_size)`` -- so DeepSeek-V4's 512-wide ``*_DSV4`` backends are
+    not offered for GLM-5. A class that cannot be imported on this machine (``FLASH_ATTN_MLA_SPARSE`` without the
+    FlashAttention extensions, e.g. a CPU-only vLLM) is kept if it is one of vLLM's general attention backends
+    (module under ``vllm.v1.attention.backends``; vLLM judges it when an engine starts on the GPU), and left out if it
+    belongs to one model (``vllm.models.*``, as the DeepSeek-V4 ones do), whose head size cannot be read here."""
+    from ..diagnose.probe import quiet_logs
+
+    with quiet_logs():   # backend modules log and warn while they import
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        out = []
+        for name, member in AttentionBackendEnum.__members__.items():
+            if "MLA" not in name or "SPARSE" not in name or name.startswith(("ROCM_", "XPU_")):
+                continue
+            try:
+                cls = member.get_class()
+            except Exception:  # noqa: BLE001  (ImportError, or a module that needs the GPU at import)
+                if member.get_path().startswith("vllm.v1.attention.backends."):   # not a model's own backend
+                    out.append(name)
+                continue
+            if cls.is_sparse() and cls.supports_head_size(head_size):
+                out.append(name)
+    return tuple(out)
+
+
+def accepted_backends() -> str:
+    """What :func:`attention_config` accepts, as one phrase for error messages."""
+    names = ", ".join(sparse_mla_backend_names())
+    return f"auto, {OURS} (alias CUSTOM), or one of vLLM's CUDA sparse MLA backends ({names})"
+
+
+def attention_config(backend: str) -> dict | None:
+    """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice).
+
+    Accepted: ``auto`` / empty / ``None``, ``TRITON_MLA_SPARSE`` (ours, vLLM's ``CUSTOM`` slot; ``CUSTOM`` is the
+    same backend) or one of :func:`sparse_mla_backend_names`, any case. Raises :class:`UserInputError` for another
+    name -- dense ones such as ``FLASH_ATTN`` or ``TRITON_MLA`` and DeepSeek-V4's ``*_DSV4`` included: vLLM would
+    reject them for a GLM-5 model only once an engine had started."""
+    if backend is not None and not isinstance(backend, str):
+        raise UserInputError(f"attention backend {backend!r} is not a name; accepted: {accepted_backends()}")
+    if backend is None or backend.strip().lower() in ("", "auto"):
+        return None
+    backend = backend.strip()
+    if backend.upper() in (OURS, "CUSTOM"):
+        return {"backend": "CUSTOM"}
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    if backend.upper() not in sparse_mla_backend_names():
+        what = (f"is not a CUDA sparse MLA backend for a {MLA_HEAD_SIZE}-wide MLA head (a DSA model's attention on an "
+                f"NVIDIA GPU needs one)" if backend.upper() in AttentionBackendEnum.__members__ else "is unknown")
+        raise UserInputError(f"attention backend {backend!r} {what}; accepted: {accepted_backends()}")
+    return {"backend": backend.upper()}
+
+
+def check_speculative_config(value, model: Path | None = None) -> dict | None:
+    """``--speculative-config``: a JSON object (or dict) passed unchanged to vLLM (``LLM(speculative_config=...)``,
+    ``vllm serve --speculative-config``); ``None``/empty = none. For an MTP method (vLLM's ``MTPModelTypes``,
+    ``vllm/config/speculative.py``) the checkpoint must have an MTP layer (``num_nextn_predict_layers`` >= 1), which
+    vLLM's ``DeepSeekMTP.load_weights`` would otherwise report only after the engine started. Raises
+    :class:`UserInputError` with one line."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise UserInputError(f"--speculative-config {value!r} is not JSON; accepted: a JSON object, e.g. "
+                                 f"'{MTP_EXAMPLE}'") from None
+    if not isinstance(value, dict) or not value:
+        raise UserInputError(f"--speculative-config {value!r} is not accepted; accepted: a non-empty JSON object, "
+                             f"e.g. '{MTP_EXAMPLE}'")
+    from typing import get_args
+
+    from vllm.config.speculative import MTPModelTypes
+
+    if model is not None and value.get("method") in get_args(MTPModelTypes):
+        cfg = json.loads((Path(model) / "config.json").read_text())
+        n = cfg.get("text_config", cfg).get("num_nextn_predict_layers") or 0
+        if not isinstance(n, int) or n < 1:
+            raise UserInputError(f"speculative method {value['method']!r} needs the checkpoint's MTP layer and "
+                                 f"{str(Path(model) / 'config.json')!r} has num_nextn_predict_layers = {n!r}; "
+                                 f"accepted: a checkpoint with one (sparse-mla make-checkpoint --mtp) or another "
+                                 f"method")
+    return value
+
+
+def simulated() -> dict | None:
+    """``{"capability", "how"}`` when ``SPARSE_MLA_SIMULATED_CAPABILITY`` is set (a test harness outside this
+    package makes vLLM see that compute capability in every process); ``None`` otherwise. sparse-mla itself never
+    simulates anything: it only reports the variable, in every launch and serve-benchmark record."""
+    cap = os.environ.get(SIMULATED_ENV)
+    if cap is None:
+        return None
+    return {"capability": cap,
+            "how": f"{SIMULATED_ENV}={cap!r} was set in this process's environment: a test harness outside "
+                   f"sparse-mla makes vLLM see compute capability {cap} in every process; sparse-mla reports it and "
+                   f"simulates nothing (environment.capability is what torch saw)"}
+
+
+def with_simulated(rec: dict) -> dict:
+    sim = simulated()
+    return {**rec, "simulated": sim} if sim else rec
+
+
+@contextlib.contextmanager
+def patched_environ(changes: dict[str, str | None]) -> Iterator[None]:
+    """Set (``str``) or remove (``None``) environment variables for the block, then restore them."""
+    before = {k: os.environ.get(k) for k in changes}
+    try:
+        for k, v in changes.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        yield
+    finally:
+        for k, v in before.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)

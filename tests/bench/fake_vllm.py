@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""A stand-in for ``vllm serve`` in tests (standard library only): ``fake_vllm.py serve MODEL --port P [...]``.
+
+Serves on 127.0.0.1:P what ``sparse_mla.launch`` and ``sparse_mla.bench.serve`` use of vLLM's OpenAI server:
+``GET /health`` (503 until ``FAKE_VLLM_STARTUP_S`` has passed, then 200), ``GET /v1/models``, ``POST
+/v1/completions`` (``stream: true`` -> SSE chunks with ``token_ids``, a final usage chunk and ``[DONE]``, as vLLM's
+``completion_stream_generator``; else one JSON body with ``logprobs.tokens`` as ``token_id:N``) and ``GET /metrics``
+(vLLM's spec-decode counters when ``--speculative-config`` is on the command line).
+
+Generation is deterministic: token ``k`` of a completion is ``(sum(prompt) * 31 + 7 * k) % 2048``; with
+``--attention-backend FLASHMLA_SPARSE`` prompts of even length part from that at token 3 (a stand-in for near-ties
+between backends). Timing: the first token after ``FAKE_VLLM_TTFT_S``, each further one ``FAKE_VLLM_TPOT_S`` later,
+``FAKE_VLLM_TOKENS_PER_CHUNK`` tokens per SSE chunk (2 with ``--speculative-config``, as accepted drafts arrive).
+Speculative counters: per request ``n - 1`` draft tokens in ``n - 1`` drafts, of which ``(n - 1) // 2`` accepted.
+
+Other switches: ``FAKE_VLLM_EXIT=N`` exits with N at once; ``FAKE_VLLM_CHILD=1`` starts a sleeping child process
+(like vLLM's engine core) and prints its pid; ``FAKE_VLLM_IGNORE_TERM=1`` ignores SIGTERM. It prints its argv and
+the indexer switch to stdout, a line to stderr, and the line vLLM logs for the CUSTOM backend.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ARGS = sys.argv[1:]
+LOCK = threading.Lock()
+COUNTERS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_pos0": 0}
+
+
+def opt(name, default=None):
+    return ARGS[ARGS.index(name) + 1] if name in ARGS else default
+
+
+SPECULATIVE = opt("--speculative-config") is not None
+BACKEND = opt("--attention-backend", "auto")
+STARTED = time.time()
+STARTUP_S = float(os.environ.get("FAKE_VLLM_STARTUP_S", "0"))
+TTFT_S = float(os.environ.get("FAKE_VLLM_TTFT_S", "0.01"))
+TPOT_S = float(os.environ.get("FAKE_VLLM_TPOT_S", "0.002"))
+PER_CHUNK = int(os.environ.get("FAKE_VLLM_TOKENS_PER_CHUNK", "2" if SPECULATIVE else "1"))
+
+
+def tokens_for(prompt, n):
+    base = sum(prompt) * 31
+    out = [(base + 7 * k) % 2048 for k in range(n)]
+    if BACKEND == "FLASHMLA_SPARSE" and len(prompt) % 2 == 0 and n > 3:
+        out[3:] = [(t + 1) % 2048 for t in out[3:]]
+    return out
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, fmt, *args):  # keep the access log off stderr
+        pass
+
+    def _json(self, code, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/health":
+            ready = time.time() - STARTED >= STARTUP_S
+            self.send_response(200 if ready else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": opt("--served-model-name", "m"), "object": "model"}]})
+        elif self.path == "/metrics":
+            lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                     "# TYPE vllm:num_requests_running gauge",
+                     'vllm:num_requests_running{engine="0",model_name="glm5"} 0.0']
+            if SPECULATIVE:
+                lab = 'engine="0",model_name="glm5"'
+                with LOCK:
+                    c = dict(COUNTERS)
+                for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
+                                  ("num_accepted_tokens", "accepted_tokens")):
+                    lines += [f"# HELP vllm:spec_decode_{name}_total x",
+                              f"# TYPE vllm:spec_decode_{name}_total counter",
+                              f"vllm:spec_decode_{name}_total{{{lab}}} {float(c[key])}",
+                              f"vllm:spec_decode_{name}_created{{{lab}}} 1.7e9"]
+                lines += ["# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total x",
+                          "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter",
+                          f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="0"}} '
+                          f'{float(c["accepted_pos0"])}']
+            body = ("\n".join(lines) + "\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self._json(404, {"error": self.path})
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/v1/completions":
+            return self._json(404, {"error": self.path})
+        prompt, n = req["prompt"], int(req["max_tokens"])
+        toks = tokens_for(prompt, n)
+        if SPECULATIVE:
+            with LOCK:
+                COUNTERS["drafts"] += n - 1
+                COUNTERS["draft_tokens"] += n - 1
+                COUNTERS["accepted_tokens"] += (n - 1) // 2
+                COUNTERS["accepted_pos0"] += (n - 1) // 2
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
+        head = {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": req["model"]}
+        if not req.get("stream"):
+            time.sleep(TTFT_S + TPOT_S * (n - 1))
+            lp = {"tokens": [f"token_id:{t}" for t in toks], "token_logprobs": [-1.0 - 0.01 * t for t in toks],
+                  "text_offset": list(range(n)), "top_logprobs": [{f"token_id:{t}": -1.0} for t in toks]}
+            return self._json(200, {**head, "choices": [{"index": 0, "text": "x" * n, "logprobs": lp,
+                                                         "finish_reason": "length"}], "usage": usage})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        time.sleep(TTFT_S)
+        sent = 0
+        while sent < n:
+            part = toks[sent:sent + (1 if sent == 0 else PER_CHUNK)]
+            if sent:
+                time.sleep(TPOT_S * len(part))
+            sent += len(part)
+            choice = {"index": 0, "text": "x" * len(part), "logprobs": None,
+                      "finish_reason": "length" if sent >= n else None, "token_ids": part}
+            self.wfile.write(f"data: {json.dumps({**head, 'choices': [choice]})}\n\n".encode())
+            self.wfile.flush()
+        if (req.get("stream_options") or {}).get("include_usage"):
+            self.wfile.write(f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+def main():
+    print("FAKE_VLLM argv", json.dumps(ARGS), flush=True)
+    print("FAKE_VLLM env SPARSE_MLA_TRITON_INDEXER=" + repr(os.environ.get("SPARSE_MLA_TRITON_INDEXER")) +
+          " VLLM_LOGGING_LEVEL=" + repr(os.environ.get("VLLM_LOGGING_LEVEL")), flush=True)
+    print("FAKE_VLLM stderr line", file=sys.stderr, flush=True)
+    if BACKEND == "CUSTOM":
+        print("(EngineCore pid=1) INFO [cuda.py:422] Using AttentionBackendEnum.CUSTOM backend.", flush=True)
+    if os.environ.get("FAKE_VLLM_EXIT"):
+        sys.exit(int(os.environ["FAKE_VLLM_EXIT"]))
+    if os.environ.get("FAKE_VLLM_IGNORE_TERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.environ.get("FAKE_VLLM_CHILD"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(f"FAKE_VLLM child pid {child.pid}", flush=True)
+    server = ThreadingHTTPServer((opt("--host", "127.0.0.1"), int(opt("--port"))), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

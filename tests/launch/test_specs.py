@@ -1,0 +1,147 @@
+"""sparse_mla.launch.specs: run specs, the accepted backend names (from vLLM's own classes), --speculative-config
+and the SPARSE_MLA_SIMULATED_CAPABILITY report."""
+import json
+import os
+import re
+
+import pytest
+
+from sparse_mla.errors import UserInputError
+from sparse_mla.launch import specs
+
+
+def _accepted_in_message(name: str) -> list[str]:
+    with pytest.raises(UserInputError) as e:
+        specs.attention_config(name)
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1
+    inner = re.search(r"CUDA sparse MLA backends \(([^)]*)\)", msg).group(1)
+    return [n.strip() for n in inner.split(",")], msg
+
+
+def test_the_accepted_list_is_what_launch_accepts():
+    """The backend list in the error message for a dense name is exactly the set attention_config accepts: every
+    name in it passes, every other vLLM backend name (DeepSeek-V4's 512-wide *_DSV4 ones included) is refused, and
+    CUSTOM -- ours -- is named as accepted."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    listed, msg = _accepted_in_message("TRITON_MLA")
+    assert "TRITON_MLA_SPARSE (alias CUSTOM)" in msg and "auto" in msg
+    assert listed == list(specs.sparse_mla_backend_names())
+    for name in listed:
+        assert specs.attention_config(name) == {"backend": name}
+    assert specs.attention_config("CUSTOM") == specs.attention_config("triton_mla_sparse") == {"backend": "CUSTOM"}
+    others = [m for m in AttentionBackendEnum.__members__ if m not in listed and m != "CUSTOM"]
+    dsv4 = [m for m in others if m.endswith("_DSV4")]
+    assert dsv4, "vLLM 0.26.0 has DeepSeek-V4 sparse backends; this test expects to see them refused"
+    for name in others:
+        with pytest.raises(UserInputError, match="accepted: auto"):
+            specs.attention_config(name)
+    assert {"FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE"} <= set(listed)
+    assert not any(n.startswith(("ROCM_", "XPU_")) for n in listed)
+
+
+def test_head_size_comes_from_the_backend_classes():
+    """A 512-wide head (DeepSeek-V4) gets the *_DSV4 backends and not GLM-5's: the filter is the classes'
+    supports_head_size, not a list typed here."""
+    names_512 = specs.sparse_mla_backend_names(512)
+    assert any(n.endswith("_DSV4") for n in names_512)
+    assert "FLASHMLA_SPARSE" not in names_512
+    assert not any(n.endswith("_DSV4") for n in specs.sparse_mla_backend_names())
+
+
+@pytest.mark.parametrize("text,name,backend,indexer", [
+    ("TRITON_MLA_SPARSE", "TRITON_MLA_SPARSE", "TRITON_MLA_SPARSE", "vllm"),
+    ("custom+triton_dsa_indexer", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", "TRITON_MLA_SPARSE", "TRITON_DSA_INDEXER"),
+    (" flashmla_sparse + TRITON_DSA_INDEXER ", "FLASHMLA_SPARSE+TRITON_DSA_INDEXER", "FLASHMLA_SPARSE",
+     "TRITON_DSA_INDEXER"),
+    ("auto", "auto", "auto", "vllm"),
+])
+def test_parse_run_spec(text, name, backend, indexer):
+    s = specs.parse_run_spec(text)
+    assert (s.name, s.backend, s.indexer) == (name, backend, indexer)
+    assert s.env == {"SPARSE_MLA_TRITON_INDEXER": "1" if indexer == "TRITON_DSA_INDEXER" else None}
+    assert s.describe() == {"run": name, "backend_requested": backend, "indexer": indexer}
+
+
+@pytest.mark.parametrize("bad,says", [
+    ("FLASHMLA_SPARSE+FAST", "run spec 'FLASHMLA_SPARSE+FAST' is not accepted"),
+    ("FLASHMLA_SPARSE+TRITON_DSA_INDEXER+TRITON_DSA_INDEXER", "is not accepted"),
+    ("TRITON_MLA+TRITON_DSA_INDEXER", "'TRITON_MLA' is not a CUDA sparse MLA backend"),
+    (7, "is not a name"),
+])
+def test_parse_run_spec_refuses(bad, says):
+    with pytest.raises(UserInputError, match=re.escape(says)) as e:
+        specs.parse_run_spec(bad)
+    assert len(str(e.value).splitlines()) == 1
+
+
+def test_normalize_backends_with_run_specs():
+    assert specs.normalize_backends(["triton_mla_sparse+triton_dsa_indexer", "TRITON_MLA_SPARSE", "custom",
+                                     "FLASHMLA_SPARSE", "flashmla_sparse+TRITON_DSA_INDEXER"]) == (
+        "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE",
+        "FLASHMLA_SPARSE+TRITON_DSA_INDEXER")
+    with pytest.raises(UserInputError, match="names no backend"):
+        specs.normalize_backends(["auto+TRITON_DSA_INDEXER"])
+
+
+def _cfg_dir(tmp_path, n_mtp):
+    (tmp_path / "config.json").write_text(json.dumps({"num_nextn_predict_layers": n_mtp, "index_topk": 256}))
+    return tmp_path
+
+
+def test_check_speculative_config(tmp_path):
+    mtp = '{"method": "mtp", "num_speculative_tokens": 1}'
+    assert specs.check_speculative_config(None) is None and specs.check_speculative_config("  ") is None
+    assert specs.check_speculative_config(mtp, _cfg_dir(tmp_path, 1)) == json.loads(mtp)
+    ngram = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
+    assert specs.check_speculative_config(ngram, _cfg_dir(tmp_path, 0)) == ngram   # no MTP layer needed
+    for bad, says in (("{x", "is not JSON"), ("[1]", "non-empty JSON object"), ("{}", "non-empty JSON object"),
+                      ('"mtp"', "non-empty JSON object")):
+        with pytest.raises(UserInputError, match=says):
+            specs.check_speculative_config(bad)
+    for method in ("mtp", "deepseek_mtp"):   # vLLM's MTPModelTypes, deprecated names included
+        with pytest.raises(UserInputError, match="num_nextn_predict_layers = 0.*make-checkpoint --mtp"):
+            specs.check_speculative_config({"method": method, "num_speculative_tokens": 1}, _cfg_dir(tmp_path, 0))
+
+
+def test_simulated_reports_the_variable_only(monkeypatch):
+    monkeypatch.delenv(specs.SIMULATED_ENV, raising=False)
+    assert specs.simulated() is None and specs.with_simulated({"a": 1}) == {"a": 1}
+    monkeypatch.setenv(specs.SIMULATED_ENV, "12.0")
+    sim = specs.simulated()
+    assert sim["capability"] == "12.0" and specs.SIMULATED_ENV in sim["how"] and "simulates nothing" in sim["how"]
+    assert specs.with_simulated({"a": 1}) == {"a": 1, "simulated": sim}
+
+
+def test_patched_environ_restores(monkeypatch):
+    monkeypatch.setenv("SPARSE_MLA_TEST_A", "x")
+    monkeypatch.delenv("SPARSE_MLA_TEST_B", raising=False)
+    with pytest.raises(RuntimeError):
+        with specs.patched_environ({"SPARSE_MLA_TEST_A": None, "SPARSE_MLA_TEST_B": "1"}):
+            assert "SPARSE_MLA_TEST_A" not in os.environ and os.environ["SPARSE_MLA_TEST_B"] == "1"
+            raise RuntimeError
+    assert os.environ["SPARSE_MLA_TEST_A"] == "x" and "SPARSE_MLA_TEST_B" not in os.environ
+
+
+def test_unimportable_backend_classes(monkeypatch):
+    """A class that cannot be imported here is kept when it is one of vLLM's general backends (vLLM judges it on the
+    GPU) and dropped when it is a model's own (its head size cannot be read): never a DSV4 backend by accident."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    real = AttentionBackendEnum.get_class
+
+    def get_class(self):
+        if self.name in ("FLASHMLA_SPARSE", "FLASHMLA_SPARSE_DSV4"):
+            raise ImportError("no extension here")
+        return real(self)
+
+    specs.sparse_mla_backend_names.cache_clear()
+    monkeypatch.setattr(AttentionBackendEnum, "get_class", get_class)
+    try:
+        names = specs.sparse_mla_backend_names()
+        names_512 = specs.sparse_mla_backend_names(512)
+    finally:
+        specs.sparse_mla_backend_names.cache_clear()
+    assert "FLASHMLA_SPARSE" in names and "FLASHMLA_SPARSE_DSV4" not in names
+    assert "FLASHMLA_SPARSE_DSV4" not in names_512 and "FLASHINFER_MLA_SPARSE_DSV4" in names_512
