@@ -1,10 +1,12 @@
 """The probe: vLLM's own CUDA platform code run for a GPU that is not there.
 
-* :func:`probe_platform` -- a ``CudaPlatformBase`` subclass whose ``get_device_capability()`` returns the target,
-  installed as ``vllm.platforms.current_platform`` for the duration of a probe (:func:`use_platform`), because
-  capability checks such as ``is_device_capability_family`` read ``current_platform``, not an argument;
-* :func:`ensure_extension_modules` -- vLLM's CUDA extension modules that cannot load without the driver
-  (``libcuda.so.1``) are replaced by empty ``sys.modules`` entries, so backends are judged as on a GPU machine;
+* :func:`probe_platform_cls` -- a ``CudaPlatformBase`` subclass whose ``get_device_capability()`` returns the target
+  (and ``device_count()`` the tensor-parallel size), installed as ``vllm.platforms.current_platform`` for the duration
+  of a probe (:func:`use_platform`), because capability checks such as ``is_device_capability_family`` read
+  ``current_platform``, not an argument;
+* :func:`load_vllm_extensions` -- vLLM's CUDA extension modules need ``libcuda.so.1`` to load; without the NVIDIA
+  driver they are loaded for real against a stand-in driver library whose entry points all answer "no device", so
+  backends and vLLM's ops are judged as on a GPU machine;
 * :func:`cuda_alloc_on_meta` / :func:`import_backend` -- a backend module that allocates CUDA memory at import
   (``CUTLASS_MLA``) is imported with that allocation on PyTorch's ``meta`` device;
 * :func:`stock_selection` -- backend registrations and selector wrappers set aside, so that a probe sees stock vLLM;
@@ -372,18 +374,6 @@ def import_backend(member, probing: bool):
     SHIMMED[member.name] = (f"module-level CUDA allocation moved to the meta device while importing "
                           f"{member.get_path(include_classname=False)} (without it: {fmt_exc(first)})")
     return cls, None
-
-
-def is_mla_candidate(member) -> bool:
-    """Cheap pre-filter before importing: MLA backends carry "MLA" in the enum name or "mla" in the module path.
-    (Importing every backend of the enum just to call ``is_mla()`` would load FlashInfer, FlexAttention, ... for
-    nothing; the final word is the class's ``is_mla()``.)"""
-    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES
-
-    if member in _ATTN_OVERRIDES:        # a registered plugin/custom backend: always look at it
-        return True
-    value = member.value or ""
-    return bool(value) and ("MLA" in member.name or ".mla." in value or "_mla" in value)
 
 
 def display_name(member, cls) -> str:
