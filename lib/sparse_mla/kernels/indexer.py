@@ -338,6 +338,17 @@ def _one_device(*xs) -> torch.device:
     return dev
 
 
+#: Row stride alignment of the logits the wrappers allocate, in floats: 1024 bytes, as DeepGEMM's logits (a view
+#: ``[:, :width]`` of a wider buffer; vLLM's top-k kernels take the row stride as an argument).
+LOGITS_ROW_ALIGN = 256
+
+
+def _logits_buffer(rows: int, width: int, clean: bool, device: torch.device) -> torch.Tensor:
+    stride = triton.cdiv(max(width, 1), LOGITS_ROW_ALIGN) * LOGITS_ROW_ALIGN
+    buf = torch.empty((rows, stride), dtype=torch.float32, device=device)[:, :width]
+    return buf.fill_(float("-inf")) if clean else buf
+
+
 def indexer_logits_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, weights: torch.Tensor,
                            ks: torch.Tensor, ke: torch.Tensor, *, clean_logits: bool = False,
                            out: torch.Tensor | None = None, capability: tuple[int, int] | None = None,
@@ -351,9 +362,11 @@ def indexer_logits_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tens
         k: ``[N, D]`` key codes (e4m3fn or uint8), unit last stride.
         k_scale: ``[N]`` (or ``[N, 1]``) float32 per-key scales (positive).
         weights: ``[M, H]`` float32 head weights.
-        ks, ke: ``[M]`` int32 window of each row, keys ``ks[m] <= n < ke[m]`` (``ks == ke``: empty row).
+        ks, ke: ``[M]`` int32 (or int64) window of each row, keys ``ks[m] <= n < ke[m]`` (``ks == ke``: empty row;
+            bounds outside ``[0, N]`` are clipped).
         clean_logits: fill everything outside the windows with ``-inf`` (else it is left unwritten).
-        out: optional ``[M, N]`` float32 output (unit last stride).
+        out: optional ``[M, N]`` float32 output (unit last stride; default: a view with a 1024-byte aligned row
+            stride, as DeepGEMM returns).
         capability: compute capability that picks the operand path (default: ``q``'s device's; CPU: fp32).
         **config: launch overrides for :func:`prefill_config` (``block_m``, ``block_n``, ``splits``, ``num_warps``,
             ``num_stages``).
@@ -369,7 +382,7 @@ def indexer_logits_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tens
     _check_tensor(k_scale, "k_scale", (torch.float32,), (1, 2))
     _check_tensor(weights, "weights", (torch.float32,), 2)
     for name, x in (("ks", ks), ("ke", ke)):
-        _check_tensor(x, name, (torch.int32,), 1)
+        _check_tensor(x, name, (torch.int32, torch.int64), 1)
     if q.dim() != 3 or k.dim() != 2:
         raise UserInputError(f"q must be [M, H, D] and k [N, D]; got shapes {tuple(q.shape)} and {tuple(k.shape)}")
     M, H, D = q.shape
@@ -388,8 +401,7 @@ def indexer_logits_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tens
     dev = _one_device(q, k, k_scale, weights, ks, ke)
     cap = _capability(dev, capability)
     if out is None:
-        out = (torch.full if clean_logits else torch.empty)((M, N), *([float("-inf")] if clean_logits else []),
-                                                           dtype=torch.float32, device=dev)
+        out = _logits_buffer(M, N, clean_logits, dev)
     else:
         if out.shape != (M, N) or out.dtype != torch.float32 or out.device != dev or (N > 1 and out.stride(1) != 1):
             raise UserInputError(f"out {tuple(out.shape)} {out.dtype} on {out.device} does not fit; accepted: [{M}, "
@@ -401,7 +413,8 @@ def indexer_logits_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tens
     q = q if q.stride(2) == 1 else q.contiguous()
     k = k if k.stride(1) == 1 else k.contiguous()
     weights = weights if weights.stride(1) == 1 else weights.contiguous()
-    k_scale, ks, ke = k_scale.contiguous(), ks.contiguous(), ke.contiguous()
+    k_scale = k_scale.contiguous()
+    ks, ke = ks.to(torch.int32).contiguous(), ke.to(torch.int32).contiguous()
     cfg = prefill_config(M, N, H, dev, cap, **config)
     grid = (triton.cdiv(M, cfg.block_m), cfg.splits)
     _prefill_logits_kernel[grid](
@@ -453,7 +466,8 @@ def indexer_logits_paged(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
         block_table: ``[B, max_blocks]`` int32 physical block of each logical block.
         max_model_len: width of the output (context lengths beyond it are cut to it).
         clean_logits: fill positions at or past each row's context length with ``-inf``.
-        out: optional ``[B * next_n, max_model_len]`` float32 output (unit last stride).
+        out: optional ``[B * next_n, max_model_len]`` float32 output (unit last stride; default: a view with a
+            1024-byte aligned row stride, as DeepGEMM returns).
         capability: compute capability that picks the operand path (default: ``q``'s device's; CPU: fp32).
         **config: launch overrides for :func:`paged_config` (``splits``, ``num_warps``, ``num_stages``).
 
@@ -488,9 +502,7 @@ def indexer_logits_paged(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     cap = _capability(dev, capability)
     rows = B * next_n
     if out is None:
-        out = (torch.full if clean_logits else torch.empty)((rows, max_model_len),
-                                                           *([float("-inf")] if clean_logits else []),
-                                                           dtype=torch.float32, device=dev)
+        out = _logits_buffer(rows, max_model_len, clean_logits, dev)
     else:
         if out.shape != (rows, max_model_len) or out.dtype != torch.float32 or out.device != dev or \
                 (max_model_len > 1 and out.stride(1) != 1):
