@@ -205,3 +205,36 @@ def index_cache_write_ref(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping:
         flat[blk, off * D:(off + 1) * D] = codes[t]
         flat[blk, bs * D + 4 * off:bs * D + 4 * (off + 1)] = scale[t:t + 1].view(torch.uint8)
     return kv_cache
+
+
+def indexer_q_rope_quant_ref(positions, q, cos_sin_cache, weights, softmax_scale: float, head_scale: float,
+                             is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The arithmetic of vLLM's ``_fused_indexer_q_rope_quant_kernel`` (``sparse_attn_indexer.py``) in PyTorch, op for
+    op in float32 (so the codes come out bit for bit): rope on the first 64 dims (``cos, sin =
+    cos_sin_cache[pos, :32], [32:64]``; NeoX halves or interleaved pairs), each rotated value rounded to bf16;
+    ``s = 2 ** ceil(log2(max(amax, 1e-10) * (1 / 448)))`` per (token, head); codes ``e4m3(clamp(x / s, +-448))``;
+    ``weights * s * softmax_scale * head_scale``.
+
+    Returns:
+        ``(q_fp8 [T, H, 128] float8_e4m3fn, weights_out [T, H] float32)``.
+    """
+    f32 = torch.float32
+    pos = positions.long()
+    cos = cos_sin_cache[pos, :32].to(f32)[:, None, :]
+    sin = cos_sin_cache[pos, 32:64].to(f32)[:, None, :]
+    x = q.to(f32)
+    x0, x1 = (x[..., :32], x[..., 32:64]) if is_neox else (x[..., 0:64:2], x[..., 1:64:2])
+    r0 = (x0 * cos - x1 * sin).to(torch.bfloat16).to(f32)
+    r1 = (x1 * cos + x0 * sin).to(torch.bfloat16).to(f32)
+    nope = x[..., 64:]
+    amax = torch.maximum(torch.maximum(r0.abs().amax(-1), r1.abs().amax(-1)), nope.abs().amax(-1))
+    scale = torch.exp2(torch.ceil(torch.log2(amax.clamp_min(1e-10) * torch.tensor(1.0 / 448.0, dtype=f32))))
+    rot = torch.empty_like(x)
+    if is_neox:
+        rot[..., :32], rot[..., 32:64] = r0, r1
+    else:
+        rot[..., 0:64:2], rot[..., 1:64:2] = r0, r1
+    rot[..., 64:] = nope
+    codes = (rot / scale[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    w = weights.to(f32) * scale * torch.tensor(softmax_scale, dtype=f32) * torch.tensor(head_scale, dtype=f32)
+    return codes, w
