@@ -123,13 +123,16 @@ def indexer_logits_prefill_ref(q, k, k_scale, weights, ks, ke, *, compute_dtype:
     return logits.masked_fill(~window, float("-inf")).to(torch.float32)
 
 
-def index_cache_keys_ref(kv_cache: torch.Tensor, head_dim: int = 128,
-                         compute_dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read a paged index cache: ``(keys [num_blocks, bs, D] in compute_dtype, scales [num_blocks, bs] float32)``."""
+def index_cache_keys_ref(kv_cache: torch.Tensor, head_dim: int = 128, compute_dtype: torch.dtype = torch.float64,
+                         blocks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read a paged index cache: ``(keys [nb, bs, D] in compute_dtype, scales [nb, bs] float32)`` of all blocks, or of
+    the physical ``blocks`` given (in that order)."""
     nb, bs = kv_cache.shape[0], kv_cache.shape[1]
     flat = kv_cache.reshape(nb, bs * (head_dim + 4))
-    keys = e4m3_values(flat[:, :bs * head_dim].contiguous(), compute_dtype).reshape(nb, bs, head_dim)
-    scales = flat[:, bs * head_dim:].contiguous().view(torch.float32).reshape(nb, bs)
+    if blocks is not None:
+        flat = flat[blocks.long()]
+    keys = e4m3_values(flat[:, :bs * head_dim].contiguous(), compute_dtype).reshape(-1, bs, head_dim)
+    scales = flat[:, bs * head_dim:].contiguous().view(torch.float32).reshape(-1, bs)
     return keys, scales
 
 
@@ -152,8 +155,7 @@ def indexer_logits_paged_ref(q, kv_cache, weights, context_lens, block_table, ma
         ``-inf`` after them.
     """
     B, next_n, H, D = q.shape
-    keys, scales = index_cache_keys_ref(kv_cache, D, compute_dtype)
-    bs = keys.shape[1]
+    bs = kv_cache.shape[1]
     lens = context_lens.long()
     if lens.dim() == 1:
         lens = lens[:, None] - next_n + 1 + torch.arange(next_n, device=lens.device)[None, :]
@@ -165,9 +167,9 @@ def indexer_logits_paged_ref(q, kv_cache, weights, context_lens, block_table, ma
         n = int(lens[b].max())
         if n == 0:
             continue
-        blocks = block_table[b, :(n + bs - 1) // bs].long()
-        kb = keys[blocks].reshape(-1, D)[:n]                      # [n, D]
-        sb = scales[blocks].reshape(-1)[:n].to(compute_dtype)
+        keys, scales = index_cache_keys_ref(kv_cache, D, compute_dtype, block_table[b, :(n + bs - 1) // bs])
+        kb = keys.reshape(-1, D)[:n]                              # [n, D]
+        sb = scales.reshape(-1)[:n].to(compute_dtype)
         score = torch.einsum("jhd,nd->jhn", qv[b], kb) * sb
         logit = (score.clamp_min(0) * w[b][:, :, None]).sum(dim=1)          # [next_n, n]
         pos = torch.arange(n, device=q.device)
