@@ -80,11 +80,12 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def dot_mode(capability: tuple[int, int] | None) -> tuple[str, bool]:
+def dot_mode(capability: tuple[int, int] | None, interpret: bool | None = None) -> tuple[str, bool]:
     """``(dot operand dtype, HW)`` for a compute capability: ``("fp8", True)`` from SM89, ``("fp16", False)`` on
-    SM80/86, ``("fp32", False)`` for ``None`` (CPU) and always under the interpreter. ``HW`` says whether
-    :func:`~sparse_mla.kernels.fp8.e4m3_to_f32` uses the hardware conversion."""
-    if capability is None or interpreting():
+    SM80/86, ``("fp32", False)`` for ``None`` (CPU) and always under the interpreter (``interpret``, default: whether
+    ``TRITON_INTERPRET`` is set). ``HW`` says whether :func:`~sparse_mla.kernels.fp8.e4m3_to_f32` uses the hardware
+    conversion."""
+    if capability is None or (interpreting() if interpret is None else interpret):
         return "fp32", False
     if has_fp8_conversion(capability):
         return "fp8", True
