@@ -142,18 +142,18 @@ def launch_q_rope_quant(positions, q, cos_sin_cache, weights, softmax_scale, hea
     """:func:`indexer_q_rope_quant` without checks and with the store path decided by the caller (``hw``: hardware
     fp8 conversion, SM89+; ``soft_bf16``: under the interpreter). As lean as vLLM's own launcher, so that
     ``torch.compile`` traces it inside ``Indexer.forward`` the same way (the plugin's replacement calls it)."""
-    q_fp8 = torch.empty_like(q, dtype=torch.float8_e4m3fn)
+    # the kernel writes uint8 codes into a tensor of its own, returned as its float8_e4m3fn view: no write through
+    # a dtype-view alias, which keeps torch.compile's functionalization of the kernel call simple
+    codes = torch.empty_like(q, dtype=torch.uint8)
     weights_out = torch.empty_like(weights, dtype=torch.float32)
-    if q.shape[0] == 0 or q.shape[1] == 0:
-        return q_fp8, weights_out
-    codes = q_fp8.view(torch.uint8)
-    _indexer_q_rope_quant_kernel[(q.shape[0], q.shape[1])](
-        positions, q, q.stride(0), q.stride(1), cos_sin_cache, cos_sin_cache.stride(0),
-        codes, codes.stride(0), codes.stride(1),
-        weights, weights.stride(0), weights.stride(1), weights_out, weights_out.stride(0), weights_out.stride(1),
-        softmax_scale, head_scale,
-        fp8_min=-E4M3_MAX, fp8_max=E4M3_MAX, is_neox=bool(is_neox), HW=hw, SOFT_BF16=soft_bf16, num_warps=1)
-    return q_fp8, weights_out
+    if q.shape[0] > 0 and q.shape[1] > 0:
+        _indexer_q_rope_quant_kernel[(q.shape[0], q.shape[1])](
+            positions, q, q.stride(0), q.stride(1), cos_sin_cache, cos_sin_cache.stride(0),
+            codes, codes.stride(0), codes.stride(1),
+            weights, weights.stride(0), weights.stride(1), weights_out, weights_out.stride(0), weights_out.stride(1),
+            softmax_scale, head_scale,
+            fp8_min=-E4M3_MAX, fp8_max=E4M3_MAX, is_neox=bool(is_neox), HW=hw, SOFT_BF16=soft_bf16, num_warps=1)
+    return codes.view(torch.float8_e4m3fn), weights_out
 
 
 def fused_indexer_q_rope_quant(positions: torch.Tensor, q: torch.Tensor, cos_sin_cache: torch.Tensor,

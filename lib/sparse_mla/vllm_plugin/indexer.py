@@ -39,6 +39,9 @@ import threading
 
 import torch
 
+from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill
+from ..kernels.indexer_quant import launch_q_rope_quant
+
 INDEXER_NAME = "TRITON_DSA_INDEXER"
 FORCE_ENV = "SPARSE_MLA_TRITON_INDEXER"
 
@@ -70,8 +73,6 @@ def fp8_fp4_mqa_logits(
     """DeepGEMM's ``fp8_fp4_mqa_logits`` (fp8 q only) through :func:`sparse_mla.kernels.indexer.indexer_logits_prefill`:
     ``q = (q_fp8 [M, H, D], None)``, ``kv = (k_fp8 [N, D], k_scale [N] fp32)``, ``weights [M, H]``, windows
     ``[ks, ke)`` -> ``[M, N]`` float32 logits."""
-    from ..kernels.indexer import indexer_logits_prefill
-
     q_values, q_scale = _split_q(q)
     k, k_scale = kv
     return indexer_logits_prefill(q_values, k, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke,
@@ -92,8 +93,6 @@ def fp8_fp4_paged_mqa_logits(
     :func:`sparse_mla.kernels.indexer.indexer_logits_paged`: ``q = (q_fp8 [B, next_n, H, D], None)``, the paged index
     cache, ``weights [B * next_n, H]``, ``context_lens [B, next_n]`` (or ``[B]``), ``block_tables [B, max_blocks]``
     -> ``[B * next_n, max_model_len]`` float32 logits. ``schedule_metadata`` (DeepGEMM's SM schedule) is not needed."""
-    from ..kernels.indexer import indexer_logits_paged
-
     q_values, q_scale = _split_q(q)
     return indexer_logits_paged(q_values, kv_cache, weights, context_lens, block_tables, int(max_model_len),
                                 clean_logits=clean_logits, capability=_STATE["capability"])
@@ -117,9 +116,8 @@ def fused_indexer_q_rope_quant(
     is_neox: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``fused_indexer_q_rope_quant`` (same signature, outputs and numbers) with fp8 stores that compile on
-    SM80/86 (:mod:`sparse_mla.kernels.indexer_quant`); the store path follows vLLM's platform capability."""
-    from ..kernels.indexer_quant import launch_q_rope_quant
-
+    SM80/86 (:mod:`sparse_mla.kernels.indexer_quant`); the store path follows vLLM's platform capability. Traced by
+    ``torch.compile`` inside ``Indexer.forward`` like vLLM's (no checks, no imports here)."""
     return launch_q_rope_quant(positions, q, cos_sin_cache, weights, softmax_scale, head_scale, is_neox,
                                hw=_STATE["q_hw"], soft_bf16=_STATE["soft_bf16"])
 
