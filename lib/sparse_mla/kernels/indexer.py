@@ -54,14 +54,14 @@ and sm_120; so do the cache ops the indexer needs (``indexer_k_quant_and_cache``
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from ..errors import UserInputError
+from .api import interpreting
 from .fp8 import e4m3_to_f32, has_fp8_conversion
 
 #: The index head dim the kernels handle (GLM-5 and DeepSeek-V3.2: 128; vLLM's fused q kernel assumes it too).
@@ -73,11 +73,6 @@ MAX_NEXT_N = 4
 #: Lowest compute capability the kernels are built for.
 MIN_CAPABILITY = (8, 0)
 DOT_MODES = ("fp8", "fp16", "fp32")
-
-
-def interpreting() -> bool:
-    """True when Triton runs through its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def dot_mode(capability: tuple[int, int] | None, interpret: bool | None = None) -> tuple[str, bool]:
@@ -104,6 +99,8 @@ def _operand(code, HW: tl.constexpr, DOT: tl.constexpr):
         return e4m3_to_f32(code, HW)
 
 
+# Sizes that change from call to call are not specialised (no recompilation when a prefill chunk's M or N, or the
+# split count, changes its divisibility by 16); strides and head counts are.
 @triton.jit
 def _prefill_logits_kernel(
     Q, K, KScale, W, KS, KE, Out,
@@ -157,7 +154,7 @@ def _prefill_logits_kernel(
         tl.store(out_rows + offs_n[None, :], logit, mask=in_win)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["MAX_LEN", "MAX_BLOCKS", "SPLITS"])
 def _paged_logits_kernel(
     Q, KV, KVScale, W, Ctx, BT, Out,
     H, NEXT_N, MAX_LEN, MAX_BLOCKS, SPLITS,

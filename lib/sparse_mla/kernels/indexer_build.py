@@ -70,6 +70,7 @@ def compile_for(kernel: str, capability: tuple[int, int], cfg: IndexerConfig | N
                     "Out": "*fp32"}
             consts = dict(D=D, BLOCK_M=cfg.block_m, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, DOT=cfg.dot,
                           HW=cfg.hw)
+            # M, N and SPLITS are do_not_specialize in the kernel (never hinted); the strides are
             values = dict(M=4095, N=32767, H=H, SPLITS=3, stride_qm=H * D, stride_qh=D, stride_kn=D, stride_wm=H,
                           stride_om=32768)
         elif kernel == "paged":
