@@ -58,7 +58,7 @@ def topk_agreement(ours, theirs, sel_ours, sel_theirs, starts, ends):
     """Fraction of DeepGEMM's selected set that ours also selects, and how many differences are *not* ties: an entry
     only one side selected must have a DeepGEMM logit within (twice the row's largest difference between the two
     kernels) of the k-th largest. That tolerance is small because the callers assert the logits agree (relative
-    error < 1e-3) first. Indices are local to each row's window start (vLLM's top-k contract)."""
+    error < 2e-3) first. Indices are local to each row's window start (vLLM's top-k contract)."""
     agree, total, untied = 0, 0, 0
     for r in range(sel_ours.shape[0]):
         a = set(sel_ours[r][sel_ours[r] >= 0].tolist())
@@ -102,7 +102,7 @@ def test_prefill_logits_and_topk_match_deepgemm(H, dg, ops):
         agree, untied = topk_agreement(ours, theirs, sel, sel_theirs, ks, ke)
         print(f"\nprefill H={H} {mode}: rel err vs DeepGEMM {e_dg:.1e}, vs float64 {e_ref:.1e} (DeepGEMM "
               f"{rel(theirs[:64], want, win[:64]):.1e}); top-{TOPK} agreement {agree:.5f}, non-tie differences {untied}")
-        assert e_dg < 1e-3 and e_ref < 1e-3
+        assert e_dg < 2e-3 and e_ref < 2e-3
         assert untied == 0 and agree > 0.99
 
 
@@ -151,7 +151,7 @@ def test_paged_logits_and_topk_match_deepgemm(H, next_n, dg, ops):
         agree, untied = topk_agreement(ours, theirs, sel, sel_theirs, torch.zeros_like(lens), lens)
         print(f"\npaged H={H} next_n={next_n} {mode}: rel err vs DeepGEMM {e_dg:.1e}, vs float64 {e_ref:.1e}; "
               f"top-{TOPK} agreement {agree:.5f}, non-tie differences {untied}")
-        assert e_dg < 1e-3 and e_ref < 1e-3
+        assert e_dg < 2e-3 and e_ref < 2e-3
         assert untied == 0 and agree > 0.99
 
 
