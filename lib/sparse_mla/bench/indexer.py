@@ -104,8 +104,6 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
     import triton
 
     from ..errors import UserInputError
-    from ..kernels import reference as ref
-    from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill, paged_config, prefill_config
     from ..kernels.indexer_build import build_report_subprocess
     from .common import gpu_slug
 
@@ -133,75 +131,16 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
     big_decode, big_prefill = (max(batches), max(contexts)), max(prefill)
     for i, (H, B, L, nn) in enumerate(decode_cases):
         sm80 = not quick or ((B, L) == big_decode and nn == 1)     # --quick: the SM80 path on the largest case only
-        q, kv, w, ctx, bt = decode_inputs(B, L, nn, H, seed=i)
-        sched = dg.get_paged_mqa_logits_metadata(ctx, BS, sms)
-        ours = lambda cap=None, **cfg: indexer_logits_paged(q, kv, w, ctx, bt, L, capability=cap, **cfg)  # noqa: E731
-        peer = lambda: dg.fp8_fp4_paged_mqa_logits((q, None), kv, w, ctx, bt, sched, L, clean_logits=False)  # noqa: E731
-        row = dict(kind="decode", H=H, B=B, context=L, next_n=nn, M=None, N=None)
-        if check:
-            a, b = ours(), peer()
-            win = torch.arange(L, device=DEV)[None, :] < ctx.reshape(-1)[:, None]
-            r = ref.indexer_logits_paged_ref(q[:1], kv, w[:nn], ctx[:1], bt[:1], L)
-            row.update(rel_err_vs_deepgemm=_rel(a, b, win), rel_err_vs_ref=_rel(a[:nn], r, win[:nn]))
-            if sm80:
-                row["sm80_path_rel_err_vs_deepgemm"] = _rel(ours((8, 0)), b, win)
-            del a, b, r
-        t, tp = graphed(ours), graphed(peer)
-        t80 = graphed(lambda: ours((8, 0))) if sm80 else float("nan")
-        nbytes = B * -(-L // BS) * BS * (D + 4)
-        flops = 2 * H * D * int(ctx.sum())
-        row.update(triton_us=t * 1e3, deepgemm_us=tp * 1e3, sm80_path_us=t80 * 1e3, speed_vs_deepgemm=tp / t,
-                   triton_GBps=nbytes / t / 1e6, deepgemm_GBps=nbytes / tp / 1e6,
-                   frac_of_copy_bw=nbytes / (t * 1e-3) / bw, triton_TFLOPs=flops / t / 1e9,
-                   deepgemm_TFLOPs=flops / tp / 1e9, splits=paged_config(B, nn, H, BS, L, q.device, None).splits)
+        row, swept = _decode_case(dg, H, B, L, nn, seed=i, sm80=sm80, check=check, sweep=sweep, graphed=graphed,
+                                  bw=bw, sms=sms)
         rows.append(row)
-        if sweep:
-            base = row["splits"]
-            for f, nw, ns in DECODE_SWEEP:
-                try:
-                    ts = graphed(lambda: ours(splits=base * f, num_warps=nw, num_stages=ns))
-                    err = ""
-                except Exception as e:  # noqa: BLE001
-                    ts, err = float("nan"), type(e).__name__
-                sweep_rows.append(dict(kind="decode", H=H, B=B, context=L, next_n=nn, splits=base * f, num_warps=nw,
-                                       num_stages=ns, graph_us=ts * 1e3, deepgemm_us=tp * 1e3, error=err))
-        del q, kv, w, ctx, bt
+        sweep_rows += swept
         torch.cuda.empty_cache()
     for i, (H, (M, N)) in enumerate([(H, p) for H in heads for p in prefill]):
         sm80 = not quick or (M, N) == big_prefill
-        q, k, ks_, w, ks, ke = prefill_inputs(M, N, H, seed=100 + i)
-        ours = lambda cap=None, **cfg: indexer_logits_prefill(q, k, ks_, w, ks, ke, capability=cap, **cfg)  # noqa: E731
-        peer = lambda: dg.fp8_fp4_mqa_logits((q, None), (k, ks_), w, ks, ke, clean_logits=False)  # noqa: E731
-        row = dict(kind="prefill", H=H, B=None, context=None, next_n=None, M=M, N=N)
-        if check:
-            a, b = ours(), peer()
-            n = torch.arange(N, device=DEV)
-            win = (n[None, :] >= ks[:, None]) & (n[None, :] < ke[:, None])
-            r = ref.indexer_logits_prefill_ref(q[-4:], k, ks_, w[-4:], ks[-4:], ke[-4:])
-            row.update(rel_err_vs_deepgemm=_rel(a, b, win), rel_err_vs_ref=_rel(a[-4:], r, win[-4:]))
-            if sm80:
-                row["sm80_path_rel_err_vs_deepgemm"] = _rel(ours((8, 0)), b, win)
-            del a, b, r
-        t, tp = graphed(ours), graphed(peer)
-        t80 = graphed(lambda: ours((8, 0))) if sm80 else float("nan")
-        flops = 2 * H * D * int((ke - ks).sum())
-        cfg = prefill_config(M, N, H, q.device, None)
-        row.update(triton_us=t * 1e3, deepgemm_us=tp * 1e3, sm80_path_us=t80 * 1e3, speed_vs_deepgemm=tp / t,
-                   triton_TFLOPs=flops / t / 1e9, deepgemm_TFLOPs=flops / tp / 1e9,
-                   sm80_path_TFLOPs=flops / t80 / 1e9, splits=cfg.splits)
+        row, swept = _prefill_case(dg, H, M, N, seed=100 + i, sm80=sm80, check=check, sweep=sweep, graphed=graphed)
         rows.append(row)
-        if sweep:
-            for bm, bn, nw, ns in PREFILL_SWEEP:
-                bm = max(1, cfg.block_m // 2) if bm == "half" else bm
-                try:
-                    ts = graphed(lambda: ours(block_m=bm, block_n=bn, num_warps=nw, num_stages=ns))
-                    err = ""
-                except Exception as e:  # noqa: BLE001 (e.g. out of shared memory or registers)
-                    ts, err = float("nan"), type(e).__name__
-                sweep_rows.append(dict(kind="prefill", H=H, M=M, N=N, block_m=bm or cfg.block_m, block_n=bn,
-                                       num_warps=nw, num_stages=ns, graph_us=ts * 1e3, deepgemm_us=tp * 1e3,
-                                       TFLOPs=flops / ts / 1e9, error=err))
-        del q, k, ks_, w, ks, ke
+        sweep_rows += swept
         torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
     record = {"environment": env, "bench": rows, "targets": targets(df),
@@ -212,6 +151,93 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
         atomic_write_text(out_dir / f"bench_indexer_sweep_{tag}.csv", pd.DataFrame(sweep_rows).to_csv(index=False))
     plot_bench(df, env, out_dir / f"bench_indexer_{tag}.png")
     return record
+
+
+def _decode_case(dg, H, B, L, nn, *, seed, sm80, check, sweep, graphed, bw, sms):
+    """One decode case: ``(row, sweep rows)``."""
+    import torch
+
+    from ..kernels import reference as ref
+    from ..kernels.indexer import indexer_logits_paged, paged_config
+
+    q, kv, w, ctx, bt = decode_inputs(B, L, nn, H, seed=seed)
+    sched = dg.get_paged_mqa_logits_metadata(ctx, BS, sms)
+
+    def ours(cap=None, **cfg):
+        return indexer_logits_paged(q, kv, w, ctx, bt, L, capability=cap, **cfg)
+
+    def peer():
+        return dg.fp8_fp4_paged_mqa_logits((q, None), kv, w, ctx, bt, sched, L, clean_logits=False)
+
+    row = dict(kind="decode", H=H, B=B, context=L, next_n=nn, M=None, N=None)
+    if check:
+        a, b = ours(), peer()
+        win = torch.arange(L, device=DEV)[None, :] < ctx.reshape(-1)[:, None]
+        r = ref.indexer_logits_paged_ref(q[:1], kv, w[:nn], ctx[:1], bt[:1], L)
+        row.update(rel_err_vs_deepgemm=_rel(a, b, win), rel_err_vs_ref=_rel(a[:nn], r, win[:nn]))
+        if sm80:
+            row["sm80_path_rel_err_vs_deepgemm"] = _rel(ours((8, 0)), b, win)
+    t, tp = graphed(ours), graphed(peer)
+    t80 = graphed(lambda: ours((8, 0))) if sm80 else float("nan")
+    nbytes = B * -(-L // BS) * BS * (D + 4)
+    flops = 2 * H * D * int(ctx.sum())
+    row.update(triton_us=t * 1e3, deepgemm_us=tp * 1e3, sm80_path_us=t80 * 1e3, speed_vs_deepgemm=tp / t,
+               triton_GBps=nbytes / t / 1e6, deepgemm_GBps=nbytes / tp / 1e6,
+               frac_of_copy_bw=nbytes / (t * 1e-3) / bw, triton_TFLOPs=flops / t / 1e9,
+               deepgemm_TFLOPs=flops / tp / 1e9, splits=paged_config(B, nn, H, BS, L, q.device, None).splits)
+    swept = []
+    for f, nw, ns in (DECODE_SWEEP if sweep else ()):
+        try:
+            ts, err = graphed(lambda: ours(splits=row["splits"] * f, num_warps=nw, num_stages=ns)), ""
+        except Exception as e:  # noqa: BLE001 (e.g. out of resources)
+            ts, err = float("nan"), type(e).__name__
+        swept.append(dict(kind="decode", H=H, B=B, context=L, next_n=nn, splits=row["splits"] * f, num_warps=nw,
+                          num_stages=ns, graph_us=ts * 1e3, deepgemm_us=tp * 1e3, error=err))
+    return row, swept
+
+
+def _prefill_case(dg, H, M, N, *, seed, sm80, check, sweep, graphed):
+    """One prefill case: ``(row, sweep rows)``."""
+    import torch
+
+    from ..kernels import reference as ref
+    from ..kernels.indexer import indexer_logits_prefill, prefill_config
+
+    q, k, k_scale, w, ks, ke = prefill_inputs(M, N, H, seed=seed)
+
+    def ours(cap=None, **cfg):
+        return indexer_logits_prefill(q, k, k_scale, w, ks, ke, capability=cap, **cfg)
+
+    def peer():
+        return dg.fp8_fp4_mqa_logits((q, None), (k, k_scale), w, ks, ke, clean_logits=False)
+
+    row = dict(kind="prefill", H=H, B=None, context=None, next_n=None, M=M, N=N)
+    if check:
+        a, b = ours(), peer()
+        n = torch.arange(N, device=DEV)
+        win = (n[None, :] >= ks[:, None]) & (n[None, :] < ke[:, None])
+        r = ref.indexer_logits_prefill_ref(q[-4:], k, k_scale, w[-4:], ks[-4:], ke[-4:])
+        row.update(rel_err_vs_deepgemm=_rel(a, b, win), rel_err_vs_ref=_rel(a[-4:], r, win[-4:]))
+        if sm80:
+            row["sm80_path_rel_err_vs_deepgemm"] = _rel(ours((8, 0)), b, win)
+    t, tp = graphed(ours), graphed(peer)
+    t80 = graphed(lambda: ours((8, 0))) if sm80 else float("nan")
+    flops = 2 * H * D * int((ke - ks).sum())
+    cfg = prefill_config(M, N, H, q.device, None)
+    row.update(triton_us=t * 1e3, deepgemm_us=tp * 1e3, sm80_path_us=t80 * 1e3, speed_vs_deepgemm=tp / t,
+               triton_TFLOPs=flops / t / 1e9, deepgemm_TFLOPs=flops / tp / 1e9,
+               sm80_path_TFLOPs=flops / t80 / 1e9, splits=cfg.splits)
+    swept = []
+    for bm, bn, nw, ns in (PREFILL_SWEEP if sweep else ()):
+        bm = max(1, cfg.block_m // 2) if bm == "half" else bm
+        try:
+            ts, err = graphed(lambda: ours(block_m=bm, block_n=bn, num_warps=nw, num_stages=ns)), ""
+        except Exception as e:  # noqa: BLE001 (e.g. out of shared memory or registers)
+            ts, err = float("nan"), type(e).__name__
+        swept.append(dict(kind="prefill", H=H, M=M, N=N, block_m=bm or cfg.block_m, block_n=bn, num_warps=nw,
+                          num_stages=ns, graph_us=ts * 1e3, deepgemm_us=tp * 1e3, TFLOPs=flops / ts / 1e9,
+                          error=err))
+    return row, swept
 
 
 def targets(df) -> list[dict]:
