@@ -212,7 +212,8 @@ def index_cache_write_ref(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping:
 def indexer_q_rope_quant_ref(positions, q, cos_sin_cache, weights, softmax_scale: float, head_scale: float,
                              is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The arithmetic of vLLM's ``_fused_indexer_q_rope_quant_kernel`` (``sparse_attn_indexer.py``) in PyTorch, op for
-    op in float32 (so the codes come out bit for bit): rope on the first 64 dims (``cos, sin =
+    op in float32, so the codes come out bit for bit as Triton's interpreter computes them (a GPU build fuses
+    ``x0 * cos - x1 * sin`` into FMAs and may round a rotated value differently; there vLLM's kernel is the oracle): rope on the first 64 dims (``cos, sin =
     cos_sin_cache[pos, :32], [32:64]``; NeoX halves or interleaved pairs), each rotated value rounded to bf16;
     ``s = 2 ** ceil(log2(max(amax, 1e-10) * (1 / 448)))`` per (token, head); codes ``e4m3(clamp(x / s, +-448))``;
     ``weights * s * softmax_scale * head_scale``.
