@@ -1,4 +1,5 @@
-"""``sparse-mla bench WHAT``: the GPU benchmarks, one subcommand each (``kernel``, ``serve``). Each writes its record (CSV, JSON,
+"""``sparse-mla bench WHAT``: the GPU benchmarks, one subcommand each (``kernel``, ``indexer``, ``serve``). Each writes its
+record (CSV, JSON,
 PNG) named after the GPU that made it, into ``results/<gpu>/`` unless ``--out-dir`` says otherwise."""
 from __future__ import annotations
 
@@ -29,6 +30,23 @@ def add_cli(sub) -> None:
     k.add_argument("--no-check", action="store_true", help="skip the correctness pass")
     _record_args(k)
     k.set_defaults(func=_kernel_cli)
+    from . import indexer as ib
+
+    i = what.add_parser("indexer", help="the Triton DSA indexer (logits) vs DeepGEMM's",
+                        description="Correctness and CUDA-graph timings of the Triton DSA indexer logits (paged decode "
+                                    "and prefill) against DeepGEMM's in the same run; GB/s, TFLOP/s, copy bandwidth.")
+    i.add_argument("--heads", type=int, nargs="+", default=list(ib.HEADS), help="index_n_heads (GLM-5 32, V3.2 64)")
+    i.add_argument("--batches", type=int, nargs="+", default=list(ib.BATCHES), help="decode batch sizes")
+    i.add_argument("--contexts", type=int, nargs="+", default=None,
+                   help=f"decode context lengths (default {' '.join(map(str, ib.CONTEXTS))}; --quick: "
+                        f"{' '.join(map(str, ib.QUICK_CONTEXTS))})")
+    i.add_argument("--prefill", nargs="+", default=None, metavar="MxN",
+                   help="prefill shapes, queries x keys (default " + " ".join(f"{m}x{n}" for m, n in ib.PREFILL) + ")")
+    i.add_argument("--quick", action="store_true", help="fewer cases and shorter timings (under 90 s on an H200)")
+    i.add_argument("--sweep", action="store_true", help="also time a few launch configurations per case")
+    i.add_argument("--no-check", action="store_true", help="skip the correctness pass")
+    _record_args(i)
+    i.set_defaults(func=_indexer_cli)
     _add_serve(what)
 
 
@@ -100,5 +118,37 @@ def _kernel_cli(args) -> int:
             "flashmla_graph_us", "speedup_vs_flashmla", "speedup_vs_flashmla_graph", "frac_of_copy_bw",
             "triton_TFLOPs", "flashmla_TFLOPs"]
     print(pd.DataFrame(rec["bench"])[cols].round(3).to_string(index=False))
+    print(json.dumps(rec["environment"]))
+    return 0
+
+
+def _indexer_cli(args) -> int:
+    from . import indexer as ib
+
+    for name in ("heads", "batches", "contexts"):
+        bad = [v for v in (getattr(args, name) or []) if v < 1 or (name == "heads" and v > 128)]
+        if bad:
+            raise UserInputError(f"--{name} {bad[0]} is not accepted; accepted: positive integers"
+                                 + (" up to 128" if name == "heads" else ""))
+    prefill = None
+    if args.prefill:
+        try:
+            prefill = [tuple(int(v) for v in p.lower().split("x")) for p in args.prefill]
+            assert all(len(p) == 2 and 1 <= p[0] <= p[1] for p in prefill)
+        except (ValueError, AssertionError):
+            raise UserInputError(f"--prefill {' '.join(args.prefill)!r} is not accepted; accepted: MxN shapes with "
+                                 f"1 <= M <= N, e.g. 4096x32768") from None
+    out_dir, tag = record_place(args)
+    rec = ib.run_bench(args.heads, args.batches, args.contexts, prefill, quick=args.quick, sweep=args.sweep,
+                       check=not args.no_check, out_dir=out_dir, tag=tag)
+    import pandas as pd
+
+    pd.set_option("display.width", 250)
+    cols = ["kind", "H", "B", "context", "next_n", "M", "N", "triton_us", "deepgemm_us", "sm80_path_us",
+            "speed_vs_deepgemm", "frac_of_copy_bw", "triton_GBps", "triton_TFLOPs", "deepgemm_TFLOPs",
+            "rel_err_vs_deepgemm", "rel_err_vs_ref"]
+    df = pd.DataFrame(rec["bench"])
+    print(df[[c for c in cols if c in df]].to_string(index=False))
+    print(pd.DataFrame(rec["targets"]).to_string(index=False))
     print(json.dumps(rec["environment"]))
     return 0

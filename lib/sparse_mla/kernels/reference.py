@@ -89,3 +89,155 @@ def req_local_to_global_slots_ref(req_id_per_token: torch.Tensor, block_table: t
     phys = torch.gather(rows, 1, torch.where(valid, blk, torch.zeros_like(blk)))
     slots = phys * block_size + pos % block_size
     return torch.where(valid, slots, torch.full_like(slots, -1)).to(torch.int32)
+
+
+# ---- DSA lightning indexer ---------------------------------------------------------------------------------------
+# logits[m, n] = sum_h relu(q[m, h] . k[n] * kscale[n]) * w[m, h] on each row's window, -inf elsewhere
+# (vLLM's ``fp8_mqa_logits_torch``, ``vllm/v1/attention/ops/rocm_aiter_mla_sparse.py``; DeepGEMM's ``fp8_mqa_logits``
+# with ``clean_logits=True``). The paged index cache holds, per block of ``bs`` tokens, ``bs x D`` e4m3 codes then
+# ``bs`` fp32 scales (``indexer_k_quant_and_cache``'s layout), in a uint8 ``[num_blocks, bs, D + 4]`` tensor.
+
+def e4m3_values(codes: torch.Tensor, compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """float8_e4m3fn codes (or their uint8 view) as numbers in ``compute_dtype`` (exact)."""
+    return codes.view(torch.uint8).view(torch.float8_e4m3fn).to(torch.float32).to(compute_dtype)
+
+
+def indexer_logits_prefill_ref(q, k, k_scale, weights, ks, ke, *, compute_dtype: torch.dtype = torch.float64):
+    """Reference lightning-indexer logits over a flat key array (what DeepGEMM's ``fp8_fp4_mqa_logits`` returns).
+
+    Args:
+        q: ``[M, H, D]`` float8_e4m3fn (or uint8) query codes.
+        k: ``[N, D]`` float8_e4m3fn (or uint8) key codes.
+        k_scale: ``[N]`` (or ``[N, 1]``) float32 key scales.
+        weights: ``[M, H]`` float32.
+        ks, ke: ``[M]`` integer windows, keys ``ks[m] <= n < ke[m]``.
+
+    Returns:
+        ``[M, N]`` float32, ``-inf`` outside each row's window.
+    """
+    qv, kv = e4m3_values(q, compute_dtype), e4m3_values(k, compute_dtype)
+    score = torch.einsum("mhd,nd->mhn", qv, kv) * k_scale.reshape(-1).to(compute_dtype)
+    logits = (score.clamp_min(0) * weights.to(compute_dtype)[:, :, None]).sum(dim=1)
+    n = torch.arange(kv.shape[0], device=q.device)
+    window = (n[None, :] >= ks.long()[:, None]) & (n[None, :] < ke.long()[:, None])
+    return logits.masked_fill(~window, float("-inf")).to(torch.float32)
+
+
+def index_cache_keys_ref(kv_cache: torch.Tensor, head_dim: int = 128, compute_dtype: torch.dtype = torch.float64,
+                         blocks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read a paged index cache: ``(keys [nb, bs, D] in compute_dtype, scales [nb, bs] float32)`` of all blocks, or of
+    the physical ``blocks`` given (in that order)."""
+    nb, bs = kv_cache.shape[0], kv_cache.shape[1]
+    flat = kv_cache.reshape(nb, bs * (head_dim + 4))
+    if blocks is not None:
+        flat = flat[blocks.long()]
+    keys = e4m3_values(flat[:, :bs * head_dim].contiguous(), compute_dtype).reshape(-1, bs, head_dim)
+    scales = flat[:, bs * head_dim:].contiguous().view(torch.float32).reshape(-1, bs)
+    return keys, scales
+
+
+def indexer_logits_paged_ref(q, kv_cache, weights, context_lens, block_table, max_model_len: int, *,
+                             compute_dtype: torch.dtype = torch.float64):
+    """Reference lightning-indexer logits of decode queries over the paged index cache (what DeepGEMM's
+    ``fp8_fp4_paged_mqa_logits`` returns with ``clean_logits=True``).
+
+    Args:
+        q: ``[B, next_n, H, D]`` float8_e4m3fn (or uint8) codes.
+        kv_cache: uint8 ``[num_blocks, bs, D + 4]`` (or ``[num_blocks, bs, 1, D + 4]``) paged index cache.
+        weights: ``[B * next_n, H]`` float32.
+        context_lens: ``[B, next_n]`` per-token context lengths, or ``[B]`` (token ``j`` then sees
+            ``L - next_n + 1 + j`` keys).
+        block_table: ``[B, max_blocks]`` physical blocks.
+        max_model_len: output width.
+
+    Returns:
+        ``[B * next_n, max_model_len]`` float32; row ``b * next_n + j`` holds the logits of keys ``0 .. len - 1`` and
+        ``-inf`` after them.
+    """
+    B, next_n, H, D = q.shape
+    bs = kv_cache.shape[1]
+    lens = context_lens.long()
+    if lens.dim() == 1:
+        lens = lens[:, None] - next_n + 1 + torch.arange(next_n, device=lens.device)[None, :]
+    lens = lens.clamp(0, max_model_len)
+    out = torch.full((B * next_n, max_model_len), float("-inf"), dtype=torch.float32, device=q.device)
+    qv = e4m3_values(q, compute_dtype)
+    w = weights.to(compute_dtype).reshape(B, next_n, H)
+    for b in range(B):
+        n = int(lens[b].max())
+        if n == 0:
+            continue
+        keys, scales = index_cache_keys_ref(kv_cache, D, compute_dtype, block_table[b, :(n + bs - 1) // bs])
+        kb = keys.reshape(-1, D)[:n]                              # [n, D]
+        sb = scales.reshape(-1)[:n].to(compute_dtype)
+        score = torch.einsum("jhd,nd->jhn", qv[b], kb) * sb
+        logit = (score.clamp_min(0) * w[b][:, :, None]).sum(dim=1)          # [next_n, n]
+        pos = torch.arange(n, device=q.device)
+        logit = logit.masked_fill(pos[None, :] >= lens[b][:, None], float("-inf"))
+        out[b * next_n:(b + 1) * next_n, :n] = logit.to(torch.float32)
+    return out
+
+
+def index_cache_write_ref(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.Tensor, *,
+                          ue8m0: bool = True) -> torch.Tensor:
+    """Quantize keys and write them into a paged index cache the way vLLM's ``indexer_k_quant_and_cache`` does
+    (quant block = the whole head: one scale per token, ``max(amax, 1e-4) / 448``, rounded up to a power of two for
+    ``ue8m0``; codes round to nearest even, saturating), in place.
+
+    Args:
+        kv_cache: uint8 ``[num_blocks, bs, D + 4]`` (or ``[num_blocks, bs, 1, D + 4]``).
+        k: ``[T, D]`` float keys.
+        slot_mapping: ``[T]`` slots ``block * bs + offset``; negative slots are skipped.
+
+    Returns:
+        ``kv_cache``.
+    """
+    nb, bs = kv_cache.shape[0], kv_cache.shape[1]
+    D = k.shape[-1]
+    flat = kv_cache.view(nb, bs * (D + 4))
+    kf = k.to(torch.float32)
+    scale = kf.abs().amax(dim=-1).clamp_min(1e-4) / 448.0
+    if ue8m0:
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    codes = (kf / scale[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    for t, slot in enumerate(slot_mapping.tolist()):
+        if slot < 0:
+            continue
+        blk, off = divmod(int(slot), bs)
+        flat[blk, off * D:(off + 1) * D] = codes[t]
+        flat[blk, bs * D + 4 * off:bs * D + 4 * (off + 1)] = scale[t:t + 1].view(torch.uint8)
+    return kv_cache
+
+
+def indexer_q_rope_quant_ref(positions, q, cos_sin_cache, weights, softmax_scale: float, head_scale: float,
+                             is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The arithmetic of vLLM's ``_fused_indexer_q_rope_quant_kernel`` (``sparse_attn_indexer.py``) in PyTorch, op for
+    op in float32, so the codes come out bit for bit as Triton's interpreter computes them (a GPU build fuses
+    ``x0 * cos - x1 * sin`` into FMAs and may round a rotated value differently; there vLLM's kernel is the oracle): rope on the first 64 dims (``cos, sin =
+    cos_sin_cache[pos, :32], [32:64]``; NeoX halves or interleaved pairs), each rotated value rounded to bf16;
+    ``s = 2 ** ceil(log2(max(amax, 1e-10) * (1 / 448)))`` per (token, head); codes ``e4m3(clamp(x / s, +-448))``;
+    ``weights * s * softmax_scale * head_scale``.
+
+    Returns:
+        ``(q_fp8 [T, H, 128] float8_e4m3fn, weights_out [T, H] float32)``.
+    """
+    f32 = torch.float32
+    pos = positions.long()
+    cos = cos_sin_cache[pos, :32].to(f32)[:, None, :]
+    sin = cos_sin_cache[pos, 32:64].to(f32)[:, None, :]
+    x = q.to(f32)
+    x0, x1 = (x[..., :32], x[..., 32:64]) if is_neox else (x[..., 0:64:2], x[..., 1:64:2])
+    r0 = (x0 * cos - x1 * sin).to(torch.bfloat16).to(f32)
+    r1 = (x1 * cos + x0 * sin).to(torch.bfloat16).to(f32)
+    nope = x[..., 64:]
+    amax = torch.maximum(torch.maximum(r0.abs().amax(-1), r1.abs().amax(-1)), nope.abs().amax(-1))
+    scale = torch.exp2(torch.ceil(torch.log2(amax.clamp_min(1e-10) * torch.tensor(1.0 / 448.0, dtype=f32))))
+    rot = torch.empty_like(x)
+    if is_neox:
+        rot[..., :32], rot[..., 32:64] = r0, r1
+    else:
+        rot[..., 0:64:2], rot[..., 1:64:2] = r0, r1
+    rot[..., 64:] = nope
+    codes = (rot / scale[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    w = weights.to(f32) * scale * torch.tensor(softmax_scale, dtype=f32) * torch.tensor(head_scale, dtype=f32)
+    return codes, w

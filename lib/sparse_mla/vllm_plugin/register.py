@@ -21,6 +21,9 @@ stranger's backend in our name.
 Switch: ``SPARSE_MLA_PREFER_TRITON=1`` in the environment offers ``TRITON_MLA_SPARSE`` *ahead* of the stock list
 for every sparse MLA request it accepts (to run it on an H100/H200/B200 where vLLM has its own kernels).
 ``SPARSE_MLA_DISABLE_FALLBACK=1`` turns the fallback off (explicit ``CUSTOM`` still works).
+
+It also installs the Triton DSA indexer in place of DeepGEMM's where vLLM has no DeepGEMM for the GPU (SM80/86/89;
+``SPARSE_MLA_TRITON_INDEXER=1`` forces it): :func:`sparse_mla.vllm_plugin.indexer.install_indexer_hook`.
 """
 from __future__ import annotations
 
@@ -69,6 +72,8 @@ def register() -> bool:
         return False
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
+    from .indexer import install_indexer_hook
+    install_indexer_hook()          # the DSA indexer where vLLM has no DeepGEMM (SM80/86/89); independent of CUSTOM
     holder = custom_slot_holder()
     if holder not in (None, BACKEND_PATH):
         logger.warning("sparse_mla: vLLM's CUSTOM attention backend slot already holds %s (another plugin); "

@@ -1,0 +1,54 @@
+"""The simulated-capability harness (``tests/harness/simulate_capability``): in a fresh interpreter started with the
+folder on ``PYTHONPATH``, vLLM's CUDA platform classes report the simulated capability, and vLLM's own rules follow
+it; without the variable nothing is patched. CPU only (vLLM's CUDA extensions are stubbed as the diagnosis does)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).parent / "simulate_capability"
+LIB = Path(__file__).resolve().parents[2] / "lib"
+
+SCRIPT = r"""
+import json, sys
+import torch
+import sparse_mla
+from sparse_mla.diagnose.probe import ensure_extension_modules
+ensure_extension_modules()
+import vllm.platforms.cuda as c
+out = {"patched": getattr(c, "SPARSE_MLA_SIMULATED_CAPABILITY", None),
+       "sitecustomize": sys.modules["sitecustomize"].__file__ if "sitecustomize" in sys.modules else None}
+if out["patched"]:
+    out["caps"] = [list(k.get_device_capability()) for k in (c.CudaPlatformBase, c.NvmlCudaPlatform, c.NonNvmlCudaPlatform)]
+    out["deep_gemm"] = c.CudaPlatform.support_deep_gemm()
+    out["has_90"] = c.CudaPlatform.has_device_capability(90)
+print(json.dumps(out))
+"""
+
+
+def _run(value):
+    env = {k: v for k, v in os.environ.items() if k != "SPARSE_MLA_SIMULATED_CAPABILITY"}
+    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS), str(LIB)])
+    if value is not None:
+        env["SPARSE_MLA_SIMULATED_CAPABILITY"] = value
+    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("value, cap, deep_gemm", [("8.0", [8, 0], False), ("9.0", [9, 0], True)])
+def test_platform_reports_the_simulated_capability(value, cap, deep_gemm):
+    got = _run(value)
+    assert got["sitecustomize"] == str(HARNESS / "sitecustomize.py")
+    assert got["patched"] == cap
+    assert got["caps"] == [cap, cap, cap]
+    assert got["deep_gemm"] is deep_gemm          # vLLM's own rule (CudaPlatformBase.support_deep_gemm) follows
+    assert got["has_90"] is (cap >= [9, 0])
+
+
+def test_nothing_patched_without_the_variable():
+    got = _run(None)
+    assert got["patched"] is None

@@ -1,0 +1,211 @@
+"""``sparse_mla.vllm_plugin.indexer``: the Triton DSA indexer hooked into vLLM 0.26.0 on the CPU.
+
+vLLM's CUDA modules are imported with the diagnosis probe's extension stubs (no driver here). Checked: the hook
+patches modules imported before and after it, is idempotent and undoes completely; the adapters have DeepGEMM's
+wrappers' signatures (``vllm/utils/deep_gemm.py``) and compute through our kernels (interpreter, CPU tensors) what the
+float64 references give; ``wanted()`` follows vLLM's ``support_deep_gemm`` rule and the switch; ``indexer_reasons``;
+``register()`` installs it.
+"""
+import importlib
+import inspect
+import sys
+
+import pytest
+import torch
+
+from sparse_mla.kernels import reference as ref
+
+SAI = "vllm.model_executor.layers.sparse_attn_indexer"
+BUILDER = "vllm.v1.attention.backends.mla.indexer"
+MODEL = "vllm.model_executor.models.deepseek_v2"
+D = 128
+
+
+@pytest.fixture(scope="module")
+def vllm_cuda():
+    """vLLM's CUDA-side modules importable on this machine (the probe's stubs for the driver-bound extensions)."""
+    from sparse_mla.diagnose import probe
+
+    probe.ensure_extension_modules()
+    import vllm.platforms.cuda  # noqa: F401
+    return importlib.import_module(BUILDER)
+
+
+@pytest.fixture
+def vi(vllm_cuda, monkeypatch):
+    """The plugin's indexer module with the switch on, uninstalled again after the test."""
+    from sparse_mla.vllm_plugin import indexer
+
+    monkeypatch.setenv(indexer.FORCE_ENV, "1")
+    indexer.uninstall_indexer_hook()
+    yield indexer
+    indexer.uninstall_indexer_hook()
+
+
+def test_install_patches_loaded_and_later_modules_and_undoes(vi):
+    import vllm.utils.deep_gemm as dg
+
+    builder = importlib.import_module(BUILDER)              # loaded before the hook
+    stock_builder_flag = builder.has_deep_gemm
+    assert vi.install_indexer_hook() is True
+    assert vi.install_indexer_hook() is True                # idempotent
+    assert sys.meta_path.count(vi._FINDER) == 1
+    assert builder.has_deep_gemm is vi.no_deep_gemm and builder.has_deep_gemm() is False
+    sai = importlib.import_module(SAI)                      # loaded before or after: patched either way
+    model = importlib.import_module(MODEL)
+    assert sai.fp8_fp4_mqa_logits is vi.fp8_fp4_mqa_logits
+    assert sai.fp8_fp4_paged_mqa_logits is vi.fp8_fp4_paged_mqa_logits
+    assert sai.has_deep_gemm() is True
+    assert model.fused_indexer_q_rope_quant is vi.fused_indexer_q_rope_quant   # no capability here: patched
+    assert inspect.getsource(model.Indexer.forward)                            # the wrapped loader still serves source
+    assert vi.hooked() == {
+        f"{SAI}.fp8_fp4_mqa_logits": "sparse_mla.vllm_plugin.indexer.fp8_fp4_mqa_logits",
+        f"{SAI}.fp8_fp4_paged_mqa_logits": "sparse_mla.vllm_plugin.indexer.fp8_fp4_paged_mqa_logits",
+        f"{SAI}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.deep_gemm_stand_in",
+        f"{SAI}.pack_seq_triton": "sparse_mla.vllm_plugin.indexer.pack_seq_triton",
+        f"{MODEL}.fused_indexer_q_rope_quant": "sparse_mla.vllm_plugin.indexer.fused_indexer_q_rope_quant",
+        f"{BUILDER}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.no_deep_gemm"}
+    vi.uninstall_indexer_hook()
+    assert vi._FINDER not in sys.meta_path and vi.hooked() == {}
+    assert builder.has_deep_gemm is stock_builder_flag
+    assert sai.fp8_fp4_mqa_logits is dg.fp8_fp4_mqa_logits and sai.fp8_fp4_paged_mqa_logits is dg.fp8_fp4_paged_mqa_logits
+    assert sai.has_deep_gemm is dg.has_deep_gemm
+    assert model.fused_indexer_q_rope_quant is sai.fused_indexer_q_rope_quant
+    from vllm.v1.attention.ops.common import pack_seq_triton
+    assert sai.pack_seq_triton is pack_seq_triton
+
+
+def test_modules_imported_later_are_patched_on_import(vi, tmp_path, monkeypatch):
+    """The post-import hook on a module first imported after installation (a stand-in file module)."""
+    (tmp_path / "late_module_for_hook.py").write_text("def f():\n    return 'stock'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    vi.install_indexer_hook()
+    ours = lambda: "ours"  # noqa: E731
+    vi._PLAN[("late_module_for_hook", "f")] = ours
+    mod = importlib.import_module("late_module_for_hook")
+    try:
+        assert mod.f is ours and type(mod.__loader__).__name__ == "_PatchingLoader"
+        assert mod.__loader__.get_filename("late_module_for_hook").endswith("late_module_for_hook.py")
+        importlib.reload(mod)
+        assert mod.f is ours                                  # re-applied after a reload
+        vi.uninstall_indexer_hook()
+        assert mod.f() == "stock"
+    finally:
+        sys.modules.pop("late_module_for_hook", None)
+
+
+def test_not_installed_without_the_switch_off_cuda(vi, monkeypatch):
+    monkeypatch.delenv(vi.FORCE_ENV)
+    assert vi.wanted() is False                             # this machine's vLLM platform is not CUDA
+    assert vi.install_indexer_hook() is False and vi.hooked() == {}
+    monkeypatch.setenv(vi.FORCE_ENV, "0")
+    assert vi.install_indexer_hook() is False
+
+
+def test_adapters_have_deepgemm_signatures(vi):
+    import vllm.utils.deep_gemm as dg
+
+    sai = importlib.import_module(SAI)
+    for name in ("fp8_fp4_mqa_logits", "fp8_fp4_paged_mqa_logits"):
+        assert inspect.signature(getattr(vi, name)) == inspect.signature(getattr(dg, name)), name
+    assert inspect.signature(vi.fused_indexer_q_rope_quant) == inspect.signature(sai.fused_indexer_q_rope_quant)
+    from vllm.v1.attention.ops.common import pack_seq_triton
+    assert inspect.signature(vi.pack_seq_triton).parameters.keys() == inspect.signature(pack_seq_triton).parameters.keys()
+
+
+def _fp8(*shape, g):
+    return (torch.randn(*shape, generator=g) * 2).to(torch.float8_e4m3fn)
+
+
+def test_adapters_compute_through_our_kernels(vi):
+    """vLLM's call sites look the functions up in ``sparse_attn_indexer``'s globals; called there with vLLM's
+    arguments (tuples, 2-D context lengths, the 4-D cache view) they give the references' logits."""
+    vi.install_indexer_hook()
+    sai = importlib.import_module(SAI)
+    g = torch.Generator().manual_seed(0)
+    M, H, N = 5, 32, 70
+    q, k = _fp8(M, H, D, g=g), _fp8(N, D, g=g)
+    k_scale, w = torch.rand(N, generator=g) + 0.5, torch.randn(M, H, generator=g)
+    ks = torch.tensor([0, 3, 10, 69, 4], dtype=torch.int32)
+    ke = torch.tensor([70, 3, 50, 70, 5], dtype=torch.int32)
+    logits = sai.fp8_fp4_mqa_logits((q, None), (k, k_scale), w, ks, ke, clean_logits=True)
+    want = ref.indexer_logits_prefill_ref(q, k, k_scale, w, ks, ke)
+    assert torch.equal(torch.isneginf(logits), torch.isneginf(want))
+    torch.testing.assert_close(logits[torch.isfinite(want)], want[torch.isfinite(want)], rtol=1e-5, atol=1e-3)
+
+    B, next_n, bs, nb, max_len = 2, 2, 16, 8, 64
+    kv = torch.zeros(nb, bs, D + 4, dtype=torch.uint8)
+    ref.index_cache_write_ref(kv, torch.randn(nb * bs, D, generator=g), torch.arange(nb * bs))
+    qd, wd = _fp8(B, next_n, H, D, g=g), torch.randn(B * next_n, H, generator=g)
+    ctx = torch.tensor([[20, 21], [47, 48]], dtype=torch.int32)
+    bt = torch.tensor([[3, 5, 0, 1], [7, 6, 2, 4]], dtype=torch.int32)
+    schedule = torch.empty(9, 2, dtype=torch.int32)               # DeepGEMM's schedule: not read
+    logits = sai.fp8_fp4_paged_mqa_logits((qd, None), kv.unsqueeze(-2), wd, ctx, bt, schedule,
+                                          max_model_len=max_len, clean_logits=False)
+    want = ref.indexer_logits_paged_ref(qd, kv, wd, ctx, bt, max_len)
+    assert logits.shape == (B * next_n, max_len)
+    win = torch.isfinite(want)
+    torch.testing.assert_close(logits[win], want[win], rtol=1e-5, atol=1e-3)
+    with pytest.raises(NotImplementedError, match="fp8 indexer cache only"):
+        sai.fp8_fp4_mqa_logits((q, torch.zeros(M, H, dtype=torch.int32)), (k, k_scale), w, ks, ke, clean_logits=False)
+
+
+def test_q_quant_and_pack_replacements(vi):
+    vi.install_indexer_hook()
+    model = importlib.import_module(MODEL)
+    sai = importlib.import_module(SAI)
+    g = torch.Generator().manual_seed(1)
+    T, H = 3, 4
+    q = torch.randn(T, H, D, generator=g).to(torch.bfloat16)
+    cos_sin, pos, w = torch.randn(16, 64, generator=g), torch.tensor([0, 7, 15]), torch.randn(T, H, generator=g)
+    got = model.fused_indexer_q_rope_quant(pos, q, cos_sin, w, D ** -0.5, H ** -0.5, False)
+    want = ref.indexer_q_rope_quant_ref(pos, q, cos_sin, w, D ** -0.5, H ** -0.5, False)
+    assert torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(got[1], want[1])
+    # MTP with uneven decode lengths: vLLM packs fp8 q per request (the stock kernel would store an fp32 pad in fp8)
+    x = _fp8(5, 2, 64, g=g)
+    lengths = torch.tensor([2, 1, 2], dtype=torch.int32)
+    packed = sai.pack_seq_triton(x, lengths)
+    assert packed.dtype == torch.float8_e4m3fn and packed.shape == (3, 2, 2, 64)
+    b = packed.view(torch.uint8)
+    xb = x.view(torch.uint8)
+    assert torch.equal(b[0], xb[0:2]) and torch.equal(b[1, 0], xb[2]) and torch.equal(b[2], xb[3:5])
+    assert (b[1, 1] == 0).all()
+
+
+@pytest.mark.parametrize("cap, expect", [((7, 5), False), ((8, 0), True), ((8, 6), True), ((8, 9), True),
+                                         ((9, 0), False), ((10, 0), False), ((12, 0), False), ("8.6", True)])
+def test_wanted_follows_vllms_deep_gemm_rule(vi, monkeypatch, cap, expect):
+    monkeypatch.delenv(vi.FORCE_ENV)
+    assert vi.wanted(cap) is expect
+    monkeypatch.setenv(vi.FORCE_ENV, "1")
+    assert vi.wanted(cap) is (cap != (7, 5))                 # forced on an H200 too; never below SM80
+    monkeypatch.setenv(vi.FORCE_ENV, "0")
+    assert vi.wanted(cap) is False
+
+
+def test_indexer_reasons(vi):
+    assert vi.indexer_reasons(32, 128, (8, 0)) == []            # GLM-5
+    assert vi.indexer_reasons(64, 128, "8.6") == []             # DeepSeek-V3.2
+    assert vi.indexer_reasons(64, 128, None) == []
+    assert vi.indexer_reasons(32, 128, (7, 5)) == ["compute capability not supported (the Triton indexer needs SM80+)"]
+    assert vi.indexer_reasons(32, 64, (9, 0)) == ["index_head_dim 64 not supported (128 only)"]
+    assert vi.indexer_reasons(256, 128, (12, 0)) == ["index_n_heads 256 not supported (1 to 128)"]
+    assert len(vi.indexer_reasons(0, 96, (7, 0))) == 3
+
+
+def test_register_installs_the_hook(vi):
+    import vllm.platforms.cuda as cuda_mod
+    from vllm.v1.attention.backends import registry
+
+    from sparse_mla.vllm_plugin import register
+
+    overrides = dict(registry._ATTN_OVERRIDES)
+    method = cuda_mod.CudaPlatformBase.__dict__["get_valid_backends"]
+    try:
+        register()
+        assert vi.INDEXER_NAME == "TRITON_DSA_INDEXER"
+        assert f"{SAI}.fp8_fp4_paged_mqa_logits" in vi.hooked()
+    finally:
+        registry._ATTN_OVERRIDES.clear()
+        registry._ATTN_OVERRIDES.update(overrides)
+        cuda_mod.CudaPlatformBase.get_valid_backends = method
