@@ -510,6 +510,9 @@ def add_cli(sub) -> None:
     p.add_argument("--prompt-lengths", default="48", help="comma-separated prompt lengths in tokens")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
+    p.add_argument("--no-serve", action="store_true", help="--parity without the served check (vllm serve)")
+    p.add_argument("--eager-only", action="store_true",
+                   help="--parity with eager engines only (default: CUDA graphs, plus the baseline eager)")
     p.add_argument("--throughput", default=None, help='JSON, e.g. {"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}')
     p.add_argument("--speculative-config", default=None, metavar="JSON",
                    help=f"passed to vLLM unchanged (LLM(speculative_config=...), vllm serve --speculative-config), "
@@ -553,7 +556,8 @@ def _cli(args) -> int:
     if args.parity:
         rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
                          throughput=thr, out=args.json_out or default_record_path(tp), tp=tp,
-                         kv_cache_dtype=args.kv_cache_dtype, speculative_config=spec_cfg)
+                         kv_cache_dtype=args.kv_cache_dtype, speculative_config=spec_cfg, serve=not args.no_serve,
+                         graph=not args.eager_only)
     elif args.serve:
         rec = run_serve(model, args.backend, prompt=prompt_ids(model, lengths[:1])[0], max_tokens=args.max_tokens,
                         kv_cache_dtype=args.kv_cache_dtype, tp=tp, speculative_config=spec_cfg)
