@@ -484,6 +484,8 @@ def stock_selection() -> Iterable[None]:
     cls_attrs = {k: base.__dict__[k] for k in ("get_attn_backend_cls", "get_valid_backends")}
     meta_path = list(sys.meta_path)
     snapshots = {name: dict(vars(sys.modules[name])) for name in PATCHABLE_MODULES if name in sys.modules}
+    hook = sys.modules.get("sparse_mla.vllm_plugin.indexer")      # the plugin's indexer hook, if loaded before
+    hook_state = hook.probe_state(reset=True) if hook is not None else None
     registry._ATTN_OVERRIDES.clear()
     for k, v in cls_attrs.items():
         fn = v.__func__ if isinstance(v, classmethod) else v
@@ -501,6 +503,11 @@ def stock_selection() -> Iterable[None]:
         yield
     finally:
         vllm_plugins.plugins_loaded = plugins_loaded
+        hook = sys.modules.get("sparse_mla.vllm_plugin.indexer")
+        if hook is not None and hook_state is not None:
+            hook.restore_probe_state(hook_state)
+        elif hook is not None:          # first loaded by this probe: nothing of it outlives the probe
+            hook.uninstall_indexer_hook()
         registry._ATTN_OVERRIDES.clear()
         registry._ATTN_OVERRIDES.update(overrides)
         for k, v in cls_attrs.items():

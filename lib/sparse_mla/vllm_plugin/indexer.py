@@ -270,6 +270,9 @@ def _apply(module) -> None:
             if current is ours:
                 continue
             _ORIGINALS.setdefault((mod, attr), current)
+            if current is not _MISSING:     # the mark the diagnosis probe unwraps (sparse_mla.diagnose.probe)
+                ours.__wrapped__ = current
+                ours._sparse_mla_patch = True
             setattr(module, attr, ours)
 
 
@@ -334,6 +337,24 @@ def uninstall_indexer_hook() -> None:
         _ORIGINALS.clear()
         _PLAN.clear()
         _STATE.update(capability=None, q_hw=False, soft_bf16=False)
+
+
+def probe_state(reset: bool) -> tuple:
+    """The hook's bookkeeping (what it plans to patch, the originals, the capability it was installed for), for the
+    diagnosis probe to set aside (``reset``: and start empty) and to put back with :func:`restore_probe_state`."""
+    with _LOCK:
+        state = (dict(_PLAN), dict(_ORIGINALS), dict(_STATE))
+        if reset:
+            _PLAN.clear()
+            _ORIGINALS.clear()
+        return state
+
+
+def restore_probe_state(state: tuple) -> None:
+    with _LOCK:
+        for d, saved in zip((_PLAN, _ORIGINALS, _STATE), state):
+            d.clear()
+            d.update(saved)
 
 
 def hooked() -> dict[str, str]:

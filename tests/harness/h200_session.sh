@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# One GPU session on the lent H200 (maintainers' harness, not product code): every GPU record of the workbook made in
+# one background job, so that a 30-minute lease is spent on runs, not on machine starts.
+#
+# Through the device tool, from the project root, with .dev carried (../shared/device/README.md):
+#   bash tests/harness/h200_session.sh start [STAGE ...]   copy the checkout to /tmp/work, start the job (setsid), return
+#   bash tests/harness/h200_session.sh wait SECONDS        wait for the job (at most SECONDS), then `collect`
+#   bash tests/harness/h200_session.sh collect             results/h200/ + the session's logs -> $OUT/session.tgz
+# Stages run in the order given (default: all, in the order below); each is bounded by `timeout` and a failing stage
+# does not stop the next. Every stage's full log is in session/<stage>.log, one line per stage in session/stages.txt.
+set -u
+W=/tmp/work
+R=$W/session
+CK=/tmp/ck512
+ALL="checkpoint sm80_engine fp8_parity indexer_parity gpu_tests bench_kernel bench_kernel_fp8 bench_indexer bench_serve"
+
+stage() {
+  local name=$1 limit=$2; shift 2
+  local t0; t0=$(date +%s)
+  echo "=== [$(date -u +%T)] $name (limit ${limit}s): $*"
+  timeout "$limit" "$@" > "$R/$name.log" 2>&1
+  local rc=$?
+  echo "=== [$(date -u +%T)] $name rc=$rc after $(( $(date +%s) - t0 )) s"
+  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" >> "$R/stages.txt"
+}
+
+run_stage() {
+  local sim="PYTHONPATH=$W/tests/harness/simulate_capability:$PYTHONPATH SPARSE_MLA_SIMULATED_CAPABILITY=8.0"
+  case "$1" in
+    checkpoint) stage checkpoint 120 python3 -m sparse_mla make-checkpoint $CK --index-topk 512 --overwrite ;;
+    sm80_engine) stage sm80_engine 300 env $sim python3 -m sparse_mla launch --model $CK --parity \
+        --backends TRITON_MLA_SPARSE --eager-only --no-serve --prompt-lengths 600,900 --max-tokens 16 \
+        --json-out results/h200/launch_h200_simulated_sm80.json ;;
+    fp8_parity) stage fp8_parity 360 python3 -m sparse_mla launch --model $CK --parity --kv-cache-dtype fp8_ds_mla \
+        --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --no-serve --prompt-lengths 48,900 --max-tokens 32 \
+        --json-out results/h200/launch_h200_fp8_ds_mla.json ;;
+    indexer_parity) stage indexer_parity 420 python3 -m sparse_mla launch --model $CK --parity \
+        --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE --prompt-lengths 48,900 --max-tokens 32 \
+        --json-out results/h200/launch_h200_triton_indexer.json ;;
+    gpu_tests) stage gpu_tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider -rA tests/kernels tests/vllm_plugin ;;
+    bench_kernel) stage bench_kernel 240 python3 -m sparse_mla bench kernel --quick ;;
+    bench_kernel_fp8) stage bench_kernel_fp8 240 python3 -m sparse_mla bench kernel --quick --kv-cache-dtype fp8_ds_mla ;;
+    bench_indexer) stage bench_indexer 240 python3 -m sparse_mla bench indexer --quick ;;
+    bench_serve) stage bench_serve 330 python3 -m sparse_mla bench serve --model $CK --quick ;;
+    *) echo "unknown stage $1" ;;
+  esac
+}
+
+case "${1:-}" in
+  start)
+    shift
+    rm -rf $W && mkdir -p $W && cp -a . $W/ && mkdir -p $R $W/results/h200
+    cd $W && setsid nohup bash tests/harness/h200_session.sh run "${@:-}" > $R/session.log 2>&1 < /dev/null &
+    echo $! > $R/pid
+    sleep 20; cat $R/session.log ;;
+  run)
+    shift
+    cd $W || exit 1
+    # shellcheck disable=SC1091
+    source .dev/device_env.sh
+    { date -u; nvidia-smi; python3 -c "import torch, triton, vllm; print(torch.__version__, triton.__version__, vllm.__version__)"; } \
+      > $R/environment.txt 2>&1
+    stages=${*:-$ALL}
+    [ -z "${stages// }" ] && stages=$ALL
+    for s in $stages; do run_stage "$s"; done
+    echo "=== [$(date -u +%T)] all stages done"; touch $R/DONE ;;
+  wait)
+    limit=${2:-500}; t0=$(date +%s)
+    while [ ! -f $R/DONE ] && [ $(( $(date +%s) - t0 )) -lt "$limit" ] && kill -0 "$(cat $R/pid)" 2>/dev/null; do
+      sleep 10
+    done
+    cat $R/stages.txt 2>/dev/null; tail -3 $R/session.log
+    bash "$0" collect ;;
+  collect)
+    mkdir -p "$OUT" && tar czf "$OUT/session.tgz" -C $W results/h200 session 2>/dev/null
+    ls -la "$OUT" ;;
+  *) sed -n 2,12p "$0"; exit 2 ;;
+esac
