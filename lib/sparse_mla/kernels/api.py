@@ -431,6 +431,27 @@ def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, in
                           options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
 
 
+def kernel_resources(compiled) -> dict:
+    """``{"shared": bytes, "regs": per thread, "stack": spill bytes per thread}`` of a compiled kernel: shared memory
+    from Triton's metadata, registers and stack from the cubin (``cuobjdump --dump-resource-usage``, the tool Triton
+    ships). Works for ahead-of-time compiles (no GPU); a kernel loaded on a GPU also has ``n_regs``."""
+    import re
+    import subprocess
+    import tempfile
+
+    shared = int(compiled.metadata.shared)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        text = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", path],
+                              capture_output=True, text=True, check=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+)", text)
+    if m is None:
+        raise RuntimeError(f"no register count in cuobjdump's output: {text[-300:]!r}")
+    return {"shared": shared, "regs": int(m[1]), "stack": int(m[2])}
+
+
 def shared_memory_bytes(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
                         DL: int = 512, DR: int = 64) -> int:
     """Shared memory (bytes) of the attention kernel compiled ahead of time for ``capability``
