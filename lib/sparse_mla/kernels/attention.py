@@ -227,6 +227,9 @@ def _sparse_mla_fp8_fwd_kernel(
     :func:`_sparse_mla_fwd_kernel`; ``DL = 512``, ``DR = 64``; ``BLOCK_DV`` 128, 256 or 512 (``NTV = BLOCK_DV / 128``
     value tiles per program, this program's tiles ``dvb * NTV + i``)."""
     tl.static_assert(DL == 512 and DR == 64)
+    # PV operands are p * scale_j * 2**9 (~ p * max|x| of the tile, as a plain cache's V): p * scale_j alone falls
+    # into fp16's subnormals for small latents (scale = max|x| / 448); the power of two is undone exactly at the end
+    P_SCALE: tl.constexpr = 512.0
     NTV: tl.constexpr = BLOCK_DV // 128
     NUM_DV: tl.constexpr = DL // BLOCK_DV
     t = tl.program_id(0).to(tl.int64)
@@ -285,25 +288,25 @@ def _sparse_mla_fp8_fwd_kernel(
         # them costs 4 x [BLOCK_N, 128] dot-operand registers across the softmax and spills at 16 heads (AOT: 624
         # bytes of stack for 16 x 64 on sm_90, none with the re-read)
         if NTV == 4:
-            a0 = _dot((p * sc0[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW, True),
+            a0 = _dot((p * (sc0 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW, True),
                       a0 * alpha[:, None], IEEE)
-            a1 = _dot((p * sc1[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW, True),
+            a1 = _dot((p * (sc1 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW, True),
                       a1 * alpha[:, None], IEEE)
-            a2 = _dot((p * sc2[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW, True),
+            a2 = _dot((p * (sc2 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW, True),
                       a2 * alpha[:, None], IEEE)
-            a3 = _dot((p * sc3[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW, True),
+            a3 = _dot((p * (sc3 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW, True),
                       a3 * alpha[:, None], IEEE)
         else:                 # this program's 1 or 2 value tiles, with their scales
             v0 = _e4m3_tile(row8, j0 * 128, valid, DOT_DTYPE, FP8_HW, True)
             vs0 = tl.load(rowf + j0, mask=valid, other=0.0)
-            a0 = _dot((p * vs0[None, :]).to(DOT_DTYPE), v0, a0 * alpha[:, None], IEEE)
+            a0 = _dot((p * (vs0 * P_SCALE)[None, :]).to(DOT_DTYPE), v0, a0 * alpha[:, None], IEEE)
             if NTV == 2:
                 v1 = _e4m3_tile(row8, j0 * 128 + 128, valid, DOT_DTYPE, FP8_HW, True)
                 vs1 = tl.load(rowf + j0 + 1, mask=valid, other=0.0)
-                a1 = _dot((p * vs1[None, :]).to(DOT_DTYPE), v1, a1 * alpha[:, None], IEEE)
+                a1 = _dot((p * (vs1 * P_SCALE)[None, :]).to(DOT_DTYPE), v1, a1 * alpha[:, None], IEEE)
 
     empty = l_i == 0.0
-    inv_l = 1.0 / tl.where(empty, 1.0, l_i)
+    inv_l = (1.0 / P_SCALE) / tl.where(empty, 1.0, l_i)
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     col = j0 * 128 + offs_c
     _store_tile(a0, inv_l, col, t, s, offs_h, mask_h, Out, O_part,
