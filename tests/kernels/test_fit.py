@@ -22,16 +22,19 @@ CASES = [((12, 0), torch.bfloat16, [(1, 8), (4096, 8), (4096, 32), (4096, 64)]),
          ((9, 0), torch.bfloat16, [(1, 8), (4096, 32), (4096, 64)]),
          ((12, 0), torch.float32, [(1, 8), (4096, 64)]),
          ((9, 0), torch.float32, [(4096, 64)])]
-for cap, dtype, shapes in CASES:
+FP8_CASES = [(cap, torch.bfloat16, [(1, 64), (4096, 32), (4096, 64)])
+             for cap in ((8, 0), (8, 6), (8, 9), (12, 0), (9, 0))]
+for kv, cases in (("auto", CASES), ("fp8_ds_mla", FP8_CASES)):
+    for cap, dtype, shapes in cases:
         for T, H in shapes:
-            cfg = choose_config(T, H, 2048, dtype, cpu)
+            cfg = choose_config(T, H, 2048, dtype, cpu, kv_cache_dtype=kv, capability=cap)
             chain = []
             for c in (cfg, *smaller_configs(cfg)):
-                chain.append((c.block_h, c.block_n, c.num_warps, c.num_stages, c.split,
+                chain.append((c.block_h, c.block_n, c.num_warps, c.num_stages, c.split, c.fp8_scales, c.fp8_hw,
                               shared_memory_bytes(c, dtype, cap)))
                 if chain[-1][-1] <= SMEM_PER_BLOCK[cap]:
                     break
-            rows.append(dict(cap=list(cap), dtype=str(dtype).removeprefix("torch."), T=T, H=H, chain=chain,
+            rows.append(dict(cap=list(cap), dtype=str(dtype).removeprefix("torch."), kv=kv, T=T, H=H, chain=chain,
                              limit=SMEM_PER_BLOCK[cap]))
 print(json.dumps(rows))
 """
@@ -45,14 +48,36 @@ def fits():
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def _row(fits, cap, dtype, T, H):
-    return next(r for r in fits if r["cap"] == list(cap) and r["dtype"] == dtype and r["T"] == T and r["H"] == H)
+def _row(fits, cap, dtype, T, H, kv="auto"):
+    return next(r for r in fits if r["cap"] == list(cap) and r["dtype"] == dtype and r["T"] == T and r["H"] == H
+                and r["kv"] == kv)
 
 
 def test_every_default_reaches_a_fitting_config(fits):
-    assert len(fits) == 10
+    assert len(fits) == 10 + 15
     for r in fits:
         assert r["chain"][-1][-1] <= r["limit"], r
+
+
+def test_fp8_ds_mla_tiles_fit(fits):
+    """The fp8_ds_mla tiles choose_config picks (fold: codes converted in dot-operand registers from one uint8 copy;
+    registers: the 64-head tile on SM90) fit as they are on every target for decode (split-KV, 16 heads) and for
+    H <= 32 prefill; the 64-head prefill tile fits SM80 (163 KB) and SM90 and steps down to 32 x 32 on the 99 KB GPUs.
+    The e4m3 decode is the software one on SM80/86, the hardware one from SM89."""
+    for cap in ((8, 0), (8, 6), (8, 9), (12, 0), (9, 0)):
+        hw = cap >= (8, 9)
+        dec = _row(fits, cap, "bfloat16", 1, 64, "fp8_ds_mla")["chain"]
+        assert len(dec) == 1 and dec[0][:7] == [16, 32, 4, 2, True, "fold", hw]
+        mid = _row(fits, cap, "bfloat16", 4096, 32, "fp8_ds_mla")["chain"]
+        assert len(mid) == 1 and mid[0][:7] == [32, 32, 4, 2, False, "fold", hw]
+        wide = _row(fits, cap, "bfloat16", 4096, 64, "fp8_ds_mla")["chain"]
+        assert wide[0][:2] == [64, 64] and wide[0][5] == ("registers" if cap == (9, 0) else "fold")
+        if cap in ((8, 0), (9, 0)):
+            assert len(wide) == 1
+        else:
+            assert wide[-1][:2] == [32, 32] and wide[-1][5] == "fold"
+        # fewer bytes per row: the decode tile needs less shared memory than the bf16 one on the same GPU
+        assert dec[0][-1] < _row(fits, (12, 0), "bfloat16", 1, 8)["chain"][0][-1]
 
 
 def test_h200_bf16_defaults_fit_as_benchmarked(fits):
@@ -63,7 +88,7 @@ def test_h200_bf16_defaults_fit_as_benchmarked(fits):
 
 def test_sm120_needs_the_fallback_for_wide_head_tiles(fits):
     """On SM120 (99 KB) the 16-head tiles fit as they are (decode, and GLM-5 at TP 8: 8 heads per GPU), while the
-    32- and 64-head prefill tiles (135 KB / 172 KB compiled for sm_120) must step down."""
+    32- and 64-head prefill tiles (115 KB / 156 KB compiled for sm_120) must step down."""
     assert len(_row(fits, (12, 0), "bfloat16", 1, 8)["chain"]) == 1
     assert len(_row(fits, (12, 0), "bfloat16", 4096, 8)["chain"]) == 1
     for H in (32, 64):

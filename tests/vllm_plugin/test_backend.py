@@ -54,6 +54,241 @@ def test_forward_mqa_mixed_batch(H, dtype):
     assert rel_err(out.cpu(), ref) < tol
 
 
-def test_impl_rejects_fp8_cache():
-    with pytest.raises(NotImplementedError, match="fp8_ds_mla"):
-        make_impl(8, torch.zeros(1, 128, dtype=torch.int32), kv_cache_dtype="fp8_ds_mla")
+@pytest.mark.parametrize("kv, match", [("fp8", "canonicalization"), ("fp8_e4m3", "canonicalization"),
+                                       ("fp8_e5m2", "got 'fp8_e5m2'")])
+def test_impl_rejects_caches_it_cannot_read(kv, match):
+    """An fp8 name that reached the impl un-canonicalized would mean a per-tensor fp8 cache of 576 bytes per token,
+    which the kernel does not read."""
+    with pytest.raises(NotImplementedError, match=match):
+        make_impl(8, torch.zeros(1, 128, dtype=torch.int32), kv_cache_dtype=kv)
+
+
+@pytest.mark.parametrize("H", [8, 3])
+def test_forward_mqa_fp8_ds_mla_cache(H):
+    """forward_mqa on a 656-byte fp8_ds_mla cache (written by the reference encoder) against the float64 reference
+    on the same bytes; the impl passes the cache dtype and vLLM's capability (none on the CPU: software decode)."""
+    from sparse_mla.kernels.reference import fp8_ds_mla_encode_ref
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseMetadata
+
+    dev = _device()
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+    b = mixed_batch(H=H, topk=128, dtype=dtype, device=dev, seed=100 + H, seqs=((300, 1), (200, 3), (70, 12)))
+    cache = fp8_ds_mla_encode_ref(b.kv_cache[..., :512].float(), b.kv_cache[..., 512:].float()).to(dev)
+    impl = make_impl(H, b.topk_indices.clone(), kv_cache_dtype="fp8_ds_mla")
+    assert impl.kernel_kv_cache_dtype == "fp8_ds_mla"
+    md = TritonMLASparseMetadata(
+        num_reqs=len(b.seqs), max_query_len=max(q for _, q in b.seqs), max_seq_len=max(s for s, _ in b.seqs),
+        num_actual_tokens=b.T, query_start_loc=None, slot_mapping=None, block_table=b.block_table,
+        req_id_per_token=b.req_id_per_token, seq_lens=None, block_size=b.block_size, topk_tokens=b.topk,
+        num_decodes=1, num_prefills=2, num_decode_tokens=1)
+    out, lse = impl.forward_mqa((b.q_nope, b.q_pe), cache, md, layer=None)
+    assert lse is None and out.shape == (b.T, H, 512) and out.dtype == dtype
+    slots = req_local_to_global_slots_ref(b.req_id_per_token.cpu(), b.block_table.cpu(), b.topk_indices.cpu(),
+                                          b.block_size)
+    ref, _ = sparse_mla_attention_ref(b.q_nope.cpu(), b.q_pe.cpu(), cache.cpu(), slots, b.sm_scale,
+                                      kv_cache_dtype="fp8_ds_mla")
+    assert rel_err(out.cpu(), ref) < (1e-2 if dev == "cuda" else 1e-5)
+
+
+# ---- declarations for the fp8 cache and vLLM's own rules ----------------------------------------------------------
+
+GOOD = dict(head_size=576, block_size=64, use_mla=True, has_sink=False, use_sparse=True, use_mm_prefix=False,
+            use_per_head_quant_scales=False, attn_type="decoder")
+
+
+def _generic_fp8_backend():
+    """A trivial backend declaring our cache dtypes, for vLLM's base-class wording of the rejection."""
+    from vllm.v1.attention.backend import AttentionBackend
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    class Generic(AttentionBackend):
+        supported_dtypes = [torch.float16, torch.bfloat16]
+        supported_kv_cache_dtypes = list(TritonMLASparseBackend.supported_kv_cache_dtypes)
+
+        @staticmethod
+        def get_supported_kernel_block_sizes():
+            return [64]
+
+        @classmethod
+        def get_supported_head_sizes(cls):
+            return [576]
+
+        @classmethod
+        def is_mla(cls):
+            return True
+
+        @classmethod
+        def is_sparse(cls):
+            return True
+
+        @classmethod
+        def supports_compute_capability(cls, capability):
+            return capability.major >= 8
+
+    return Generic
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3", "fp8_ds_mla", "auto", "bfloat16", "fp8_e5m2", "fp8_inc",
+                                "nvfp4"])
+@pytest.mark.parametrize("cap", [(8, 0), (8, 6), (8, 9), (9, 0), (12, 0)])
+def test_validate_configuration_fp8(kv, cap):
+    from vllm.platforms.interface import DeviceCapability
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    args = {**GOOD, "kv_cache_dtype": kv, "dtype": torch.bfloat16, "device_capability": DeviceCapability(*cap)}
+    ours = TritonMLASparseBackend.validate_configuration(**args)
+    assert ours == _generic_fp8_backend().validate_configuration(**args)     # vLLM's wording
+    assert ours == ([] if kv in ("fp8", "fp8_e4m3", "fp8_ds_mla", "auto", "bfloat16")
+                    else ["kv_cache_dtype not supported"])
+
+
+def test_fp8_needs_the_fp8_ds_mla_dims():
+    """``supports_combination``: an fp8 cache is stored as fp8_ds_mla, fixed at kv_lora_rank 512 / rope 64 (a model
+    with a 576-wide head of other proportions is refused for fp8, and still accepted with a bf16 cache)."""
+    import types
+
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.interface import DeviceCapability
+
+    from sparse_mla.vllm_plugin.backend import BACKEND_NAME, TritonMLASparseBackend
+
+    ns = types.SimpleNamespace
+
+    def cfg(**hf):
+        hf = ns(index_topk=2048, **hf)
+        return ns(model_config=ns(hf_config=hf, hf_text_config=hf),
+                  parallel_config=ns(decode_context_parallel_size=1, prefill_context_parallel_size=1),
+                  compilation_config=ns(custom_ops=[], mode=0))
+
+    args = {**GOOD, "dtype": torch.bfloat16, "device_capability": DeviceCapability(8, 9)}
+    with set_current_vllm_config(cfg(kv_lora_rank=512, qk_rope_head_dim=64)):
+        assert TritonMLASparseBackend.validate_configuration(**args, kv_cache_dtype="fp8") == []
+    with set_current_vllm_config(cfg(kv_lora_rank=448, qk_rope_head_dim=128)):
+        for kv in ("fp8", "fp8_ds_mla"):
+            assert TritonMLASparseBackend.validate_configuration(**args, kv_cache_dtype=kv) == [
+                f"{BACKEND_NAME} stores an fp8 KV cache as fp8_ds_mla, which needs kv_lora_rank 512 and "
+                f"qk_rope_head_dim 64; got 448 and 128"]
+        assert TritonMLASparseBackend.validate_configuration(**args, kv_cache_dtype="auto") == []
+
+
+def test_kv_cache_shape_follows_vllms_page_size():
+    """656 bytes per token for fp8_ds_mla, as vLLM's own MLAAttentionSpec sizes the page (``real_page_size_bytes``)
+    and allocates uint8 (``STR_DTYPE_TO_TORCH_DTYPE``); 576 elements otherwise."""
+    import math
+
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend as B
+
+    shape = B.get_kv_cache_shape(10, 64, 1, 576, cache_dtype_str="fp8_ds_mla")
+    assert shape == (10, 64, 656)
+    dtype = STR_DTYPE_TO_TORCH_DTYPE["fp8_ds_mla"]
+    spec = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype=dtype, cache_dtype_str="fp8_ds_mla")
+    assert spec.real_page_size_bytes == math.prod(shape[1:]) * dtype.itemsize
+    assert B.get_kv_cache_shape(10, 64, 1, 576) == B.get_kv_cache_shape(10, 64, 1, 576, "bfloat16") == (10, 64, 576)
+
+
+def test_vllm_033_signatures_are_harmless():
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend as B
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseMetadata
+
+    assert B.get_supported_kernel_block_sizes() == B.get_supported_kernel_block_sizes(kv_cache_spec=object()) == [64]
+    md = TritonMLASparseMetadata(num_reqs=1, max_query_len=1, max_seq_len=1, num_actual_tokens=1,
+                                 query_start_loc=None, slot_mapping=None, block_table=None, req_id_per_token=None,
+                                 seq_lens=None)
+    assert md.decode_max_query_len is None
+    assert TritonMLASparseMetadata(**{**md.__dict__, "decode_max_query_len": 2}).decode_max_query_len == 2
+
+
+# ---- fp8 -> fp8_ds_mla canonicalization (vLLM's function, wrapped) -----------------------------------------------
+
+@pytest.fixture
+def canonicalization():
+    """Install the wrapper for the test and take it off again; vLLM's original is the oracle."""
+    from vllm.model_executor.layers.attention import mla_attention
+
+    from sparse_mla.vllm_plugin import backend
+
+    before = mla_attention._canonicalize_sparse_mla_kv_cache_dtype
+    original = before
+    while getattr(original, "__wrapped__", None) is not None:
+        original = original.__wrapped__
+    backend.uninstall_fp8_ds_mla_canonicalization()
+    assert backend.install_fp8_ds_mla_canonicalization()
+    yield mla_attention, original
+    backend.uninstall_fp8_ds_mla_canonicalization()
+    mla_attention._canonicalize_sparse_mla_kv_cache_dtype = before
+
+
+def _named(name):
+    return type(name, (), {"get_name": staticmethod(lambda: name)})
+
+
+STOCK = ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE",
+         "TRITON_MLA", "FLASHMLA", "CUSTOM"]
+KV = ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "nvfp4"]
+
+
+def test_canonicalization_keeps_vllms_answers_for_stock_backends(canonicalization):
+    mla_attention, original = canonicalization
+    wrapped = mla_attention._canonicalize_sparse_mla_kv_cache_dtype
+    assert wrapped is not original and wrapped.__wrapped__ is original
+    for name in STOCK:
+        for kv in KV:
+            assert wrapped(_named(name), kv) == original(_named(name), kv), (name, kv)
+    # vLLM's own rule, as a sanity check that the oracle is the real one
+    assert original(_named("FLASHMLA_SPARSE"), "fp8") == "fp8_ds_mla"
+    assert original(_named("TRITON_MLA_SPARSE"), "fp8") == "fp8"
+
+
+def test_canonicalization_maps_ours(canonicalization):
+    mla_attention, original = canonicalization
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    wrapped = mla_attention._canonicalize_sparse_mla_kv_cache_dtype
+    got = {kv: wrapped(TritonMLASparseBackend, kv) for kv in KV}
+    assert got == {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "fp8": "fp8_ds_mla",
+                   "fp8_e4m3": "fp8_ds_mla", "fp8_e5m2": "fp8_e5m2", "fp8_ds_mla": "fp8_ds_mla", "nvfp4": "nvfp4"}
+
+
+def test_canonicalization_install_is_idempotent_and_undoable(canonicalization):
+    mla_attention, original = canonicalization
+    from sparse_mla.vllm_plugin import backend
+
+    first = mla_attention._canonicalize_sparse_mla_kv_cache_dtype
+    assert backend.install_fp8_ds_mla_canonicalization()
+    assert mla_attention._canonicalize_sparse_mla_kv_cache_dtype is first          # not wrapped twice
+    assert backend.uninstall_fp8_ds_mla_canonicalization()
+    assert mla_attention._canonicalize_sparse_mla_kv_cache_dtype is original
+    assert not backend.uninstall_fp8_ds_mla_canonicalization()                     # nothing left to undo
+
+
+def test_mla_attention_looks_the_rule_up_at_call_time():
+    """The wrapper only works because ``MLAAttention.__init__`` calls the module-level name (not a reference taken
+    at import time): check vLLM's source says so."""
+    import inspect
+
+    from vllm.model_executor.layers.attention import mla_attention
+
+    src = inspect.getsource(mla_attention.MLAAttention.__init__)
+    assert "_canonicalize_sparse_mla_kv_cache_dtype(" in src
+
+
+def test_register_installs_the_canonicalization(monkeypatch):
+    """The plugin's register() calls the installer (vLLM's registry and selector left alone here)."""
+    import importlib
+
+    import vllm.v1.attention.backends.registry as registry
+
+    from sparse_mla.vllm_plugin import backend
+
+    register = importlib.import_module("sparse_mla.vllm_plugin.register")   # the module, not the function
+    calls = []
+    monkeypatch.setattr(register, "custom_slot_holder", lambda: None)
+    monkeypatch.setattr(register, "install_selector_fallback", lambda: True)
+    monkeypatch.setattr(registry, "register_backend", lambda *a, **k: None)
+    monkeypatch.setattr(backend, "install_fp8_ds_mla_canonicalization", lambda: calls.append(1) or True)
+    assert register.register() is True and calls == [1]

@@ -1,18 +1,28 @@
 """``sparse-mla bench kernel``: correctness at GLM-5 shapes and a timing benchmark against vLLM's FlashMLA sparse
-kernel, on a CUDA GPU. A benchmark, not a test: it writes what it measured to ``results/``.
+kernels, on a CUDA GPU. A benchmark, not a test: it writes what it measured to ``results/``.
 
-For each case (heads ``H``, query tokens ``T``, ``topk`` 2048, a bf16 latent cache of ``cache_tokens`` slots in
-64-token blocks, random slots):
+For each case (heads ``H``, query tokens ``T``, ``topk`` 2048, a latent cache of ``cache_tokens`` slots in 64-token
+blocks, random slots):
 
-* **check**: our kernel in bf16 against :func:`sparse_mla.kernels.reference.sparse_mla_attention_ref` in fp32 (relative
-  Frobenius error of ``out``, max abs error of ``lse``); vLLM's ``flash_mla_sparse_fwd`` the same way.
+* **check**: our kernel against :func:`sparse_mla.kernels.reference.sparse_mla_attention_ref` in fp32 (relative
+  Frobenius error of ``out``, max abs error of ``lse``), and the peer the same way.
 * **time**: ``triton.testing.do_bench`` medians (eager launches: host launch overhead included) and
   ``triton.testing.do_bench_cudagraph`` medians (graph replay, as vLLM's CUDA-graph decode runs) of our kernel and
-  of ``flash_mla_sparse_fwd``
-  (``vllm/v1/attention/ops/flashmla.py``; heads padded to 64 on SM90 / 128 on SM100 as vLLM's
-  ``FlashMLASparseImpl._bf16_flash_mla_kernel`` does, the padded q prepared outside the timed region, which favours
-  the peer). Achieved bandwidth counts the gathered KV bytes (``T * topk * 576 * 2``) plus q and out, against a
+  of the peer. Achieved bandwidth counts the gathered KV bytes (``T * topk * row bytes``) plus q and out, against a
   measured device-to-device copy bandwidth (bytes read + written); TFLOP/s counts ``2 * T * H * topk * (576 + 512)``.
+
+Two cache formats (``kv_cache_dtype``):
+
+* ``auto``: a bf16 cache (1152 bytes per token); peer ``flash_mla_sparse_fwd`` (``vllm/v1/attention/ops/flashmla.py``;
+  heads padded to 64 on SM90 / 128 on SM100 as vLLM's ``FlashMLASparseImpl._bf16_flash_mla_kernel`` does, the padded q
+  prepared outside the timed region, which favours the peer).
+* ``fp8_ds_mla``: the 656-byte rows written by vLLM's own ``concat_and_cache_mla(kv_c, k_pe, cache, slot_mapping,
+  "fp8_ds_mla", scale)`` from random bf16 latents; peer FlashMLA's fp8 sparse decode ``flash_mla_with_kvcache(q [T, 1,
+  h_q, 576], cache [blocks, 64, 1, 656], block_table=None, cache_seqlens=None, head_dim_v=512,
+  tile_scheduler_metadata=get_mla_metadata()[0], is_fp8_kvcache=True, indices [T, 1, topk])`` -- vLLM's decode call
+  (``FlashMLASparseImpl._fp8_flash_mla_kernel``: one query token per request, heads padded to 64 or 128, the scheduler
+  metadata made by the first call, outside the timed region). Our other fp8 scale variant (``fp8_scales``) is timed in
+  the same run (``alt_*`` columns).
 """
 from __future__ import annotations
 
@@ -26,38 +36,63 @@ DL, DR, TOPK = 512, 64, 2048
 GLM5_SCALE = (192 + 64) ** -0.5
 HEADS = (8, 16, 64, 128)
 TOKENS = (1, 4, 32, 128, 1024, 4096)
+FP8_TOKENS = (1, 4, 32, 128, 1024)
+ROW_BYTES = {"auto": (DL + DR) * 2, "fp8_ds_mla": 656}
 # (block_h, block_n, block_dv, num_warps, num_stages); decode configs are also tried at several split counts
 DECODE_SWEEP = [(16, 32, 512, 4, 2), (16, 64, 512, 4, 2), (32, 32, 512, 4, 2), (64, 32, 256, 8, 2),
                 (64, 16, 512, 8, 2)]
 DECODE_SPLITS = (8, 16, 32)
+#: Where inputs are made and kernels run (a CPU smoke run of this module under the interpreter sets "cpu").
+DEVICE = "cuda"
 PREFILL_SWEEP = [(16, 64, 512, 4, 2), (16, 64, 512, 4, 3), (32, 64, 512, 8, 2), (64, 32, 256, 8, 2),
                  (64, 64, 256, 8, 2), (64, 32, 128, 4, 2), (64, 64, 128, 8, 2), (128, 32, 128, 8, 2),
                  (128, 64, 128, 8, 2), (64, 32, 512, 8, 2)]
 
 
-def make_inputs(T: int, H: int, cache_tokens: int, topk: int = TOPK, seed: int = 0, block_size: int = 64):
-    """Fresh bf16 inputs on the GPU: q_nope [T,H,512], q_pe [T,H,64], cache [cache_tokens/64, 64, 576] and
-    int32 indices [T, topk] of random slots (distinct within a row when the cache is large enough)."""
+def vllm_fp8_ds_mla_cache(kv_c, k_pe, block_size: int = 64):
+    """An ``fp8_ds_mla`` cache ``uint8 [cdiv(N, block_size), block_size, 656]`` written by vLLM's own
+    ``concat_and_cache_mla(kv_c [N, 512], k_pe [N, 64], cache, slot_mapping=arange(N), "fp8_ds_mla", scale)`` (the
+    C op ``torch.ops._C_cache_ops``, which computes the per-128 scales itself; ``scale`` is unused for this layout)."""
+    import torch
+    from vllm import _custom_ops as ops
+
+    n = kv_c.shape[0]
+    cache = torch.zeros((n + block_size - 1) // block_size, block_size, 656, dtype=torch.uint8, device=kv_c.device)
+    slots = torch.arange(n, dtype=torch.int64, device=kv_c.device)
+    ops.concat_and_cache_mla(kv_c.contiguous(), k_pe.contiguous(), cache, slots, "fp8_ds_mla",
+                             torch.ones(1, dtype=torch.float32, device=kv_c.device))
+    return cache
+
+
+def make_inputs(T: int, H: int, cache_tokens: int, topk: int | None = None, seed: int = 0, block_size: int = 64,
+                kv_cache_dtype: str = "auto"):
+    """Fresh inputs on the GPU: bf16 q_nope [T,H,512], q_pe [T,H,64], a cache of ``cache_tokens`` slots in
+    ``block_size`` blocks (bf16 ``[.., 576]``, or fp8_ds_mla ``uint8 [.., 656]`` written by vLLM from random bf16
+    latents) and int32 indices [T, topk] of random slots (distinct within a row when the cache is large enough)."""
     torch = require_cuda()
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q_nope = torch.randn(T, H, DL, device="cuda", dtype=torch.bfloat16, generator=g)
-    q_pe = torch.randn(T, H, DR, device="cuda", dtype=torch.bfloat16, generator=g)
-    kv = torch.randn(cache_tokens // block_size, block_size, DL + DR, device="cuda", dtype=torch.bfloat16,
-                     generator=g)
+    dev = DEVICE
+    topk = TOPK if topk is None else topk
+    g = torch.Generator(device=dev).manual_seed(seed)
+    q_nope = torch.randn(T, H, DL, device=dev, dtype=torch.bfloat16, generator=g)
+    q_pe = torch.randn(T, H, DR, device=dev, dtype=torch.bfloat16, generator=g)
+    kv = torch.randn(cache_tokens // block_size, block_size, DL + DR, device=dev, dtype=torch.bfloat16, generator=g)
+    if kv_cache_dtype == "fp8_ds_mla":
+        flat = kv.view(-1, DL + DR)
+        kv = vllm_fp8_ds_mla_cache(flat[:, :DL], flat[:, DL:], block_size)
     if topk <= cache_tokens:
         # distinct slots per row: top-k of random keys, in chunks to bound memory
         rows = []
         for t0 in range(0, T, 256):
             n = min(256, T - t0)
-            rows.append(torch.rand(n, cache_tokens, device="cuda", generator=g).topk(topk, dim=1).indices)
+            rows.append(torch.rand(n, cache_tokens, device=dev, generator=g).topk(topk, dim=1).indices)
         idx = torch.cat(rows).to(torch.int32)
     else:
-        idx = torch.randint(0, cache_tokens, (T, topk), device="cuda", generator=g, dtype=torch.int32)
+        idx = torch.randint(0, cache_tokens, (T, topk), device=dev, generator=g, dtype=torch.int32)
     return q_nope, q_pe, kv, idx
 
 
-def reference_chunked(q_nope, q_pe, kv, idx, scale, chunk: int = 256):
-    """fp32 reference on the GPU, ``chunk`` tokens at a time (the gather is ``chunk * topk * 576`` floats)."""
+def reference_chunked(q_nope, q_pe, kv, idx, scale, chunk: int = 256, kv_cache_dtype: str = "auto"):
+    """fp32 reference on the GPU, ``chunk`` tokens at a time (the gather is ``chunk * topk`` rows)."""
     import torch
 
     from ..kernels.reference import sparse_mla_attention_ref
@@ -65,7 +100,7 @@ def reference_chunked(q_nope, q_pe, kv, idx, scale, chunk: int = 256):
     outs, lses = [], []
     for t0 in range(0, q_nope.shape[0], chunk):
         o, l = sparse_mla_attention_ref(q_nope[t0:t0 + chunk], q_pe[t0:t0 + chunk], kv, idx[t0:t0 + chunk], scale,
-                                        compute_dtype=torch.float32)
+                                        compute_dtype=torch.float32, kv_cache_dtype=kv_cache_dtype)
         outs.append(o.float())
         lses.append(l)
     return torch.cat(outs), torch.cat(lses)
@@ -76,7 +111,8 @@ def _rel(a, b) -> float:
 
 
 def flashmla_peer(q_nope, q_pe, kv, idx, scale):
-    """vLLM's FlashMLA sparse prefill kernel as vLLM calls it (heads padded); returns (fn, unpad) or None."""
+    """vLLM's FlashMLA sparse prefill kernel as vLLM calls it (heads padded): ``(fn, H)`` with ``fn() -> (out [T, Hp,
+    512], max_logits, lse [T, Hp])``, or ``(None, why)``."""
     import torch
 
     try:
@@ -103,10 +139,69 @@ def flashmla_peer(q_nope, q_pe, kv, idx, scale):
     return fn, H
 
 
-def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_cache_tokens=(8192, 32768, 131072),
+def flashmla_fp8_peer(q_nope, q_pe, kv8, idx, scale):
+    """FlashMLA's fp8 sparse decode on the fp8_ds_mla cache, as vLLM's ``FlashMLASparseImpl._fp8_flash_mla_kernel``
+    calls it for decode (``q [T, 1, h_q, 576]``, one query token per request, heads zero-padded to 64 or 128):
+    ``(fn, H)`` with ``fn() -> (out [T, H, 512], lse [T, H])`` (the slices are views, taken inside ``fn``), or
+    ``(None, why)``. The scheduler metadata is made by a first call here, outside any timed region."""
+    import torch
+
+    try:
+        from vllm.v1.attention.ops.flashmla import (flash_mla_with_kvcache, get_mla_metadata,
+                                                    is_flashmla_sparse_supported)
+
+        ok, why = is_flashmla_sparse_supported()
+        if not ok:
+            return None, why
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {e}"
+    T, H = q_pe.shape[:2]
+    Hp = 64 if H <= 64 else 128
+    if H > 128:
+        return None, f"FlashMLA's fp8 sparse decode takes at most 128 heads, got {H}"
+    q = torch.zeros(T, 1, Hp, DL + DR, device=q_nope.device, dtype=torch.bfloat16)
+    q[:, 0, :H, :DL] = q_nope
+    q[:, 0, :H, DL:] = q_pe
+    k_cache = kv8.view(torch.uint8).unsqueeze(-2)                      # [blocks, block_size, 1, 656]
+    indices = idx.view(T, 1, -1)
+    sched = get_mla_metadata()[0]
+
+    def fn():
+        out, lse = flash_mla_with_kvcache(q, k_cache, block_table=None, cache_seqlens=None, head_dim_v=DL,
+                                          tile_scheduler_metadata=sched, is_fp8_kvcache=True, indices=indices,
+                                          softmax_scale=scale)
+        return out[:, 0, :H], lse[:, :H, 0]
+
+    fn()     # initializes the scheduler metadata (vLLM builds it once per batch shape, before graph capture)
+    return fn, H
+
+
+def _peer(kv_cache_dtype, q_nope, q_pe, kv, idx, scale):
+    """``(fn, info)`` of the peer for this cache format; ``fn() -> (out [T, H, 512], lse [T, H])``."""
+    if kv_cache_dtype == "fp8_ds_mla":
+        return flashmla_fp8_peer(q_nope, q_pe, kv, idx, scale)
+    fn, info = flashmla_peer(q_nope, q_pe, kv, idx, scale)
+    if fn is None:
+        return None, info
+    H = q_pe.shape[1]
+
+    def sliced():
+        o, _, l = fn()
+        return o[:, :H], l[:, :H]
+
+    return sliced, info
+
+
+PEER_NAME = {"auto": "flash_mla_sparse_fwd (bf16 prefill)", "fp8_ds_mla": "flash_mla_with_kvcache (fp8 sparse decode)"}
+
+
+def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_cache_tokens=(8192, 32768, 131072),
               sweep: bool = False, out_dir: Path | str | None = None, tag: str | None = None, quick: bool = False,
-              sweep_configs: list[tuple[int, int, int, int, int]] | None = None, check: bool = True) -> dict:
-    """Check and time every (H, T); write ``bench_kernel_<tag>.{csv,json,png}`` (and the sweep CSV) to ``out_dir``.
+              sweep_configs: list[tuple[int, int, int, int, int]] | None = None, check: bool = True,
+              kv_cache_dtype: str = "auto") -> dict:
+    """Check and time every (H, T); write ``bench_kernel_<tag>.{csv,json,png}`` (``bench_kernel_fp8_ds_mla_<tag>.*``
+    for the fp8 cache; and the sweep CSV) to ``out_dir``. ``tokens`` defaults to :data:`TOKENS` (bf16) or
+    :data:`FP8_TOKENS` (fp8_ds_mla).
 
     Raises :class:`UserInputError` without a CUDA GPU.
     """
@@ -116,44 +211,55 @@ def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_
     from tqdm import tqdm
 
     from ..kernels import choose_config, fitted_config, launch, sparse_mla_attention
+    from ..kernels.api import check_kv_cache_dtype
 
     from .common import gpu_slug
 
+    check_kv_cache_dtype(kv_cache_dtype)
+    fp8 = kv_cache_dtype == "fp8_ds_mla"
+    tokens = (FP8_TOKENS if fp8 else TOKENS) if tokens is None else tokens
     tag = gpu_slug() if tag is None else tag
+    stem = f"bench_kernel_fp8_ds_mla_{tag}" if fp8 else f"bench_kernel_{tag}"
     out_dir = Path("results") / gpu_slug() if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = environment()
     env["copy_bandwidth_GBps"] = round(copy_bandwidth() / 1e9, 1)
+    env.update(kv_cache_dtype=kv_cache_dtype, peer=PEER_NAME[kv_cache_dtype])
     rows, sweep_rows, checks = [], [], []
     cases = [(H, T) for H in heads for T in tokens]
+    kw = dict(kv_cache_dtype=kv_cache_dtype)
     # -- correctness (bf16 kernel vs fp32 reference), several cache sizes
     for i, (H, T) in enumerate(tqdm(cases if check else [], desc="check")):
         ct = check_cache_tokens[i % len(check_cache_tokens)]
-        q_nope, q_pe, kv, idx = make_inputs(T, H, ct, seed=100 + i)
+        q_nope, q_pe, kv, idx = make_inputs(T, H, ct, seed=100 + i, **kw)
         idx[:, -7:] = -1  # some padding
-        ref_o, ref_l = reference_chunked(q_nope, q_pe, kv, idx, GLM5_SCALE)
-        out = torch.full((T, H, DL), float("nan"), device="cuda", dtype=torch.bfloat16)
-        lse = torch.full((T, H), float("nan"), device="cuda")
-        sparse_mla_attention(q_nope, q_pe, kv, idx, GLM5_SCALE, out=out, lse=lse)
-        rec = dict(H=H, T=T, cache_tokens=ct, topk=TOPK, nan=int(torch.isnan(out).sum() + torch.isnan(lse).sum()),
+        ref_o, ref_l = reference_chunked(q_nope, q_pe, kv, idx, GLM5_SCALE, **kw)
+        out = torch.full((T, H, DL), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+        lse = torch.full((T, H), float("nan"), device=DEVICE)
+        sparse_mla_attention(q_nope, q_pe, kv, idx, GLM5_SCALE, out=out, lse=lse, **kw)
+        rec = dict(H=H, T=T, cache_tokens=ct, topk=TOPK, kv_cache_dtype=kv_cache_dtype,
+                   nan=int(torch.isnan(out).sum() + torch.isnan(lse).sum()),
                    out_rel_err=_rel(out, ref_o), lse_max_abs_err=(lse - ref_l).abs().max().item())
-        fn, info = flashmla_peer(q_nope, q_pe, kv, idx, GLM5_SCALE)
+        fn, info = _peer(kv_cache_dtype, q_nope, q_pe, kv, idx, GLM5_SCALE)
         if fn is not None:
-            po, _, pl = fn()
-            rec["flashmla_out_rel_err"] = _rel(po[:, :H], ref_o)
+            po, pl = fn()
+            rec["flashmla_out_rel_err"] = _rel(po, ref_o)
             # the lse's base: FlashMLA's README says base 2; compare both readings and record which one fits
-            rec["flashmla_lse_err_if_natural"] = (pl[:, :H] - ref_l).abs().max().item()
-            rec["flashmla_lse_err_if_base2"] = (pl[:, :H] * 0.6931471805599453 - ref_l).abs().max().item()
+            rec["flashmla_lse_err_if_natural"] = (pl - ref_l).abs().max().item()
+            rec["flashmla_lse_err_if_base2"] = (pl * 0.6931471805599453 - ref_l).abs().max().item()
+        else:
+            rec["flashmla"] = str(info)
         checks.append(rec)
         del q_nope, q_pe, kv, idx, ref_o, ref_l
-    torch.cuda.empty_cache()
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
     # -- timing
     for i, (H, T) in enumerate(tqdm(cases, desc="time")):
-        q_nope, q_pe, kv, idx = make_inputs(T, H, cache_tokens, seed=200 + i)
-        out = torch.empty(T, H, DL, device="cuda", dtype=torch.bfloat16)
-        lse = torch.empty(T, H, device="cuda")
+        q_nope, q_pe, kv, idx = make_inputs(T, H, cache_tokens, seed=200 + i, **kw)
+        out = torch.empty(T, H, DL, device=DEVICE, dtype=torch.bfloat16)
+        lse = torch.empty(T, H, device=DEVICE)
         flops = 2 * T * H * TOPK * (DL + DR + DL)
-        nbytes = T * TOPK * (DL + DR) * 2 + T * H * (DL + DR) * 2 + T * H * DL * 2
+        nbytes = T * TOPK * ROW_BYTES[kv_cache_dtype] + T * H * (DL + DR) * 2 + T * H * DL * 2
         rep = 50 if quick else 200
 
         def eager(fn):
@@ -165,66 +271,85 @@ def run_bench(heads=HEADS, tokens=TOKENS, cache_tokens: int = 128 * 1024, check_
         def ours(cfg, fallback=True):
             return lambda: launch(q_nope, q_pe, kv, idx, GLM5_SCALE, out, lse, cfg, fallback=fallback)
 
-        default = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device)
+        default = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, **kw)
         ms, gms = eager(ours(default)), graphed(ours(default))
         default = fitted_config(q_nope, q_pe, kv, default)   # the tiles that ran (smaller where shared memory is short)
-        fn, _ = flashmla_peer(q_nope, q_pe, kv, idx, GLM5_SCALE)
+        fn, _ = _peer(kv_cache_dtype, q_nope, q_pe, kv, idx, GLM5_SCALE)
         peer_ms, peer_gms = (eager(fn), graphed(fn)) if fn else (float("nan"), float("nan"))
         best = min(ms, gms)  # graph replay removes host launch overhead, as in vLLM's CUDA-graph decode
-        rows.append(dict(H=H, T=T, topk=TOPK, cache_tokens=cache_tokens, block_h=default.block_h,
-                         block_n=default.block_n, block_dv=default.block_dv, num_splits=default.num_splits,
-                         num_warps=default.num_warps, num_stages=default.num_stages,
-                         triton_us=ms * 1e3, flashmla_us=peer_ms * 1e3,
-                         triton_graph_us=gms * 1e3, flashmla_graph_us=peer_gms * 1e3,
-                         speedup_vs_flashmla=peer_ms / ms, speedup_vs_flashmla_graph=peer_gms / gms,
-                         triton_TBps=nbytes / best / 1e9,
-                         frac_of_copy_bw=nbytes / (best * 1e-3) / (env["copy_bandwidth_GBps"] * 1e9),
-                         triton_TFLOPs=flops / best / 1e9, flashmla_TFLOPs=flops / min(peer_ms, peer_gms) / 1e9))
+        row = dict(H=H, T=T, topk=TOPK, cache_tokens=cache_tokens, kv_cache_dtype=kv_cache_dtype,
+                   block_h=default.block_h, block_n=default.block_n, block_dv=default.block_dv,
+                   num_splits=default.num_splits, num_warps=default.num_warps, num_stages=default.num_stages,
+                   fp8_scales=default.fp8_scales if fp8 else "", fp8_hw=default.fp8_hw,
+                   triton_us=ms * 1e3, flashmla_us=peer_ms * 1e3,
+                   triton_graph_us=gms * 1e3, flashmla_graph_us=peer_gms * 1e3,
+                   speedup_vs_flashmla=peer_ms / ms, speedup_vs_flashmla_graph=peer_gms / gms,
+                   triton_TBps=nbytes / best / 1e9,
+                   frac_of_copy_bw=nbytes / (best * 1e-3) / (env["copy_bandwidth_GBps"] * 1e9),
+                   triton_TFLOPs=flops / best / 1e9, flashmla_TFLOPs=flops / min(peer_ms, peer_gms) / 1e9)
+        if fp8:   # the other way of applying the scales, same run
+            alt_name = "registers" if default.fp8_scales == "fold" else "fold"
+            alt = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, fp8_scales=alt_name, **kw)
+            try:
+                agms, err = graphed(ours(alt)), ""
+                alt = fitted_config(q_nope, q_pe, kv, alt)
+            except Exception as e:  # noqa: BLE001  (e.g. out of shared memory everywhere down the chain)
+                agms, err = float("nan"), type(e).__name__
+            row.update(alt_fp8_scales=alt_name, alt_block_h=alt.block_h, alt_block_n=alt.block_n,
+                       alt_graph_us=agms * 1e3, alt_error=err, speedup_default_vs_alt=agms / gms)
+        rows.append(row)
         if sweep:
             grid = ([(c, S) for c in (sweep_configs or DECODE_SWEEP) for S in DECODE_SPLITS] if T <= 32
                     else [(c, 1) for c in (sweep_configs or PREFILL_SWEEP)])
             for (bh, bn, dv, nw, ns), S in grid:
-                cfg = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, block_h=bh, block_n=bn,
-                                    block_dv=dv, num_warps=nw, num_stages=ns, num_splits=S)
                 try:
+                    cfg = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, block_h=bh, block_n=bn,
+                                        block_dv=dv, num_warps=nw, num_stages=ns, num_splits=S, **kw)
                     t, err = graphed(ours(cfg, fallback=False)), ""
-                except Exception as e:  # noqa: BLE001  (e.g. out of shared memory)
+                except Exception as e:  # noqa: BLE001  (e.g. out of shared memory, a block_dv fp8 refuses)
                     t, err = float("nan"), f"{type(e).__name__}"
                 sweep_rows.append(dict(H=H, T=T, block_h=bh, block_n=bn, block_dv=dv, num_warps=nw,
                                        num_stages=ns, num_splits=S, graph_us=t * 1e3,
                                        flashmla_graph_us=peer_gms * 1e3, error=err))
         del q_nope, q_pe, kv, idx, out, lse
-        torch.cuda.empty_cache()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
     record = {"environment": env, "checks": checks, "bench": rows}
-    atomic_write_text(out_dir / f"bench_kernel_{tag}.json", json.dumps(record, indent=1))
-    atomic_write_text(out_dir / f"bench_kernel_{tag}.csv", df.to_csv(index=False))
+    atomic_write_text(out_dir / f"{stem}.json", json.dumps(record, indent=1))
+    atomic_write_text(out_dir / f"{stem}.csv", df.to_csv(index=False))
     if sweep:
-        atomic_write_text(out_dir / f"bench_kernel_sweep_{tag}.csv", pd.DataFrame(sweep_rows).to_csv(index=False))
-    plot_bench(df, env, out_dir / f"bench_kernel_{tag}.png")
+        atomic_write_text(out_dir / f"bench_kernel_sweep_{stem.removeprefix('bench_kernel_')}.csv",
+                          pd.DataFrame(sweep_rows).to_csv(index=False))
+    plot_bench(df, env, out_dir / f"{stem}.png")
     return record
 
 
 def plot_bench(df, env: dict, path: Path) -> None:
-    """Speed-up over FlashMLA sparse and fraction of copy bandwidth, per head count, against T."""
+    """Speed-up over the peer and fraction of copy bandwidth, per head count, against T."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    kv = env.get("kv_cache_dtype", "auto")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for H, g in df.groupby("H"):
         axes[0].plot(g["T"], g["speedup_vs_flashmla_graph"], marker="o", label=f"H={H}")
         axes[1].plot(g["T"], g["frac_of_copy_bw"], marker="o", label=f"H={H}")
+    if not df["speedup_vs_flashmla_graph"].notna().any():     # no peer on this GPU (e.g. FlashMLA below SM90)
+        axes[0].set_xlim(df["T"].min() / 2, df["T"].max() * 2)
+        axes[0].text(0.5, 0.5, "peer not available on this GPU", ha="center", transform=axes[0].transAxes)
     axes[0].axhline(1.0, color="gray", lw=0.8)
     axes[0].set(xscale="log", xlabel="query tokens T", ylabel="FlashMLA time / Triton time (graph replay)",
-                title="TRITON_MLA_SPARSE kernel vs flash_mla_sparse_fwd")
+                title=f"TRITON_MLA_SPARSE kernel vs {env.get('peer', PEER_NAME[kv]).split(' ')[0]}")
     axes[1].set(xscale="log", xlabel="query tokens T", ylabel="gathered bytes/s / copy bandwidth",
                 title=f"achieved bandwidth (copy {env.get('copy_bandwidth_GBps')} GB/s)")
     for ax in axes:
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{env.get('gpu', '?')}, topk 2048, 128K-token bf16 cache; vllm {env.get('vllm')}, "
+    cache = "fp8_ds_mla (656 B/token)" if kv == "fp8_ds_mla" else "bf16"
+    fig.suptitle(f"{env.get('gpu', '?')}, topk 2048, 128K-token {cache} cache; vllm {env.get('vllm')}, "
                  f"triton {env.get('triton')}, {env.get('date', '')[:10]}", fontsize=9)
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))

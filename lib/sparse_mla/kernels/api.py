@@ -14,11 +14,19 @@ import torch
 import triton
 
 from ..errors import UserInputError
-from .attention import LOG2E, _merge_splits_kernel, _sparse_mla_fwd_kernel
+from .attention import (FP8_DS_MLA_ROW_BYTES, LOG2E, _merge_splits_kernel, _sparse_mla_fp8_fwd_kernel,
+                        _sparse_mla_fwd_kernel)
+from .fp8 import has_fp8_conversion
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: Cache layouts :func:`sparse_mla_attention` reads: ``auto`` (the cache in q's dtype, rows ``c_kv || k_pe``) and
+#: vLLM's ``fp8_ds_mla`` (uint8 rows of 656 bytes; see :mod:`sparse_mla.kernels.attention`).
+KV_CACHE_DTYPES = ("auto", "fp8_ds_mla")
 #: Launch overrides :func:`sparse_mla_attention` passes on to :func:`choose_config`.
-CONFIG_KEYS = ("block_h", "block_n", "block_dv", "num_splits", "num_warps", "num_stages", "dot_dtype")
+CONFIG_KEYS = ("block_h", "block_n", "block_dv", "num_splits", "num_warps", "num_stages", "dot_dtype", "fp8_scales")
+#: How an fp8_ds_mla kernel applies the per-128 scales (:mod:`sparse_mla.kernels.attention`): "fold" (into the dots,
+#: the default) or "registers" (dequantize the tile, then the bf16 kernel's dots).
+FP8_SCALES = ("fold", "registers")
 #: Largest accepted softmax scale: far above any model's ``qk_head_dim ** -0.5`` (<= 1); fp32 scores stay finite.
 MAX_SM_SCALE = 1e4
 _TORCH_TO_TL = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -40,10 +48,62 @@ class LaunchConfig:
     num_warps: int
     num_stages: int
     dot_dtype: torch.dtype
+    kv_cache_dtype: str = "auto"     # "auto" or "fp8_ds_mla"
+    fp8_hw: bool = False             # fp8_ds_mla: hardware e4m3 conversion (SM89+) instead of the software path
+    fp8_scales: str = "fold"         # fp8_ds_mla: "fold" or "registers" (FP8_SCALES)
 
     @property
     def split(self) -> bool:
         return self.num_splits > 1
+
+
+def check_kv_cache_dtype(kv_cache_dtype) -> str:
+    """``kv_cache_dtype`` if it is one of :data:`KV_CACHE_DTYPES`, else one UserInputError line."""
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise UserInputError(f"kv_cache_dtype {kv_cache_dtype!r} is not accepted; accepted: "
+                             f"{', '.join(repr(k) for k in KV_CACHE_DTYPES)} (vLLM's fp8/fp8_e4m3 for a sparse MLA "
+                             f"backend is stored as 'fp8_ds_mla')")
+    return kv_cache_dtype
+
+
+def _capability(capability) -> tuple[int, int] | None:
+    if capability is None:
+        return None
+    try:
+        cap = tuple(capability)
+        ok = len(cap) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 100 for v in cap)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise UserInputError(f"capability {capability!r} is not accepted; accepted: (major, minor) integers, e.g. (8, 0) "
+                             f"or vLLM's current_platform.get_device_capability()")
+    return cap
+
+
+def fp8_hardware_path(device: torch.device, capability=None) -> bool:
+    """Whether fp8_ds_mla codes are decoded by the hardware conversion (SM89+) or the exact software path (SM80/86).
+
+    ``capability`` (e.g. vLLM's ``current_platform.get_device_capability()``) overrides the device's own: it can turn
+    the hardware path off (a simulated SM80 on an H200 runs the software path), never on beyond what the GPU has. On
+    the CPU (Triton's interpreter) the software path is the default; an explicit capability >= 8.9 selects the
+    hardware path there (the interpreter executes both)."""
+    cap = _capability(capability)
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        own = has_fp8_conversion((major, minor))
+        return own and (cap is None or has_fp8_conversion(cap))
+    return cap is not None and has_fp8_conversion(cap)
+
+
+def _operands_from_shared_memory(device: torch.device, capability=None) -> bool:
+    """True on GPUs whose large-tile tensor-core dots read both operands from shared memory (Hopper wgmma, SM90;
+    datacenter Blackwell tcgen05, SM100): there the fp8 "fold" variant's advantage (codes converted in dot-operand
+    registers from one uint8 copy) does not exist, and the 64-head fp8 tile compiles without spills as "registers"
+    (AOT sm_90: 189696 bytes, 255 registers, no stack; "fold" spills 328 bytes)."""
+    cap = _capability(capability)
+    if device.type == "cuda":
+        cap = torch.cuda.get_device_capability(device)
+    return cap is not None and cap[0] in (9, 10)
 
 
 def _sm_count(device: torch.device) -> int:
@@ -56,7 +116,8 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
                   block_h: int | None = None, block_n: int | None = None, block_dv: int | None = None,
                   num_splits: int | None = None,
                   num_warps: int | None = None, num_stages: int | None = None,
-                  dot_dtype: torch.dtype | None = None) -> LaunchConfig:
+                  dot_dtype: torch.dtype | None = None, kv_cache_dtype: str = "auto",
+                  capability=None, fp8_scales: str | None = None) -> LaunchConfig:
     """Pick a launch configuration from shapes only (never from data: CUDA-graph safe).
 
     Heuristic, from the configuration sweeps on an H200 (``results/h200/bench_kernel_sweep_*.csv``):
@@ -72,7 +133,18 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
 
     Fewer heads than ``BLOCK_H`` are masked, never padded in memory. Any explicit argument overrides the heuristic
     (the benchmark sweeps them).
+
+    ``kv_cache_dtype="fp8_ds_mla"``: ``BLOCK_N = 32`` for 16-head tiles (split-KV and ``H <= 16``) and ``32 x 32``
+    (4 warps) for ``H <= 32`` -- the "fold" kernel then compiles without register spills for every target (AOT, see
+    ``tests/kernels/test_fit.py``; 57 KB and 76 KB of shared memory on sm_80/86/89/120/90) -- and the 64-head tile
+    as above, "registers" where dots read both operands from shared memory (SM90/SM100, see
+    :func:`_operands_from_shared_memory`), else "fold". Whether e4m3 is decoded in hardware comes from
+    :func:`fp8_hardware_path` (``device`` and ``capability``).
     """
+    check_kv_cache_dtype(kv_cache_dtype)
+    fp8_hw = kv_cache_dtype == "fp8_ds_mla" and fp8_hardware_path(device, capability)
+    if fp8_scales is not None and fp8_scales not in FP8_SCALES:
+        raise UserInputError(f"fp8_scales {fp8_scales!r} is not accepted; accepted: {', '.join(map(repr, FP8_SCALES))}")
     for name, v, lo, hi in (("block_h", block_h, 16, 128), ("block_n", block_n, 16, 256),
                             ("block_dv", block_dv, 16, 512), ("num_warps", num_warps, 1, 32)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi or v & (v - 1)):
@@ -83,6 +155,9 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
     if dot_dtype is not None and dot_dtype not in _FLOAT_DTYPES:
         raise UserInputError(f"dot_dtype {dot_dtype!r} is not accepted; accepted: torch.bfloat16, torch.float16 or "
                              f"torch.float32")
+    if kv_cache_dtype == "fp8_ds_mla" and fp8_scales != "registers" and block_dv is not None and block_dv < 128:
+        raise UserInputError(f"block_dv {block_dv} is not accepted with an fp8_ds_mla cache; accepted: 128, 256 or 512 "
+                             f"(whole 128-value scale tiles; fp8_scales='registers' takes any)")
     if dot_dtype is None:
         dot_dtype = torch.float32 if (interpreting() or dtype == torch.float32) else dtype
     sm = _sm_count(device)
@@ -95,22 +170,26 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
         else:
             num_splits = triton.cdiv(2 * sm, programs)
         num_splits = min(num_splits, max(1, topk // 64))
-    if num_splits > 1:
-        bh, bn, nw = block_h or 16, block_n or 64, num_warps or 4
-    elif H <= 16:
-        bh, bn, nw = block_h or 16, block_n or 64, num_warps or 4
+    fp8 = kv_cache_dtype == "fp8_ds_mla"
+    if num_splits > 1 or H <= 16:
+        bh, bn, nw = block_h or 16, block_n or (32 if fp8 else 64), num_warps or 4
     elif H <= 32:
-        bh, bn, nw = block_h or 32, block_n or 64, num_warps or 8
+        bh, bn, nw = (block_h or 32, block_n or 32, num_warps or 4) if fp8 else \
+            (block_h or 32, block_n or 64, num_warps or 8)
     else:
         bh, bn, nw = block_h or 64, block_n or 64, num_warps or 8
+    if fp8_scales is None:
+        fp8_scales = "registers" if fp8 and bh >= 64 and _operands_from_shared_memory(device, capability) else "fold"
     num_splits = max(1, min(num_splits, triton.cdiv(topk, bn)))
     num_warps = nw
     if num_stages is None:
         num_stages = 2
-    return LaunchConfig(bh, bn, block_dv or 512, num_splits, num_warps, num_stages, dot_dtype)
+    return LaunchConfig(bh, bn, block_dv or 512, num_splits, num_warps, num_stages, dot_dtype, kv_cache_dtype, fp8_hw,
+                        fp8_scales)
 
 
-def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
+def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale, kv_cache_dtype="auto"):
+    fp8 = check_kv_cache_dtype(kv_cache_dtype) == "fp8_ds_mla"
     for name, x in (("q_nope", q_nope), ("q_pe", q_pe), ("kv_cache", kv_cache), ("indices", indices)):
         if not isinstance(x, torch.Tensor):
             raise UserInputError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -123,23 +202,40 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale):
         raise UserInputError(f"q_nope {tuple(q_nope.shape)} and q_pe {tuple(q_pe.shape)} disagree on [T, H]")
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
-    if q_nope.dtype not in _FLOAT_DTYPES or q_pe.dtype != q_nope.dtype or kv_cache.dtype != q_nope.dtype:
+    if fp8:
+        if q_nope.dtype not in _FLOAT_DTYPES or q_pe.dtype != q_nope.dtype or kv_cache.dtype != torch.uint8:
+            raise UserInputError(
+                f"dtypes q_nope={q_nope.dtype}, q_pe={q_pe.dtype}, kv_cache={kv_cache.dtype} are not accepted with "
+                f"kv_cache_dtype='fp8_ds_mla'; accepted: q_nope and q_pe of one dtype (bfloat16, float16 or float32) "
+                f"and a torch.uint8 cache")
+    elif q_nope.dtype not in _FLOAT_DTYPES or q_pe.dtype != q_nope.dtype or kv_cache.dtype != q_nope.dtype:
         raise UserInputError(
             f"dtypes q_nope={q_nope.dtype}, q_pe={q_pe.dtype}, kv_cache={kv_cache.dtype} are not accepted; accepted: "
-            f"q_nope, q_pe and the cache of one dtype, bfloat16, float16 or float32 (no fp8 cache)")
+            f"q_nope, q_pe and the cache of one dtype, bfloat16, float16 or float32 (a uint8 fp8_ds_mla cache needs "
+            f"kv_cache_dtype='fp8_ds_mla')")
     for name, d in (("q_nope", DL), ("q_pe", DR)):
         if d < 16 or d > 1024 or d & (d - 1):
             raise UserInputError(f"{name} last dimension {d} is not accepted; accepted: a power of two from 16 to 1024 "
                                  f"(512 and 64 for DeepSeek-V3.2 / GLM-5)")
+    if fp8 and (DL, DR) != (512, 64):
+        raise UserInputError(f"q_nope / q_pe last dimensions {DL} / {DR} are not accepted with kv_cache_dtype="
+                             f"'fp8_ds_mla'; accepted: 512 / 64 (the layout's kv_lora_rank and qk_rope_head_dim)")
+    row = FP8_DS_MLA_ROW_BYTES if fp8 else DL + DR
     if kv_cache.dim() not in (2, 3):
-        raise UserInputError(f"kv_cache must be [num_blocks, block_size, {DL + DR}] (or [num_slots, {DL + DR}]); "
+        raise UserInputError(f"kv_cache must be [num_blocks, block_size, {row}] (or [num_slots, {row}]); "
                              f"got shape {tuple(kv_cache.shape)}")
-    if kv_cache.shape[-1] != DL + DR:
+    if fp8 and kv_cache.shape[-1] != row:
+        raise UserInputError(f"kv_cache last dimension {kv_cache.shape[-1]} is not accepted with kv_cache_dtype="
+                             f"'fp8_ds_mla'; accepted: {row} bytes per token (512 e4m3 + 4 fp32 scales + 64 bf16 rope)")
+    if not fp8 and kv_cache.shape[-1] != DL + DR:
         raise UserInputError(f"kv_cache last dimension {kv_cache.shape[-1]} != q_nope {DL} + q_pe {DR} = {DL + DR}; "
                              f"accepted: a latent cache row c_kv ({DL}) || k_pe ({DR})")
     if not kv_cache.is_contiguous():
         raise UserInputError(f"kv_cache with strides {tuple(kv_cache.stride())} is not contiguous; accepted: a "
-                             f"contiguous [num_blocks, block_size, {DL + DR}] cache (vLLM's layout)")
+                             f"contiguous [num_blocks, block_size, {row}] cache (vLLM's layout)")
+    if fp8 and kv_cache.storage_offset() % 4:
+        raise UserInputError(f"kv_cache starts at byte {kv_cache.storage_offset()} of its storage; accepted: a "
+                             f"multiple of 4 (its scales are read as float32)")
     if indices.dim() != 2 or indices.shape[0] != T:
         raise UserInputError(f"indices must be [T={T}, topk]; got shape {tuple(indices.shape)}")
     if indices.dtype not in (torch.int32, torch.int64):
@@ -191,6 +287,8 @@ def sparse_mla_attention(
     out: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
     check_indices: bool = True,
+    kv_cache_dtype: str = "auto",
+    capability=None,
     **config,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA attention of each query token over its own top-k cache slots (Triton).
@@ -200,7 +298,10 @@ def sparse_mla_attention(
             or fp32; any strides with a unit last stride (vLLM passes a strided view).
         q_pe: ``[T, H, qk_rope_head_dim=64]`` rotary query part, same dtype; strided views accepted.
         kv_cache: ``[num_blocks, block_size, 576]`` contiguous paged latent cache (bf16, fp16 or fp32); per token
-            ``c_kv (512) || k_pe (64)`` (vLLM's bf16 MLA cache layout; block size any, vLLM uses 64).
+            ``c_kv (512) || k_pe (64)`` (vLLM's bf16 MLA cache layout; block size any, vLLM uses 64). With
+            ``kv_cache_dtype="fp8_ds_mla"``: ``uint8 [num_blocks, block_size, 656]``, per token 512 e4m3 codes, 4
+            fp32 scales (one per 128 codes) and 64 bf16 rope values, as vLLM's ``concat_and_cache_mla(...,
+            "fp8_ds_mla", ...)`` writes it (``vllm/v1/attention/backends/mla/flashmla_sparse.py``).
         indices: ``[T, topk]`` int32 global cache slots (``slot = block * block_size + offset``); ``-1`` = no token,
             anywhere in a row; repeats count repeatedly.
         sm_scale: the model's softmax scale, ``qk_head_dim ** -0.5`` (GLM-5: 1/16, not ``576 ** -0.5``).
@@ -208,6 +309,9 @@ def sparse_mla_attention(
         lse: optional preallocated ``[T, H]`` float32 log-sum-exp output.
         check_indices: check that every slot is ``-1`` or inside the cache (one device sync; vLLM's backend passes
             False).
+        kv_cache_dtype: ``"auto"`` (the cache has q's dtype) or ``"fp8_ds_mla"``.
+        capability: ``(major, minor)`` overriding the device's for the fp8 decode path (hardware from SM89, software
+            below; see :func:`fp8_hardware_path`); vLLM's backend passes ``current_platform.get_device_capability()``.
         **config: launch overrides for :func:`choose_config` (``block_h``, ``block_n``, ``num_splits``,
             ``num_warps``, ``num_stages``, ``dot_dtype``).
 
@@ -221,9 +325,10 @@ def sparse_mla_attention(
         sparse_mla.errors.UserInputError: wrong ranks or last dimensions, mismatched ``T``/``H``, non-integer indices,
             ``topk == 0``, a slot past the cache (with ``check_indices``), a non-contiguous cache, mixed dtypes or
             devices (``out`` and ``lse`` included), meta tensors, an ``sm_scale`` outside ``(0, 1e4]``, an unknown or
-            out-of-range launch override.
+            out-of-range launch override, an unknown ``kv_cache_dtype`` or a cache that does not fit it, a malformed
+            ``capability``.
     """
-    _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale)
+    _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale, kv_cache_dtype)
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
     _check_outputs(out, lse, T, H, DL, q_nope.dtype, q_nope.device)
@@ -231,7 +336,7 @@ def sparse_mla_attention(
     if unknown:
         raise UserInputError(f"unknown launch override(s) {', '.join(unknown)}; accepted: {', '.join(CONFIG_KEYS)}")
     sm_scale = float(sm_scale)
-    num_slots = kv_cache.numel() // (DL + DR)
+    num_slots = kv_cache.numel() // (FP8_DS_MLA_ROW_BYTES if kv_cache_dtype == "fp8_ds_mla" else DL + DR)
     if (check_indices or indices.dtype != torch.int32) and indices.numel():
         # on the caller's dtype, before any int32 cast could wrap an int64 value into range
         lo, hi = int(indices.min()), int(indices.max())
@@ -253,7 +358,8 @@ def sparse_mla_attention(
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
     if T == 0 or H == 0:
         return out, lse
-    cfg = choose_config(T, H, indices.shape[1], q_nope.dtype, q_nope.device, **config)
+    cfg = choose_config(T, H, indices.shape[1], q_nope.dtype, q_nope.device, kv_cache_dtype=kv_cache_dtype,
+                        capability=capability, **config)
     launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg, fallback=not config)
     return out, lse
 
@@ -283,33 +389,74 @@ def smaller_configs(cfg: LaunchConfig):
             yield replace(cfg, block_h=bh, block_n=bn, num_warps=nw, num_stages=ns)
 
 
-def shared_memory_bytes(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
-                        DL: int = 512, DR: int = 64) -> int:
-    """Shared memory (bytes) of the attention kernel compiled ahead of time for ``capability`` (no GPU needed:
-    ``triton.compile`` with a ``GPUTarget``). Compare with :data:`SMEM_PER_BLOCK`."""
+def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
+                DL: int = 512, DR: int = 64):
+    """The attention kernel compiled ahead of time for ``capability`` (no GPU needed: ``triton.compile`` with a
+    ``GPUTarget``), specialized as Triton's JIT specializes it at GLM-5 serving shapes: every pointer 16-byte aligned,
+    the strides, ``H``, ``topk`` and the split chunk multiples of 16, ``lse``'s unit head stride a constant. Without
+    these hints the gathers compile to scalar loads and the numbers (shared memory, registers) are not the launch's.
+    Returns Triton's ``CompiledKernel`` (``.metadata.shared``, ``.asm["cubin"]``)."""
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     if interpreting():
-        raise RuntimeError("shared_memory_bytes compiles for a GPU target; unset TRITON_INTERPRET (=0)")
-    K = _sparse_mla_fwd_kernel
+        raise RuntimeError("compile_for compiles for a GPU target; unset TRITON_INTERPRET (=0)")
+    fp8 = cfg.kv_cache_dtype == "fp8_ds_mla"
+    fold = fp8 and cfg.fp8_scales == "fold"
+    K = _sparse_mla_fp8_fwd_kernel if fold else _sparse_mla_fwd_kernel
     tl_dtype = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
     ptr = f"*{tl_dtype[dtype]}"
-    sig = {"Q_nope": ptr, "Q_pe": ptr, "KV": ptr, "Idx": "*i32", "Out": ptr, "Lse": "*fp32", "O_part": "*fp32",
+    sig = {"Q_nope": ptr, "Q_pe": ptr, "KV": "*u8" if fp8 else ptr, "KV_f32": "*fp32" if fp8 else ptr,
+           "KV_bf16": "*bf16" if fp8 else ptr, "Idx": "*i32", "Out": ptr, "Lse": "*fp32", "O_part": "*fp32",
            "Lse_part": "*fp32", "sm_scale_log2": "fp32"}
+    pointers = list(sig)[:-1]
     sig.update({n: "i32" for n in K.arg_names[len(sig):K.arg_names.index("DL")]})
+    not_multiple_of_16 = {"sm_scale_log2", "stride_lp_t", "stride_lp_h"}    # S-dependent
     consts = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, BLOCK_DV=min(cfg.block_dv, DL),
                   SPLIT=cfg.split if split is None else split,
                   DOT_DTYPE={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
                              torch.float32: tl.float32}[cfg.dot_dtype],
-                  IEEE=cfg.dot_dtype == torch.float32)
+                  IEEE=cfg.dot_dtype == torch.float32, FP8_HW=fp8 and cfg.fp8_hw, stride_l_h=1)
+    if not fold:
+        consts["KV_FP8"] = fp8
     sig.update({k: "constexpr" for k in consts})
-    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(k),): v for k, v in consts.items()})
+    attrs = {(K.arg_names.index(n),): [["tt.divisibility", 16]] for n in sig
+             if n not in consts and n not in not_multiple_of_16}
+    assert all((K.arg_names.index(n),) in attrs for n in pointers)
+    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(k),): v for k, v in consts.items()},
+                    attrs=attrs)
     major, minor = capability
-    k = triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
-                       options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
-    return int(k.metadata.shared)
+    return triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
+                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+
+
+def kernel_resources(compiled) -> dict:
+    """``{"shared": bytes, "regs": per thread, "stack": spill bytes per thread}`` of a compiled kernel: shared memory
+    from Triton's metadata, registers and stack from the cubin (``cuobjdump --dump-resource-usage``, the tool Triton
+    ships). Works for ahead-of-time compiles (no GPU); a kernel loaded on a GPU also has ``n_regs``."""
+    import re
+    import subprocess
+    import tempfile
+
+    shared = int(compiled.metadata.shared)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        text = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", path],
+                              capture_output=True, text=True, check=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+)", text)
+    if m is None:
+        raise RuntimeError(f"no register count in cuobjdump's output: {text[-300:]!r}")
+    return {"shared": shared, "regs": int(m[1]), "stack": int(m[2])}
+
+
+def shared_memory_bytes(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
+                        DL: int = 512, DR: int = 64) -> int:
+    """Shared memory (bytes) of the attention kernel compiled ahead of time for ``capability``
+    (:func:`compile_for`). Compare with :data:`SMEM_PER_BLOCK`."""
+    return int(compile_for(cfg, dtype, capability, split, DL, DR).metadata.shared)
 
 
 def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig, fallback: bool = True) -> None:
@@ -363,26 +510,33 @@ def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConf
     S = cfg.num_splits
     chunk = triton.cdiv(triton.cdiv(topk, S), cfg.block_n) * cfg.block_n
     S = triton.cdiv(topk, chunk)
+    fp8 = cfg.kv_cache_dtype == "fp8_ds_mla"
+    fold = fp8 and cfg.fp8_scales == "fold"
+    kernel = _sparse_mla_fp8_fwd_kernel if fold else _sparse_mla_fwd_kernel
     common = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, BLOCK_DV=block_dv, DOT_DTYPE=dot_tl,
-                  IEEE=ieee,
-                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                  IEEE=ieee, FP8_HW=fp8 and cfg.fp8_hw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if not fold:
+        common["KV_FP8"] = fp8
+    # fp8_ds_mla: the same storage read as uint8 (codes), float32 (scales) and bfloat16 (rope); views, no copies
+    kv_f32, kv_bf16 = (kv_cache.view(torch.float32), kv_cache.view(torch.bfloat16)) if fp8 else (kv_cache, kv_cache)
+    row = FP8_DS_MLA_ROW_BYTES if fp8 else DL + DR
     if S == 1:
-        _sparse_mla_fwd_kernel[(T, n_hblocks, 1)](
-            q_nope, q_pe, kv_cache, indices, out, lse, out, lse,
+        kernel[(T, n_hblocks, 1)](
+            q_nope, q_pe, kv_cache, kv_f32, kv_bf16, indices, out, lse, out, lse,
             sm_scale * LOG2E, H, topk, chunk,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-            DL + DR, indices.stride(0),
+            row, indices.stride(0),
             out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
             0, 0, 0, 0, 0,
             SPLIT=False, **common)
         return
     o_part = torch.empty((T, H, S, DL), dtype=torch.float32, device=q_nope.device)
     lse_part = torch.empty((T, H, S), dtype=torch.float32, device=q_nope.device)
-    _sparse_mla_fwd_kernel[(T, n_hblocks, S)](
-        q_nope, q_pe, kv_cache, indices, out, lse, o_part, lse_part,
+    kernel[(T, n_hblocks, S)](
+        q_nope, q_pe, kv_cache, kv_f32, kv_bf16, indices, out, lse, o_part, lse_part,
         sm_scale * LOG2E, H, topk, chunk,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
-        DL + DR, indices.stride(0),
+        row, indices.stride(0),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
         SPLIT=True, **common)

@@ -23,19 +23,60 @@ Two launch shapes (FlashDecoding, Dao et al. 2023; vLLM's ``triton_decode_attent
 
 The dot dtype is a parameter: bf16/fp16 tensor-core dots on a GPU, fp32 under ``TRITON_INTERPRET=1`` (the
 interpreter computes bf16 wrongly, triton-lang/triton issue 11584) and for fp32 inputs (then IEEE fp32, not tf32).
+
+**fp8_ds_mla cache** (vLLM's ``FLASHMLA_SPARSE`` layout, ``vllm/v1/attention/backends/mla/flashmla_sparse.py`` and
+FlashMLA's ``flash_mla_with_kvcache`` docstring): each 656-byte row is ``[512 e4m3 codes][4 fp32 scales][64 bf16
+rope]`` and the latent ``c_kv[d] = e4m3(code[d]) * scale_j``, ``j = d // 128`` (arbitrary positive fp32 scales). The
+same storage is read through three views (uint8 codes, row stride 656; fp32 scales at ``[128:132)``, row stride 164;
+bf16 rope at ``[264:328)``, row stride 328), 64-bit offsets, codes decoded by :func:`sparse_mla.kernels.fp8.e4m3_to_f32`
+(hardware ``cvt`` on SM89+, exact integer/fp16 arithmetic on SM80/86). Two ways to apply the scales:
+
+* **fold** (:func:`_sparse_mla_fp8_fwd_kernel`, the default): the scales go into the dots, not into the tiles,
+  ``s = q_pe . k_pe + sum_j scale_j * (q_nope[:, j] . e4m3_j)`` and ``acc_j += (p * scale_j) @ e4m3_j`` for the four
+  128-column tiles ``j``. The dots then read the raw codes converted elementwise, which Triton keeps as uint8 in shared
+  memory and converts in the dot-operand registers (on the mma.sync GPUs: SM80/86/89/120), and the e4m3 values are
+  exact in bf16/fp16 (3 mantissa bits). The price: four 128-wide dots per step, ``[BLOCK_H, BLOCK_N]`` multiplies by
+  the scales (4 on the scores, 4 on ``p``), and V re-read for the PV dots (an L1 hit; keeping the tiles in registers
+  across the softmax spills at 16 heads).
+* **registers** (``KV_FP8`` in :func:`_sparse_mla_fwd_kernel`): dequantize the ``[BLOCK_N, 512]`` tile in registers
+  (``[BLOCK_N, 4, 128] * scale[:, :, None]``), cast to the dot dtype, then steps 2-4 unchanged. On mma.sync GPUs
+  Triton stores the converted tile twice in shared memory (once per dot-operand layout: 159 KB for 16 x 64, over the
+  99 KB of SM86/89/120); on SM90, where wgmma reads both operands from shared memory anyway, its 64-head tile is the
+  one without register spills (:func:`sparse_mla.kernels.api.choose_config` picks it there).
+
+Either way the bytes gathered per row drop from 1152 (bf16) to 656. AOT numbers (shared memory, registers, spills
+per target) are in ``results/h200/KERNEL_NOTES.md``.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
+from .fp8 import e4m3_to_f32
+
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+#: fp8_ds_mla row: 512 e4m3 bytes, 4 fp32 scales (16 bytes), 64 bf16 rope values (128 bytes).
+FP8_DS_MLA_ROW_BYTES = 656
+
+
+@triton.jit
+def _load_fp8_latent(Row8, RowF32, col0, valid, WIDTH: tl.constexpr, NT: tl.constexpr, HW: tl.constexpr):
+    """Columns ``[col0, col0 + WIDTH)`` of the dequantized latent of a tile of fp8_ds_mla rows, fp32
+    ``[BLOCK_N, WIDTH]``: ``e4m3(code) * scale`` of the column's 128-value tile. ``Row8``/``RowF32``: ``[BLOCK_N, 1]``
+    row pointers into the uint8 and fp32 views; ``NT`` = number of scale tiles the columns span (``WIDTH / NT`` wide,
+    within one tile each); ``valid``: ``[BLOCK_N]`` (invalid rows give 0)."""
+    codes = tl.load(Row8 + col0 + tl.arange(0, WIDTH)[None, :], mask=valid[:, None], other=0)
+    x = e4m3_to_f32(codes, HW)
+    tile = (col0 + tl.arange(0, NT) * (WIDTH // NT)) // 128
+    scale = tl.load(RowF32 + 128 + tile[None, :], mask=valid[:, None], other=0.0)
+    x = tl.reshape(x, [x.shape[0], NT, WIDTH // NT]) * scale[:, :, None]
+    return tl.reshape(x, [x.shape[0], WIDTH])
 
 
 @triton.jit
 def _sparse_mla_fwd_kernel(
-    Q_nope, Q_pe, KV, Idx,
+    Q_nope, Q_pe, KV, KV_f32, KV_bf16, Idx,   # KV_f32 / KV_bf16: fp32 / bf16 views of an fp8_ds_mla cache (else KV)
     Out, Lse,                      # direct path: out [T, H, DL] (q dtype), lse [T, H] fp32 natural log
     O_part, Lse_part,              # split path: [T, H, S, DL] fp32, [T, H, S] fp32 log2
     sm_scale_log2,                 # sm_scale * log2(e)
@@ -51,6 +92,7 @@ def _sparse_mla_fwd_kernel(
     DL: tl.constexpr, DR: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr,
     SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
+    KV_FP8: tl.constexpr = False, FP8_HW: tl.constexpr = False,
 ):
     t = tl.program_id(0).to(tl.int64)
     NUM_DV: tl.constexpr = DL // BLOCK_DV
@@ -81,31 +123,28 @@ def _sparse_mla_fwd_kernel(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         slot = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
         valid = slot >= 0
-        row = KV + slot.to(tl.int64)[:, None] * stride_kv_slot
-        c_kv = tl.load(row + offs_dl[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
-        k_pe = tl.load(row + DL + offs_dr[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
-        if IEEE:
-            qk = tl.dot(q_nope, tl.trans(c_kv), input_precision="ieee")
-            qk = tl.dot(q_pe, tl.trans(k_pe), qk, input_precision="ieee")
+        if KV_FP8:  # fp8_ds_mla, "registers" variant: 656-byte rows (64-bit offsets), dequantized in registers
+            slot64 = slot.to(tl.int64)[:, None]
+            row8 = KV + slot64 * 656
+            rowf = KV_f32 + slot64 * 164
+            c_kv = _load_fp8_latent(row8, rowf, 0, valid, DL, DL // 128, FP8_HW).to(DOT_DTYPE)
+            k_pe = tl.load(KV_bf16 + slot64 * 328 + 264 + offs_dr[None, :], mask=valid[:, None],
+                           other=0.0).to(DOT_DTYPE)
         else:
-            qk = tl.dot(q_nope, tl.trans(c_kv))
-            qk = tl.dot(q_pe, tl.trans(k_pe), qk)
-        qk = tl.where(valid[None, :], qk * sm_scale_log2, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)     # all masked so far: no NaN from -inf - -inf
-        alpha = tl.exp2(m_i - m_ref)
-        p = tl.exp2(qk - m_ref[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+            row = KV + slot.to(tl.int64)[:, None] * stride_kv_slot
+            c_kv = tl.load(row + offs_dl[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+            k_pe = tl.load(row + DL + offs_dr[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+        qk = _dot(q_nope, tl.trans(c_kv), tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32), IEEE)
+        qk = _dot(q_pe, tl.trans(k_pe), qk, IEEE)
+        p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
         if BLOCK_DV == DL:
             v = c_kv
+        elif KV_FP8:  # this program's slice of the latent as V, dequantized again (an L1/L2 re-read)
+            v = _load_fp8_latent(row8, rowf, dvb * BLOCK_DV, valid, BLOCK_DV, (BLOCK_DV + 127) // 128,
+                                 FP8_HW).to(DOT_DTYPE)
         else:  # this program's slice of the latent as V (an L1/L2 re-read of rows just gathered)
             v = tl.load(row + offs_dv[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
-        if IEEE:
-            acc = tl.dot(p.to(DOT_DTYPE), v, acc * alpha[:, None], input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(DOT_DTYPE), v, acc * alpha[:, None])
-        m_i = m_new
+        acc = _dot(p.to(DOT_DTYPE), v, acc * alpha[:, None], IEEE)
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -117,6 +156,172 @@ def _sparse_mla_fwd_kernel(
     else:
         tl.store(Out + t * stride_o_t + offs_h[:, None] * stride_o_h + offs_dv[None, :],
                  out.to(Out.dtype.element_ty), mask=mask_h[:, None])
+        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * 0.6931471805599453, mask=mask_h & (dvb == 0))
+
+
+@triton.jit
+def _softmax_step(qk, valid, m_i, l_i, sm_scale_log2):
+    """One online-softmax step in base 2 over a ``[BLOCK_H, BLOCK_N]`` score tile: masks invalid columns, returns
+    ``(p, alpha, m_new, l_new)`` with ``alpha = 2^(m_old - m_new)``; an all-masked tile gives no NaN."""
+    qk = tl.where(valid[None, :], qk * sm_scale_log2, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)     # all masked so far: no NaN from -inf - -inf
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(qk - m_ref[:, None])
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def _dot(a, b, acc, IEEE: tl.constexpr):
+    if IEEE:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _e4m3_tile(Row8, col0, valid, DOT_DTYPE: tl.constexpr, HW: tl.constexpr, REREAD: tl.constexpr = False):
+    """``[BLOCK_N, 128]`` codes of columns ``[col0, col0 + 128)`` of fp8_ds_mla rows (``Row8``: ``[BLOCK_N, 1]`` uint8
+    row pointers), decoded to their e4m3 values in the dot dtype (exact); invalid rows give 0. ``REREAD``: a second
+    read of tiles already loaded (an L1 hit), marked ``evict_first`` so that it is not merged with the first."""
+    if REREAD:
+        codes = tl.load(Row8 + col0 + tl.arange(0, 128)[None, :], mask=valid[:, None], other=0,
+                        eviction_policy="evict_first")
+    else:
+        codes = tl.load(Row8 + col0 + tl.arange(0, 128)[None, :], mask=valid[:, None], other=0)
+    return e4m3_to_f32(codes, HW).to(DOT_DTYPE)
+
+
+@triton.jit
+def _store_tile(acc, inv_l, cols, t, s, offs_h, mask_h, Out, O_part,
+                stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT: tl.constexpr):
+    """Store ``acc / l`` (``[BLOCK_H, W]``) at output columns ``cols``: fp32 split partials or the final out."""
+    out = acc * inv_l[:, None]
+    if SPLIT:
+        tl.store(O_part + t * stride_op_t + offs_h[:, None] * stride_op_h + s * stride_op_s + cols[None, :],
+                 out, mask=mask_h[:, None])
+    else:
+        tl.store(Out + t * stride_o_t + offs_h[:, None] * stride_o_h + cols[None, :],
+                 out.to(Out.dtype.element_ty), mask=mask_h[:, None])
+
+
+@triton.jit
+def _sparse_mla_fp8_fwd_kernel(
+    Q_nope, Q_pe, KV, KV_f32, KV_bf16, Idx,   # KV: uint8 fp8_ds_mla cache; KV_f32 / KV_bf16: its fp32 / bf16 views
+    Out, Lse, O_part, Lse_part,
+    sm_scale_log2,
+    H, TOPK, CHUNK,
+    stride_qn_t, stride_qn_h,
+    stride_qp_t, stride_qp_h,
+    stride_kv_slot,                # unused (656 bytes, a constant here)
+    stride_idx_t,
+    stride_o_t, stride_o_h,
+    stride_l_t, stride_l_h,
+    stride_op_t, stride_op_h, stride_op_s,
+    stride_lp_t, stride_lp_h,
+    DL: tl.constexpr, DR: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr,
+    SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, FP8_HW: tl.constexpr,
+):
+    """The "fold" fp8_ds_mla kernel (module docstring): same grid, outputs and online softmax as
+    :func:`_sparse_mla_fwd_kernel`; ``DL = 512``, ``DR = 64``; ``BLOCK_DV`` 128, 256 or 512 (``NTV = BLOCK_DV / 128``
+    value tiles per program, this program's tiles ``dvb * NTV + i``)."""
+    tl.static_assert(DL == 512 and DR == 64)
+    # PV operands are p * scale_j * 2**9 (~ p * max|x| of the tile, as a plain cache's V): p * scale_j alone falls
+    # into fp16's subnormals for small latents (scale = max|x| / 448); the power of two is undone exactly at the end
+    P_SCALE: tl.constexpr = 512.0
+    NTV: tl.constexpr = BLOCK_DV // 128
+    NUM_DV: tl.constexpr = DL // BLOCK_DV
+    t = tl.program_id(0).to(tl.int64)
+    hb = tl.program_id(1) // NUM_DV
+    dvb = tl.program_id(1) % NUM_DV
+    s = tl.program_id(2)
+
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    offs_c = tl.arange(0, 128)
+    offs_dr = tl.arange(0, DR)
+    q_row = Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h + offs_c[None, :]
+    q0 = tl.load(q_row, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q1 = tl.load(q_row + 128, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q2 = tl.load(q_row + 256, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q3 = tl.load(q_row + 384, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q_pe = tl.load(Q_pe + t * stride_qp_t + offs_h[:, None] * stride_qp_h + offs_dr[None, :],
+                   mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+
+    start = s * CHUNK
+    end = tl.minimum(start + CHUNK, TOPK)
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    a0 = tl.zeros([BLOCK_H, 128], dtype=tl.float32)
+    a1 = tl.zeros([BLOCK_H, 128], dtype=tl.float32)
+    a2 = tl.zeros([BLOCK_H, 128], dtype=tl.float32)
+    a3 = tl.zeros([BLOCK_H, 128], dtype=tl.float32)
+    j0 = dvb * NTV                                   # first value tile of this program
+
+    idx_row = Idx + t * stride_idx_t
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        slot = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
+        valid = slot >= 0
+        slot64 = slot.to(tl.int64)
+        row8 = KV + slot64[:, None] * 656
+        rowf = KV_f32 + slot64 * 164 + 128           # the 4 scales of each row
+        k0 = _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW)
+        k1 = _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW)
+        k2 = _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW)
+        k3 = _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW)
+        sc0 = tl.load(rowf, mask=valid, other=0.0)
+        sc1 = tl.load(rowf + 1, mask=valid, other=0.0)
+        sc2 = tl.load(rowf + 2, mask=valid, other=0.0)
+        sc3 = tl.load(rowf + 3, mask=valid, other=0.0)
+        k_pe = tl.load(KV_bf16 + slot64[:, None] * 328 + 264 + offs_dr[None, :], mask=valid[:, None],
+                       other=0.0).to(DOT_DTYPE)
+        zero = tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32)
+        qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
+        qk += _dot(q0, tl.trans(k0), zero, IEEE) * sc0[None, :]
+        qk += _dot(q1, tl.trans(k1), zero, IEEE) * sc1[None, :]
+        qk += _dot(q2, tl.trans(k2), zero, IEEE) * sc2[None, :]
+        qk += _dot(q3, tl.trans(k3), zero, IEEE) * sc3[None, :]
+        p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
+        # V = the same code tiles, re-read (an L1 hit) rather than kept in registers since the score dots: keeping
+        # them costs 4 x [BLOCK_N, 128] dot-operand registers across the softmax and spills at 16 heads (AOT: 624
+        # bytes of stack for 16 x 64 on sm_90, none with the re-read)
+        if NTV == 4:
+            a0 = _dot((p * (sc0 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW, True),
+                      a0 * alpha[:, None], IEEE)
+            a1 = _dot((p * (sc1 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW, True),
+                      a1 * alpha[:, None], IEEE)
+            a2 = _dot((p * (sc2 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW, True),
+                      a2 * alpha[:, None], IEEE)
+            a3 = _dot((p * (sc3 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW, True),
+                      a3 * alpha[:, None], IEEE)
+        else:                 # this program's 1 or 2 value tiles, with their scales
+            v0 = _e4m3_tile(row8, j0 * 128, valid, DOT_DTYPE, FP8_HW, True)
+            vs0 = tl.load(rowf + j0, mask=valid, other=0.0)
+            a0 = _dot((p * (vs0 * P_SCALE)[None, :]).to(DOT_DTYPE), v0, a0 * alpha[:, None], IEEE)
+            if NTV == 2:
+                v1 = _e4m3_tile(row8, j0 * 128 + 128, valid, DOT_DTYPE, FP8_HW, True)
+                vs1 = tl.load(rowf + j0 + 1, mask=valid, other=0.0)
+                a1 = _dot((p * (vs1 * P_SCALE)[None, :]).to(DOT_DTYPE), v1, a1 * alpha[:, None], IEEE)
+
+    empty = l_i == 0.0
+    inv_l = (1.0 / P_SCALE) / tl.where(empty, 1.0, l_i)
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    col = j0 * 128 + offs_c
+    _store_tile(a0, inv_l, col, t, s, offs_h, mask_h, Out, O_part,
+                stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
+    if NTV >= 2:
+        _store_tile(a1, inv_l, col + 128, t, s, offs_h, mask_h, Out, O_part,
+                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
+    if NTV == 4:
+        _store_tile(a2, inv_l, col + 256, t, s, offs_h, mask_h, Out, O_part,
+                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
+        _store_tile(a3, inv_l, col + 384, t, s, offs_h, mask_h, Out, O_part,
+                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
+    if SPLIT:
+        tl.store(Lse_part + t * stride_lp_t + offs_h * stride_lp_h + s, lse2, mask=mask_h & (dvb == 0))
+    else:
         tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * 0.6931471805599453, mask=mask_h & (dvb == 0))
 
 

@@ -17,6 +17,12 @@ base 2 (``lse_e = lse_2 * ln 2``), but the copy vendored in vLLM 0.26.0 returned
 (``results/h200/bench_kernel_h200.json``: ``flashmla_lse_err_if_natural`` ~3e-6 against this reference,
 ``flashmla_lse_err_if_base2`` ~2.8). :func:`flashmla_lse_to_natural` is the conversion for a base-2 build; check
 which one you have before merging states.
+
+The ``fp8_ds_mla`` cache (vLLM's ``FLASHMLA_SPARSE`` layout, ``vllm/v1/attention/backends/mla/flashmla_sparse.py``):
+656 bytes per token, ``[512 e4m3 codes][4 fp32 scales][64 bf16 rope]``, ``c_kv[d] = e4m3(code[d]) * scale[d // 128]``.
+:func:`fp8_ds_mla_decode_ref` reads it with PyTorch's own ``float8_e4m3fn`` (no code shared with the Triton kernel);
+:func:`fp8_ds_mla_encode_ref` writes it the way vLLM's ``concat_and_cache_mla(..., "fp8_ds_mla", ...)`` is documented
+to (``scale = max(amax / 448, FLT_MIN)`` per tile, ``code = e4m3(x / scale)`` saturated, round to nearest even).
 """
 from __future__ import annotations
 
@@ -31,26 +37,35 @@ def sparse_mla_attention_ref(
     sm_scale: float,
     *,
     compute_dtype: torch.dtype = torch.float64,
+    kv_cache_dtype: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference sparse MLA attention, computed in ``compute_dtype`` (float64 by default).
 
     Args:
         q_nope: ``[T, H, kv_lora_rank]`` query already absorbed into the latent space (any float dtype, any strides).
         q_pe: ``[T, H, rope]`` rotary part of the query.
-        kv_cache: ``[num_blocks, block_size, kv_lora_rank + rope]`` paged latent cache (or ``[num_slots, D]``).
+        kv_cache: ``[num_blocks, block_size, kv_lora_rank + rope]`` paged latent cache (or ``[num_slots, D]``); with
+            ``kv_cache_dtype="fp8_ds_mla"`` a ``uint8 [..., 656]`` cache, dequantized by :func:`fp8_ds_mla_decode_ref`
+            (only the gathered rows, in ``compute_dtype``).
         indices: ``[T, topk]`` integer global cache slots; ``-1`` marks "no token" (anywhere in the row).
         sm_scale: softmax scale (GLM-5: ``(192 + 64) ** -0.5 = 1/16``).
         compute_dtype: float32 or float64.
+        kv_cache_dtype: ``"auto"`` (a float cache) or ``"fp8_ds_mla"``.
 
     Returns:
         ``(out [T, H, kv_lora_rank] in q_nope.dtype, lse [T, H] float32, natural log)``.
     """
     T, H, dl = q_nope.shape
-    kv = kv_cache.reshape(-1, kv_cache.shape[-1]).to(compute_dtype)
+    if kv_cache_dtype not in ("auto", "fp8_ds_mla"):
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: 'auto' or 'fp8_ds_mla'")
     idx = indices.long()
     valid = idx >= 0
     safe = torch.where(valid, idx, torch.zeros_like(idx))
-    gathered = kv[safe]                                          # [T, topk, dl + dr]
+    rows = kv_cache.reshape(-1, kv_cache.shape[-1])[safe]       # gather first: [T, topk, row]
+    if kv_cache_dtype == "fp8_ds_mla":
+        gathered = fp8_ds_mla_decode_ref(rows, compute_dtype)
+    else:
+        gathered = rows.to(compute_dtype)                          # [T, topk, dl + dr]
     k = gathered
     v = gathered[..., :dl]
     q = torch.cat([q_nope.to(compute_dtype), q_pe.to(compute_dtype)], dim=-1)  # [T, H, dl + dr]
@@ -60,6 +75,57 @@ def sparse_mla_attention_ref(
     probs = torch.exp(scores - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
     out = torch.einsum("thk,tkd->thd", probs, v)
     return out.to(q_nope.dtype), lse.to(torch.float32)
+
+
+FP8_DS_MLA_BYTES = 656   # 512 e4m3 + 16 (4 fp32 scales) + 128 (64 bf16 rope)
+
+
+def fp8_ds_mla_decode_ref(cache: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Dequantize ``fp8_ds_mla`` rows: ``uint8 [..., 656]`` -> ``[..., 576]`` in ``dtype`` (``c_kv (512) || k_pe
+    (64)``), ``c_kv[d] = float8_e4m3fn(code[d]) * scale[d // 128]``, ``k_pe`` = the bf16 rope values. Plain PyTorch
+    byte views (the test oracle of the Triton kernel's fp8 path)."""
+    if cache.dtype != torch.uint8 or cache.shape[-1] != FP8_DS_MLA_BYTES:
+        raise ValueError(f"expected uint8 [..., {FP8_DS_MLA_BYTES}], got {cache.dtype} {tuple(cache.shape)}")
+    lead = cache.shape[:-1]
+    rows = cache.reshape(-1, FP8_DS_MLA_BYTES)
+    codes = rows[:, :512].contiguous().view(torch.float8_e4m3fn).to(dtype)
+    scales = rows[:, 512:528].contiguous().view(torch.float32).to(dtype)            # [N, 4]
+    rope = rows[:, 528:].contiguous().view(torch.bfloat16).to(dtype)                # [N, 64]
+    latent = (codes.view(-1, 4, 128) * scales[:, :, None]).reshape(-1, 512)
+    return torch.cat([latent, rope], dim=-1).reshape(*lead, 576)
+
+
+def fp8_ds_mla_encode_ref(kv_c: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
+    """Quantize latent rows into the ``fp8_ds_mla`` layout, ``uint8 [..., 656]``, as vLLM's ``concat_and_cache_mla(kv_c,
+    k_pe, cache, slot_mapping, "fp8_ds_mla", scale)`` is written upstream (``csrc/cache_kernels.cu``,
+    ``concat_and_cache_ds_mla_kernel``): per 128-value tile ``scale = max(max|x| / 448, FLT_MIN)`` in float32, codes
+    ``e4m3(x / scale)`` clamped to +-448 and rounded to nearest even, rope copied as bf16.
+
+    Args:
+        kv_c: ``[..., 512]`` latent (any float dtype; vLLM passes the model dtype, bf16).
+        k_pe: ``[..., 64]`` rope part.
+    """
+    if kv_c.shape[-1] != 512 or k_pe.shape[-1] != 64 or kv_c.shape[:-1] != k_pe.shape[:-1]:
+        raise ValueError(f"expected kv_c [..., 512] and k_pe [..., 64], got {tuple(kv_c.shape)}, {tuple(k_pe.shape)}")
+    lead = kv_c.shape[:-1]
+    x = kv_c.reshape(-1, 4, 128).to(torch.float32)
+    scale = torch.clamp(x.abs().amax(dim=-1) / 448.0, min=torch.finfo(torch.float32).tiny)      # [N, 4]
+    codes = (x / scale[:, :, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    return fp8_ds_mla_pack_ref(codes.reshape(*lead, 512), scale.reshape(*lead, 4), k_pe)
+
+
+def fp8_ds_mla_pack_ref(codes: torch.Tensor, scales: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    """Assemble ``fp8_ds_mla`` rows byte by byte: ``codes`` uint8 ``[..., 512]`` (e4m3 bit patterns), ``scales``
+    ``[..., 4]`` (stored as float32), ``rope`` ``[..., 64]`` (stored as bf16) -> ``uint8 [..., 656]`` (little-endian
+    byte views, as on the GPU)."""
+    lead = codes.shape[:-1]
+    if codes.dtype != torch.uint8 or codes.shape[-1] != 512 or scales.shape != (*lead, 4) or rope.shape != (*lead, 64):
+        raise ValueError(f"expected uint8 codes [..., 512], scales [..., 4], rope [..., 64]; got {codes.dtype} "
+                         f"{tuple(codes.shape)}, {tuple(scales.shape)}, {tuple(rope.shape)}")
+    sc = scales.reshape(-1, 4).to(torch.float32).contiguous().view(torch.uint8)               # [N, 16]
+    rp = rope.reshape(-1, 64).to(torch.bfloat16).contiguous().view(torch.uint8)               # [N, 128]
+    out = torch.cat([codes.reshape(-1, 512), sc, rp], dim=-1)
+    return out.reshape(*lead, FP8_DS_MLA_BYTES)
 
 
 def flashmla_lse_to_natural(lse_base2: torch.Tensor) -> torch.Tensor:

@@ -7,9 +7,18 @@ the indexer's request-local top-k positions to global cache slots with vLLM's ow
 ``triton_convert_req_index_to_global_index`` and calls :func:`sparse_mla.kernels.launch`.
 
 Accepted: head size 576 (``kv_lora_rank 512 + qk_rope_head_dim 64``), model dtype bf16/fp16, KV cache
-``auto``/``bfloat16``/``float16``, kernel block size 64 (the DSA indexer's), compute capability >= 8.0, any number
-of heads per rank, a model with ``index_topk``. Everything else is rejected by ``validate_configuration`` with
-vLLM-style reasons ("kv_cache_dtype not supported", ...), before any kernel runs.
+``auto``/``bfloat16``/``float16`` or ``fp8``/``fp8_e4m3``/``fp8_ds_mla`` (stored as vLLM's 656-byte ``fp8_ds_mla``
+rows, the ``FLASHMLA_SPARSE`` layout), kernel block size 64 (the DSA indexer's), compute capability >= 8.0 (fp8
+decoded in software on SM80/86), any number of heads per rank, a model with ``index_topk``. Everything else is
+rejected by ``validate_configuration`` with vLLM-style reasons ("kv_cache_dtype not supported", ...), before any
+kernel runs.
+
+fp8: vLLM turns ``fp8``/``fp8_e4m3`` into ``fp8_ds_mla`` only for the backends it names in
+``_canonicalize_sparse_mla_kv_cache_dtype`` (``vllm/model_executor/layers/attention/mla_attention.py``, called by
+``MLAAttention.__init__`` after backend selection). :func:`install_fp8_ds_mla_canonicalization` (called by the plugin's
+``register()``) wraps that function: vLLM's original first, then ``TRITON_MLA_SPARSE`` + ``fp8``/``fp8_e4m3`` ->
+``fp8_ds_mla``, so the cache spec, shape (656 bytes per token) and vLLM's writer (``concat_and_cache_mla(...,
+"fp8_ds_mla", ...)``) follow the in-tree sparse backends'.
 
 Prefill: tokens of prompts no longer than ``index_topk`` go through vLLM's dense MHA prefill (inherited
 ``forward_mha``, the selected MLA prefill backend) exactly as for the in-tree sparse backends; all other tokens
@@ -39,6 +48,10 @@ from vllm.v1.attention.backend import (
 
 BACKEND_NAME = "TRITON_MLA_SPARSE"
 KERNEL_BLOCK_SIZES = [64]
+#: What vLLM may pass for an fp8 cache; all are stored and read as ``fp8_ds_mla``.
+FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_ds_mla")
+FP8_DS_MLA_ROW_BYTES = 656
+FP8_DS_MLA_DIMS = (512, 64)   # (kv_lora_rank, qk_rope_head_dim) of the 656-byte layout
 MIN_CAPABILITY = (8, 0)
 INDEX_TOPK_MULTIPLE = 128  # triton_convert_req_index_to_global_index works on 128-wide column tiles
 
@@ -47,7 +60,8 @@ class TritonMLASparseBackend(AttentionBackend):
     """Declarations only: what ``TRITON_MLA_SPARSE`` accepts (see the module docstring)."""
 
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
-    supported_kv_cache_dtypes: ClassVar[list[CacheDType]] = ["auto", "float16", "bfloat16"]
+    supported_kv_cache_dtypes: ClassVar[list[CacheDType]] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3",
+                                                             "fp8_ds_mla"]
 
     @staticmethod
     def get_name() -> str:
@@ -55,7 +69,7 @@ class TritonMLASparseBackend(AttentionBackend):
 
     @staticmethod
     def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list[int]:
-        # (vLLM 0.33 passes the KV-cache spec; 0.26 passes nothing)
+        # kv_cache_spec: the argument vLLM 0.33 passes (ignored; 0.26.0 calls this without it)
         return list(KERNEL_BLOCK_SIZES)
 
     @staticmethod
@@ -97,11 +111,18 @@ class TritonMLASparseBackend(AttentionBackend):
             if hf_config.index_topk % INDEX_TOPK_MULTIPLE:
                 return (f"{BACKEND_NAME} requires index_topk to be a multiple of {INDEX_TOPK_MULTIPLE} "
                         f"(vLLM's top-k index conversion); got {hf_config.index_topk}")
+            if kv_cache_dtype in FP8_KV_CACHE_DTYPES:
+                dims = (getattr(hf_config, "kv_lora_rank", None), getattr(hf_config, "qk_rope_head_dim", None))
+                if dims != FP8_DS_MLA_DIMS:
+                    return (f"{BACKEND_NAME} stores an fp8 KV cache as fp8_ds_mla, which needs kv_lora_rank 512 and "
+                            f"qk_rope_head_dim 64; got {dims[0]} and {dims[1]}")
         return None
 
     @staticmethod
     def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
                            cache_dtype_str: str = "auto") -> tuple[int, ...]:
+        if cache_dtype_str == "fp8_ds_mla":     # uint8 rows: 512 e4m3 + 4 fp32 scales + 64 bf16 (FLASHMLA_SPARSE's)
+            return (num_blocks, block_size, FP8_DS_MLA_ROW_BYTES)
         return (num_blocks, block_size, head_size)
 
 
@@ -126,7 +147,7 @@ class TritonMLASparseMetadata(AttentionMetadata):
     prefill_max_seq_len: int = 0
     prefill: MLACommonPrefillMetadata | None = None
     cp_kv_cache_interleave_size: int = 1
-    decode_max_query_len: int | None = None     # passed by vLLM 0.33's sparse builder; unused here
+    decode_max_query_len: int | None = None   # filled by vLLM 0.33's sparse builder; unused here
 
 
 class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASparseMetadata]):
@@ -154,7 +175,8 @@ def convert_to_global_slots(req_id_per_token: torch.Tensor, block_table: torch.T
 
 class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
     """Sparse MLA on the Triton kernel. ``forward_mqa`` receives ``(ql_nope [T, H, 512], q_pe [T, H, 64])``
-    strided views in the model dtype and the layer's ``[num_blocks, block_size, 576]`` cache, and returns
+    strided views in the model dtype and the layer's ``[num_blocks, block_size, 576]`` cache (``uint8 [num_blocks,
+    block_size, 656]`` for fp8_ds_mla; the kernel decodes e4m3 for vLLM's device capability), and returns
     ``out [T, H, 512]`` (q dtype). LSE is natural-log (``lse_base_on_e``) but not returned (no DCP)."""
 
     can_return_lse_for_decode: bool = False
@@ -165,14 +187,19 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
                  **mla_args) -> None:
         if alibi_slopes or sliding_window or logits_soft_cap:
             raise NotImplementedError(f"{BACKEND_NAME} does not support alibi, sliding window or logits soft cap.")
-        if kv_cache_dtype not in TritonMLASparseBackend.supported_kv_cache_dtypes:
-            raise NotImplementedError(f"{BACKEND_NAME} supports only auto/bfloat16/float16 KV caches, got "
-                                      f"{kv_cache_dtype!r}.")
+        if kv_cache_dtype not in ("auto", "bfloat16", "float16", "fp8_ds_mla"):
+            hint = (" vLLM stores it as fp8_ds_mla only with sparse_mla's canonicalization installed "
+                    "(sparse_mla.vllm_plugin.register())." if kv_cache_dtype in FP8_KV_CACHE_DTYPES else "")
+            raise NotImplementedError(f"{BACKEND_NAME} supports auto/bfloat16/float16/fp8_ds_mla KV caches, got "
+                                      f"{kv_cache_dtype!r}.{hint}")
         super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
                          logits_soft_cap, attn_type, kv_sharing_target_layer_name, indexer=indexer,
                          topk_indices_buffer=topk_indices_buffer, **mla_args)
         assert self.topk_indices_buffer is not None, "Indexer or topk_indices_buffer required for sparse MLA"
         self.supports_quant_query_input = False
+        # the kernel's cache layout and the capability it decodes fp8 for (vLLM's, which a simulated GPU overrides)
+        self.kernel_kv_cache_dtype = "fp8_ds_mla" if kv_cache_dtype == "fp8_ds_mla" else "auto"
+        self.capability = _vllm_capability() if self.kernel_kv_cache_dtype == "fp8_ds_mla" else None
 
     def forward_mqa(self, q, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: TritonMLASparseMetadata,
                     layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -189,6 +216,69 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         out = torch.empty((T, H, self.kv_lora_rank), dtype=q_nope.dtype, device=q_nope.device)
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
         if T:
-            cfg = choose_config(T, H, slots.shape[1], q_nope.dtype, q_nope.device)
+            cfg = choose_config(T, H, slots.shape[1], q_nope.dtype, q_nope.device,
+                                kv_cache_dtype=self.kernel_kv_cache_dtype, capability=self.capability)
             launch(q_nope, q_pe, kv_c_and_k_pe_cache, slots, self.scale, out, lse, cfg)
         return out, None
+
+
+def _vllm_capability() -> tuple[int, int] | None:
+    """vLLM's ``current_platform.get_device_capability()`` as ``(major, minor)`` (None where it has none)."""
+    from vllm.platforms import current_platform
+
+    try:
+        cap = current_platform.get_device_capability()
+    except Exception:   # noqa: BLE001  (no GPU platform: the kernel then uses the device's own)
+        return None
+    return None if cap is None else (int(cap[0]), int(cap[1]))
+
+
+# ---- fp8 / fp8_e4m3 -> fp8_ds_mla for TRITON_MLA_SPARSE, as vLLM does for its own sparse backends -----------------
+
+_CANON = "_canonicalize_sparse_mla_kv_cache_dtype"
+_CANON_MARK = "_sparse_mla_fp8_ds_mla"
+
+
+def canonical_kv_cache_dtype(backend_name: str, kv_cache_dtype: str) -> str | None:
+    """Our rule, after vLLM's: ``fp8``/``fp8_e4m3`` for ``TRITON_MLA_SPARSE`` are stored as ``fp8_ds_mla`` (the
+    in-tree FLASHINFER_MLA_SPARSE_SM120 maps the same names); None where vLLM's answer stands."""
+    if backend_name == BACKEND_NAME and kv_cache_dtype in ("fp8", "fp8_e4m3"):
+        return "fp8_ds_mla"
+    return None
+
+
+def install_fp8_ds_mla_canonicalization() -> bool:
+    """Wrap vLLM's ``mla_attention._canonicalize_sparse_mla_kv_cache_dtype`` (looked up by ``MLAAttention.__init__``
+    at call time) so that ``TRITON_MLA_SPARSE`` gets the fp8 rule of the in-tree sparse backends: the original is
+    called first, then :func:`canonical_kv_cache_dtype`. Idempotent; returns False (and changes nothing) where the
+    function does not exist in this vLLM. :func:`uninstall_fp8_ds_mla_canonicalization` undoes it."""
+    from vllm.model_executor.layers.attention import mla_attention
+
+    original = getattr(mla_attention, _CANON, None)
+    if original is None:
+        return False
+    if getattr(original, _CANON_MARK, False):
+        return True
+
+    def _canonicalize_sparse_mla_kv_cache_dtype(attn_backend, kv_cache_dtype):
+        normalized = original(attn_backend, kv_cache_dtype)
+        ours = canonical_kv_cache_dtype(attn_backend.get_name(), normalized)
+        return normalized if ours is None else ours
+
+    setattr(_canonicalize_sparse_mla_kv_cache_dtype, _CANON_MARK, True)
+    _canonicalize_sparse_mla_kv_cache_dtype.__wrapped__ = original
+    _canonicalize_sparse_mla_kv_cache_dtype.__doc__ = (
+        (original.__doc__ or "") + "\n\n(wrapped by sparse_mla.vllm_plugin: TRITON_MLA_SPARSE fp8 -> fp8_ds_mla)")
+    setattr(mla_attention, _CANON, _canonicalize_sparse_mla_kv_cache_dtype)
+    return True
+
+
+def uninstall_fp8_ds_mla_canonicalization() -> bool:
+    """Put vLLM's own ``_canonicalize_sparse_mla_kv_cache_dtype`` back (for tests); True if a wrapper was removed."""
+    from vllm.model_executor.layers.attention import mla_attention
+
+    current = getattr(mla_attention, _CANON, None)
+    if current is None or not getattr(current, _CANON_MARK, False):
+        return False
+    setattr(mla_attention, _CANON, current.__wrapped__)
+    return True

@@ -82,4 +82,6 @@ def register() -> bool:
         return False
     register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
     install_selector_fallback()
+    from .backend import install_fp8_ds_mla_canonicalization  # fp8 -> fp8_ds_mla, as vLLM's sparse backends get
+    install_fp8_ds_mla_canonicalization()
     return True

@@ -1,0 +1,257 @@
+"""The Triton sparse MLA kernel on an ``fp8_ds_mla`` cache (``kv_cache_dtype="fp8_ds_mla"``), under TRITON_INTERPRET=1
+on the CPU, against the float64 reference (:func:`sparse_mla_attention_ref` with the same ``kv_cache_dtype``, which
+decodes the 656-byte rows with PyTorch's own ``float8_e4m3fn``). Caches are built byte by byte from random e4m3 codes
+(no NaN codes), random positive fp32 scales (not powers of two) and random bf16 rope values; outputs are poisoned
+(NaN) before every run. Both scale variants ("fold", "registers"), both e4m3 decode paths (software: SM80/86;
+hardware: SM89+, which the interpreter executes too), the direct and split-KV paths, -1 anywhere, all-invalid rows."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernel_cases import rel_err
+from sparse_mla import sparse_mla_attention
+from sparse_mla.errors import UserInputError
+from sparse_mla.kernels import choose_config, fp8_hardware_path
+from sparse_mla.kernels.reference import (fp8_ds_mla_decode_ref, fp8_ds_mla_encode_ref, fp8_ds_mla_pack_ref,
+                                          sparse_mla_attention_ref)
+
+FP8 = "fp8_ds_mla"
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
+NAN_CODES = (0x7F, 0xFF)
+
+
+def random_fp8_cache(num_blocks, block_size, g):
+    """``uint8 [num_blocks, block_size, 656]``: random codes without the two NaN patterns, scales in
+    ``[2e-3, 2e-2)`` (arbitrary fp32), rope ~ N(0, 1) in bf16."""
+    n = num_blocks * block_size
+    codes = torch.randint(0, 254, (n, 512), generator=g, dtype=torch.int32)
+    codes = (codes + (codes >= 0x7F).int()).to(torch.uint8)          # skip 0x7F, and 0xFF is never reached
+    assert not any((codes == c).any() for c in NAN_CODES)
+    scales = 2e-3 + 1.8e-2 * torch.rand(n, 4, generator=g)
+    rope = torch.randn(n, 64, generator=g)
+    return fp8_ds_mla_pack_ref(codes, scales, rope).view(num_blocks, block_size, 656)
+
+
+def fp8_case(T, H, topk, *, num_blocks=6, block_size=16, dtype=torch.float32, pad="none", seed=0, strided_q=False):
+    g = torch.Generator().manual_seed(seed)
+    cache = random_fp8_cache(num_blocks, block_size, g)
+    if strided_q:   # vLLM-like views: q_nope transposed out of [H, T, 512], q_pe sliced out of a wider q
+        q_nope = torch.randn(H, T, 512, generator=g).to(dtype).transpose(0, 1)
+        q_pe = torch.randn(T, H, 192 + 64, generator=g).to(dtype)[..., 192:]
+    else:
+        q_nope = torch.randn(T, H, 512, generator=g).to(dtype)
+        q_pe = torch.randn(T, H, 64, generator=g).to(dtype)
+    slots = num_blocks * block_size
+    idx = torch.stack([torch.randperm(slots, generator=g)[:topk] for _ in range(T)]).to(torch.int32) \
+        if topk <= slots else torch.randint(0, slots, (T, topk), generator=g, dtype=torch.int32)
+    if pad == "end":
+        keep = torch.randint(1, topk + 1, (T,), generator=g)
+        idx[torch.arange(topk)[None, :] >= keep[:, None]] = -1
+    elif pad == "middle":
+        holes = torch.rand(T, topk, generator=g) < 0.4
+        holes[:, 0] = False
+        idx[holes] = -1
+    elif pad == "all":
+        idx[:] = -1
+    elif pad == "rows":
+        idx[::2] = -1
+    elif pad == "head":              # a fully masked first tile, valid entries later
+        idx[:, : topk // 2] = -1
+    return q_nope, q_pe, cache, idx, (192 + 64) ** -0.5
+
+
+def check(q_nope, q_pe, cache, idx, scale, **kw):
+    T, H = q_pe.shape[:2]
+    out = torch.full((T, H, 512), float("nan"), dtype=q_nope.dtype)
+    lse = torch.full((T, H), float("nan"))
+    o, l = sparse_mla_attention(q_nope, q_pe, cache, idx, scale, out=out, lse=lse, kv_cache_dtype=FP8, **kw)
+    assert o is out and l is lse
+    assert not torch.isnan(out).any(), "unwritten (poisoned) output left"
+    assert not torch.isnan(lse).any(), "unwritten (poisoned) lse left"
+    ref_out, ref_lse = sparse_mla_attention_ref(q_nope, q_pe, cache, idx, scale, kv_cache_dtype=FP8)
+    empty = (idx < 0).all(dim=1)
+    assert torch.all(out[empty] == 0) and torch.all(torch.isneginf(lse[empty]))
+    if (~empty).any():
+        tol = TOL[q_nope.dtype]
+        assert rel_err(out[~empty], ref_out[~empty]) < tol
+        torch.testing.assert_close(lse[~empty], ref_lse[~empty], rtol=tol, atol=tol)
+    return out, lse
+
+
+# ---- the reference's own decoder and encoder ------------------------------------------------------------------
+
+def _e4m3_value(code: int) -> float:
+    """e4m3fn from its bits, by the format's definition (sign, 4 exponent bits with bias 7, 3 mantissa bits)."""
+    sign = -1.0 if code & 0x80 else 1.0
+    e, m = (code >> 3) & 0xF, code & 0x7
+    return sign * (m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+
+
+def test_decoder_reads_the_documented_layout():
+    g = torch.Generator().manual_seed(1)
+    cache = random_fp8_cache(2, 4, g)
+    dec = fp8_ds_mla_decode_ref(cache)
+    assert dec.shape == (2, 4, 576) and dec.dtype == torch.float64
+    rows = cache.reshape(-1, 656)
+    for r in (0, 5):
+        scales = [float(v) for v in rows[r, 512:528].contiguous().view(torch.float32)]
+        for d in (0, 1, 127, 128, 300, 511):
+            want = _e4m3_value(int(rows[r, d])) * scales[d // 128]
+            assert dec.reshape(-1, 576)[r, d].item() == pytest.approx(want, rel=1e-15, abs=0)
+        rope = rows[r, 528:].contiguous().view(torch.bfloat16).double()
+        assert torch.equal(dec.reshape(-1, 576)[r, 512:], rope)
+
+
+def test_encoder_roundtrip_within_e4m3_rounding():
+    g = torch.Generator().manual_seed(2)
+    kv_c = torch.randn(3, 8, 512, generator=g) * torch.rand(3, 8, 1, generator=g) * 5
+    kv_c[0, 0, :128] = 0.0                                 # an all-zero tile: scale FLT_MIN, codes 0
+    k_pe = torch.randn(3, 8, 64, generator=g)
+    cache = fp8_ds_mla_encode_ref(kv_c, k_pe)
+    assert cache.dtype == torch.uint8 and cache.shape == (3, 8, 656)
+    dec = fp8_ds_mla_decode_ref(cache)
+    scale = cache.reshape(-1, 656)[:, 512:528].contiguous().view(torch.float32)
+    x = kv_c.reshape(-1, 4, 128).double()
+    amax = x.abs().amax(-1)
+    torch.testing.assert_close(scale.double(), torch.clamp(amax / 448, min=torch.finfo(torch.float32).tiny),
+                               rtol=1e-7, atol=0)
+    err = (dec[..., :512].reshape(-1, 4, 128) - x).abs()
+    # round to nearest with 3 mantissa bits: at most half an ulp, 2**-4 of the magnitude (subnormals: 2**-10 * scale)
+    bound = torch.maximum(x.abs() * 2 ** -4, scale.double()[..., None] * 2 ** -10) * (1 + 1e-6)
+    assert bool((err <= bound).all())
+    assert torch.equal(dec[..., 512:], k_pe.to(torch.bfloat16).double())
+    assert bool((cache.reshape(-1, 656)[0, :128] == 0).all())
+
+
+# ---- the kernel against the reference --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fp8_scales", ["fold", "registers"])
+@pytest.mark.parametrize("capability", [(8, 0), (9, 0)])          # software / hardware e4m3 decode
+@pytest.mark.parametrize("path", ["direct", "split"])
+def test_paths_variants_decoders(fp8_scales, capability, path):
+    seed = {"fold": 0, "registers": 1}[fp8_scales] * 4 + capability[0] % 2 * 2 + (path == "split")
+    case = fp8_case(2, 8, 56, pad="middle", seed=seed)
+    kw = dict(block_n=16, num_splits=3) if path == "split" else dict(num_splits=1)
+    check(*case, fp8_scales=fp8_scales, capability=capability, **kw)
+
+
+@pytest.mark.parametrize("H", [1, 3, 20, 64])
+def test_head_counts(H):
+    check(*fp8_case(2, H, 40, pad="end", seed=10 + H))
+
+
+@pytest.mark.parametrize("pad", ["end", "middle", "all", "rows", "head"])
+def test_padding(pad):
+    check(*fp8_case(3, 4, 48, pad=pad, seed=20 + len(pad)), block_n=16)
+    check(*fp8_case(3, 4, 48, pad=pad, seed=30 + len(pad)), block_n=16, num_splits=3)
+
+
+@pytest.mark.parametrize("block_dv, fp8_scales", [(256, "fold"), (128, "fold"), (64, "registers")])
+def test_output_column_split(block_dv, fp8_scales):
+    check(*fp8_case(2, 5, 40, pad="middle", seed=block_dv), block_dv=block_dv, fp8_scales=fp8_scales, block_n=16,
+          num_splits=2)
+
+
+def test_fp16_strided_queries_int64_indices_and_flat_cache():
+    q_nope, q_pe, cache, idx, scale = fp8_case(2, 6, 30, dtype=torch.float16, strided_q=True, pad="middle", seed=40)
+    assert not q_nope.is_contiguous() and not q_pe.is_contiguous()
+    check(q_nope, q_pe, cache, idx.long(), scale)
+    check(q_nope, q_pe, cache.view(-1, 656), idx, scale, num_splits=2, block_n=16)
+
+
+@pytest.mark.parametrize("fp8_scales", ["fold", "registers"])
+def test_fp16_dots_keep_small_latents(fp8_scales):
+    """fp16 dots (an fp16 model on a GPU) on a cache of small latents (max |x| ~ 4e-3, scales ~ 1e-5): the fold
+    kernel's PV operands ``p * scale`` would sit in fp16's subnormals; scaled by 2**9 they are as precise as a plain
+    fp16 cache's V (relative error 6.7e-3 without the factor, 3.4e-4 with it, on this case)."""
+    g = torch.Generator().manual_seed(80)
+    cache = fp8_ds_mla_encode_ref(torch.randn(6, 16, 512, generator=g) * 1e-3, torch.randn(6, 16, 64, generator=g))
+    q_nope, q_pe = torch.randn(2, 8, 512, generator=g).half(), torch.randn(2, 8, 64, generator=g).half()
+    idx = torch.randint(0, 96, (2, 64), generator=g, dtype=torch.int32)
+    out, lse = sparse_mla_attention(q_nope, q_pe, cache, idx, 1 / 16, kv_cache_dtype=FP8, dot_dtype=torch.float16,
+                                    fp8_scales=fp8_scales)
+    ref_out, ref_lse = sparse_mla_attention_ref(q_nope, q_pe, cache, idx, 1 / 16, kv_cache_dtype=FP8)
+    assert rel_err(out, ref_out) < 1e-3
+    torch.testing.assert_close(lse, ref_lse, rtol=2e-3, atol=2e-3)
+
+
+def test_repeated_slot_counts_twice():
+    q_nope, q_pe, cache, idx, scale = fp8_case(1, 2, 2, seed=50)
+    idx[0, 1] = idx[0, 0]
+    _, lse = check(q_nope, q_pe, cache, idx, scale)
+    k = fp8_ds_mla_decode_ref(cache).reshape(-1, 576)[idx[0, 0].long()]
+    s = (torch.cat([q_nope[0], q_pe[0]], -1).double() @ k) * scale
+    torch.testing.assert_close(lse[0].double(), s + math.log(2), rtol=1e-6, atol=1e-6)
+
+
+def test_fp8_cache_matches_the_bf16_kernel_on_the_decoded_cache():
+    """The same attention through both cache formats: the fp8 kernel on the 656-byte rows, the float kernel on the
+    rows decoded to float32 (exact: e4m3 x fp32 scale needs at most 4 + 24 bits... rounded once, so within 1e-6)."""
+    q_nope, q_pe, cache, idx, scale = fp8_case(2, 4, 32, seed=60)
+    dense = fp8_ds_mla_decode_ref(cache, torch.float32)
+    o8, l8 = sparse_mla_attention(q_nope, q_pe, cache, idx, scale, kv_cache_dtype=FP8)
+    o, l = sparse_mla_attention(q_nope, q_pe, dense, idx, scale)
+    assert rel_err(o8, o) < 1e-5 and (l8 - l).abs().max().item() < 1e-5
+
+
+# ---- decode path and launch picks ------------------------------------------------------------------------------
+
+def test_hardware_path_choice(monkeypatch):
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert fp8_hardware_path(cpu) is False                         # the interpreter: software by default
+    assert fp8_hardware_path(cpu, (8, 9)) is True and fp8_hardware_path(cpu, (8, 6)) is False
+    for own, override, want in [((9, 0), None, True), ((9, 0), (8, 0), False), ((8, 6), (9, 0), False),
+                                ((8, 0), None, False), ((12, 0), (12, 0), True)]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, own=own: own)
+        assert fp8_hardware_path(gpu, override) is want, (own, override)
+
+
+def test_choose_config_fp8_tiles():
+    cpu = torch.device("cpu")
+    dec = choose_config(1, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8)
+    assert (dec.block_h, dec.block_n, dec.split, dec.kv_cache_dtype, dec.fp8_scales) == (16, 32, True, FP8, "fold")
+    mid = choose_config(4096, 32, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8)
+    assert (mid.block_h, mid.block_n, mid.num_warps, mid.fp8_scales) == (32, 32, 4, "fold")
+    wide = choose_config(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(9, 0))
+    assert (wide.block_h, wide.block_n, wide.fp8_scales, wide.fp8_hw) == (64, 64, "registers", True)
+    wide120 = choose_config(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(12, 0))
+    assert wide120.fp8_scales == "fold"
+    bf16 = choose_config(4096, 64, 2048, torch.bfloat16, cpu)
+    assert (bf16.kv_cache_dtype, bf16.fp8_hw, bf16.block_n) == ("auto", False, 64)
+
+
+# ---- bad input: one line naming the value ----------------------------------------------------------------------
+
+def _good():
+    return fp8_case(2, 4, 8, seed=70)
+
+
+def _bad_offset(a):
+    storage = torch.zeros(656 * 16 + 2, dtype=torch.uint8)
+    return (a[0], a[1], storage[2:].view(1, 16, 656), *a[3:])
+
+
+@pytest.mark.parametrize("mutate, kw, match", [
+    (lambda a: (a[0], a[1], a[2][..., :576], *a[3:]), {}, "kv_cache last dimension 576 is not accepted with"),
+    (lambda a: (a[0], a[1], fp8_ds_mla_decode_ref(a[2], torch.float32), *a[3:]), {}, "kv_cache=torch.float32 are not"),
+    (lambda a: a, {"kv_cache_dtype": "auto"}, "kv_cache=torch.uint8 are not accepted; .*kv_cache_dtype='fp8_ds_mla'"),
+    (lambda a: a, {"kv_cache_dtype": "fp8"}, "kv_cache_dtype 'fp8' is not accepted; accepted: 'auto', 'fp8_ds_mla'"),
+    (lambda a: a, {"kv_cache_dtype": None}, "kv_cache_dtype None is not accepted"),
+    (lambda a: (a[0][..., :256], *a[1:]), {}, "last dimensions 256 / 64 are not accepted"),
+    (lambda a: (a[0], a[1].half(), *a[2:]), {}, "q_pe=torch.float16"),
+    (lambda a: (a[0], a[1], a[2].transpose(0, 1), *a[3:]), {}, "not contiguous"),
+    (_bad_offset, {}, "starts at byte 2 of its storage"),
+    (lambda a: (a[0], a[1], a[2], torch.full_like(a[3], 96), a[4]), {}, "slot 96, outside the cache"),
+    (lambda a: a, {"capability": (9,)}, "capability \\(9,\\) is not accepted"),
+    (lambda a: a, {"capability": "9.0"}, "capability '9.0' is not accepted"),
+    (lambda a: a, {"fp8_scales": "fast"}, "fp8_scales 'fast' is not accepted"),
+    (lambda a: a, {"block_dv": 64}, "block_dv 64 is not accepted with an fp8_ds_mla cache"),
+])
+def test_bad_inputs(mutate, kw, match):
+    kw = {"kv_cache_dtype": FP8, **kw}
+    with pytest.raises(UserInputError, match=match) as e:
+        sparse_mla_attention(*mutate(_good()), **kw)
+    assert "\n" not in str(e.value)
