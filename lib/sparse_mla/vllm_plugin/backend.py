@@ -266,6 +266,7 @@ def install_fp8_ds_mla_canonicalization() -> bool:
         return normalized if ours is None else ours
 
     setattr(_canonicalize_sparse_mla_kv_cache_dtype, _CANON_MARK, True)
+    _canonicalize_sparse_mla_kv_cache_dtype._sparse_mla_patch = True    # the diagnosis probe unwraps it for stock vLLM
     _canonicalize_sparse_mla_kv_cache_dtype.__wrapped__ = original
     _canonicalize_sparse_mla_kv_cache_dtype.__doc__ = (
         (original.__doc__ or "") + "\n\n(wrapped by sparse_mla.vllm_plugin: TRITON_MLA_SPARSE fp8 -> fp8_ds_mla)")
