@@ -217,9 +217,10 @@ def test_sm120_fp8_ds_mla(probes):
     stock = dg.diagnose("glm-5", "12.0", "fp8_ds_mla")
     if rec["simulated"]["host_dependent"].get("flashinfer_sparse_mla_sm120_api"):
         assert rec["selected"] == "FLASHINFER_MLA_SPARSE_SM120"
-    assert rec["selected"] == stock["selected"]             # whatever vLLM says: not ours
-    assert rec["selected"] != OURS
-    assert rec["backends"][OURS]["reasons"] == ["kv_cache_dtype not supported"]
+    assert rec["selected"] == stock["selected"]             # whatever vLLM says: vLLM has a backend, so not ours
+    if stock["selected"] is not None:
+        assert rec["selected"] != OURS
+    assert rec["backends"][OURS]["reasons"] == []            # ours takes the fp8_ds_mla cache too
 
 
 def test_prefer_switch_takes_sm90(probes, monkeypatch):
@@ -231,9 +232,11 @@ def test_prefer_switch_takes_sm90(probes, monkeypatch):
     assert rec["selected"] == OURS
     assert rec["valid"][0] == OURS and "FLASH_ATTN_MLA_SPARSE" in rec["valid"]
     assert rec["backends"][OURS]["priority"] == -1
-    # an fp8 cache is still not ours, also when preferred
+    # an fp8 cache is ours too when preferred, stored as fp8_ds_mla (vLLM's rule for its sparse backends)
     fp8 = dg.diagnose("glm-5", "9.0", "fp8", with_plugin=True)
-    assert fp8["selected"] != OURS and fp8["backends"][OURS]["reasons"] == ["kv_cache_dtype not supported"]
+    assert fp8["selected"] == OURS and fp8["effective_kv_cache_dtype"] == "fp8_ds_mla"
+    e5m2 = dg.diagnose("glm-5", "9.0", "fp8_e5m2", with_plugin=True)
+    assert e5m2["backends"][OURS]["reasons"] == ["kv_cache_dtype not supported"]
 
 
 def test_disable_switch(monkeypatch):
@@ -321,8 +324,8 @@ def _generic_backend():
 
 @pytest.mark.parametrize("change, expected", [
     ({"head_size": 512}, "head_size not supported"),
-    ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype not supported"),
-    ({"kv_cache_dtype": "fp8_ds_mla"}, "kv_cache_dtype not supported"),
+    ({"kv_cache_dtype": "fp8_e5m2"}, "kv_cache_dtype not supported"),
+    ({"kv_cache_dtype": "int8_per_token_head"}, "kv_cache_dtype not supported"),
     ({"capability": (7, 5)}, "compute capability not supported"),
     ({"use_sparse": False}, "non-sparse not supported"),
     ({"block_size": 16}, "block_size not supported"),
