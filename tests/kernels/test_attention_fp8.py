@@ -210,15 +210,22 @@ def test_hardware_path_choice(monkeypatch):
 
 
 def test_choose_config_fp8_tiles():
-    cpu = torch.device("cpu")
-    dec = choose_config(1, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8)
+    """The fp8 tiles (launch "v3": the fixed table; the planner picks among the same tiles, tests/kernels/
+    test_attention_launch.py) and the scale variant by architecture."""
+    from sparse_mla.kernels.api import DEVICE_LIMITS
+
+    cpu, h200 = torch.device("cpu"), DEVICE_LIMITS[(9, 0)]
+    dec = choose_config(1, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, launch="v3", limits=h200)
     assert (dec.block_h, dec.block_n, dec.split, dec.kv_cache_dtype, dec.fp8_scales) == (16, 32, True, FP8, "fold")
-    mid = choose_config(4096, 32, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8)
+    mid = choose_config(4096, 32, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, launch="v3", limits=h200)
     assert (mid.block_h, mid.block_n, mid.num_warps, mid.fp8_scales) == (32, 32, 4, "fold")
-    wide = choose_config(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(9, 0))
-    assert (wide.block_h, wide.block_n, wide.fp8_scales, wide.fp8_hw) == (64, 64, "registers", True)
-    wide120 = choose_config(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(12, 0))
-    assert wide120.fp8_scales == "fold"
+    for launch in ("v3", "plan"):
+        wide = choose_config(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(9, 0),
+                             launch=launch, limits=h200)
+        assert (wide.block_h, wide.block_n, wide.fp8_scales, wide.fp8_hw) == (64, 64, "registers", True)
+        wide120 = choose_config(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(12, 0),
+                                launch=launch)
+        assert wide120.fp8_scales == "fold"
     bf16 = choose_config(4096, 64, 2048, torch.bfloat16, cpu)
     assert (bf16.kv_cache_dtype, bf16.fp8_hw, bf16.block_n) == ("auto", False, 64)
 

@@ -58,3 +58,34 @@ def test_slots_past_int32_byte_offsets():
     out, lse = sparse_mla_attention(q_nope, q_pe, kv, idx, GLM5_SCALE)
     ref_o, ref_l = reference_chunked(q_nope, q_pe, kv, idx, GLM5_SCALE)
     assert _rel(out, ref_o) < 1e-2
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_ds_mla"])
+def test_planner_reads_this_gpu(kv_cache_dtype):
+    """The launch planner on the real GPU: its limits are the device's, a tile's resources come from compiling it
+    for this GPU, and they are those of the kernel Triton's JIT then launches (shared memory equal, registers within
+    a few: the JIT also specializes the split path's lse strides). Prints both."""
+    from sparse_mla.kernels import api, choose_config, device_limits, launch, programs_per_sm
+    from sparse_mla.kernels.attention import _sparse_mla_fp8_fwd_kernel, _sparse_mla_fwd_kernel
+
+    dev = torch.device("cuda")
+    p = torch.cuda.get_device_properties(dev)
+    lim = device_limits(dev)
+    assert (lim.sm_count, lim.smem_per_block, lim.regs_per_sm) == (p.multi_processor_count,
+                                                                   p.shared_memory_per_block_optin,
+                                                                   p.regs_per_multiprocessor)
+    T, H = 32, 64
+    q_nope, q_pe, kv, idx = make_inputs(T, H, 32768, kv_cache_dtype=kv_cache_dtype)
+    cfg = choose_config(T, H, idx.shape[1], q_nope.dtype, dev, kv_cache_dtype=kv_cache_dtype)
+    res = api.tile_resources(cfg, q_nope.dtype, torch.cuda.get_device_capability(dev))
+    assert res is not None and programs_per_sm(res, cfg.num_warps, lim) >= 1
+    out = torch.empty(T, H, 512, device="cuda", dtype=q_nope.dtype)
+    lse = torch.empty(T, H, device="cuda")
+    launch(q_nope, q_pe, kv, idx, GLM5_SCALE, out, lse, cfg, fallback=False)
+    torch.cuda.synchronize()
+    kernel = _sparse_mla_fp8_fwd_kernel if cfg.kv_cache_dtype == "fp8_ds_mla" and cfg.fp8_scales == "fold" \
+        else _sparse_mla_fwd_kernel
+    jit = [k for k in kernel.device_caches[torch.cuda.current_device()][0].values()
+           if k.metadata.num_warps == cfg.num_warps and k.metadata.shared == res["shared"]]
+    print(f"\nplanned {cfg} on {p.name}: AOT {res}; JIT {[(k.metadata.shared, k.n_regs) for k in jit]}")
+    assert jit and min(abs(k.n_regs - res["regs"]) for k in jit) <= 16

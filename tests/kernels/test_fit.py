@@ -1,10 +1,14 @@
 """Shared memory of the kernel's tiles on the GPUs we cannot run here, compiled ahead of time on the CPU.
 
 The user's GPU (RTX PRO 6000, SM120) has 99 KB of shared memory per block, the H200 227 KB. Triton compiles the
-attention kernel for a ``GPUTarget`` without a GPU, and the compiled kernel reports its shared memory: for every
-default configuration of :func:`sparse_mla.kernels.choose_config`, :func:`sparse_mla.kernels.launch`'s fallback chain
-(:func:`smaller_configs`) must reach a configuration that fits. Triton's interpreter cannot compile, so the check runs
-in a subprocess with ``TRITON_INTERPRET=0``.
+attention kernel for a ``GPUTarget`` without a GPU, and the compiled kernel reports its shared memory:
+
+* the H200-tuned tiles (``choose_config(..., launch="v3")``) must reach, through :func:`sparse_mla.kernels.launch`'s
+  fallback chain (:func:`smaller_configs`), a configuration that fits;
+* the tiles the planner picks (``launch="plan"``, the default, with each target's :data:`DEVICE_LIMITS`) fit as they
+  are, fp8_ds_mla tiles included, on sm_80/86/89/120/90.
+
+Triton's interpreter cannot compile, so the check runs in a subprocess with ``TRITON_INTERPRET=0``.
 """
 import json
 import os
@@ -16,18 +20,19 @@ import pytest
 SCRIPT = r"""
 import json, torch
 from sparse_mla.kernels import SMEM_PER_BLOCK, choose_config, shared_memory_bytes, smaller_configs
+from sparse_mla.kernels.api import DEVICE_LIMITS, planned_launches
 rows = []
 cpu = torch.device("cpu")
 CASES = [((12, 0), torch.bfloat16, [(1, 8), (4096, 8), (4096, 32), (4096, 64)]),
          ((9, 0), torch.bfloat16, [(1, 8), (4096, 32), (4096, 64)]),
          ((12, 0), torch.float32, [(1, 8), (4096, 64)]),
          ((9, 0), torch.float32, [(4096, 64)])]
-FP8_CASES = [(cap, torch.bfloat16, [(1, 64), (4096, 32), (4096, 64)])
-             for cap in ((8, 0), (8, 6), (8, 9), (12, 0), (9, 0))]
-for kv, cases in (("auto", CASES), ("fp8_ds_mla", FP8_CASES)):
+FP8_CASES = [(cap, torch.bfloat16, [(1, 64), (4096, 64)]) for cap in ((8, 0), (8, 6), (8, 9), (12, 0), (9, 0))]
+for kv, cases, launch in (("auto", CASES, "v3"), ("fp8_ds_mla", FP8_CASES, "plan")):
     for cap, dtype, shapes in cases:
         for T, H in shapes:
-            cfg = choose_config(T, H, 2048, dtype, cpu, kv_cache_dtype=kv, capability=cap)
+            lim = {"limits": DEVICE_LIMITS[cap]} if launch == "plan" else {}   # v3: the CPU stand-in, as before
+            cfg = choose_config(T, H, 2048, dtype, cpu, kv_cache_dtype=kv, capability=cap, launch=launch, **lim)
             chain = []
             for c in (cfg, *smaller_configs(cfg)):
                 chain.append((c.block_h, c.block_n, c.num_warps, c.num_stages, c.split, c.fp8_scales, c.fp8_hw,
@@ -36,16 +41,23 @@ for kv, cases in (("auto", CASES), ("fp8_ds_mla", FP8_CASES)):
                     break
             rows.append(dict(cap=list(cap), dtype=str(dtype).removeprefix("torch."), kv=kv, T=T, H=H, chain=chain,
                              limit=SMEM_PER_BLOCK[cap]))
-print(json.dumps(rows))
+plans = {kv: planned_launches((12, 0), torch.bfloat16, kv, shapes=[(1, 8), (128, 8), (1, 64), (4, 64), (32, 64),
+                                                                   (4096, 64)]) for kv in ("auto", "fp8_ds_mla")}
+print(json.dumps({"fits": rows, "plans": plans}))
 """
 
 
 @pytest.fixture(scope="module")
-def fits():
+def aot():
     env = {**os.environ, "TRITON_INTERPRET": "0", "CUDA_VISIBLE_DEVICES": ""}
     r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def fits(aot):
+    return aot["fits"]
 
 
 def _row(fits, cap, dtype, T, H, kv="auto"):
@@ -54,28 +66,26 @@ def _row(fits, cap, dtype, T, H, kv="auto"):
 
 
 def test_every_default_reaches_a_fitting_config(fits):
-    assert len(fits) == 10 + 15
+    assert len(fits) == 10 + 10
     for r in fits:
         assert r["chain"][-1][-1] <= r["limit"], r
 
 
 def test_fp8_ds_mla_tiles_fit(fits):
-    """The fp8_ds_mla tiles choose_config picks (fold: codes converted in dot-operand registers from one uint8 copy;
-    registers: the 64-head tile on SM90) fit as they are on every target for decode (split-KV, 16 heads) and for
-    H <= 32 prefill; the 64-head prefill tile fits SM80 (163 KB) and SM90 and steps down to 32 x 32 on the 99 KB GPUs.
-    The e4m3 decode is the software one on SM80/86, the hardware one from SM89."""
+    """The fp8_ds_mla tiles the planner picks with each target's numbers (fold: codes converted in dot-operand
+    registers from one uint8 copy; registers: the 64-head tile on SM90) fit as they are: decode (split-KV, 16 heads)
+    everywhere, the 64-head prefill tile on SM80 (163 KB) and SM90, 32 x 32 on the 99 KB GPUs. The e4m3 decode is the
+    software one on SM80/86, the hardware one from SM89."""
     for cap in ((8, 0), (8, 6), (8, 9), (12, 0), (9, 0)):
         hw = cap >= (8, 9)
         dec = _row(fits, cap, "bfloat16", 1, 64, "fp8_ds_mla")["chain"]
         assert len(dec) == 1 and dec[0][:7] == [16, 32, 4, 2, True, "fold", hw]
-        mid = _row(fits, cap, "bfloat16", 4096, 32, "fp8_ds_mla")["chain"]
-        assert len(mid) == 1 and mid[0][:7] == [32, 32, 4, 2, False, "fold", hw]
         wide = _row(fits, cap, "bfloat16", 4096, 64, "fp8_ds_mla")["chain"]
-        assert wide[0][:2] == [64, 64] and wide[0][5] == ("registers" if cap == (9, 0) else "fold")
+        assert len(wide) == 1 and not wide[0][4]
         if cap in ((8, 0), (9, 0)):
-            assert len(wide) == 1
+            assert wide[0][:2] == [64, 64] and wide[0][5] == ("registers" if cap == (9, 0) else "fold")
         else:
-            assert wide[-1][:2] == [32, 32] and wide[-1][5] == "fold"
+            assert wide[0][:2] == [32, 32] and wide[0][5] == "fold"
         # fewer bytes per row: the decode tile needs less shared memory than the bf16 one on the same GPU
         assert dec[0][-1] < _row(fits, (12, 0), "bfloat16", 1, 8)["chain"][0][-1]
 
@@ -98,9 +108,10 @@ def test_sm120_needs_the_fallback_for_wide_head_tiles(fits):
 
 
 def test_fp32_64_head_tile_does_not_fit_an_h200(fits):
-    """Found by notebook 05's float32 reference forward on the H200 (64 heads): 311808 > 232448 bytes."""
+    """Found by notebook 05's float32 reference forward on the H200 (64 heads): 311808 > 232448 bytes (the same
+    with the JIT's divisibility hints)."""
     chain = _row(fits, (9, 0), "float32", 4096, 64)["chain"]
-    assert chain[0][-1] > 232448 and len(chain) > 1
+    assert chain[0][-1] == 311808 and len(chain) > 1
 
 
 def test_launch_steps_down_and_remembers_the_fitting_config(monkeypatch):
@@ -133,3 +144,19 @@ def test_launch_steps_down_and_remembers_the_fitting_config(monkeypatch):
     monkeypatch.setattr(api, "_launch", lambda *a: (_ for _ in ()).throw(OutOfResources(1, 0, "shared memory")))
     with pytest.raises(OutOfResources):             # nothing fits: the last error, not silence
         api.launch(q, p, kv, None, 1.0, None, None, LaunchConfig(16, 64, 512, 1, 4, 2, torch.float32))
+
+
+def test_planned_launches_for_sm120(aot):
+    """What choose_config plans on an RTX PRO 6000 (SM120, 188 SMs, 99 KB per block) from tiles compiled for sm_120:
+    every pick fits, prefill at 64 heads takes the widest tile that fits (32 x 32, bf16 and fp8), decode 16-head
+    tiles split to keep the SMs busy, and the 64-head split tile (too big for 99 KB) is never chosen."""
+    for kv, rows in aot["plans"].items():
+        got = {(r["T"], r["H"]): r for r in rows}
+        for r in rows:
+            assert r["programs_per_sm"] >= 1 and r["shared"] <= 101376, r
+            assert not r["tile"].startswith("64x"), r
+        assert got[(4096, 64)]["tile"].startswith("32x32") and got[(4096, 64)]["num_splits"] == 1
+        assert got[(128, 8)]["num_splits"] >= 1 and got[(128, 8)]["tile"].startswith("16x")
+        for T in (1, 4):
+            assert got[(T, 64)]["tile"].startswith("16x") and got[(T, 64)]["num_splits"] > 1
+        assert (got[(1, 8)]["fp8_scales"] == "fold") == (kv == "fp8_ds_mla")

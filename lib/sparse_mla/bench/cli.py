@@ -35,6 +35,8 @@ def add_cli(sub) -> None:
     k.add_argument("--configs", default=None, metavar="BH,BN,BDV,WARPS,STAGES;...",
                    help="launch configurations for --sweep (default: the built-in grids)")
     k.add_argument("--no-check", action="store_true", help="skip the correctness pass")
+    k.add_argument("--compare-launch", action="store_true",
+                   help="also time the previous launch choice (the H200-tuned constants, launch='v3') in each case")
     _record_args(k)
     k.set_defaults(func=_kernel_cli)
     from . import indexer as ib
@@ -122,7 +124,7 @@ def _kernel_cli(args) -> int:
     out_dir, tag = record_place(args)
     rec = run_bench(args.heads, args.tokens, args.cache_tokens, sweep=args.sweep, out_dir=out_dir, tag=tag,
                     quick=args.quick, sweep_configs=configs, check=not args.no_check,
-                    kv_cache_dtype=args.kv_cache_dtype)
+                    kv_cache_dtype=args.kv_cache_dtype, compare_launch=args.compare_launch)
     import pandas as pd
 
     pd.set_option("display.width", 200)
@@ -130,7 +132,7 @@ def _kernel_cli(args) -> int:
     cols = ["H", "T", "num_splits", "block_h", "block_n", "block_dv", "fp8_scales", "triton_us", "flashmla_us",
             "triton_graph_us", "flashmla_graph_us", "speedup_vs_flashmla", "speedup_vs_flashmla_graph",
             "frac_of_copy_bw", "triton_TFLOPs", "flashmla_TFLOPs", "alt_fp8_scales", "alt_graph_us",
-            "speedup_default_vs_alt"]
+            "speedup_default_vs_alt", "old_block_h", "old_num_splits", "old_graph_us", "speedup_new_vs_old"]
     df = pd.DataFrame(rec["bench"])
     print(df[[c for c in cols if c in df.columns]].round(3).to_string(index=False))
     print(json.dumps(rec["environment"]))

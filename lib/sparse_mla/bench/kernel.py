@@ -11,6 +11,10 @@ blocks, random slots):
   of the peer. Achieved bandwidth counts the gathered KV bytes (``T * topk * row bytes``) plus q and out, against a
   measured device-to-device copy bandwidth (bytes read + written); TFLOP/s counts ``2 * T * H * topk * (576 + 512)``.
 
+``compare_launch``: each case also times the launch the kernel had before the device-derived plan
+(``choose_config(..., launch="v3")``: the constants tuned on the H200) on the same inputs, ``old_*`` columns and
+``speedup_new_vs_old`` (graph replay).
+
 Two cache formats (``kv_cache_dtype``):
 
 * ``auto``: a bf16 cache (1152 bytes per token); peer ``flash_mla_sparse_fwd`` (``vllm/v1/attention/ops/flashmla.py``;
@@ -198,7 +202,7 @@ PEER_NAME = {"auto": "flash_mla_sparse_fwd (bf16 prefill)", "fp8_ds_mla": "flash
 def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_cache_tokens=(8192, 32768, 131072),
               sweep: bool = False, out_dir: Path | str | None = None, tag: str | None = None, quick: bool = False,
               sweep_configs: list[tuple[int, int, int, int, int]] | None = None, check: bool = True,
-              kv_cache_dtype: str = "auto") -> dict:
+              kv_cache_dtype: str = "auto", compare_launch: bool = False) -> dict:
     """Check and time every (H, T); write ``bench_kernel_<tag>.{csv,json,png}`` (``bench_kernel_fp8_ds_mla_<tag>.*``
     for the fp8 cache; and the sweep CSV) to ``out_dir``. ``tokens`` defaults to :data:`TOKENS` (bf16) or
     :data:`FP8_TOKENS` (fp8_ds_mla).
@@ -227,6 +231,8 @@ def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_ca
     env.update(kv_cache_dtype=kv_cache_dtype, peer=PEER_NAME[kv_cache_dtype])
     rows, sweep_rows, checks = [], [], []
     cases = [(H, T) for H in heads for T in tokens]
+    if quick:   # the correctness pass on the two smaller caches only (the timing still uses cache_tokens)
+        check_cache_tokens = tuple(check_cache_tokens[:2])
     kw = dict(kv_cache_dtype=kv_cache_dtype)
     # -- correctness (bf16 kernel vs fp32 reference), several cache sizes
     for i, (H, T) in enumerate(tqdm(cases if check else [], desc="check")):
@@ -297,6 +303,12 @@ def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_ca
                 agms, err = float("nan"), type(e).__name__
             row.update(alt_fp8_scales=alt_name, alt_block_h=alt.block_h, alt_block_n=alt.block_n,
                        alt_graph_us=agms * 1e3, alt_error=err, speedup_default_vs_alt=agms / gms)
+        if compare_launch:   # the launch before the device-derived plan, same inputs, same run
+            old = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, launch="v3", **kw)
+            ogms = graphed(ours(old))
+            old = fitted_config(q_nope, q_pe, kv, old)
+            row.update(old_block_h=old.block_h, old_block_n=old.block_n, old_num_warps=old.num_warps,
+                       old_num_splits=old.num_splits, old_graph_us=ogms * 1e3, speedup_new_vs_old=ogms / gms)
         rows.append(row)
         if sweep:
             grid = ([(c, S) for c in (sweep_configs or DECODE_SWEEP) for S in DECODE_SPLITS] if T <= 32

@@ -5,10 +5,11 @@ Contract (what vLLM's sparse ``forward_mqa`` receives; ``vllm/model_executor/lay
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -23,7 +24,8 @@ _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: vLLM's ``fp8_ds_mla`` (uint8 rows of 656 bytes; see :mod:`sparse_mla.kernels.attention`).
 KV_CACHE_DTYPES = ("auto", "fp8_ds_mla")
 #: Launch overrides :func:`sparse_mla_attention` passes on to :func:`choose_config`.
-CONFIG_KEYS = ("block_h", "block_n", "block_dv", "num_splits", "num_warps", "num_stages", "dot_dtype", "fp8_scales")
+CONFIG_KEYS = ("block_h", "block_n", "block_dv", "num_splits", "num_warps", "num_stages", "dot_dtype", "fp8_scales",
+               "launch")
 #: How an fp8_ds_mla kernel applies the per-128 scales (:mod:`sparse_mla.kernels.attention`): "fold" (into the dots,
 #: the default) or "registers" (dequantize the tile, then the bf16 kernel's dots).
 FP8_SCALES = ("fold", "registers")
@@ -106,10 +108,151 @@ def _operands_from_shared_memory(device: torch.device, capability=None) -> bool:
     return cap is not None and cap[0] in (9, 10)
 
 
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 8
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What bounds the programs resident on one SM (CUDA programming guide, "Compute capabilities" table), and the
+    SM count. At run time :func:`device_limits` reads them from the device; :data:`DEVICE_LIMITS` holds them for
+    GPUs planned ahead of time."""
+
+    sm_count: int
+    smem_per_sm: int               # bytes of shared memory the blocks on one SM can use together
+    smem_per_block: int            # opt-in maximum of one block
+    regs_per_sm: int = 65536
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    smem_reserved_per_block: int = 1024   # the driver's per-block reservation (SM80 and later)
+
+
+#: Limits per capability, with the SM count of one GPU each (A100, RTX A6000, L40S, H100/H200 SXM, B200, RTX PRO 6000).
+DEVICE_LIMITS = {(8, 0): DeviceLimits(108, 167936, 166912, 65536, 2048, 32),
+                 (8, 6): DeviceLimits(84, 102400, 101376, 65536, 1536, 16),
+                 (8, 9): DeviceLimits(142, 102400, 101376, 65536, 1536, 24),
+                 (9, 0): DeviceLimits(132, 233472, 232448, 65536, 2048, 32),
+                 (10, 0): DeviceLimits(148, 233472, 232448, 65536, 2048, 32),
+                 (12, 0): DeviceLimits(188, 102400, 101376, 65536, 1536, 32)}
+#: The interpreter's stand-in device (programs run one after another anyway).
+CPU_LIMITS = DeviceLimits(8, 232448, 232448)
+
+
+def device_limits(device: torch.device) -> DeviceLimits:
+    """:class:`DeviceLimits` of ``device`` from its properties (SM count, shared memory per SM and per block, registers,
+    threads); the resident-block limit, which CUDA does not report, from :data:`DEVICE_LIMITS` (16 if unknown)."""
+    if device.type != "cuda":
+        return CPU_LIMITS
+    p = torch.cuda.get_device_properties(device)
+    known = DEVICE_LIMITS.get((p.major, p.minor))
+    return DeviceLimits(p.multi_processor_count, p.shared_memory_per_multiprocessor, p.shared_memory_per_block_optin,
+                        p.regs_per_multiprocessor, p.max_threads_per_multi_processor,
+                        known.max_blocks_per_sm if known else 16)
+
+
+def programs_per_sm(resources: dict | None, num_warps: int, lim: DeviceLimits) -> int:
+    """Programs of one compiled kernel resident on an SM at once: the least of what its shared memory (plus the
+    per-block reservation), its registers (allocated per warp in units of 256) and its threads allow, and the
+    resident-block limit; 0 if it does not fit at all. ``resources`` (:func:`kernel_resources`) None: 1."""
+    if resources is None:
+        return 1
+    if resources["shared"] > lim.smem_per_block:
+        return 0
+    by_smem = lim.smem_per_sm // (resources["shared"] + lim.smem_reserved_per_block)
+    by_regs = lim.regs_per_sm // (-(-resources["regs"] * 32 // 256) * 256 * num_warps)
+    return max(0, min(by_smem, by_regs, lim.max_threads_per_sm // (32 * num_warps), lim.max_blocks_per_sm))
+
+
+#: Planner policy: a launch is good when its programs keep at least this share of the resident slots busy, and a
+#: larger split count must promise at least (1 - this) less time to be worth its partial results and merge.
+TARGET_UTILIZATION = 0.9
+
+
+def _split_count(base: int, slots: int, topk: int, block_n: int, min_chunk: int) -> int:
+    """The split count: among those the launch can make (chunks are whole ``block_n`` tiles, at least ``min_chunk``
+    entries), the smallest whose modelled time ``waves(S) / S`` (``waves = cdiv(base * S, slots)``; a program covers
+    ``1 / S`` of the row) is within ``1 / TARGET_UTILIZATION`` of the best: more partial results and a bigger merge
+    only for a real gain."""
+    counts = sorted({1} | {triton.cdiv(topk, k * block_n)
+                           for k in range(triton.cdiv(min_chunk, block_n), triton.cdiv(topk, block_n) + 1)})
+    t = {S: triton.cdiv(base * S, slots) / S for S in counts}
+    best = min(t.values())
+    return min(S for S in counts if t[S] <= best / TARGET_UTILIZATION)
+
+
+def plan_launch(T: int, H: int, topk: int, tiles, lim: DeviceLimits, num_splits: int | None = None):
+    """Head tile and split count from the GPU's own numbers (shapes only: CUDA-graph safe).
+
+    ``tiles``: ``(block_h, block_n, num_warps, resources)``, largest head tile first (one gathered row serves
+    ``block_h`` heads). A tile that fits runs ``slots = SMs x programs_per_sm(resources)`` programs at once.
+
+    * **direct** with the first tile that fits when its ``T * cdiv(H, block_h)`` programs keep at least
+      :data:`TARGET_UTILIZATION` of its slots busy;
+    * else **split-KV**: with the 64-head tile where ``T * cdiv(H, 64)`` programs times its largest split count fill
+      its slots (many heads, ``T`` of 4-128: each row gathered once for 64 heads), otherwise with a 16-head tile (the
+      decode tile measured best on the H200); the split count by :func:`_split_count`, each split at least
+      ``max(64, block_n, 2 * block_h)`` index entries (a program gathers more than it loads of q).
+
+    Returns ``(block_h, block_n, num_warps, num_splits, utilization)``, utilization ``P / (waves * slots)``."""
+    fits = []
+    for bh, bn, nw, res in tiles:
+        occ = programs_per_sm(res, nw, lim)
+        if occ:
+            fits.append((bh, bn, nw, lim.sm_count * occ, max(64, bn, 2 * bh)))
+    if not fits:   # nothing fits by the compiled numbers: the smallest tile, and launch()'s fallback chain
+        bh, bn, nw, _ = tiles[-1]
+        return bh, bn, nw, num_splits or 1, 0.0
+
+    def result(bh, bn, nw, slots, S):
+        P = T * triton.cdiv(H, bh) * S
+        return bh, bn, nw, S, P / (triton.cdiv(P, slots) * slots)
+
+    bh, bn, nw, slots, _ = fits[0]
+    if num_splits == 1 or (num_splits is None and T * triton.cdiv(H, bh) >= TARGET_UTILIZATION * slots):
+        return result(bh, bn, nw, slots, 1)
+    wide = [f for f in fits if f[0] >= 64 and
+            T * triton.cdiv(H, f[0]) * max(1, topk // f[4]) >= TARGET_UTILIZATION * f[3]]
+    narrow = [f for f in fits if f[0] == 16] or fits[-1:]
+    bh, bn, nw, slots, min_chunk = (wide or narrow)[0]
+    return result(bh, bn, nw, slots,
+                  num_splits or _split_count(T * triton.cdiv(H, bh), slots, topk, bn, min_chunk))
+
+
+#: Tiles the planner considers, per cache format, in preference order (``block_h, block_n, num_warps``).
+PLAN_TILES = {"auto": ((64, 64, 8), (64, 32, 8), (32, 64, 8), (32, 32, 4), (16, 64, 4), (16, 32, 4)),
+              "fp8_ds_mla": ((64, 64, 8), (64, 32, 8), (32, 32, 4), (16, 32, 4))}
+_RESOURCES: dict[tuple, dict | None] = {}
+
+
+def tile_resources(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int] | None) -> dict | None:
+    """:func:`kernel_resources` of ``cfg``'s split-KV kernel compiled for ``capability`` (memoized; None on the CPU
+    or where Triton cannot compile for it)."""
+    if capability is None or interpreting():
+        return None
+    key = (tuple(capability), dtype, replace(cfg, num_splits=2))
+    if key not in _RESOURCES:
+        try:
+            _RESOURCES[key] = kernel_resources(compile_for(key[2], dtype, tuple(capability)))
+        except Exception:   # noqa: BLE001  (no compiler for this target: the launch's fallback chain decides)
+            _RESOURCES[key] = None
+    return _RESOURCES[key]
+
+
+def _v3_choice(T, H, topk, fp8, sm, block_h, block_n, num_warps, num_splits):
+    """The launch before :func:`plan_launch` (constants tuned on the H200; kept for side-by-side benchmarks)."""
+    programs = T * triton.cdiv(H, 16)
+    if num_splits is None:
+        if programs >= 2 * sm:
+            num_splits = 1
+        elif programs < 64:
+            num_splits = min(32, max(8, 256 // programs))
+        else:
+            num_splits = triton.cdiv(2 * sm, programs)
+        num_splits = min(num_splits, max(1, topk // 64))
+    if num_splits > 1 or H <= 16:
+        bh, bn, nw = block_h or 16, block_n or (32 if fp8 else 64), num_warps or 4
+    elif H <= 32:
+        bh, bn, nw = (block_h or 32, block_n or 32, num_warps or 4) if fp8 else \
+            (block_h or 32, block_n or 64, num_warps or 8)
+    else:
+        bh, bn, nw = block_h or 64, block_n or 64, num_warps or 8
+    return bh, bn, nw, num_splits
 
 
 def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.device, *,
@@ -117,34 +260,50 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
                   num_splits: int | None = None,
                   num_warps: int | None = None, num_stages: int | None = None,
                   dot_dtype: torch.dtype | None = None, kv_cache_dtype: str = "auto",
-                  capability=None, fp8_scales: str | None = None) -> LaunchConfig:
+                  capability=None, fp8_scales: str | None = None, launch: str = "plan",
+                  limits: DeviceLimits | None = None) -> LaunchConfig:
     """Pick a launch configuration from shapes only (never from data: CUDA-graph safe).
 
-    Heuristic, from the configuration sweeps on an H200 (``results/h200/bench_kernel_sweep_*.csv``):
+    ``launch="plan"`` (default): :func:`plan_launch` over :data:`PLAN_TILES` with this GPU's numbers -- its SM count
+    and limits (:func:`device_limits`, or ``limits``) and each tile's shared memory and registers compiled for it
+    (:func:`tile_resources`); the same code plans for a GPU it never ran on from an ahead-of-time compile
+    (:func:`planned_launches`). ``launch="v3"``: the constants tuned on the H200 before (split-KV with 16-head tiles
+    when ``T * cdiv(H, 16) < 2 * SMs``, ``clamp(256 // programs, 8, 32)`` or ``cdiv(2 * SMs, programs)`` splits;
+    direct 16 / 32 / 64-head tiles by head count), kept for ``sparse-mla bench kernel --compare-launch``.
 
-    * **split-KV** when ``T * cdiv(H, 16)`` programs cannot fill the GPU twice: ``BLOCK_H = 16``, ``BLOCK_N = 64``;
-      with fewer than 64 programs the index row is cut into ``clamp(256 // programs, 8, 32)`` splits (short
-      sequential loops matter more than the merge), otherwise into ``cdiv(2 * SMs, programs)``;
-    * **direct** otherwise: ``BLOCK_H = 16, BLOCK_N = 64`` (4 warps) for up to 16 heads, ``BLOCK_H = 32`` for up to
-      32, ``BLOCK_H = 64, BLOCK_N = 64`` (8 warps, 2 stages) beyond: one program then reads each gathered row once for 64 heads;
+    Fewer heads than ``BLOCK_H`` are masked, never padded in memory. Any explicit argument overrides the choice (the
+    benchmark sweeps them). Where a tile does not fit after all, :func:`launch` steps down through
+    :func:`smaller_configs`.
 
-    These tiles are sized for the H200's 227 KB of shared memory per block. Where a tile does not fit (SM120 / RTX PRO
-    6000 and SM86/89: 99 KB; float32 tiles anywhere) :func:`launch` steps down through :func:`smaller_configs`.
-
-    Fewer heads than ``BLOCK_H`` are masked, never padded in memory. Any explicit argument overrides the heuristic
-    (the benchmark sweeps them).
-
-    ``kv_cache_dtype="fp8_ds_mla"``: ``BLOCK_N = 32`` for 16-head tiles (split-KV and ``H <= 16``) and ``32 x 32``
-    (4 warps) for ``H <= 32`` -- the "fold" kernel then compiles without register spills for every target (AOT, see
-    ``tests/kernels/test_fit.py``; 57 KB and 76 KB of shared memory on sm_80/86/89/120/90) -- and the 64-head tile
-    as above, "registers" where dots read both operands from shared memory (SM90/SM100, see
-    :func:`_operands_from_shared_memory`), else "fold". Whether e4m3 is decoded in hardware comes from
+    ``kv_cache_dtype="fp8_ds_mla"``: the fp8 tiles (``BLOCK_N = 32`` below 64 heads: no register spills on any target,
+    ``results/h200/KERNEL_NOTES.md``); "registers" for 64-head tiles where dots read both operands from shared memory
+    (SM90/SM100, :func:`_operands_from_shared_memory`), else "fold"; e4m3 decoded in hardware per
     :func:`fp8_hardware_path` (``device`` and ``capability``).
+
+    Memoized (vLLM calls it in every layer's ``forward_mqa``, outside CUDA graphs for prefill).
     """
+    args = (T, H, topk, dtype, device, block_h, block_n, block_dv, num_splits, num_warps, num_stages, dot_dtype,
+            kv_cache_dtype, capability, fp8_scales, launch, limits)
+    try:
+        return _choose_cached(*args)
+    except TypeError:   # an unhashable argument (e.g. a list as capability): plan without the memo
+        return _choose_uncached(*args)
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose_cached(*args) -> LaunchConfig:
+    return _choose_uncached(*args)
+
+
+def _choose_uncached(T, H, topk, dtype, device, block_h, block_n, block_dv, num_splits, num_warps, num_stages,
+                     dot_dtype, kv_cache_dtype, capability, fp8_scales, launch, limits) -> LaunchConfig:
     check_kv_cache_dtype(kv_cache_dtype)
-    fp8_hw = kv_cache_dtype == "fp8_ds_mla" and fp8_hardware_path(device, capability)
+    fp8 = kv_cache_dtype == "fp8_ds_mla"
+    fp8_hw = fp8 and fp8_hardware_path(device, capability)
     if fp8_scales is not None and fp8_scales not in FP8_SCALES:
         raise UserInputError(f"fp8_scales {fp8_scales!r} is not accepted; accepted: {', '.join(map(repr, FP8_SCALES))}")
+    if launch not in ("plan", "v3"):
+        raise UserInputError(f"launch {launch!r} is not accepted; accepted: 'plan' (from the GPU's numbers) or 'v3'")
     for name, v, lo, hi in (("block_h", block_h, 16, 128), ("block_n", block_n, 16, 256),
                             ("block_dv", block_dv, 16, 512), ("num_warps", num_warps, 1, 32)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi or v & (v - 1)):
@@ -155,37 +314,56 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
     if dot_dtype is not None and dot_dtype not in _FLOAT_DTYPES:
         raise UserInputError(f"dot_dtype {dot_dtype!r} is not accepted; accepted: torch.bfloat16, torch.float16 or "
                              f"torch.float32")
-    if kv_cache_dtype == "fp8_ds_mla" and fp8_scales != "registers" and block_dv is not None and block_dv < 128:
+    if fp8 and fp8_scales != "registers" and block_dv is not None and block_dv < 128:
         raise UserInputError(f"block_dv {block_dv} is not accepted with an fp8_ds_mla cache; accepted: 128, 256 or 512 "
                              f"(whole 128-value scale tiles; fp8_scales='registers' takes any)")
     if dot_dtype is None:
         dot_dtype = torch.float32 if (interpreting() or dtype == torch.float32) else dtype
-    sm = _sm_count(device)
-    programs = T * triton.cdiv(H, 16)
-    if num_splits is None:
-        if programs >= 2 * sm:
-            num_splits = 1
-        elif programs < 64:
-            num_splits = min(32, max(8, 256 // programs))
-        else:
-            num_splits = triton.cdiv(2 * sm, programs)
-        num_splits = min(num_splits, max(1, topk // 64))
-    fp8 = kv_cache_dtype == "fp8_ds_mla"
-    if num_splits > 1 or H <= 16:
-        bh, bn, nw = block_h or 16, block_n or (32 if fp8 else 64), num_warps or 4
-    elif H <= 32:
-        bh, bn, nw = (block_h or 32, block_n or 32, num_warps or 4) if fp8 else \
-            (block_h or 32, block_n or 64, num_warps or 8)
-    else:
-        bh, bn, nw = block_h or 64, block_n or 64, num_warps or 8
-    if fp8_scales is None:
-        fp8_scales = "registers" if fp8 and bh >= 64 and _operands_from_shared_memory(device, capability) else "fold"
-    num_splits = max(1, min(num_splits, triton.cdiv(topk, bn)))
-    num_warps = nw
-    if num_stages is None:
-        num_stages = 2
-    return LaunchConfig(bh, bn, block_dv or 512, num_splits, num_warps, num_stages, dot_dtype, kv_cache_dtype, fp8_hw,
-                        fp8_scales)
+    wgmma = _operands_from_shared_memory(device, capability)
+
+    def make(bh, bn, nw, S):
+        scales = fp8_scales or ("registers" if fp8 and bh >= 64 and wgmma else "fold")
+        S = max(1, min(S, triton.cdiv(topk, bn)))
+        return LaunchConfig(bh, bn, block_dv or 512, S, nw, num_stages or 2, dot_dtype, kv_cache_dtype, fp8_hw, scales)
+
+    if launch == "v3":
+        lim = limits or device_limits(device)
+        return make(*_v3_choice(T, H, topk, fp8, lim.sm_count, block_h, block_n, num_warps, num_splits))
+    lim = limits or device_limits(device)
+    cap = torch.cuda.get_device_capability(device) if device.type == "cuda" else _capability(capability)
+    tiles = []
+    for bh, bn, nw in PLAN_TILES[kv_cache_dtype]:
+        if bh > max(16, triton.next_power_of_2(H)):
+            continue
+        bh, bn, nw = block_h or bh, block_n or bn, num_warps or nw
+        if (bh, bn, nw) not in [t[:3] for t in tiles]:
+            res = tile_resources(make(bh, bn, nw, 2), dtype, cap)
+            tiles.append((bh, bn, nw, res))
+    bh, bn, nw, S, _ = plan_launch(T, H, topk, tiles, lim, num_splits)
+    return make(bh, bn, nw, S)
+
+
+def planned_launches(capability: tuple[int, int], dtype: torch.dtype = torch.bfloat16, kv_cache_dtype: str = "auto",
+                     shapes=((1, 8), (4, 8), (32, 8), (128, 8), (1024, 8), (1, 64), (4, 64), (32, 64), (128, 64),
+                             (1024, 64), (4, 128), (32, 128), (128, 128)), topk: int = 2048,
+                     limits: DeviceLimits | None = None) -> list[dict]:
+    """What :func:`choose_config` picks on a GPU of ``capability`` it never ran on: tiles compiled ahead of time for
+    that target (no GPU needed; unset ``TRITON_INTERPRET``), limits from :data:`DEVICE_LIMITS` (or ``limits``). One
+    dict per ``(T, H)``: the tile, split count, programs per SM and the utilization the plan expects."""
+    lim = limits or DEVICE_LIMITS[tuple(capability)]
+    rows = []
+    for T, H in shapes:
+        cfg = choose_config(T, H, topk, dtype, torch.device("cpu"), kv_cache_dtype=kv_cache_dtype,
+                            capability=capability, limits=lim, dot_dtype=dtype, launch="plan")
+        res = tile_resources(cfg, dtype, capability)
+        occ = programs_per_sm(res, cfg.num_warps, lim)
+        P = T * triton.cdiv(H, cfg.block_h) * cfg.num_splits
+        rows.append(dict(capability=f"{capability[0]}.{capability[1]}", sm_count=lim.sm_count, T=T, H=H,
+                         tile=f"{cfg.block_h}x{cfg.block_n} w{cfg.num_warps}", fp8_scales=cfg.fp8_scales if
+                         kv_cache_dtype == "fp8_ds_mla" else "", num_splits=cfg.num_splits, programs=P,
+                         programs_per_sm=occ, shared=res and res["shared"], regs=res and res["regs"],
+                         utilization=round(P / (triton.cdiv(P, lim.sm_count * occ) * lim.sm_count * occ), 3)))
+    return rows
 
 
 def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale, kv_cache_dtype="auto"):
@@ -381,8 +559,6 @@ def smaller_configs(cfg: LaunchConfig):
     """Configurations to try, in order, when ``cfg``'s tiles do not fit the GPU's shared memory: the tiles of
     :data:`_FALLBACK_TILES` with no more heads per program than ``cfg`` and a smaller tile area (same split, dot
     dtype and ``block_dv``). On SM120 (99 KB) the 64-head default steps down to 32 x 32 (78 KB)."""
-    from dataclasses import replace
-
     area = cfg.block_h * cfg.block_n
     for bh, bn, nw, ns in _FALLBACK_TILES:
         if bh <= cfg.block_h and bh * bn < area:
