@@ -43,6 +43,11 @@ def test_deepseek_v3_style_config_is_dense(tmp_path):
     ({"kv_lora_rank": -512}, "kv_lora_rank = -512"),
     ({"num_attention_heads": True}, "num_attention_heads = True"),
     ({"qk_nope_head_dim": 192.5}, "qk_nope_head_dim = 192.5"),
+    # architectures not a list of names: it was reported as "a non-integer MLA dimension ('int' object is not
+    # subscriptable)", which names neither the key nor the value
+    ({"architectures": 5}, r"architectures = 5; accepted: a list of class names"),
+    ({"architectures": [5]}, r"architectures = \[5\]; accepted: a list of class names"),
+    ({"architectures": {"GlmMoeDsaForCausalLM": 1}}, r"architectures = \{'GlmMoeDsaForCausalLM': 1\}"),
 ])
 def test_bad_dimensions(tmp_path, change, match):
     with pytest.raises(UserInputError, match=match):

@@ -11,14 +11,27 @@ class UserInputError(ValueError):
 
 
 def expand_path(path, what: str):
-    """``Path(path).expanduser()``; a ``~user`` that names no user is a :class:`UserInputError`, not a RuntimeError."""
+    """``Path(path).expanduser()``; a ``~user`` that names no user is a :class:`UserInputError`, not a RuntimeError,
+    and so is a path the system cannot even look up (a name longer than the file system allows, a folder that may
+    not be searched): ``Path.exists()`` and ``is_dir()`` raise ``OSError`` for those instead of answering False."""
+    import errno
+    import os
     from pathlib import Path
 
     try:
-        return Path(path).expanduser()
+        p = Path(path).expanduser()
     except RuntimeError:
         raise UserInputError(f"{what} {str(path)!r} starts with a home directory that cannot be found; accepted: a "
                              f"path without ~, or ~ / ~user for an existing user") from None
+    try:
+        os.stat(p)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF):
+            raise UserInputError(f"{what} {str(path)!r} cannot be looked up ({e.strerror}); accepted: a path with "
+                                 f"names the file system allows, in folders you may search") from None
+    except ValueError:   # an embedded NUL byte: no such file, as Path.exists() answers
+        pass
+    return p
 
 
 def writable_dir(path, what: str = "output directory"):

@@ -192,6 +192,9 @@ def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
     archs = text.get("architectures") or cfg.get("architectures") or ["?"]
     if isinstance(archs, str):
         archs = [archs]
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise UserInputError(f"config {name!r} has architectures = {archs!r}; accepted: a list of class names, e.g. "
+                             f"[\"GlmMoeDsaForCausalLM\"]")
     for k in ("num_attention_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
               "v_head_dim", "index_topk", "index_head_dim", "index_n_heads"):
         v = text.get(k)

@@ -80,6 +80,31 @@ def test_mtp_needs_the_checkpoints_mtp_layer(bench_cli, model_dir):
     assert rc == 2 and len(err) == 1 and "make-checkpoint --mtp" in err[0], err
 
 
+@pytest.mark.parametrize("tokens", ['"two"', "[1]", "1e400", "-5", "1.5", "0", "true"])
+def test_num_speculative_tokens_must_be_a_positive_integer(bench_cli, model_dir, tokens):
+    """It was passed to int() unchecked: a traceback for "two", [1] or 1e400 (inf); -5 and 1.5 reached the GPU."""
+    rc, out, err = bench_cli("--model", str(model_dir), "--speculative-config",
+                             f'{{"method": "mtp", "num_speculative_tokens": {tokens}}}')
+    assert rc == 2 and out == "" and len(err) == 1, err
+    assert "num_speculative_tokens" in err[0] and "accepted: a positive integer" in err[0], err
+
+
+@pytest.mark.parametrize("mpe", ['"8192"', "-1", "8192.5", "[8192]"])
+def test_max_position_embeddings_of_the_wrong_type_is_named(bench_cli, model_dir, mpe):
+    cfg = (model_dir / "config.json").read_text().replace('"max_position_embeddings": 8192',
+                                                           f'"max_position_embeddings": {mpe}')
+    (model_dir / "config.json").write_text(cfg)
+    rc, out, err = bench_cli("--model", str(model_dir))
+    assert rc == 2 and out == "" and len(err) == 1, err
+    assert f"has max_position_embeddings = " in err[0] and "accepted: a positive integer" in err[0], err
+
+
+def test_a_long_speculative_load_names_the_speculative_tokens():
+    with pytest.raises(UserInputError, match=r"48 new tokens \+ 100000 speculative tokens exceeds .* 8192; "
+                                             r"accepted: fewer --max-tokens or num_speculative_tokens"):
+        bs.server_max_model_len(128, 48, 100000, 8192)
+
+
 def test_good_arguments_need_a_gpu_and_missing_model_is_named(bench_cli, model_dir, tmp_path):
     rc, _, err = bench_cli("--model", str(model_dir), "--quick")
     assert rc == 2 and len(err) == 1 and "needs a CUDA GPU" in err[0], err

@@ -67,6 +67,11 @@ def test_matrix_bad_input_before_any_probe():
         diagnose_matrix("glm-5", gpus=[])
     with pytest.raises(UserInputError, match="nope"):
         diagnose_matrix("glm-5", kv_cache_dtypes=["nope"])
+    # one string where a list goes: its letters were checked ("unknown KV-cache dtype 'f'", "unknown capability 'h'")
+    with pytest.raises(UserInputError, match=r"kv_cache_dtypes 'fp8' is one string; accepted: .*\['fp8'\]"):
+        diagnose_matrix("glm-5", kv_cache_dtypes="fp8")
+    with pytest.raises(UserInputError, match=r"gpus 'h200' is one string; accepted: .*\['h200'\]"):
+        diagnose_matrix("glm-5", gpus="h200")
 
 
 # ---- diagnose --matrix --with-plugin: stock and with-plugin side by side ----------------------------------------

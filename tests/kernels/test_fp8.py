@@ -35,6 +35,32 @@ def test_encode_rounds_like_torch(seed):
     assert torch.equal(enc, x.to(torch.float8_e4m3fn).view(torch.uint8))
 
 
+def test_roundtrip_reads_a_float8_tensor_as_its_bytes():
+    """A ``float8_e4m3fn`` tensor in place of its uint8 view failed in the kernel (an InterpreterError "cannot cast")."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    want = roundtrip(codes, torch.zeros(256), hw=False)
+    got = roundtrip(codes.view(torch.float8_e4m3fn), torch.zeros(256), hw=False)
+    assert all(torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
+                           b.view(torch.int32) if b.is_floating_point() else b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("codes, x, hw, says", [
+    (torch.zeros(4, dtype=torch.int64), torch.zeros(4), True, "codes dtype torch.int64 is not accepted"),
+    (torch.zeros(4), torch.zeros(4), False, "codes dtype torch.float32 is not accepted"),
+    ([1, 2], torch.zeros(2), False, "codes must be a torch.Tensor, got list"),
+    (torch.zeros(4, dtype=torch.uint8), torch.zeros(4, dtype=torch.int32), False, "x dtype torch.int32"),
+    (torch.zeros(4, dtype=torch.uint8), torch.zeros(5), False, "same number of elements, got 4 and 5"),
+    (torch.zeros(4, dtype=torch.uint8), torch.zeros(4), "no", "hw 'no' is not accepted"),
+])
+def test_roundtrip_bad_input_is_one_user_error(codes, x, hw, says):
+    """These gave an InterpreterError (int64 codes, hw path), an AttributeError (a list), a plain ValueError (sizes),
+    or ran ("no" taken as the hardware path; float codes converted by value, not read as codes)."""
+    from sparse_mla.errors import UserInputError
+
+    with pytest.raises(UserInputError, match=says):
+        roundtrip(codes, x, hw)
+
+
 def test_has_fp8_conversion():
     assert [has_fp8_conversion(c) for c in [(8, 0), (8, 6), (8, 9), (9, 0), (12, 0)]] == [False, False, True, True,
                                                                                             True]

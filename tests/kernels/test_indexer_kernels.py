@@ -4,6 +4,8 @@ logits), on fresh random fp8 inputs. Outputs are poisoned (NaN) before each run:
 written, and with ``clean_logits`` every other one must be ``-inf``."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -208,6 +210,45 @@ def test_bad_inputs_raise_one_clear_error():
         indexer_logits_paged(qd, kv, wd, ctx.reshape(1, 2), bt, 32)
     with pytest.raises(UserInputError, match="max_model_len 0"):
         indexer_logits_paged(qd, kv, wd, ctx, bt, 0)
+
+
+def test_prefill_int64_windows_past_int32_are_clipped_not_wrapped():
+    """ks/ke are documented as clipped to [0, N]; int64 bounds past 2**31 were cast to int32 first and wrapped back
+    into range (ks = 2**32 + 1 read as 1: a row that must be empty got logits)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, k_scale, w, _, _ = prefill_case(4, 8, 40, g)
+    big = 2**32
+    ks = torch.tensor([big + 1, 0, -big, 7], dtype=torch.int64)
+    ke = torch.tensor([big + 9, big + 4, 30, big], dtype=torch.int64)
+    out = torch.full((4, 40), float("nan"))
+    indexer_logits_prefill(q, k, k_scale, w, ks, ke, out=out, clean_logits=True)
+    want = ref.indexer_logits_prefill_ref(q, k, k_scale, w, ks, ke)
+    win = check_window(out, want)
+    assert win.sum(1).tolist() == [0, 40, 30, 33]
+    assert torch.isneginf(out[~win]).all()
+
+
+@pytest.mark.parametrize("override, says", [
+    ({"block_m": 3}, "block_m 3 is not accepted; accepted: a power of two from 1 to 128"),
+    ({"block_n": 8}, "block_n 8 is not accepted"),
+    ({"splits": 0}, "splits 0 is not accepted; accepted: an integer from 1 to 65535"),
+    ({"num_warps": 3}, "num_warps 3"),
+    ({"num_stages": 2.0}, "num_stages 2.0"),
+    ({"foo": 1}, "unknown launch override(s) foo"),
+])
+def test_launch_overrides_are_checked(override, says):
+    """They reached the kernel (an InterpreterError "arange's range must be a power of 2") or prefill_config (a
+    TypeError for an unknown name)."""
+    g = torch.Generator().manual_seed(4)
+    q, k, k_scale, w, ks, ke = prefill_case(4, 8, 20, g)
+    with pytest.raises(UserInputError, match=re.escape(says)):
+        indexer_logits_prefill(q, k, k_scale, w, ks, ke, **override)
+    if "block" not in next(iter(override)):
+        qd, kv, wd, ctx, bt = paged_case(2, 1, 8, 16, [[5], [9]], g)
+        with pytest.raises(UserInputError, match=re.escape(says)):
+            indexer_logits_paged(qd, kv, wd, ctx, bt, 32, **override)
+    with pytest.raises(UserInputError, match="unknown launch override.s. block_m"):
+        indexer_logits_paged(*paged_case(2, 1, 8, 16, [[5], [9]], g), 32, block_m=1)
 
 
 def test_dot_mode_follows_the_capability(monkeypatch):

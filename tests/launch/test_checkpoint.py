@@ -411,6 +411,18 @@ def test_failure_leaves_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_dangling_symlink_output_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """``OUT`` a link to a folder that does not exist: the final rename could not put the checkpoint there (it used
+    to fail with a NotADirectoryError traceback after the weights were made)."""
+    link = tmp_path / "ckpt"
+    link.symlink_to(tmp_path / "gone" / "ckpt")
+    monkeypatch.setattr(ck, "make_state_dict", lambda *a, **k: pytest.fail("weights made for a refused output"))
+    assert cli.main(["make-checkpoint", str(link)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a symbolic link to" in err[0] and "does not exist" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"] and link.is_symlink()
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--preset", "glm-6"], "glm-5-tiny"),
     (["--index-topk", "300"], "300"),

@@ -349,10 +349,12 @@ def server_max_model_len(index_topk: int, max_tokens: int, spec_tokens: int = 0,
     n = max(MAX_MODEL_LEN, -(-need // 1024) * 1024)
     if max_position_embeddings and n > max_position_embeddings:
         if need > max_position_embeddings:
+            spec = f" + {spec_tokens} speculative tokens" if spec_tokens else ""
             raise UserInputError(f"the load's longest prompt ({prompt_length_ranges(index_topk)['long'][1]} tokens, "
-                                 f"2 x index_topk {index_topk}) + {max_tokens} new tokens exceeds the model's "
-                                 f"max_position_embeddings {max_position_embeddings}; accepted: fewer --max-tokens or "
-                                 f"a checkpoint with a smaller index_topk")
+                                 f"2 x index_topk {index_topk}) + {max_tokens} new tokens{spec} exceeds the model's "
+                                 f"max_position_embeddings {max_position_embeddings}; accepted: fewer --max-tokens"
+                                 f"{' or num_speculative_tokens' if spec else ''} or a checkpoint with a smaller "
+                                 f"index_topk")
         n = max_position_embeddings
     return n
 
@@ -565,7 +567,7 @@ def cli_run(args, record_place) -> int:
     import shutil
 
     from ..launch.engine import KV_DTYPES, check_model_dir, check_tp
-    from ..launch.specs import check_speculative_config, normalize_backends
+    from ..launch.specs import MTP_EXAMPLE, check_speculative_config, normalize_backends
 
     model = check_model_dir(args.model)
     names = [b for b in str(args.backends).split(",") if b.strip()]
@@ -586,8 +588,15 @@ def cli_run(args, record_place) -> int:
     check_tp(model, args.tp)
     cfg = json.loads((model / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)
-    server_max_model_len(cfg["index_topk"], load.max_tokens, int((spec_cfg or {}).get("num_speculative_tokens") or 0),
-                         cfg.get("max_position_embeddings"))
+    spec_tokens = (spec_cfg or {}).get("num_speculative_tokens")
+    if spec_tokens is not None and (isinstance(spec_tokens, bool) or not isinstance(spec_tokens, int) or spec_tokens < 1):
+        raise UserInputError(f"--speculative-config num_speculative_tokens {spec_tokens!r} is not accepted; accepted: "
+                             f"a positive integer, e.g. '{MTP_EXAMPLE}'")
+    mpe = cfg.get("max_position_embeddings")
+    if mpe is not None and (isinstance(mpe, bool) or not isinstance(mpe, int) or mpe < 1):
+        raise UserInputError(f"{str(model / 'config.json')!r} has max_position_embeddings = {mpe!r}; accepted: a "
+                             f"positive integer (or no such key)")
+    server_max_model_len(cfg["index_topk"], load.max_tokens, spec_tokens or 0, mpe)
     out_dir, tag = record_place(args)   # needs the GPU (its name is the record's)
     if shutil.which("vllm") is None:
         raise UserInputError("no `vllm` command on PATH; accepted: an environment where `vllm serve` runs (vLLM "

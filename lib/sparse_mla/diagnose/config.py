@@ -121,7 +121,9 @@ def load_hf_config(path: Path, name: str):
     try:
         return get_config(str(path), trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - vLLM/transformers raise ValueError, OSError, KeyError ...
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        # on one line: transformers' validation errors put the reason on the line after "Validation error for field
+        # 'x':"; the folder vLLM read may be a temporary copy of the user's config.json, named as the user named it
+        first = (" ".join(str(e).replace(str(path), name).split()) or type(e).__name__)[:300]
         raise UserInputError(f"vLLM cannot load the config of model {name!r}: {first}; accepted: a Hugging Face "
                              f"config.json with a model_type vLLM or transformers knows (e.g. glm_moe_dsa, "
                              f"deepseek_v32)") from None

@@ -74,6 +74,9 @@ def diagnose_matrix(model: str | os.PathLike = "glm-5", tp: int = 1,
     """
     import pandas as pd
 
+    for name, v in (("gpus", gpus), ("kv_cache_dtypes", kv_cache_dtypes)):
+        if isinstance(v, str):   # iterating it would check its letters ("unknown KV-cache dtype 'f'")
+            raise UserInputError(f"{name} {v!r} is one string; accepted: a list of them, e.g. {name}=[{v!r}]")
     items = _gpu_items(gpus)
     kvs = [check_kv_cache_dtype(str(k)) for k in kv_cache_dtypes]
     if not items or not kvs:

@@ -79,7 +79,13 @@ def parse_capability(capability: str | float | tuple[int, int]) -> tuple[tuple[i
     Does not check that a local GPU exists (:func:`diagnose` does).
     """
     if isinstance(capability, tuple) and len(capability) == 2 and all(isinstance(x, int) for x in capability):
-        return (int(capability[0]), int(capability[1])), None
+        major, minor = capability
+        if isinstance(major, bool) or isinstance(minor, bool) or not (0 <= major <= 99 and 0 <= minor <= 9):
+            # the same range as the "major.minor" text (one or two digits, one digit): vLLM's DeviceCapability
+            # asserts 0 <= minor < 10, and a negative major is no GPU
+            raise UserInputError(f"unknown capability {capability!r}; accepted: (major, minor) with major 0-99 and "
+                                 f"minor 0-9, or {accepted_capabilities()}")
+        return (int(major), int(minor)), None
     s = str(capability).strip()
     key = s.lower()
     if key == "local":

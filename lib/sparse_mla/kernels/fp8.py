@@ -83,15 +83,31 @@ def _roundtrip_kernel(Codes, Values, Recoded, X, Encoded, N, HW: tl.constexpr, B
 
 
 def roundtrip(codes, x, hw: bool):
-    """Decode ``codes`` (uint8), re-encode the finite values, and encode ``x`` (float32, within +-448), with the
-    hardware (``hw``) or software path: ``(values fp32, recoded uint8, encoded uint8)``. For tests and notebooks."""
+    """Decode ``codes`` (uint8, or a ``torch.float8_e4m3fn`` tensor whose bytes are used), re-encode the finite
+    values, and encode ``x`` (a float tensor of as many elements, within +-448, taken as float32), with the hardware
+    (``hw``) or software path: ``(values fp32, recoded uint8, encoded uint8)`` in ``codes``' shape. For tests and
+    notebooks. Raises :class:`sparse_mla.errors.UserInputError` for other types, dtypes, sizes or devices."""
     import torch
 
-    codes = codes.contiguous()
+    from ..errors import UserInputError
+
+    for name, t in (("codes", codes), ("x", x)):
+        if not isinstance(t, torch.Tensor):
+            raise UserInputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if codes.dtype not in (torch.uint8, torch.float8_e4m3fn):
+        raise UserInputError(f"codes dtype {codes.dtype} is not accepted; accepted: torch.uint8 e4m3fn codes (or a "
+                             f"torch.float8_e4m3fn tensor, read as its bytes)")
+    if not x.is_floating_point():
+        raise UserInputError(f"x dtype {x.dtype} is not accepted; accepted: a floating-point tensor")
+    if not isinstance(hw, bool):
+        raise UserInputError(f"hw {hw!r} is not accepted; accepted: True (hardware conversion) or False (software)")
+    if codes.device != x.device:
+        raise UserInputError(f"codes is on {codes.device} and x on {x.device}; accepted: one device")
+    codes = codes.contiguous().view(torch.uint8)
     x = x.to(torch.float32).contiguous()
     n = codes.numel()
     if x.numel() != n:
-        raise ValueError(f"codes and x must have the same number of elements, got {n} and {x.numel()}")
+        raise UserInputError(f"codes and x must have the same number of elements, got {n} and {x.numel()}")
     values = torch.empty(n, dtype=torch.float32, device=codes.device)
     recoded = torch.empty(n, dtype=torch.uint8, device=codes.device)
     encoded = torch.empty(n, dtype=torch.uint8, device=codes.device)

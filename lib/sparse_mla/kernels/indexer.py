@@ -282,6 +282,23 @@ def paged_config(B: int, next_n: int, H: int, block_size: int, max_model_len: in
 
 _FP8 = (torch.float8_e4m3fn, torch.uint8)
 
+#: Launch overrides the wrappers accept: (lowest, highest, power of two). ``splits`` is a grid dimension (CUDA: at most
+#: 65535 programs along it).
+_OVERRIDES = {"block_m": (1, 128, True), "block_n": (16, 256, True), "splits": (1, 65535, False),
+              "num_warps": (1, 32, True), "num_stages": (1, 8, False)}
+
+
+def _check_overrides(config: dict, accepted: tuple[str, ...]) -> None:
+    unknown = sorted(set(config) - set(accepted))
+    if unknown:
+        raise UserInputError(f"unknown launch override(s) {', '.join(unknown)}; accepted: {', '.join(accepted)}")
+    for name, v in config.items():
+        lo, hi, pow2 = _OVERRIDES[name]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi
+                              or (pow2 and v & (v - 1))):
+            raise UserInputError(f"{name} {v!r} is not accepted; accepted: "
+                                 + (f"a power of two from {lo} to {hi}" if pow2 else f"an integer from {lo} to {hi}"))
+
 
 def _as_codes(x: torch.Tensor, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
@@ -374,9 +391,10 @@ def indexer_logits_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tens
 
     Raises:
         sparse_mla.errors.UserInputError: wrong ranks, dtypes, sizes or devices; ``D != 128``; ``H > 128``; a
-            capability below 8.0.
+            capability below 8.0; an unknown or out-of-range launch override.
     """
     q, k = _as_codes(q, "q"), _as_codes(k, "k")
+    _check_overrides(config, ("block_m", "block_n", "splits", "num_warps", "num_stages"))
     _check_tensor(k_scale, "k_scale", (torch.float32,), (1, 2))
     _check_tensor(weights, "weights", (torch.float32,), 2)
     for name, x in (("ks", ks), ("ke", ke)):
@@ -412,7 +430,8 @@ def indexer_logits_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tens
     k = k if k.stride(1) == 1 else k.contiguous()
     weights = weights if weights.stride(1) == 1 else weights.contiguous()
     k_scale = k_scale.contiguous()
-    ks, ke = ks.to(torch.int32).contiguous(), ke.to(torch.int32).contiguous()
+    # clipped to [0, N] before the int32 cast, which would wrap an int64 bound past 2**31 back into range
+    ks, ke = ks.clamp(0, N).to(torch.int32).contiguous(), ke.clamp(0, N).to(torch.int32).contiguous()
     cfg = prefill_config(M, N, H, dev, cap, **config)
     grid = (triton.cdiv(M, cfg.block_m), cfg.splits)
     _prefill_logits_kernel[grid](
@@ -474,9 +493,11 @@ def indexer_logits_paged(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
 
     Raises:
         sparse_mla.errors.UserInputError: wrong ranks, dtypes, sizes or devices; ``D != 128``; ``H > 128``;
-            ``next_n`` outside 1..4; a block size other than a power of two in 16..256; a capability below 8.0.
+            ``next_n`` outside 1..4; a block size other than a power of two in 16..256; a capability below 8.0;
+            an unknown or out-of-range launch override.
     """
     q = _as_codes(q, "q")
+    _check_overrides(config, ("splits", "num_warps", "num_stages"))
     _check_tensor(weights, "weights", (torch.float32,), 2)
     _check_tensor(context_lens, "context_lens", (torch.int32,), (1, 2))
     _check_tensor(block_table, "block_table", (torch.int32,), 2)

@@ -295,6 +295,9 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UserInputError(f"checkpoint output {str(out)!r} exists and is not a directory; accepted: a new or "
                              f"empty directory path")
+    if out.is_symlink() and not out.exists():   # the final rename could not replace it with the checkpoint
+        raise UserInputError(f"checkpoint output {str(out)!r} is a symbolic link to {os.readlink(out)!r}, which does "
+                             f"not exist; accepted: a new or empty directory path (or a link to an existing one)")
     if Path.cwd().resolve().is_relative_to(out.resolve()):
         raise UserInputError(f"checkpoint directory {str(out)!r} is or holds the current working directory, which "
                              f"would be replaced; accepted: a directory outside it")

@@ -1,0 +1,31 @@
+"""sparse_mla.diagnose.config: a config.json vLLM's loader refuses is one line that says why."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparse_mla import cli
+from sparse_mla.models import PRESET_CONFIGS
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"num_hidden_layers": "2"}, "Field 'num_hidden_layers' expected int, got str (value: '2')"),
+    ({"q_lora_rank": None}, "Field 'q_lora_rank' expected int, got NoneType"),
+    ({"qk_rope_head_dim": 7}, "RoPE requires an even rotary dimension"),
+])
+def test_vllm_loader_refusal_keeps_its_reason(tmp_path, capsys, change, reason):
+    """transformers puts the reason on the line after "Validation error for field 'x':", which alone was shown."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**PRESET_CONFIGS["glm-5"], **change}))
+    assert cli.main(["diagnose", "--model", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "vLLM cannot load the config" in err[0] and reason in err[0], err
+
+
+def test_refusal_names_the_users_file_not_the_temporary_copy(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({k: v for k, v in PRESET_CONFIGS["glm-5"].items() if k != "model_type"}))
+    assert cli.main(["diagnose", "--model", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"Unrecognized model in {cfg}" in err[0] and "sparse_mla_model_" not in err[0], err
