@@ -51,7 +51,6 @@ case "${1:-}" in
     shift
     rm -rf $W && mkdir -p $W && cp -a . $W/ && mkdir -p $R $W/results/h200
     cd $W && setsid nohup bash tests/harness/h200_session.sh run "${@:-}" > $R/session.log 2>&1 < /dev/null &
-    echo $! > $R/pid
     sleep 20; cat $R/session.log ;;
   run)
     shift
@@ -66,7 +65,7 @@ case "${1:-}" in
     echo "=== [$(date -u +%T)] all stages done"; touch $R/DONE ;;
   wait)
     limit=${2:-500}; t0=$(date +%s)
-    while [ ! -f $R/DONE ] && [ $(( $(date +%s) - t0 )) -lt "$limit" ] && kill -0 "$(cat $R/pid)" 2>/dev/null; do
+    while [ ! -f $R/DONE ] && [ $(( $(date +%s) - t0 )) -lt "$limit" ] && pgrep -f "h200_session.sh run" >/dev/null; do
       sleep 10
     done
     cat $R/stages.txt 2>/dev/null; tail -3 $R/session.log

@@ -566,3 +566,32 @@ def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
     log = (tmp_path / "s.log").read_text()
     assert "SPARSE_MLA_TRITON_INDEXER='1' VLLM_LOGGING_LEVEL='INFO'" in log
 
+
+
+def test_run_offline_starts_vllm_engines_with_spawn(tmp_path, monkeypatch):
+    """Forked engine cores died on the H200 with "Cannot re-initialize CUDA in forked subprocess" (2026-12-01); the
+    engine is started with spawn unless the user chose a method."""
+    import json as _json
+
+    import vllm
+
+    from sparse_mla.launch import checkpoint as ck
+
+    (tmp_path / "config.json").write_text(_json.dumps(ck.preset_config("glm-5-tiny", index_topk=256)))
+    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: True)
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    seen = {}
+
+    class FakeLLM:
+        def __init__(self, **kw):
+            seen["method"] = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr(vllm, "LLM", FakeLLM)
+    with pytest.raises(RuntimeError, match="stop here"):
+        launch.run_offline(tmp_path)
+    assert seen["method"] == "spawn"
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    with pytest.raises(RuntimeError, match="stop here"):
+        launch.run_offline(tmp_path)
+    assert seen["method"] == "fork"

@@ -208,6 +208,11 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         raise UserInputError(f"kv cache dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
     # layer_backends travels to the workers by pickle (LLM.collective_rpc with a function)
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    # Start vLLM's engine core with spawn, not fork: on the H200 (2026-12-01) engines of this function started by
+    # fork died in init_device with "Cannot re-initialize CUDA in forked subprocess" for kv_cache_dtype auto (an fp8_ds_mla
+    # parity in the same session started fine; the cause was not found); the same run with spawn generated
+    # (results/h200/GPU_SESSION_2026-12-01.md). A value the user set wins.
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from vllm import LLM, SamplingParams
 
     kw = dict(model=str(model), tensor_parallel_size=tp, enforce_eager=enforce_eager, max_model_len=max_model_len,
