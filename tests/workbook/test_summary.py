@@ -183,6 +183,33 @@ def test_overview_puts_every_profile_folder_side_by_side(tmp_path, monkeypatch):
     assert data["profiles"]["other"][0]["values"] == {"x": xs["other"]}
 
 
+def test_notebooks_of_an_earlier_chain_are_left_but_not_summarised(tmp_path, monkeypatch, capsys):
+    """After notebooks are renamed, the executed notebooks under their old names stay where they are (nothing of the
+    user's is deleted), the run says so, and neither summary reports them."""
+    import random
+
+    nbs, out = tmp_path / "notebooks", tmp_path / "results" / "cpu"
+    nbs.mkdir()
+    out.mkdir(parents=True)
+    _notebook(nbs / "01_new.ipynb", "from sparse_mla.workbook import summary\nsummary.report('new', {'x': x})")
+    _executed(out / "01_old.ipynb")   # as an earlier run left it, with a report
+    old = (out / "01_old.ipynb").read_text()
+    x = random.randint(0, 10**6)
+    monkeypatch.setattr(chain, "project_root", lambda: tmp_path)
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"01_new": {"x": x}})
+    chain.run_chain("cpu", notebooks_dir=nbs, progress=True)
+    printed = capsys.readouterr().out
+    assert "01_old.ipynb in results/cpu match no notebook of notebooks" in printed
+    assert (out / "01_old.ipynb").read_text() == old
+    [rep] = json.loads((out / "summary.json").read_text())["notebooks"]
+    assert rep["notebook"] == "01_new.ipynb" and rep["values"] == {"x": x}
+    overview = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert [r["notebook"] for r in overview["profiles"]["cpu"]] == ["01_new.ipynb"]
+    assert "01_old" not in (out / "summary.md").read_text() + (tmp_path / "results" / "summary.md").read_text()
+    # without the chain's names (the library call), every executed notebook is reported, as before
+    assert [r["notebook"] for r in summary.collect(out)] == ["01_new.ipynb", "01_old.ipynb"]
+
+
 def test_overview_of_an_empty_or_missing_results_folder(tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("no notebooks here")
@@ -292,7 +319,7 @@ def test_overview_failure_warns_and_the_chain_goes_on(tmp_path, monkeypatch, cap
     assert not (tmp_path / "results" / "cpu" / "01_a.ipynb").exists()
     (tmp_path / "results" / "summary.md").rmdir()
 
-    def no_disk(folder):
+    def no_disk(folder, names=None):
         raise PermissionError(13, "Permission denied", str(folder))
 
     monkeypatch.setattr(summary, "write_overview", no_disk)   # e.g. a read-only results/ (root ignores modes)

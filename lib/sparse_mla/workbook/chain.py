@@ -142,6 +142,12 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
         raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
     out_dir, overview = _output_dir(out_dir, profile, chain, notebooks_dir, root)
+    names = {nb.name for nb in discover(notebooks_dir)}   # the whole chain, also under --only
+    stale = [p.name for p in summary.executed_notebooks(out_dir) if p.name not in names] if out_dir.is_dir() else []
+    if progress and stale:
+        print(f"[sparse-mla run] note: {', '.join(stale)} in {_shown(out_dir, root)} match no notebook of "
+              f"{_shown(notebooks_dir, root)} (an earlier chain's names?): left as they are, not in the summary",
+              flush=True)
     done = []
     for nb in chain:
         target = out_dir / nb.name
@@ -176,10 +182,10 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         os.replace(tmp, target)
         (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
         done.append(target)
-        summary.write_summary(out_dir)   # after every notebook: a later failure keeps what ran
+        summary.write_summary(out_dir, names)   # after every notebook: a later failure keeps what ran
         if overview:
             try:   # results/summary.*: every profile folder side by side; secondary to this profile's own summary
-                summary.write_overview(out_dir.parent)
+                summary.write_overview(out_dir.parent, names)
             except OSError as e:
                 overview = False
                 print(f"[sparse-mla run] warning: results/summary.* not updated ({type(e).__name__}: {e}); "

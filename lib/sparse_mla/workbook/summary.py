@@ -21,7 +21,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from .._files import atomic_write_text
 from ..errors import UserInputError
@@ -141,9 +141,11 @@ def executed_notebooks(folder: Path) -> list[Path]:
             and (p.is_file() or p.is_dir() or not p.exists())]
 
 
-def collect(results_dir: str | os.PathLike) -> list[dict]:
+def collect(results_dir: str | os.PathLike, names: Collection[str] | None = None) -> list[dict]:
     """Reports of every executed ``NN_*.ipynb`` in ``results_dir`` (name order); notebooks without one are skipped,
-    a notebook that cannot be read gives an entry saying so (a stray file must not fail the chain).
+    a notebook that cannot be read gives an entry saying so (a stray file must not fail the chain). ``names``: the
+    file names of the chain's notebooks; an executed notebook of another name (left by an earlier chain whose
+    notebooks were since renamed) is then not reported.
 
     Raises :class:`UserInputError` when ``results_dir`` is not a directory."""
     d = Path(results_dir)
@@ -152,6 +154,8 @@ def collect(results_dir: str | os.PathLike) -> list[dict]:
                              f"holding executed NN_*.ipynb notebooks")
     out = []
     for p in executed_notebooks(d):
+        if names is not None and p.name not in names:
+            continue
         try:
             out += read_reports(p)
         except Exception as e:  # noqa: BLE001  (nbformat raises several types for a bad file)
@@ -179,10 +183,11 @@ def to_markdown(reports: list[dict]) -> str:
     return "\n".join(lines + _sections(reports))
 
 
-def write_summary(results_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write ``summary.json`` and ``summary.md`` into ``results_dir`` (each atomically); returns their paths."""
+def write_summary(results_dir: str | os.PathLike, names: Collection[str] | None = None) -> dict[str, Path]:
+    """Write ``summary.json`` and ``summary.md`` into ``results_dir`` (each atomically) from the notebooks
+    :func:`collect` reports (``names`` as there); returns their paths."""
     d = _folder(results_dir)
-    reports = collect(d)
+    reports = collect(d, names)
     return _write_pair(d, {"notebooks": reports}, to_markdown(reports))
 
 
@@ -217,12 +222,15 @@ def profile_folders(results_root: str | os.PathLike) -> list[Path]:
     return folders
 
 
-def write_overview(results_root: str | os.PathLike) -> dict[str, Path]:
+def write_overview(results_root: str | os.PathLike, names: Collection[str] | None = None) -> dict[str, Path]:
     """Write ``summary.json`` (``{"profiles": {folder: [reports]}}``) and ``summary.md`` (one part per profile
-    folder) into ``results_root``, each atomically, from the executed notebooks of every profile folder under it;
-    returns their paths. Raises :class:`UserInputError` when ``results_root`` is not a directory."""
+    folder) into ``results_root``, each atomically, from the executed notebooks of every profile folder under it
+    (``names`` as in :func:`collect`); returns their paths. Raises :class:`UserInputError` when ``results_root`` is
+    not a directory."""
     root = _folder(results_root)
-    parts = {d.name: collect(d) for d in profile_folders(root)}
+    parts = {d.name: collect(d, names) for d in profile_folders(root)}
+    if names is not None:   # a folder holding only notebooks of an earlier chain is no profile of this one
+        parts = {k: v for k, v in parts.items() if v}
     lines = ["# Workbook summary, all profiles", "",
              "Collected by `sparse-mla run` from the executed notebooks under `results/<profile>/` (each notebook's "
              "last cell, `sparse_mla.workbook.summary.report`). Each profile folder is a separate run, often on a different "

@@ -1,0 +1,117 @@
+"""Occupancy and the launch plan of the sparse MLA kernel from a GPU's own numbers: how many programs of a compiled
+kernel stay resident on one SM (shared memory, registers, threads, the resident-block limit), and which head tile and
+split-KV count keep the GPU's slots busy (:func:`plan_launch`). Shapes only, so a plan is CUDA-graph safe. The limits
+are those of the CUDA programming guide's "Compute capabilities" table; :mod:`.api` compiles the tiles and asks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What bounds the programs resident on one SM (CUDA programming guide, "Compute capabilities" table), and the
+    SM count. At run time :func:`device_limits` reads them from the device; :data:`DEVICE_LIMITS` holds them for
+    GPUs planned ahead of time."""
+
+    sm_count: int
+    smem_per_sm: int               # bytes of shared memory the blocks on one SM can use together
+    smem_per_block: int            # opt-in maximum of one block
+    regs_per_sm: int = 65536
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    smem_reserved_per_block: int = 1024   # the driver's per-block reservation (SM80 and later)
+
+
+#: Limits per capability, with the SM count of one GPU each (A100, RTX A6000, L40S, H100/H200 SXM, B200, RTX PRO 6000).
+DEVICE_LIMITS = {(8, 0): DeviceLimits(108, 167936, 166912, 65536, 2048, 32),
+                 (8, 6): DeviceLimits(84, 102400, 101376, 65536, 1536, 16),
+                 (8, 9): DeviceLimits(142, 102400, 101376, 65536, 1536, 24),
+                 (9, 0): DeviceLimits(132, 233472, 232448, 65536, 2048, 32),
+                 (10, 0): DeviceLimits(148, 233472, 232448, 65536, 2048, 32),
+                 (12, 0): DeviceLimits(188, 102400, 101376, 65536, 1536, 32)}
+#: The interpreter's stand-in device (programs run one after another anyway).
+CPU_LIMITS = DeviceLimits(8, 232448, 232448)
+
+
+def device_limits(device: torch.device) -> DeviceLimits:
+    """:class:`DeviceLimits` of ``device`` from its properties (SM count, shared memory per SM and per block, registers,
+    threads); the resident-block limit, which CUDA does not report, from :data:`DEVICE_LIMITS` (16 if unknown)."""
+    if device.type != "cuda":
+        return CPU_LIMITS
+    p = torch.cuda.get_device_properties(device)
+    known = DEVICE_LIMITS.get((p.major, p.minor))
+    return DeviceLimits(p.multi_processor_count, p.shared_memory_per_multiprocessor, p.shared_memory_per_block_optin,
+                        p.regs_per_multiprocessor, p.max_threads_per_multi_processor,
+                        known.max_blocks_per_sm if known else 16)
+
+
+def programs_per_sm(resources: dict | None, num_warps: int, lim: DeviceLimits) -> int:
+    """Programs of one compiled kernel resident on an SM at once: the least of what its shared memory (plus the
+    per-block reservation), its registers (allocated per warp in units of 256) and its threads allow, and the
+    resident-block limit; 0 if it does not fit at all. ``resources`` (:func:`.api.kernel_resources`) None: 1."""
+    if resources is None:
+        return 1
+    if resources["shared"] > lim.smem_per_block:
+        return 0
+    by_smem = lim.smem_per_sm // (resources["shared"] + lim.smem_reserved_per_block)
+    by_regs = lim.regs_per_sm // (-(-resources["regs"] * 32 // 256) * 256 * num_warps)
+    return max(0, min(by_smem, by_regs, lim.max_threads_per_sm // (32 * num_warps), lim.max_blocks_per_sm))
+
+
+#: Planner policy: a launch is good when its programs keep at least this share of the resident slots busy, and a
+#: larger split count must promise at least (1 - this) less time to be worth its partial results and merge.
+TARGET_UTILIZATION = 0.9
+
+
+def _split_count(base: int, slots: int, topk: int, block_n: int, min_chunk: int) -> int:
+    """The split count: among those the launch can make (chunks are whole ``block_n`` tiles, at least ``min_chunk``
+    entries), the smallest whose modelled time ``waves(S) / S`` (``waves = cdiv(base * S, slots)``; a program covers
+    ``1 / S`` of the row) is within ``1 / TARGET_UTILIZATION`` of the best: more partial results and a bigger merge
+    only for a real gain."""
+    counts = sorted({1} | {triton.cdiv(topk, k * block_n)
+                           for k in range(triton.cdiv(min_chunk, block_n), triton.cdiv(topk, block_n) + 1)})
+    t = {S: triton.cdiv(base * S, slots) / S for S in counts}
+    best = min(t.values())
+    return min(S for S in counts if t[S] <= best / TARGET_UTILIZATION)
+
+
+def plan_launch(T: int, H: int, topk: int, tiles, lim: DeviceLimits, num_splits: int | None = None):
+    """Head tile and split count from the GPU's own numbers (shapes only: CUDA-graph safe).
+
+    ``tiles``: ``(block_h, block_n, num_warps, resources)``, largest head tile first (one gathered row serves
+    ``block_h`` heads). A tile that fits runs ``slots = SMs x programs_per_sm(resources)`` programs at once.
+
+    * **direct** with the first tile that fits when its ``T * cdiv(H, block_h)`` programs keep at least
+      :data:`TARGET_UTILIZATION` of its slots busy;
+    * else **split-KV**: with the 64-head tile where ``T * cdiv(H, 64)`` programs times its largest split count fill
+      its slots (many heads, ``T`` of 4-128: each row gathered once for 64 heads), otherwise with a 16-head tile (the
+      decode tile measured best on the H200); the split count by :func:`_split_count`, each split at least
+      ``max(64, block_n, 2 * block_h)`` index entries (a program gathers more than it loads of q).
+
+    Returns ``(block_h, block_n, num_warps, num_splits, utilization)``, utilization ``P / (waves * slots)``."""
+    fits = []
+    for bh, bn, nw, res in tiles:
+        occ = programs_per_sm(res, nw, lim)
+        if occ:
+            fits.append((bh, bn, nw, lim.sm_count * occ, max(64, bn, 2 * bh)))
+    if not fits:   # nothing fits by the compiled numbers: the smallest tile, and launch()'s fallback chain
+        bh, bn, nw, _ = tiles[-1]
+        return bh, bn, nw, num_splits or 1, 0.0
+
+    def result(bh, bn, nw, slots, S):
+        P = T * triton.cdiv(H, bh) * S
+        return bh, bn, nw, S, P / (triton.cdiv(P, slots) * slots)
+
+    bh, bn, nw, slots, _ = fits[0]
+    if num_splits == 1 or (num_splits is None and T * triton.cdiv(H, bh) >= TARGET_UTILIZATION * slots):
+        return result(bh, bn, nw, slots, 1)
+    wide = [f for f in fits if f[0] >= 64 and
+            T * triton.cdiv(H, f[0]) * max(1, topk // f[4]) >= TARGET_UTILIZATION * f[3]]
+    narrow = [f for f in fits if f[0] == 16] or fits[-1:]
+    bh, bn, nw, slots, min_chunk = (wide or narrow)[0]
+    return result(bh, bn, nw, slots,
+                  num_splits or _split_count(T * triton.cdiv(H, bh), slots, topk, bn, min_chunk))
