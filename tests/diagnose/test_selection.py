@@ -339,3 +339,18 @@ def test_backend_verdicts_in_table_and_frame(sm90_auto):
             assert v == "; ".join(b["reasons"])
         else:
             assert v.startswith("valid") and (b["priority"] is None) == v.endswith("(not in this GPU's priority list)")
+
+
+def test_sm100_probe_in_a_fresh_process():
+    """A B200 probe first in its process: vLLM's selector imports cutlass_mla, whose module-level SM100Workspace
+    allocates CUDA memory; the probe imports it first with that allocation on the meta device (it crashed with
+    "Found no NVIDIA driver" when the selector imported it; earlier probes in a process had hidden that)."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "sparse_mla", "diagnose", "--capability", "b200", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads(r.stdout)
+    assert rec["selected"] == "FLASHMLA_SPARSE" and rec["engine_starts"] is True, rec["headline"]

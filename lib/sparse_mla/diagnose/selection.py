@@ -166,6 +166,13 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
     from vllm.model_executor.layers.attention import mla_attention
 
     args = layer_arguments(vc)
+    if not local:
+        # Import every MLA backend the probe may meet before vLLM's selector does: a module that allocates CUDA
+        # memory when imported (cutlass_mla's SM100Workspace) is imported with that allocation on the meta device
+        # (import_backend); imported first by the selector, it raised "Found no NVIDIA driver" (SM100 probes).
+        for member in [*cuda_mla_backends(), vc.attention_config.backend]:
+            if member is not None:
+                pr.import_backend(member, probing=True)
     choice = _select(vc, args)
     sel = choice.get("config")
     heads = args["num_heads"]
