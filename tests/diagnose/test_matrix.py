@@ -1,5 +1,5 @@
 """``sparse_mla.diagnose.matrix``: the diagnosis for every GPU preset x KV-cache dtype (stock vLLM, and side by
-side with the step 3 plugin), its gaps, both walls (attention, indexer) and its CSV / PNG records."""
+side with the step 4 plugin), its gaps, both walls (attention, indexer) and its CSV / PNG records."""
 from __future__ import annotations
 
 import functools

@@ -285,13 +285,13 @@ def test_cli_out_dir_needs_matrix_and_matrix_files_are_checked_first(run_cli, tm
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["diagnose_matrix.png"]   # no CSV written alone
 
 
-# ---- step 3 hook ---------------------------------------------------------------------------------------------------
+# ---- step 4 hook ---------------------------------------------------------------------------------------------------
 
 def test_with_plugin_missing(monkeypatch):
     import sparse_mla.diagnose.request as d
 
     monkeypatch.setattr(d, "_plugin_available", lambda: False)
-    with pytest.raises(UserInputError, match="--with-plugin needs the step 3 plugin"):
+    with pytest.raises(UserInputError, match="--with-plugin needs the step 4 plugin"):
         diagnose("glm-5", "12.0", with_plugin=True)
 
 

@@ -331,10 +331,11 @@ def test_reference_forward_ignores_the_mtp_layer(ckpt_mtp):
 
 
 def test_deterministic_cli_and_overwrite(ckpt, tmp_path, only_checkpoint_cli, capsys):
+    import shutil
+
     out = tmp_path / "again"
-    out.mkdir()
-    (out / "model.safetensors").write_text("old")   # an earlier checkpoint: --overwrite may replace it
-    (out / "config.json").write_text("{}")
+    shutil.copytree(ckpt, out)                      # an earlier checkpoint (its config.json carries the mark) ...
+    (out / "model.safetensors").write_text("old")   # ... damaged since: --overwrite may replace it
     assert cli.main(["make-checkpoint", str(out)]) == 2  # non-empty, no --overwrite
     assert (out / "model.safetensors").read_text() == "old" and "not empty" in capsys.readouterr().err
     assert cli.main(["make-checkpoint", str(out), "--seed", "0", "--overwrite"]) == 0
@@ -390,6 +391,35 @@ def test_overwrite_replaces_only_a_checkpoint_elsewhere_than_here(tmp_path, monk
         with pytest.raises(UserInputError, match=match):
             ck.make_checkpoint(bad, overwrite=True)
     assert (work / "thesis.txt").read_text() == "years of work" and sub.is_dir()
+
+
+def test_overwrite_refuses_a_checkpoint_of_the_same_layout_not_made_here(tmp_path, only_checkpoint_cli, capsys):
+    """A folder with the same file names (e.g. someone's small Llama checkpoint) is not replaced: its weights do not
+    carry make_checkpoint's mark; nothing in it changes."""
+    import torch
+    from safetensors.torch import save_file
+
+    theirs = tmp_path / "llama"
+    theirs.mkdir()
+    save_file({"w": torch.randn(4, 4)}, str(theirs / "model.safetensors"), metadata={"format": "pt"})
+    (theirs / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (theirs / "tokenizer.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in theirs.iterdir()}
+    assert cli.main(["make-checkpoint", str(theirs), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "was not written by make-checkpoint" in err and len(err.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in theirs.iterdir()} == before
+    (theirs / "model.safetensors").unlink()   # only a foreign config.json and tokenizer: not ours either
+    assert cli.main(["make-checkpoint", str(theirs), "--overwrite"]) == 2
+    assert (theirs / "config.json").exists()
+    # a checkpoint of this workbook from before the mark (metadata {"format": "pt"}, our architecture) is ours
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    save_file({"w": torch.randn(4, 4)}, str(legacy / "model.safetensors"), metadata={"format": "pt"})
+    (legacy / "config.json").write_text(json.dumps(ck.preset_config("glm-5-tiny", index_topk=256)))
+    assert not json.loads((legacy / "config.json").read_text()).get("sparse_mla_make_checkpoint")
+    assert cli.main(["make-checkpoint", str(legacy), "--overwrite", "--index-topk", "256"]) == 0
+    assert json.loads((legacy / "config.json").read_text())["sparse_mla_make_checkpoint"] is True
 
 
 @pytest.mark.parametrize("kwargs, match", [({"index_topk": 2**40}, "up to 1048576"),

@@ -210,8 +210,9 @@ def test_parity_record_dir_checked_before_engines(tmp_path, fake_gpu, monkeypatc
 
 
 def test_default_record_path_for_tp():
-    assert launch.default_record_path(2) == "results/launch_tp2.json"
-    assert launch.default_record_path(8) == "results/launch_tp8.json"
+    assert launch.default_record_path(2, gpu="h200") == "results/h200/launch_h200_tp2.json"
+    assert launch.default_record_path(8, gpu="rtx-pro-6000") == "results/rtx-pro-6000/launch_rtx-pro-6000_tp8.json"
+    assert launch.default_record_path(gpu="h200") == "results/h200/launch_h200.json"
 
 
 def test_check_model_dir(tmp_path):

@@ -1,4 +1,4 @@
-"""Step 3, ``sparse_mla.vllm_plugin``: TRITON_MLA_SPARSE registered into vLLM 0.26.0 as an out-of-tree plugin.
+"""Step 4, ``sparse_mla.vllm_plugin``: TRITON_MLA_SPARSE registered into vLLM 0.26.0 as an out-of-tree plugin.
 
 What vLLM's own selector picks with the plugin, for GPUs this CPU machine does not have (through
 ``sparse_mla.diagnose``'s in-process probe: the first probe imports vLLM and its MLA backends, ~15 s, later ones take

@@ -7,10 +7,10 @@ from sparse_mla.errors import UserInputError
 from sparse_mla.workbook import chain
 
 
-def _notebook(path, *sources):
+def _notebook(path, *sources, parameters="x = 1"):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    cells = [nbformat.v4.new_code_cell("x = 1")]
+    cells = [nbformat.v4.new_code_cell(parameters)]
     cells[0].metadata["tags"] = ["parameters"]
     cells += [nbformat.v4.new_code_cell(s) for s in sources]
     nb.cells = cells
@@ -94,3 +94,20 @@ def test_executed_records_drop_progress_bars_and_kernel_warnings(project):
     text = "".join(o.get("text", "") for o in outs)
     assert "result 42" in text and "a real warning" in text
     assert "it/s" not in text and "work:" not in text and "IPKernelApp" not in text
+
+
+def test_out_dir_outside_results_is_where_notebooks_write(project, tmp_path):
+    """--out-dir outside results/: a notebook's own out_dir parameter points there too, so nothing lands in
+    results/; with the default (results/<profile>/) the notebook keeps its own default."""
+    root, nbs = project
+    (nbs / "01_a.ipynb").unlink()
+    (root / "results").mkdir()
+    _notebook(nbs / "01_writes.ipynb", "from pathlib import Path\nPath(out_dir, 'written.txt').write_text('x')",
+              parameters='out_dir = "../results"')
+    before = _tree(root / "results")
+    out = tmp_path / "elsewhere"
+    chain.run_chain("cpu", notebooks_dir=nbs, out_dir=out, progress=False)
+    assert (out / "written.txt").read_text() == "x" and (out / "01_writes.ipynb").exists()
+    assert _tree(root / "results") == before
+    chain.run_chain("cpu", notebooks_dir=nbs, progress=False)
+    assert (root / "results" / "written.txt").exists() and (root / "results" / "cpu" / "01_writes.ipynb").exists()

@@ -59,7 +59,7 @@ def add_cli(subparsers) -> None:
                         "PNG heatmap into --out-dir")
     p.add_argument("--out-dir", default=None, help="where --matrix writes its files (default ./results)")
     p.add_argument("--with-plugin", action="store_true",
-                   help="register the step 3 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting; with "
+                   help="register the step 4 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting; with "
                         "--matrix: stock and with-plugin verdicts side by side (diagnose_matrix_plugin.csv/.png)")
     p.set_defaults(func=_cli)
 

@@ -1,5 +1,5 @@
 """The diagnosis for many GPUs at once: :func:`diagnose_matrix` runs :func:`sparse_mla.diagnose.diagnose` for every
-GPU x KV-cache dtype (stock vLLM, or stock beside the step 3 plugin), and the helpers here read the resulting
+GPU x KV-cache dtype (stock vLLM, or stock beside the step 4 plugin), and the helpers here read the resulting
 ``pandas.DataFrame``: a pivoted table, the gaps (pairs without a backend), the cells the plugin changes, a heatmap
 (matplotlib ``Figure``, no pyplot state) and the CSV + PNG records written to ``results/``.
 
@@ -35,7 +35,7 @@ def _gpu_items(gpus) -> list[tuple[str, str]]:
     return items
 
 
-#: Columns of :func:`diagnose_matrix` frames: stock only, and stock beside the step 3 plugin (``with_plugin``).
+#: Columns of :func:`diagnose_matrix` frames: stock only, and stock beside the step 4 plugin (``with_plugin``).
 #: Per probe: the attention backend, how many were valid, the cache vLLM allocates, the indexer, whether the engine
 #: starts (True / False / None, see :func:`sparse_mla.diagnose.diagnose`) and the stage of the first blocker.
 _CELL: tuple[str, ...] = ("selected", "n_valid", "effective_kv_cache_dtype", "indexer", "engine_starts", "blocked_at")
@@ -56,7 +56,7 @@ def diagnose_matrix(model: str | os.PathLike = "glm-5", tp: int = 1,
         model, tp: as for :func:`diagnose`.
         kv_cache_dtypes: KV-cache dtypes (columns of the heatmap).
         gpus: ``{name: "major.minor"}`` (default :data:`GPU_PRESETS`) or an iterable of preset names / capabilities.
-        with_plugin: also probe with the step 3 plugin registered and put both verdicts side by side (every pair
+        with_plugin: also probe with the step 4 plugin registered and put both verdicts side by side (every pair
             is probed twice: stock vLLM, then with ``sparse_mla.vllm_plugin.register()``).
 
     Returns:
@@ -169,7 +169,7 @@ def _panels(df) -> list[tuple[str, str]]:
 def plot_matrix(df, title: str | None = None):
     """Heatmap of a :func:`diagnose_matrix` frame as a ``matplotlib.figure.Figure`` (no pyplot state): GPUs down,
     KV-cache dtypes across; a side-by-side frame (``with_plugin=True``) gets two panels, stock vLLM and with the
-    step 3 plugin. Each cell names the attention backend and, below it, the DSA indexer vLLM would run; its colour
+    step 4 plugin. Each cell names the attention backend and, below it, the DSA indexer vLLM would run; its colour
     shows the two walls: red = no valid attention backend, orange = a backend but the engine stops later (no indexer
     kernels, or the top-k conversion), the workbook's backend purple, others light. ``+`` marks cells whose answer
     depends on this host's software (FlashInfer's SM120 sparse MLA API); in the right panel, a thick frame marks

@@ -226,7 +226,7 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         kv_cache_dtype: ``--kv-cache-dtype``: ``auto``, ``bfloat16``, ``fp8``, ``fp8_ds_mla`` or another vLLM
             ``CacheDType``.
         tp: ``--tensor-parallel-size`` (heads per rank = heads / tp; the probe reports ``tp`` GPUs).
-        with_plugin: also call the step 3 plugin's ``register()`` (as vLLM's entry-point loader does) first.
+        with_plugin: also call the step 4 plugin's ``register()`` (as vLLM's entry-point loader does) first.
         backend: ``--attention-backend``: ``None``/``"auto"`` for vLLM's choice, a vLLM backend name, or
             ``TRITON_MLA_SPARSE`` (with ``with_plugin``); vLLM's own rejection is reported when it does not fit.
 
@@ -243,7 +243,7 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
     Raises:
         UserInputError: unknown preset / capability / KV-cache dtype / backend, unreadable or non-MLA config, a config
             vLLM cannot load, ``tp`` not dividing the heads, ``local`` without a GPU, ``with_plugin`` without the
-            step 3 plugin.
+            step 4 plugin.
     """
     req = resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend)
     with pr.quiet_logs():

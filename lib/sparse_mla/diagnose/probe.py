@@ -477,7 +477,7 @@ def stock_selection() -> Iterable[None]:
 
     base = cuda_mod.CudaPlatformBase
     # vLLM's EngineArgs loads the installed vllm.general_plugins (ours among them) once per process; inside the probe
-    # it must not: the probe calls the step 3 plugin's register() itself, and only when asked to
+    # it must not: the probe calls the step 4 plugin's register() itself, and only when asked to
     plugins_loaded = vllm_plugins.plugins_loaded
     vllm_plugins.plugins_loaded = True
     overrides = dict(registry._ATTN_OVERRIDES)

@@ -42,7 +42,7 @@ VLLM_CACHE_DTYPES: tuple[str, ...] = (
     "int8_per_token_head", "fp8_per_token_head", "nvfp4",
 )
 
-#: Name under which the step 3 plugin's backend is reported.
+#: Name under which the step 4 plugin's backend is reported.
 PLUGIN_BACKEND_NAME = "TRITON_MLA_SPARSE"
 
 _CAP_RE = re.compile(r"^(\d{1,2})\.(\d)$")
@@ -144,7 +144,7 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None) ->
             raise UserInputError(f"capability 'local': this machine has no NVIDIA GPU; accepted: "
                                  f"{accepted_capabilities().replace('; or local', '')}")
     if with_plugin and not _plugin_available():
-        raise UserInputError("--with-plugin needs the step 3 plugin (module sparse_mla.vllm_plugin), which is not "
+        raise UserInputError("--with-plugin needs the step 4 plugin (module sparse_mla.vllm_plugin), which is not "
                              "installed yet; accepted: run without --with-plugin")
     return Request(geometry=geometry, capability=cap, gpu=gpu, kv_cache_dtype=kv, tp=tp, heads_per_rank=heads,
                     dtype=_model_dtype(geometry), with_plugin=bool(with_plugin),
@@ -159,7 +159,7 @@ def check_backend(backend, with_plugin: bool) -> str | None:
     name = str(backend).strip().upper()
     if name == PLUGIN_BACKEND_NAME:
         if not with_plugin:
-            raise UserInputError(f"--backend {backend!r} is the workbook's own backend, registered by the step 3 plugin; "
+            raise UserInputError(f"--backend {backend!r} is the workbook's own backend, registered by the step 4 plugin; "
                                  f"accepted: --with-plugin --backend {PLUGIN_BACKEND_NAME}, or a vLLM backend name")
         return "CUSTOM"
     from vllm.v1.attention.backends.registry import AttentionBackendEnum

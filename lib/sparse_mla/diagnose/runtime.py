@@ -8,7 +8,7 @@
   DeepGEMM on the first forward elsewhere. Its query quantization (``fused_indexer_q_rope_quant``, a Triton kernel
   that stores ``fp8e4nv``) compiles only where Triton converts fp8 in hardware (SM89 and up): that rule is Triton's,
   applied here through :func:`sparse_mla.kernels.fp8.has_fp8_conversion` (``tests/kernels/test_fp8.py`` compiles a
-  kernel that stores fp8e4nv for sm_80/86/89/120 and checks the rule). With the step 3 plugin, its indexer hook
+  kernel that stores fp8e4nv for sm_80/86/89/120 and checks the rule). With the step 4 plugin, its indexer hook
   (:mod:`sparse_mla.vllm_plugin.indexer`) replaces those calls where DeepGEMM has no kernel; what the hook patched
   in this probe is read back, not assumed.
 * **kernel** -- every vLLM sparse MLA backend (and ours) converts the indexer's top-k positions to cache slots with

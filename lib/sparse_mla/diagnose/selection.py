@@ -62,12 +62,12 @@ def _apply_plugin() -> dict[str, Any]:
         plugin = importlib.import_module("sparse_mla.vllm_plugin")
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("sparse_mla.vllm_plugin"):
-            raise UserInputError("--with-plugin needs the step 3 plugin (module sparse_mla.vllm_plugin), which is not "
+            raise UserInputError("--with-plugin needs the step 4 plugin (module sparse_mla.vllm_plugin), which is not "
                                  "installed yet; accepted: run without --with-plugin") from None
         raise
     register = getattr(plugin, "register", None) or getattr(plugin, "install_selector_fallback", None)
     if not callable(register):
-        raise UserInputError("--with-plugin needs the step 3 plugin's register() function; sparse_mla.vllm_plugin has "
+        raise UserInputError("--with-plugin needs the step 4 plugin's register() function; sparse_mla.vllm_plugin has "
                              "none; accepted: run without --with-plugin")
     import vllm.platforms.cuda as cuda_mod
 
@@ -82,7 +82,7 @@ def _apply_plugin() -> dict[str, Any]:
 
 
 def _plugin_backend_class():
-    """The step 3 backend class if the plugin exposes one outside the enum (fallback-selector style)."""
+    """The step 4 backend class if the plugin exposes one outside the enum (fallback-selector style)."""
     from vllm.v1.attention.backend import AttentionBackend
 
     for mod_name in ("sparse_mla.vllm_plugin", "sparse_mla.vllm_plugin.backend"):

@@ -1,4 +1,4 @@
-"""Step 4, *launch GLM-5*: a GLM-5-architecture checkpoint through vLLM on the workbook's backend.
+"""Step 5, *launch GLM-5*: a GLM-5-architecture checkpoint through vLLM on the workbook's backend.
 
 * :mod:`.checkpoint` -- a tiny checkpoint with GLM-5's attention geometry, random weights and a locally built
   tokenizer (``sparse-mla make-checkpoint``, ``--mtp`` for GLM-5's MTP layer; nothing downloaded);

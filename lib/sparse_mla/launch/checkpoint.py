@@ -288,10 +288,42 @@ CHECKPOINT_FILES = frozenset({"config.json", "generation_config.json", "model.sa
                               "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
 
 
+#: The key ``make_checkpoint`` adds to ``config.json`` (transformers and vLLM keep unknown keys as attributes and
+#: ignore them): ``--overwrite`` replaces a folder only if it carries it (file names alone would let it replace
+#: someone's checkpoint of the same layout). Not in the safetensors header: its metadata map is written in no fixed
+#: order, and the files must be byte-identical for the same arguments.
+CHECKPOINT_MARK = {"sparse_mla_make_checkpoint": True}
+
+
+def _marked(out: Path) -> bool:
+    """True if ``out/config.json`` carries :data:`CHECKPOINT_MARK`, or ``out`` is a checkpoint of this workbook made
+    before the mark (2026-11-29/30): a ``config.json`` of the glm-5-tiny preset's architecture, ``hidden_size`` and
+    ``vocab_size``, and a ``model.safetensors`` whose header metadata is exactly ``{"format": "pt"}``."""
+    from safetensors import safe_open
+
+    try:
+        cfg = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(cfg, dict):
+        return False
+    if all(cfg.get(k) == v for k, v in CHECKPOINT_MARK.items()):
+        return True
+    tiny = PRESET_CONFIGS["glm-5-tiny"]
+    if any(cfg.get(k) != tiny[k] for k in ("architectures", "hidden_size", "vocab_size")):
+        return False
+    try:
+        with safe_open(str(out / "model.safetensors"), framework="np") as f:
+            return (f.metadata() or {}) == {"format": "pt"}
+    except Exception:  # noqa: BLE001  (not a safetensors file, unreadable: not ours)
+        return False
+
+
 def _check_out_dir(out: Path, overwrite: bool) -> None:
     """Refuse an output that is a file, that holds the current working directory, a non-empty directory without
     ``overwrite``, or -- even with ``overwrite`` -- a directory that is not an earlier ``make_checkpoint`` output
-    (a ``config.json`` and nothing but :data:`CHECKPOINT_FILES`)."""
+    (a ``config.json``, nothing but :data:`CHECKPOINT_FILES`, and a ``model.safetensors`` with
+    :data:`CHECKPOINT_MARK`)."""
     if out.exists() and not out.is_dir():
         raise UserInputError(f"checkpoint output {str(out)!r} exists and is not a directory; accepted: a new or "
                              f"empty directory path")
@@ -312,6 +344,11 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
         raise UserInputError(f"checkpoint directory {str(out)!r} {what}: --overwrite replaces only an earlier "
                              f"make-checkpoint output ({', '.join(sorted(CHECKPOINT_FILES))}); accepted: a new or "
                              f"empty directory, or such a checkpoint with --overwrite")
+    if not _marked(out):
+        raise UserInputError(f"checkpoint directory {str(out)!r} was not written by make-checkpoint (its "
+                             f"config.json does not carry {json.dumps(CHECKPOINT_MARK)[1:-1]}, nor is it a glm-5-tiny "
+                             f"checkpoint of an earlier version): --overwrite replaces only an earlier "
+                             f"make-checkpoint output; accepted: a new or empty directory (delete an old one yourself)")
 
 
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
@@ -348,7 +385,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it 0600; other users' servers read it
         del sd
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        (tmp / "config.json").write_text(json.dumps({**cfg, **CHECKPOINT_MARK}, indent=2, sort_keys=True) + "\n")
         gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
                "pad_token_id": cfg["pad_token_id"]}
         (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")

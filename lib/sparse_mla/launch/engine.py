@@ -1,4 +1,4 @@
-"""Step 4: GLM-5 through vLLM on a chosen attention backend, offline (``vllm.LLM``) or served (``vllm serve`` +
+"""Step 5: GLM-5 through vLLM on a chosen attention backend, offline (``vllm.LLM``) or served (``vllm serve`` +
 the ``openai`` client), with parity checks against vLLM's own sparse backends and an independent PyTorch forward.
 
 * :func:`run_offline` starts one engine, reports the backend every attention layer got, generates greedily with
@@ -399,11 +399,11 @@ def parity_baseline(specs) -> str | None:
 
 def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths=(48, 900), max_tokens: int = 32,
                throughput: dict | None = None, serve: bool = True, graph: bool = True,
-               out: str | os.PathLike = "results/launch_h200.json", log_dir: str | os.PathLike | None = None,
+               out: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
                tp: int = 1, kv_cache_dtype: str = "auto", speculative_config: dict | str | None = None) -> dict:
     """Offline runs per run spec (own processes, each with its spec's environment; CUDA graphs when ``graph``, plus
     an eager run of the baseline), the served check (eager) and the reference comparison; writes the JSON record
-    atomically to ``out`` and returns it.
+    atomically to ``out`` (default :func:`default_record_path`) and returns it.
 
     ``backends``: run specs (``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER``, :func:`normalize_backends`). Every
     engine and the server get ``kv_cache_dtype`` (e.g. ``fp8_ds_mla``: ours against ``FLASHMLA_SPARSE`` on the same
@@ -420,7 +420,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     if kv_cache_dtype not in KV_DTYPES:
         raise UserInputError(f"kv cache dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
     speculative_config = check_speculative_config(speculative_config, model)
-    out = record_file(out, model)   # before the engines, not after
+    out = record_file(out if out is not None else default_record_path(tp), model)   # before the engines, not after
     cfg = json.loads((model / "config.json").read_text())
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -480,19 +480,17 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     return rec
 
 
-def default_record_path(tp: int = 1) -> str:
-    """``results/launch_<gpu>.json`` with the local GPU's short name (``h200`` for "NVIDIA H200");
-    ``results/launch_tp<N>.json`` for a tensor-parallel run."""
-    import re
-
+def default_record_path(tp: int = 1, gpu: str | None = None) -> str:
+    """``results/<gpu>/launch_<gpu>.json`` (``_tp<N>`` added for a tensor-parallel run), ``<gpu>`` the local GPU's
+    short name (:func:`sparse_mla.bench.common.gpu_slug`: ``h200`` for "NVIDIA H200"), as the benchmarks name their
+    records; relative to the current directory."""
     import torch
 
-    if tp > 1:
-        return f"results/launch_tp{tp}.json"
+    from ..bench.common import gpu_slug
 
-    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "gpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "gpu"
-    return f"results/launch_{slug}.json"
+    if gpu is None:
+        gpu = gpu_slug(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "gpu"
+    return f"results/{gpu}/launch_{gpu}" + (f"_tp{tp}" if tp > 1 else "") + ".json"
 
 
 def add_cli(sub) -> None:
@@ -507,7 +505,7 @@ def add_cli(sub) -> None:
     p.add_argument("--serve", action="store_true", help="start `vllm serve` and query it with the openai client")
     p.add_argument("--parity", action="store_true",
                    help="the --backends run specs (CUDA graphs) + the first of ours eager, the server and the "
-                        "reference; writes results/launch_<gpu>.json, or results/launch_tp<N>.json with --tp N > 1 "
+                        "reference; writes results/<gpu>/launch_<gpu>.json (launch_<gpu>_tp<N>.json with --tp N > 1) "
                         "(--backend does not apply)")
     p.add_argument("--backends", default=",".join((OURS, *PEERS)),
                    help=f"with --parity: comma-separated run specs, BACKEND or BACKEND+{TRITON_INDEXER} "

@@ -1,4 +1,4 @@
-"""Step 3, *register*: ``TRITON_MLA_SPARSE`` in vLLM as an out-of-tree plugin, no vLLM file edited.
+"""Step 4, *register*: ``TRITON_MLA_SPARSE`` in vLLM as an out-of-tree plugin, no vLLM file edited.
 
 * :mod:`.register` -- the ``vllm.general_plugins`` entry point (``triton_mla_sparse = sparse_mla.vllm_plugin:register``);
 * :mod:`.backend` -- the attention backend (declarations, metadata builder, impl);

@@ -99,7 +99,9 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     Args:
         profile: name of a ``params/<profile>.yaml`` file.
         only: notebook stems or two-digit prefixes to run (default: all).
-        out_dir: where executed notebooks go (default ``results/<profile>/``).
+        out_dir: where executed notebooks go (default ``results/<profile>/``). Outside ``results/``, a notebook's
+            ``out_dir`` parameter (where it writes its own files: matrix CSV/PNG, checkpoint, GPU records) is set to
+            it as well, unless the profile sets it; with the default, notebooks write where their defaults say.
         notebooks_dir: the chain's folder (default ``notebooks/``).
         kernel_name: Jupyter kernel (default: the notebook's own, ``python3``).
         timeout: per-cell execution timeout in seconds.
@@ -155,8 +157,11 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         t0 = time.time()
         if progress:
             print(f"[sparse-mla run] {nb.name} (profile {profile}) ...", flush=True)
+        parameters = dict(params.get(nb.stem, {}))
+        if not overview and "out_dir" not in parameters and "out_dir" in pm.inspect_notebook(str(nb)):
+            parameters["out_dir"] = str(out_dir.resolve())   # what the notebook writes goes there too, not results/
         try:
-            pm.execute_notebook(str(nb), str(tmp), parameters=params.get(nb.stem, {}), cwd=str(notebooks_dir),
+            pm.execute_notebook(str(nb), str(tmp), parameters=parameters, cwd=str(notebooks_dir),
                                 kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout)
         except BaseException as e:
             failed = out_dir / f"{nb.stem}.failed.ipynb"
@@ -285,7 +290,7 @@ def add_cli(sub) -> None:
     p.add_argument("--profile", default=None,
                    help="parameter profile: cpu or gpu (default: gpu if a CUDA GPU is visible, else cpu)")
     p.add_argument("--only", nargs="+", metavar="NB", help="notebook stems or prefixes (e.g. 01 02)")
-    p.add_argument("--out-dir", default=None, help="where executed notebooks go (default results/<profile>/)")
+    p.add_argument("--out-dir", default=None, help="where executed notebooks go (default results/<profile>/); outside results/, also where the notebooks write their own files (their out_dir parameter)")
     p.add_argument("--timeout", type=int, default=3600, help="per-cell timeout in seconds (default 3600)")
     p.set_defaults(func=_cli)
 
