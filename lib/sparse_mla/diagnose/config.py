@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError
+from . import probe as pr
 from .request import Request
 
 
@@ -56,32 +56,6 @@ def _in_process_inspection() -> Iterable[None]:
         yield
     finally:
         reg._run_in_subprocess = saved
-
-
-@contextlib.contextmanager
-def _collect_logs(names: tuple[str, ...]) -> Iterable[list[str]]:
-    """INFO+ messages of the named vLLM loggers (the config hooks say what they change), not printed."""
-    messages: list[str] = []
-
-    class _Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
-
-    saved = []
-    for n in names:
-        lg = logging.getLogger(n)
-        h = _Collect(level=logging.INFO)
-        saved.append((lg, h, lg.level, lg.propagate))
-        lg.addHandler(h)
-        lg.setLevel(logging.INFO)
-        lg.propagate = False
-    try:
-        yield messages
-    finally:
-        for lg, h, level, prop in saved:
-            lg.removeHandler(h)
-            lg.setLevel(level)
-            lg.propagate = prop
 
 
 def vllm_error_text(e: BaseException) -> str:
@@ -148,7 +122,7 @@ def engine_config(req: Request, path: Path, backend: str | None) -> tuple[Any, d
     if not req.geometry.raw_config.get("architectures"):
         info["notes"].append(f"config.json has no architectures; vLLM resolves the architecture from model_type "
                              f"{getattr(hf, 'model_type', None)!r}")
-    with _in_process_inspection(), _collect_logs(("vllm.model_executor.models.config", "vllm.config")) as logged:
+    with _in_process_inspection(), pr.collect_logs(("vllm.model_executor.models.config", "vllm.config")) as logged:
         try:
             vc = EngineArgs(**args).create_engine_config()
         except Exception as e:  # noqa: BLE001 - vLLM's own refusal of the configuration

@@ -10,8 +10,8 @@
 * :func:`cuda_alloc_on_meta` / :func:`import_backend` -- a backend module that allocates CUDA memory at import
   (``CUTLASS_MLA``) is imported with that allocation on PyTorch's ``meta`` device;
 * :func:`stock_selection` -- backend registrations and selector wrappers set aside, so that a probe sees stock vLLM;
-* :func:`quiet_logs` / :func:`capture_selector_log` -- vLLM's log lines kept off the caller's output, the
-  selector's "Using X attention backend" line captured.
+* :func:`quiet_logs` / :func:`collect_logs` / :func:`capture_selector_log` -- vLLM's log lines kept off the
+  caller's output, the config hooks' and the selector's ("Using X attention backend") lines captured.
 
 Everything is restored after each probe; the stubs stay in ``sys.modules`` for the rest of the process.
 """
@@ -391,32 +391,43 @@ def display_name(member, cls) -> str:
 
 
 @contextlib.contextmanager
-def capture_selector_log() -> Iterable[list[str]]:
-    """Collect the messages ``vllm.platforms.cuda`` logs at INFO+ (the "Using X attention backend ..." line) without
-    printing them; clears vLLM's ``info_once`` de-duplication so repeated probes log again."""
-    from vllm import logger as vlog
-
+def collect_logs(names: tuple[str, ...]) -> Iterable[list[str]]:
+    """INFO+ messages of the named loggers, collected and not printed (nor passed on to their parents); each
+    logger's level and propagation are put back after."""
     messages: list[str] = []
 
     class _Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             messages.append(record.getMessage())
 
-    lg = logging.getLogger("vllm.platforms.cuda")
-    old = (lg.level, lg.propagate)
-    handler = _Collect(level=logging.INFO)
-    info_once = getattr(vlog, "_print_info_once", None)
-    if hasattr(info_once, "cache_clear"):
-        info_once.cache_clear()
-    lg.addHandler(handler)
-    lg.setLevel(logging.INFO)
-    lg.propagate = False
+    saved = []
+    for n in names:
+        lg = logging.getLogger(n)
+        h = _Collect(level=logging.INFO)
+        saved.append((lg, h, lg.level, lg.propagate))
+        lg.addHandler(h)
+        lg.setLevel(logging.INFO)
+        lg.propagate = False
     try:
         yield messages
     finally:
-        lg.removeHandler(handler)
-        lg.setLevel(old[0])
-        lg.propagate = old[1]
+        for lg, h, level, prop in saved:
+            lg.removeHandler(h)
+            lg.setLevel(level)
+            lg.propagate = prop
+
+
+@contextlib.contextmanager
+def capture_selector_log() -> Iterable[list[str]]:
+    """Collect the messages ``vllm.platforms.cuda`` logs at INFO+ (the "Using X attention backend ..." line) without
+    printing them; clears vLLM's ``info_once`` de-duplication so repeated probes log again."""
+    from vllm import logger as vlog
+
+    info_once = getattr(vlog, "_print_info_once", None)
+    if hasattr(info_once, "cache_clear"):
+        info_once.cache_clear()
+    with collect_logs(("vllm.platforms.cuda",)) as messages:
+        yield messages
 
 
 @contextlib.contextmanager
