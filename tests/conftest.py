@@ -28,3 +28,20 @@ def run_cli(monkeypatch, capsys):
         return rc, out, err
 
     return run
+
+
+@pytest.fixture(scope="module")
+def probes():
+    """``diagnose(model, capability, kv, tp=tp, with_plugin=True)`` records, probed on first use and kept for the
+    test module (a probe costs seconds)."""
+    from sparse_mla import diagnose as dg
+
+    cache: dict[tuple, dict] = {}
+
+    def get(capability, kv="auto", tp=1, model="glm-5"):
+        key = (model, capability, kv, tp)
+        if key not in cache:
+            cache[key] = dg.diagnose(model, capability, kv, tp=tp, with_plugin=True)
+        return cache[key]
+
+    return get

@@ -6,22 +6,23 @@ import torch
 DL, DR = 512, 64
 
 
-def make_case(T, H, topk, *, num_blocks=8, block_size=16, dtype=torch.float32, device="cpu", pad="none",
-              repeats=False, strided_q=False, generator=None):
-    """Build ``(q_nope, q_pe, kv_cache, indices, sm_scale)`` for one test.
-
-    pad: "none", "end" (a -1 tail), "middle" (holes), "all" (every index -1), "rows" (some rows all -1).
-    """
-    g = generator
-    num_slots = num_blocks * block_size
-    if strided_q:  # vLLM-like views: q_nope from a [H, T, DL] buffer transposed, q_pe sliced out of a wider q
+def random_q(T, H, g, *, dtype=torch.float32, device="cpu", strided=False):
+    """``(q_nope [T, H, DL], q_pe [T, H, DR])``; ``strided``: vLLM-like views, q_nope from a [H, T, DL] buffer
+    transposed, q_pe sliced out of a wider q."""
+    if strided:
         q_nope = torch.randn(H, T, DL, generator=g, device=device).to(dtype).transpose(0, 1)
-        q_full = torch.randn(T, H, 192 + DR, generator=g, device=device).to(dtype)
-        q_pe = q_full[..., 192:]
+        q_pe = torch.randn(T, H, 192 + DR, generator=g, device=device).to(dtype)[..., 192:]
     else:
         q_nope = torch.randn(T, H, DL, generator=g, device=device).to(dtype)
         q_pe = torch.randn(T, H, DR, generator=g, device=device).to(dtype)
-    kv_cache = torch.randn(num_blocks, block_size, DL + DR, generator=g, device=device).to(dtype)
+    return q_nope, q_pe
+
+
+def random_indices(T, topk, num_slots, g, *, pad="none", repeats=False, device="cpu"):
+    """int32 ``[T, topk]`` slots below ``num_slots`` (distinct per row unless ``repeats`` or topk > num_slots).
+
+    pad: "none", "end" (a -1 tail), "middle" (holes), "all" (every index -1), "rows" (some rows all -1), "head"
+    (the first half of every row -1: a fully masked first tile, valid entries later)."""
     if repeats:
         idx = torch.randint(0, num_slots, (T, topk), generator=g, device=device)
     else:
@@ -39,6 +40,18 @@ def make_case(T, H, topk, *, num_blocks=8, block_size=16, dtype=torch.float32, d
         idx[:] = -1
     elif pad == "rows":
         idx[::2] = -1
+    elif pad == "head":
+        idx[:, : topk // 2] = -1
+    return idx
+
+
+def make_case(T, H, topk, *, num_blocks=8, block_size=16, dtype=torch.float32, device="cpu", pad="none",
+              repeats=False, strided_q=False, generator=None):
+    """Build ``(q_nope, q_pe, kv_cache, indices, sm_scale)`` for one test (``pad`` as in :func:`random_indices`)."""
+    g = generator
+    q_nope, q_pe = random_q(T, H, g, dtype=dtype, device=device, strided=strided_q)
+    kv_cache = torch.randn(num_blocks, block_size, DL + DR, generator=g, device=device).to(dtype)
+    idx = random_indices(T, topk, num_blocks * block_size, g, pad=pad, repeats=repeats, device=device)
     sm_scale = (192 + DR) ** -0.5
     return q_nope, q_pe, kv_cache, idx, sm_scale
 

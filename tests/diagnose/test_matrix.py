@@ -17,19 +17,6 @@ from sparse_mla.errors import UserInputError
 OURS = "TRITON_MLA_SPARSE"
 
 
-@pytest.fixture(scope="module")
-def probes():
-    cache: dict[tuple, dict] = {}
-
-    def get(capability, kv="auto", tp=1, model="glm-5"):
-        key = (model, capability, kv, tp)
-        if key not in cache:
-            cache[key] = dg.diagnose(model, capability, kv, tp=tp, with_plugin=True)
-        return cache[key]
-
-    return get
-
-
 def test_matrix_writes_csv_and_png(tmp_path):
     import pandas as pd
 

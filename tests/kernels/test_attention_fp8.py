@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from kernel_cases import rel_err
+from kernel_cases import random_indices, random_q, rel_err
 from sparse_mla import sparse_mla_attention
 from sparse_mla.errors import UserInputError
 from sparse_mla.kernels import choose_config, fp8_hardware_path
@@ -38,28 +38,8 @@ def random_fp8_cache(num_blocks, block_size, g):
 def fp8_case(T, H, topk, *, num_blocks=6, block_size=16, dtype=torch.float32, pad="none", seed=0, strided_q=False):
     g = torch.Generator().manual_seed(seed)
     cache = random_fp8_cache(num_blocks, block_size, g)
-    if strided_q:   # vLLM-like views: q_nope transposed out of [H, T, 512], q_pe sliced out of a wider q
-        q_nope = torch.randn(H, T, 512, generator=g).to(dtype).transpose(0, 1)
-        q_pe = torch.randn(T, H, 192 + 64, generator=g).to(dtype)[..., 192:]
-    else:
-        q_nope = torch.randn(T, H, 512, generator=g).to(dtype)
-        q_pe = torch.randn(T, H, 64, generator=g).to(dtype)
-    slots = num_blocks * block_size
-    idx = torch.stack([torch.randperm(slots, generator=g)[:topk] for _ in range(T)]).to(torch.int32) \
-        if topk <= slots else torch.randint(0, slots, (T, topk), generator=g, dtype=torch.int32)
-    if pad == "end":
-        keep = torch.randint(1, topk + 1, (T,), generator=g)
-        idx[torch.arange(topk)[None, :] >= keep[:, None]] = -1
-    elif pad == "middle":
-        holes = torch.rand(T, topk, generator=g) < 0.4
-        holes[:, 0] = False
-        idx[holes] = -1
-    elif pad == "all":
-        idx[:] = -1
-    elif pad == "rows":
-        idx[::2] = -1
-    elif pad == "head":              # a fully masked first tile, valid entries later
-        idx[:, : topk // 2] = -1
+    q_nope, q_pe = random_q(T, H, g, dtype=dtype, strided=strided_q)
+    idx = random_indices(T, topk, num_blocks * block_size, g, pad=pad)
     return q_nope, q_pe, cache, idx, (192 + 64) ** -0.5
 
 

@@ -57,3 +57,44 @@ def make_impl(H, topk_indices_buffer, kv_cache_dtype="auto"):
         kv_sharing_target_layer_name=None, q_lora_rank=2048, kv_lora_rank=DL, qk_nope_head_dim=192,
         qk_rope_head_dim=DR, qk_head_dim=192 + DR, v_head_dim=256, kv_b_proj=None, indexer=None,
         topk_indices_buffer=topk_indices_buffer)
+
+
+#: The arguments of ``AttentionBackend.validate_configuration`` for GLM-5's sparse MLA layer (dtype, KV dtype and
+#: capability are the test's).
+GOOD = dict(head_size=576, kv_cache_dtype="auto", block_size=64, use_mla=True, has_sink=False, use_sparse=True,
+            use_mm_prefix=False, use_per_head_quant_scales=False, attn_type="decoder")
+
+
+def generic_backend():
+    """A trivial ``AttentionBackend`` declaring what TRITON_MLA_SPARSE declares (dtypes, KV-cache dtypes, block size,
+    head size, MLA, sparse, capability >= 8.0); its ``validate_configuration`` is vLLM's base-class logic, untouched,
+    so its reasons are vLLM's current wording."""
+    from vllm.v1.attention.backend import AttentionBackend
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    class Generic(AttentionBackend):
+        supported_dtypes = [torch.float16, torch.bfloat16]
+        supported_kv_cache_dtypes = list(TritonMLASparseBackend.supported_kv_cache_dtypes)
+
+        @staticmethod
+        def get_supported_kernel_block_sizes():
+            return [64]
+
+        @classmethod
+        def get_supported_head_sizes(cls):
+            return [576]
+
+        @classmethod
+        def is_mla(cls):
+            return True
+
+        @classmethod
+        def is_sparse(cls):
+            return True
+
+        @classmethod
+        def supports_compute_capability(cls, capability):
+            return capability.major >= 8
+
+    return Generic

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend_cases import make_impl, mixed_batch
+from backend_cases import GOOD, generic_backend, make_impl, mixed_batch
 from kernel_cases import rel_err
 from sparse_mla.kernels.reference import req_local_to_global_slots_ref, sparse_mla_attention_ref
 
@@ -92,43 +92,6 @@ def test_forward_mqa_fp8_ds_mla_cache(H):
 
 # ---- declarations for the fp8 cache and vLLM's own rules ----------------------------------------------------------
 
-GOOD = dict(head_size=576, block_size=64, use_mla=True, has_sink=False, use_sparse=True, use_mm_prefix=False,
-            use_per_head_quant_scales=False, attn_type="decoder")
-
-
-def _generic_fp8_backend():
-    """A trivial backend declaring our cache dtypes, for vLLM's base-class wording of the rejection."""
-    from vllm.v1.attention.backend import AttentionBackend
-
-    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
-
-    class Generic(AttentionBackend):
-        supported_dtypes = [torch.float16, torch.bfloat16]
-        supported_kv_cache_dtypes = list(TritonMLASparseBackend.supported_kv_cache_dtypes)
-
-        @staticmethod
-        def get_supported_kernel_block_sizes():
-            return [64]
-
-        @classmethod
-        def get_supported_head_sizes(cls):
-            return [576]
-
-        @classmethod
-        def is_mla(cls):
-            return True
-
-        @classmethod
-        def is_sparse(cls):
-            return True
-
-        @classmethod
-        def supports_compute_capability(cls, capability):
-            return capability.major >= 8
-
-    return Generic
-
-
 @pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3", "fp8_ds_mla", "auto", "bfloat16", "fp8_e5m2", "fp8_inc",
                                 "nvfp4"])
 @pytest.mark.parametrize("cap", [(8, 0), (8, 6), (8, 9), (9, 0), (12, 0)])
@@ -139,7 +102,7 @@ def test_validate_configuration_fp8(kv, cap):
 
     args = {**GOOD, "kv_cache_dtype": kv, "dtype": torch.bfloat16, "device_capability": DeviceCapability(*cap)}
     ours = TritonMLASparseBackend.validate_configuration(**args)
-    assert ours == _generic_fp8_backend().validate_configuration(**args)     # vLLM's wording
+    assert ours == generic_backend().validate_configuration(**args)     # vLLM's wording
     assert ours == ([] if kv in ("fp8", "fp8_e4m3", "fp8_ds_mla", "auto", "bfloat16")
                     else ["kv_cache_dtype not supported"])
 
@@ -164,13 +127,13 @@ def test_fp8_needs_the_fp8_ds_mla_dims():
 
     args = {**GOOD, "dtype": torch.bfloat16, "device_capability": DeviceCapability(8, 9)}
     with set_current_vllm_config(cfg(kv_lora_rank=512, qk_rope_head_dim=64)):
-        assert TritonMLASparseBackend.validate_configuration(**args, kv_cache_dtype="fp8") == []
+        assert TritonMLASparseBackend.validate_configuration(**{**args, "kv_cache_dtype": "fp8"}) == []
     with set_current_vllm_config(cfg(kv_lora_rank=448, qk_rope_head_dim=128)):
         for kv in ("fp8", "fp8_ds_mla"):
-            assert TritonMLASparseBackend.validate_configuration(**args, kv_cache_dtype=kv) == [
+            assert TritonMLASparseBackend.validate_configuration(**{**args, "kv_cache_dtype": kv}) == [
                 f"{BACKEND_NAME} stores an fp8 KV cache as fp8_ds_mla, which needs kv_lora_rank 512 and "
                 f"qk_rope_head_dim 64; got 448 and 128"]
-        assert TritonMLASparseBackend.validate_configuration(**args, kv_cache_dtype="auto") == []
+        assert TritonMLASparseBackend.validate_configuration(**{**args, "kv_cache_dtype": "auto"}) == []
 
 
 def test_kv_cache_shape_follows_vllms_page_size():

@@ -13,26 +13,11 @@ import json
 
 import pytest
 
+from backend_cases import GOOD, generic_backend
 from sparse_mla import diagnose as dg
 from sparse_mla.models import PRESET_CONFIGS
 
 OURS = "TRITON_MLA_SPARSE"
-
-
-# ---- module-scoped probes (with the plugin) -------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def probes():
-    """``diagnose(..., with_plugin=True)`` records, probed on first use and kept for the module."""
-    cache: dict[tuple, dict] = {}
-
-    def get(capability, kv="auto", tp=1, model="glm-5"):
-        key = (model, capability, kv, tp)
-        if key not in cache:
-            cache[key] = dg.diagnose(model, capability, kv, tp=tp, with_plugin=True)
-        return cache[key]
-
-    return get
 
 
 @pytest.fixture(scope="module")
@@ -285,43 +270,6 @@ def test_cli_with_plugin_json(run_cli):
 
 # ---- our reasons are vLLM's generic reasons ----------------------------------------------------------------------
 
-GOOD = dict(head_size=576, kv_cache_dtype="auto", block_size=64, use_mla=True, has_sink=False, use_sparse=True,
-            use_mm_prefix=False, use_per_head_quant_scales=False, attn_type="decoder")
-
-
-def _generic_backend():
-    """A trivial ``AttentionBackend`` declaring what TRITON_MLA_SPARSE declares; its ``validate_configuration`` is
-    vLLM's base-class logic, untouched, so its reasons are vLLM's current wording."""
-    import torch
-    from vllm.v1.attention.backend import AttentionBackend
-
-    class Generic(AttentionBackend):
-        supported_dtypes = [torch.float16, torch.bfloat16]
-        supported_kv_cache_dtypes = ["auto", "float16", "bfloat16"]
-
-        @staticmethod
-        def get_supported_kernel_block_sizes():
-            return [64]
-
-        @classmethod
-        def get_supported_head_sizes(cls):
-            return [576]
-
-        @classmethod
-        def is_mla(cls):
-            return True
-
-        @classmethod
-        def is_sparse(cls):
-            return True
-
-        @classmethod
-        def supports_compute_capability(cls, capability):
-            return capability.major >= 8
-
-    return Generic
-
-
 @pytest.mark.parametrize("change, expected", [
     ({"head_size": 512}, "head_size not supported"),
     ({"kv_cache_dtype": "fp8_e5m2"}, "kv_cache_dtype not supported"),
@@ -346,7 +294,7 @@ def test_rejection_reasons_are_vllm_generic(change, expected):
         else:
             args[k] = v
     ours = TritonMLASparseBackend.validate_configuration(**args)
-    generic = _generic_backend().validate_configuration(**args)
+    generic = generic_backend().validate_configuration(**args)
     assert generic == [expected]           # the analogous trivial subclass: vLLM's wording, one reason
     assert ours == generic
 

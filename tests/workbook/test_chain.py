@@ -2,26 +2,17 @@
 import nbformat
 import pytest
 
+from notebook_cases import write_notebook
 from sparse_mla import cli
 from sparse_mla.errors import UserInputError
 from sparse_mla.workbook import chain
-
-
-def _notebook(path, *sources, parameters="x = 1"):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    cells = [nbformat.v4.new_code_cell(parameters)]
-    cells[0].metadata["tags"] = ["parameters"]
-    cells += [nbformat.v4.new_code_cell(s) for s in sources]
-    nb.cells = cells
-    nbformat.write(nb, str(path))
 
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    _notebook(nbs / "01_a.ipynb", "from sparse_mla.workbook import summary\nsummary.report('a', {'x': x})")
+    write_notebook(nbs / "01_a.ipynb", "from sparse_mla.workbook import summary\nsummary.report('a', {'x': x})")
     (tmp_path / "params").mkdir()
     for name in ("cpu", "gpu"):
         (tmp_path / "params" / f"{name}.yaml").write_text("{}")
@@ -71,7 +62,7 @@ def test_the_profile_folder_itself_is_fine(project):
 
 def test_cell_timeout_is_one_line(project, capsys, monkeypatch):
     root, nbs = project
-    _notebook(nbs / "02_slow.ipynb", "import time\ntime.sleep(30)")
+    write_notebook(nbs / "02_slow.ipynb", "import time\ntime.sleep(30)")
     real = chain.run_chain
     monkeypatch.setattr(chain, "run_chain", lambda *a, **k: real(*a, **{**k, "notebooks_dir": nbs, "progress": False}))
     assert cli.main(["run", "--profile", "cpu", "--timeout", "2"]) == 1
@@ -84,7 +75,7 @@ def test_cell_timeout_is_one_line(project, capsys, monkeypatch):
 
 def test_executed_records_drop_progress_bars_and_kernel_warnings(project):
     root, nbs = project
-    _notebook(nbs / "02_noise.ipynb",
+    write_notebook(nbs / "02_noise.ipynb",
               "import sys\nfrom tqdm import tqdm\nfor _ in tqdm(range(3), desc='work'):\n    pass\n"
               "print('[IPKernelApp] WARNING | Kernel is running over TCP without encryption.', file=sys.stderr)\n"
               "print('a real warning', file=sys.stderr)\nprint('result 42')")
@@ -102,7 +93,7 @@ def test_out_dir_outside_results_is_where_notebooks_write(project, tmp_path):
     root, nbs = project
     (nbs / "01_a.ipynb").unlink()
     (root / "results").mkdir()
-    _notebook(nbs / "01_writes.ipynb", "from pathlib import Path\nPath(out_dir, 'written.txt').write_text('x')",
+    write_notebook(nbs / "01_writes.ipynb", "from pathlib import Path\nPath(out_dir, 'written.txt').write_text('x')",
               parameters='out_dir = "../results"')
     before = _tree(root / "results")
     out = tmp_path / "elsewhere"

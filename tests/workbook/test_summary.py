@@ -6,18 +6,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from sparse_mla.workbook import chain, summary
+from notebook_cases import write_notebook
 from sparse_mla.errors import UserInputError
-
-
-def _notebook(path, *sources, parameters="x = 1"):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    cells = [nbformat.v4.new_code_cell(parameters)]
-    cells[0].metadata["tags"] = ["parameters"]
-    cells += [nbformat.v4.new_code_cell(s) for s in sources]
-    nb.cells = cells
-    nbformat.write(nb, str(path))
+from sparse_mla.workbook import chain, summary
 
 
 def test_report_cleans_values_and_rejects_bad_ones(monkeypatch):
@@ -54,9 +45,9 @@ def test_report_cleans_values_and_rejects_bad_ones(monkeypatch):
 def test_chain_collects_reports_and_keeps_them_after_a_failure(tmp_path, monkeypatch):
     nbs, out = tmp_path / "notebooks", tmp_path / "results"
     nbs.mkdir()
-    _notebook(nbs / "01_first.ipynb", "from sparse_mla.workbook import summary\nimport random\n"
+    write_notebook(nbs / "01_first.ipynb", "from sparse_mla.workbook import summary\nimport random\n"
                                       "v = random.random()\nsummary.report('first', {'x': x, 'v': v})")
-    _notebook(nbs / "02_second.ipynb", "raise RuntimeError('second failed on purpose')")
+    write_notebook(nbs / "02_second.ipynb", "raise RuntimeError('second failed on purpose')")
     monkeypatch.setattr(chain, "load_profile", lambda p: {"01_first": {"x": 7}})
     with pytest.raises(Exception, match="second failed on purpose"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=out, progress=False)
@@ -85,7 +76,7 @@ def test_cli_run_failure_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
 
     nbs = tmp_path / "nbs"
     nbs.mkdir()
-    _notebook(nbs / "01_boom.ipynb", "1 / 0")
+    write_notebook(nbs / "01_boom.ipynb", "1 / 0")
     monkeypatch.setattr(chain, "load_profile", lambda p: {})
     real = chain.run_chain
     monkeypatch.setattr(chain, "run_chain", lambda *a, **k: real(*a, **{**k, "notebooks_dir": nbs, "progress": False}))
@@ -96,8 +87,8 @@ def test_cli_run_failure_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
 
 
 def test_collect_skips_notebooks_without_report_and_failed_ones(tmp_path):
-    _notebook(tmp_path / "01_plain.ipynb", "1 + 1")
-    _notebook(tmp_path / "02_x.failed.ipynb", "1")
+    write_notebook(tmp_path / "01_plain.ipynb", "1 + 1")
+    write_notebook(tmp_path / "02_x.failed.ipynb", "1")
     (tmp_path / "notes.txt").write_text("not a notebook")
     assert summary.collect(tmp_path) == []
     paths = summary.write_summary(tmp_path)
@@ -125,7 +116,7 @@ def test_run_refuses_out_dir_equal_to_notebooks_and_bad_timeout(tmp_path, monkey
     monkeypatch.setattr(chain, "load_profile", lambda p: {})
     nbs = tmp_path / "nbs"
     nbs.mkdir()
-    _notebook(nbs / "01_a.ipynb", "1")
+    write_notebook(nbs / "01_a.ipynb", "1")
     before = (nbs / "01_a.ipynb").read_text()
     with pytest.raises(UserInputError, match="notebooks' own folder"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=nbs, progress=False)
@@ -140,7 +131,7 @@ def test_default_out_dir_is_per_profile(tmp_path, monkeypatch):
     """A CPU run must not replace the executed notebooks of a GPU run: each profile has its own folder."""
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    _notebook(nbs / "01_a.ipynb", "from sparse_mla.workbook import summary\nsummary.report('a', {'x': x})")
+    write_notebook(nbs / "01_a.ipynb", "from sparse_mla.workbook import summary\nsummary.report('a', {'x': x})")
     gpu_record = tmp_path / "results" / "gpu" / "01_a.ipynb"
     gpu_record.parent.mkdir(parents=True)
     gpu_record.write_text("the GPU run's record")
@@ -159,7 +150,7 @@ def test_overview_puts_every_profile_folder_side_by_side(tmp_path, monkeypatch):
 
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    _notebook(nbs / "01_a.ipynb", "from sparse_mla.workbook import summary\nsummary.report('a', {'x': x})")
+    write_notebook(nbs / "01_a.ipynb", "from sparse_mla.workbook import summary\nsummary.report('a', {'x': x})")
     monkeypatch.setattr(chain, "project_root", lambda: tmp_path)
     xs = {"cpu": random.randint(0, 10**6), "other": random.randint(0, 10**6)}
     monkeypatch.setattr(chain, "load_profile", lambda p: {"01_a": {"x": xs[p]}})
@@ -191,7 +182,7 @@ def test_notebooks_of_an_earlier_chain_are_left_but_not_summarised(tmp_path, mon
     nbs, out = tmp_path / "notebooks", tmp_path / "results" / "cpu"
     nbs.mkdir()
     out.mkdir(parents=True)
-    _notebook(nbs / "01_new.ipynb", "from sparse_mla.workbook import summary\nsummary.report('new', {'x': x})")
+    write_notebook(nbs / "01_new.ipynb", "from sparse_mla.workbook import summary\nsummary.report('new', {'x': x})")
     _executed(out / "01_old.ipynb")   # as an earlier run left it, with a report
     old = (out / "01_old.ipynb").read_text()
     x = random.randint(0, 10**6)
@@ -267,7 +258,7 @@ def test_special_files_are_skipped_and_empty_paths_refused(tmp_path):
 def test_run_refuses_results_root_and_another_profiles_folder(tmp_path, monkeypatch):
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    _notebook(nbs / "01_a.ipynb", "1")
+    write_notebook(nbs / "01_a.ipynb", "1")
     (tmp_path / "params").mkdir()
     for name in ("cpu", "gpu"):
         (tmp_path / "params" / f"{name}.yaml").write_text("{}")
@@ -309,8 +300,8 @@ def test_profile_files_with_odd_content(tmp_path, monkeypatch):
 def test_overview_failure_warns_and_the_chain_goes_on(tmp_path, monkeypatch, capsys):
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
-    _notebook(nbs / "01_a.ipynb", "from sparse_mla.workbook import summary\nsummary.report('a', {'x': 1})")
-    _notebook(nbs / "02_b.ipynb", "from sparse_mla.workbook import summary\nsummary.report('b', {'y': 2})")
+    write_notebook(nbs / "01_a.ipynb", "from sparse_mla.workbook import summary\nsummary.report('a', {'x': 1})")
+    write_notebook(nbs / "02_b.ipynb", "from sparse_mla.workbook import summary\nsummary.report('b', {'y': 2})")
     monkeypatch.setattr(chain, "project_root", lambda: tmp_path)
     monkeypatch.setattr(chain, "load_profile", lambda p: {})
     (tmp_path / "results" / "summary.md").mkdir(parents=True)   # a folder where the overview's file goes
