@@ -166,34 +166,32 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
     from vllm.model_executor.layers.attention import mla_attention
 
     args = layer_arguments(vc)
-    if not local:
-        # Import every MLA backend the probe may meet before vLLM's selector does: a module that allocates CUDA
-        # memory when imported (cutlass_mla's SM100Workspace) is imported with that allocation on the meta device
-        # (import_backend); imported first by the selector, it raised "Found no NVIDIA driver" (SM100 probes).
-        for member in [*cuda_mla_backends(), vc.attention_config.backend]:
-            if member is not None:
-                pr.import_backend(member, probing=True)
-    choice = _select(vc, args)
-    sel = choice.get("config")
-    heads = args["num_heads"]
-    kv = args["kv_cache_dtype"]
     forced = vc.attention_config.backend
-    priorities = list(cuda_mod._get_backend_priorities(args["use_mla"], cap, heads, kv, False))
 
     # The MLA backends vLLM's CUDA platform knows (on this GPU's priority list or another GPU's), plus a backend the
     # configuration forces and the plugin's registration (CUSTOM). A member whose module cannot be imported here is
-    # kept with its import error as the reason.
+    # kept with its import error as the reason. They are imported before vLLM's selector runs: a module that
+    # allocates CUDA memory when imported (cutlass_mla's SM100Workspace) is then imported by import_backend with that
+    # allocation on the meta device; imported first by the selector, it raised "Found no NVIDIA driver" (SM100).
     from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES
 
     members = cuda_mla_backends()
     for m in [forced, *_ATTN_OVERRIDES]:
         if m is not None and m not in members:
             members.append(m)
+    imported = {m: pr.import_backend(m, probing=not local) for m in members}
+
+    choice = _select(vc, args)
+    sel = choice.get("config")
+    heads = args["num_heads"]
+    kv = args["kv_cache_dtype"]
+    priorities = list(cuda_mod._get_backend_priorities(args["use_mla"], cap, heads, kv, False))
+
     candidates: list[tuple[Any, Any, str | None]] = []
     import_errors: dict[str, str] = {}
     skipped: dict[str, str] = {}
     for member in members:
-        cls, err = pr.import_backend(member, probing=not local)
+        cls, err = imported[member]
         if cls is not None:
             try:
                 if not cls.is_mla():

@@ -128,6 +128,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
             raise UserInputError("profile 'gpu' needs a CUDA GPU and this machine has none; accepted: --profile cpu "
                                  "(the default here)")
     chain = discover(notebooks_dir)
+    names = {nb.name for nb in chain}   # the whole chain, also under --only
     stray = sorted(set(params) - {nb.stem for nb in chain})
     if stray:
         raise UserInputError(f"profile {profile!r} has parameters for {', '.join(map(repr, stray))}, which is no "
@@ -144,7 +145,6 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
         raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
     out_dir, overview = _output_dir(out_dir, profile, chain, notebooks_dir, root)
-    names = {nb.name for nb in discover(notebooks_dir)}   # the whole chain, also under --only
     stale = [p.name for p in summary.executed_notebooks(out_dir) if p.name not in names] if out_dir.is_dir() else []
     if progress and stale:
         print(f"[sparse-mla run] note: {', '.join(stale)} in {_shown(out_dir, root)} match no notebook of "
