@@ -56,16 +56,7 @@ def sparse_mla_attention_ref(
         ``(out [T, H, kv_lora_rank] in q_nope.dtype, lse [T, H] float32, natural log)``.
     """
     T, H, dl = q_nope.shape
-    if kv_cache_dtype not in ("auto", "fp8_ds_mla"):
-        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: 'auto' or 'fp8_ds_mla'")
-    idx = indices.long()
-    valid = idx >= 0
-    safe = torch.where(valid, idx, torch.zeros_like(idx))
-    rows = kv_cache.reshape(-1, kv_cache.shape[-1])[safe]       # gather first: [T, topk, row]
-    if kv_cache_dtype == "fp8_ds_mla":
-        gathered = fp8_ds_mla_decode_ref(rows, compute_dtype)
-    else:
-        gathered = rows.to(compute_dtype)                          # [T, topk, dl + dr]
+    gathered, valid = gather_rows_ref(kv_cache, indices, kv_cache_dtype, compute_dtype)
     k = gathered
     v = gathered[..., :dl]
     q = torch.cat([q_nope.to(compute_dtype), q_pe.to(compute_dtype)], dim=-1)  # [T, H, dl + dr]
@@ -75,6 +66,21 @@ def sparse_mla_attention_ref(
     probs = torch.exp(scores - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
     out = torch.einsum("thk,tkd->thd", probs, v)
     return out.to(q_nope.dtype), lse.to(torch.float32)
+
+
+def gather_rows_ref(kv_cache: torch.Tensor, indices: torch.Tensor, kv_cache_dtype: str = "auto",
+                    dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cache rows each token selected, ``[T, topk, 576]`` in ``dtype`` (fp8_ds_mla rows decoded by
+    :func:`fp8_ds_mla_decode_ref`; row 0 where the index is -1), and ``valid [T, topk]`` (index >= 0)."""
+    if kv_cache_dtype not in ("auto", "fp8_ds_mla"):
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: 'auto' or 'fp8_ds_mla'")
+    idx = indices.long()
+    valid = idx >= 0
+    safe = torch.where(valid, idx, torch.zeros_like(idx))
+    rows = kv_cache.reshape(-1, kv_cache.shape[-1])[safe]       # gather first: [T, topk, row]
+    if kv_cache_dtype == "fp8_ds_mla":
+        return fp8_ds_mla_decode_ref(rows, dtype), valid
+    return rows.to(dtype), valid
 
 
 FP8_DS_MLA_BYTES = 656   # 512 e4m3 + 16 (4 fp32 scales) + 128 (64 bf16 rope)
