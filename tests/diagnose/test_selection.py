@@ -71,6 +71,42 @@ def test_sm89_has_no_backend(sm89_auto):
     _no_machine_reasons(rec)
 
 
+# ---- verdicts read off vLLM 0.26.0's source, not computed by the probe's code ---------------------------------
+# vllm/platforms/cuda.py _get_backend_priorities (use_mla): major 10 lists FLASHINFER_MLA, TOKENSPEED_MLA,
+# CUTLASS_MLA, FLASH_ATTN_MLA, FLASHMLA, TRITON_MLA, then the sparse pair -- FLASHINFER_MLA_SPARSE first when
+# num_heads <= 16 (bf16 cache), FLASHMLA_SPARSE first otherwise; majors other than 10 and 12 list FLASH_ATTN_MLA,
+# FLASHMLA, FLASHINFER_MLA, TRITON_MLA, FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE. FlashAttnMLASparseBackend
+# .supports_compute_capability is major == 9, FlashMLASparseBackend's major in (9, 10); TritonMLABackend has no
+# sparse support. GLM-5 has 64 heads (8 per rank at tp 8).
+
+SM80_ORDER = ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"]
+SM100_DENSE = ["FLASHINFER_MLA", "TOKENSPEED_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA"]
+
+
+def _priorities(rec):
+    return [n for n, b in sorted(rec["backends"].items(), key=lambda kv: kv[1]["priority"] if kv[1]["priority"]
+                                 is not None else 99) if b["priority"] is not None]
+
+
+def test_sm80_verdict_from_vllm_source():
+    rec = diagnose("glm-5", "8.0", "bfloat16")
+    assert _priorities(rec) == SM80_ORDER
+    assert rec["selected"] is None and rec["valid"] == []
+    assert "compute capability not supported" in rec["backends"]["FLASH_ATTN_MLA_SPARSE"]["reasons"]
+    assert rec["backends"]["FLASHMLA_SPARSE"]["reasons"] == ["compute capability not supported"]
+    assert rec["backends"]["TRITON_MLA"]["reasons"] == ["sparse not supported"]
+
+
+@pytest.mark.parametrize("tp, sparse_order", [(1, ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]),
+                                              (8, ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"])])
+def test_sm100_bf16_order_and_choice_from_vllm_source(tp, sparse_order):
+    rec = diagnose("glm-5", "10.0", "bfloat16", tp=tp)
+    assert _priorities(rec) == SM100_DENSE + sparse_order
+    # the dense six refuse sparse; both sparse backends take GLM-5 on major 10 (FlashInfer's sparse kernel accepts
+    # qk_nope_head_dim 128 and 192, flashinfer_mla_sparse.py supports_combination), so the first listed is chosen
+    assert rec["selected"] == sparse_order[0]
+
+
 # ---- the reasons are vLLM's ------------------------------------------------------------------------------------
 
 def test_reasons_equal_vllm_validate_configuration(sm120_bf16):
@@ -302,8 +338,7 @@ def test_with_plugin_reports_triton_mla_sparse_and_is_undone(sm120_bf16):
     rec = diagnose("glm-5", "12.0", "bfloat16", with_plugin=True)
     assert "TRITON_MLA_SPARSE" in rec["backends"]
     assert rec["plugin"]["called"].startswith("sparse_mla.vllm_plugin.")
-    if rec["selected"] is not None:
-        assert rec["selected"] == "TRITON_MLA_SPARSE"
+    assert rec["selected"] == "TRITON_MLA_SPARSE"    # stock has no valid backend here: the plugin's is the one
     stock = diagnose("glm-5", "12.0", "bfloat16")
     assert stock["selected"] is None and "TRITON_MLA_SPARSE" not in stock["backends"]
     assert stock["backends"] == sm120_bf16["backends"]
