@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel_cases import DL, DR, make_case, rel_err
+from kernel_cases import DL, DR, make_case
 from sparse_mla import sparse_mla_attention
 from sparse_mla.errors import UserInputError
 from sparse_mla.kernels import sparse_mla_attention_simple
