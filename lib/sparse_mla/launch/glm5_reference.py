@@ -69,16 +69,18 @@ DEFAULT_BLOCK_SIZE = 64
 
 def gather_sparse_mla_attention(q_nope_absorbed: torch.Tensor, q_pe: torch.Tensor, kv_cache: torch.Tensor,
                                 indices: torch.Tensor, sm_scale: float, *, chunk: int = 128,
-                                compute_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+                                compute_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Default ``attention_fn``: sparse MLA over a paged latent cache by plain gather + softmax.
 
     ``q_nope_absorbed [T, H, Dc]``, ``q_pe [T, H, Dr]``, ``kv_cache [num_blocks, block_size, Dc + Dr]`` (``[..., :Dc]``
     is both the key's nope part and the value), ``indices [T, topk]`` int32 global slots (negative = none; duplicates
     count once per listing; a slot ``>= num_blocks * block_size`` raises :class:`UserInputError`), ``sm_scale`` float. Returns ``out [T, H, Dc]`` (dtype of ``q_nope_absorbed``) and
     ``lse [T, H]`` float32 = natural-log ``logsumexp`` of the scaled scores (``-inf``, ``out = 0`` for rows with no
-    valid index). Computed in ``compute_dtype`` (float32; pass float64 for a tighter reference), ``chunk`` query rows
-    at a time.
+    valid index). Computed in ``compute_dtype`` (default: float32, or float64 for float64 queries), ``chunk`` query
+    rows at a time.
     """
+    if compute_dtype is None:
+        compute_dtype = torch.promote_types(q_nope_absorbed.dtype, torch.float32)
     T, Hn, Dc = q_nope_absorbed.shape
     Dr = q_pe.shape[-1]
     kv = kv_cache.reshape(-1, Dc + Dr).to(compute_dtype)
@@ -286,13 +288,22 @@ class Glm5Reference:
         return (c.get("n_routed_experts") is not None and layer >= int(c.get("first_k_dense_replace", 0))
                 and layer % int(c.get("moe_layer_freq", 1)) == 0)
 
+    @property
+    def _acc(self) -> torch.dtype:
+        """Where vLLM computes in float32 (norms, router, indexer scores): float32, or float64 in a float64 run."""
+        return torch.promote_types(self.dtype, torch.float32)
+
     def _rms(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        x32 = x.float()
+        x32 = x.to(self._acc)
         y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * self.w[name].float()).to(x.dtype)
+        return (y * self.w[name].to(self._acc)).to(x.dtype)
 
     def _lin(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return x @ self.w[name].t()
+
+    def _contract(self, equation: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``einsum(equation, a, b)`` contracting ``a``'s last dimension (the absorbed ``W_UK`` / ``W_UV`` products)."""
+        return torch.einsum(equation, a, b)
 
     def _mlp(self, x: torch.Tensor, prefix: str) -> torch.Tensor:
         return self._lin(F.silu(self._lin(x, prefix + "gate_proj.weight")) * self._lin(x, prefix + "up_proj.weight"),
@@ -311,7 +322,7 @@ class Glm5Reference:
         q = torch.cat([apply_rope(q[..., :r], cos, sin, self.indexer_interleaved), q[..., r:]], dim=-1)
         k = torch.cat([apply_rope(k[..., :r], cos, sin, self.indexer_interleaved), k[..., r:]], dim=-1)
         weights = self._lin(x, p + "weights_proj.weight") * (Di ** -0.5) * (Hi ** -0.5)
-        return indexer_topk(q.float(), k.float(), weights.float(), self.index_topk)
+        return indexer_topk(q.to(self._acc), k.to(self._acc), weights.to(self._acc), self.index_topk)
 
     def attention(self, layer: int, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   block_table: torch.Tensor, num_blocks: int, prev_topk: torch.Tensor | None) -> tuple[torch.Tensor,
@@ -341,11 +352,11 @@ class Glm5Reference:
 
         w_kv = self.w[a + "kv_b_proj.weight"].view(H, nope + vd, Dc)
         w_uk, w_uv = w_kv[:, :nope, :], w_kv[:, nope:, :]
-        q_nope_absorbed = torch.einsum("thn,hnc->thc", q_nope, w_uk)
+        q_nope_absorbed = self._contract("thn,hnc->thc", q_nope, w_uk)
         out_latent, lse = self.attention_fn(q_nope_absorbed.contiguous(), q_pe.contiguous(), kv_cache, slots,
                                             self.sm_scale)
         out_latent = out_latent.to(x.dtype)
-        v = torch.einsum("thc,hvc->thv", out_latent, w_uv).reshape(T, H * vd)
+        v = self._contract("thc,hvc->thv", out_latent, w_uv).reshape(T, H * vd)
         self.last.setdefault("topk_local", []).append(topk_local)
         self.last.setdefault("slots", []).append(slots)
         self.last["lse"] = lse
@@ -357,12 +368,12 @@ class Glm5Reference:
         m = f"model.layers.{layer}.mlp."
         E, k = int(c["n_routed_experts"]), int(c["num_experts_per_tok"])
         n_group, topk_group = int(c.get("n_group", 1) or 1), int(c.get("topk_group", 1) or 1)
-        logits = x.float() @ self.w[m + "gate.weight"].float().t()
+        logits = x.to(self._acc) @ self.w[m + "gate.weight"].to(self._acc).t()
         scoring = c.get("scoring_func", "softmax")
         scores = logits.sigmoid() if scoring == "sigmoid" else logits.softmax(dim=-1)
         bias = self.w.get(m + "gate.e_score_correction_bias")
         if bias is not None:
-            choice = scores + bias.float()[None, :]
+            choice = scores + bias.to(self._acc)[None, :]
             group_scores = choice.view(-1, n_group, E // n_group).topk(min(2, E // n_group), dim=-1)[0].sum(-1)
         else:
             choice = scores

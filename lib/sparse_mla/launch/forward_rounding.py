@@ -1,0 +1,118 @@
+"""How far two correct float32 forwards of one GLM-5 model may land apart: Monte Carlo arithmetic on the reference.
+
+A whole-model forward chains too many operations for a worst-case rounding bound to be useful, and a fixed
+tolerance on the logits is a guess. Instead, the reference (:class:`~sparse_mla.launch.glm5_reference.
+Glm5Reference`) runs in float64 ``samples`` times, and every rounding a float32 forward makes is replaced by an
+independent random error of its size (Monte Carlo arithmetic: D. S. Parker, *Monte Carlo Arithmetic: exploiting
+randomness in floating-point arithmetic*, UCLA CSD-970002, 1997). The spread of a logit over the samples is how far
+float32 rounding moves it; the model carries each error through every later layer, indexer and router included.
+
+The rounding model, with ``u = 2^-24`` (float32, round to nearest; each rounding a relative error uniform in
+``[-u, u]``, variance ``u^2 / 3``, independent of the others):
+
+* **A dot product** of ``n`` terms ``t_i`` (every linear layer, the absorbed ``W_UK``/``W_UV`` products, the
+  attention scores and ``P V``), summed one term at a time: ``n`` roundings of partial sums ``s_k`` plus the
+  stored result ``y``, variance ``u^2 / 3 * (sum_k s_k^2 + y^2)``. For terms of mean zero (random weights)
+  ``E s_k^2 <= sum_i t_i^2``, so the variance taken is ``u^2 / 3 * (n sum_i t_i^2 + y^2)``. Blocked or pairwise
+  summation, as BLAS and Triton do, rounds less: the model errs on the large side.
+* **RMSNorm**: the mean of squares (``n`` positive terms, relative ``u sqrt(n / 3)``, halved by the square root,
+  one error per row) and the stored output (``u / sqrt(3)`` relative per element).
+* Left out: element-wise operations that round once (RoPE, SiLU, residual adds, the router's softmax), each a
+  relative ``u / sqrt(3)``, against at least ``u sqrt(n / 3)`` with ``n >= 64`` for every dot above.
+
+Two independent float32 implementations differ by two such errors, so the limit on ``|a - b|`` per logit is
+``lam * sqrt(2) * sigma``, with ``sigma`` the spread of that logit over the samples and ``lam`` the Gaussian
+tail for all logits together at :data:`~sparse_mla.kernels.error_bounds.P_FAIL` (``2 N exp(-lam^2 / 2)``). The
+spread is estimated from ``samples`` runs (16 by default: the estimate is below half the true spread with
+probability about 2e-3 per logit, which then still leaves ``lam / 2`` standard deviations).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels.error_bounds import P_FAIL, unit_roundoff
+from .glm5_reference import Glm5Reference
+
+_VAR = unit_roundoff(torch.float32) ** 2 / 3.0  # variance of one float32 rounding, relative
+
+
+class _RoundedForward(Glm5Reference):
+    """The float64 reference with a float32-sized random error at every rounding of the model above."""
+
+    def __init__(self, config: dict, state_dict: dict[str, torch.Tensor]):
+        super().__init__(config, state_dict, dtype=torch.float64, attention_fn=self._attention)
+        self.generator = torch.Generator().manual_seed(0)
+
+    def _err(self, y: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+        noise = torch.randn(y.shape, generator=self.generator, dtype=y.dtype)
+        return y + var.sqrt() * noise.to(y.device)
+
+    def _dot(self, y: torch.Tensor, n: int, squares: torch.Tensor) -> torch.Tensor:
+        """``y`` = a dot of ``n`` terms whose squares sum to ``squares``."""
+        return self._err(y, _VAR * (n * squares + y * y))
+
+    def _lin(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        w = self.w[name]
+        return self._dot(x @ w.t(), w.shape[1], (x * x) @ (w * w).t())
+
+    def _contract(self, equation: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self._dot(torch.einsum(equation, a, b), a.shape[-1], torch.einsum(equation, a * a, b * b))
+
+    def _rms(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        y = super()._rms(x, name)
+        row = torch.randn(y.shape[:-1] + (1,), generator=self.generator, dtype=y.dtype).to(y.device)
+        y = y * (1.0 + 0.5 * math.sqrt(_VAR * x.shape[-1]) * row)
+        return self._err(y, _VAR * y * y)
+
+    def _attention(self, q_nope: torch.Tensor, q_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
+                   sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sparse MLA by gather (as :func:`~sparse_mla.launch.glm5_reference.gather_sparse_mla_attention`), with the
+        score and ``P V`` dots rounded by the model."""
+        dc = q_nope.shape[-1]
+        kv = kv_cache.reshape(-1, kv_cache.shape[-1])
+        valid = slots >= 0
+        k = kv[slots.clamp(min=0).long()]                                   # [T, topk, D]
+        q = torch.cat([q_nope, q_pe], dim=-1)                               # [T, H, D]
+        s = self._dot(torch.einsum("thd,tkd->thk", q, k), q.shape[-1], torch.einsum("thd,tkd->thk", q * q, k * k))
+        s = (s * sm_scale).masked_fill(~valid[:, None, :], float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+        v = k[..., :dc]
+        out = self._dot(torch.einsum("thk,tkc->thc", p, v), k.shape[1], torch.einsum("thk,tkc->thc", p * p, v * v))
+        return out, lse.float()
+
+
+@dataclass(frozen=True)
+class ForwardLimit:
+    """Per-logit limit ``[T, vocab]`` (float64) on ``|a - b|`` between two correct float32 forwards, the spread
+    ``sigma`` it comes from, ``lam`` and the number of ``samples``."""
+
+    limit: torch.Tensor
+    sigma: torch.Tensor
+    lam: float
+    samples: int
+
+    def share(self, a: torch.Tensor, b: torch.Tensor, rows: slice = slice(None)) -> float:
+        """The largest ``|a - b| / limit`` over ``a, b [T', vocab]``, the logits of prompt positions ``rows`` (all by
+        default); below 1: within the limit."""
+        return float(((a.double().cpu() - b.double().cpu()).abs() / self.limit[rows]).max())
+
+
+def forward_limit(config: dict, state_dict: dict[str, torch.Tensor], input_ids: torch.Tensor, *, samples: int = 16,
+                  p_fail: float = P_FAIL) -> ForwardLimit:
+    """The limit on the logits of ``input_ids [T]`` (one sequence, as :meth:`Glm5Reference.forward`) for two
+    correct float32 forwards of the checkpoint ``(config, state_dict)`` (see the module docstring). Runs ``samples``
+    float64 forwards on the CPU (seeded: the same limit on every machine). Raises ValueError if ``samples < 2``."""
+    if samples < 2:
+        raise ValueError(f"samples={samples}; accepted: at least 2 (a spread needs two runs)")
+    model = _RoundedForward(config, state_dict)
+    runs = []
+    for i in range(samples):
+        model.generator.manual_seed(i)
+        runs.append(model.forward(input_ids))
+    sigma = torch.stack(runs).std(dim=0)
+    lam = math.sqrt(2.0 * math.log(2.0 * sigma.numel() / p_fail))
+    return ForwardLimit(limit=lam * math.sqrt(2.0) * sigma, sigma=sigma, lam=lam, samples=samples)

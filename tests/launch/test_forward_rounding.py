@@ -1,0 +1,50 @@
+"""sparse_mla.launch.forward_rounding: the Monte Carlo rounding limit of a whole float32 forward."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sparse_mla.launch import checkpoint as ck
+from sparse_mla.launch.forward_rounding import forward_limit
+from sparse_mla.launch.glm5_reference import Glm5Reference
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    cfg, sd = ck.load_checkpoint(ck.make_checkpoint(tmp_path_factory.mktemp("fr") / "tiny", index_topk=128, seed=3))
+    ids = torch.randint(2, 2048, (24,), generator=torch.Generator().manual_seed(5))
+    return cfg, sd, ids, forward_limit(cfg, sd, ids)
+
+
+def test_float32_forward_is_within_one_implementations_share(case):
+    """The real float32 rounding of the reference (against its float64 run) stays inside lam * sigma, the limit for
+    one implementation: the rounding model is not too small."""
+    cfg, sd, ids, lim = case
+    f32 = Glm5Reference(cfg, sd, dtype=torch.float32).forward(ids)
+    f64 = Glm5Reference(cfg, sd, dtype=torch.float64).forward(ids)
+    assert lim.share(f32, f64) * math.sqrt(2) < 1
+
+
+def test_limit_is_seeded_finite_and_positive(case):
+    cfg, sd, ids, lim = case
+    assert lim.samples == 16 and lim.limit.shape == (ids.numel(), cfg["vocab_size"])
+    assert torch.isfinite(lim.limit).all() and (lim.limit > 0).all()
+    assert lim.lam == pytest.approx(math.sqrt(2 * math.log(2 * lim.limit.numel() / 1e-9)))
+    again = forward_limit(cfg, sd, ids, samples=2)
+    assert torch.equal(again.sigma, forward_limit(cfg, sd, ids, samples=2).sigma)   # the same on every run
+
+
+def test_weights_off_by_2_to_the_minus_12_are_not_rounding(case):
+    """Every weight scaled by 1 + 2^-12 (a model change 4096 float32 ulps in size) goes far past the limit."""
+    cfg, sd, ids, lim = case
+    base = Glm5Reference(cfg, sd).forward(ids)
+    shifted = Glm5Reference(cfg, {k: v.float() * (1 + 2.0 ** -12) for k, v in sd.items()})
+    assert lim.share(shifted.forward(ids), base) > 10
+
+
+def test_too_few_samples_is_refused(case):
+    cfg, sd, ids, _ = case
+    with pytest.raises(ValueError, match="samples=1; accepted: at least 2"):
+        forward_limit(cfg, sd, ids, samples=1)
