@@ -80,6 +80,46 @@ def test_selection_equals_vllm_engine_config_path(model, gpu, kv, tp):
     assert (rec["selected"] is None) == any(b["stage"] == "attention" for b in rec["blockers"])
 
 
+# ---- the same table, expected from a reading of vLLM 0.26.0's source (no probe, no vLLM call) --------------------
+# vllm/model_executor/models/config.py DeepseekV32ForCausalLM.verify_and_update_config: a "bfloat16" cache becomes
+#   "auto" for deepseek_v32 (GLM-5's glm_moe_dsa has no such hook).
+# vllm/platforms/cuda.py _get_backend_priorities(use_mla): the sparse candidates, in order --
+#   major 12: FLASHINFER_MLA_SPARSE_SM120 (TRITON_MLA before it has no sparse support);
+#   major 10: quantized cache -> FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE; else FLASHINFER_MLA_SPARSE first when
+#             num_heads (per rank) <= 16, FLASHMLA_SPARSE first otherwise;
+#   other majors: FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE.
+# The cache dtypes each accepts and the GPUs (v1/attention/backends/mla/*.py, supported_kv_cache_dtypes,
+# supports_compute_capability, supports_combination):
+_SOURCE_BACKENDS = {
+    "FLASHINFER_MLA_SPARSE_SM120": ({12}, {"auto", "fp8", "fp8_e4m3", "fp8_ds_mla"}),  # with FlashInfer's SM120 API
+    "FLASHINFER_MLA_SPARSE": ({10}, {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3"}),  # refuses fp8_ds_mla
+    "FLASHMLA_SPARSE": ({9, 10}, {"auto", "bfloat16", "fp8_ds_mla", "fp8"}),
+    "FLASH_ATTN_MLA_SPARSE": ({9}, {"auto", "float16", "bfloat16"}),
+}
+_HEADS = {"glm-5": 64, "deepseek-v3.2": 128}
+
+
+def _from_vllm_source(model, major, kv, tp):
+    cache = "auto" if model == "deepseek-v3.2" and kv == "bfloat16" else kv
+    if major == 12:
+        order = ["FLASHINFER_MLA_SPARSE_SM120"]
+    elif major == 10:
+        quantized = cache.startswith("fp8")
+        pair = ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]
+        order = pair if quantized or _HEADS[model] // tp <= 16 else pair[::-1]
+    else:
+        order = ["FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"]
+    ok = [b for b in order if major in _SOURCE_BACKENDS[b][0] and cache in _SOURCE_BACKENDS[b][1]]
+    return (ok[0] if ok else None), cache
+
+
+@pytest.mark.parametrize("model, gpu, kv, tp", TABLE)
+def test_selection_equals_a_reading_of_vllm_source(model, gpu, kv, tp):
+    rec = diagnose(model, gpu, kv, tp=tp)
+    major = int(GPU_PRESETS[gpu].split(".")[0])
+    assert (rec["selected"], rec["config"]["cache_dtype"]) == _from_vllm_source(model, major, kv, tp)
+
+
 def test_deepseek_v32_bf16_hook_and_fp8_ds_mla_cache():
     """The issue's done-when: SM120, DeepSeek-V3.2, --kv-cache-dtype bfloat16 -> FLASHINFER_MLA_SPARSE_SM120 on
     fp8_ds_mla (this host has FlashInfer's SM120 API, as the CPU venv does)."""
