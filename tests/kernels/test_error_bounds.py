@@ -66,3 +66,33 @@ def test_limits_grow_with_the_arithmetic():
     assert (bf16.out > 10 * f32.out).all() and (trunc.lse > f32.lse).all()
     with pytest.raises(ValueError, match="accumulate 'fast'"):
         attention_limits(q, k, valid, scale, out_dtype=torch.float32, accumulate="fast")
+
+
+# ---- the indexer's limits ------------------------------------------------------------------------------------------
+
+def test_abs_e4m3_and_abs_index_cache():
+    from sparse_mla.kernels.reference import abs_e4m3, abs_index_cache, e4m3_values, index_cache_keys_ref
+
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    v, a = e4m3_values(codes), e4m3_values(abs_e4m3(codes))
+    finite = ~torch.isnan(v)
+    assert torch.equal(a[finite], v[finite].abs()) and torch.isnan(a[~finite]).all()
+    g = torch.Generator().manual_seed(1)
+    kv = torch.randint(0, 256, (3, 16, 132), generator=g, dtype=torch.int32).to(torch.uint8)
+    kv.view(3, -1)[:, 16 * 128:] = torch.rand(3, 16, generator=g).view(torch.uint8).reshape(3, -1)   # real scales
+    keys, scales = index_cache_keys_ref(kv)
+    akeys, ascales = index_cache_keys_ref(abs_index_cache(kv))
+    ok = ~torch.isnan(keys)
+    assert torch.equal(akeys[ok], keys[ok].abs()) and torch.equal(ascales, scales)
+
+
+def test_indexer_limit_orders_the_arithmetics_and_refuses_others():
+    from sparse_mla.kernels.error_bounds import indexer_limit
+
+    mag = torch.rand(4, 50, dtype=torch.float64) + 0.5
+    lim = {a: indexer_limit(mag, heads=32, arithmetic=a) for a in ("fp32", "fp16", "fp8", "bf16-scores")}
+    assert (lim["fp32"] < lim["fp16"]).all() and (lim["fp16"] < lim["fp8"]).all()
+    assert (lim["bf16-scores"] > 2.0 ** -8 * mag).all()
+    assert torch.allclose(indexer_limit(2 * mag, heads=32), 2 * lim["fp32"])          # linear in the magnitude
+    with pytest.raises(ValueError, match="arithmetic 'fp64'; accepted: fp32, fp16, fp8, bf16-scores"):
+        indexer_limit(mag, heads=32, arithmetic="fp64")

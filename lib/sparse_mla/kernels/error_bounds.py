@@ -194,12 +194,69 @@ def check_attention(out: torch.Tensor, lse: torch.Tensor | None, q_nope: torch.T
     return compare_attention(out, lse, ref_out, ref_lse, limits, valid)
 
 
-def share_of_limit(ratio: float) -> str:
+def share_of_limit(ratio: float, bounds: tuple[float, ...] = (0.01, 0.1, 1.0)) -> str:
     """The largest error/limit ratio of a family of runs as a decade (``"below 0.01"``, ``"below 0.1"``,
     ``"below 1"``, else ``"above the limit (R)"``): what a notebook's checked output shows, so that a drift of the
     errors by a decade changes it before any run fails, while machine-to-machine rounding differences (a few times
-    the error, never a decade on these sizes) do not."""
-    for b in (0.01, 0.1, 1.0):
+    the error, never a decade on these sizes) do not. ``bounds``: the decades told apart (ascending, the last 1);
+    leave out one that a family's ratio sits next to."""
+    for b in bounds:
         if ratio < b:
             return f"below {b:g}"
     return f"above the limit ({ratio:.2f})"
+
+
+# ---- the DSA indexer's logits ------------------------------------------------------------------------------------
+#: How each implementation computes ``sum_h relu(q_h . k_n) w_h k_scale_n`` (products of e4m3 codes are exact in
+#: fp32, 8 significant bits), keyed by the indexer kernel's dot modes (``kernels.indexer.DOT_MODES``) and vLLM's
+#: torch oracle: how its ``D``-term dot rounds, with the source of the model.
+INDEXER_ARITHMETIC = {
+    # fp32 sums rounded to nearest (the CPU interpreter; vLLM's fp8_paged_mqa_logits_torch): Higham & Mary
+    "fp32": "round",
+    # fp16 tensor-core dots with fp32 accumulation (our SM80/86 path): truncating accumulation (Fasi et al. 2021)
+    "fp16": "truncate",
+    # fp8 tensor-core dots (our SM89+ path, and DeepGEMM): the accumulator keeps about 14 bits on Hopper
+    # (DeepSeek-V3 Technical Report, arXiv 2412.19437, section 3.3.2), taken as truncation at u = 2^-13
+    "fp8": "truncate-14",
+    # vLLM's fp8_mqa_logits_torch: a bf16 einsum, its per-head scores stored in bf16 (u = 2^-8), then fp32
+    "bf16-scores": "round+bf16",
+}
+
+
+def indexer_limit(magnitude: torch.Tensor, *, heads: int, head_dim: int = 128, arithmetic: str = "fp32",
+                  p_fail: float = P_FAIL) -> torch.Tensor:
+    """Limit ``[rows, N]`` (float64) on ``|logit - exact|`` for one implementation's indexer logits.
+
+    ``magnitude``: ``sum_h |w_h| k_scale_n sum_d |q_hd k_nd|`` per logit (:func:`indexer_magnitude_prefill` /
+    :func:`indexer_magnitude_paged`), which bounds every partial sum of the computation. First-order terms, each a
+    relative error of ``magnitude``: the ``head_dim``-term dot (``arithmetic``, :data:`INDEXER_ARITHMETIC`), the
+    products with ``w`` and ``k_scale`` (``u`` each), the ``heads``-term sum (``lam sqrt(H) u``), the float32 result
+    (``u``). ``lam`` as :func:`confidence_lambda` for all dots together. Raises ValueError for another
+    ``arithmetic``."""
+    if arithmetic not in INDEXER_ARITHMETIC:
+        raise ValueError(f"arithmetic {arithmetic!r}; accepted: {', '.join(INDEXER_ARITHMETIC)}")
+    u = unit_roundoff(torch.float32)
+    lam = confidence_lambda(head_dim, magnitude.numel() * heads, p_fail)
+    mode = INDEXER_ARITHMETIC[arithmetic]
+    dot = {"round": lam * math.sqrt(head_dim) * u, "truncate": head_dim * 2.0 ** -23,
+           "truncate-14": head_dim * 2.0 ** -13, "round+bf16": lam * math.sqrt(head_dim) * u + 2.0 ** -8}[mode]
+    return (dot + 3 * u + lam * math.sqrt(heads) * u) * magnitude.double()
+
+
+def indexer_magnitude_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, weights: torch.Tensor,
+                              ks: torch.Tensor, ke: torch.Tensor) -> torch.Tensor:
+    """``magnitude`` of :func:`indexer_limit` for :func:`~sparse_mla.kernels.reference.indexer_logits_prefill_ref`'s
+    arguments: that reference on ``|q|``, ``|k|``, ``|w|`` (``-inf`` outside the windows)."""
+    from .reference import abs_e4m3, indexer_logits_prefill_ref
+
+    return indexer_logits_prefill_ref(abs_e4m3(q), abs_e4m3(k), k_scale, weights.abs(), ks, ke)
+
+
+def indexer_magnitude_paged(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor,
+                            context_lens: torch.Tensor, block_table: torch.Tensor, max_model_len: int) -> torch.Tensor:
+    """``magnitude`` of :func:`indexer_limit` for :func:`~sparse_mla.kernels.reference.indexer_logits_paged_ref`'s
+    arguments: that reference on ``|q|``, ``|w|`` and the cache with ``|codes|`` (scales are positive)."""
+    from .reference import abs_index_cache, abs_e4m3, indexer_logits_paged_ref
+
+    return indexer_logits_paged_ref(abs_e4m3(q), abs_index_cache(kv_cache), weights.abs(), context_lens, block_table,
+                                    max_model_len)

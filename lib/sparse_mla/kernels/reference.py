@@ -195,6 +195,20 @@ def indexer_logits_prefill_ref(q, k, k_scale, weights, ks, ke, *, compute_dtype:
     return logits.masked_fill(~window, float("-inf")).to(torch.float32)
 
 
+def abs_e4m3(codes: torch.Tensor) -> torch.Tensor:
+    """``|x|`` of float8_e4m3fn codes (or their uint8 view), as float8_e4m3fn: the sign bit cleared."""
+    return (codes.view(torch.uint8) & 0x7F).view(torch.float8_e4m3fn)
+
+
+def abs_index_cache(kv_cache: torch.Tensor, head_dim: int = 128) -> torch.Tensor:
+    """A copy of a paged index cache (uint8 ``[num_blocks, bs, D + 4]`` or ``[num_blocks, bs, 1, D + 4]``) with every
+    key code's sign bit cleared; the fp32 scales (positive) are kept."""
+    out = kv_cache.clone()
+    flat = out.view(out.shape[0], -1)
+    flat[:, :out.shape[1] * head_dim] &= 0x7F
+    return out
+
+
 def index_cache_keys_ref(kv_cache: torch.Tensor, head_dim: int = 128, compute_dtype: torch.dtype = torch.float64,
                          blocks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Read a paged index cache: ``(keys [nb, bs, D] in compute_dtype, scales [nb, bs] float32)`` of all blocks, or of
