@@ -38,7 +38,8 @@ Per layer (``x`` = ``input_layernorm`` output ``[T, hidden]``; ``H`` heads, ``no
    from the **unbiased** scores, renormalised if ``norm_topk_prob``, times ``routed_scaling_factor``; plus shared
    experts (not scaled).
 8. Residual adds around attention and MLP; final RMSNorm; ``lm_head``. RMSNorm eps is ``rms_norm_eps`` everywhere
-   (vLLM; transformers' GLM-MoE-DSA uses 1e-6 for ``q_a_layernorm``/``kv_a_layernorm``, a ~1e-6 relative effect).
+   (vLLM; transformers' GLM-MoE-DSA uses 1e-6 for ``q_a_layernorm``/``kv_a_layernorm``: 6.7e-6 of the largest logit
+   on the 2-layer test checkpoint, about the size of float32 rounding, ``tests/launch/test_glm5_reference.py``).
 
 Differences from vLLM by design: everything runs in float32 without fp8 -- vLLM quantises indexer q/k to fp8 e4m3
 (ue8m0 scales) before the logits, so when a prompt is longer than ``index_topk`` near-ties in the indexer logits may
