@@ -38,8 +38,8 @@ run_stage() {
         --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE --prompt-lengths 48,900 --max-tokens 32 \
         --json-out results/h200/launch_h200_triton_indexer.json ;;
     # the GPU checks hold every kernel run to kernels/error_bounds' limits for the GPU's arithmetic (bf16/fp16 dots,
-    # truncating tensor-core accumulation): never run on a GPU yet (written 2026-12-01, no GPU lent); -s prints each
-    # run's error/limit ratios
+    # truncating tensor-core accumulation; the indexer's fp8 dots at 14 accumulator bits): all passed on 2026-12-01
+    # (results/h200/GPU_CHECKS_2026-12-01b.md, about 380 s on a fresh machine); -s prints each run's error/limit
     gpu_tests) stage gpu_tests 480 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA tests/kernels tests/vllm_plugin ;;
     # the CUDA branches of the unmarked backend tests (bf16 forward_mqa within the derived limits)
     cuda_branches) stage cuda_branches 240 python3 -m pytest -q -s -p no:cacheprovider -rA \
