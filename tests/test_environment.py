@@ -1,5 +1,5 @@
-"""environment.yml says the same as pyproject.toml: same pins (dependencies + test extras), the package itself,
-and a Python that requires-python admits."""
+"""environment.yml says the same as pyproject.toml: the core requirements with the workbook extra's pins in place of
+their ranges, the workbook and test extras, the package itself, and a Python that requires-python admits."""
 from __future__ import annotations
 
 import tomllib
@@ -23,11 +23,14 @@ def test_environment_matches_pyproject():
     editable = [r for r in pip_section if r.startswith("-e")]
     pins = [r for r in pip_section if not r.startswith("-e")]
     assert editable == ["-e ."]
-    assert _norm(pins) == _norm(project["dependencies"] + project["optional-dependencies"]["test"])
+    extras = project["optional-dependencies"]
+    want = {**_norm(project["dependencies"]), **_norm(extras["workbook"]), **_norm(extras["test"])}
+    assert _norm(pins) == want
     python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python="))
     assert SpecifierSet(project["requires-python"]).contains(python.split("=", 1)[1] + ".0")
 
 
-def test_pins_match_the_gpu_image():
-    deps = _norm(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+def test_workbook_pins_match_the_gpu_image():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    deps = _norm(extras["workbook"])
     assert deps["vllm"] == "==0.26.0" and deps["torch"] == "==2.11.0" and deps["triton"] == "==3.6.0"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .._extras import require
 from ..errors import UserInputError, writable_dir
 
 
@@ -94,12 +95,14 @@ def _add_serve(what) -> None:
 
 
 def _serve_cli(args) -> int:
+    require("sparse-mla bench serve", "pandas", "matplotlib")
     from .serve import cli_run
 
     return cli_run(args, record_place)
 
 
 def _kernel_cli(args) -> int:
+    require("sparse-mla bench kernel", "pandas", "matplotlib")
     from .kernel import TOPK, run_bench
 
     from ..kernels import KV_CACHE_DTYPES
@@ -140,6 +143,7 @@ def _kernel_cli(args) -> int:
 
 
 def _indexer_cli(args) -> int:
+    require("sparse-mla bench indexer", "pandas", "matplotlib")
     from . import indexer as ib
 
     for name in ("heads", "batches", "contexts"):

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterable
 
+from .._extras import require
 from ..errors import UserInputError, writable_dir, writable_file
 from .report import format_record
 from .request import GPU_PRESETS, resolve
@@ -68,6 +69,7 @@ def _cli(args) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
     if args.matrix:
+        require("sparse-mla diagnose --matrix", "pandas", "matplotlib")
         from .matrix import diagnose_matrix, write_matrix
 
         given = [f for f, v in (("--capability", args.capability), ("--kv-cache-dtype", args.kv_cache_dtype),

@@ -296,6 +296,9 @@ def add_cli(sub) -> None:
 
 
 def _cli(args) -> int:
+    from .._extras import require
+
+    require("sparse-mla run", "papermill", "nbformat", "nbclient", "yaml")
     profile = args.profile
     if profile is None:
         from .._env import has_nvidia_gpu
