@@ -11,6 +11,8 @@ import torch
 
 from sparse_mla.launch import checkpoint as ck
 from sparse_mla.launch import glm5_reference as gr
+from sparse_mla.kernels.error_bounds import attention_limits, check_attention, compare_attention
+from sparse_mla.kernels.reference import gather_rows_ref
 from sparse_mla.launch.forward_rounding import forward_limit
 from sparse_mla.errors import UserInputError
 
@@ -133,9 +135,10 @@ def test_gather_attention_vs_naive():
     idx = torch.tensor([[0, 5, 11, -1], [-1, -1, -1, -1], [3, 3, 7, 2], [-1, 9, -1, 1], [4, 4, 4, 4], [10, 0, 1, 2]],
                        dtype=torch.int32)
     out, lse = gr.gather_sparse_mla_attention(qn, qp, cache, idx, 0.3, chunk=4)
-    eo, el = _naive_attention(qn, qp, cache, idx, 0.3)
-    torch.testing.assert_close(out.double(), eo, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(lse.double(), el, atol=1e-5, rtol=1e-5)
+    eo, el = _naive_attention(qn.double(), qp.double(), cache.double(), idx, 0.3)
+    k, valid = gather_rows_ref(cache, idx)
+    lim = attention_limits(torch.cat([qn, qp], -1).double(), k, valid, 0.3, out_dtype=torch.float32, dv=Dc)
+    assert compare_attention(out, lse, eo, el, lim, valid).ok      # float32 gather within its rounding limits
     assert out.dtype == torch.float32 and lse.dtype == torch.float32
     assert (out[1] == 0).all() and torch.isneginf(lse[1]).all()
 
@@ -149,9 +152,8 @@ def test_gather_attention_matches_shared_reference():
     cache = torch.randn(nb, bs, 576, generator=g)
     idx = torch.randint(-1, nb * bs, (T, 128), generator=g, dtype=torch.int32)
     a_out, a_lse = gr.gather_sparse_mla_attention(qn, qp, cache, idx, 1 / 16)
-    b_out, b_lse = ref_mod.sparse_mla_attention_ref(qn, qp, cache, idx, 1 / 16)
-    torch.testing.assert_close(a_out, b_out.to(a_out.dtype), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(a_lse, b_lse, atol=1e-5, rtol=1e-5)
+    c = check_attention(a_out, a_lse, qn, qp, cache, idx, 1 / 16)   # against the float64 kernel reference
+    assert c.ok, c.explain()
 
 
 # ------------------------------------------------------------------ whole model
@@ -176,8 +178,9 @@ def test_block_table_layout_does_not_change_logits(ref):
     # slots follow the table
     sl = ref.last["slots"][0][99]
     assert sorted(sl[sl >= 0].tolist()) == [4 * 64 + p for p in range(100 - 64)] + [9 * 64 + p for p in range(64)]
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-5)
+    # the same arithmetic on the same values in another slot order: identical up to float32 rounding
+    lim = forward_limit(ref.config, ref.w, ids, samples=8)
+    assert lim.share(a, b) < 1 and lim.share(a, c) < 1
 
 
 def test_attention_fn_is_honored(loaded):
@@ -209,10 +212,11 @@ def test_attention_fn_is_honored(loaded):
         assert (c["cache"].reshape(-1, 576)[unwritten] == 0).all()
     # causal: a prefix gives the same logits
     r.attention_fn = gr.gather_sparse_mla_attention
-    torch.testing.assert_close(r.forward(ids[:8]), base[:8], atol=1e-5, rtol=1e-5)
+    lim = forward_limit(cfg, sd, ids[:8], samples=8)
+    assert lim.share(r.forward(ids[:8]), base[:8]) < 1
     # attribute replacement is honored too, and the output depends on it
     r.attention_fn = lambda q, pe, kv, idx, sc: (torch.zeros_like(q), torch.zeros(q.shape[:2]))
-    assert not torch.allclose(r.forward(ids[:8]), base[:8], atol=1e-2)
+    assert lim.share(r.forward(ids[:8]), base[:8]) > 100
 
 
 def test_rejects_unsupported(loaded):
