@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ..capability import as_capability
 from ..errors import UserInputError
 
 
@@ -45,7 +45,6 @@ VLLM_CACHE_DTYPES: tuple[str, ...] = (
 #: Name under which the step 4 plugin's backend is reported.
 PLUGIN_BACKEND_NAME = "TRITON_MLA_SPARSE"
 
-_CAP_RE = re.compile(r"^(\d{1,2})\.(\d)$")
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
            "half": "float16"}
 
@@ -78,25 +77,22 @@ def parse_capability(capability: str | float | tuple[int, int]) -> tuple[tuple[i
     Raises :class:`UserInputError` naming the value for anything else (``"12"``, ``"twelve"``, ``"12.0.1"``).
     Does not check that a local GPU exists (:func:`diagnose` does).
     """
-    if isinstance(capability, tuple) and len(capability) == 2 and all(isinstance(x, int) for x in capability):
-        major, minor = capability
-        if isinstance(major, bool) or isinstance(minor, bool) or not (0 <= major <= 99 and 0 <= minor <= 9):
-            # the same range as the "major.minor" text (one or two digits, one digit): vLLM's DeviceCapability
-            # asserts 0 <= minor < 10, and a negative major is no GPU
+    if isinstance(capability, tuple):
+        try:
+            return as_capability(capability), None
+        except UserInputError:
             raise UserInputError(f"unknown capability {capability!r}; accepted: (major, minor) with major 0-99 and "
-                                 f"minor 0-9, or {accepted_capabilities()}")
-        return (int(major), int(minor)), None
+                                 f"minor 0-9, or {accepted_capabilities()}") from None
     s = str(capability).strip()
     key = s.lower()
     if key == "local":
         return None, "local"
     if key in GPU_PRESETS:
-        major, minor = GPU_PRESETS[key].split(".")
-        return (int(major), int(minor)), key
-    m = _CAP_RE.match(s)
-    if not m:
-        raise UserInputError(f"unknown capability {s!r}; accepted: {accepted_capabilities()}")
-    return (int(m.group(1)), int(m.group(2))), None
+        return as_capability(GPU_PRESETS[key], text=True), key
+    try:
+        return as_capability(s, text=True), None
+    except UserInputError:
+        raise UserInputError(f"unknown capability {s!r}; accepted: {accepted_capabilities()}") from None
 
 
 def check_kv_cache_dtype(kv_cache_dtype: str) -> str:

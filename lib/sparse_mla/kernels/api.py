@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 
+from ..capability import as_capability
 from ..errors import UserInputError
 from .attention import (FP8_DS_MLA_ROW_BYTES, LOG2E, _merge_splits_kernel, _sparse_mla_fp8_fwd_kernel,
                         _sparse_mla_fwd_kernel)
@@ -70,17 +71,7 @@ def check_kv_cache_dtype(kv_cache_dtype) -> str:
 
 
 def _capability(capability) -> tuple[int, int] | None:
-    if capability is None:
-        return None
-    try:
-        cap = tuple(capability)
-        ok = len(cap) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 100 for v in cap)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise UserInputError(f"capability {capability!r} is not accepted; accepted: (major, minor) integers, e.g. (8, 0) "
-                             f"or vLLM's current_platform.get_device_capability()")
-    return cap
+    return None if capability is None else as_capability(capability)
 
 
 def fp8_hardware_path(device: torch.device, capability=None) -> bool:

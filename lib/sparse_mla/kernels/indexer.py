@@ -60,6 +60,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..capability import as_capability, device_capability
 from ..errors import UserInputError
 from .api import interpreting
 from .fp8 import e4m3_to_f32, has_fp8_conversion
@@ -328,15 +329,9 @@ def _check_heads(H: int, D: int) -> None:
 
 
 def _capability(device: torch.device, capability) -> tuple[int, int] | None:
-    if capability is None:
-        if device.type != "cuda":
-            return None
-        capability = torch.cuda.get_device_capability(device)
-    try:
-        cap = (int(capability[0]), int(capability[1]))
-    except (TypeError, ValueError, IndexError):
-        raise UserInputError(f"capability {capability!r} is not accepted; accepted: (major, minor), e.g. (8, 0)") \
-            from None
+    cap = device_capability(device) if capability is None else as_capability(capability)
+    if cap is None:
+        return None
     if cap < MIN_CAPABILITY:
         raise UserInputError(f"compute capability {cap[0]}.{cap[1]} is not accepted; accepted: 8.0 and up (the Triton "
                              f"indexer uses fp16/fp8 tensor-core dots)")

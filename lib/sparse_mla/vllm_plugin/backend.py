@@ -46,6 +46,8 @@ from vllm.v1.attention.backend import (
     MLAAttentionImpl,
 )
 
+from ..capability import vllm_capability
+
 BACKEND_NAME = "TRITON_MLA_SPARSE"
 KERNEL_BLOCK_SIZES = [64]
 #: What vLLM may pass for an fp8 cache; all are stored and read as ``fp8_ds_mla``.
@@ -199,7 +201,7 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         self.supports_quant_query_input = False
         # the kernel's cache layout and the capability it decodes fp8 for (vLLM's, which a simulated GPU overrides)
         self.kernel_kv_cache_dtype = "fp8_ds_mla" if kv_cache_dtype == "fp8_ds_mla" else "auto"
-        self.capability = _vllm_capability() if self.kernel_kv_cache_dtype == "fp8_ds_mla" else None
+        self.capability = vllm_capability() if self.kernel_kv_cache_dtype == "fp8_ds_mla" else None
 
     def forward_mqa(self, q, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: TritonMLASparseMetadata,
                     layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -220,17 +222,6 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
                                 kv_cache_dtype=self.kernel_kv_cache_dtype, capability=self.capability)
             launch(q_nope, q_pe, kv_c_and_k_pe_cache, slots, self.scale, out, lse, cfg)
         return out, None
-
-
-def _vllm_capability() -> tuple[int, int] | None:
-    """vLLM's ``current_platform.get_device_capability()`` as ``(major, minor)`` (None where it has none)."""
-    from vllm.platforms import current_platform
-
-    try:
-        cap = current_platform.get_device_capability()
-    except Exception:   # noqa: BLE001  (no GPU platform: the kernel then uses the device's own)
-        return None
-    return None if cap is None else (int(cap[0]), int(cap[1]))
 
 
 # ---- fp8 / fp8_e4m3 -> fp8_ds_mla for TRITON_MLA_SPARSE, as vLLM does for its own sparse backends -----------------

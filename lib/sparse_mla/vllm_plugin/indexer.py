@@ -39,6 +39,7 @@ import threading
 
 import torch
 
+from ..capability import as_capability, vllm_capability
 from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill
 from ..kernels.indexer_quant import launch_q_rope_quant
 
@@ -149,13 +150,6 @@ def no_deep_gemm() -> bool:
 # When, and for which configurations
 # ----------------------------------------------------------------------------------------------------------------
 
-def _parse_capability(capability) -> tuple[int, int]:
-    if isinstance(capability, str):
-        major, _, minor = capability.strip().partition(".")
-        return int(major), int(minor or 0)
-    return int(capability[0]), int(capability[1])
-
-
 _PLATFORMS: dict = {}
 
 
@@ -186,7 +180,7 @@ def wanted(capability=None) -> bool:
     Below SM80 the answer is no (the kernels need SM80), forced or not."""
     cap = None
     if capability is not None:
-        cap = _parse_capability(capability)
+        cap = as_capability(capability, text=True)
         if cap < (8, 0):
             return False
     forced = _force()
@@ -210,7 +204,7 @@ def indexer_reasons(index_n_heads: int, index_head_dim: int, capability) -> list
     from ..kernels.indexer import HEAD_DIM, MAX_HEADS, MIN_CAPABILITY
 
     reasons = []
-    if capability is not None and _parse_capability(capability) < MIN_CAPABILITY:
+    if capability is not None and as_capability(capability, text=True) < MIN_CAPABILITY:
         reasons.append("compute capability not supported (the Triton indexer needs SM80+)")
     if index_head_dim != HEAD_DIM:
         reasons.append(f"index_head_dim {index_head_dim} not supported ({HEAD_DIM} only)")
@@ -276,16 +270,6 @@ def _apply(module) -> None:
             setattr(module, attr, ours)
 
 
-def _platform_capability() -> tuple[int, int] | None:
-    try:
-        from vllm.platforms import current_platform
-
-        dc = current_platform.get_device_capability() if current_platform.is_cuda() else None
-    except Exception:  # noqa: BLE001 - no CUDA platform here: the kernels then ask the tensors' device
-        return None
-    return None if dc is None else (dc.major, dc.minor)
-
-
 def install_indexer_hook() -> bool:
     """Install the replacement (idempotent) where :func:`wanted` says so; returns whether it is installed. Never
     raises: a failure is logged and leaves vLLM as it was."""
@@ -295,7 +279,7 @@ def install_indexer_hook() -> bool:
         from ..kernels.fp8 import has_fp8_conversion
         from ..kernels.indexer import interpreting
 
-        cap = _platform_capability()
+        cap = vllm_capability()
         plan = {(SPARSE_MOD, "fp8_fp4_mqa_logits"): fp8_fp4_mqa_logits,
                 (SPARSE_MOD, "fp8_fp4_paged_mqa_logits"): fp8_fp4_paged_mqa_logits,
                 (SPARSE_MOD, "has_deep_gemm"): deep_gemm_stand_in,
