@@ -34,6 +34,7 @@ import json
 from pathlib import Path
 
 from .._files import atomic_write, atomic_write_text
+from ..layouts import LN2
 from .common import copy_bandwidth, environment, require_cuda
 
 DL, DR, TOPK = 512, 64, 2048
@@ -252,7 +253,7 @@ def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_ca
             rec["flashmla_out_rel_err"] = _rel(po, ref_o)
             # the lse's base: FlashMLA's README says base 2; compare both readings and record which one fits
             rec["flashmla_lse_err_if_natural"] = (pl - ref_l).abs().max().item()
-            rec["flashmla_lse_err_if_base2"] = (pl * 0.6931471805599453 - ref_l).abs().max().item()
+            rec["flashmla_lse_err_if_base2"] = (pl * LN2 - ref_l).abs().max().item()
         else:
             rec["flashmla"] = str(info)
         checks.append(rec)

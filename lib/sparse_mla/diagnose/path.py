@@ -28,6 +28,7 @@ import re
 from typing import Any
 
 from ..errors import UserInputError
+from ..layouts import INDEX_TOPK_MULTIPLE
 from . import probe as pr
 from .request import Request, accepted_capabilities, resolve
 
@@ -190,7 +191,7 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
         if kern["checked"]:
             lines["kernel"] = (f"BLOCKED: {by['kernel']}" if "kernel" in by else
                                f"ok: index_topk {cfg.get('index_topk')} passes vLLM's top-k index conversion "
-                               f"(a multiple of 128)")
+                               f"(a multiple of {INDEX_TOPK_MULTIPLE})")
     starts = rec["engine_starts"]
     lines["engine"] = {True: "starts: no blocker on vLLM's path up to the first forward",
                        False: f"does not start: first blocker at the {rec['blockers'][0]['stage'] if rec['blockers'] else '?'} stage",

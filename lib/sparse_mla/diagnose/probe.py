@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..layouts import PATCH_MARK
+
 
 #: vLLM's CUDA extension modules; each needs ``libcuda.so.1`` at load time. ``_C_stable_libtorch`` is imported
 #: unguarded by ``vllm/platforms/cuda.py``; the FlashMLA and FlashAttention ones decide FLASHMLA(_SPARSE) and
@@ -460,7 +462,6 @@ PATCHABLE_MODULES: tuple[str, ...] = (
     "vllm.model_executor.models.deepseek_v2",
 )
 #: Attribute that the workbook's own patches carry (with ``__wrapped__`` = vLLM's original).
-PATCH_MARK = "_sparse_mla_patch"
 
 
 def _unwrap_marked(value):

@@ -52,12 +52,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .. import layouts
+from ..layouts import FP8_DS_MLA_ROW_BYTES, LN2, LOG2E  # noqa: F401  (re-exported for the kernels' callers)
 from .fp8 import e4m3_to_f32
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
-#: fp8_ds_mla row: 512 e4m3 bytes, 4 fp32 scales (16 bytes), 64 bf16 rope values (128 bytes).
-FP8_DS_MLA_ROW_BYTES = 656
+# the fp8_ds_mla row's three views and ln 2, as compile-time constants of the kernels (sparse_mla.layouts)
+_ROW8 = tl.constexpr(layouts.FP8_DS_MLA_ROW_BYTES)
+_ROW_F32 = tl.constexpr(layouts.FP8_DS_MLA_ROW_F32)
+_SCALES_F32 = tl.constexpr(layouts.FP8_DS_MLA_SCALES_F32)
+_ROW_BF16 = tl.constexpr(layouts.FP8_DS_MLA_ROW_BF16)
+_ROPE_BF16 = tl.constexpr(layouts.FP8_DS_MLA_ROPE_BF16)
+_LN2 = tl.constexpr(layouts.LN2)
 
 
 @triton.jit
@@ -69,7 +74,7 @@ def _load_fp8_latent(Row8, RowF32, col0, valid, WIDTH: tl.constexpr, NT: tl.cons
     codes = tl.load(Row8 + col0 + tl.arange(0, WIDTH)[None, :], mask=valid[:, None], other=0)
     x = e4m3_to_f32(codes, HW)
     tile = (col0 + tl.arange(0, NT) * (WIDTH // NT)) // 128
-    scale = tl.load(RowF32 + 128 + tile[None, :], mask=valid[:, None], other=0.0)
+    scale = tl.load(RowF32 + _SCALES_F32 + tile[None, :], mask=valid[:, None], other=0.0)
     x = tl.reshape(x, [x.shape[0], NT, WIDTH // NT]) * scale[:, :, None]
     return tl.reshape(x, [x.shape[0], WIDTH])
 
@@ -125,10 +130,10 @@ def _sparse_mla_fwd_kernel(
         valid = slot >= 0
         if KV_FP8:  # fp8_ds_mla, "registers" variant: 656-byte rows (64-bit offsets), dequantized in registers
             slot64 = slot.to(tl.int64)[:, None]
-            row8 = KV + slot64 * 656
-            rowf = KV_f32 + slot64 * 164
+            row8 = KV + slot64 * _ROW8
+            rowf = KV_f32 + slot64 * _ROW_F32
             c_kv = _load_fp8_latent(row8, rowf, 0, valid, DL, DL // 128, FP8_HW).to(DOT_DTYPE)
-            k_pe = tl.load(KV_bf16 + slot64 * 328 + 264 + offs_dr[None, :], mask=valid[:, None],
+            k_pe = tl.load(KV_bf16 + slot64 * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :], mask=valid[:, None],
                            other=0.0).to(DOT_DTYPE)
         else:
             row = KV + slot.to(tl.int64)[:, None] * stride_kv_slot
@@ -156,7 +161,7 @@ def _sparse_mla_fwd_kernel(
     else:
         tl.store(Out + t * stride_o_t + offs_h[:, None] * stride_o_h + offs_dv[None, :],
                  out.to(Out.dtype.element_ty), mask=mask_h[:, None])
-        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * 0.6931471805599453, mask=mask_h & (dvb == 0))
+        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * _LN2, mask=mask_h & (dvb == 0))
 
 
 @triton.jit
@@ -213,7 +218,7 @@ def _sparse_mla_fp8_fwd_kernel(
     H, TOPK, CHUNK,
     stride_qn_t, stride_qn_h,
     stride_qp_t, stride_qp_h,
-    stride_kv_slot,                # unused (656 bytes, a constant here)
+    stride_kv_slot,                # unused (the fp8_ds_mla row is a constant: sparse_mla.layouts)
     stride_idx_t,
     stride_o_t, stride_o_h,
     stride_l_t, stride_l_h,
@@ -265,8 +270,8 @@ def _sparse_mla_fp8_fwd_kernel(
         slot = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
         valid = slot >= 0
         slot64 = slot.to(tl.int64)
-        row8 = KV + slot64[:, None] * 656
-        rowf = KV_f32 + slot64 * 164 + 128           # the 4 scales of each row
+        row8 = KV + slot64[:, None] * _ROW8
+        rowf = KV_f32 + slot64 * _ROW_F32 + _SCALES_F32   # the 4 scales of each row
         k0 = _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW)
         k1 = _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW)
         k2 = _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW)
@@ -275,7 +280,7 @@ def _sparse_mla_fp8_fwd_kernel(
         sc1 = tl.load(rowf + 1, mask=valid, other=0.0)
         sc2 = tl.load(rowf + 2, mask=valid, other=0.0)
         sc3 = tl.load(rowf + 3, mask=valid, other=0.0)
-        k_pe = tl.load(KV_bf16 + slot64[:, None] * 328 + 264 + offs_dr[None, :], mask=valid[:, None],
+        k_pe = tl.load(KV_bf16 + slot64[:, None] * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :], mask=valid[:, None],
                        other=0.0).to(DOT_DTYPE)
         zero = tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32)
         qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
@@ -322,7 +327,7 @@ def _sparse_mla_fp8_fwd_kernel(
     if SPLIT:
         tl.store(Lse_part + t * stride_lp_t + offs_h * stride_lp_h + s, lse2, mask=mask_h & (dvb == 0))
     else:
-        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * 0.6931471805599453, mask=mask_h & (dvb == 0))
+        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * _LN2, mask=mask_h & (dvb == 0))
 
 
 @triton.jit
@@ -352,5 +357,5 @@ def _merge_splits_kernel(
     out = tl.sum(o * w[:, None], 0) / tl.where(w_sum == 0.0, 1.0, w_sum)
     tl.store(Out + t * stride_o_t + h * stride_o_h + offs_d, out.to(Out.dtype.element_ty))
     if d0 == 0:
-        lse = tl.where(w_sum == 0.0, float("-inf"), (m_ref + tl.log2(tl.where(w_sum == 0.0, 1.0, w_sum))) * 0.6931471805599453)
+        lse = tl.where(w_sum == 0.0, float("-inf"), (m_ref + tl.log2(tl.where(w_sum == 0.0, 1.0, w_sum))) * _LN2)
         tl.store(Lse + t * stride_l_t + h * stride_l_h, lse)

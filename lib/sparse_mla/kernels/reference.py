@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from ..layouts import FP8_DS_MLA_ROW_BYTES, LN2
+
 
 def sparse_mla_attention_ref(
     q_nope: torch.Tensor,
@@ -83,17 +85,14 @@ def gather_rows_ref(kv_cache: torch.Tensor, indices: torch.Tensor, kv_cache_dtyp
     return rows.to(dtype), valid
 
 
-FP8_DS_MLA_BYTES = 656   # 512 e4m3 + 16 (4 fp32 scales) + 128 (64 bf16 rope)
-
-
 def fp8_ds_mla_decode_ref(cache: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Dequantize ``fp8_ds_mla`` rows: ``uint8 [..., 656]`` -> ``[..., 576]`` in ``dtype`` (``c_kv (512) || k_pe
     (64)``), ``c_kv[d] = float8_e4m3fn(code[d]) * scale[d // 128]``, ``k_pe`` = the bf16 rope values. Plain PyTorch
     byte views (the test oracle of the Triton kernel's fp8 path)."""
-    if cache.dtype != torch.uint8 or cache.shape[-1] != FP8_DS_MLA_BYTES:
-        raise ValueError(f"expected uint8 [..., {FP8_DS_MLA_BYTES}], got {cache.dtype} {tuple(cache.shape)}")
+    if cache.dtype != torch.uint8 or cache.shape[-1] != FP8_DS_MLA_ROW_BYTES:
+        raise ValueError(f"expected uint8 [..., {FP8_DS_MLA_ROW_BYTES}], got {cache.dtype} {tuple(cache.shape)}")
     lead = cache.shape[:-1]
-    rows = cache.reshape(-1, FP8_DS_MLA_BYTES)
+    rows = cache.reshape(-1, FP8_DS_MLA_ROW_BYTES)
     codes = rows[:, :512].contiguous().view(torch.float8_e4m3fn).to(dtype)
     scales = rows[:, 512:528].contiguous().view(torch.float32).to(dtype)            # [N, 4]
     rope = rows[:, 528:].contiguous().view(torch.bfloat16).to(dtype)                # [N, 64]
@@ -131,12 +130,12 @@ def fp8_ds_mla_pack_ref(codes: torch.Tensor, scales: torch.Tensor, rope: torch.T
     sc = scales.reshape(-1, 4).to(torch.float32).contiguous().view(torch.uint8)               # [N, 16]
     rp = rope.reshape(-1, 64).to(torch.bfloat16).contiguous().view(torch.uint8)               # [N, 128]
     out = torch.cat([codes.reshape(-1, 512), sc, rp], dim=-1)
-    return out.reshape(*lead, FP8_DS_MLA_BYTES)
+    return out.reshape(*lead, FP8_DS_MLA_ROW_BYTES)
 
 
 def flashmla_lse_to_natural(lse_base2: torch.Tensor) -> torch.Tensor:
     """Convert FlashMLA's base-2 log-sum-exp (``flash_mla_sparse_fwd``) to natural log: ``lse * ln 2``."""
-    return lse_base2 * 0.6931471805599453
+    return lse_base2 * LN2
 
 
 def req_local_to_global_slots_ref(req_id_per_token: torch.Tensor, block_table: torch.Tensor,

@@ -11,7 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .attention import LOG2E
+from ..layouts import LN2, LOG2E
+
+_LN2 = tl.constexpr(LN2)
 
 
 @triton.jit
@@ -48,7 +50,7 @@ def _simple_kernel(Q_nope, Q_pe, KV, Idx, Out, Lse, sm_scale_log2, TOPK,
     tl.store(Out + t * stride_o_t + h * stride_o_h + offs_dl,
              (acc / tl.where(empty, 1.0, l)).to(Out.dtype.element_ty))
     tl.store(Lse + t * stride_l_t + h,
-             tl.where(empty, float("-inf"), (m + tl.log2(tl.where(empty, 1.0, l))) * 0.6931471805599453))
+             tl.where(empty, float("-inf"), (m + tl.log2(tl.where(empty, 1.0, l))) * _LN2))
 
 
 def sparse_mla_attention_simple(q_nope, q_pe, kv_cache, indices, sm_scale, block_n: int = 32):

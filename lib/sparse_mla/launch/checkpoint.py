@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError, expand_path, writable_dir
+from ..layouts import INDEX_TOPK_MULTIPLE
 from ..models import PRESET_CONFIGS as MODEL_PRESETS
 
 #: What ``glm-5-tiny`` changes in GLM-5's real config (:data:`sparse_mla.models.PRESET_CONFIGS` ``["glm-5"]``):
@@ -81,8 +82,6 @@ PRESET_CONFIGS: dict[str, dict[str, Any]] = {
 
 PRESETS = tuple(PRESET_CONFIGS)
 
-#: vLLM's sparse index conversion works on 128-token groups: ``index_topk`` must be a positive multiple of 128.
-INDEX_TOPK_MULTIPLE = 128
 
 #: Tokenizer special tokens (ids 0 and 1 in the trained vocabulary).
 _SPECIAL_TOKENS = ("<|endoftext|>", "<|pad|>")

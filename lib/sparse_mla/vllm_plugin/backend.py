@@ -47,15 +47,13 @@ from vllm.v1.attention.backend import (
 )
 
 from ..capability import vllm_capability
+from ..layouts import FP8_DS_MLA_DIMS, FP8_DS_MLA_ROW_BYTES, INDEX_TOPK_MULTIPLE, PATCH_MARK
 
 BACKEND_NAME = "TRITON_MLA_SPARSE"
 KERNEL_BLOCK_SIZES = [64]
 #: What vLLM may pass for an fp8 cache; all are stored and read as ``fp8_ds_mla``.
 FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_ds_mla")
-FP8_DS_MLA_ROW_BYTES = 656
-FP8_DS_MLA_DIMS = (512, 64)   # (kv_lora_rank, qk_rope_head_dim) of the 656-byte layout
 MIN_CAPABILITY = (8, 0)
-INDEX_TOPK_MULTIPLE = 128  # triton_convert_req_index_to_global_index works on 128-wide column tiles
 
 
 class TritonMLASparseBackend(AttentionBackend):
@@ -257,7 +255,7 @@ def install_fp8_ds_mla_canonicalization() -> bool:
         return normalized if ours is None else ours
 
     setattr(_canonicalize_sparse_mla_kv_cache_dtype, _CANON_MARK, True)
-    _canonicalize_sparse_mla_kv_cache_dtype._sparse_mla_patch = True    # the diagnosis probe unwraps it for stock vLLM
+    setattr(_canonicalize_sparse_mla_kv_cache_dtype, PATCH_MARK, True)   # the diagnosis probe unwraps it for stock vLLM
     _canonicalize_sparse_mla_kv_cache_dtype.__wrapped__ = original
     _canonicalize_sparse_mla_kv_cache_dtype.__doc__ = (
         (original.__doc__ or "") + "\n\n(wrapped by sparse_mla.vllm_plugin: TRITON_MLA_SPARSE fp8 -> fp8_ds_mla)")

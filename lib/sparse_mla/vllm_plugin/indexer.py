@@ -40,6 +40,7 @@ import threading
 import torch
 
 from ..capability import as_capability, vllm_capability
+from ..layouts import PATCH_MARK
 from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill
 from ..kernels.indexer_quant import launch_q_rope_quant
 
@@ -266,7 +267,7 @@ def _apply(module) -> None:
             _ORIGINALS.setdefault((mod, attr), current)
             if current is not _MISSING:     # the mark the diagnosis probe unwraps (sparse_mla.diagnose.probe)
                 ours.__wrapped__ = current
-                ours._sparse_mla_patch = True
+                setattr(ours, PATCH_MARK, True)
             setattr(module, attr, ours)
 
 
