@@ -67,9 +67,10 @@ def _record_args(p) -> None:
 
 
 def record_place(args) -> tuple[Path, str]:
-    """``(out_dir, tag)`` for a benchmark record: both default to this GPU's name (:func:`.common.gpu_slug`), so a
+    """``(out_dir, tag)`` for a benchmark record: both default to this GPU's name (:func:`sparse_mla.records.gpu_slug`), so a
     record made on an RTX PRO 6000 never lands under an H200's name. Checked before any benchmark runs."""
-    from .common import gpu_slug, require_cuda
+    from ..records import gpu_record_dir, gpu_slug
+    from .common import require_cuda
 
     require_cuda()
     slug = gpu_slug()
@@ -77,7 +78,7 @@ def record_place(args) -> tuple[Path, str]:
     if not tag or not all(c.isalnum() or c in "-_." for c in tag) or tag.startswith("."):
         raise UserInputError(f"--tag {tag!r} is not accepted; accepted: letters, digits, '-', '_' and '.' (default: the "
                              f"GPU's name, here {slug!r})")
-    out_dir = Path("results") / slug if args.out_dir is None else args.out_dir
+    out_dir = gpu_record_dir(slug) if args.out_dir is None else args.out_dir
     return writable_dir(out_dir, "--out-dir"), tag
 
 

@@ -26,7 +26,8 @@ import json
 from pathlib import Path
 
 from .._files import atomic_write, atomic_write_text
-from .common import copy_bandwidth, environment, require_cuda
+from ..records import environment
+from .common import copy_bandwidth, require_cuda
 
 D, BS = 128, 64
 DEV = "cuda"                                # a module constant so that the code paths can be dry-run elsewhere
@@ -105,7 +106,7 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
 
     from ..errors import UserInputError
     from ..kernels.indexer_build import build_report_subprocess
-    from .common import gpu_slug
+    from ..records import gpu_slug
 
     dg = _deep_gemm()
     if dg is None:

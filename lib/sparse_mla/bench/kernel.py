@@ -35,7 +35,8 @@ from pathlib import Path
 
 from .._files import atomic_write, atomic_write_text
 from ..layouts import LN2
-from .common import copy_bandwidth, environment, require_cuda
+from ..records import environment
+from .common import copy_bandwidth, require_cuda
 
 DL, DR, TOPK = 512, 64, 2048
 GLM5_SCALE = (192 + 64) ** -0.5
@@ -218,7 +219,7 @@ def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_ca
     from ..kernels import choose_config, fitted_config, launch, sparse_mla_attention
     from ..kernels.api import check_kv_cache_dtype
 
-    from .common import gpu_slug
+    from ..records import gpu_slug
 
     check_kv_cache_dtype(kv_cache_dtype)
     fp8 = kv_cache_dtype == "fp8_ds_mla"

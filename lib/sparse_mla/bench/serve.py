@@ -396,7 +396,7 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
                                          cfg.get("max_position_embeddings"))
     out_dir = Path(out_dir)
     prompts = make_prompts(load.num_requests, cfg["index_topk"], int(cfg.get("vocab_size", 2048)), load.seed)
-    from .common import environment
+    from ..records import environment
     from ..launch.specs import with_simulated
 
     server_kw = dict(kv_cache_dtype=kv_cache_dtype, tp=tp, enforce_eager=not cuda_graphs,

@@ -238,7 +238,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         gens.append({"prompt_len": len(p), "token_ids": list(c.token_ids),
                      "logprobs": [lp[t].logprob for lp, t in zip(lps, c.token_ids)],
                      "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
-    from ..bench.common import environment
+    from ..records import environment
 
     rec = {"environment": environment(), **spec.describe(), "kv_cache_dtype": kv_cache_dtype, "tp": tp,
            "enforce_eager": enforce_eager, "speculative_config": speculative_config,
@@ -437,7 +437,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
         res = _subprocess_offline(args, log_dir / f"{file}.json", log_dir / f"{file}.log", spec_env(spec))
         runs[key] = {**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g, **res}
     prompts = prompt_ids(model, list(prompt_lengths))
-    from ..bench.common import environment
+    from ..records import environment
 
     rec = {"environment": environment(), "model": {"path": model.name, "index_topk": cfg.get("index_topk"),
                                                    "num_attention_heads": cfg.get("num_attention_heads"),
@@ -482,15 +482,12 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
 
 def default_record_path(tp: int = 1, gpu: str | None = None) -> str:
     """``results/<gpu>/launch_<gpu>.json`` (``_tp<N>`` added for a tensor-parallel run), ``<gpu>`` the local GPU's
-    short name (:func:`sparse_mla.bench.common.gpu_slug`: ``h200`` for "NVIDIA H200"), as the benchmarks name their
-    records; relative to the current directory."""
-    import torch
+    short name (:func:`sparse_mla.records.gpu_slug`: ``h200`` for "NVIDIA H200"), in :func:`sparse_mla.records.
+    gpu_record_dir`, as the benchmarks name their records; relative to the current directory."""
+    from ..records import gpu_record_dir, gpu_slug
 
-    from ..bench.common import gpu_slug
-
-    if gpu is None:
-        gpu = gpu_slug(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "gpu"
-    return f"results/{gpu}/launch_{gpu}" + (f"_tp{tp}" if tp > 1 else "") + ".json"
+    gpu = gpu or gpu_slug()
+    return str(gpu_record_dir(gpu) / (f"launch_{gpu}" + (f"_tp{tp}" if tp > 1 else "") + ".json"))
 
 
 def add_cli(sub) -> None:

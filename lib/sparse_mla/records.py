@@ -1,0 +1,70 @@
+"""What every record of a run shares: its header (GPU, versions, date, command) and where a GPU's records go.
+
+Records are named after the GPU that made them, so that a record made on an RTX PRO 6000 never lands under an H200's
+name: ``results/<gpu>/`` with ``<gpu>`` = :func:`gpu_slug` of the device's name (``results/h200/``). The workbook's
+notebook chain writes per profile instead (``results/<profile>/``, :mod:`sparse_mla.workbook.chain`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import shlex
+import sys
+from pathlib import Path
+
+
+def environment(command: str | None = None) -> dict:
+    """GPU, versions, date and the command that produced a record: the header of every record, read in the process
+    that runs it.
+
+    ``command`` defaults to the ``sparse-mla`` command line when called from the CLI, else to the calling function
+    (a notebook kernel's own arguments are not a command anyone could re-run)."""
+    import torch
+    import triton
+
+    info = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": command or cli_command(),
+            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
+    try:
+        import vllm
+
+        info["vllm"] = vllm.__version__
+    except Exception as e:  # noqa: BLE001
+        info["vllm"] = f"unavailable: {e}"
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu=p.name, gpu_count=torch.cuda.device_count(), capability=f"{p.major}.{p.minor}",
+                    sm_count=p.multi_processor_count,
+                    cuda=torch.version.cuda)
+    return info
+
+
+def cli_command() -> str:
+    """This process's ``sparse-mla`` command line, or where it was called from."""
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if argv0 in ("sparse-mla", "__main__.py", "cli.py"):
+        return " ".join(shlex.quote(a) for a in ["sparse-mla", *sys.argv[1:]])
+    return "python: sparse_mla (called from " + (argv0 or "an interpreter") + ")"
+
+
+def gpu_slug(name: str | None = None) -> str:
+    """A file-name form of a GPU's name: ``"NVIDIA H200"`` -> ``"h200"``, ``"NVIDIA RTX PRO 6000 Blackwell Server
+    Edition"`` -> ``"rtx-pro-6000-blackwell-server-edition"``. ``name`` defaults to GPU 0's name; ``"gpu"`` without
+    a CUDA GPU."""
+    if name is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return "gpu"
+        name = torch.cuda.get_device_name(0)
+    words = re.sub(r"[^a-z0-9]+", " ", name.lower()).split()
+    words = [w for w in words if w not in ("nvidia", "geforce", "tesla")]
+    return "-".join(words) or "gpu"
+
+
+def gpu_record_dir(gpu: str | None = None) -> Path:
+    """``results/<gpu>``, relative to the current directory: where a GPU's records go unless the user names a folder
+    (``gpu`` a :func:`gpu_slug`; default: this machine's)."""
+    return Path("results") / (gpu or gpu_slug())
