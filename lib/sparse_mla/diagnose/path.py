@@ -83,7 +83,7 @@ def _probe(req: Request) -> dict[str, Any]:
     refreshed: list[str] = []
     with pr.use_platform(platform), pr.stock_selection(), pr.extension_flags(refreshed):
         if req.with_plugin:
-            plugin_info = selection._apply_plugin()
+            plugin_info = selection.apply_plugin()
         with stage_config.model_dir(req) as path:
             vc, cfg = stage_config.engine_config(req, path, req.backend)
             if vc is None:
@@ -107,7 +107,7 @@ def _probe(req: Request) -> dict[str, Any]:
                 kern = runtime.kernel_stage(vc, att)
                 for r in kern["reasons"]:
                     blockers.append({"stage": "kernel", "reason": r})
-        host = selection._host_dependent_checks()
+        host = selection.host_dependent_checks()
 
     selected = att["selected"]
     host_dependent = other is not None and other != (selected or None) if not local else False

@@ -6,9 +6,6 @@ size and the model, checked before vLLM is imported.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,15 +108,6 @@ def _model_dtype(geometry) -> str:
     return _DTYPES.get(raw, "bfloat16")
 
 
-def _plugin_available() -> bool:
-    if "sparse_mla.vllm_plugin" in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec("sparse_mla.vllm_plugin") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None) -> Request:
     from ..models import load_model
 
@@ -139,9 +127,6 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None) ->
         if not has_nvidia_gpu():
             raise UserInputError(f"capability 'local': this machine has no NVIDIA GPU; accepted: "
                                  f"{accepted_capabilities().replace('; or local', '')}")
-    if with_plugin and not _plugin_available():
-        raise UserInputError("--with-plugin needs the step 4 plugin (module sparse_mla.vllm_plugin), which is not "
-                             "installed yet; accepted: run without --with-plugin")
     return Request(geometry=geometry, capability=cap, gpu=gpu, kv_cache_dtype=kv, tp=tp, heads_per_rank=heads,
                     dtype=_model_dtype(geometry), with_plugin=bool(with_plugin),
                     backend=check_backend(backend, with_plugin))

@@ -20,12 +20,10 @@ vLLM's own reasons. No message is re-typed here.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.util
 import sys
 from typing import Any
 
-from ..errors import UserInputError
 from . import probe as pr
 from .request import PLUGIN_BACKEND_NAME
 
@@ -46,30 +44,16 @@ def cuda_mla_backends() -> list:
     return seen
 
 
-def _apply_plugin() -> dict[str, Any]:
-    """STEP 3 HOOK: the single place where the workbook's own backend enters the probe.
-
-    Imports :mod:`sparse_mla.vllm_plugin` and calls its ``register()`` (the ``vllm.general_plugins`` entry point that
-    vLLM itself calls in every process), inside :func:`pr.stock_selection`, after the probe platform is installed and
-    before backends are enumerated and the selector runs. Whatever ``register()`` does (``register_backend`` of a
-    member, a patched selector) is then seen by vLLM's own selection; the backend whose ``get_name()`` is
-    ``TRITON_MLA_SPARSE`` is reported under that name. ``register()`` must re-apply its changes on every call
-    (the sandbox undoes them after each probe).
-    """
+def apply_plugin() -> dict[str, Any]:
+    """The workbook's plugin in the probe: :func:`sparse_mla.vllm_plugin.register` (the ``vllm.general_plugins``
+    entry point vLLM itself calls in every process), called inside :func:`pr.stock_selection` after the probe platform
+    is installed and before the backends are enumerated and the selector runs, so vLLM's own selection sees whatever
+    it registers. Returns what it changed: vLLM's backend overrides and the wrapped CUDA platform methods (the probe
+    undoes both after each diagnosis)."""
+    import vllm.platforms.cuda as cuda_mod
     from vllm.v1.attention.backends import registry
 
-    try:
-        plugin = importlib.import_module("sparse_mla.vllm_plugin")
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("sparse_mla.vllm_plugin"):
-            raise UserInputError("--with-plugin needs the step 4 plugin (module sparse_mla.vllm_plugin), which is not "
-                                 "installed yet; accepted: run without --with-plugin") from None
-        raise
-    register = getattr(plugin, "register", None) or getattr(plugin, "install_selector_fallback", None)
-    if not callable(register):
-        raise UserInputError("--with-plugin needs the step 4 plugin's register() function; sparse_mla.vllm_plugin has "
-                             "none; accepted: run without --with-plugin")
-    import vllm.platforms.cuda as cuda_mod
+    from ..vllm_plugin import register
 
     before = dict(registry._ATTN_OVERRIDES)
     methods = ("get_attn_backend_cls", "get_valid_backends")
@@ -77,28 +61,11 @@ def _apply_plugin() -> dict[str, Any]:
     registered = register()
     overrides = {m.name: p for m, p in registry._ATTN_OVERRIDES.items() if before.get(m) != p}
     wrapped = [f"CudaPlatformBase.{k}" for k in methods if cuda_mod.CudaPlatformBase.__dict__[k] is not before_m[k]]
-    return {"module": "sparse_mla.vllm_plugin", "called": f"sparse_mla.vllm_plugin.{register.__name__}()",
+    return {"module": "sparse_mla.vllm_plugin", "called": "sparse_mla.vllm_plugin.register()",
             "registered": registered is not False, "overrides": overrides, "wrapped": wrapped}
 
 
-def _plugin_backend_class():
-    """The step 4 backend class if the plugin exposes one outside the enum (fallback-selector style)."""
-    from vllm.v1.attention.backend import AttentionBackend
-
-    for mod_name in ("sparse_mla.vllm_plugin", "sparse_mla.vllm_plugin.backend"):
-        mod = sys.modules.get(mod_name)
-        if mod is None and mod_name == "sparse_mla.vllm_plugin.backend" and importlib.util.find_spec(mod_name) is not None:
-            with contextlib.suppress(Exception):
-                mod = importlib.import_module(mod_name)
-        for obj in vars(mod).values() if mod is not None else ():
-            if isinstance(obj, type) and issubclass(obj, AttentionBackend) and obj is not AttentionBackend:
-                with contextlib.suppress(Exception):
-                    if obj.get_name() == PLUGIN_BACKEND_NAME:
-                        return obj
-    return None
-
-
-def _host_dependent_checks() -> dict[str, bool]:
+def host_dependent_checks() -> dict[str, bool]:
     """Answers vLLM's backends take from this machine's software, not from the GPU (a GPU box may differ):
     FLASHINFER_MLA_SPARSE_SM120 needs FlashInfer's sparse MLA API plus flashinfer-cubin or ``nvcc`` on PATH
     (``vllm/utils/flashinfer.py``); TOKENSPEED_MLA needs the ``tokenspeed_mla`` package."""
@@ -248,13 +215,13 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
         else:
             valid_cands = []
         if with_plugin and PLUGIN_BACKEND_NAME not in backends and sel is not None:
-            pcls = _plugin_backend_class()
-            if pcls is not None:
-                try:
-                    reasons = list(pcls.validate_configuration(device_capability=cap, **sel._asdict()))
-                except Exception as e:  # noqa: BLE001
-                    reasons = [pr.fmt_exc(e)]
-                backends[PLUGIN_BACKEND_NAME] = {"priority": None, "reasons": [str(r) for r in reasons]}
+            from ..vllm_plugin.backend import TritonMLASparseBackend
+
+            try:
+                reasons = list(TritonMLASparseBackend.validate_configuration(device_capability=cap, **sel._asdict()))
+            except Exception as e:  # noqa: BLE001
+                reasons = [pr.fmt_exc(e)]
+            backends[PLUGIN_BACKEND_NAME] = {"priority": None, "reasons": [str(r) for r in reasons]}
 
     backend_cls = choice["backend_cls"]
     selected = None
