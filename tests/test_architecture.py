@@ -1,0 +1,53 @@
+"""The floors of the package (README "Architecture"), kept true: import-linter's layers contract from pyproject.toml
+(each floor imports only the floors below it; function-level imports count), shown able to fail on a planted upward
+import, and no private name imported from another subpackage."""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ROOT / "lib" / "sparse_mla"
+
+
+def _lint(cwd: Path, lib: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(lib)}
+    exe = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run([str(exe), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_floors_contract_is_kept():
+    p = _lint(ROOT, ROOT / "lib")
+    assert p.returncode == 0 and "floors: each step imports only the floors below it KEPT" in p.stdout, p.stdout[-2000:]
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    shutil.copytree(ROOT / "lib", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    engine = tmp_path / "lib" / "sparse_mla" / "launch" / "engine.py"
+    engine.write_text(engine.read_text() + "\n\ndef _planted():\n    from ..bench import common  # noqa: F401\n")
+    p = _lint(tmp_path, tmp_path / "lib")
+    assert p.returncode != 0 and "BROKEN" in p.stdout and "sparse_mla.launch.engine -> sparse_mla.bench" in p.stdout
+
+
+def _subpackage(parts: tuple[str, ...]) -> str | None:
+    return parts[1] if len(parts) > 2 else None       # sparse_mla.<sub>.<module>; None for the ground floor
+
+
+def test_no_private_name_is_imported_from_another_subpackage():
+    bad = []
+    for f in sorted(LIB.rglob("*.py")):
+        parts = f.relative_to(LIB.parent).with_suffix("").parts
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            base = list(parts[:-1])[:len(parts) - node.level]
+            target = tuple(base + (node.module.split(".") if node.module else []))
+            here, there = _subpackage(parts), (target[1] if len(target) > 1 else None)
+            bad += [f"{'.'.join(parts)}: from {'.'.join(target)} import {a.name}" for a in node.names
+                    if a.name.startswith("_") and there != here and (target + (a.name,))[1] != a.name]
+    assert bad == []
