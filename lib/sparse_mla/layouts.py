@@ -35,3 +35,15 @@ PATCH_MARK = "_sparse_mla_patch"
 
 LN2 = 0.6931471805599453
 LOG2E = 1.4426950408889634
+
+# ---- KV-cache dtypes: vLLM's names for what users ask, the layouts the kernels read ---------------------------------
+#: The latent-cache layouts the kernels read: ``"auto"`` (the cache in the model's float dtype, rows ``c_kv || k_pe``)
+#: and ``"fp8_ds_mla"`` (the 656-byte rows above).
+CACHE_LAYOUTS = ("auto", "fp8_ds_mla")
+#: What vLLM may pass for an fp8 MLA cache; ``TRITON_MLA_SPARSE`` stores and reads each as ``fp8_ds_mla``, as vLLM
+#: does for its own sparse backends (``_canonicalize_sparse_mla_kv_cache_dtype``).
+FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_ds_mla")
+#: The ``--kv-cache-dtype`` values ``TRITON_MLA_SPARSE`` accepts (its ``supported_kv_cache_dtypes``).
+BACKEND_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16") + FP8_KV_CACHE_DTYPES
+#: What the backend's impl receives once vLLM has canonicalized an fp8 cache.
+IMPL_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8_ds_mla")

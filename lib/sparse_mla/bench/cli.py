@@ -106,11 +106,11 @@ def _kernel_cli(args) -> int:
     require("sparse-mla bench kernel", "pandas", "matplotlib")
     from .kernel import TOPK, run_bench
 
-    from ..kernels import KV_CACHE_DTYPES
+    from ..layouts import CACHE_LAYOUTS
 
-    if args.kv_cache_dtype not in KV_CACHE_DTYPES:
+    if args.kv_cache_dtype not in CACHE_LAYOUTS:
         raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
-                             f"{', '.join(KV_CACHE_DTYPES)}")
+                             f"{', '.join(CACHE_LAYOUTS)}")
     for name in ("heads", "tokens"):
         bad = [v for v in getattr(args, name) or [] if v < 1]
         if bad:

@@ -379,14 +379,14 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
     returns the record. ``runs``: run specs (``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER``), the first is the
     agreement baseline. Needs a ``vllm`` command on ``PATH`` (a GPU for real numbers; nothing here checks for one, so
     that the whole path can be exercised against a stand-in server)."""
-    from ..launch.engine import KV_DTYPES, check_model_dir, check_tp
+    from ..launch.engine import check_model_dir, check_tp
+    from ..launch.specs import check_kv_cache_dtype
     from ..launch.specs import check_speculative_config, normalize_backends, parse_run_spec
 
     load = load or Load()
     model = check_model_dir(model).resolve()
     runs = normalize_backends(runs)
-    if kv_cache_dtype not in KV_DTYPES:
-        raise UserInputError(f"--kv-cache-dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
+    check_kv_cache_dtype(kv_cache_dtype)
     tp = check_tp(model, tp)
     speculative_config = check_speculative_config(speculative_config, model)
     cfg = json.loads((model / "config.json").read_text())
@@ -566,7 +566,8 @@ def cli_run(args, record_place) -> int:
     and print one line per run."""
     import shutil
 
-    from ..launch.engine import KV_DTYPES, check_model_dir, check_tp
+    from ..launch.engine import check_model_dir, check_tp
+    from ..launch.specs import check_kv_cache_dtype
     from ..launch.specs import MTP_EXAMPLE, check_speculative_config, normalize_backends
 
     model = check_model_dir(args.model)
@@ -582,9 +583,7 @@ def cli_run(args, record_place) -> int:
         if not (math.isfinite(v) and 0 < v <= 3600):
             raise UserInputError(f"--{name.replace('_', '-')} {v!r} is not accepted; accepted: seconds in (0, 3600]")
     spec_cfg = check_speculative_config(args.speculative_config, model)
-    if args.kv_cache_dtype not in KV_DTYPES:
-        raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
-                             f"{', '.join(KV_DTYPES)}")
+    check_kv_cache_dtype(args.kv_cache_dtype)
     check_tp(model, args.tp)
     cfg = json.loads((model / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)

@@ -16,15 +16,12 @@ import triton
 
 from ..capability import as_capability
 from ..errors import UserInputError
-from .attention import (FP8_DS_MLA_ROW_BYTES, LOG2E, _merge_splits_kernel, _sparse_mla_fp8_fwd_kernel,
-                        _sparse_mla_fwd_kernel)
+from ..layouts import CACHE_LAYOUTS, FP8_DS_MLA_ROW_BYTES, LOG2E
+from .attention import _merge_splits_kernel, _sparse_mla_fp8_fwd_kernel, _sparse_mla_fwd_kernel
 from .fp8 import has_fp8_conversion
 from .occupancy import DEVICE_LIMITS, DeviceLimits, device_limits, plan_launch, programs_per_sm
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-#: Cache layouts :func:`sparse_mla_attention` reads: ``auto`` (the cache in q's dtype, rows ``c_kv || k_pe``) and
-#: vLLM's ``fp8_ds_mla`` (uint8 rows of 656 bytes; see :mod:`sparse_mla.kernels.attention`).
-KV_CACHE_DTYPES = ("auto", "fp8_ds_mla")
 #: Launch overrides :func:`sparse_mla_attention` passes on to :func:`choose_config`.
 CONFIG_KEYS = ("block_h", "block_n", "block_dv", "num_splits", "num_warps", "num_stages", "dot_dtype", "fp8_scales",
                "launch")
@@ -62,10 +59,10 @@ class LaunchConfig:
 
 
 def check_kv_cache_dtype(kv_cache_dtype) -> str:
-    """``kv_cache_dtype`` if it is one of :data:`KV_CACHE_DTYPES`, else one UserInputError line."""
-    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
+    """``kv_cache_dtype`` if it is one of :data:`sparse_mla.layouts.CACHE_LAYOUTS`, else one UserInputError line."""
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in CACHE_LAYOUTS:
         raise UserInputError(f"kv_cache_dtype {kv_cache_dtype!r} is not accepted; accepted: "
-                             f"{', '.join(repr(k) for k in KV_CACHE_DTYPES)} (vLLM's fp8/fp8_e4m3 for a sparse MLA "
+                             f"{', '.join(repr(k) for k in CACHE_LAYOUTS)} (vLLM's fp8/fp8_e4m3 for a sparse MLA "
                              f"backend is stored as 'fp8_ds_mla')")
     return kv_cache_dtype
 

@@ -53,7 +53,6 @@ import triton
 import triton.language as tl
 
 from .. import layouts
-from ..layouts import FP8_DS_MLA_ROW_BYTES, LN2, LOG2E  # noqa: F401  (re-exported for the kernels' callers)
 from .fp8 import e4m3_to_f32
 
 # the fp8_ds_mla row's three views and ln 2, as compile-time constants of the kernels (sparse_mla.layouts)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ..layouts import FP8_DS_MLA_ROW_BYTES, LN2
+from ..layouts import CACHE_LAYOUTS, FP8_DS_MLA_ROW_BYTES, LN2
 
 
 def sparse_mla_attention_ref(
@@ -74,8 +74,8 @@ def gather_rows_ref(kv_cache: torch.Tensor, indices: torch.Tensor, kv_cache_dtyp
                     dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
     """The cache rows each token selected, ``[T, topk, 576]`` in ``dtype`` (fp8_ds_mla rows decoded by
     :func:`fp8_ds_mla_decode_ref`; row 0 where the index is -1), and ``valid [T, topk]`` (index >= 0)."""
-    if kv_cache_dtype not in ("auto", "fp8_ds_mla"):
-        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: 'auto' or 'fp8_ds_mla'")
+    if kv_cache_dtype not in CACHE_LAYOUTS:
+        raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: one of {', '.join(CACHE_LAYOUTS)}")
     idx = indices.long()
     valid = idx >= 0
     safe = torch.where(valid, idx, torch.zeros_like(idx))

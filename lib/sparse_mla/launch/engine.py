@@ -37,7 +37,8 @@ from .._files import atomic_write_text
 from ..errors import UserInputError, expand_path, writable_file
 from .server import HOST, backend_log_lines, free_port, served
 from .specs import (KV_DTYPES, MTP_EXAMPLE, OURS, PEERS, TRITON_INDEXER, RunSpec, attention_config,
-                    check_speculative_config, normalize_backends, parse_run_spec, patched_environ, with_simulated)
+                    check_kv_cache_dtype, check_speculative_config, normalize_backends, parse_run_spec, patched_environ,
+                    with_simulated)
 
 SERVED_NAME = "glm5"
 
@@ -204,8 +205,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     tp = check_tp(model, tp)
     spec = parse_run_spec(backend)
     speculative_config = check_speculative_config(speculative_config, model)
-    if kv_cache_dtype not in KV_DTYPES:
-        raise UserInputError(f"kv cache dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
+    check_kv_cache_dtype(kv_cache_dtype, "kv cache dtype")
     # layer_backends travels to the workers by pickle (LLM.collective_rpc with a function)
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     # Start vLLM's engine core with spawn, not fork: on the H200 (2026-12-01) engines of this function started by
@@ -417,8 +417,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     tp = check_tp(model, tp)
     backends = normalize_backends(backends)
     prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
-    if kv_cache_dtype not in KV_DTYPES:
-        raise UserInputError(f"kv cache dtype {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
+    check_kv_cache_dtype(kv_cache_dtype, "kv cache dtype")
     speculative_config = check_speculative_config(speculative_config, model)
     out = record_file(out if out is not None else default_record_path(tp), model)   # before the engines, not after
     cfg = json.loads((model / "config.json").read_text())
@@ -540,9 +539,7 @@ def _cli(args) -> int:
         lengths, _, thr = check_generation(lengths, args.max_tokens, thr)
     except UserInputError as e:
         raise UserInputError(f"{e} (--prompt-lengths, --max-tokens, --throughput)") from None
-    if args.kv_cache_dtype not in KV_DTYPES:
-        raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
-                             f"{', '.join(KV_DTYPES)}")
+    check_kv_cache_dtype(args.kv_cache_dtype)
     parse_run_spec(args.backend)   # unknown names fail here, before an engine starts
     tp = check_tp(model, args.tp)
     backends = [b for b in str(args.backends).split(",") if b.strip()]

@@ -47,12 +47,11 @@ from vllm.v1.attention.backend import (
 )
 
 from ..capability import vllm_capability
-from ..layouts import FP8_DS_MLA_DIMS, FP8_DS_MLA_ROW_BYTES, INDEX_TOPK_MULTIPLE, PATCH_MARK
+from ..layouts import (BACKEND_KV_CACHE_DTYPES, FP8_DS_MLA_DIMS, FP8_DS_MLA_ROW_BYTES, FP8_KV_CACHE_DTYPES,
+                       IMPL_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, PATCH_MARK)
 
 BACKEND_NAME = "TRITON_MLA_SPARSE"
 KERNEL_BLOCK_SIZES = [64]
-#: What vLLM may pass for an fp8 cache; all are stored and read as ``fp8_ds_mla``.
-FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_ds_mla")
 MIN_CAPABILITY = (8, 0)
 
 
@@ -60,8 +59,7 @@ class TritonMLASparseBackend(AttentionBackend):
     """Declarations only: what ``TRITON_MLA_SPARSE`` accepts (see the module docstring)."""
 
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
-    supported_kv_cache_dtypes: ClassVar[list[CacheDType]] = ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3",
-                                                             "fp8_ds_mla"]
+    supported_kv_cache_dtypes: ClassVar[list[CacheDType]] = list(BACKEND_KV_CACHE_DTYPES)
 
     @staticmethod
     def get_name() -> str:
@@ -187,7 +185,7 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
                  **mla_args) -> None:
         if alibi_slopes or sliding_window or logits_soft_cap:
             raise NotImplementedError(f"{BACKEND_NAME} does not support alibi, sliding window or logits soft cap.")
-        if kv_cache_dtype not in ("auto", "bfloat16", "float16", "fp8_ds_mla"):
+        if kv_cache_dtype not in IMPL_KV_CACHE_DTYPES:
             hint = (" vLLM stores it as fp8_ds_mla only with sparse_mla's canonicalization installed "
                     "(sparse_mla.vllm_plugin.register())." if kv_cache_dtype in FP8_KV_CACHE_DTYPES else "")
             raise NotImplementedError(f"{BACKEND_NAME} supports auto/bfloat16/float16/fp8_ds_mla KV caches, got "
