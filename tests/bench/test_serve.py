@@ -257,7 +257,7 @@ def test_vllms_own_parser_accepts_the_server_command():
     from sparse_mla.launch.engine import serve_command
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    pr.ensure_extension_modules()
+    pr.load_vllm_extensions()
     pr.probe_platform_cls()
     with pr.use_platform(pr.PROBE), pr.quiet_logs():
         from vllm.entrypoints.openai.cli_args import make_arg_parser

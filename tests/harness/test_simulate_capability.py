@@ -16,8 +16,8 @@ SCRIPT = r"""
 import json, sys
 import torch
 import sparse_mla
-from sparse_mla.diagnose.probe import ensure_extension_modules
-ensure_extension_modules()
+from sparse_mla.diagnose.probe import load_vllm_extensions
+load_vllm_extensions()
 import vllm.platforms.cuda as c
 out = {"patched": getattr(c, "SPARSE_MLA_SIMULATED_CAPABILITY", None),
        "sitecustomize": sys.modules["sitecustomize"].__file__ if "sitecustomize" in sys.modules else None}

@@ -79,8 +79,8 @@ def test_the_sm80_path_builds_for_the_h200(builds):
 VLLM_SCRIPT = r"""
 import json, torch, triton
 import sparse_mla
-from sparse_mla.diagnose.probe import ensure_extension_modules
-ensure_extension_modules()
+from sparse_mla.diagnose.probe import load_vllm_extensions
+load_vllm_extensions()
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import vllm.model_executor.layers.sparse_attn_indexer as sai

@@ -232,9 +232,9 @@ def test_paged_against_vllm_torch_oracle():
 
 def _vllm_oracle(name):
     try:
-        from sparse_mla.diagnose.probe import ensure_extension_modules
+        from sparse_mla.diagnose.probe import load_vllm_extensions
 
-        ensure_extension_modules()
+        load_vllm_extensions()
         from vllm.v1.attention.ops import rocm_aiter_mla_sparse as m
     except Exception as e:  # noqa: BLE001 -- the oracle imports on every machine of ours: its absence is a failure
         pytest.fail(f"vLLM's torch oracle did not import: {type(e).__name__}: {e}")

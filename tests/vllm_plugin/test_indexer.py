@@ -27,7 +27,7 @@ def vllm_cuda():
     """vLLM's CUDA-side modules importable on this machine (the probe's stubs for the driver-bound extensions)."""
     from sparse_mla.diagnose import probe
 
-    probe.ensure_extension_modules()
+    probe.load_vllm_extensions()
     import vllm.platforms.cuda  # noqa: F401
     return importlib.import_module(BUILDER)
 

@@ -185,9 +185,6 @@ def load_vllm_extensions() -> dict[str, Any]:
     return dict(DRIVER)
 
 
-#: Older name of :func:`load_vllm_extensions` (tests and helpers import vLLM's CUDA modules after calling it).
-ensure_extension_modules = load_vllm_extensions
-
 
 def _load_extension(name: str) -> str | None:
     """Load a vLLM extension module the way ``import`` would, without running its parent package's ``__init__``

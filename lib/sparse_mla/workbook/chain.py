@@ -120,6 +120,39 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         raise UserInputError(f"output directory {str(out_dir)!r} is empty; accepted: a directory path (default "
                              f"results/<profile>/)")
     out_dir = Path(out_dir) if out_dir is not None else root / "results" / str(profile)
+    params, chain, names = _select(profile, only, timeout, notebooks_dir)
+    out_dir, overview = _output_dir(out_dir, profile, chain, notebooks_dir, root)
+    stale = [p.name for p in summary.executed_notebooks(out_dir) if p.name not in names] if out_dir.is_dir() else []
+    if progress and stale:
+        print(f"[sparse-mla run] note: {', '.join(stale)} in {_shown(out_dir, root)} match no notebook of "
+              f"{_shown(notebooks_dir, root)} (an earlier chain's names?): left as they are, not in the summary",
+              flush=True)
+    done = []
+    for nb in chain:
+        target = out_dir / nb.name
+        tmp = out_dir / f".{nb.stem}.running.ipynb"
+        t0 = time.time()
+        if progress:
+            print(f"[sparse-mla run] {nb.name} (profile {profile}) ...", flush=True)
+        parameters = dict(params.get(nb.stem, {}))
+        if not overview and "out_dir" not in parameters and "out_dir" in pm.inspect_notebook(str(nb)):
+            parameters["out_dir"] = str(out_dir.resolve())   # what the notebook writes goes there too, not results/
+        _execute(nb, tmp, target, parameters, notebooks_dir, kernel_name, progress, timeout, root)
+        _finalize(tmp, nb, target, root, profile)
+        os.replace(tmp, target)
+        (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
+        done.append(target)
+        overview = _write_summaries(out_dir, names, overview, root)   # after every notebook: a failure keeps what ran
+        if progress:
+            print(f"[sparse-mla run] {nb.name} -> {_shown(target, root)} ({time.time() - t0:.0f} s)", flush=True)
+    if progress and done:
+        tops = [out_dir / "summary.md"] + ([out_dir.parent / "summary.md"] if overview else [])
+        print(f"[sparse-mla run] summary: {' and '.join(_shown(t, root) for t in tops)} (and .json)", flush=True)
+    return done
+
+
+def _select(profile: str, only, timeout, notebooks_dir: Path) -> tuple[dict, list[Path], set[str]]:
+    """``(parameters, the notebooks to run, the whole chain's names)``, every argument checked (UserInputError)."""
     params = load_profile(profile)
     if profile == "gpu":
         from .._env import has_nvidia_gpu
@@ -144,63 +177,52 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         chain = picked
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
         raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
-    out_dir, overview = _output_dir(out_dir, profile, chain, notebooks_dir, root)
-    stale = [p.name for p in summary.executed_notebooks(out_dir) if p.name not in names] if out_dir.is_dir() else []
-    if progress and stale:
-        print(f"[sparse-mla run] note: {', '.join(stale)} in {_shown(out_dir, root)} match no notebook of "
-              f"{_shown(notebooks_dir, root)} (an earlier chain's names?): left as they are, not in the summary",
-              flush=True)
-    done = []
-    for nb in chain:
-        target = out_dir / nb.name
-        tmp = out_dir / f".{nb.stem}.running.ipynb"
-        t0 = time.time()
-        if progress:
-            print(f"[sparse-mla run] {nb.name} (profile {profile}) ...", flush=True)
-        parameters = dict(params.get(nb.stem, {}))
-        if not overview and "out_dir" not in parameters and "out_dir" in pm.inspect_notebook(str(nb)):
-            parameters["out_dir"] = str(out_dir.resolve())   # what the notebook writes goes there too, not results/
-        try:
-            pm.execute_notebook(str(nb), str(tmp), parameters=parameters, cwd=str(notebooks_dir),
-                                kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout)
-        except BaseException as e:
-            failed = out_dir / f"{nb.stem}.failed.ipynb"
-            if tmp.exists():
-                os.replace(tmp, failed)
-            from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    return params, chain, names
 
-            if isinstance(e, (CellTimeoutError, DeadKernelError)):
-                what = (f"a cell ran longer than the per-cell timeout of {timeout} s (--timeout)"
-                        if isinstance(e, CellTimeoutError) else "its kernel died")
-                raise NotebookFailed(f"{nb.name} failed: {what}; its partial output is {_shown(failed, root)}; the "
-                                     f"notebooks executed before it and any earlier {_shown(target, root)} are "
-                                     f"unchanged") from None
-            if isinstance(e, pm.PapermillExecutionError):
-                first = (e.source or "").strip().splitlines()[:1]
-                raise NotebookFailed(
-                    f"{nb.name} failed in cell {e.cell_index} (In [{e.exec_count}]"
-                    + (f", starting {first[0][:60]!r}" if first else "") + f"): {e.ename}: {str(e.evalue)[:300]}; "
-                    f"its partial output is {failed}; the notebooks executed before it and any earlier {target} "
-                    f"are unchanged") from e
-            raise
-        _finalize(tmp, nb, target, root, profile)
-        os.replace(tmp, target)
-        (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
-        done.append(target)
-        summary.write_summary(out_dir, names)   # after every notebook: a later failure keeps what ran
-        if overview:
-            try:   # results/summary.*: every profile folder side by side; secondary to this profile's own summary
-                summary.write_overview(out_dir.parent, names)
-            except OSError as e:
-                overview = False
-                print(f"[sparse-mla run] warning: results/summary.* not updated ({type(e).__name__}: {e}); "
-                      f"this profile's summary is {_shown(out_dir / 'summary.md', root)}", flush=True)
-        if progress:
-            print(f"[sparse-mla run] {nb.name} -> {_shown(target, root)} ({time.time() - t0:.0f} s)", flush=True)
-    if progress and done:
-        tops = [out_dir / "summary.md"] + ([out_dir.parent / "summary.md"] if overview else [])
-        print(f"[sparse-mla run] summary: {' and '.join(_shown(t, root) for t in tops)} (and .json)", flush=True)
-    return done
+
+def _execute(nb: Path, tmp: Path, target: Path, parameters: dict, notebooks_dir: Path, kernel_name, progress: bool,
+             timeout, root: Path) -> None:
+    """papermill on one notebook into ``tmp``; a failure keeps its partial output as ``*.failed.ipynb`` and becomes
+    one :class:`NotebookFailed` naming the notebook, the cell and the error."""
+    import papermill as pm
+
+    try:
+        pm.execute_notebook(str(nb), str(tmp), parameters=parameters, cwd=str(notebooks_dir),
+                            kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout)
+    except BaseException as e:
+        failed = target.parent / f"{nb.stem}.failed.ipynb"
+        if tmp.exists():
+            os.replace(tmp, failed)
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        if isinstance(e, (CellTimeoutError, DeadKernelError)):
+            what = (f"a cell ran longer than the per-cell timeout of {timeout} s (--timeout)"
+                    if isinstance(e, CellTimeoutError) else "its kernel died")
+            raise NotebookFailed(f"{nb.name} failed: {what}; its partial output is {_shown(failed, root)}; the "
+                                 f"notebooks executed before it and any earlier {_shown(target, root)} are "
+                                 f"unchanged") from None
+        if isinstance(e, pm.PapermillExecutionError):
+            first = (e.source or "").strip().splitlines()[:1]
+            raise NotebookFailed(
+                f"{nb.name} failed in cell {e.cell_index} (In [{e.exec_count}]"
+                + (f", starting {first[0][:60]!r}" if first else "") + f"): {e.ename}: {str(e.evalue)[:300]}; "
+                f"its partial output is {failed}; the notebooks executed before it and any earlier {target} "
+                f"are unchanged") from e
+        raise
+
+
+def _write_summaries(out_dir: Path, names: set[str], overview: bool, root: Path) -> bool:
+    """This profile's summary, and ``results/summary.*`` while ``overview``; returns whether the overview is still
+    written (a failure to write it is a warning, not a failed chain)."""
+    summary.write_summary(out_dir, names)
+    if overview:
+        try:   # results/summary.*: every profile folder side by side; secondary to this profile's own summary
+            summary.write_overview(out_dir.parent, names)
+        except OSError as e:
+            print(f"[sparse-mla run] warning: results/summary.* not updated ({type(e).__name__}: {e}); "
+                  f"this profile's summary is {_shown(out_dir / 'summary.md', root)}", flush=True)
+            return False
+    return overview
 
 
 def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: Path, root: Path) -> tuple[Path, bool]:
