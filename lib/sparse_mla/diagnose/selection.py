@@ -130,7 +130,6 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
     """
     import vllm.platforms.cuda as cuda_mod
     from vllm.config import set_current_vllm_config
-    from vllm.model_executor.layers.attention import mla_attention
 
     args = layer_arguments(vc)
     forced = vc.attention_config.backend
@@ -154,6 +153,35 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
     kv = args["kv_cache_dtype"]
     priorities = list(cuda_mod._get_backend_priorities(args["use_mla"], cap, heads, kv, False))
 
+    candidates, import_errors, skipped = _mla_candidates(members, imported)
+    with set_current_vllm_config(vc):
+        backends, names, valid_cands = _verdicts(platform_cls, cap, sel, heads, candidates, priorities, with_plugin)
+    backend_cls = choice["backend_cls"]
+    selected = None
+    if backend_cls is not None:
+        path = cuda_mod._backend_cls_path(backend_cls)
+        selected = names.get(path) or str(backend_cls.get_name())
+    valid = [names.get(cuda_mod._backend_cls_path(c.backend_class), pr.display_name(c.backend, c.backend_class))
+             for c in sorted(valid_cands, key=lambda c: c.priority)]
+    if selected is not None and selected not in valid:
+        valid.insert(0, selected)
+    if choice["error"] is not None:
+        verdict = choice["error"]
+    else:
+        using = [m for m in choice["log"] if m.startswith("Using ")]
+        verdict = using[-1] if using else f"Using {selected} attention backend (selected: {forced or 'auto'})"
+    effective, kv_note = _effective_kv_cache_dtype(vc, backend_cls, args, selected)
+    return {"selected": selected, "valid": valid, "backends": dict(sorted(
+                backends.items(), key=lambda kv_: (kv_[1]["priority"] is None, kv_[1]["priority"] or 0))),
+            "verdict": verdict, "error": choice["error"], "forced": None if forced is None else str(forced.name),
+            "effective_kv_cache_dtype": effective, "kv_note": kv_note, "backend_cls": backend_cls,
+            "args": {**{k: v for k, v in args.items() if k != "dtype"}, "dtype": str(args["dtype"]).replace("torch.", "")},
+            "import_errors": import_errors, "skipped": skipped}
+
+
+def _mla_candidates(members, imported) -> tuple[list[tuple[Any, Any, str | None]], dict[str, str], dict[str, str]]:
+    """``(candidates, import_errors, skipped)``: each member with its class (or None and its import error as the
+    reason); members that are not MLA backends skipped."""
     candidates: list[tuple[Any, Any, str | None]] = []
     import_errors: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -171,73 +199,72 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
             import_errors[member.name] = pr.fmt_exc(err)
             continue
         candidates.append((member, cls, None))
+    return candidates, import_errors, skipped
+
+
+def _verdicts(platform_cls, cap, sel, heads, candidates, priorities, with_plugin):
+    """``(backends, names, valid candidates)``: every candidate's priority and vLLM's reasons (its own
+    ``validate_configuration``, then vLLM's ``get_valid_backends`` view, which wins), and the plugin's backend with
+    ``with_plugin``; ``names`` maps class paths to display names. Runs inside ``set_current_vllm_config``."""
+    import vllm.platforms.cuda as cuda_mod
 
     backends: dict[str, dict[str, Any]] = {}
     names: dict[str, str] = {}      # class path -> display name
-    with set_current_vllm_config(vc):
-        if sel is not None:
-            for member, cls, err in candidates:
-                name = pr.display_name(member, cls)
-                if cls is None:
-                    reasons = [err]
-                else:
-                    names[cuda_mod._backend_cls_path(cls)] = name
-                    try:
-                        reasons = list(cls.validate_configuration(device_capability=cap, **sel._asdict()))
-                    except ImportError:
-                        reasons = ["ImportError"]          # what vLLM's get_valid_backends records
-                    except Exception as e:  # noqa: BLE001
-                        reasons = [pr.fmt_exc(e)]
-                prio = priorities.index(member) if member in priorities else None
-                if name in backends and backends[name]["priority"] is not None and prio is None:
-                    continue    # a plugin class registered twice (e.g. CUSTOM too): keep the prioritised entry
-                backends[name] = {"priority": prio, "reasons": [str(r) for r in reasons]}
-            # vLLM's own view (get_valid_backends, possibly extended by a plugin) wins over the direct calls above
-            blocked = {m.get_path(include_classname=False): err for m, c, err in candidates
-                       if c is None and m in priorities and not err.startswith(("ImportError", "ModuleNotFoundError"))}
-            finder = pr.BlockImports(blocked)
-            if blocked:
-                sys.meta_path.insert(0, finder)
-            try:
-                valid_cands, invalid_map = platform_cls.get_valid_backends(
-                    device_capability=cap, attn_selector_config=sel, num_heads=heads)
-            finally:
-                if blocked:
-                    sys.meta_path.remove(finder)
-            for member, (prio, reasons) in invalid_map.items():
-                with contextlib.suppress(Exception):
-                    backends[pr.display_name(member, member.get_class())] = {
-                        "priority": prio, "reasons": [str(r) for r in reasons]}
-            for c in valid_cands:
-                name = names.setdefault(cuda_mod._backend_cls_path(c.backend_class),
-                                        pr.display_name(c.backend, c.backend_class))
-                backends[name] = {"priority": c.priority, "reasons": []}
+    if sel is None:
+        return backends, names, []
+    for member, cls, err in candidates:
+        name = pr.display_name(member, cls)
+        if cls is None:
+            reasons = [err]
         else:
-            valid_cands = []
-        if with_plugin and PLUGIN_BACKEND_NAME not in backends and sel is not None:
-            from ..vllm_plugin.backend import TritonMLASparseBackend
-
+            names[cuda_mod._backend_cls_path(cls)] = name
             try:
-                reasons = list(TritonMLASparseBackend.validate_configuration(device_capability=cap, **sel._asdict()))
+                reasons = list(cls.validate_configuration(device_capability=cap, **sel._asdict()))
+            except ImportError:
+                reasons = ["ImportError"]          # what vLLM's get_valid_backends records
             except Exception as e:  # noqa: BLE001
                 reasons = [pr.fmt_exc(e)]
-            backends[PLUGIN_BACKEND_NAME] = {"priority": None, "reasons": [str(r) for r in reasons]}
+        prio = priorities.index(member) if member in priorities else None
+        if name in backends and backends[name]["priority"] is not None and prio is None:
+            continue    # a plugin class registered twice (e.g. CUSTOM too): keep the prioritised entry
+        backends[name] = {"priority": prio, "reasons": [str(r) for r in reasons]}
+    # vLLM's own view (get_valid_backends, possibly extended by a plugin) wins over the direct calls above
+    blocked = {m.get_path(include_classname=False): err for m, c, err in candidates
+               if c is None and m in priorities and not err.startswith(("ImportError", "ModuleNotFoundError"))}
+    finder = pr.BlockImports(blocked)
+    if blocked:
+        sys.meta_path.insert(0, finder)
+    try:
+        valid_cands, invalid_map = platform_cls.get_valid_backends(
+            device_capability=cap, attn_selector_config=sel, num_heads=heads)
+    finally:
+        if blocked:
+            sys.meta_path.remove(finder)
+    for member, (prio, reasons) in invalid_map.items():
+        with contextlib.suppress(Exception):
+            backends[pr.display_name(member, member.get_class())] = {
+                "priority": prio, "reasons": [str(r) for r in reasons]}
+    for c in valid_cands:
+        name = names.setdefault(cuda_mod._backend_cls_path(c.backend_class),
+                                pr.display_name(c.backend, c.backend_class))
+        backends[name] = {"priority": c.priority, "reasons": []}
+    if with_plugin and PLUGIN_BACKEND_NAME not in backends:
+        from ..vllm_plugin.backend import TritonMLASparseBackend
 
-    backend_cls = choice["backend_cls"]
-    selected = None
-    if backend_cls is not None:
-        path = cuda_mod._backend_cls_path(backend_cls)
-        selected = names.get(path) or str(backend_cls.get_name())
-    valid = [names.get(cuda_mod._backend_cls_path(c.backend_class), pr.display_name(c.backend, c.backend_class))
-             for c in sorted(valid_cands, key=lambda c: c.priority)]
-    if selected is not None and selected not in valid:
-        valid.insert(0, selected)
-    if choice["error"] is not None:
-        verdict = choice["error"]
-    else:
-        using = [m for m in choice["log"] if m.startswith("Using ")]
-        verdict = using[-1] if using else f"Using {selected} attention backend (selected: {forced or 'auto'})"
+        try:
+            reasons = list(TritonMLASparseBackend.validate_configuration(device_capability=cap, **sel._asdict()))
+        except Exception as e:  # noqa: BLE001
+            reasons = [pr.fmt_exc(e)]
+        backends[PLUGIN_BACKEND_NAME] = {"priority": None, "reasons": [str(r) for r in reasons]}
+    return backends, names, valid_cands
 
+
+def _effective_kv_cache_dtype(vc, backend_cls, args, selected) -> tuple[str, str | None]:
+    """The cache dtype the selected backend runs (vLLM's ``_canonicalize_sparse_mla_kv_cache_dtype``, then ``auto``
+    as vLLM's ``kv_cache_dtype_str_to_dtype`` resolves it) and a note saying why, if it differs from the request."""
+    from vllm.model_executor.layers.attention import mla_attention
+
+    kv = args["kv_cache_dtype"]
     effective, kv_note = kv, None
     if backend_cls is not None and args["use_mla"] and args["use_sparse"]:
         effective = mla_attention._canonicalize_sparse_mla_kv_cache_dtype(backend_cls, kv)
@@ -249,12 +276,7 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
 
         effective = str(kv_cache_dtype_str_to_dtype("auto", vc.model_config)).replace("torch.", "")
         kv_note = f"{effective} (auto: vLLM's kv_cache_dtype_str_to_dtype gives the model dtype)"
-    return {"selected": selected, "valid": valid, "backends": dict(sorted(
-                backends.items(), key=lambda kv_: (kv_[1]["priority"] is None, kv_[1]["priority"] or 0))),
-            "verdict": verdict, "error": choice["error"], "forced": None if forced is None else str(forced.name),
-            "effective_kv_cache_dtype": effective, "kv_note": kv_note, "backend_cls": backend_cls,
-            "args": {**{k: v for k, v in args.items() if k != "dtype"}, "dtype": str(args["dtype"]).replace("torch.", "")},
-            "import_errors": import_errors, "skipped": skipped}
+    return effective, kv_note
 
 
 def flip_host_check(vc, args: dict[str, Any]) -> str | None:
