@@ -16,10 +16,24 @@ def test_sequences_and_text():
     assert as_capability("8.9", text=True) == (8, 9) and as_capability(" 0.0 ", text=True) == (0, 0)
 
 
-@pytest.mark.parametrize("bad", [(9,), (12, 10), (-1, 0), (100, 0), (True, False), (8.0, 0), None, 8, "12"])
+@pytest.mark.parametrize("bad", [(9,), (12, 10), (-1, 0), (100, 0), (True, False), (8.0, 0), None, 8, "12",
+                                 "\uff11\uff12.\uff10", bytearray(b"\x0c\x00"), {12: "a", 0: "b"}, {9, 0}, range(2),
+                                 iter((12, 0)), "12.0.1", "012.0"])
 def test_refused_with_what_is_accepted(bad):
     with pytest.raises(UserInputError, match=r"capability .* is not accepted; accepted: \(major, minor\) integers"):
         as_capability(bad, text=True)
+
+
+def test_numpy_integers_count_and_long_values_are_cut():
+    import numpy as np
+
+    assert as_capability((np.int64(12), np.int64(0))) == (12, 0)
+    with pytest.raises(UserInputError) as e:
+        as_capability(np.zeros((2, 2), dtype=int))
+    assert "\n" not in str(e.value)
+    with pytest.raises(UserInputError) as e:
+        as_capability([0] * 5000)
+    assert len(str(e.value)) < 200
 
 
 def test_text_only_where_asked():

@@ -24,7 +24,8 @@ def test_environment_matches_pyproject():
     pins = [r for r in pip_section if not r.startswith("-e")]
     assert editable == ["-e ."]
     extras = project["optional-dependencies"]
-    want = {**_norm(project["dependencies"]), **_norm(extras["workbook"]), **_norm(extras["test"])}
+    want = {**_norm(project["dependencies"]), **_norm(extras["workbook"]), **_norm(extras["pinned"]),
+            **_norm(extras["test"])}
     assert _norm(pins) == want
     python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python="))
     assert SpecifierSet(project["requires-python"]).contains(python.split("=", 1)[1] + ".0")
@@ -32,5 +33,5 @@ def test_environment_matches_pyproject():
 
 def test_workbook_pins_match_the_gpu_image():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    deps = _norm(extras["workbook"])
+    deps = _norm(extras["pinned"])
     assert deps["vllm"] == "==0.26.0" and deps["torch"] == "==2.11.0" and deps["triton"] == "==3.6.0"

@@ -17,7 +17,7 @@ def test_missing_modules_name_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "papermill", None)     # as if not installed
     monkeypatch.setitem(sys.modules, "nbformat", None)
     with pytest.raises(UserInputError) as e:
-        require("sparse-mla run", "papermill", "nbformat", "yaml")
+        require("sparse-mla run", "papermill", "nbformat", "json")
     assert str(e.value) == ("sparse-mla run needs the workbook extra (papermill, nbformat not installed); accepted: "
                             "pip install 'sparse-mla-workbook[workbook]' (from a checkout of it: pip install "
                             "'.[workbook]')")

@@ -16,7 +16,7 @@ DISTRIBUTION = "sparse-mla-workbook"
 
 #: Import name -> the extra that provides it.
 EXTRA_OF = {"pandas": "workbook", "matplotlib": "workbook", "papermill": "workbook", "nbformat": "workbook",
-            "nbclient": "workbook", "yaml": "workbook"}
+            "nbclient": "workbook"}
 
 
 def require(what: str, *modules: str) -> None:

@@ -5,6 +5,7 @@ accepts (it asserts ``0 <= minor < 10``) and the ``"major.minor"`` text users ty
 """
 from __future__ import annotations
 
+import numbers
 import re
 from typing import Any
 
@@ -14,27 +15,43 @@ from .errors import UserInputError
 Capability = tuple[int, int]
 
 ACCEPTED = "(major, minor) integers with major 0-99 and minor 0-9, e.g. (8, 0)"
-_TEXT = re.compile(r"^(\d{1,2})\.(\d)$")
+_TEXT = re.compile(r"^([0-9]{1,2})\.([0-9])$")
 
 
 def as_capability(value: Any, *, text: bool = False) -> Capability:
-    """``value`` as a :data:`Capability`: a 2-sequence of ints (a tuple, a list, vLLM's ``DeviceCapability``, torch's
-    ``get_device_capability()``), or with ``text`` also ``"major.minor"``. Raises :class:`UserInputError` naming the
-    value and what is accepted for anything else (bools, floats, ``(9,)``, ``"12"``, ``(12, 10)``)."""
+    """``value`` as a :data:`Capability`: a tuple or list of two integers (vLLM's ``DeviceCapability``, torch's
+    ``get_device_capability()`` and ``torch.Size`` are tuples; numpy integers count), or with ``text`` also
+    ``"major.minor"`` in ASCII digits. Raises :class:`UserInputError` naming the value and what is accepted for
+    anything else (bools, floats, ``(9,)``, ``"12"``, ``(12, 10)``, sets, dicts, iterators)."""
     if text and isinstance(value, str):
         m = _TEXT.match(value.strip())
         if m:
             return int(m.group(1)), int(m.group(2))
-    elif not isinstance(value, (str, bytes)):
-        try:
-            cap = tuple(value)
-        except TypeError:
-            cap = ()
-        if (len(cap) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in cap)
-                and 0 <= cap[0] <= 99 and 0 <= cap[1] <= 9):
-            return int(cap[0]), int(cap[1])
-    raise UserInputError(f"capability {value!r} is not accepted; accepted: {ACCEPTED}"
+    elif isinstance(value, (tuple, list)) and len(value) == 2 \
+            and all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, _np_bool())) for v in value) \
+            and 0 <= int(value[0]) <= 99 and 0 <= int(value[1]) <= 9:
+        return int(value[0]), int(value[1])
+    raise UserInputError(f"capability {_shown(value)} is not accepted; accepted: {ACCEPTED}"
                          + (" or 'major.minor' text such as '12.0'" if text else ""))
+
+
+def _np_bool():
+    try:
+        import numpy
+
+        return numpy.bool_
+    except ImportError:   # pragma: no cover - numpy comes with torch
+        return bool
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` on one line, cut at ``limit`` characters."""
+    try:
+        r = repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still named by its type
+        r = f"<{type(value).__name__}>"
+    r = r.replace("\n", "\\n")
+    return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
 def vllm_capability() -> Capability | None:

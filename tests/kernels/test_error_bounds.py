@@ -96,3 +96,14 @@ def test_indexer_limit_orders_the_arithmetics_and_refuses_others():
     assert torch.allclose(indexer_limit(2 * mag, heads=32), 2 * lim["fp32"])          # linear in the magnitude
     with pytest.raises(ValueError, match="arithmetic 'fp64'; accepted: fp32, fp16, fp8, bf16-scores"):
         indexer_limit(mag, heads=32, arithmetic="fp64")
+
+
+@pytest.mark.parametrize("kw, says", [({"heads": 0}, "heads=0"), ({"heads": 2.5}, "heads=2.5"),
+                                      ({"heads": True}, "heads=True"), ({"head_dim": -128}, "head_dim=-128"),
+                                      ({"p_fail": 0}, "p_fail=0"), ({"p_fail": float("nan")}, "p_fail=nan"),
+                                      ({"arithmetic": ["fp32"]}, "arithmetic \\['fp32'\\]")])
+def test_indexer_limit_names_a_bad_argument(kw, says):
+    from sparse_mla.kernels.error_bounds import indexer_limit
+
+    with pytest.raises(ValueError, match=says):
+        indexer_limit(torch.ones(2, 3, dtype=torch.float64), **{"heads": 32, **kw})

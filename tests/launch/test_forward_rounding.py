@@ -44,7 +44,9 @@ def test_weights_off_by_2_to_the_minus_12_are_not_rounding(case):
     assert lim.share(shifted.forward(ids), base) > 10
 
 
-def test_too_few_samples_is_refused(case):
+@pytest.mark.parametrize("kw, says", [({"samples": 1}, "samples=1; accepted"), ({"samples": 2.5}, "samples=2.5"),
+                                      ({"samples": True}, "samples=True"), ({"p_fail": 0}, "p_fail=0")])
+def test_bad_arguments_are_refused_before_any_work(case, kw, says):
     cfg, sd, ids, _ = case
-    with pytest.raises(ValueError, match="samples=1; accepted: at least 2"):
-        forward_limit(cfg, sd, ids, samples=1)
+    with pytest.raises(ValueError, match=says):
+        forward_limit(cfg, sd, ids, **kw)

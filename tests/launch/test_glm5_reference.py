@@ -285,6 +285,15 @@ def test_matches_transformers_sparse_prompt(loaded, ref, hf_model):
     assert lim.share(dense[INDEX_TOPK:], ours[INDEX_TOPK:], slice(INDEX_TOPK, None)) > 100
 
 
+@pytest.mark.parametrize("ids, says", [(torch.tensor([[1, 2], [3, 4]]), "shape \\(2, 2\\)"),
+                                       (torch.tensor([1.0, 2.0]), "dtype torch.float32"),
+                                       (torch.tensor([-1, 2]), "token id -1"), (torch.tensor([10**6]), "token id 1000000"),
+                                       (torch.tensor([], dtype=torch.long), "shape \\(0,\\)")])
+def test_forward_refuses_ids_it_cannot_embed(ref, ids, says):
+    with pytest.raises(UserInputError, match=says):
+        ref.forward(ids)
+
+
 def test_gather_attention_rejects_out_of_range_slot():
     q, pe, cache = torch.zeros(1, 2, 8), torch.zeros(1, 2, 4), torch.zeros(2, 4, 12)
     with pytest.raises(UserInputError, match="slot 8"):

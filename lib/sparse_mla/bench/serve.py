@@ -385,8 +385,8 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
 
     load = load or Load()
     model = check_model_dir(model).resolve()
+    check_kv_cache_dtype(kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends
     runs = normalize_backends(runs)
-    check_kv_cache_dtype(kv_cache_dtype)
     tp = check_tp(model, tp)
     speculative_config = check_speculative_config(speculative_config, model)
     cfg = json.loads((model / "config.json").read_text())
@@ -567,10 +567,10 @@ def cli_run(args, record_place) -> int:
     import shutil
 
     from ..launch.engine import check_model_dir, check_tp
-    from ..launch.specs import check_kv_cache_dtype
-    from ..launch.specs import MTP_EXAMPLE, check_speculative_config, normalize_backends
+    from ..launch.specs import MTP_EXAMPLE, check_kv_cache_dtype, check_speculative_config, normalize_backends
 
     model = check_model_dir(args.model)
+    check_kv_cache_dtype(args.kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends
     names = [b for b in str(args.backends).split(",") if b.strip()]
     if not names:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {','.join(DEFAULT_RUNS)}")
@@ -583,7 +583,6 @@ def cli_run(args, record_place) -> int:
         if not (math.isfinite(v) and 0 < v <= 3600):
             raise UserInputError(f"--{name.replace('_', '-')} {v!r} is not accepted; accepted: seconds in (0, 3600]")
     spec_cfg = check_speculative_config(args.speculative_config, model)
-    check_kv_cache_dtype(args.kv_cache_dtype)
     check_tp(model, args.tp)
     cfg = json.loads((model / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)

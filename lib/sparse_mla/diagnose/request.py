@@ -74,7 +74,7 @@ def parse_capability(capability: str | float | tuple[int, int]) -> tuple[tuple[i
     Raises :class:`UserInputError` naming the value for anything else (``"12"``, ``"twelve"``, ``"12.0.1"``).
     Does not check that a local GPU exists (:func:`diagnose` does).
     """
-    if isinstance(capability, tuple):
+    if isinstance(capability, (tuple, list)):
         try:
             return as_capability(capability), None
         except UserInputError:

@@ -233,8 +233,16 @@ def indexer_limit(magnitude: torch.Tensor, *, heads: int, head_dim: int = 128, a
     products with ``w`` and ``k_scale`` (``u`` each), the ``heads``-term sum (``lam sqrt(H) u``), the float32 result
     (``u``). ``lam`` as :func:`confidence_lambda` for all dots together. Raises ValueError for another
     ``arithmetic``."""
-    if arithmetic not in INDEXER_ARITHMETIC:
+    if not isinstance(arithmetic, str) or arithmetic not in INDEXER_ARITHMETIC:
         raise ValueError(f"arithmetic {arithmetic!r}; accepted: {', '.join(INDEXER_ARITHMETIC)}")
+    for name, v in (("heads", heads), ("head_dim", head_dim)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r}; accepted: a positive integer")
+    if not (isinstance(p_fail, float | int) and 0 < p_fail < 1):
+        raise ValueError(f"p_fail={p_fail!r}; accepted: a probability in (0, 1)")
+    if not isinstance(magnitude, torch.Tensor):
+        raise ValueError(f"magnitude of type {type(magnitude).__name__}; accepted: a tensor of sum_h |w_h| k_scale "
+                         f"sum_d |q_hd k_nd| (indexer_magnitude_prefill / _paged)")
     u = unit_roundoff(torch.float32)
     lam = confidence_lambda(head_dim, magnitude.numel() * heads, p_fail)
     mode = INDEXER_ARITHMETIC[arithmetic]

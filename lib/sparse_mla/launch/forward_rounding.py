@@ -105,9 +105,12 @@ def forward_limit(config: dict, state_dict: dict[str, torch.Tensor], input_ids: 
                   p_fail: float = P_FAIL) -> ForwardLimit:
     """The limit on the logits of ``input_ids [T]`` (one sequence, as :meth:`Glm5Reference.forward`) for two
     correct float32 forwards of the checkpoint ``(config, state_dict)`` (see the module docstring). Runs ``samples``
-    float64 forwards on the CPU (seeded: the same limit on every machine). Raises ValueError if ``samples < 2``."""
-    if samples < 2:
-        raise ValueError(f"samples={samples}; accepted: at least 2 (a spread needs two runs)")
+    float64 forwards on the CPU (seeded: the same limit on every machine). Raises ValueError for ``samples`` other than
+    an integer >= 2 or ``p_fail`` outside (0, 1), UserInputError for ids :meth:`Glm5Reference.forward` refuses."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
+        raise ValueError(f"samples={samples!r}; accepted: an integer of at least 2 (a spread needs two runs)")
+    if not (isinstance(p_fail, float | int) and 0 < p_fail < 1):
+        raise ValueError(f"p_fail={p_fail!r}; accepted: a probability in (0, 1)")
     model = _RoundedForward(config, state_dict)
     runs = []
     for i in range(samples):

@@ -406,10 +406,17 @@ class Glm5Reference:
         ``block_table [ceil(T / block_size)]`` int32 and ``num_blocks`` choose the paged cache layout (default: a
         seeded shuffled table, see :func:`make_block_table`).
         """
-        ids = torch.as_tensor(input_ids, device=self.device).long().reshape(-1)
+        ids = torch.as_tensor(input_ids, device=self.device)
+        vocab = self.w["model.embed_tokens.weight"].shape[0]
+        if ids.dim() != 1 or ids.numel() == 0 or ids.dtype.is_floating_point or ids.dtype.is_complex \
+                or ids.dtype == torch.bool:
+            raise UserInputError(f"input_ids of shape {tuple(ids.shape)} and dtype {ids.dtype} are not accepted; "
+                                 f"accepted: a 1-D integer tensor of at least one token id")
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            raise UserInputError(f"input_ids hold token id {int(ids.min()) if int(ids.min()) < 0 else int(ids.max())}"
+                                 f"; accepted: ids in [0, {vocab}) (the vocabulary)")
+        ids = ids.long()
         T = ids.shape[0]
-        if T == 0:
-            raise UserInputError("input_ids is empty; accepted: a 1-D tensor of at least one token id")
         if block_table is None:
             block_table, nb = make_block_table(T, self.block_size, shuffle=self.shuffle_blocks)
             num_blocks = nb if num_blocks is None else num_blocks

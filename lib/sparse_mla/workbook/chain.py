@@ -320,7 +320,7 @@ def add_cli(sub) -> None:
 def _cli(args) -> int:
     from .._extras import require
 
-    require("sparse-mla run", "papermill", "nbformat", "nbclient", "yaml")
+    require("sparse-mla run", "papermill", "nbformat", "nbclient")
     profile = args.profile
     if profile is None:
         from .._env import has_nvidia_gpu
