@@ -1,4 +1,4 @@
-"""environment.yml says the same as pyproject.toml: the core requirements with the workbook extra's pins in place of
+"""environment.yml says the same as pyproject.toml: the core requirements with the pinned extra's versions in place of
 their ranges, the workbook and test extras, the package itself, and a Python that requires-python admits."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_environment_matches_pyproject():
     assert SpecifierSet(project["requires-python"]).contains(python.split("=", 1)[1] + ".0")
 
 
-def test_workbook_pins_match_the_gpu_image():
+def test_pinned_extra_matches_the_gpu_image():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     deps = _norm(extras["pinned"])
     assert deps["vllm"] == "==0.26.0" and deps["torch"] == "==2.11.0" and deps["triton"] == "==3.6.0"

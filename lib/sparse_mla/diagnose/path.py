@@ -186,7 +186,10 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
             lines["indexer"] = f"BLOCKED: {by['indexer']}"
         else:
             name = rec["indexer"]["with_plugin"] or rec["indexer"]["stock"]
-            extra = "" if rec["indexer"]["stock"] == name else f" (stock vLLM: {'; '.join(ix['reasons'])})"
+            stock = rec["indexer"]["stock"]
+            why = "; ".join(ix["reasons"]) or (f"{stock}, replaced by the plugin's rule or SPARSE_MLA_TRITON_INDEXER"
+                                               if stock else "none")
+            extra = "" if stock == name else f" (stock vLLM: {why})"
             lines["indexer"] = f"ok: {name}{extra}"
         if kern["checked"]:
             lines["kernel"] = (f"BLOCKED: {by['kernel']}" if "kernel" in by else
