@@ -425,10 +425,10 @@ def sparse_mla_attention(
     return out, lse
 
 
-# shared memory per block (opt-in maximum, bytes) by compute capability: CUDA tuning guides (Ampere: 8.0 163 KB, 8.6 99
-# KB; Ada 8.9 99 KB; Hopper 9.0 227 KB; Blackwell 10.0 227 KB, 12.0 99 KB). At run time the device's own
-# ``shared_memory_per_block_optin`` is what counts; this table serves ahead-of-time checks (tests/kernels/test_fit.py).
-SMEM_PER_BLOCK = {(8, 0): 166912, (8, 6): 101376, (8, 9): 101376, (9, 0): 232448, (10, 0): 232448, (12, 0): 101376}
+#: Shared memory per block (opt-in maximum, bytes) by compute capability, read off :data:`~sparse_mla.kernels.occupancy.
+#: DEVICE_LIMITS` (the one table of device limits). At run time the device's own ``shared_memory_per_block_optin``
+#: is what counts; this view serves ahead-of-time checks (tests/kernels/test_fit.py, kernels.indexer_build).
+SMEM_PER_BLOCK = {cap: lim.smem_per_block for cap, lim in DEVICE_LIMITS.items()}
 
 _FITTED: dict[tuple, LaunchConfig] = {}   # (device, dtypes, dims, heuristic config) -> the config that compiled
 
