@@ -28,20 +28,11 @@ def as_capability(value: Any, *, text: bool = False) -> Capability:
         if m:
             return int(m.group(1)), int(m.group(2))
     elif isinstance(value, (tuple, list)) and len(value) == 2 \
-            and all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, _np_bool())) for v in value) \
+            and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value) \
             and 0 <= int(value[0]) <= 99 and 0 <= int(value[1]) <= 9:
         return int(value[0]), int(value[1])
     raise UserInputError(f"capability {_shown(value)} is not accepted; accepted: {ACCEPTED}"
                          + (" or 'major.minor' text such as '12.0'" if text else ""))
-
-
-def _np_bool():
-    try:
-        import numpy
-
-        return numpy.bool_
-    except ImportError:   # pragma: no cover - numpy comes with torch
-        return bool
 
 
 def _shown(value: Any, limit: int = 60) -> str:

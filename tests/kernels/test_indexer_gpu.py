@@ -58,11 +58,6 @@ def rel(ours, theirs, win):
     return ((ours[win] - theirs[win]).abs().max() / theirs[win].abs().max().clamp_min(1e-30)).item()
 
 
-def over_limit(ours, theirs, win, limit):
-    """The worst ``|ours - theirs| / limit`` over the window (<= 1 passes)."""
-    return ((ours[win].double() - theirs[win].double()).abs() / limit[win]).max().item()
-
-
 def arithmetic(cap):
     """The indexer_limit arithmetic of our kernel at capability ``cap`` (None: this GPU's)."""
     return dot_mode(cap or torch.cuda.get_device_capability())[0]
@@ -114,7 +109,8 @@ def test_prefill_logits_and_topk_match_deepgemm(H, dg, ops):
         ours = indexer_logits_prefill(q, k, k_scale, w, ks, ke, capability=cap)
         e_dg, e_ref = rel(ours, theirs, win), rel(ours[:64], want, win[:64])
         lim = eb.indexer_limit(mag, heads=H, arithmetic=arithmetic(cap))
-        r_dg, r_ref = over_limit(ours, theirs, win, lim + lim_dg), over_limit(ours[:64], want, win[:64], lim[:64])
+        r_dg = eb.indexer_error_ratio(ours, theirs, lim + lim_dg, win)
+        r_ref = eb.indexer_error_ratio(ours[:64], want, lim[:64], win[:64])
         sel = torch.full_like(sel_theirs, -1)
         ops.top_k_per_row_prefill(ours, ks, ke, sel, M, ours.stride(0), ours.stride(1), TOPK)
         agree, untied = topk_agreement(ours, theirs, sel, sel_theirs, ks, ke)
@@ -168,8 +164,8 @@ def test_paged_logits_and_topk_match_deepgemm(H, next_n, dg, ops):
         ours = indexer_logits_paged(q, kv.unsqueeze(-2), w, ctx, bt, max_len, capability=cap)
         e_dg, e_ref = rel(ours, theirs, win), rel(ours[:2 * next_n], want, win[:2 * next_n])
         lim = eb.indexer_limit(mag, heads=H, arithmetic=arithmetic(cap))
-        r_dg = over_limit(ours, theirs, win, lim + lim_dg)
-        r_ref = over_limit(ours[:2 * next_n], want, win[:2 * next_n], lim[:2 * next_n])
+        r_dg = eb.indexer_error_ratio(ours, theirs, lim + lim_dg, win)
+        r_ref = eb.indexer_error_ratio(ours[:2 * next_n], want, lim[:2 * next_n], win[:2 * next_n])
         sel = torch.full_like(sel_theirs, -1)
         ops.top_k_per_row_decode(ours, next_n, ctx, sel, rows, ours.stride(0), ours.stride(1), TOPK)
         agree, untied = topk_agreement(ours, theirs, sel, sel_theirs, torch.zeros_like(lens), lens)

@@ -32,9 +32,8 @@ def check_window(out, want, limit):
     the worst error/limit."""
     win = torch.isfinite(want)
     assert not torch.isnan(out[win]).any(), "an in-window logit was not written"
-    err = (out[win].double() - want[win].double()).abs()
-    ratio = float((err / limit[win]).max()) if win.any() else 0.0
-    assert ratio <= 1.0, f"error/limit {ratio:.3f} (max |err| {float(err.max()):.3e})"
+    ratio = eb.indexer_error_ratio(out, want, limit)
+    assert ratio <= 1.0, f"error/limit {ratio:.3f} (max |err| {float((out[win] - want[win]).abs().max()):.3e})"
     return win, ratio
 
 

@@ -251,6 +251,18 @@ def indexer_limit(magnitude: torch.Tensor, *, heads: int, head_dim: int = 128, a
     return (dot + 3 * u + lam * math.sqrt(heads) * u) * magnitude.double()
 
 
+def indexer_error_ratio(logits: torch.Tensor, want: torch.Tensor, limit: torch.Tensor,
+                        window: torch.Tensor | None = None) -> float:
+    """The worst ``|logits - want| / limit`` over ``window`` (default: where ``want`` is finite); ``<= 1`` passes, NaN
+    if a logit there was left unwritten (NaN); an exact logit counts 0 even where its limit is 0; 0.0 for an empty
+    window."""
+    win = torch.isfinite(want) if window is None else window
+    if not win.any():
+        return 0.0
+    err = (logits[win].double() - want[win].double()).abs()
+    return float(torch.where(err == 0, torch.zeros_like(err), err / limit[win]).max())
+
+
 def indexer_magnitude_prefill(q: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, weights: torch.Tensor,
                               ks: torch.Tensor, ke: torch.Tensor) -> torch.Tensor:
     """``magnitude`` of :func:`indexer_limit` for :func:`~sparse_mla.kernels.reference.indexer_logits_prefill_ref`'s

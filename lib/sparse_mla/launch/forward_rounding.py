@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels.error_bounds import P_FAIL, unit_roundoff
+from ..kernels.reference import gather_rows_ref
 from .glm5_reference import Glm5Reference
 
 _VAR = unit_roundoff(torch.float32) ** 2 / 3.0  # variance of one float32 rounding, relative
@@ -72,9 +73,7 @@ class _RoundedForward(Glm5Reference):
         """Sparse MLA by gather (as :func:`~sparse_mla.launch.glm5_reference.gather_sparse_mla_attention`), with the
         score and ``P V`` dots rounded by the model."""
         dc = q_nope.shape[-1]
-        kv = kv_cache.reshape(-1, kv_cache.shape[-1])
-        valid = slots >= 0
-        k = kv[slots.clamp(min=0).long()]                                   # [T, topk, D]
+        k, valid = gather_rows_ref(kv_cache, slots)                         # [T, topk, D] float64
         q = torch.cat([q_nope, q_pe], dim=-1)                               # [T, H, D]
         s = self._dot(torch.einsum("thd,tkd->thk", q, k), q.shape[-1], torch.einsum("thd,tkd->thk", q * q, k * k))
         s = (s * sm_scale).masked_fill(~valid[:, None, :], float("-inf"))
