@@ -6,12 +6,21 @@ import torch
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    """``gpu`` tests are skipped without a CUDA GPU; ``interpreter`` tests (CPU tensors through Triton's interpreter)
+    where Triton compiles for a GPU instead (``TRITON_INTERPRET`` unset: a GPU machine). On a GPU machine the whole
+    suite is both passes: ``pytest tests`` and ``TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES= pytest -m interpreter tests``."""
+    from sparse_mla.machine import interpreting
+
+    skips = []
+    if not torch.cuda.is_available():
+        skips.append(("gpu", pytest.mark.skip(reason="needs a CUDA GPU")))
+    if not interpreting():
+        skips.append(("interpreter", pytest.mark.skip(reason="runs Triton's CPU interpreter: run with TRITON_INTERPRET=1 "
+                                                             "CUDA_VISIBLE_DEVICES=''")))
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for key, skip in skips:
+            if key in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture

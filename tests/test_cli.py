@@ -67,7 +67,7 @@ def test_profile_with_parameters_for_no_notebook(tmp_path, monkeypatch):
 
 
 def test_gpu_profile_without_gpu(monkeypatch, capsys):
-    from sparse_mla import _env
+    from sparse_mla import machine as _env
 
     monkeypatch.setattr(_env, "has_nvidia_gpu", lambda: False)
     assert cli.main(["run", "--profile", "gpu"]) == 2

@@ -1,11 +1,11 @@
-"""sparse_mla._extras: a missing extra is one clear error naming the extra and the install command."""
+"""sparse_mla.extras: a missing extra is one clear error naming the extra and the install command."""
 from __future__ import annotations
 
 import sys
 
 import pytest
 
-from sparse_mla._extras import require
+from sparse_mla.extras import require
 from sparse_mla.errors import UserInputError
 
 

@@ -5,9 +5,9 @@ Steps: :mod:`sparse_mla.diagnose` (why vLLM rejects GLM-5), :mod:`sparse_mla.ker
 in vLLM), :mod:`sparse_mla.launch.engine` (GLM-5 through vLLM).
 
 Importing the package on a machine without an NVIDIA GPU sets ``TRITON_INTERPRET=1`` and
-``CUDA_VISIBLE_DEVICES=""`` unless already set (see :mod:`sparse_mla._env`).
+``CUDA_VISIBLE_DEVICES=""`` unless already set (see :mod:`sparse_mla.machine`).
 """
-from ._env import apply_cpu_defaults as _apply_cpu_defaults
+from .machine import apply_cpu_defaults as _apply_cpu_defaults
 
 _apply_cpu_defaults()
 

@@ -14,6 +14,8 @@
 """
 from __future__ import annotations
 
+from .errors import UserInputError
+
 KV_LORA_RANK = 512
 ROPE_DIM = 64
 #: vLLM's MLA head_size: the latent row ``c_kv || k_pe``.
@@ -47,3 +49,17 @@ FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_ds_mla")
 BACKEND_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16") + FP8_KV_CACHE_DTYPES
 #: What the backend's impl receives once vLLM has canonicalized an fp8 cache.
 IMPL_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8_ds_mla")
+#: The ``--kv-cache-dtype`` values the engine commands (``launch``, ``bench serve``) take: vLLM's names; fp8 runs as
+#: fp8_ds_mla on every sparse MLA backend.
+ENGINE_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla")
+
+
+def check_kv_cache_dtype(kv_cache_dtype, accepted=ENGINE_KV_CACHE_DTYPES, what: str = "--kv-cache-dtype",
+                         note: str = "") -> str:
+    """``kv_cache_dtype`` if it is one of ``accepted`` (exact, case-sensitive, as vLLM compares), else one
+    :class:`~sparse_mla.errors.UserInputError` line naming ``what``, the value and ``accepted`` (then ``note``).
+    The one rule for every list above and for vLLM's own ``CacheDType`` (the diagnosis)."""
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in accepted:
+        raise UserInputError(f"{what} {kv_cache_dtype!r} is not accepted; accepted: "
+                             f"{', '.join(repr(k) for k in accepted)}" + (f" {note}" if note else ""))
+    return kv_cache_dtype

@@ -105,7 +105,10 @@ def test_a_long_speculative_load_names_the_speculative_tokens():
         bs.server_max_model_len(128, 48, 100000, 8192)
 
 
-def test_good_arguments_need_a_gpu_and_missing_model_is_named(bench_cli, model_dir, tmp_path):
+def test_good_arguments_need_a_gpu_and_missing_model_is_named(bench_cli, model_dir, tmp_path, monkeypatch):
+    import sparse_mla.machine
+
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: False)   # a machine without one, also on a GPU
     rc, _, err = bench_cli("--model", str(model_dir), "--quick")
     assert rc == 2 and len(err) == 1 and "needs a CUDA GPU" in err[0], err
     rc, _, err = bench_cli("--model", str(tmp_path / "nope"))

@@ -150,3 +150,23 @@ def test_cli_matrix_with_plugin(run_cli, tmp_path, monkeypatch):
     rc, out, _ = run_cli("--matrix", "--with-plugin", "--json", "--out-dir", str(tmp_path))
     doc = json.loads(out)
     assert rc == 0 and len(doc["rows"]) == 9 and doc["files"]["csv"].endswith("diagnose_matrix_plugin.csv")
+
+
+def test_heatmap_legend_names_every_colour(side_by_side):
+    """Each colour of the heatmap is in the legend with what it means; no other backend's colour is one of the two
+    walls' (FLASHMLA_SPARSE was yellow next to the legend's orange)."""
+    from matplotlib.colors import to_rgb
+
+    fig = mx.plot_matrix_side_by_side(side_by_side)
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    labels = {t.get_text(): to_rgb(h.get_facecolor()) for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    assert labels["no attention backend"] == to_rgb(mx._NONE_COLOR)
+    assert any(k.startswith("a backend, but the engine stops later") for k in labels)
+    assert labels["TRITON_MLA_SPARSE (this workbook)"] == to_rgb(mx._PLUGIN_COLOR)
+    shown = {b for p in ("stock_", "with_plugin_") for b in side_by_side[f"{p}selected"]} - {"none", "TRITON_MLA_SPARSE"}
+    assert shown and shown <= set(labels)
+    walls = {to_rgb(mx._NONE_COLOR), to_rgb(mx._LATER_COLOR)}
+    for b in shown:
+        r, g, bl = labels[b]
+        assert labels[b] not in walls and not (r > 0.9 and bl < 0.75), (b, labels[b])   # no reds, oranges, yellows

@@ -100,9 +100,11 @@ _HEADS = {"glm-5": 64, "deepseek-v3.2": 128}
 
 
 def _from_vllm_source(model, major, kv, tp):
+    from vllm.utils.flashinfer import has_flashinfer_sparse_mla_sm120   # this host's software, not a rule
+
     cache = "auto" if model == "deepseek-v3.2" and kv == "bfloat16" else kv
-    if major == 12:
-        order = ["FLASHINFER_MLA_SPARSE_SM120"]
+    if major == 12:   # the backend's __init__ refuses where FlashInfer lacks the SM120 sparse decode API
+        order = ["FLASHINFER_MLA_SPARSE_SM120"] if has_flashinfer_sparse_mla_sm120() else []
     elif major == 10:
         quantized = cache.startswith("fp8")
         pair = ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]

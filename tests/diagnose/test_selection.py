@@ -285,12 +285,12 @@ def test_cli_bad_input(run_cli, tmp_path, argv, bad):
 
 
 def test_local_without_gpu(run_cli):
-    from sparse_mla._env import has_nvidia_gpu
+    from sparse_mla.machine import has_nvidia_gpu
 
     if has_nvidia_gpu():
         pytest.skip("this machine has a GPU")
     rc, _, err = run_cli("--capability", "local")
-    assert rc == 2 and "'local'" in err and "no NVIDIA GPU" in err
+    assert rc == 2 and "'local'" in err and "needs a CUDA GPU and this machine has none" in err
 
 
 def test_bad_input_raises_before_probe():

@@ -12,7 +12,7 @@ set -u
 W=/tmp/work
 R=$W/session
 CK=/tmp/ck512
-ALL="checkpoint sm80_engine fp8_parity indexer_parity gpu_tests cuda_branches bench_kernel_fp8 bench_indexer bench_kernel bench_serve"
+ALL="checkpoint sm80_engine fp8_parity indexer_parity gpu_tests cuda_branches whole_suite bench_kernel_fp8 bench_indexer bench_kernel bench_serve"
 
 stage() {
   local name=$1 limit=$2; shift 2
@@ -44,6 +44,12 @@ run_stage() {
     # the CUDA branches of the unmarked backend tests (bf16 forward_mqa within the derived limits)
     cuda_branches) stage cuda_branches 240 python3 -m pytest -q -s -p no:cacheprovider -rA \
         tests/vllm_plugin/test_backend.py tests/vllm_plugin/test_builder.py ;;
+    # the whole suite on the GPU (GPU pass: every test but the interpreter ones, which CI runs; -n: pytest-xdist from
+    # .dev/wheels/suite, with papermill, nbclient, ipykernel and import-linter, which the GPU image lacks). The
+    # interpreter pass (TRITON_INTERPRET=1) cannot run on this image: its numpy 2.5 breaks Triton 3.6's interpreter
+    # ("only 0-dimensional arrays can be converted to Python scalars", 2026-12-02)
+    whole_suite) stage whole_suite 900 python3 -m pytest -n 14 --dist worksteal -p no:cacheprovider -q -rfEs \
+        --durations=30 --junitxml=$R/whole_suite.xml tests ;;
     bench_kernel) stage bench_kernel 240 python3 -m sparse_mla bench kernel --quick --compare-launch ;;
     bench_kernel_fp8) stage bench_kernel_fp8 240 python3 -m sparse_mla bench kernel --quick --kv-cache-dtype fp8_ds_mla ;;
     bench_indexer) stage bench_indexer 240 python3 -m sparse_mla bench indexer --quick ;;
@@ -63,6 +69,10 @@ case "${1:-}" in
     cd $W || exit 1
     # shellcheck disable=SC1091
     source .dev/device_env.sh
+    if ls .dev/wheels/*.whl >/dev/null 2>&1; then   # hypothesis (the tests), and the suite's extras if present
+      python3 -m pip install -q --no-index --no-deps .dev/wheels/*.whl $(ls .dev/wheels/suite/*.whl 2>/dev/null)
+      python3 -m ipykernel install --user >/dev/null 2>&1 || true
+    fi
     { date -u; nvidia-smi; python3 -c "import torch, triton, vllm; print(torch.__version__, triton.__version__, vllm.__version__)"; } \
       > $R/environment.txt 2>&1
     stages=${*:-$ALL}

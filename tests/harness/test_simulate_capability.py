@@ -31,7 +31,8 @@ print(json.dumps(out))
 
 def _run(value):
     env = {k: v for k, v in os.environ.items() if k != "SPARSE_MLA_SIMULATED_CAPABILITY"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS), str(LIB)])
+    # the harness first; whatever PYTHONPATH the machine sets after it (the GPU bundle puts vLLM there)
+    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS), str(LIB), *filter(None, [os.environ.get("PYTHONPATH")])])
     if value is not None:
         env["SPARSE_MLA_SIMULATED_CAPABILITY"] = value
     r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)

@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel_cases import DL, DR, make_case
+from sparse_mla.kernels.cases import DL, DR, make_case
 from sparse_mla import sparse_mla_attention
 from sparse_mla.errors import UserInputError
 from sparse_mla.kernels import sparse_mla_attention_simple
@@ -35,6 +35,7 @@ def check(q_nope, q_pe, kv, idx, scale, **kw):
     return out, lse
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("H", [1, 3, 8, 16, 64])
 @pytest.mark.parametrize("split", [1, 4])
 def test_heads_and_paths(H, split):
@@ -42,6 +43,7 @@ def test_heads_and_paths(H, split):
     check(*make_case(2, H, 77, generator=g, pad="end"), num_splits=split)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("pad", ["none", "end", "middle", "all", "rows"])
 @pytest.mark.parametrize("T", [1, 4])
 def test_padding(pad, T):
@@ -49,6 +51,7 @@ def test_padding(pad, T):
     check(*make_case(T, 8, 45, generator=g, pad=pad))
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_dtypes_strided_repeats(dtype):
     g = torch.Generator().manual_seed(7)
@@ -58,6 +61,7 @@ def test_dtypes_strided_repeats(dtype):
     check(*case, num_splits=3)
 
 
+@pytest.mark.interpreter
 def test_repeated_index_counts_twice():
     g = torch.Generator().manual_seed(11)
     q_nope, q_pe, kv, idx, scale = make_case(1, 4, 2, generator=g)
@@ -72,6 +76,7 @@ def test_repeated_index_counts_twice():
     torch.testing.assert_close(ref_lse[0].double(), s + math.log(2), rtol=2 ** -24, atol=0)
 
 
+@pytest.mark.interpreter
 def test_simple_kernel_matches_reference():
     g = torch.Generator().manual_seed(5)
     q_nope, q_pe, kv, idx, scale = make_case(2, 3, 40, generator=g, pad="middle")
@@ -80,6 +85,7 @@ def test_simple_kernel_matches_reference():
     assert c.ok, c.explain()
 
 
+@pytest.mark.interpreter
 def test_int64_indices_and_block_sizes():
     g = torch.Generator().manual_seed(3)
     q_nope, q_pe, kv, idx, scale = make_case(2, 2, 30, num_blocks=2, block_size=64, generator=g)
@@ -87,6 +93,7 @@ def test_int64_indices_and_block_sizes():
     check(q_nope, q_pe, kv.view(-1, DL + DR), idx, scale)
 
 
+@pytest.mark.interpreter
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(T=st.integers(1, 4), H=st.integers(1, 40), topk=st.integers(1, 90), splits=st.sampled_from([None, 1, 2, 5]),
        pad=st.sampled_from(["none", "end", "middle", "rows"]), seed=st.integers(0, 2**31 - 1))
@@ -129,6 +136,7 @@ def test_bad_inputs(mutate, match):
         sparse_mla_attention(*args)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("block_dv,block_h,split", [(256, 16, 1), (128, 32, 3), (256, 64, 2)])
 def test_output_column_split(block_dv, block_h, split):
     g = torch.Generator().manual_seed(block_dv + block_h + split)
@@ -151,6 +159,7 @@ def test_bad_launch_overrides(kw, match):
         sparse_mla_attention(*_good(), **kw)
 
 
+@pytest.mark.interpreter
 def test_bad_outputs_and_scalar_kinds():
     """``out``/``lse`` of the wrong kind or device are refused; numpy scalars are accepted as ``sm_scale``, and the
     result is the reference's."""
@@ -193,6 +202,7 @@ def _faults():
     }
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("fault", list(_faults()[1]))
 def test_planted_faults_trip_the_check(fault):
     (q_nope, q_pe, kv, idx, scale), faults = _faults()
@@ -204,6 +214,7 @@ def test_planted_faults_trip_the_check(fault):
     assert good.ok, good.explain()
 
 
+@pytest.mark.interpreter
 def test_planted_unwritten_element_and_empty_row_trip_the_check():
     g = torch.Generator().manual_seed(91)
     q_nope, q_pe, kv, idx, scale = make_case(2, 4, 32, generator=g)

@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel_cases import random_indices, random_q
+from sparse_mla.kernels.cases import random_indices, random_q
 from sparse_mla import sparse_mla_attention
 from sparse_mla.errors import UserInputError
 from sparse_mla.kernels import choose_config, fp8_hardware_path
@@ -108,6 +108,7 @@ def test_encoder_roundtrip_within_e4m3_rounding():
 
 # ---- the kernel against the reference --------------------------------------------------------------------------
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("fp8_scales", ["fold", "registers"])
 @pytest.mark.parametrize("capability", [(8, 0), (9, 0)])          # software / hardware e4m3 decode
 @pytest.mark.parametrize("path", ["direct", "split"])
@@ -118,23 +119,27 @@ def test_paths_variants_decoders(fp8_scales, capability, path):
     check(*case, fp8_scales=fp8_scales, capability=capability, **kw)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("H", [1, 3, 20, 64])
 def test_head_counts(H):
     check(*fp8_case(2, H, 40, pad="end", seed=10 + H))
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("pad", ["end", "middle", "all", "rows", "head"])
 def test_padding(pad):
     check(*fp8_case(3, 4, 48, pad=pad, seed=20 + len(pad)), block_n=16)
     check(*fp8_case(3, 4, 48, pad=pad, seed=30 + len(pad)), block_n=16, num_splits=3)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("block_dv, fp8_scales", [(256, "fold"), (128, "fold"), (64, "registers")])
 def test_output_column_split(block_dv, fp8_scales):
     check(*fp8_case(2, 5, 40, pad="middle", seed=block_dv), block_dv=block_dv, fp8_scales=fp8_scales, block_n=16,
           num_splits=2)
 
 
+@pytest.mark.interpreter
 def test_fp16_strided_queries_int64_indices_and_flat_cache():
     q_nope, q_pe, cache, idx, scale = fp8_case(2, 6, 30, dtype=torch.float16, strided_q=True, pad="middle", seed=40)
     assert not q_nope.is_contiguous() and not q_pe.is_contiguous()
@@ -142,6 +147,7 @@ def test_fp16_strided_queries_int64_indices_and_flat_cache():
     check(q_nope, q_pe, cache.view(-1, 656), idx, scale, num_splits=2, block_n=16)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("fp8_scales", ["fold", "registers"])
 def test_fp16_dots_keep_small_latents(fp8_scales):
     """fp16 dots (an fp16 model on a GPU) on a cache of small latents (max |x| ~ 4e-3, scales ~ 1e-5): the fold
@@ -163,6 +169,7 @@ def test_hypothesis_fp8_cases(T, H, topk, seed, fp8_scales, capability, splits, 
           num_splits=splits, block_n=16)
 
 
+@pytest.mark.interpreter
 def test_repeated_slot_counts_twice():
     q_nope, q_pe, cache, idx, scale = fp8_case(1, 2, 2, seed=50)
     idx[0, 1] = idx[0, 0]
@@ -175,6 +182,7 @@ def test_repeated_slot_counts_twice():
     torch.testing.assert_close(ref_out[0], k[:512].expand(2, 512), rtol=2 ** -50, atol=0)
 
 
+@pytest.mark.interpreter
 def test_fp8_cache_matches_the_float_kernel_on_the_decoded_cache():
     """The same attention through both cache formats: the fp8 kernel on the 656-byte rows and the float kernel on
     the rows decoded to float32 (e4m3 x fp32 scale rounded once to fp32): both within their limits of the float64
@@ -204,21 +212,20 @@ def test_hardware_path_choice(monkeypatch):
 
 
 def test_choose_config_fp8_tiles():
-    """The fp8 tiles (launch "v3": the fixed table; the planner picks among the same tiles, tests/kernels/
+    """The fp8 tiles (the v3 launch, :mod:`sparse_mla.bench.launch_v3`: the fixed table; the planner picks among the same tiles, tests/kernels/
     test_attention_launch.py) and the scale variant by architecture."""
-    from sparse_mla.kernels.api import DEVICE_LIMITS
+    from sparse_mla.bench.launch_v3 import v3_config
+    from sparse_mla.kernels import DEVICE_LIMITS
 
     cpu, h200 = torch.device("cpu"), DEVICE_LIMITS[(9, 0)]
-    dec = choose_config(1, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, launch="v3", limits=h200)
+    dec = v3_config(1, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, limits=h200)
     assert (dec.block_h, dec.block_n, dec.split, dec.kv_cache_dtype, dec.fp8_scales) == (16, 32, True, FP8, "fold")
-    mid = choose_config(4096, 32, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, launch="v3", limits=h200)
+    mid = v3_config(4096, 32, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, limits=h200)
     assert (mid.block_h, mid.block_n, mid.num_warps, mid.fp8_scales) == (32, 32, 4, "fold")
-    for launch in ("v3", "plan"):
-        wide = choose_config(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(9, 0),
-                             launch=launch, limits=h200)
+    for choose in (v3_config, choose_config):
+        wide = choose(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(9, 0), limits=h200)
         assert (wide.block_h, wide.block_n, wide.fp8_scales, wide.fp8_hw) == (64, 64, "registers", True)
-        wide120 = choose_config(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(12, 0),
-                                launch=launch)
+        wide120 = choose(4096, 64, 2048, torch.bfloat16, cpu, kv_cache_dtype=FP8, capability=(12, 0))
         assert wide120.fp8_scales == "fold"
     bf16 = choose_config(4096, 64, 2048, torch.bfloat16, cpu)
     assert (bf16.kv_cache_dtype, bf16.fp8_hw, bf16.block_n) == ("auto", False, 64)

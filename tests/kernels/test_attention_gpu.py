@@ -62,7 +62,8 @@ def test_planner_reads_this_gpu(kv_cache_dtype):
     """The launch planner on the real GPU: its limits are the device's, a tile's resources come from compiling it
     for this GPU, and they are those of the kernel Triton's JIT then launches (shared memory equal, registers within
     a few: the JIT also specializes the split path's lse strides). Prints both."""
-    from sparse_mla.kernels import api, choose_config, device_limits, launch, programs_per_sm
+    from sparse_mla.kernels import choose_config, device_limits, launch, programs_per_sm
+    from sparse_mla.kernels import launch_plan as api
     from sparse_mla.kernels.attention import _sparse_mla_fp8_fwd_kernel, _sparse_mla_fwd_kernel
 
     dev = torch.device("cuda")

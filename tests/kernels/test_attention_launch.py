@@ -1,4 +1,4 @@
-"""The launch planner (:func:`sparse_mla.kernels.occupancy.plan_launch`, :func:`choose_config` with ``launch="plan"``) on
+"""The launch planner (:func:`sparse_mla.kernels.occupancy.plan_launch`, :func:`choose_config`) on
 fake device numbers: occupancy from shared memory, registers and threads, the split count from resident slots and
 waves, the tile from what fits. The resources fed in are the ones Triton 3.6 compiles for these tiles ahead of time
 (results/h200/KERNEL_NOTES.md); no GPU and no compile here."""
@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from sparse_mla.errors import UserInputError
-from sparse_mla.kernels import api
-from sparse_mla.kernels.api import choose_config
+from sparse_mla.bench.launch_v3 import v3_config
+from sparse_mla.kernels import launch_plan as api
+from sparse_mla.kernels import sparse_mla_attention
+from sparse_mla.kernels.launch_plan import choose_config
 from sparse_mla.kernels.occupancy import (DEVICE_LIMITS, TARGET_UTILIZATION, DeviceLimits, plan_launch,
                                           programs_per_sm)
 
@@ -102,7 +104,7 @@ def test_explicit_split_count_is_kept():
 
 
 def test_choose_config_plans_from_tile_resources(monkeypatch):
-    """choose_config(launch="plan") asks tile_resources for each candidate once per key and plans with them."""
+    """choose_config asks tile_resources for each candidate once per key and plans with them."""
     asked = []
 
     def fake(cfg, dtype, capability):
@@ -138,7 +140,7 @@ H200_2026_11_29 = {
 
 def test_v3_is_the_launch_the_h200_ran_on_2026_11_29():
     for (H, T), want in H200_2026_11_29.items():
-        cfg = choose_config(T, H, 2048, torch.bfloat16, torch.device("cpu"), launch="v3", limits=H200)
+        cfg = v3_config(T, H, 2048, torch.bfloat16, torch.device("cpu"), limits=H200)
         assert (cfg.block_h, cfg.block_n, cfg.num_splits, cfg.num_warps) == want, (H, T)
 
 
@@ -151,6 +153,8 @@ def test_choose_config_is_memoized(monkeypatch):
     api._choose_cached.cache_clear()
 
 
-def test_bad_launch_mode():
-    with pytest.raises(UserInputError, match="launch 'fast' is not accepted"):
-        choose_config(1, 8, 2048, torch.bfloat16, torch.device("cpu"), launch="fast")
+def test_the_v3_launch_is_no_override_of_the_kernel():
+    """The v3 launch lives in the benchmark (sparse_mla.bench.launch_v3): the kernel refuses ``launch=`` by name."""
+    q, p, kv = torch.zeros(1, 8, 512), torch.zeros(1, 8, 64), torch.zeros(1, 64, 576)
+    with pytest.raises(UserInputError, match="unknown launch override.s. launch; accepted: block_h"):
+        sparse_mla_attention(q, p, kv, torch.zeros(1, 4, dtype=torch.int32), 0.0625, launch="v3")

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from kernel_cases import make_case
+from sparse_mla.kernels.cases import make_case
 from sparse_mla.kernels.error_bounds import (P_FAIL, attention_limits, compare_attention, confidence_lambda,
                                              share_of_limit, unit_roundoff)
 from sparse_mla.kernels.reference import gather_rows_ref, sparse_mla_attention_ref
@@ -49,6 +49,9 @@ def test_fp32_torch_arithmetic_stays_within_the_limits(seed):
     k, valid = gather_rows_ref(kv, idx)
     lim = attention_limits(torch.cat([q_nope, q_pe], -1).double(), k, valid, scale, out_dtype=torch.float32)
     ref_out, ref_lse = sparse_mla_attention_ref(q_nope.double(), q_pe.double(), kv, idx, scale)
+    # the float64 attention the limits carry (check_attention's reference) is the reference's, to rounding
+    assert torch.allclose(lim.ref_out, ref_out, rtol=1e-12, atol=1e-12) and torch.allclose(
+        lim.ref_lse, ref_lse.double(), rtol=2 ** -24, atol=0)   # the reference returns lse in float32
     c = compare_attention(*_fp32_attention(q_nope, q_pe, kv, idx, scale), ref_out, ref_lse, lim, valid)
     assert c.ok, c.explain()
     bad = compare_attention(*_fp32_attention(q_nope, q_pe, kv, idx, scale * (1 + 1e-3)), ref_out, ref_lse, lim, valid)

@@ -3,9 +3,9 @@
 The user's GPU (RTX PRO 6000, SM120) has 99 KB of shared memory per block, the H200 227 KB. Triton compiles the
 attention kernel for a ``GPUTarget`` without a GPU, and the compiled kernel reports its shared memory:
 
-* the H200-tuned tiles (``choose_config(..., launch="v3")``) must reach, through :func:`sparse_mla.kernels.launch`'s
+* the H200-tuned tiles (:func:`sparse_mla.bench.launch_v3.v3_config`) must reach, through :func:`sparse_mla.kernels.launch`'s
   fallback chain (:func:`smaller_configs`), a configuration that fits;
-* the tiles the planner picks (``launch="plan"``, the default, with each target's :data:`DEVICE_LIMITS`) fit as they
+* the tiles the planner picks (:func:`choose_config`, with each target's :data:`DEVICE_LIMITS`) fit as they
   are, fp8_ds_mla tiles included, on sm_80/86/89/120/90.
 
 Triton's interpreter cannot compile, so the check runs in a subprocess with ``TRITON_INTERPRET=0``.
@@ -20,7 +20,8 @@ import pytest
 SCRIPT = r"""
 import json, torch
 from sparse_mla.kernels import SMEM_PER_BLOCK, choose_config, shared_memory_bytes, smaller_configs
-from sparse_mla.kernels.api import DEVICE_LIMITS, planned_launches
+from sparse_mla.kernels import DEVICE_LIMITS, planned_launches
+from sparse_mla.bench.launch_v3 import v3_config
 rows = []
 cpu = torch.device("cpu")
 CASES = [((12, 0), torch.bfloat16, [(1, 8), (4096, 8), (4096, 32), (4096, 64)]),
@@ -31,8 +32,10 @@ FP8_CASES = [(cap, torch.bfloat16, [(1, 64), (4096, 64)]) for cap in ((8, 0), (8
 for kv, cases, launch in (("auto", CASES, "v3"), ("fp8_ds_mla", FP8_CASES, "plan")):
     for cap, dtype, shapes in cases:
         for T, H in shapes:
-            lim = {"limits": DEVICE_LIMITS[cap]} if launch == "plan" else {}   # v3: the CPU stand-in, as before
-            cfg = choose_config(T, H, 2048, dtype, cpu, kv_cache_dtype=kv, capability=cap, launch=launch, **lim)
+            if launch == "plan":
+                cfg = choose_config(T, H, 2048, dtype, cpu, kv_cache_dtype=kv, capability=cap, limits=DEVICE_LIMITS[cap])
+            else:   # v3 with the CPU stand-in's limits, as before
+                cfg = v3_config(T, H, 2048, dtype, cpu, kv_cache_dtype=kv, capability=cap)
             chain = []
             for c in (cfg, *smaller_configs(cfg)):
                 chain.append((c.block_h, c.block_n, c.num_warps, c.num_stages, c.split, c.fp8_scales, c.fp8_hw,
@@ -119,7 +122,8 @@ def test_launch_steps_down_and_remembers_the_fitting_config(monkeypatch):
     import torch
     from triton.runtime.errors import OutOfResources
 
-    from sparse_mla.kernels import LaunchConfig, api
+    from sparse_mla.kernels import LaunchConfig
+    from sparse_mla.kernels import launcher as api
 
     tried = []
 
@@ -134,7 +138,7 @@ def test_launch_steps_down_and_remembers_the_fitting_config(monkeypatch):
     q, p, kv = torch.zeros(1, 64, 512), torch.zeros(1, 64, 64), torch.zeros(1, 64, 576)
     cfg = LaunchConfig(64, 64, 512, 1, 8, 2, torch.bfloat16)
     api.launch(q, p, kv, None, 1.0, None, None, cfg)
-    assert tried == [(64, 64), (64, 32), (32, 32)]
+    assert tried == [(64, 64), (64, 32), (32, 64), (32, 32)]   # the planner's tiles, in its order
     assert api.fitted_config(q, p, kv, cfg) == LaunchConfig(32, 32, 512, 1, 4, 2, torch.bfloat16)
     tried.clear()
     api.launch(q, p, kv, None, 1.0, None, None, cfg)

@@ -12,6 +12,7 @@ import torch
 from sparse_mla.kernels.fp8 import has_fp8_conversion, roundtrip
 
 
+@pytest.mark.interpreter
 def test_decode_all_256_codes_bit_exact():
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     ref = codes.view(torch.float8_e4m3fn).float()
@@ -23,6 +24,7 @@ def test_decode_all_256_codes_bit_exact():
     assert torch.equal(recoded[~nan], codes[~nan])
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("seed", [0, 1])
 def test_encode_rounds_like_torch(seed):
     g = torch.Generator().manual_seed(seed)
@@ -35,6 +37,7 @@ def test_encode_rounds_like_torch(seed):
     assert torch.equal(enc, x.to(torch.float8_e4m3fn).view(torch.uint8))
 
 
+@pytest.mark.interpreter
 def test_roundtrip_reads_a_float8_tensor_as_its_bytes():
     """A ``float8_e4m3fn`` tensor in place of its uint8 view failed in the kernel (an InterpreterError "cannot cast")."""
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)

@@ -66,6 +66,7 @@ def prefill_case(M, H, N, g, windows="random"):
     return q, k, k_scale, w, ks, ke
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("H", [32, 64])
 @pytest.mark.parametrize("windows", ["random", "causal"])
 def test_prefill_against_reference(H, windows):
@@ -80,6 +81,7 @@ def test_prefill_against_reference(H, windows):
     assert int(win.sum()) == int((ke - ks).clamp_min(0).sum())
 
 
+@pytest.mark.interpreter
 def test_prefill_clean_logits_uint8_views_and_small_heads():
     """``clean_logits`` puts -inf everywhere outside the windows; q/k as uint8 views; 3 heads (padded to 16)."""
     g = torch.Generator().manual_seed(7)
@@ -98,6 +100,7 @@ def test_prefill_clean_logits_uint8_views_and_small_heads():
     check_window(fresh, want, limit)
 
 
+@pytest.mark.interpreter
 def test_prefill_against_vllm_torch_oracle():
     """vLLM's ``fp8_mqa_logits_torch`` (rocm_aiter_mla_sparse.py) stores its per-head scores in bf16: within our limit
     plus its own."""
@@ -111,6 +114,7 @@ def test_prefill_against_vllm_torch_oracle():
                  + prefill_limit(q, k, k_scale, w, ks, ke, "bf16-scores"))
 
 
+@pytest.mark.interpreter
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(M=st.integers(1, 9), H=st.sampled_from([1, 3, 16, 32, 64]), N=st.integers(1, 200), scale=st.sampled_from([
     0.05, 2.0, 60.0]), splits=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**31 - 1))
@@ -171,6 +175,7 @@ def paged_case(B, next_n, H, bs, lens, g, num_blocks=None):
     return q, kv, w, lens, block_table
 
 
+@pytest.mark.interpreter
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(B=st.integers(1, 4), next_n=st.integers(1, 3), H=st.sampled_from([1, 16, 32, 64]), bs=st.sampled_from([16, 64]),
        splits=st.sampled_from([1, 2, 5]), seed=st.integers(0, 2**31 - 1))
@@ -186,6 +191,7 @@ def test_paged_hypothesis_shapes(B, next_n, H, bs, splits, seed):
     assert int(win.sum()) == int(ctx.clamp_max(max_len).sum())
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("H", [32, 64])
 @pytest.mark.parametrize("next_n", [1, 2])
 def test_paged_against_reference(H, next_n):
@@ -201,6 +207,7 @@ def test_paged_against_reference(H, next_n):
     assert int(win.sum()) == int(ctx.clamp_max(max_len).sum())
 
 
+@pytest.mark.interpreter
 def test_paged_1d_context_lens_4d_cache_clean_and_splits():
     """``context_lens [B]`` (token j sees L - next_n + 1 + j keys), the ``[nb, bs, 1, D + 4]`` view vLLM passes,
     next_n 3 (padded to 4 rows), block size 32, a length past max_model_len (cut), more splits than blocks."""
@@ -217,6 +224,7 @@ def test_paged_1d_context_lens_4d_cache_clean_and_splits():
     assert win[2].sum() == 50 and win[3].sum() == 1 and win[5].sum() == 3 and win[8].sum() == max_len
 
 
+@pytest.mark.interpreter
 def test_paged_against_vllm_torch_oracle():
     """vLLM's ``fp8_paged_mqa_logits_torch`` (next_n == 1: DeepGEMM's per-block cache layout) on CPU tensors."""
     oracle = _vllm_oracle("fp8_paged_mqa_logits_torch")
@@ -289,6 +297,7 @@ def test_bad_inputs_raise_one_clear_error():
         indexer_logits_paged(qd, kv, wd, ctx, bt, 0)
 
 
+@pytest.mark.interpreter
 def test_prefill_int64_windows_past_int32_are_clipped_not_wrapped():
     """ks/ke are documented as clipped to [0, N]; int64 bounds past 2**31 were cast to int32 first and wrapped back
     into range (ks = 2**32 + 1 read as 1: a row that must be empty got logits)."""
@@ -351,6 +360,7 @@ def test_launch_grid_comes_from_shapes_only(monkeypatch):
 
 # ---- q rope + quant ----------------------------------------------------------------------------------------------
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("is_neox", [False, True])
 def test_q_rope_quant_bit_exact(is_neox):
     """Codes and weights bit for bit against the float32 torch transcription of vLLM's kernel (software stores)."""

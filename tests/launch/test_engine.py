@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import sparse_mla
-import sparse_mla._env
+import sparse_mla.machine
 from sparse_mla import cli
 from sparse_mla.launch import engine as launch
 from sparse_mla.kernels.error_bounds import check_attention
@@ -74,12 +74,12 @@ def one_blas_thread():
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: False)
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: False)
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: True)
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: True)
 
 
 def _model_dir(tmp_path, **overrides):
@@ -150,7 +150,7 @@ def test_engine_entry_points_need_a_gpu(tmp_path, no_gpu, fn):
 
 def test_require_gpu_passes_with_a_gpu_and_refuses_without(fake_gpu, monkeypatch):
     assert launch.require_gpu() is None                     # a GPU: no error
-    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: False)
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: False)
     with pytest.raises(UserInputError, match="needs a CUDA GPU"):
         launch.require_gpu()
 
@@ -352,6 +352,7 @@ def test_prompt_ids_exact_lengths_and_deterministic(ckpt):
 
 
 # ----------------------------------------------------------------------------------------------- notebook 05, CPU
+@pytest.mark.interpreter
 @pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")  # Triton interpreter
 def test_reference_forward_with_triton_kernel_matches_plain_attention(ckpt, one_blas_thread):
     """Notebook 05 section 2 at reduced size: 2 layers, index_topk 128, a 160-token prompt. Each kernel call is held
@@ -612,7 +613,7 @@ def test_run_offline_starts_vllm_engines_with_spawn(tmp_path, monkeypatch):
     from sparse_mla.launch import checkpoint as ck
 
     (tmp_path / "config.json").write_text(_json.dumps(ck.preset_config("glm-5-tiny", index_topk=256)))
-    monkeypatch.setattr(sparse_mla._env, "has_nvidia_gpu", lambda: True)
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: True)
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
     seen = {}
 

@@ -57,14 +57,20 @@ def test_install_patches_loaded_and_later_modules_and_undoes(vi):
     assert sai.fp8_fp4_mqa_logits is vi.fp8_fp4_mqa_logits
     assert sai.fp8_fp4_paged_mqa_logits is vi.fp8_fp4_paged_mqa_logits
     assert sai.has_deep_gemm() is True
-    assert model.fused_indexer_q_rope_quant is vi.fused_indexer_q_rope_quant   # no capability here: patched
+    # the q quantization and packing are replaced where the GPU has no e4m3 conversion (or no GPU: this CPU machine)
+    from sparse_mla.kernels.fp8 import has_fp8_conversion
+
+    cap = vi.vllm_capability()
+    soft = cap is None or not has_fp8_conversion(cap)
+    assert (model.fused_indexer_q_rope_quant is vi.fused_indexer_q_rope_quant) == soft
     assert inspect.getsource(model.Indexer.forward)                            # the wrapped loader still serves source
     assert vi.hooked() == {
         f"{SAI}.fp8_fp4_mqa_logits": "sparse_mla.vllm_plugin.indexer.fp8_fp4_mqa_logits",
         f"{SAI}.fp8_fp4_paged_mqa_logits": "sparse_mla.vllm_plugin.indexer.fp8_fp4_paged_mqa_logits",
         f"{SAI}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.deep_gemm_stand_in",
-        f"{SAI}.pack_seq_triton": "sparse_mla.vllm_plugin.indexer.pack_seq_triton",
-        f"{MODEL}.fused_indexer_q_rope_quant": "sparse_mla.vllm_plugin.indexer.fused_indexer_q_rope_quant",
+        **({f"{SAI}.pack_seq_triton": "sparse_mla.vllm_plugin.indexer.pack_seq_triton",
+            f"{MODEL}.fused_indexer_q_rope_quant": "sparse_mla.vllm_plugin.indexer.fused_indexer_q_rope_quant"}
+           if soft else {}),
         f"{BUILDER}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.no_deep_gemm"}
     vi.uninstall_indexer_hook()
     assert vi._FINDER not in sys.meta_path and vi.hooked() == {}
@@ -74,6 +80,23 @@ def test_install_patches_loaded_and_later_modules_and_undoes(vi):
     assert model.fused_indexer_q_rope_quant is sai.fused_indexer_q_rope_quant
     from vllm.v1.attention.ops.common import pack_seq_triton
     assert sai.pack_seq_triton is pack_seq_triton
+
+
+def test_a_diagnosis_probe_takes_the_hook_out_and_puts_it_back(vi):
+    """The probe meets the hook only through its install/uninstall: stock vLLM inside the probe, ours again after,
+    and an uninstall after that still finds vLLM's originals."""
+    import vllm.utils.deep_gemm as dg
+
+    from sparse_mla.diagnose import probe
+
+    sai = importlib.import_module(SAI)
+    assert vi.install_indexer_hook() is True
+    before = vi.hooked()
+    with probe.stock_selection():
+        assert sai.fp8_fp4_mqa_logits is dg.fp8_fp4_mqa_logits and vi.hooked() == {}
+    assert sai.fp8_fp4_mqa_logits is vi.fp8_fp4_mqa_logits and vi.hooked() == before
+    vi.uninstall_indexer_hook()
+    assert sai.fp8_fp4_mqa_logits is dg.fp8_fp4_mqa_logits and sai.has_deep_gemm is dg.has_deep_gemm
 
 
 def test_modules_imported_later_are_patched_on_import(vi, tmp_path, monkeypatch):
@@ -124,6 +147,7 @@ def _within(logits, want, magnitude, heads):
     assert ratio <= 1, ratio
 
 
+@pytest.mark.interpreter
 def test_adapters_compute_through_our_kernels(vi):
     """vLLM's call sites look the functions up in ``sparse_attn_indexer``'s globals; called there with vLLM's
     arguments (tuples, 2-D context lengths, the 4-D cache view) they give the references' logits."""
@@ -156,6 +180,7 @@ def test_adapters_compute_through_our_kernels(vi):
         sai.fp8_fp4_mqa_logits((q, torch.zeros(M, H, dtype=torch.int32)), (k, k_scale), w, ks, ke, clean_logits=False)
 
 
+@pytest.mark.interpreter
 def test_q_quant_and_pack_replacements(vi):
     vi.install_indexer_hook()
     model = importlib.import_module(MODEL)

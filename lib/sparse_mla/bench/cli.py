@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .._extras import require
+from ..extras import require
 from ..errors import UserInputError, writable_dir
 
 
@@ -37,7 +37,7 @@ def add_cli(sub) -> None:
                    help="launch configurations for --sweep (default: the built-in grids)")
     k.add_argument("--no-check", action="store_true", help="skip the correctness pass")
     k.add_argument("--compare-launch", action="store_true",
-                   help="also time the previous launch choice (the H200-tuned constants, launch='v3') in each case")
+                   help="also time the previous launch choice (the H200-tuned constants of bench/launch_v3.py) in each case")
     _record_args(k)
     k.set_defaults(func=_kernel_cli)
     from . import indexer as ib
@@ -106,11 +106,9 @@ def _kernel_cli(args) -> int:
     require("sparse-mla bench kernel", "pandas", "matplotlib")
     from .kernel import TOPK, run_bench
 
-    from ..layouts import CACHE_LAYOUTS
+    from ..layouts import CACHE_LAYOUTS, check_kv_cache_dtype
 
-    if args.kv_cache_dtype not in CACHE_LAYOUTS:
-        raise UserInputError(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not accepted; accepted: "
-                             f"{', '.join(CACHE_LAYOUTS)}")
+    check_kv_cache_dtype(args.kv_cache_dtype, CACHE_LAYOUTS)
     for name in ("heads", "tokens"):
         bad = [v for v in getattr(args, name) or [] if v < 1]
         if bad:

@@ -5,12 +5,19 @@ from __future__ import annotations
 from ..errors import UserInputError
 
 
+_BENCH_INSTEAD = "a machine with an NVIDIA GPU (the workbook's records come from an H200, see results/)"
+
+
 def require_cuda():
+    """torch, once :func:`sparse_mla.machine.require_gpu` and torch agree that a CUDA GPU is here."""
     import torch
 
-    if not torch.cuda.is_available():
-        raise UserInputError("`sparse-mla bench` needs a CUDA GPU and found none; accepted: a machine with an NVIDIA "
-                             "GPU (the workbook's records come from an H200, see results/)")
+    from ..machine import require_gpu
+
+    require_gpu("`sparse-mla bench`", _BENCH_INSTEAD)
+    if not torch.cuda.is_available():   # a driver, but no device torch can use
+        raise UserInputError(f"`sparse-mla bench` needs a CUDA GPU and torch sees none (torch.cuda.is_available() is "
+                             f"False); accepted: {_BENCH_INSTEAD}")
     return torch
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .._files import atomic_write, atomic_write_text
+from ..files import atomic_write, atomic_write_text
 from ..records import environment
 from .common import copy_bandwidth, require_cuda
 
@@ -106,7 +106,7 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
 
     from ..errors import UserInputError
     from ..kernels.indexer_build import build_report_subprocess
-    from ..records import gpu_slug
+    from ..records import gpu_record_dir, gpu_slug
 
     dg = _deep_gemm()
     if dg is None:
@@ -115,7 +115,7 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
     contexts = tuple(contexts or (QUICK_CONTEXTS if quick else CONTEXTS))
     prefill = tuple(prefill or (QUICK_PREFILL if quick else PREFILL))
     tag = gpu_slug() if tag is None else tag
-    out_dir = Path("results") / gpu_slug() if out_dir is None else Path(out_dir)
+    out_dir = gpu_record_dir() if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = environment()
     bw = copy_bandwidth()

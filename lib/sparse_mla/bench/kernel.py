@@ -12,7 +12,7 @@ blocks, random slots):
   measured device-to-device copy bandwidth (bytes read + written); TFLOP/s counts ``2 * T * H * topk * (576 + 512)``.
 
 ``compare_launch``: each case also times the launch the kernel had before the device-derived plan
-(``choose_config(..., launch="v3")``: the constants tuned on the H200) on the same inputs, ``old_*`` columns and
+(:func:`sparse_mla.bench.launch_v3.v3_config`: the constants tuned on the H200) on the same inputs, ``old_*`` columns and
 ``speedup_new_vs_old`` (graph replay).
 
 Two cache formats (``kv_cache_dtype``):
@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .._files import atomic_write, atomic_write_text
+from ..files import atomic_write, atomic_write_text
 from ..layouts import LN2
 from ..records import environment
 from .common import copy_bandwidth, require_cuda
@@ -206,126 +206,44 @@ def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_ca
               sweep_configs: list[tuple[int, int, int, int, int]] | None = None, check: bool = True,
               kv_cache_dtype: str = "auto", compare_launch: bool = False) -> dict:
     """Check and time every (H, T); write ``bench_kernel_<tag>.{csv,json,png}`` (``bench_kernel_fp8_ds_mla_<tag>.*``
-    for the fp8 cache; and the sweep CSV) to ``out_dir``. ``tokens`` defaults to :data:`TOKENS` (bf16) or
-    :data:`FP8_TOKENS` (fp8_ds_mla).
+    for the fp8 cache; and the sweep CSV) to ``out_dir`` (default :func:`sparse_mla.records.gpu_record_dir`).
+    ``tokens`` defaults to :data:`TOKENS` (bf16) or :data:`FP8_TOKENS` (fp8_ds_mla).
 
     Raises :class:`UserInputError` without a CUDA GPU.
     """
     torch = require_cuda()
     import pandas as pd
-    import triton
     from tqdm import tqdm
 
-    from ..kernels import choose_config, fitted_config, launch, sparse_mla_attention
-    from ..kernels.api import check_kv_cache_dtype
+    from ..kernels.launch_plan import check_cache_layout
+    from ..records import gpu_record_dir, gpu_slug
 
-    from ..records import gpu_slug
-
-    check_kv_cache_dtype(kv_cache_dtype)
+    check_cache_layout(kv_cache_dtype)
     fp8 = kv_cache_dtype == "fp8_ds_mla"
     tokens = (FP8_TOKENS if fp8 else TOKENS) if tokens is None else tokens
     tag = gpu_slug() if tag is None else tag
     stem = f"bench_kernel_fp8_ds_mla_{tag}" if fp8 else f"bench_kernel_{tag}"
-    out_dir = Path("results") / gpu_slug() if out_dir is None else Path(out_dir)
+    out_dir = gpu_record_dir() if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = environment()
     env["copy_bandwidth_GBps"] = round(copy_bandwidth() / 1e9, 1)
     env.update(kv_cache_dtype=kv_cache_dtype, peer=PEER_NAME[kv_cache_dtype])
-    rows, sweep_rows, checks = [], [], []
     cases = [(H, T) for H in heads for T in tokens]
     if quick:   # the correctness pass on the two smaller caches only (the timing still uses cache_tokens)
         check_cache_tokens = tuple(check_cache_tokens[:2])
-    kw = dict(kv_cache_dtype=kv_cache_dtype)
-    # -- correctness (bf16 kernel vs fp32 reference), several cache sizes
-    for i, (H, T) in enumerate(tqdm(cases if check else [], desc="check")):
-        ct = check_cache_tokens[i % len(check_cache_tokens)]
-        q_nope, q_pe, kv, idx = make_inputs(T, H, ct, seed=100 + i, **kw)
-        idx[:, -7:] = -1  # some padding
-        ref_o, ref_l = reference_chunked(q_nope, q_pe, kv, idx, GLM5_SCALE, **kw)
-        out = torch.full((T, H, DL), float("nan"), device=DEVICE, dtype=torch.bfloat16)
-        lse = torch.full((T, H), float("nan"), device=DEVICE)
-        sparse_mla_attention(q_nope, q_pe, kv, idx, GLM5_SCALE, out=out, lse=lse, **kw)
-        rec = dict(H=H, T=T, cache_tokens=ct, topk=TOPK, kv_cache_dtype=kv_cache_dtype,
-                   nan=int(torch.isnan(out).sum() + torch.isnan(lse).sum()),
-                   out_rel_err=_rel(out, ref_o), lse_max_abs_err=(lse - ref_l).abs().max().item())
-        fn, info = _peer(kv_cache_dtype, q_nope, q_pe, kv, idx, GLM5_SCALE)
-        if fn is not None:
-            po, pl = fn()
-            rec["flashmla_out_rel_err"] = _rel(po, ref_o)
-            # the lse's base: FlashMLA's README says base 2; compare both readings and record which one fits
-            rec["flashmla_lse_err_if_natural"] = (pl - ref_l).abs().max().item()
-            rec["flashmla_lse_err_if_base2"] = (pl * LN2 - ref_l).abs().max().item()
-        else:
-            rec["flashmla"] = str(info)
-        checks.append(rec)
-        del q_nope, q_pe, kv, idx, ref_o, ref_l
+    checks = [_check_case(H, T, check_cache_tokens[i % len(check_cache_tokens)], 100 + i, kv_cache_dtype)
+              for i, (H, T) in enumerate(tqdm(cases if check else [], desc="check"))]
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
-    # -- timing
+    rows, sweep_rows = [], []
     for i, (H, T) in enumerate(tqdm(cases, desc="time")):
-        q_nope, q_pe, kv, idx = make_inputs(T, H, cache_tokens, seed=200 + i, **kw)
-        out = torch.empty(T, H, DL, device=DEVICE, dtype=torch.bfloat16)
-        lse = torch.empty(T, H, device=DEVICE)
-        flops = 2 * T * H * TOPK * (DL + DR + DL)
-        nbytes = T * TOPK * ROW_BYTES[kv_cache_dtype] + T * H * (DL + DR) * 2 + T * H * DL * 2
-        rep = 50 if quick else 200
-
-        def eager(fn):
-            return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
-
-        def graphed(fn):
-            return triton.testing.do_bench_cudagraph(fn, rep=rep // 2, return_mode="median")
-
-        def ours(cfg, fallback=True):
-            return lambda: launch(q_nope, q_pe, kv, idx, GLM5_SCALE, out, lse, cfg, fallback=fallback)
-
-        default = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, **kw)
-        ms, gms = eager(ours(default)), graphed(ours(default))
-        default = fitted_config(q_nope, q_pe, kv, default)   # the tiles that ran (smaller where shared memory is short)
-        fn, _ = _peer(kv_cache_dtype, q_nope, q_pe, kv, idx, GLM5_SCALE)
-        peer_ms, peer_gms = (eager(fn), graphed(fn)) if fn else (float("nan"), float("nan"))
-        best = min(ms, gms)  # graph replay removes host launch overhead, as in vLLM's CUDA-graph decode
-        row = dict(H=H, T=T, topk=TOPK, cache_tokens=cache_tokens, kv_cache_dtype=kv_cache_dtype,
-                   block_h=default.block_h, block_n=default.block_n, block_dv=default.block_dv,
-                   num_splits=default.num_splits, num_warps=default.num_warps, num_stages=default.num_stages,
-                   fp8_scales=default.fp8_scales if fp8 else "", fp8_hw=default.fp8_hw,
-                   triton_us=ms * 1e3, flashmla_us=peer_ms * 1e3,
-                   triton_graph_us=gms * 1e3, flashmla_graph_us=peer_gms * 1e3,
-                   speedup_vs_flashmla=peer_ms / ms, speedup_vs_flashmla_graph=peer_gms / gms,
-                   triton_TBps=nbytes / best / 1e9,
-                   frac_of_copy_bw=nbytes / (best * 1e-3) / (env["copy_bandwidth_GBps"] * 1e9),
-                   triton_TFLOPs=flops / best / 1e9, flashmla_TFLOPs=flops / min(peer_ms, peer_gms) / 1e9)
-        if fp8:   # the other way of applying the scales, same run
-            alt_name = "registers" if default.fp8_scales == "fold" else "fold"
-            alt = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, fp8_scales=alt_name, **kw)
-            try:
-                agms, err = graphed(ours(alt)), ""
-                alt = fitted_config(q_nope, q_pe, kv, alt)
-            except Exception as e:  # noqa: BLE001  (e.g. out of shared memory everywhere down the chain)
-                agms, err = float("nan"), type(e).__name__
-            row.update(alt_fp8_scales=alt_name, alt_block_h=alt.block_h, alt_block_n=alt.block_n,
-                       alt_graph_us=agms * 1e3, alt_error=err, speedup_default_vs_alt=agms / gms)
-        if compare_launch:   # the launch before the device-derived plan, same inputs, same run
-            old = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, launch="v3", **kw)
-            ogms = graphed(ours(old))
-            old = fitted_config(q_nope, q_pe, kv, old)
-            row.update(old_block_h=old.block_h, old_block_n=old.block_n, old_num_warps=old.num_warps,
-                       old_num_splits=old.num_splits, old_graph_us=ogms * 1e3, speedup_new_vs_old=ogms / gms)
+        inputs = make_inputs(T, H, cache_tokens, seed=200 + i, kv_cache_dtype=kv_cache_dtype)
+        timer = _Timer(inputs, rep=50 if quick else 200)
+        row = _time_case(timer, H, T, cache_tokens, kv_cache_dtype, env["copy_bandwidth_GBps"], compare_launch)
         rows.append(row)
         if sweep:
-            grid = ([(c, S) for c in (sweep_configs or DECODE_SWEEP) for S in DECODE_SPLITS] if T <= 32
-                    else [(c, 1) for c in (sweep_configs or PREFILL_SWEEP)])
-            for (bh, bn, dv, nw, ns), S in grid:
-                try:
-                    cfg = choose_config(T, H, TOPK, torch.bfloat16, q_nope.device, block_h=bh, block_n=bn,
-                                        block_dv=dv, num_warps=nw, num_stages=ns, num_splits=S, **kw)
-                    t, err = graphed(ours(cfg, fallback=False)), ""
-                except Exception as e:  # noqa: BLE001  (e.g. out of shared memory, a block_dv fp8 refuses)
-                    t, err = float("nan"), f"{type(e).__name__}"
-                sweep_rows.append(dict(H=H, T=T, block_h=bh, block_n=bn, block_dv=dv, num_warps=nw,
-                                       num_stages=ns, num_splits=S, graph_us=t * 1e3,
-                                       flashmla_graph_us=peer_gms * 1e3, error=err))
-        del q_nope, q_pe, kv, idx, out, lse
+            sweep_rows += _sweep_case(timer, H, T, kv_cache_dtype, sweep_configs, row["flashmla_graph_us"])
+        del inputs, timer
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
@@ -337,6 +255,144 @@ def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_ca
                           pd.DataFrame(sweep_rows).to_csv(index=False))
     plot_bench(df, env, out_dir / f"{stem}.png")
     return record
+
+
+def _check_case(H: int, T: int, cache_tokens: int, seed: int, kv_cache_dtype: str) -> dict:
+    """Our kernel and the peer against the fp32 reference on fresh inputs (outputs poisoned with NaN first)."""
+    import torch
+
+    from ..kernels import sparse_mla_attention
+
+    kw = dict(kv_cache_dtype=kv_cache_dtype)
+    q_nope, q_pe, kv, idx = make_inputs(T, H, cache_tokens, seed=seed, **kw)
+    idx[:, -7:] = -1  # some padding
+    ref_o, ref_l = reference_chunked(q_nope, q_pe, kv, idx, GLM5_SCALE, **kw)
+    out = torch.full((T, H, DL), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    lse = torch.full((T, H), float("nan"), device=DEVICE)
+    sparse_mla_attention(q_nope, q_pe, kv, idx, GLM5_SCALE, out=out, lse=lse, **kw)
+    rec = dict(H=H, T=T, cache_tokens=cache_tokens, topk=TOPK, kv_cache_dtype=kv_cache_dtype,
+               nan=int(torch.isnan(out).sum() + torch.isnan(lse).sum()),
+               out_rel_err=_rel(out, ref_o), lse_max_abs_err=(lse - ref_l).abs().max().item())
+    fn, info = _peer(kv_cache_dtype, q_nope, q_pe, kv, idx, GLM5_SCALE)
+    if fn is not None:
+        po, pl = fn()
+        rec["flashmla_out_rel_err"] = _rel(po, ref_o)
+        # the lse's base: FlashMLA's README says base 2; compare both readings and record which one fits
+        rec["flashmla_lse_err_if_natural"] = (pl - ref_l).abs().max().item()
+        rec["flashmla_lse_err_if_base2"] = (pl * LN2 - ref_l).abs().max().item()
+    else:
+        rec["flashmla"] = str(info)
+    return rec
+
+
+class _Timer:
+    """Medians of one case's launches: eager (``do_bench``: host launch overhead included) and graph replay
+    (``do_bench_cudagraph``, as vLLM's CUDA-graph decode runs), our kernel with a given config and the peer."""
+
+    def __init__(self, inputs, rep: int):
+        import torch
+
+        self.q_nope, self.q_pe, self.kv, self.idx = inputs
+        T, H = self.q_pe.shape[:2]
+        self.out = torch.empty(T, H, DL, device=DEVICE, dtype=torch.bfloat16)
+        self.lse = torch.empty(T, H, device=DEVICE)
+        self.rep = rep
+
+    def eager(self, fn) -> float:
+        import triton
+
+        return triton.testing.do_bench(fn, warmup=25, rep=self.rep, return_mode="median")
+
+    def graphed(self, fn) -> float:
+        import triton
+
+        return triton.testing.do_bench_cudagraph(fn, rep=self.rep // 2, return_mode="median")
+
+    def ours(self, cfg, fallback: bool = True):
+        from ..kernels import launch
+
+        return lambda: launch(self.q_nope, self.q_pe, self.kv, self.idx, GLM5_SCALE, self.out, self.lse, cfg,
+                              fallback=fallback)
+
+    def fitted(self, cfg):
+        """The tiles that ran for ``cfg`` (smaller where shared memory is short)."""
+        from ..kernels import fitted_config
+
+        return fitted_config(self.q_nope, self.q_pe, self.kv, cfg)
+
+    def peer(self, kv_cache_dtype: str):
+        return _peer(kv_cache_dtype, self.q_nope, self.q_pe, self.kv, self.idx, GLM5_SCALE)[0]
+
+
+def _time_case(timer: _Timer, H: int, T: int, cache_tokens: int, kv_cache_dtype: str, copy_gbps: float,
+               compare_launch: bool) -> dict:
+    """One row of the benchmark: our planned launch and the peer (eager and graph medians), bandwidth and TFLOP/s;
+    for fp8_ds_mla the other scale variant, with ``compare_launch`` the v3 launch, both on the same inputs."""
+    import torch
+
+    from ..kernels import choose_config
+
+    fp8 = kv_cache_dtype == "fp8_ds_mla"
+    flops = 2 * T * H * TOPK * (DL + DR + DL)
+    nbytes = T * TOPK * ROW_BYTES[kv_cache_dtype] + T * H * (DL + DR) * 2 + T * H * DL * 2
+    dev = timer.q_nope.device
+    default = choose_config(T, H, TOPK, torch.bfloat16, dev, kv_cache_dtype=kv_cache_dtype)
+    ms, gms = timer.eager(timer.ours(default)), timer.graphed(timer.ours(default))
+    default = timer.fitted(default)
+    fn = timer.peer(kv_cache_dtype)
+    peer_ms, peer_gms = (timer.eager(fn), timer.graphed(fn)) if fn else (float("nan"), float("nan"))
+    best = min(ms, gms)  # graph replay removes host launch overhead, as in vLLM's CUDA-graph decode
+    row = dict(H=H, T=T, topk=TOPK, cache_tokens=cache_tokens, kv_cache_dtype=kv_cache_dtype,
+               block_h=default.block_h, block_n=default.block_n, block_dv=default.block_dv,
+               num_splits=default.num_splits, num_warps=default.num_warps, num_stages=default.num_stages,
+               fp8_scales=default.fp8_scales if fp8 else "", fp8_hw=default.fp8_hw,
+               triton_us=ms * 1e3, flashmla_us=peer_ms * 1e3,
+               triton_graph_us=gms * 1e3, flashmla_graph_us=peer_gms * 1e3,
+               speedup_vs_flashmla=peer_ms / ms, speedup_vs_flashmla_graph=peer_gms / gms,
+               triton_TBps=nbytes / best / 1e9,
+               frac_of_copy_bw=nbytes / (best * 1e-3) / (copy_gbps * 1e9),
+               triton_TFLOPs=flops / best / 1e9, flashmla_TFLOPs=flops / min(peer_ms, peer_gms) / 1e9)
+    if fp8:   # the other way of applying the scales, same run
+        alt_name = "registers" if default.fp8_scales == "fold" else "fold"
+        alt = choose_config(T, H, TOPK, torch.bfloat16, dev, fp8_scales=alt_name, kv_cache_dtype=kv_cache_dtype)
+        try:
+            agms, err = timer.graphed(timer.ours(alt)), ""
+            alt = timer.fitted(alt)
+        except Exception as e:  # noqa: BLE001  (e.g. out of shared memory everywhere down the chain)
+            agms, err = float("nan"), type(e).__name__
+        row.update(alt_fp8_scales=alt_name, alt_block_h=alt.block_h, alt_block_n=alt.block_n,
+                   alt_graph_us=agms * 1e3, alt_error=err, speedup_default_vs_alt=agms / gms)
+    if compare_launch:   # the launch before the device-derived plan, same inputs, same run
+        from .launch_v3 import v3_config
+
+        old = v3_config(T, H, TOPK, torch.bfloat16, dev, kv_cache_dtype=kv_cache_dtype)
+        ogms = timer.graphed(timer.ours(old))
+        old = timer.fitted(old)
+        row.update(old_block_h=old.block_h, old_block_n=old.block_n, old_num_warps=old.num_warps,
+                   old_num_splits=old.num_splits, old_graph_us=ogms * 1e3, speedup_new_vs_old=ogms / gms)
+    return row
+
+
+def _sweep_case(timer: _Timer, H: int, T: int, kv_cache_dtype: str, sweep_configs, peer_graph_us: float) -> list:
+    """Graph-replay time of each swept configuration (decode configs at several split counts), exactly as asked."""
+    import torch
+
+    from ..kernels import choose_config
+
+    grid = ([(c, S) for c in (sweep_configs or DECODE_SWEEP) for S in DECODE_SPLITS] if T <= 32
+            else [(c, 1) for c in (sweep_configs or PREFILL_SWEEP)])
+    rows = []
+    for (bh, bn, dv, nw, ns), S in grid:
+        try:
+            cfg = choose_config(T, H, TOPK, torch.bfloat16, timer.q_nope.device, block_h=bh, block_n=bn,
+                                block_dv=dv, num_warps=nw, num_stages=ns, num_splits=S,
+                                kv_cache_dtype=kv_cache_dtype)
+            t, err = timer.graphed(timer.ours(cfg, fallback=False)), ""
+        except Exception as e:  # noqa: BLE001  (e.g. out of shared memory, a block_dv fp8 refuses)
+            t, err = float("nan"), f"{type(e).__name__}"
+        rows.append(dict(H=H, T=T, block_h=bh, block_n=bn, block_dv=dv, num_warps=nw, num_stages=ns,
+                         num_splits=S, graph_us=t * 1e3, flashmla_graph_us=peer_graph_us, error=err))
+    return rows
 
 
 def plot_bench(df, env: dict, path: Path) -> None:

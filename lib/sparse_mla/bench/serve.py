@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._files import atomic_write, atomic_write_text
+from ..files import atomic_write, atomic_write_text
 from ..errors import UserInputError
 
 DEFAULT_RUNS = ("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
@@ -380,7 +380,7 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
     agreement baseline. Needs a ``vllm`` command on ``PATH`` (a GPU for real numbers; nothing here checks for one, so
     that the whole path can be exercised against a stand-in server)."""
     from ..launch.engine import check_model_dir, check_tp
-    from ..launch.specs import check_kv_cache_dtype
+    from ..layouts import check_kv_cache_dtype
     from ..launch.specs import check_speculative_config, normalize_backends, parse_run_spec
 
     load = load or Load()
@@ -567,7 +567,8 @@ def cli_run(args, record_place) -> int:
     import shutil
 
     from ..launch.engine import check_model_dir, check_tp
-    from ..launch.specs import MTP_EXAMPLE, check_kv_cache_dtype, check_speculative_config, normalize_backends
+    from ..launch.specs import MTP_EXAMPLE, check_speculative_config, normalize_backends
+    from ..layouts import check_kv_cache_dtype
 
     model = check_model_dir(args.model)
     check_kv_cache_dtype(args.kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Iterable
 
-from .._extras import require
+from ..extras import require
 from ..errors import UserInputError, writable_dir, writable_file
 from .report import format_record
 from .request import GPU_PRESETS, resolve

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._files import atomic_write as _atomic_write
+from ..files import atomic_write as _atomic_write
 from ..errors import UserInputError
-from .request import GPU_PRESETS, KV_CACHE_DTYPES, PLUGIN_BACKEND_NAME, check_kv_cache_dtype, parse_capability, resolve
+from .request import GPU_PRESETS, KV_CACHE_DTYPES, PLUGIN_BACKEND_NAME, check_cache_dtype, parse_capability, resolve
 from .path import diagnose
 
 
@@ -78,7 +78,7 @@ def diagnose_matrix(model: str | os.PathLike = "glm-5", tp: int = 1,
         if isinstance(v, str):   # iterating it would check its letters ("unknown KV-cache dtype 'f'")
             raise UserInputError(f"{name} {v!r} is one string; accepted: a list of them, e.g. {name}=[{v!r}]")
     items = _gpu_items(gpus)
-    kvs = [check_kv_cache_dtype(str(k)) for k in kv_cache_dtypes]
+    kvs = [check_cache_dtype(str(k)) for k in kv_cache_dtypes]
     if not items or not kvs:
         raise UserInputError("the matrix needs at least one GPU and one KV-cache dtype")
     resolve(model, items[0][1], kvs[0], tp, with_plugin)      # fail fast on model / tp / plugin
@@ -142,11 +142,12 @@ def matrix_changes(df):
 
 
 #: Colours of the heatmaps: no attention backend (the first wall), an attention backend but the engine stops later
-#: (the indexer or kernel wall), the workbook's backend, all other backends (in turn).
+#: (the indexer or kernel wall), the workbook's backend, all other backends (in turn: blues, greens and greys, none
+#: that reads as the two walls' red and orange). The figure's legend names each.
 _NONE_COLOR = "#d62728"
 _LATER_COLOR = "#fd8d3c"
 _PLUGIN_COLOR = "#54278f"
-_OTHER_COLORS = ("#9ecae1", "#a1d99b", "#fee391", "#c7e9c0", "#bcbddc", "#6baed6", "#fdd0a2", "#d9d9d9")
+_OTHER_COLORS = ("#9ecae1", "#a1d99b", "#c7e9c0", "#bcbddc", "#6baed6", "#d9d9d9", "#c6dbef", "#74c476")
 
 
 def _wrap_name(name: str, width: int = 17) -> str:
@@ -173,10 +174,10 @@ def plot_matrix(df, title: str | None = None):
     shows the two walls: red = no valid attention backend, orange = a backend but the engine stops later (no indexer
     kernels, or the top-k conversion), the workbook's backend purple, others light. ``+`` marks cells whose answer
     depends on this host's software (FlashInfer's SM120 sparse MLA API); in the right panel, a thick frame marks
-    cells the plugin changed."""
+    cells the plugin changed. A legend below the panels names every colour shown."""
     from matplotlib.colors import ListedColormap
     from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Patch, Rectangle
 
     panels = _panels(df)
     gpus = list(dict.fromkeys(f"{g} ({c})" for g, c in zip(df["gpu"], df["capability"])))
@@ -188,7 +189,7 @@ def plot_matrix(df, title: str | None = None):
                                                            for i in range(len(names))]
     index = {PLUGIN_BACKEND_NAME: 2, **{b: i + 3 for i, b in enumerate(names)}}
     cmap = ListedColormap(colors)
-    fig = Figure(figsize=(len(panels) * 1.9 * len(kvs) + 3.0, 0.7 * len(gpus) + 2.1), dpi=100)
+    fig = Figure(figsize=(len(panels) * 1.9 * len(kvs) + 3.0, 0.7 * len(gpus) + 2.6), dpi=100, layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     for n, (ax, (label, p)) in enumerate(zip(axes, panels)):
         grid = []
@@ -235,11 +236,15 @@ def plot_matrix(df, title: str | None = None):
         sw = ", ".join(f"{k}={v}" for k, v in (a.get("plugin_switches") or {}).items())
         title = (who + "attention backend and DSA indexer" + (", stock | with plugin" if len(panels) > 1 else "")
                  + (f" ({sw})" if sw else "")
-                 + "\nred: no attention backend; orange: the engine stops later (no indexer kernels / top-k "
-                   "conversion); + : depends on this host's FlashInfer" + ("; framed: changed by the plugin"
-                                                                            if len(panels) > 1 else ""))
+                 + "\n+ : depends on this host's FlashInfer" + ("; framed: changed by the plugin"
+                                                                if len(panels) > 1 else ""))
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    legend = [("no attention backend", _NONE_COLOR),
+              ("a backend, but the engine stops later (no indexer kernels / top-k conversion)", _LATER_COLOR),
+              (PLUGIN_BACKEND_NAME + " (this workbook)", _PLUGIN_COLOR)] + \
+        [(b, colors[index[b]]) for b in names]
+    fig.legend(handles=[Patch(facecolor=c, edgecolor="grey", label=t) for t, c in legend], loc="outside lower center",
+               ncol=min(3, len(legend)), fontsize=7, frameon=False)
     return fig
 
 

@@ -491,10 +491,14 @@ def stock_selection() -> Iterable[None]:
     vllm_plugins.plugins_loaded = True
     overrides = dict(registry._ATTN_OVERRIDES)
     cls_attrs = {k: base.__dict__[k] for k in ("get_attn_backend_cls", "get_valid_backends")}
+    # the plugin's indexer hook, if this process installed it: taken out through its own uninstall (vLLM's functions
+    # back) before anything is snapshotted, installed again through its own install after everything is put back
+    hook = sys.modules.get("sparse_mla.vllm_plugin.indexer")
+    hook_was_on = hook is not None and bool(hook.hooked())
+    if hook_was_on:
+        hook.uninstall_indexer_hook()
     meta_path = list(sys.meta_path)
     snapshots = {name: dict(vars(sys.modules[name])) for name in PATCHABLE_MODULES if name in sys.modules}
-    hook = sys.modules.get("sparse_mla.vllm_plugin.indexer")      # the plugin's indexer hook, if loaded before
-    hook_state = hook.probe_state(reset=True) if hook is not None else None
     registry._ATTN_OVERRIDES.clear()
     for k, v in cls_attrs.items():
         fn = v.__func__ if isinstance(v, classmethod) else v
@@ -513,9 +517,7 @@ def stock_selection() -> Iterable[None]:
     finally:
         vllm_plugins.plugins_loaded = plugins_loaded
         hook = sys.modules.get("sparse_mla.vllm_plugin.indexer")
-        if hook is not None and hook_state is not None:
-            hook.restore_probe_state(hook_state)
-        elif hook is not None:          # first loaded by this probe: nothing of it outlives the probe
+        if hook is not None:            # what the probe's register() installed does not outlive the probe
             hook.uninstall_indexer_hook()
         registry._ATTN_OVERRIDES.clear()
         registry._ATTN_OVERRIDES.update(overrides)
@@ -536,3 +538,5 @@ def stock_selection() -> Iterable[None]:
                     if getattr(value, PATCH_MARK, False):
                         d[attr] = _unwrap_marked(value)
         selector_mod._cached_get_attn_backend.cache_clear()
+        if hook_was_on:
+            hook.install_indexer_hook()

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..capability import as_capability
 from ..errors import UserInputError
+from ..layouts import check_kv_cache_dtype
 
 
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``).
@@ -92,12 +93,10 @@ def parse_capability(capability: str | float | tuple[int, int]) -> tuple[tuple[i
         raise UserInputError(f"unknown capability {s!r}; accepted: {accepted_capabilities()}") from None
 
 
-def check_kv_cache_dtype(kv_cache_dtype: str) -> str:
-    if kv_cache_dtype not in VLLM_CACHE_DTYPES:
-        raise UserInputError(
-            f"unknown KV-cache dtype {kv_cache_dtype!r}; accepted: {', '.join(KV_CACHE_DTYPES)} "
-            f"(or another vLLM CacheDType: {', '.join(d for d in VLLM_CACHE_DTYPES if d not in KV_CACHE_DTYPES)})")
-    return kv_cache_dtype
+def check_cache_dtype(kv_cache_dtype: str) -> str:
+    """``kv_cache_dtype`` if it is one of vLLM's own ``CacheDType`` values (:data:`VLLM_CACHE_DTYPES`: the diagnosis
+    asks vLLM about any of them), else one UserInputError line."""
+    return check_kv_cache_dtype(kv_cache_dtype, VLLM_CACHE_DTYPES)
 
 
 def _model_dtype(geometry) -> str:
@@ -112,7 +111,7 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None) ->
     from ..models import load_model
 
     cap, gpu = parse_capability(capability)
-    kv = check_kv_cache_dtype(str(kv_cache_dtype))
+    kv = check_cache_dtype(str(kv_cache_dtype))
     geometry = load_model(model)
     if isinstance(tp, bool) or not isinstance(tp, int):
         try:
@@ -122,11 +121,9 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None) ->
                                  f"of num_attention_heads {geometry.num_attention_heads}") from None
     heads = geometry.heads_per_rank(tp)
     if gpu == "local":
-        from .._env import has_nvidia_gpu
+        from ..machine import require_gpu
 
-        if not has_nvidia_gpu():
-            raise UserInputError(f"capability 'local': this machine has no NVIDIA GPU; accepted: "
-                                 f"{accepted_capabilities().replace('; or local', '')}")
+        require_gpu("capability 'local'", accepted_capabilities().replace("; or local", ""))
     return Request(geometry=geometry, capability=cap, gpu=gpu, kv_cache_dtype=kv, tp=tp, heads_per_rank=heads,
                     dtype=_model_dtype(geometry), with_plugin=bool(with_plugin),
                     backend=check_backend(backend, with_plugin))

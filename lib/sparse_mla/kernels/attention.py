@@ -42,7 +42,7 @@ bf16 rope at ``[264:328)``, row stride 328), 64-bit offsets, codes decoded by :f
   (``[BLOCK_N, 4, 128] * scale[:, :, None]``), cast to the dot dtype, then steps 2-4 unchanged. On mma.sync GPUs
   Triton stores the converted tile twice in shared memory (once per dot-operand layout: 159 KB for 16 x 64, over the
   99 KB of SM86/89/120); on SM90, where wgmma reads both operands from shared memory anyway, its 64-head tile is the
-  one without register spills (:func:`sparse_mla.kernels.api.choose_config` picks it there).
+  one without register spills (:func:`sparse_mla.kernels.launch_plan.choose_config` picks it there).
 
 Either way the bytes gathered per row drop from 1152 (bf16) to 656. AOT numbers (shared memory, registers, spills
 per target) are in ``results/h200/KERNEL_NOTES.md``.
@@ -210,6 +210,68 @@ def _store_tile(acc, inv_l, cols, t, s, offs_h, mask_h, Out, O_part,
 
 
 @triton.jit
+def _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
+                 FP8_HW: tl.constexpr):
+    """Scores of the "fold" kernel, ``[BLOCK_H, BLOCK_N]`` fp32: ``q_pe . k_pe + sum_j scale_j (q_j . e4m3_j)`` over
+    the four 128-column code tiles ``j`` of the rows (``row8``: uint8 row pointers ``[BLOCK_N, 1]``; ``rowf``: each
+    row's first scale in the fp32 view, ``[BLOCK_N]``; ``rope``: ``[BLOCK_N, 64]`` pointers to its bf16 rope
+    values). Returns ``(qk, sc0, sc1, sc2, sc3)``, the scales reused by the PV dots."""
+    k0 = _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW)
+    k1 = _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW)
+    k2 = _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW)
+    k3 = _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW)
+    sc0 = tl.load(rowf, mask=valid, other=0.0)
+    sc1 = tl.load(rowf + 1, mask=valid, other=0.0)
+    sc2 = tl.load(rowf + 2, mask=valid, other=0.0)
+    sc3 = tl.load(rowf + 3, mask=valid, other=0.0)
+    k_pe = tl.load(rope, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+    zero = tl.zeros([q0.shape[0], k0.shape[0]], dtype=tl.float32)
+    qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
+    qk += _dot(q0, tl.trans(k0), zero, IEEE) * sc0[None, :]
+    qk += _dot(q1, tl.trans(k1), zero, IEEE) * sc1[None, :]
+    qk += _dot(q2, tl.trans(k2), zero, IEEE) * sc2[None, :]
+    qk += _dot(q3, tl.trans(k3), zero, IEEE) * sc3[None, :]
+    return qk, sc0, sc1, sc2, sc3
+
+
+@triton.jit
+def _fold_pv_tile(p, scale, acc, alpha, row8, col0, valid, P_SCALE: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                  IEEE: tl.constexpr, FP8_HW: tl.constexpr):
+    """``acc * alpha + (p * scale * P_SCALE) @ e4m3`` for one 128-column value tile at ``col0``: V is the same codes,
+    re-read (an L1 hit) rather than kept in registers since the score dots (keeping them costs 4 x ``[BLOCK_N, 128]``
+    dot-operand registers across the softmax and spills at 16 heads: AOT 624 bytes of stack for 16 x 64 on sm_90,
+    none with the re-read)."""
+    return _dot((p * (scale * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, col0, valid, DOT_DTYPE, FP8_HW, True),
+                acc * alpha[:, None], IEEE)
+
+
+@triton.jit
+def _fold_store(a0, a1, a2, a3, m_i, l_i, j0, t, s, offs_h, mask_h, dvb, Out, Lse, O_part, Lse_part,
+                stride_o_t, stride_o_h, stride_l_t, stride_l_h, stride_op_t, stride_op_h, stride_op_s,
+                stride_lp_t, stride_lp_h, P_SCALE: tl.constexpr, NTV: tl.constexpr, SPLIT: tl.constexpr):
+    """The "fold" kernel's outputs: ``acc / (l * P_SCALE)`` of its ``NTV`` value tiles (from tile ``j0``) and the
+    log-sum-exp (base 2 in the split partials, natural log in ``Lse``); an empty row gives 0 and ``-inf``."""
+    empty = l_i == 0.0
+    inv_l = (1.0 / P_SCALE) / tl.where(empty, 1.0, l_i)
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    col = j0 * 128 + tl.arange(0, 128)
+    _store_tile(a0, inv_l, col, t, s, offs_h, mask_h, Out, O_part,
+                stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
+    if NTV >= 2:
+        _store_tile(a1, inv_l, col + 128, t, s, offs_h, mask_h, Out, O_part,
+                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
+    if NTV == 4:
+        _store_tile(a2, inv_l, col + 256, t, s, offs_h, mask_h, Out, O_part,
+                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
+        _store_tile(a3, inv_l, col + 384, t, s, offs_h, mask_h, Out, O_part,
+                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
+    if SPLIT:
+        tl.store(Lse_part + t * stride_lp_t + offs_h * stride_lp_h + s, lse2, mask=mask_h & (dvb == 0))
+    else:
+        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * _LN2, mask=mask_h & (dvb == 0))
+
+
+@triton.jit
 def _sparse_mla_fp8_fwd_kernel(
     Q_nope, Q_pe, KV, KV_f32, KV_bf16, Idx,   # KV: uint8 fp8_ds_mla cache; KV_f32 / KV_bf16: its fp32 / bf16 views
     Out, Lse, O_part, Lse_part,
@@ -217,8 +279,7 @@ def _sparse_mla_fp8_fwd_kernel(
     H, TOPK, CHUNK,
     stride_qn_t, stride_qn_h,
     stride_qp_t, stride_qp_h,
-    stride_kv_slot,                # unused (the fp8_ds_mla row is a constant: sparse_mla.layouts)
-    stride_idx_t,
+    stride_idx_t,                  # (no cache stride: the fp8_ds_mla row is a constant, sparse_mla.layouts)
     stride_o_t, stride_o_h,
     stride_l_t, stride_l_h,
     stride_op_t, stride_op_h, stride_op_s,
@@ -243,9 +304,8 @@ def _sparse_mla_fp8_fwd_kernel(
 
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
-    offs_c = tl.arange(0, 128)
     offs_dr = tl.arange(0, DR)
-    q_row = Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h + offs_c[None, :]
+    q_row = Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h + tl.arange(0, 128)[None, :]
     q0 = tl.load(q_row, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
     q1 = tl.load(q_row + 128, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
     q2 = tl.load(q_row + 256, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
@@ -271,35 +331,14 @@ def _sparse_mla_fp8_fwd_kernel(
         slot64 = slot.to(tl.int64)
         row8 = KV + slot64[:, None] * _ROW8
         rowf = KV_f32 + slot64 * _ROW_F32 + _SCALES_F32   # the 4 scales of each row
-        k0 = _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW)
-        k1 = _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW)
-        k2 = _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW)
-        k3 = _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW)
-        sc0 = tl.load(rowf, mask=valid, other=0.0)
-        sc1 = tl.load(rowf + 1, mask=valid, other=0.0)
-        sc2 = tl.load(rowf + 2, mask=valid, other=0.0)
-        sc3 = tl.load(rowf + 3, mask=valid, other=0.0)
-        k_pe = tl.load(KV_bf16 + slot64[:, None] * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :], mask=valid[:, None],
-                       other=0.0).to(DOT_DTYPE)
-        zero = tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32)
-        qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
-        qk += _dot(q0, tl.trans(k0), zero, IEEE) * sc0[None, :]
-        qk += _dot(q1, tl.trans(k1), zero, IEEE) * sc1[None, :]
-        qk += _dot(q2, tl.trans(k2), zero, IEEE) * sc2[None, :]
-        qk += _dot(q3, tl.trans(k3), zero, IEEE) * sc3[None, :]
+        rope = KV_bf16 + slot64[:, None] * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :]
+        qk, sc0, sc1, sc2, sc3 = _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE, IEEE, FP8_HW)
         p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
-        # V = the same code tiles, re-read (an L1 hit) rather than kept in registers since the score dots: keeping
-        # them costs 4 x [BLOCK_N, 128] dot-operand registers across the softmax and spills at 16 heads (AOT: 624
-        # bytes of stack for 16 x 64 on sm_90, none with the re-read)
         if NTV == 4:
-            a0 = _dot((p * (sc0 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW, True),
-                      a0 * alpha[:, None], IEEE)
-            a1 = _dot((p * (sc1 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW, True),
-                      a1 * alpha[:, None], IEEE)
-            a2 = _dot((p * (sc2 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW, True),
-                      a2 * alpha[:, None], IEEE)
-            a3 = _dot((p * (sc3 * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW, True),
-                      a3 * alpha[:, None], IEEE)
+            a0 = _fold_pv_tile(p, sc0, a0, alpha, row8, 0, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
+            a1 = _fold_pv_tile(p, sc1, a1, alpha, row8, 128, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
+            a2 = _fold_pv_tile(p, sc2, a2, alpha, row8, 256, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
+            a3 = _fold_pv_tile(p, sc3, a3, alpha, row8, 384, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
         else:                 # this program's 1 or 2 value tiles, with their scales
             v0 = _e4m3_tile(row8, j0 * 128, valid, DOT_DTYPE, FP8_HW, True)
             vs0 = tl.load(rowf + j0, mask=valid, other=0.0)
@@ -308,25 +347,9 @@ def _sparse_mla_fp8_fwd_kernel(
                 v1 = _e4m3_tile(row8, j0 * 128 + 128, valid, DOT_DTYPE, FP8_HW, True)
                 vs1 = tl.load(rowf + j0 + 1, mask=valid, other=0.0)
                 a1 = _dot((p * (vs1 * P_SCALE)[None, :]).to(DOT_DTYPE), v1, a1 * alpha[:, None], IEEE)
-
-    empty = l_i == 0.0
-    inv_l = (1.0 / P_SCALE) / tl.where(empty, 1.0, l_i)
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
-    col = j0 * 128 + offs_c
-    _store_tile(a0, inv_l, col, t, s, offs_h, mask_h, Out, O_part,
-                stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
-    if NTV >= 2:
-        _store_tile(a1, inv_l, col + 128, t, s, offs_h, mask_h, Out, O_part,
-                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
-    if NTV == 4:
-        _store_tile(a2, inv_l, col + 256, t, s, offs_h, mask_h, Out, O_part,
-                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
-        _store_tile(a3, inv_l, col + 384, t, s, offs_h, mask_h, Out, O_part,
-                    stride_o_t, stride_o_h, stride_op_t, stride_op_h, stride_op_s, SPLIT)
-    if SPLIT:
-        tl.store(Lse_part + t * stride_lp_t + offs_h * stride_lp_h + s, lse2, mask=mask_h & (dvb == 0))
-    else:
-        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * _LN2, mask=mask_h & (dvb == 0))
+    _fold_store(a0, a1, a2, a3, m_i, l_i, j0, t, s, offs_h, mask_h, dvb, Out, Lse, O_part, Lse_part,
+                stride_o_t, stride_o_h, stride_l_t, stride_l_h, stride_op_t, stride_op_h, stride_op_s,
+                stride_lp_t, stride_lp_h, P_SCALE, NTV, SPLIT)
 
 
 @triton.jit

@@ -57,11 +57,15 @@ def confidence_lambda(n: int, count: int, p_fail: float = P_FAIL) -> float:
 @dataclass(frozen=True)
 class AttentionLimits:
     """Per-element limits on ``|kernel - reference|``: ``out [T, H, DL]`` and ``lse [T, H]`` (float64; rows without a
-    valid slot get 0: there the kernel must be exact, ``out = 0`` and ``lse = -inf``)."""
+    valid slot get 0: there the kernel must be exact, ``out = 0`` and ``lse = -inf``). ``ref_out [T, H, DL]`` and
+    ``ref_lse [T, H]``: the float64 attention the limits were derived from (the math of
+    :func:`~sparse_mla.kernels.reference.sparse_mla_attention_ref`, computed once for both)."""
 
     out: torch.Tensor
     lse: torch.Tensor
     lam: float
+    ref_out: torch.Tensor | None = None
+    ref_lse: torch.Tensor | None = None
 
 
 def attention_limits(q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor, sm_scale: float, *,
@@ -117,7 +121,8 @@ def attention_limits(q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor, sm_s
     out_lim = through_softmax + p_round + v_round + sums[..., None] * (pv_abs + out.abs()) \
         + unit_roundoff(out_dtype) * out.abs()
     return AttentionLimits(out=torch.where(finite[..., None], out_lim, torch.zeros_like(out_lim)),
-                           lse=torch.where(finite, lse_lim, torch.zeros_like(lse_lim)), lam=lam)
+                           lse=torch.where(finite, lse_lim, torch.zeros_like(lse_lim)), lam=lam,
+                           ref_out=out, ref_lse=lse)
 
 
 @dataclass(frozen=True)
@@ -178,20 +183,18 @@ def check_attention(out: torch.Tensor, lse: torch.Tensor | None, q_nope: torch.T
     rounded) within :func:`attention_limits`. ``dot_dtype``: the kernel's (default: float32 under the
     interpreter, else q's dtype); accumulation rounds on the CPU and truncates on a GPU's tensor cores;
     ``fp8_scales="registers"`` with bf16/fp16 dots rounds the dequantized cache to the dot dtype."""
-    from .reference import gather_rows_ref, sparse_mla_attention_ref
+    from .reference import gather_rows_ref
 
     on_gpu = q_nope.is_cuda
     if dot_dtype is None:
         dot_dtype = q_nope.dtype if on_gpu else torch.float32
-    ref_out, ref_lse = sparse_mla_attention_ref(q_nope.double(), q_pe.double(), kv_cache, indices, sm_scale,
-                                                kv_cache_dtype=kv_cache_dtype)
     k, valid = gather_rows_ref(kv_cache, indices, kv_cache_dtype)
     q = torch.cat([q_nope.double(), q_pe.double()], dim=-1)
     limits = attention_limits(q, k, valid, sm_scale, out_dtype=out.dtype, dot_dtype=dot_dtype,
                               k_rounded=kv_cache_dtype == "fp8_ds_mla" and fp8_scales == "registers"
                               and dot_dtype != torch.float32,
                               accumulate="truncate" if on_gpu and dot_dtype != torch.float32 else "round")
-    return compare_attention(out, lse, ref_out, ref_lse, limits, valid)
+    return compare_attention(out, lse, limits.ref_out, limits.ref_lse, limits, valid)
 
 
 def share_of_limit(ratio: float, bounds: tuple[float, ...] = (0.01, 0.1, 1.0)) -> str:

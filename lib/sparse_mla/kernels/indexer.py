@@ -62,7 +62,7 @@ import triton.language as tl
 
 from ..capability import as_capability, device_capability
 from ..errors import UserInputError
-from .api import interpreting
+from ..machine import interpreting
 from .fp8 import e4m3_to_f32, has_fp8_conversion
 
 #: The index head dim the kernels handle (GLM-5 and DeepSeek-V3.2: 128; vLLM's fused q kernel assumes it too).

@@ -5,7 +5,7 @@ kernel as a launch from vLLM would specialise it (16-byte aligned pointers, ``tt
 arguments that are multiples of 16: without that, Triton neither vectorises nor pipelines the loads);
 :func:`build_report` builds the default launches of :mod:`sparse_mla.kernels.indexer` and
 :mod:`sparse_mla.kernels.indexer_quant` for several GPUs and says, per build, how much shared memory it takes (against
-:data:`sparse_mla.kernels.api.SMEM_PER_BLOCK`), which MMA instruction it uses, whether it converts fp8 in hardware
+:data:`sparse_mla.kernels.aot.SMEM_PER_BLOCK`), which MMA instruction it uses, whether it converts fp8 in hardware
 (``e4m3x2`` ``cvt`` instructions), and its registers and spills (read with the ``cuobjdump`` Triton bundles).
 
 ``python -m sparse_mla.kernels.indexer_build`` prints the report as JSON (what tests and notebook 03 run in a
@@ -23,7 +23,8 @@ import tempfile
 import torch
 import triton
 
-from .indexer import (HEAD_DIM, IndexerConfig, _paged_logits_kernel, _prefill_logits_kernel, interpreting,
+from ..machine import interpreting
+from .indexer import (HEAD_DIM, IndexerConfig, _paged_logits_kernel, _prefill_logits_kernel,
                       paged_config, prefill_config)
 from .indexer_quant import _indexer_q_rope_quant_kernel
 
@@ -117,7 +118,7 @@ def describe(kernel: str, capability: tuple[int, int], H: int, next_n: int = 1,
     """Build the default launch of one case for one GPU and describe it (see the module docstring).
     ``config_capability``: build the launch (and operand path) chosen for that GPU instead, compiled for
     ``capability`` -- e.g. the SM80 path on an H200, as a simulated SM80 runs it (``tests/harness/``)."""
-    from .api import SMEM_PER_BLOCK
+    from .aot import SMEM_PER_BLOCK
     from .fp8 import has_fp8_conversion
 
     cpu = torch.device("cpu")

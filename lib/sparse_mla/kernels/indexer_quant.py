@@ -26,7 +26,7 @@ import triton.language as tl
 
 from ..errors import UserInputError
 from .fp8 import E4M3_MAX, f32_to_e4m3, has_fp8_conversion
-from .indexer import interpreting
+from ..machine import interpreting
 
 
 @triton.jit

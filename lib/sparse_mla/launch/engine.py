@@ -33,23 +33,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from .._files import atomic_write_text
+from ..files import atomic_write_text
 from ..errors import UserInputError, expand_path, writable_file
 from .server import HOST, backend_log_lines, free_port, served
-from .specs import (KV_DTYPES, MTP_EXAMPLE, OURS, PEERS, TRITON_INDEXER, RunSpec, attention_config,
-                    check_kv_cache_dtype, check_speculative_config, normalize_backends, parse_run_spec, patched_environ,
+from ..layouts import ENGINE_KV_CACHE_DTYPES, check_kv_cache_dtype
+from .specs import (MTP_EXAMPLE, OURS, PEERS, TRITON_INDEXER, RunSpec, attention_config,
+                    check_speculative_config, normalize_backends, parse_run_spec, patched_environ,
                     with_simulated)
 
 SERVED_NAME = "glm5"
 
 
 def require_gpu() -> None:
-    from .._env import has_nvidia_gpu
+    from .. import machine
 
-    if not has_nvidia_gpu():
-        raise UserInputError("an engine launch needs a CUDA GPU and this machine has none (vLLM's CPU platform refuses "
-                             "MLA and sparse attention); accepted: a machine with an NVIDIA GPU, or notebook 05's CPU "
-                             "path (reference forward with the kernel under the Triton interpreter)")
+    machine.require_gpu("an engine launch (vLLM's CPU platform refuses MLA and sparse attention)",
+                        "a machine with an NVIDIA GPU, or notebook 05's CPU path (reference forward with the kernel "
+                        "under the Triton interpreter)")
 
 
 def check_model_dir(model: str | os.PathLike) -> Path:
@@ -205,7 +205,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     tp = check_tp(model, tp)
     spec = parse_run_spec(backend)
     speculative_config = check_speculative_config(speculative_config, model)
-    check_kv_cache_dtype(kv_cache_dtype, "kv cache dtype")
+    check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
     # layer_backends travels to the workers by pickle (LLM.collective_rpc with a function)
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     # Start vLLM's engine core with spawn, not fork: on the H200 (2026-12-01) engines of this function started by
@@ -417,7 +417,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     tp = check_tp(model, tp)
     backends = normalize_backends(backends)
     prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
-    check_kv_cache_dtype(kv_cache_dtype, "kv cache dtype")
+    check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
     speculative_config = check_speculative_config(speculative_config, model)
     out = record_file(out if out is not None else default_record_path(tp), model)   # before the engines, not after
     cfg = json.loads((model / "config.json").read_text())
@@ -496,7 +496,7 @@ def add_cli(sub) -> None:
     p.add_argument("--model", required=True, help="checkpoint directory (sparse-mla make-checkpoint, or real GLM-5)")
     p.add_argument("--backend", default=OURS, help=f"run spec: {OURS} (default), auto, or a vLLM sparse MLA backend "
                                                    f"name, optionally +{TRITON_INDEXER}")
-    p.add_argument("--kv-cache-dtype", default="auto", help=f"one of {', '.join(KV_DTYPES)} (every engine of --parity)")
+    p.add_argument("--kv-cache-dtype", default="auto", help=f"one of {', '.join(ENGINE_KV_CACHE_DTYPES)} (every engine of --parity)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     p.add_argument("--serve", action="store_true", help="start `vllm serve` and query it with the openai client")
     p.add_argument("--parity", action="store_true",

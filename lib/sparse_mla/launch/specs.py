@@ -21,8 +21,6 @@ from ..errors import UserInputError
 
 OURS = "TRITON_MLA_SPARSE"
 PEERS = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
-#: The ``--kv-cache-dtype`` values the engine commands take (vLLM's names; fp8 runs as fp8_ds_mla on sparse MLA).
-KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla")
 MLA_HEAD_SIZE = 576      # kv_lora_rank 512 + qk_rope_head_dim 64: GLM-5's and DeepSeek-V3.2's absorbed MLA head
 TRITON_INDEXER = "TRITON_DSA_INDEXER"      # run-spec suffix
 INDEXER_ENV = "SPARSE_MLA_TRITON_INDEXER"  # what the suffix sets to "1" in the engine's environment
@@ -201,11 +199,3 @@ def patched_environ(changes: dict[str, str | None]) -> Iterator[None]:
     finally:
         for k, v in before.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-
-
-def check_kv_cache_dtype(kv_cache_dtype, what: str = "--kv-cache-dtype") -> str:
-    """``kv_cache_dtype`` if the engine commands take it (:data:`KV_DTYPES`), else one :class:`UserInputError` line
-    naming ``what`` and the accepted values."""
-    if kv_cache_dtype not in KV_DTYPES:
-        raise UserInputError(f"{what} {kv_cache_dtype!r} is not accepted; accepted: {', '.join(KV_DTYPES)}")
-    return kv_cache_dtype

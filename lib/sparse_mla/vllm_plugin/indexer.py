@@ -278,7 +278,7 @@ def install_indexer_hook() -> bool:
         if not wanted():
             return False
         from ..kernels.fp8 import has_fp8_conversion
-        from ..kernels.indexer import interpreting
+        from ..machine import interpreting
 
         cap = vllm_capability()
         plan = {(SPARSE_MOD, "fp8_fp4_mqa_logits"): fp8_fp4_mqa_logits,
@@ -322,24 +322,6 @@ def uninstall_indexer_hook() -> None:
         _ORIGINALS.clear()
         _PLAN.clear()
         _STATE.update(capability=None, q_hw=False, soft_bf16=False)
-
-
-def probe_state(reset: bool) -> tuple:
-    """The hook's bookkeeping (what it plans to patch, the originals, the capability it was installed for), for the
-    diagnosis probe to set aside (``reset``: and start empty) and to put back with :func:`restore_probe_state`."""
-    with _LOCK:
-        state = (dict(_PLAN), dict(_ORIGINALS), dict(_STATE))
-        if reset:
-            _PLAN.clear()
-            _ORIGINALS.clear()
-        return state
-
-
-def restore_probe_state(state: tuple) -> None:
-    with _LOCK:
-        for d, saved in zip((_PLAN, _ORIGINALS, _STATE), state):
-            d.clear()
-            d.update(saved)
 
 
 def hooked() -> dict[str, str]:

@@ -155,11 +155,9 @@ def _select(profile: str, only, timeout, notebooks_dir: Path) -> tuple[dict, lis
     """``(parameters, the notebooks to run, the whole chain's names)``, every argument checked (UserInputError)."""
     params = load_profile(profile)
     if profile == "gpu":
-        from .._env import has_nvidia_gpu
+        from ..machine import require_gpu
 
-        if not has_nvidia_gpu():
-            raise UserInputError("profile 'gpu' needs a CUDA GPU and this machine has none; accepted: --profile cpu "
-                                 "(the default here)")
+        require_gpu("profile 'gpu'", "--profile cpu (the default here)")
     chain = discover(notebooks_dir)
     names = {nb.name for nb in chain}   # the whole chain, also under --only
     stray = sorted(set(params) - {nb.stem for nb in chain})
@@ -318,12 +316,12 @@ def add_cli(sub) -> None:
 
 
 def _cli(args) -> int:
-    from .._extras import require
+    from ..extras import require
 
     require("sparse-mla run", "papermill", "nbformat", "nbclient")
     profile = args.profile
     if profile is None:
-        from .._env import has_nvidia_gpu
+        from ..machine import has_nvidia_gpu
 
         profile = "gpu" if has_nvidia_gpu() else "cpu"
     try:

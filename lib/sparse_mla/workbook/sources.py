@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .._files import atomic_write_text
+from ..files import atomic_write_text
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 _KEEP_CELL_METADATA = ("tags",)

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any, Collection
 
-from .._files import atomic_write_text
+from ..files import atomic_write_text
 from ..errors import UserInputError
 
 MIME = "application/vnd.sparse-mla.summary+json"

@@ -1,4 +1,5 @@
-"""Environment defaults for a machine without an NVIDIA GPU, applied when :mod:`sparse_mla` is imported.
+"""What this machine has (an NVIDIA GPU; Triton's CPU interpreter) and the defaults for one without a GPU, applied
+when :mod:`sparse_mla` is imported.
 
 * ``TRITON_INTERPRET=1``: Triton kernels run on CPU tensors through Triton's interpreter (test in fp32/fp16:
   the interpreter computes bf16 wrongly, triton-lang/triton issue 11584).
@@ -17,6 +18,21 @@ import shutil
 def has_nvidia_gpu() -> bool:
     """Cheap check (no CUDA context): a driver device node or ``nvidia-smi`` is present."""
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
+
+
+def require_gpu(what: str, instead: str) -> None:
+    """The one "needs a GPU" refusal: a :class:`~sparse_mla.errors.UserInputError` line saying that ``what`` needs a
+    CUDA GPU and naming what works here instead (``instead``), where :func:`has_nvidia_gpu` finds none. Creates no
+    CUDA context (vLLM forks its engine processes after this check)."""
+    if not has_nvidia_gpu():
+        from .errors import UserInputError
+
+        raise UserInputError(f"{what} needs a CUDA GPU and this machine has none; accepted: {instead}")
+
+
+def interpreting() -> bool:
+    """True when Triton runs through its CPU interpreter (``TRITON_INTERPRET`` set to anything but ``""``/``"0"``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def apply_cpu_defaults() -> bool:

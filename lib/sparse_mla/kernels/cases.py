@@ -1,4 +1,6 @@
-"""Random inputs for sparse MLA tests and GPU checks: fresh per call, with -1 padding placed as asked."""
+"""Random inputs for the sparse MLA kernel's checks (tests, GPU checks, notebook 02): fresh per call, shapes as vLLM
+passes them (``q_nope [T, H, 512]``, ``q_pe [T, H, 64]``, a paged ``[num_blocks, block_size, 576]`` latent cache,
+int32 ``[T, topk]`` global slots) with ``-1`` padding placed as asked."""
 from __future__ import annotations
 
 import torch
@@ -47,7 +49,8 @@ def random_indices(T, topk, num_slots, g, *, pad="none", repeats=False, device="
 
 def make_case(T, H, topk, *, num_blocks=8, block_size=16, dtype=torch.float32, device="cpu", pad="none",
               repeats=False, strided_q=False, generator=None):
-    """Build ``(q_nope, q_pe, kv_cache, indices, sm_scale)`` for one test (``pad`` as in :func:`random_indices`)."""
+    """``(q_nope, q_pe, kv_cache, indices, sm_scale)`` for one check (``pad`` as in :func:`random_indices`; ``sm_scale``
+    GLM-5's ``(192 + 64) ** -0.5``); every tensor drawn from ``generator`` on ``device``."""
     g = generator
     q_nope, q_pe = random_q(T, H, g, dtype=dtype, device=device, strided=strided_q)
     kv_cache = torch.randn(num_blocks, block_size, DL + DR, generator=g, device=device).to(dtype)
@@ -56,7 +59,8 @@ def make_case(T, H, topk, *, num_blocks=8, block_size=16, dtype=torch.float32, d
     return q_nope, q_pe, kv_cache, idx, sm_scale
 
 
-def rel_err(a, b):
+def rel_err(a, b) -> float:
+    """Relative Frobenius error ``|a - b| / |b|`` in float64."""
     a = a.double()
     b = b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()

@@ -1,0 +1,94 @@
+"""The attention kernel compiled ahead of time for any GPU target on a machine without one (``triton.compile`` with a
+``GPUTarget``), and the resources the compiled kernel needs: shared memory from Triton's metadata, registers and
+spills from the cubin. The launch plan reads them (:func:`sparse_mla.kernels.launch_plan.tile_resources`); the fit
+tests compare them with each GPU's limits (:data:`SMEM_PER_BLOCK`).
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import torch
+import triton
+
+from ..machine import interpreting
+from .attention import _sparse_mla_fp8_fwd_kernel, _sparse_mla_fwd_kernel
+from .occupancy import DEVICE_LIMITS
+
+if TYPE_CHECKING:
+    from .launch_plan import LaunchConfig
+
+#: Shared memory per block (opt-in maximum, bytes) by compute capability, read off :data:`~sparse_mla.kernels.occupancy.
+#: DEVICE_LIMITS` (the one table of device limits). At run time the device's own ``shared_memory_per_block_optin``
+#: is what counts; this view serves ahead-of-time checks (tests/kernels/test_fit.py, kernels.indexer_build).
+SMEM_PER_BLOCK = {cap: lim.smem_per_block for cap, lim in DEVICE_LIMITS.items()}
+
+
+def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
+                DL: int = 512, DR: int = 64):
+    """The attention kernel compiled ahead of time for ``capability`` (no GPU needed: ``triton.compile`` with a
+    ``GPUTarget``), specialized as Triton's JIT specializes it at GLM-5 serving shapes: every pointer 16-byte aligned,
+    the strides, ``H``, ``topk`` and the split chunk multiples of 16, ``lse``'s unit head stride a constant. Without
+    these hints the gathers compile to scalar loads and the numbers (shared memory, registers) are not the launch's.
+    Returns Triton's ``CompiledKernel`` (``.metadata.shared``, ``.asm["cubin"]``)."""
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if interpreting():
+        raise RuntimeError("compile_for compiles for a GPU target; unset TRITON_INTERPRET (=0)")
+    fp8 = cfg.kv_cache_dtype == "fp8_ds_mla"
+    fold = fp8 and cfg.fp8_scales == "fold"
+    K = _sparse_mla_fp8_fwd_kernel if fold else _sparse_mla_fwd_kernel
+    tl_dtype = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+    ptr = f"*{tl_dtype[dtype]}"
+    sig = {"Q_nope": ptr, "Q_pe": ptr, "KV": "*u8" if fp8 else ptr, "KV_f32": "*fp32" if fp8 else ptr,
+           "KV_bf16": "*bf16" if fp8 else ptr, "Idx": "*i32", "Out": ptr, "Lse": "*fp32", "O_part": "*fp32",
+           "Lse_part": "*fp32", "sm_scale_log2": "fp32"}
+    pointers = list(sig)[:-1]
+    sig.update({n: "i32" for n in K.arg_names[len(sig):K.arg_names.index("DL")]})
+    not_multiple_of_16 = {"sm_scale_log2", "stride_lp_t", "stride_lp_h"}    # S-dependent
+    consts = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, BLOCK_DV=min(cfg.block_dv, DL),
+                  SPLIT=cfg.split if split is None else split,
+                  DOT_DTYPE={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
+                             torch.float32: tl.float32}[cfg.dot_dtype],
+                  IEEE=cfg.dot_dtype == torch.float32, FP8_HW=fp8 and cfg.fp8_hw, stride_l_h=1)
+    if not fold:
+        consts["KV_FP8"] = fp8
+    sig.update({k: "constexpr" for k in consts})
+    attrs = {(K.arg_names.index(n),): [["tt.divisibility", 16]] for n in sig
+             if n not in consts and n not in not_multiple_of_16}
+    assert all((K.arg_names.index(n),) in attrs for n in pointers)
+    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(k),): v for k, v in consts.items()},
+                    attrs=attrs)
+    major, minor = capability
+    return triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
+                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+
+
+def kernel_resources(compiled) -> dict:
+    """``{"shared": bytes, "regs": per thread, "stack": spill bytes per thread}`` of a compiled kernel: shared memory
+    from Triton's metadata, registers and stack from the cubin (``cuobjdump --dump-resource-usage``, the tool Triton
+    ships). Works for ahead-of-time compiles (no GPU); a kernel loaded on a GPU also has ``n_regs``."""
+    import re
+    import subprocess
+    import tempfile
+
+    shared = int(compiled.metadata.shared)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        text = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", path],
+                              capture_output=True, text=True, check=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+)", text)
+    if m is None:
+        raise RuntimeError(f"no register count in cuobjdump's output: {text[-300:]!r}")
+    return {"shared": shared, "regs": int(m[1]), "stack": int(m[2])}
+
+
+def shared_memory_bytes(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
+                        DL: int = 512, DR: int = 64) -> int:
+    """Shared memory (bytes) of the attention kernel compiled ahead of time for ``capability``
+    (:func:`compile_for`). Compare with :data:`SMEM_PER_BLOCK`."""
+    return int(compile_for(cfg, dtype, capability, split, DL, DR).metadata.shared)
