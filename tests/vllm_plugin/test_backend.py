@@ -157,18 +157,6 @@ def test_kv_cache_shape_follows_vllms_page_size():
     assert B.get_kv_cache_shape(10, 64, 1, 576) == B.get_kv_cache_shape(10, 64, 1, 576, "bfloat16") == (10, 64, 576)
 
 
-def test_vllm_033_signatures_are_harmless():
-    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend as B
-    from sparse_mla.vllm_plugin.backend import TritonMLASparseMetadata
-
-    assert B.get_supported_kernel_block_sizes() == B.get_supported_kernel_block_sizes(kv_cache_spec=object()) == [64]
-    md = TritonMLASparseMetadata(num_reqs=1, max_query_len=1, max_seq_len=1, num_actual_tokens=1,
-                                 query_start_loc=None, slot_mapping=None, block_table=None, req_id_per_token=None,
-                                 seq_lens=None)
-    assert md.decode_max_query_len is None
-    assert TritonMLASparseMetadata(**{**md.__dict__, "decode_max_query_len": 2}).decode_max_query_len == 2
-
-
 # ---- fp8 -> fp8_ds_mla canonicalization (vLLM's function, wrapped) -----------------------------------------------
 
 @pytest.fixture

@@ -386,15 +386,3 @@ def test_register_outside_the_supported_range_changes_nothing(vllm_state, monkey
     rec = dg.diagnose("glm-5", "12.0", "bfloat16", with_plugin=True)
     assert rec["plugin"]["registered"] is False and rec["selected"] is None
     assert rec["vllm_supported"]["supported"] is False and "0.33.0" in rec["vllm_supported"]["note"]
-
-
-def test_new_vllm_signatures_are_harmless():
-    """vLLM 0.33 passes the KV-cache spec to get_supported_kernel_block_sizes and decode_max_query_len to the sparse
-    metadata; both are accepted (support is not claimed: no GPU run on 0.33 has shown it)."""
-    import inspect
-
-    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend, TritonMLASparseMetadata
-
-    sizes = TritonMLASparseBackend.get_supported_kernel_block_sizes
-    assert sizes() == sizes(kv_cache_spec=None) == sizes(None)
-    assert "decode_max_query_len" in inspect.signature(TritonMLASparseMetadata).parameters

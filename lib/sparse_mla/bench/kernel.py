@@ -34,16 +34,16 @@ import json
 from pathlib import Path
 
 from ..files import atomic_write, atomic_write_text
-from ..layouts import LN2
+from ..layouts import FP8_DS_MLA_ROW_BYTES, KV_LORA_RANK, LN2, ROPE_DIM
 from ..records import environment
 from .common import copy_bandwidth, require_cuda
 
-DL, DR, TOPK = 512, 64, 2048
+DL, DR, TOPK = KV_LORA_RANK, ROPE_DIM, 2048
 GLM5_SCALE = (192 + 64) ** -0.5
 HEADS = (8, 16, 64, 128)
 TOKENS = (1, 4, 32, 128, 1024, 4096)
 FP8_TOKENS = (1, 4, 32, 128, 1024)
-ROW_BYTES = {"auto": (DL + DR) * 2, "fp8_ds_mla": 656}
+ROW_BYTES = {"auto": (DL + DR) * 2, "fp8_ds_mla": FP8_DS_MLA_ROW_BYTES}
 # (block_h, block_n, block_dv, num_warps, num_stages); decode configs are also tried at several split counts
 DECODE_SWEEP = [(16, 32, 512, 4, 2), (16, 64, 512, 4, 2), (32, 32, 512, 4, 2), (64, 32, 256, 8, 2),
                 (64, 16, 512, 8, 2)]
@@ -63,7 +63,8 @@ def vllm_fp8_ds_mla_cache(kv_c, k_pe, block_size: int = 64):
     from vllm import _custom_ops as ops
 
     n = kv_c.shape[0]
-    cache = torch.zeros((n + block_size - 1) // block_size, block_size, 656, dtype=torch.uint8, device=kv_c.device)
+    cache = torch.zeros((n + block_size - 1) // block_size, block_size, FP8_DS_MLA_ROW_BYTES, dtype=torch.uint8,
+                        device=kv_c.device)
     slots = torch.arange(n, dtype=torch.int64, device=kv_c.device)
     ops.concat_and_cache_mla(kv_c.contiguous(), k_pe.contiguous(), cache, slots, "fp8_ds_mla",
                              torch.ones(1, dtype=torch.float32, device=kv_c.device))

@@ -598,8 +598,8 @@ def cli_run(args, record_place) -> int:
     server_max_model_len(cfg["index_topk"], load.max_tokens, spec_tokens or 0, mpe)
     out_dir, tag = record_place(args)   # needs the GPU (its name is the record's)
     if shutil.which("vllm") is None:
-        raise UserInputError("no `vllm` command on PATH; accepted: an environment where `vllm serve` runs (vLLM "
-                             "0.26.0 installed, or `source .dev/device_env.sh` on the GPU machine)")
+        raise UserInputError("no `vllm` command on PATH; accepted: an environment where `vllm serve` runs (the "
+                             "README's set-up installs vLLM 0.26.0 and its `vllm` command into .venv/bin)")
     rec = bench_serve(model, runs, load, out_dir=out_dir, tag=tag, kv_cache_dtype=args.kv_cache_dtype, tp=args.tp,
                       cuda_graphs=not args.eager, speculative_config=spec_cfg,
                       server_timeout_s=args.server_timeout, request_timeout_s=args.request_timeout)

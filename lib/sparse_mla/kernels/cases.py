@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-DL, DR = 512, 64
+from ..layouts import KV_LORA_RANK as DL
+from ..layouts import ROPE_DIM as DR
 
 
 def random_q(T, H, g, *, dtype=torch.float32, device="cpu", strided=False):

@@ -66,8 +66,7 @@ class TritonMLASparseBackend(AttentionBackend):
         return BACKEND_NAME
 
     @staticmethod
-    def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list[int]:
-        # kv_cache_spec: the argument vLLM 0.33 passes (ignored; 0.26.0 calls this without it)
+    def get_supported_kernel_block_sizes() -> list[int]:
         return list(KERNEL_BLOCK_SIZES)
 
     @staticmethod
@@ -145,7 +144,6 @@ class TritonMLASparseMetadata(AttentionMetadata):
     prefill_max_seq_len: int = 0
     prefill: MLACommonPrefillMetadata | None = None
     cp_kv_cache_interleave_size: int = 1
-    decode_max_query_len: int | None = None   # filled by vLLM 0.33's sparse builder; unused here
 
 
 class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASparseMetadata]):
