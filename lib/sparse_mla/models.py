@@ -270,10 +270,9 @@ def load_model(spec: str | Path) -> ModelGeometry:
     elif not p.is_file():
         raise UserInputError(f"unknown model {s!r}: not a preset and not a file or directory; accepted: a preset "
                              f"({', '.join(PRESETS)}), a config.json or a checkpoint directory holding one")
-    try:
-        cfg = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserInputError(f"malformed config.json {str(p)!r}: {e}; accepted: a JSON Hugging Face config") from None
+    from .files import read_json
+
+    cfg = read_json(p, f"config {str(p)!r}", "a JSON Hugging Face config")
     from dataclasses import replace
 
     return replace(geometry_from_config(cfg, s), source=source)

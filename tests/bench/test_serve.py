@@ -55,7 +55,7 @@ def bench_cli(monkeypatch, capsys):
     (["--backends", "TRITON_MLA"], "'TRITON_MLA' is not a CUDA sparse MLA backend"),
     (["--backends", "FLASHMLA_SPARSE+FAST"], "run spec 'FLASHMLA_SPARSE+FAST' is not accepted"),
     (["--backends", "auto"], "names no backend"),
-    (["--speculative-config", "{bad"], "is not JSON"),
+    (["--speculative-config", "{bad"], "is not valid JSON"),
     (["--speculative-config", "[1]"], "is not accepted; accepted: a non-empty JSON object"),
     (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype 'fp4' is not accepted"),
     (["--tp", "3"], "tensor-parallel size 3 does not divide the model's 64 attention heads"),

@@ -440,7 +440,7 @@ def test_malformed_dsa_config_values(tmp_path, capsys, fake_gpu, no_engine, over
     (["--prompt-lengths", "4090", "--max-tokens", "32"], "exceeds the engines' max_model_len 4096"),
     (["--throughput", '{"num_seqs": true, "prompt_len": 8, "max_tokens": 8}'], "throughput"),
     (["--throughput", '{"num_seqs": 4, "prompt_len": 99999, "max_tokens": 8}'], "prompt_len + max_tokens"),
-    (["--throughput", ""], "is not JSON"),
+    (["--throughput", ""], "is not valid JSON"),
 ])
 def test_generation_sizes_checked(tmp_path, capsys, fake_gpu, no_engine, argv, says):
     assert cli.main(["launch", "--model", str(_model_dir(tmp_path)), *argv]) == 2
@@ -550,7 +550,7 @@ def test_cli_parity_passes_run_specs_kv_dtype_and_speculative_config(tmp_path, f
     assert got["kv_cache_dtype"] == "fp8_ds_mla"
     assert got["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
     for argv, says in ((["--backend", "TRITON_MLA_SPARSE+X"], "run spec"),
-                       (["--speculative-config", "{x"], "is not JSON"),
+                       (["--speculative-config", "{x"], "is not valid JSON"),
                        (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype 'fp4'")):
         assert cli.main(["launch", "--model", str(_model_dir(tmp_path)), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -96,7 +96,7 @@ def test_check_speculative_config(tmp_path):
     assert specs.check_speculative_config(mtp, _cfg_dir(tmp_path, 1)) == json.loads(mtp)
     ngram = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
     assert specs.check_speculative_config(ngram, _cfg_dir(tmp_path, 0)) == ngram   # no MTP layer needed
-    for bad, says in (("{x", "is not JSON"), ("[1]", "non-empty JSON object"), ("{}", "non-empty JSON object"),
+    for bad, says in (("{x", "is not valid JSON"), ("[1]", "non-empty JSON object"), ("{}", "non-empty JSON object"),
                       ('"mtp"', "non-empty JSON object")):
         with pytest.raises(UserInputError, match=says):
             specs.check_speculative_config(bad)

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..files import atomic_write, atomic_write_text
+from ..files import atomic_write, atomic_write_text, read_json
 from ..errors import UserInputError
 
 DEFAULT_RUNS = ("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
@@ -389,7 +389,7 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
     runs = normalize_backends(runs)
     tp = check_tp(model, tp)
     speculative_config = check_speculative_config(speculative_config, model)
-    cfg = json.loads((model / "config.json").read_text())
+    cfg = read_json(model / "config.json")
     cfg = cfg.get("text_config", cfg)
     spec_tokens = int((speculative_config or {}).get("num_speculative_tokens") or 0)
     max_model_len = server_max_model_len(cfg["index_topk"], load.max_tokens, spec_tokens,
@@ -585,7 +585,7 @@ def cli_run(args, record_place) -> int:
             raise UserInputError(f"--{name.replace('_', '-')} {v!r} is not accepted; accepted: seconds in (0, 3600]")
     spec_cfg = check_speculative_config(args.speculative_config, model)
     check_tp(model, args.tp)
-    cfg = json.loads((model / "config.json").read_text())
+    cfg = read_json(model / "config.json")
     cfg = cfg.get("text_config", cfg)
     spec_tokens = (spec_cfg or {}).get("num_speculative_tokens")
     if spec_tokens is not None and (isinstance(spec_tokens, bool) or not isinstance(spec_tokens, int) or spec_tokens < 1):

@@ -422,16 +422,16 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
         raise UserInputError(f"checkpoint {str(path)!r} has no config.json; accepted: a Hugging Face model directory")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserInputError(f"malformed config.json {str(cfg_path)!r}: {e}; accepted: JSON") from None
+    from ..files import read_json
+
+    cfg = read_json(cfg_path, accepted="a JSON Hugging Face config")
     index = d / "model.safetensors.index.json"
     if index.is_file():
+        accepted = "a JSON object with a 'weight_map' of tensor name -> shard file"
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
+            weight_map = read_json(index, accepted=accepted)["weight_map"]
             files = [d / f for f in sorted(set(weight_map.values()))]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise UserInputError(f"malformed {str(index)!r} ({type(e).__name__}: {e}); accepted: a JSON object with a "
                                  f"'weight_map' of tensor name -> shard file") from None
     else:

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..files import atomic_write_text
+from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, expand_path, writable_file
 from .server import HOST, backend_log_lines, free_port, served
 from ..layouts import ENGINE_KV_CACHE_DTYPES, check_kv_cache_dtype
@@ -63,11 +63,7 @@ def check_model_dir(model: str | os.PathLike) -> Path:
     if not (p / "config.json").is_file():
         raise UserInputError(f"model directory {str(model)!r} has no config.json; accepted: a Hugging Face checkpoint "
                              f"directory (e.g. from `sparse-mla make-checkpoint`, or a real GLM-5 download)")
-    try:
-        cfg = json.loads((p / "config.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserInputError(f"{str(p / 'config.json')!r} is not valid JSON ({type(e).__name__}); accepted: a Hugging "
-                             f"Face config.json") from None
+    cfg = read_json(p / "config.json", accepted="a Hugging Face config.json")
     cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else None
     if not isinstance(cfg, dict):
         raise UserInputError(f"{str(p / 'config.json')!r} is not a config object (or its text_config is not); "
@@ -91,7 +87,7 @@ def check_tp(model: str | os.PathLike, tp) -> int:
     vLLM shards MLA by heads (``num_attention_heads // tp`` per rank), so ``tp`` must divide them. Raises
     :class:`UserInputError` naming the value and the accepted sizes -- before any engine starts.
     """
-    cfg = json.loads((check_model_dir(model) / "config.json").read_text())
+    cfg = read_json(check_model_dir(model) / "config.json")
     heads = int(cfg.get("text_config", cfg)["num_attention_heads"])
     ok = [d for d in range(1, heads + 1) if heads % d == 0]
     if isinstance(tp, bool) or not isinstance(tp, int):
@@ -420,7 +416,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
     speculative_config = check_speculative_config(speculative_config, model)
     out = record_file(out if out is not None else default_record_path(tp), model)   # before the engines, not after
-    cfg = json.loads((model / "config.json").read_text())
+    cfg = read_json(model / "config.json")
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     throughput = throughput or DEFAULT_THROUGHPUT
@@ -530,11 +526,8 @@ def _cli(args) -> int:
         raise UserInputError(f"--prompt-lengths {args.prompt_lengths!r} is not accepted; accepted: positive integers")
     thr = None
     if args.throughput is not None:
-        try:
-            thr = json.loads(args.throughput)
-        except json.JSONDecodeError:
-            raise UserInputError(f"--throughput {args.throughput!r} is not JSON; accepted: e.g. "
-                                 f"{json.dumps(DEFAULT_THROUGHPUT)!r}") from None
+        thr = parse_json(args.throughput, f"--throughput {args.throughput[:80]!r}",
+                         f"e.g. {json.dumps(DEFAULT_THROUGHPUT)!r}")
     try:
         lengths, _, thr = check_generation(lengths, args.max_tokens, thr)
     except UserInputError as e:

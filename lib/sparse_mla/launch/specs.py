@@ -147,11 +147,9 @@ def check_speculative_config(value, model: Path | None = None) -> dict | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise UserInputError(f"--speculative-config {value!r} is not JSON; accepted: a JSON object, e.g. "
-                                 f"'{MTP_EXAMPLE}'") from None
+        from ..files import parse_json
+
+        value = parse_json(value, f"--speculative-config {value[:80]!r}", f"a JSON object, e.g. '{MTP_EXAMPLE}'")
     if not isinstance(value, dict) or not value:
         raise UserInputError(f"--speculative-config {value!r} is not accepted; accepted: a non-empty JSON object, "
                              f"e.g. '{MTP_EXAMPLE}'")
@@ -160,7 +158,9 @@ def check_speculative_config(value, model: Path | None = None) -> dict | None:
     from vllm.config.speculative import MTPModelTypes
 
     if model is not None and value.get("method") in get_args(MTPModelTypes):
-        cfg = json.loads((Path(model) / "config.json").read_text())
+        from ..files import read_json
+
+        cfg = read_json(Path(model) / "config.json")
         n = cfg.get("text_config", cfg).get("num_nextn_predict_layers") or 0
         if not isinstance(n, int) or n < 1:
             raise UserInputError(f"speculative method {value['method']!r} needs the checkpoint's MTP layer and "

@@ -1,0 +1,79 @@
+"""sparse_mla.files: the one JSON reader. JSON the decoder itself refuses (malformed, an integer past Python's
+4300-digit limit, nesting past its recursion) is one line naming the file or option, exit status 2, in every command
+that reads a config file or a JSON option (bad-input issue, class 1)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparse_mla import cli
+from sparse_mla.errors import UserInputError
+from sparse_mla.files import parse_json, read_json
+from sparse_mla.models import PRESET_CONFIGS
+
+HUGE_INT = "9" * 5000
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"hidden_size": ' + HUGE_INT + "}", "4300 digits"),
+    (DEEP, "nested too deeply"),
+    ("{bad", "line 1 column 2"),
+    ("", "line 1 column 1"),
+])
+def test_parse_json_refusals_are_one_line(text, why):
+    with pytest.raises(UserInputError) as e:
+        parse_json(text, "the config", "a JSON object")
+    msg = str(e.value)
+    assert msg.startswith("the config is not valid JSON (") and why in msg and msg.endswith("accepted: a JSON object")
+    assert "\n" not in msg
+
+
+def test_read_json_names_unreadable_and_non_utf8_files(tmp_path):
+    (tmp_path / "latin1.json").write_bytes(b'{"a": "\xe9"}')
+    with pytest.raises(UserInputError, match="is not UTF-8 text"):
+        read_json(tmp_path / "latin1.json")
+    with pytest.raises(UserInputError, match="cannot be read"):
+        read_json(tmp_path)                                  # a folder
+    assert read_json(_write(tmp_path, "ok.json", '{"a": 1}')) == {"a": 1}
+
+
+def _write(folder, name, text):
+    p = folder / name
+    p.write_text(text)
+    return p
+
+
+def _model_dir(tmp_path, text):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(text)
+    return d
+
+
+HUGE_CONFIG = json.dumps(PRESET_CONFIGS["glm-5"])[:-1] + ', "huge": ' + HUGE_INT + "}"
+
+
+@pytest.mark.parametrize("argv", [
+    ["diagnose", "--model", "{cfg}"],
+    ["diagnose", "--model", "{dir}"],
+    ["launch", "--model", "{dir}"],
+    ["bench", "serve", "--model", "{dir}"],
+    ["launch", "--model", "{good}", "--throughput", DEEP],
+    ["launch", "--model", "{good}", "--speculative-config", DEEP],
+    ["bench", "serve", "--model", "{good}", "--speculative-config", '{"num_speculative_tokens": ' + HUGE_INT + "}"],
+])
+def test_commands_refuse_json_the_decoder_refuses_in_one_line(tmp_path, capsys, argv):
+    d = _model_dir(tmp_path, HUGE_CONFIG)
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.json").write_text(json.dumps(PRESET_CONFIGS["glm-5"]))
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    names = {"{cfg}": d / "config.json", "{dir}": d, "{good}": good}
+    args = [str(names.get(a, a)) for a in argv]
+    assert cli.main(args) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "is not valid JSON" in lines[0] and "Traceback" not in err, err[-2000:]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before     # nothing written
