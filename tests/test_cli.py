@@ -88,3 +88,32 @@ def test_unknown_home_directory_is_a_clear_error(tmp_path):
                  lambda: checkpoint.make_checkpoint(bad)):
         with pytest.raises(UserInputError, match="no_such_user_sparse_mla.*home directory"):
             call()
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"TRITON_INTERPRET": "0"}, "TRITON_INTERPRET='0' on a machine without an NVIDIA GPU"),
+    ({"VLLM_LOGGING_LEVEL": "NOPE"}, "VLLM_LOGGING_LEVEL='NOPE' is no logging level"),
+])
+def test_environment_variables_are_named_up_front(capsys, monkeypatch, env, says):
+    import sparse_mla.machine
+
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["diagnose"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "accepted:" in err[0], err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["diagnose", "--tp", "x"], "argument --tp: invalid int value: 'x'; accepted: an integer"),
+    (["launch", "--model", "m", "--max-tokens", "2.5"], "invalid int value: '2.5'; accepted: an integer"),
+    (["make-checkpoint", "o", "--seed", "s"], "argument --seed: invalid int value: 's'; accepted: an integer"),
+    (["diagnose", "--nope"], "unrecognized arguments: --nope"),
+])
+def test_argparse_refusals_are_one_line_with_what_is_accepted(capsys, argv, says):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err

@@ -57,3 +57,68 @@ def test_a_folder_that_may_not_be_searched_is_refused(tmp_path, monkeypatch):
 def test_paths_that_do_not_exist_yet_are_still_accepted(tmp_path):
     assert expand_path(tmp_path / "new" / "x", "thing") == tmp_path / "new" / "x"
     assert expand_path(str(tmp_path / "a\x00b"), "thing").name == "a\x00b"
+
+
+# ---- the one output-path rule: checked first, created only when written (bad-input issue, classes 2, 5, 6, 9) -----
+
+def test_writable_dir_creates_nothing_and_names_what_blocks_it(tmp_path):
+    new = tmp_path / "a" / "b"
+    assert writable_dir(new) == new and not (tmp_path / "a").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserInputError, match="is a file"):
+        writable_dir(tmp_path / "file" / "sub")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(UserInputError, match="is a loop of symbolic links"):
+        writable_dir(loop)
+    with pytest.raises(UserInputError, match="'.' is the current directory"):
+        writable_file(".")
+    with pytest.raises(UserInputError, match="is empty"):
+        writable_file("")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_writable_dir_refuses_a_read_only_parent(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(UserInputError, match="where it would be made, is not"):
+            writable_dir(ro / "new")
+    finally:
+        ro.chmod(0o755)
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["bench", "kernel", "--tag", "../x"], "--tag '../x'"),
+    (["bench", "indexer", "--tag", "a b"], "--tag 'a b'"),
+    (["bench", "kernel", "--out-dir", "{file}"], "is not a directory"),
+    (["bench", "indexer", "--out-dir", "{file}/sub"], "is not a directory"),
+    (["launch", "--model", "{model}", "--json-out", "{new}/a/b/rec.json", "--no-serve"], "needs a CUDA GPU"),
+])
+def test_arguments_are_named_before_the_gpu_and_nothing_is_left_behind(tmp_path, capsys, monkeypatch, argv, names):
+    import json
+
+    import sparse_mla.machine
+    from sparse_mla.models import PRESET_CONFIGS
+
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: False)
+    (tmp_path / "file").write_text("x")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(PRESET_CONFIGS["glm-5"]))
+    before = sorted(tmp_path.rglob("*"))
+    args = [a.format(file=tmp_path / "file", model=model, new=tmp_path / "new") for a in argv]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and names in err[0], err
+    assert sorted(tmp_path.rglob("*")) == before        # no folder made for a record that is never written
+
+
+def test_make_checkpoint_writes_through_a_link_to_a_folder(tmp_path, capsys):
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert cli.main(["make-checkpoint", str(link)]) == 0
+    assert link.is_symlink() and (target / "config.json").is_file() and (target / "model.safetensors").is_file()

@@ -20,3 +20,17 @@ def test_vllm_allocates_the_same_row():
 
     shape = FlashMLASparseBackend.get_kv_cache_shape(3, 64, 1, L.LATENT_DIM, cache_dtype_str="fp8_ds_mla")
     assert shape[-1] == L.FP8_DS_MLA_ROW_BYTES
+
+
+def test_kv_cache_dtype_names_match_whatever_their_case():
+    """One rule for every name the commands take (GPU presets and backends already matched any case)."""
+    import pytest
+
+    from sparse_mla.errors import UserInputError
+    from sparse_mla.layouts import CACHE_LAYOUTS, check_kv_cache_dtype
+
+    assert check_kv_cache_dtype("FP8") == "fp8" and check_kv_cache_dtype("Fp8_Ds_Mla") == "fp8_ds_mla"
+    assert check_kv_cache_dtype("AUTO", CACHE_LAYOUTS) == "auto"
+    for bad in ("fp8 ", "", "fp9", None, 8, "bfloat16,fp8"):
+        with pytest.raises(UserInputError, match="is not accepted; accepted: 'auto'"):
+            check_kv_cache_dtype(bad)

@@ -69,4 +69,62 @@ def test_writable_dir(tmp_path):
         writable_dir(f)
     with pytest.raises(UserInputError, match="is a file"):
         writable_dir(f / "sub")
-    assert writable_dir(tmp_path / "a" / "b").is_dir()
+    # checked, not created: the writer makes it (a command refused later leaves no folder behind)
+    assert writable_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b" and not (tmp_path / "a").exists()
+
+
+# ---- the one config validation of diagnose, make-checkpoint and launch (bad-input issue, classes 3 and 4) ----------
+
+@pytest.mark.parametrize("change, names", [
+    ({"architectures": "GlmMoeDsaForCausalLM"}, "architectures = 'GlmMoeDsaForCausalLM'"),
+    ({"architectures": ["not a class"]}, "architectures = ['not a class']"),
+    ({"architectures": []}, "architectures = []"),
+    ({"hidden_size": -1}, "hidden_size = -1, which must be a positive integer"),
+    ({"vocab_size": 2.5}, "vocab_size = 2.5"),
+    ({"num_hidden_layers": True}, "num_hidden_layers = True"),
+    ({"model_type": 5}, "model_type = 5"),
+    ({"hidden_size": 10 ** 80}, "(81 characters)"),
+])
+def test_check_config_names_the_field(change, names):
+    from sparse_mla.models import check_config
+
+    with pytest.raises(UserInputError) as e:
+        check_config({**PRESET_CONFIGS["glm-5"], **change}, "cfg")
+    assert names in str(e.value) and "accepted:" in str(e.value)
+
+
+@pytest.mark.parametrize("cmd", ["diagnose", "launch"])
+@pytest.mark.parametrize("change, names", [
+    ({"architectures": "GlmMoeDsaForCausalLM"}, "architectures"),
+    ({"hidden_size": -4096}, "hidden_size = -4096"),
+    ({"architectures": ["GLM 5"]}, "architectures"),
+])
+def test_diagnose_and_launch_refuse_what_the_rule_refuses(tmp_path, capsys, monkeypatch, cmd, change, names):
+    import sparse_mla.machine
+    from sparse_mla import cli
+
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: False)
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**PRESET_CONFIGS["glm-5"], **change}))
+    assert cli.main([cmd, "--model", str(d)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and names in err[0], err
+
+
+@pytest.mark.parametrize("change, names", [
+    ({"index_topk": 100}, "index_topk = 100, which vLLM's sparse top-k conversion cannot take"),
+    ({"model_type": "glm_moe_dsa_nonsense"}, "model_type = 'glm_moe_dsa_nonsense', which vLLM's config loader"),
+])
+def test_launch_refuses_configs_an_engine_would_die_on(tmp_path, capsys, monkeypatch, change, names):
+    import sparse_mla.machine
+    from sparse_mla import cli
+
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: True)   # refused before any engine, GPU or not
+    monkeypatch.setattr("sparse_mla.launch.engine.run_offline", lambda *a, **k: pytest.fail("an engine was started"))
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**PRESET_CONFIGS["glm-5"], **change}))
+    assert cli.main(["launch", "--model", str(d), "--no-serve"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and names in err[0], err

@@ -17,8 +17,21 @@ from .errors import UserInputError
 COMMAND_MODULES = ("workbook.chain", "diagnose.cli", "bench.cli", "launch.checkpoint", "launch.engine")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the workbook's contract for bad input: one line naming the value and what is accepted, exit
+    status 2 (argparse's own prints the usage first and, for a wrong type, not what is accepted)."""
+
+    _ACCEPTED = {"invalid int value": "an integer", "invalid float value": "a number",
+                 "invalid Path value": "a path"}
+
+    def error(self, message: str):
+        accepted = next((a for k, a in self._ACCEPTED.items() if k in message), None)
+        tail = f"; accepted: {accepted}" if accepted else ""
+        self.exit(2, f"{self.prog}: error: {message}{tail} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sparse-mla",
         description="Sparse MLA (DSA) workbook: diagnose vLLM's backend choice, build and benchmark a Triton "
                     "sparse MLA kernel, register it into vLLM, launch GLM-5.")
@@ -31,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .machine import check_environment
+
+    try:
+        check_environment()
+    except UserInputError as e:
+        print(f"sparse-mla {args.command}: error: {e}", file=sys.stderr)
+        return 2
     # SIGTERM (timeout, CI, kill) unwinds like Ctrl-C, so that writers' cleanup (temp files and folders) runs
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:

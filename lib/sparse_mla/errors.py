@@ -26,7 +26,10 @@ def expand_path(path, what: str):
     try:
         os.stat(p)
     except OSError as e:
-        if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF):
+        if e.errno == errno.ELOOP:
+            raise UserInputError(f"{what} {str(path)!r} is a loop of symbolic links; accepted: a path that leads to a "
+                                 f"file or folder (or to none yet)") from None
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF):
             raise UserInputError(f"{what} {str(path)!r} cannot be looked up ({e.strerror}); accepted: a path with "
                                  f"names the file system allows, in folders you may search") from None
     except ValueError:   # an embedded NUL byte: no such file, as Path.exists() answers
@@ -35,41 +38,65 @@ def expand_path(path, what: str):
 
 
 def writable_dir(path, what: str = "output directory"):
-    """Return ``path`` as a :class:`pathlib.Path` after making sure it is (or can be made) a directory.
+    """Return ``path`` as a :class:`pathlib.Path` after checking that it is a directory, or can be made one, that the
+    command may write into. Nothing is created: the writer makes the folder when it writes (``files.atomic_write``),
+    so that a command refused later leaves no folder behind -- the one output-path rule of every command.
 
-    Raises :class:`UserInputError` naming the path when it, or a parent of it, is an existing file, or when it cannot
-    be created or written -- before any long work starts, so that nothing is computed for nowhere.
+    Raises :class:`UserInputError` naming the path when it, or a parent of it, is an existing file, or when the
+    folder (or the nearest existing one above it) may not be written -- before any long work starts.
     """
     import os
 
     if str(path).strip() == "":
         raise UserInputError(f"{what} is empty; accepted: a directory path")
     p = expand_path(path, what)
+    _refuse_the_workbooks_own_folders(p, path, what)
     for q in (p, *p.parents):
+        if q.is_symlink() and not q.exists():
+            raise UserInputError(f"{what} {str(path)!r} leads through the symbolic link {str(q)!r} to "
+                                 f"{os.readlink(q)!r}, which does not exist; accepted: a directory path, or a link to an "
+                                 f"existing directory")
         if q.exists() and not q.is_dir():
             raise UserInputError(f"{what} {str(path)!r} is not a directory ({str(q)!r} is a file); accepted: a "
                                  f"directory path")
         if q.exists():
+            if not os.access(q, os.W_OK | os.X_OK):
+                where = "" if q == p else f" ({str(q)!r}, where it would be made, is not)"
+                raise UserInputError(f"{what} {str(path)!r} is not writable{where}; accepted: a writable directory")
             break
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserInputError(f"{what} {str(path)!r} cannot be created ({e.strerror}); accepted: a writable directory") \
-            from None
-    if not os.access(p, os.W_OK):
-        raise UserInputError(f"{what} {str(path)!r} is not writable; accepted: a writable directory")
     return p
+
+
+def _refuse_the_workbooks_own_folders(p, path, what: str) -> None:
+    """No command writes into the installed ``sparse_mla`` package, or into the repository's ``lib/``, ``tests/`` or
+    ``.git/`` when it runs from a checkout (found from the package's own location)."""
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent
+    checkout = package.parents[1] if (package.parents[1] / "pyproject.toml").is_file() else None
+    own = [(package, "the installed sparse_mla package")] + (
+        [(checkout / d, f"the repository's {d}/") for d in ("lib", "tests", ".git")] if checkout else [])
+    try:
+        where = p.resolve()
+    except (OSError, RuntimeError):
+        return
+    for folder, name in own:
+        if where.is_relative_to(folder):
+            raise UserInputError(f"{what} {str(path)!r} is inside {name}; accepted: a folder outside the workbook's "
+                                 f"code, tests and git folder (e.g. results/ or a scratch directory)")
 
 
 def writable_file(path, what: str = "output file"):
     """Return ``path`` as a :class:`pathlib.Path` after checking that a file can be written there: not empty, not an
-    existing directory or special file (device, FIFO: the atomic write would replace it), its folder (made if
-    missing) writable. Raises :class:`UserInputError` naming the path --
+    existing directory or special file (device, FIFO: the atomic write would replace it), its folder writable or
+    makeable (:func:`writable_dir`; nothing is created). Raises :class:`UserInputError` naming the path --
     before the work whose result would go there."""
     from pathlib import Path
 
-    if path is None or str(path).strip() in ("", "."):
+    if path is None or str(path).strip() == "":
         raise UserInputError(f"{what} {str(path)!r} is empty; accepted: a file path")
+    if str(path).strip() == ".":
+        raise UserInputError(f"{what} '.' is the current directory; accepted: a file path")
     p = expand_path(path, what)
     if p.is_dir():
         raise UserInputError(f"{what} {str(path)!r} is a directory; accepted: a file path")

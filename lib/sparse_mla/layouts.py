@@ -56,10 +56,13 @@ ENGINE_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla")
 
 def check_kv_cache_dtype(kv_cache_dtype, accepted=ENGINE_KV_CACHE_DTYPES, what: str = "--kv-cache-dtype",
                          note: str = "") -> str:
-    """``kv_cache_dtype`` if it is one of ``accepted`` (exact, case-sensitive, as vLLM compares), else one
+    """The one of ``accepted`` that ``kv_cache_dtype`` names, in vLLM's spelling, else one
     :class:`~sparse_mla.errors.UserInputError` line naming ``what``, the value and ``accepted`` (then ``note``).
-    The one rule for every list above and for vLLM's own ``CacheDType`` (the diagnosis)."""
-    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in accepted:
-        raise UserInputError(f"{what} {kv_cache_dtype!r} is not accepted; accepted: "
-                             f"{', '.join(repr(k) for k in accepted)}" + (f" {note}" if note else ""))
-    return kv_cache_dtype
+    The one rule for every list above and for vLLM's own ``CacheDType`` (the diagnosis); names match whatever their
+    case (``FP8`` is ``fp8``), as GPU presets and backend names do."""
+    if isinstance(kv_cache_dtype, str):
+        match = next((k for k in accepted if k.lower() == kv_cache_dtype.lower()), None)
+        if match is not None:
+            return match
+    raise UserInputError(f"{what} {kv_cache_dtype!r} is not accepted; accepted: "
+                         f"{', '.join(repr(k) for k in accepted)}" + (f" {note}" if note else ""))

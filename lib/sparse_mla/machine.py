@@ -30,6 +30,25 @@ def require_gpu(what: str, instead: str) -> None:
         raise UserInputError(f"{what} needs a CUDA GPU and this machine has none; accepted: {instead}")
 
 
+def check_environment() -> None:
+    """The environment variables a command depends on, checked before it starts (one line naming the variable, its
+    value and what works): ``TRITON_INTERPRET`` set off on a machine without an NVIDIA GPU (Triton then has no driver
+    to compile for, and fails deep inside the first kernel), and a ``VLLM_LOGGING_LEVEL`` that is no level name of
+    Python's ``logging`` (vLLM's logging configuration raises on it at import)."""
+    import logging
+
+    from .errors import UserInputError
+
+    raw = os.environ.get("TRITON_INTERPRET")
+    if raw is not None and not interpreting() and not has_nvidia_gpu():
+        raise UserInputError(f"TRITON_INTERPRET={raw!r} on a machine without an NVIDIA GPU: Triton has no GPU driver "
+                             f"to compile for; accepted: TRITON_INTERPRET unset (sparse_mla then sets it to 1) or 1")
+    level = os.environ.get("VLLM_LOGGING_LEVEL")
+    if level is not None and not isinstance(logging.getLevelNamesMapping().get(level.upper()), int):
+        raise UserInputError(f"VLLM_LOGGING_LEVEL={level!r} is no logging level; accepted: DEBUG, INFO, WARNING, "
+                             f"ERROR or CRITICAL (or unset)")
+
+
 def interpreting() -> bool:
     """True when Triton runs through its CPU interpreter (``TRITON_INTERPRET`` set to anything but ``""``/``"0"``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -169,14 +169,74 @@ class ModelGeometry:
         return d
 
 
+#: Dimensions of a Hugging Face MLA / MoE config that must be positive integers (below 2**31) wherever the config has
+#: them: the workbook's own rule, applied before vLLM or transformers see the config (``null`` stays allowed: e.g.
+#: ``q_lora_rank`` of DeepSeek-V2-Lite).
+POSITIVE_DIMENSIONS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
+                       "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
+                       "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                       "index_topk", "index_head_dim", "index_n_heads", "n_routed_experts", "num_experts_per_tok")
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The text model's part of a Hugging Face config: its ``text_config`` when that is an object, else the config
+    itself (the one reading of every module)."""
+    inner = cfg.get("text_config")
+    return inner if isinstance(inner, dict) else cfg
+
+
+def check_config(cfg, name: str) -> dict[str, Any]:
+    """The text config (``text_config`` if there is one) of a Hugging Face config dict, after the one validation
+    ``diagnose``, ``make-checkpoint`` and ``launch`` share: a JSON object; each of :data:`POSITIVE_DIMENSIONS` it has
+    a positive integer; ``model_type`` a string; ``architectures`` a non-empty list of class names. Raises
+    :class:`UserInputError` naming the config, the field and what is accepted."""
+    if not isinstance(cfg, dict):
+        raise UserInputError(f"config {name!r} is not a JSON object; accepted: a Hugging Face config.json")
+    if cfg.get("text_config") is not None and not isinstance(cfg["text_config"], dict):
+        raise UserInputError(f"config {name!r} has text_config = {_short(cfg['text_config'])}, which is not a config "
+                             f"object; accepted: a JSON object (the text model's config) or no text_config")
+    text = text_config(cfg)
+    for k in POSITIVE_DIMENSIONS:
+        v = text.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31):
+            raise UserInputError(f"config {name!r} has {k} = {_short(v)}, which must be a positive integer; accepted: "
+                                 f"a positive integer below 2**31 (GLM-5: kv_lora_rank 512, qk_rope_head_dim 64)")
+    mt = text.get("model_type", cfg.get("model_type"))
+    if mt is not None and not isinstance(mt, str):
+        raise UserInputError(f"config {name!r} has model_type = {_short(mt)}; accepted: a string, e.g. 'glm_moe_dsa'")
+    archs = text.get("architectures", cfg.get("architectures"))
+    if archs is not None and (not isinstance(archs, list) or not archs
+                              or not all(isinstance(a, str) and a.isidentifier() for a in archs)):
+        raise UserInputError(f"config {name!r} has architectures = {_short(archs)}; accepted: a list of class names, "
+                             f"e.g. [\"GlmMoeDsaForCausalLM\"]")
+    return text
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:40] + f"... ({len(r)} characters)"
+
+
+def known_model_type(model_type: str) -> bool:
+    """Whether vLLM's config loader knows ``model_type``: transformers' ``CONFIG_MAPPING_NAMES`` or vLLM's own
+    ``_CONFIG_REGISTRY`` (``vllm/transformers_utils/config.py``)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if model_type in CONFIG_MAPPING_NAMES:
+        return True
+    try:
+        from vllm.transformers_utils.config import _CONFIG_REGISTRY
+    except Exception:  # noqa: BLE001  (vLLM not importable: transformers' answer)
+        return False
+    return model_type in _CONFIG_REGISTRY
+
+
 def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
     """Build a :class:`ModelGeometry` from a Hugging Face config dict.
 
     Raises :class:`UserInputError` if the config is not an MLA config (no ``kv_lora_rank`` etc.).
     """
-    if not isinstance(cfg, dict):
-        raise UserInputError(f"config {name!r} is not a JSON object; accepted: a Hugging Face config.json")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    text = check_config(cfg, name)
     for k in _MLA_KEYS:
         v = text.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
@@ -190,19 +250,6 @@ def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
             f"{', '.join(missing)}; accepted: a DeepSeek-V2/V3/V3.2- or GLM-5-style config with kv_lora_rank, "
             f"qk_rope_head_dim and num_attention_heads")
     archs = text.get("architectures") or cfg.get("architectures") or ["?"]
-    if isinstance(archs, str):
-        archs = [archs]
-    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        raise UserInputError(f"config {name!r} has architectures = {archs!r}; accepted: a list of class names, e.g. "
-                             f"[\"GlmMoeDsaForCausalLM\"]")
-    for k in ("num_attention_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-              "v_head_dim", "index_topk", "index_head_dim", "index_n_heads"):
-        v = text.get(k)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31:
-            raise UserInputError(f"config {name!r} has {k} = {v!r}, which must be a positive integer; accepted: a "
-                                 f"positive integer below 2**31")
     if "index_topk" in text and text["index_topk"] is None:
         raise UserInputError(f"config {name!r} has index_topk = null; accepted: a positive integer (DSA sparse "
                              f"attention) or no index_topk key")

@@ -158,3 +158,41 @@ def test_the_v3_launch_is_no_override_of_the_kernel():
     q, p, kv = torch.zeros(1, 8, 512), torch.zeros(1, 8, 64), torch.zeros(1, 64, 576)
     with pytest.raises(UserInputError, match="unknown launch override.s. launch; accepted: block_h"):
         sparse_mla_attention(q, p, kv, torch.zeros(1, 4, dtype=torch.int32), 0.0625, launch="v3")
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(T=0), "T 0 is not accepted"), (dict(T=-1), "T -1"), (dict(H=0), "H 0"), (dict(T="1"), "T '1'"),
+    (dict(T=1.5), "T 1.5"), (dict(topk=0), "topk 0"), (dict(dtype=torch.int8), "dtype torch.int8"),
+    (dict(dtype="bfloat16"), "dtype 'bfloat16'"), (dict(device="cpu"), "device 'cpu'"),
+    (dict(device=None), "device None"),
+])
+def test_choose_config_refuses_questions_without_an_answer(kw, says):
+    """Found by the hostile review of 2026-12-02: these raised ZeroDivisionError, TypeError, AttributeError or
+    returned a config."""
+    args = {**dict(T=1, H=8, topk=2048, dtype=torch.bfloat16, device=torch.device("cpu")), **kw}
+    with pytest.raises(UserInputError, match=says):
+        choose_config(args.pop("T"), args.pop("H"), args.pop("topk"), args.pop("dtype"), args.pop("device"))
+    with pytest.raises(UserInputError, match="limits 'x'"):
+        choose_config(1, 8, 2048, torch.bfloat16, torch.device("cpu"), limits="x")
+
+
+@pytest.mark.parametrize("caps, kw, says", [
+    ([(7, 0)], {}, r"capabilities \['7.0'\] are not accepted; accepted: one or more of 8.0"),
+    (None, {}, "capabilities None"), ([], {}, "capabilities"), ([(9, 0)], dict(shapes=[(0, 2)]), "shapes"),
+    ([(9, 0)], dict(shapes=[(1,)]), "shapes"), ([(9, 0)], dict(shapes=[(1.5, 2)]), "shapes"),
+    ([(9, 0)], dict(dtype="int8"), "dtype 'int8'"),
+])
+def test_planned_launches_aot_refuses_before_its_subprocess(caps, kw, says):
+    from sparse_mla.kernels.launch_plan import planned_launches_aot
+
+    with pytest.raises(UserInputError, match=says):
+        planned_launches_aot(caps, **kw)
+
+
+def test_kernel_call_refuses_meaningless_switches():
+    q, p, kv = torch.zeros(1, 8, 512), torch.zeros(1, 8, 64), torch.zeros(1, 64, 576)
+    idx = torch.zeros(1, 4, dtype=torch.int32)
+    with pytest.raises(UserInputError, match="check_indices 'no'"):
+        sparse_mla_attention(q, p, kv, idx, 0.0625, check_indices="no")
+    with pytest.raises(UserInputError, match="fp8_scales 'fold' applies to an fp8_ds_mla cache only"):
+        sparse_mla_attention(q, p, kv, idx, 0.0625, fp8_scales="fold")

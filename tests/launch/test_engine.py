@@ -86,8 +86,8 @@ def _model_dir(tmp_path, **overrides):
     """A checkpoint directory holding only a DSA config.json (GLM-5's head count, index_topk and kv_lora_rank)."""
     d = tmp_path / "model"
     d.mkdir(exist_ok=True)
-    cfg = {"architectures": ["GlmMoeDsaForCausalLM"], "num_attention_heads": 64, "kv_lora_rank": 512,
-           "index_topk": 2048, **overrides}
+    cfg = {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "num_attention_heads": 64,
+           "kv_lora_rank": 512, "index_topk": 2048, **overrides}
     (d / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}))
     return d
 
@@ -630,3 +630,10 @@ def test_run_offline_starts_vllm_engines_with_spawn(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         launch.run_offline(tmp_path)
     assert seen["method"] == "fork"
+
+
+def test_backends_without_parity_is_refused_not_ignored(tmp_path, capsys, no_gpu):
+    d = _model_dir(tmp_path)
+    assert cli.main(["launch", "--model", str(d), "--backends", "FLASHMLA_SPARSE"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--backends 'FLASHMLA_SPARSE' takes effect with --parity only" in err[0], err

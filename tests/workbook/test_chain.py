@@ -102,3 +102,16 @@ def test_out_dir_outside_results_is_where_notebooks_write(project, tmp_path):
     assert _tree(root / "results") == before
     chain.run_chain("cpu", notebooks_dir=nbs, progress=False)
     assert (root / "results" / "written.txt").exists() and (root / "results" / "cpu" / "01_writes.ipynb").exists()
+
+
+@pytest.mark.parametrize("folder, says", [("", "the repository itself"), ("lib", "repository's lib/"),
+                                          ("lib/sparse_mla", "repository's lib/"), ("tests/x", "repository's tests/"),
+                                          (".git", "repository's .git/"), ("params", "repository's params/")])
+def test_out_dir_in_the_repositorys_code_tests_or_git_is_refused(project, folder, says):
+    root, nbs = project
+    for d in ("lib/sparse_mla", "tests", ".git"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    before = _tree(root)
+    with pytest.raises(UserInputError, match=f"is (\\(inside\\) )?(the )?{says}"):
+        chain.run_chain("cpu", notebooks_dir=nbs, out_dir=root / folder, progress=False)
+    assert _tree(root) == before

@@ -63,7 +63,7 @@ def add_cli(sub) -> None:
 def _record_args(p) -> None:
     p.add_argument("--tag", default=None,
                    help="suffix of the record files (default: this GPU's name, e.g. h200)")
-    p.add_argument("--out-dir", type=Path, default=None, help="folder of the records (default results/<gpu>)")
+    p.add_argument("--out-dir", default=None, help="folder of the records (default results/<gpu>)")
 
 
 def record_place(args) -> tuple[Path, str]:
@@ -72,14 +72,16 @@ def record_place(args) -> tuple[Path, str]:
     from ..records import gpu_record_dir, gpu_slug
     from .common import require_cuda
 
+    # what the user gave first (one line naming it, GPU or not), then the GPU, whose name makes the defaults
+    tag = None if args.tag is None else str(args.tag)
+    if tag is not None and (not tag or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in tag)
+                            or tag.startswith(".")):
+        raise UserInputError(f"--tag {tag!r} is not accepted; accepted: letters, digits, '-', '_' and '.', not first "
+                             f"(default: the GPU's name, e.g. 'h200')")
+    out_dir = None if args.out_dir is None else writable_dir(args.out_dir, "--out-dir")
     require_cuda()
     slug = gpu_slug()
-    tag = slug if args.tag is None else str(args.tag)
-    if not tag or not all(c.isalnum() or c in "-_." for c in tag) or tag.startswith("."):
-        raise UserInputError(f"--tag {tag!r} is not accepted; accepted: letters, digits, '-', '_' and '.' (default: the "
-                             f"GPU's name, here {slug!r})")
-    out_dir = gpu_record_dir(slug) if args.out_dir is None else args.out_dir
-    return writable_dir(out_dir, "--out-dir"), tag
+    return (writable_dir(gpu_record_dir(slug), "--out-dir") if out_dir is None else out_dir), (tag or slug)
 
 
 def _add_serve(what) -> None:
@@ -108,7 +110,7 @@ def _kernel_cli(args) -> int:
 
     from ..layouts import CACHE_LAYOUTS, check_kv_cache_dtype
 
-    check_kv_cache_dtype(args.kv_cache_dtype, CACHE_LAYOUTS)
+    args.kv_cache_dtype = check_kv_cache_dtype(args.kv_cache_dtype, CACHE_LAYOUTS)
     for name in ("heads", "tokens"):
         bad = [v for v in getattr(args, name) or [] if v < 1]
         if bad:

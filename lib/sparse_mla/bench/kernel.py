@@ -219,7 +219,7 @@ def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_ca
     from ..kernels.launch_plan import check_cache_layout
     from ..records import gpu_record_dir, gpu_slug
 
-    check_cache_layout(kv_cache_dtype)
+    kv_cache_dtype = check_cache_layout(kv_cache_dtype)
     fp8 = kv_cache_dtype == "fp8_ds_mla"
     tokens = (FP8_TOKENS if fp8 else TOKENS) if tokens is None else tokens
     tag = gpu_slug() if tag is None else tag

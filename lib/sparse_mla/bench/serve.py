@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..files import atomic_write, atomic_write_text, read_json
+from ..models import text_config
 from ..errors import UserInputError
 
 DEFAULT_RUNS = ("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
@@ -385,16 +386,17 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
 
     load = load or Load()
     model = check_model_dir(model).resolve()
-    check_kv_cache_dtype(kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends
+    kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends
     runs = normalize_backends(runs)
     tp = check_tp(model, tp)
     speculative_config = check_speculative_config(speculative_config, model)
     cfg = read_json(model / "config.json")
-    cfg = cfg.get("text_config", cfg)
+    cfg = text_config(cfg)
     spec_tokens = int((speculative_config or {}).get("num_speculative_tokens") or 0)
     max_model_len = server_max_model_len(cfg["index_topk"], load.max_tokens, spec_tokens,
                                          cfg.get("max_position_embeddings"))
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)   # the servers' logs go there from the first run
     prompts = make_prompts(load.num_requests, cfg["index_topk"], int(cfg.get("vocab_size", 2048)), load.seed)
     from ..records import environment
     from ..launch.specs import with_simulated
@@ -571,7 +573,7 @@ def cli_run(args, record_place) -> int:
     from ..layouts import check_kv_cache_dtype
 
     model = check_model_dir(args.model)
-    check_kv_cache_dtype(args.kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends
+    args.kv_cache_dtype = check_kv_cache_dtype(args.kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends
     names = [b for b in str(args.backends).split(",") if b.strip()]
     if not names:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {','.join(DEFAULT_RUNS)}")
@@ -586,7 +588,7 @@ def cli_run(args, record_place) -> int:
     spec_cfg = check_speculative_config(args.speculative_config, model)
     check_tp(model, args.tp)
     cfg = read_json(model / "config.json")
-    cfg = cfg.get("text_config", cfg)
+    cfg = text_config(cfg)
     spec_tokens = (spec_cfg or {}).get("num_speculative_tokens")
     if spec_tokens is not None and (isinstance(spec_tokens, bool) or not isinstance(spec_tokens, int) or spec_tokens < 1):
         raise UserInputError(f"--speculative-config num_speculative_tokens {spec_tokens!r} is not accepted; accepted: "

@@ -159,6 +159,12 @@ def sparse_mla_attention(
             out-of-range launch override, an unknown ``kv_cache_dtype`` or a cache that does not fit it, a malformed
             ``capability``.
     """
+    kv_cache_dtype = check_cache_layout(kv_cache_dtype)
+    if not isinstance(check_indices, bool):
+        raise UserInputError(f"check_indices {check_indices!r} is not accepted; accepted: True or False")
+    if config.get("fp8_scales") is not None and kv_cache_dtype != "fp8_ds_mla":
+        raise UserInputError(f"fp8_scales {config['fp8_scales']!r} applies to an fp8_ds_mla cache only; accepted: "
+                             f"fp8_scales with kv_cache_dtype='fp8_ds_mla', or no fp8_scales")
     _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale, kv_cache_dtype)
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
@@ -191,5 +197,7 @@ def sparse_mla_attention(
         return out, lse
     cfg = choose_config(T, H, indices.shape[1], q_nope.dtype, q_nope.device, kv_cache_dtype=kv_cache_dtype,
                         capability=capability, **config)
-    launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg, fallback=not config)
+    # the fallback to smaller tiles is for the planner's own choice; an explicit override is launched as asked
+    launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg,
+           fallback=all(v is None for v in config.values()))
     return out, lse

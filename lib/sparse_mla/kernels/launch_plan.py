@@ -146,7 +146,8 @@ def _choose_cached(*args) -> LaunchConfig:
 
 def _choose_uncached(T, H, topk, dtype, device, block_h, block_n, block_dv, num_splits, num_warps, num_stages,
                      dot_dtype, kv_cache_dtype, capability, fp8_scales, limits) -> LaunchConfig:
-    check_cache_layout(kv_cache_dtype)
+    _check_shape_args(T, H, topk, dtype, device, limits)
+    kv_cache_dtype = check_cache_layout(kv_cache_dtype)
     fp8 = kv_cache_dtype == "fp8_ds_mla"
     fp8_hw = fp8 and fp8_hardware_path(device, capability)
     if fp8_scales is not None and fp8_scales not in FP8_SCALES:
@@ -210,6 +211,24 @@ def planned_launches(capability: tuple[int, int], dtype: torch.dtype = torch.bfl
     return rows
 
 
+def _check_shape_args(T, H, topk, dtype, device, limits) -> None:
+    """One UserInputError line for a launch question that has no answer: ``T``, ``H``, ``topk`` not positive
+    integers, a dtype the kernel does not compute in, ``device`` not a ``torch.device`` (a CUDA one only with a
+    GPU), ``limits`` not :class:`DeviceLimits`."""
+    for name, v in (("T", T), ("H", H), ("topk", topk)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UserInputError(f"{name} {v!r} is not accepted; accepted: a positive integer")
+    if dtype not in FLOAT_DTYPES:
+        raise UserInputError(f"dtype {dtype!r} is not accepted; accepted: torch.bfloat16, torch.float16 or torch.float32")
+    if not isinstance(device, torch.device):
+        raise UserInputError(f"device {device!r} is not accepted; accepted: a torch.device (e.g. q_nope.device)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserInputError(f"device {str(device)!r} is not accepted here: torch sees no CUDA GPU; accepted: "
+                             f"torch.device('cpu') under TRITON_INTERPRET=1, with capability= for a GPU's plan")
+    if limits is not None and not isinstance(limits, DeviceLimits):
+        raise UserInputError(f"limits {limits!r} is not accepted; accepted: a DeviceLimits (kernels.DEVICE_LIMITS)")
+
+
 def smaller_configs(cfg: LaunchConfig):
     """Configurations to try, in order, when ``cfg``'s tiles do not fit the GPU's shared memory (a tile whose
     resources the planner could not read, or an explicit one): the planner's own tiles (:data:`PLAN_TILES` of the
@@ -246,8 +265,18 @@ def planned_launches_aot(capabilities, dtype: str = "bfloat16", kv_cache_dtype: 
     import subprocess
     import sys
 
+    if isinstance(capabilities, (str, bytes)) or not hasattr(capabilities, "__iter__"):
+        raise UserInputError(f"capabilities {capabilities!r} is not accepted; accepted: a list such as [(8, 0), (12, 0)]")
     caps = [list(as_capability(c)) for c in capabilities]
-    check_cache_layout(kv_cache_dtype)
+    unknown = [f"{a}.{b}" for a, b in caps if (a, b) not in DEVICE_LIMITS]
+    if unknown or not caps:
+        raise UserInputError(f"capabilities {unknown or caps!r} are not accepted; accepted: one or more of "
+                             f"{', '.join(f'{a}.{b}' for a, b in DEVICE_LIMITS)} (the GPUs kernels.DEVICE_LIMITS knows)")
+    if shapes is not None and (isinstance(shapes, (str, bytes)) or not all(
+            isinstance(s, (tuple, list)) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                 and v >= 1 for v in s) for s in shapes)):
+        raise UserInputError(f"shapes {shapes!r} is not accepted; accepted: (T, H) pairs of positive integers")
+    kv_cache_dtype = check_cache_layout(kv_cache_dtype)
     if dtype not in ("bfloat16", "float16", "float32"):
         raise UserInputError(f"dtype {dtype!r} is not accepted; accepted: 'bfloat16', 'float16', 'float32'")
     arg = json.dumps([caps, dtype, kv_cache_dtype, [list(s) for s in shapes] if shapes else None])

@@ -370,8 +370,11 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     if str(out_dir).strip() == "":
         raise UserInputError(f"checkpoint directory {str(out_dir)!r} is empty; accepted: a directory path")
     out = Path(os.path.normpath(expand_path(out_dir, "checkpoint directory").absolute()))   # "..", "a/." too
+    if out.is_symlink() and out.exists():   # written through the link: the checkpoint goes where it points
+        out = out.resolve()
     _check_out_dir(out, overwrite)
     writable_dir(out.parent, "checkpoint parent directory")
+    out.parent.mkdir(parents=True, exist_ok=True)   # every check passed: the folder the checkpoint goes into
 
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))

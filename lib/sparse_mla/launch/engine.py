@@ -36,7 +36,8 @@ from pathlib import Path
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, expand_path, writable_file
 from .server import HOST, backend_log_lines, free_port, served
-from ..layouts import ENGINE_KV_CACHE_DTYPES, check_kv_cache_dtype
+from ..layouts import ENGINE_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, check_kv_cache_dtype
+from ..models import check_config, known_model_type, text_config
 from .specs import (MTP_EXAMPLE, OURS, PEERS, TRITON_INDEXER, RunSpec, attention_config,
                     check_speculative_config, normalize_backends, parse_run_spec, patched_environ,
                     with_simulated)
@@ -63,11 +64,8 @@ def check_model_dir(model: str | os.PathLike) -> Path:
     if not (p / "config.json").is_file():
         raise UserInputError(f"model directory {str(model)!r} has no config.json; accepted: a Hugging Face checkpoint "
                              f"directory (e.g. from `sparse-mla make-checkpoint`, or a real GLM-5 download)")
-    cfg = read_json(p / "config.json", accepted="a Hugging Face config.json")
-    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else None
-    if not isinstance(cfg, dict):
-        raise UserInputError(f"{str(p / 'config.json')!r} is not a config object (or its text_config is not); "
-                             f"accepted: a Hugging Face config.json")
+    name = str(p / "config.json")
+    cfg = check_config(read_json(p / "config.json", accepted="a Hugging Face config.json"), name)
     missing = [k for k in ("index_topk", "kv_lora_rank", "num_attention_heads") if k not in cfg]
     if missing:
         arch = ", ".join(map(str, cfg.get("architectures") or [])) or cfg.get("model_type") or "unknown architecture"
@@ -78,6 +76,14 @@ def check_model_dir(model: str | os.PathLike) -> Path:
         v = cfg[k]
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
             raise UserInputError(f"{str(p / 'config.json')!r} has {k} = {v!r}; accepted: an integer from 1 to {hi}")
+    if cfg["index_topk"] % INDEX_TOPK_MULTIPLE:
+        raise UserInputError(f"{name!r} has index_topk = {cfg['index_topk']}, which vLLM's sparse top-k conversion "
+                             f"cannot take (the engine would stop at its first forward; `sparse-mla diagnose --model "
+                             f"{str(p)!r}` shows where); accepted: a multiple of {INDEX_TOPK_MULTIPLE}")
+    mt = cfg.get("model_type")
+    if mt is None or not known_model_type(mt):
+        raise UserInputError(f"{name!r} has model_type = {mt!r}, which vLLM's config loader does not know; accepted: "
+                             f"a model_type of transformers or vLLM, e.g. 'glm_moe_dsa' (GLM-5) or 'deepseek_v32'")
     return p
 
 
@@ -88,7 +94,7 @@ def check_tp(model: str | os.PathLike, tp) -> int:
     :class:`UserInputError` naming the value and the accepted sizes -- before any engine starts.
     """
     cfg = read_json(check_model_dir(model) / "config.json")
-    heads = int(cfg.get("text_config", cfg)["num_attention_heads"])
+    heads = int(text_config(cfg)["num_attention_heads"])
     ok = [d for d in range(1, heads + 1) if heads % d == 0]
     if isinstance(tp, bool) or not isinstance(tp, int):
         raise UserInputError(f"tensor-parallel size {tp!r} is not an integer; accepted: {', '.join(map(str, ok))}")
@@ -201,7 +207,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     tp = check_tp(model, tp)
     spec = parse_run_spec(backend)
     speculative_config = check_speculative_config(speculative_config, model)
-    check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
+    kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
     # layer_backends travels to the workers by pickle (LLM.collective_rpc with a function)
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     # Start vLLM's engine core with spawn, not fork: on the H200 (2026-12-01) engines of this function started by
@@ -413,7 +419,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     tp = check_tp(model, tp)
     backends = normalize_backends(backends)
     prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
-    check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
+    kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
     speculative_config = check_speculative_config(speculative_config, model)
     out = record_file(out if out is not None else default_record_path(tp), model)   # before the engines, not after
     cfg = read_json(model / "config.json")
@@ -499,9 +505,9 @@ def add_cli(sub) -> None:
                    help="the --backends run specs (CUDA graphs) + the first of ours eager, the server and the "
                         "reference; writes results/<gpu>/launch_<gpu>.json (launch_<gpu>_tp<N>.json with --tp N > 1) "
                         "(--backend does not apply)")
-    p.add_argument("--backends", default=",".join((OURS, *PEERS)),
+    p.add_argument("--backends", default=None,
                    help=f"with --parity: comma-separated run specs, BACKEND or BACKEND+{TRITON_INDEXER} "
-                        f"(default: %(default)s)")
+                        f"(default: {','.join((OURS, *PEERS))})")
     p.add_argument("--prompt-lengths", default="48", help="comma-separated prompt lengths in tokens")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
@@ -512,7 +518,7 @@ def add_cli(sub) -> None:
     p.add_argument("--speculative-config", default=None, metavar="JSON",
                    help=f"passed to vLLM unchanged (LLM(speculative_config=...), vllm serve --speculative-config), "
                         f"e.g. '{MTP_EXAMPLE}' (needs make-checkpoint --mtp)")
-    p.add_argument("--json-out", type=Path, default=None, help="write the record here (default: print it)")
+    p.add_argument("--json-out", default=None, help="write the record here (default: print it)")
     p.set_defaults(func=_cli)
 
 
@@ -532,10 +538,13 @@ def _cli(args) -> int:
         lengths, _, thr = check_generation(lengths, args.max_tokens, thr)
     except UserInputError as e:
         raise UserInputError(f"{e} (--prompt-lengths, --max-tokens, --throughput)") from None
-    check_kv_cache_dtype(args.kv_cache_dtype)
+    args.kv_cache_dtype = check_kv_cache_dtype(args.kv_cache_dtype)
     parse_run_spec(args.backend)   # unknown names fail here, before an engine starts
     tp = check_tp(model, args.tp)
-    backends = [b for b in str(args.backends).split(",") if b.strip()]
+    if args.backends is not None and not args.parity:
+        raise UserInputError(f"--backends {args.backends!r} takes effect with --parity only; accepted: --parity "
+                             f"--backends ..., or --backend NAME for one engine")
+    backends = [b for b in str(args.backends or ",".join((OURS, *PEERS))).split(",") if b.strip()]
     if not backends:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
     backends = normalize_backends(backends)

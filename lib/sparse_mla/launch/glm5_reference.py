@@ -216,7 +216,9 @@ class Glm5Reference:
     def __init__(self, config: dict[str, Any], state_dict: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32,
                  device: str | torch.device = "cpu", attention_fn: AttentionFn | None = None,
                  block_size: int = DEFAULT_BLOCK_SIZE, shuffle_blocks: bool = True):
-        cfg = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+        from ..models import text_config
+
+        cfg = text_config(config)
         self.config = dict(cfg)
         self.dtype = dtype
         self.device = torch.device(device)

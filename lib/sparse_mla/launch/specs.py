@@ -72,7 +72,8 @@ def normalize_backends(backends) -> tuple[str, ...]:
     for b in backends:
         spec = parse_run_spec(b)
         if spec.backend == "auto":
-            raise UserInputError(f"backend {b!r} in a parity run names no backend; accepted: {accepted_backends()}")
+            raise UserInputError(f"backend {b!r} in a parity run names no backend (each run is compared by its "
+                                 f"backend's name); accepted: {accepted_backends(auto=False)}")
         if spec.name not in out:
             out.append(spec.name)
     if not out:
@@ -109,10 +110,11 @@ def sparse_mla_backend_names(head_size: int = MLA_HEAD_SIZE) -> tuple[str, ...]:
     return tuple(out)
 
 
-def accepted_backends() -> str:
-    """What :func:`attention_config` accepts, as one phrase for error messages."""
+def accepted_backends(auto: bool = True) -> str:
+    """What :func:`attention_config` accepts, as one phrase for error messages (``auto=False``: where a backend must
+    be named, e.g. a parity run's)."""
     names = ", ".join(sparse_mla_backend_names())
-    return f"auto, {OURS} (alias CUSTOM), or one of vLLM's CUDA sparse MLA backends ({names})"
+    return ("auto, " if auto else "") + f"{OURS} (alias CUSTOM), or one of vLLM's CUDA sparse MLA backends ({names})"
 
 
 def attention_config(backend: str) -> dict | None:
@@ -161,7 +163,9 @@ def check_speculative_config(value, model: Path | None = None) -> dict | None:
         from ..files import read_json
 
         cfg = read_json(Path(model) / "config.json")
-        n = cfg.get("text_config", cfg).get("num_nextn_predict_layers") or 0
+        from ..models import text_config
+
+        n = text_config(cfg).get("num_nextn_predict_layers") or 0
         if not isinstance(n, int) or n < 1:
             raise UserInputError(f"speculative method {value['method']!r} needs the checkpoint's MTP layer and "
                                  f"{str(Path(model) / 'config.json')!r} has num_nextn_predict_layers = {n!r}; "

@@ -128,6 +128,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
               f"{_shown(notebooks_dir, root)} (an earlier chain's names?): left as they are, not in the summary",
               flush=True)
     done = []
+    out_dir.mkdir(parents=True, exist_ok=True)   # every check passed (errors.writable_dir creates nothing)
     for nb in chain:
         target = out_dir / nb.name
         tmp = out_dir / f".{nb.stem}.running.ipynb"
@@ -235,6 +236,14 @@ def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: P
         raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the notebooks' own folder; accepted: "
                              f"another directory (default results/<profile>/): executed notebooks would overwrite "
                              f"their sources or join the chain")
+    own = [(root.resolve(), "the repository itself (its top level)")] + [
+        ((root / d).resolve(), f"(inside) the repository's {d}/") for d in ("lib", "tests", ".git", "params")] + [
+        (Path(__file__).resolve().parents[1], "(inside) the installed sparse_mla package")]
+    for folder, what in own:
+        if where == folder or (what.startswith("(inside)") and where.is_relative_to(folder)):
+            raise UserInputError(f"output directory {str(out_dir)!r} is {what}, which would receive executed notebooks "
+                                 f"and summaries; accepted: results/{profile}/ (the default) or a directory outside "
+                                 f"the repository's code, tests and git folder")
     results_root = (root / "results").resolve()
     if where == results_root:
         raise UserInputError(f"output directory {str(out_dir)!r} is results/ itself, which holds the overview of all "
@@ -257,7 +266,7 @@ def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: P
     records = [nb.name for nb in chain] + ["summary.json", "summary.md"]
     if overview:
         records += ["../summary.json", "../summary.md"]
-    blocked = [name for name in records if (out_dir / name).is_dir()]
+    blocked = [name for name in records if Path(os.path.normpath(out_dir / name)).is_dir()]   # out_dir may not exist
     if blocked:
         raise UserInputError(f"{', '.join(blocked)} in {str(out_dir)!r} are folders where the chain's records go; "
                              f"accepted: an output directory without folders of those names")
