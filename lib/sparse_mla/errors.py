@@ -32,8 +32,8 @@ def expand_path(path, what: str):
         if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF):
             raise UserInputError(f"{what} {str(path)!r} cannot be looked up ({e.strerror}); accepted: a path with "
                                  f"names the file system allows, in folders you may search") from None
-    except ValueError:   # an embedded NUL byte: no such file, as Path.exists() answers
-        pass
+    except ValueError:   # an embedded NUL byte: no file system takes it
+        raise UserInputError(f"{what} {str(path)!r} holds a NUL byte; accepted: a path without one") from None
     return p
 
 
