@@ -64,7 +64,7 @@ def test_planner_reads_this_gpu(kv_cache_dtype):
     a few: the JIT also specializes the split path's lse strides). Prints both."""
     from sparse_mla.kernels import choose_config, device_limits, launch, programs_per_sm
     from sparse_mla.kernels import launch_plan as api
-    from sparse_mla.kernels.attention import _sparse_mla_fp8_fwd_kernel, _sparse_mla_fwd_kernel
+    from sparse_mla.kernels.attention import kernel_for
 
     dev = torch.device("cuda")
     p = torch.cuda.get_device_properties(dev)
@@ -81,8 +81,7 @@ def test_planner_reads_this_gpu(kv_cache_dtype):
     lse = torch.empty(T, H, device="cuda")
     launch(q_nope, q_pe, kv, idx, GLM5_SCALE, out, lse, cfg, fallback=False)
     torch.cuda.synchronize()
-    kernel = _sparse_mla_fp8_fwd_kernel if cfg.kv_cache_dtype == "fp8_ds_mla" and cfg.fp8_scales == "fold" \
-        else _sparse_mla_fwd_kernel
+    kernel = kernel_for(cfg.kv_cache_dtype, cfg.fp8_scales)
     jit = [k for k in kernel.device_caches[torch.cuda.current_device()][0].values()
            if k.metadata.num_warps == cfg.num_warps and k.metadata.shared == res["shared"]]
     print(f"\nplanned {cfg} on {p.name}: AOT {res}; JIT {[(k.metadata.shared, k.n_regs) for k in jit]}")

@@ -12,7 +12,7 @@ import torch
 import triton
 
 from ..machine import interpreting
-from .attention import _sparse_mla_fp8_fwd_kernel, _sparse_mla_fwd_kernel
+from .attention import kernel_for
 from .occupancy import DEVICE_LIMITS
 
 if TYPE_CHECKING:
@@ -38,13 +38,13 @@ def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, in
     if interpreting():
         raise RuntimeError("compile_for compiles for a GPU target; unset TRITON_INTERPRET (=0)")
     fp8 = cfg.kv_cache_dtype == "fp8_ds_mla"
-    fold = fp8 and cfg.fp8_scales == "fold"
-    K = _sparse_mla_fp8_fwd_kernel if fold else _sparse_mla_fwd_kernel
+    K = kernel_for(cfg.kv_cache_dtype, cfg.fp8_scales)
     tl_dtype = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
     ptr = f"*{tl_dtype[dtype]}"
-    sig = {"Q_nope": ptr, "Q_pe": ptr, "KV": "*u8" if fp8 else ptr, "KV_f32": "*fp32" if fp8 else ptr,
-           "KV_bf16": "*bf16" if fp8 else ptr, "Idx": "*i32", "Out": ptr, "Lse": "*fp32", "O_part": "*fp32",
-           "Lse_part": "*fp32", "sm_scale_log2": "fp32"}
+    types = {"Q_nope": ptr, "Q_pe": ptr, "KV": "*u8" if fp8 else ptr, "KV_f32": "*fp32", "KV_bf16": "*bf16",
+             "Idx": "*i32", "Out": ptr, "Lse": "*fp32", "O_part": "*fp32", "Lse_part": "*fp32",
+             "sm_scale_log2": "fp32"}
+    sig = {n: types[n] for n in K.arg_names[:K.arg_names.index("sm_scale_log2") + 1]}
     pointers = list(sig)[:-1]
     sig.update({n: "i32" for n in K.arg_names[len(sig):K.arg_names.index("DL")]})
     not_multiple_of_16 = {"sm_scale_log2", "stride_lp_t", "stride_lp_h"}    # S-dependent
@@ -52,9 +52,9 @@ def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, in
                   SPLIT=cfg.split if split is None else split,
                   DOT_DTYPE={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
                              torch.float32: tl.float32}[cfg.dot_dtype],
-                  IEEE=cfg.dot_dtype == torch.float32, FP8_HW=fp8 and cfg.fp8_hw, stride_l_h=1)
-    if not fold:
-        consts["KV_FP8"] = fp8
+                  IEEE=cfg.dot_dtype == torch.float32, stride_l_h=1)
+    if fp8:
+        consts["FP8_HW"] = cfg.fp8_hw
     sig.update({k: "constexpr" for k in consts})
     attrs = {(K.arg_names.index(n),): [["tt.divisibility", 16]] for n in sig
              if n not in consts and n not in not_multiple_of_16}

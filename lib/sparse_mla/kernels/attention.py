@@ -38,7 +38,7 @@ bf16 rope at ``[264:328)``, row stride 328), 64-bit offsets, codes decoded by :f
   exact in bf16/fp16 (3 mantissa bits). The price: four 128-wide dots per step, ``[BLOCK_H, BLOCK_N]`` multiplies by
   the scales (4 on the scores, 4 on ``p``), and V re-read for the PV dots (an L1 hit; keeping the tiles in registers
   across the softmax spills at 16 heads).
-* **registers** (``KV_FP8`` in :func:`_sparse_mla_fwd_kernel`): dequantize the ``[BLOCK_N, 512]`` tile in registers
+* **registers** (:func:`_sparse_mla_fp8_registers_fwd_kernel`): dequantize the ``[BLOCK_N, 512]`` tile in registers
   (``[BLOCK_N, 4, 128] * scale[:, :, None]``), cast to the dot dtype, then steps 2-4 unchanged. On mma.sync GPUs
   Triton stores the converted tile twice in shared memory (once per dot-operand layout: 159 KB for 16 x 64, over the
   99 KB of SM86/89/120); on SM90, where wgmma reads both operands from shared memory anyway, its 64-head tile is the
@@ -79,8 +79,51 @@ def _load_fp8_latent(Row8, RowF32, col0, valid, WIDTH: tl.constexpr, NT: tl.cons
 
 
 @triton.jit
+def _program_tiles(Q_nope, Q_pe, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, H, TOPK, CHUNK,
+                   DL: tl.constexpr, DR: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   DOT_DTYPE: tl.constexpr):
+    """What one program of the float and "registers" kernels works on: its token ``t``, head tile (``offs_h``,
+    ``mask_h``), output-column block ``dvb`` and split ``s`` (grid axes 0-2), its q tiles ``q_nope [BLOCK_H, DL]`` and
+    ``q_pe [BLOCK_H, DR]`` in the dot dtype, and its range ``[start, end)`` of the index row."""
+    t = tl.program_id(0).to(tl.int64)
+    NUM_DV: tl.constexpr = DL // BLOCK_DV
+    hb = tl.program_id(1) // NUM_DV
+    dvb = tl.program_id(1) % NUM_DV
+    s = tl.program_id(2)
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    q_nope = tl.load(Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h + tl.arange(0, DL)[None, :],
+                     mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q_pe = tl.load(Q_pe + t * stride_qp_t + offs_h[:, None] * stride_qp_h + tl.arange(0, DR)[None, :],
+                   mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    start = s * CHUNK
+    end = tl.minimum(start + CHUNK, TOPK)
+    return t, offs_h, mask_h, dvb, s, q_nope, q_pe, start, end
+
+
+@triton.jit
+def _store_out(acc, m_i, l_i, t, s, offs_h, mask_h, dvb, Out, Lse, O_part, Lse_part,
+               stride_o_t, stride_o_h, stride_l_t, stride_l_h, stride_op_t, stride_op_h, stride_op_s,
+               stride_lp_t, stride_lp_h, BLOCK_DV: tl.constexpr, SPLIT: tl.constexpr):
+    """``acc / l`` at this program's output columns and the log-sum-exp: fp32 split partials (base 2), or ``out`` in
+    its dtype and ``lse`` in natural log; an empty row gives 0 and ``-inf``."""
+    offs_dv = dvb * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    if SPLIT:
+        tl.store(O_part + t * stride_op_t + offs_h[:, None] * stride_op_h + s * stride_op_s + offs_dv[None, :],
+                 out, mask=mask_h[:, None])
+        tl.store(Lse_part + t * stride_lp_t + offs_h * stride_lp_h + s, lse2, mask=mask_h & (dvb == 0))
+    else:
+        tl.store(Out + t * stride_o_t + offs_h[:, None] * stride_o_h + offs_dv[None, :],
+                 out.to(Out.dtype.element_ty), mask=mask_h[:, None])
+        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * _LN2, mask=mask_h & (dvb == 0))
+
+
+@triton.jit
 def _sparse_mla_fwd_kernel(
-    Q_nope, Q_pe, KV, KV_f32, KV_bf16, Idx,   # KV_f32 / KV_bf16: fp32 / bf16 views of an fp8_ds_mla cache (else KV)
+    Q_nope, Q_pe, KV, Idx,             # KV: the float latent cache, rows c_kv (DL) || k_pe (DR)
     Out, Lse,                      # direct path: out [T, H, DL] (q dtype), lse [T, H] fp32 natural log
     O_part, Lse_part,              # split path: [T, H, S, DL] fp32, [T, H, S] fp32 log2
     sm_scale_log2,                 # sm_scale * log2(e)
@@ -96,71 +139,87 @@ def _sparse_mla_fwd_kernel(
     DL: tl.constexpr, DR: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr,
     SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
-    KV_FP8: tl.constexpr = False, FP8_HW: tl.constexpr = False,
 ):
-    t = tl.program_id(0).to(tl.int64)
-    NUM_DV: tl.constexpr = DL // BLOCK_DV
-    hb = tl.program_id(1) // NUM_DV
-    dvb = tl.program_id(1) % NUM_DV
-    s = tl.program_id(2)
-
-    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-    mask_h = offs_h < H
+    """The float-cache kernel (module docstring, steps 1-4)."""
+    t, offs_h, mask_h, dvb, s, q_nope, q_pe, start, end = _program_tiles(
+        Q_nope, Q_pe, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, H, TOPK, CHUNK, DL, DR, BLOCK_H, BLOCK_DV,
+        DOT_DTYPE)
     offs_dl = tl.arange(0, DL)
     offs_dr = tl.arange(0, DR)
     offs_dv = dvb * BLOCK_DV + tl.arange(0, BLOCK_DV)
-
-    q_nope = tl.load(Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h + offs_dl[None, :],
-                     mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
-    q_pe = tl.load(Q_pe + t * stride_qp_t + offs_h[:, None] * stride_qp_h + offs_dr[None, :],
-                   mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
-
-    start = s * CHUNK
-    end = tl.minimum(start + CHUNK, TOPK)
-
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
-
     idx_row = Idx + t * stride_idx_t
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         slot = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
         valid = slot >= 0
-        if KV_FP8:  # fp8_ds_mla, "registers" variant: 656-byte rows (64-bit offsets), dequantized in registers
-            slot64 = slot.to(tl.int64)[:, None]
-            row8 = KV + slot64 * _ROW8
-            rowf = KV_f32 + slot64 * _ROW_F32
-            c_kv = _load_fp8_latent(row8, rowf, 0, valid, DL, DL // 128, FP8_HW).to(DOT_DTYPE)
-            k_pe = tl.load(KV_bf16 + slot64 * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :], mask=valid[:, None],
-                           other=0.0).to(DOT_DTYPE)
-        else:
-            row = KV + slot.to(tl.int64)[:, None] * stride_kv_slot
-            c_kv = tl.load(row + offs_dl[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
-            k_pe = tl.load(row + DL + offs_dr[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+        row = KV + slot.to(tl.int64)[:, None] * stride_kv_slot
+        c_kv = tl.load(row + offs_dl[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+        k_pe = tl.load(row + DL + offs_dr[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
         qk = _dot(q_nope, tl.trans(c_kv), tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32), IEEE)
         qk = _dot(q_pe, tl.trans(k_pe), qk, IEEE)
         p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
         if BLOCK_DV == DL:
             v = c_kv
-        elif KV_FP8:  # this program's slice of the latent as V, dequantized again (an L1/L2 re-read)
-            v = _load_fp8_latent(row8, rowf, dvb * BLOCK_DV, valid, BLOCK_DV, (BLOCK_DV + 127) // 128,
-                                 FP8_HW).to(DOT_DTYPE)
         else:  # this program's slice of the latent as V (an L1/L2 re-read of rows just gathered)
             v = tl.load(row + offs_dv[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
         acc = _dot(p.to(DOT_DTYPE), v, acc * alpha[:, None], IEEE)
+    _store_out(acc, m_i, l_i, t, s, offs_h, mask_h, dvb, Out, Lse, O_part, Lse_part, stride_o_t, stride_o_h,
+               stride_l_t, stride_l_h, stride_op_t, stride_op_h, stride_op_s, stride_lp_t, stride_lp_h, BLOCK_DV,
+               SPLIT)
 
-    empty = l_i == 0.0
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
-    if SPLIT:
-        tl.store(O_part + t * stride_op_t + offs_h[:, None] * stride_op_h + s * stride_op_s + offs_dv[None, :],
-                 out, mask=mask_h[:, None])
-        tl.store(Lse_part + t * stride_lp_t + offs_h * stride_lp_h + s, lse2, mask=mask_h & (dvb == 0))
-    else:
-        tl.store(Out + t * stride_o_t + offs_h[:, None] * stride_o_h + offs_dv[None, :],
-                 out.to(Out.dtype.element_ty), mask=mask_h[:, None])
-        tl.store(Lse + t * stride_l_t + offs_h * stride_l_h, lse2 * _LN2, mask=mask_h & (dvb == 0))
+
+@triton.jit
+def _sparse_mla_fp8_registers_fwd_kernel(
+    Q_nope, Q_pe, KV, KV_f32, KV_bf16, Idx,   # KV: uint8 fp8_ds_mla cache; KV_f32 / KV_bf16: its fp32 / bf16 views
+    Out, Lse, O_part, Lse_part,
+    sm_scale_log2,
+    H, TOPK, CHUNK,
+    stride_qn_t, stride_qn_h,
+    stride_qp_t, stride_qp_h,
+    stride_idx_t,                  # (no cache stride: the fp8_ds_mla row is a constant, sparse_mla.layouts)
+    stride_o_t, stride_o_h,
+    stride_l_t, stride_l_h,
+    stride_op_t, stride_op_h, stride_op_s,
+    stride_lp_t, stride_lp_h,
+    DL: tl.constexpr, DR: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr,
+    SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, FP8_HW: tl.constexpr,
+):
+    """The "registers" fp8_ds_mla kernel (module docstring): each ``[BLOCK_N, 512]`` tile of 656-byte rows (64-bit
+    offsets) dequantized in registers, then the float kernel's dots; ``DL = 512``, ``DR = 64``."""
+    t, offs_h, mask_h, dvb, s, q_nope, q_pe, start, end = _program_tiles(
+        Q_nope, Q_pe, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, H, TOPK, CHUNK, DL, DR, BLOCK_H, BLOCK_DV,
+        DOT_DTYPE)
+    offs_dr = tl.arange(0, DR)
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
+    idx_row = Idx + t * stride_idx_t
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        slot = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
+        valid = slot >= 0
+        slot64 = slot.to(tl.int64)[:, None]
+        row8 = KV + slot64 * _ROW8
+        rowf = KV_f32 + slot64 * _ROW_F32
+        c_kv = _load_fp8_latent(row8, rowf, 0, valid, DL, DL // 128, FP8_HW).to(DOT_DTYPE)
+        k_pe = tl.load(KV_bf16 + slot64 * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :], mask=valid[:, None],
+                       other=0.0).to(DOT_DTYPE)
+        qk = _dot(q_nope, tl.trans(c_kv), tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32), IEEE)
+        qk = _dot(q_pe, tl.trans(k_pe), qk, IEEE)
+        p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
+        if BLOCK_DV == DL:
+            v = c_kv
+        else:  # this program's slice of the latent as V, dequantized again (an L1/L2 re-read)
+            v = _load_fp8_latent(row8, rowf, dvb * BLOCK_DV, valid, BLOCK_DV, (BLOCK_DV + 127) // 128,
+                                 FP8_HW).to(DOT_DTYPE)
+        acc = _dot(p.to(DOT_DTYPE), v, acc * alpha[:, None], IEEE)
+    _store_out(acc, m_i, l_i, t, s, offs_h, mask_h, dvb, Out, Lse, O_part, Lse_part, stride_o_t, stride_o_h,
+               stride_l_t, stride_l_h, stride_op_t, stride_op_h, stride_op_s, stride_lp_t, stride_lp_h, BLOCK_DV,
+               SPLIT)
 
 
 @triton.jit
@@ -381,3 +440,11 @@ def _merge_splits_kernel(
     if d0 == 0:
         lse = tl.where(w_sum == 0.0, float("-inf"), (m_ref + tl.log2(tl.where(w_sum == 0.0, 1.0, w_sum))) * _LN2)
         tl.store(Lse + t * stride_l_t + h * stride_l_h, lse)
+
+
+def kernel_for(kv_cache_dtype: str, fp8_scales: str):
+    """The attention kernel of a cache layout and scale variant: :func:`_sparse_mla_fwd_kernel` (a float cache),
+    :func:`_sparse_mla_fp8_fwd_kernel` ("fold") or :func:`_sparse_mla_fp8_registers_fwd_kernel` ("registers")."""
+    if kv_cache_dtype != "fp8_ds_mla":
+        return _sparse_mla_fwd_kernel
+    return _sparse_mla_fp8_fwd_kernel if fp8_scales == "fold" else _sparse_mla_fp8_registers_fwd_kernel

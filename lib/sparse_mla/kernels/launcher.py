@@ -7,9 +7,9 @@ import torch
 import triton
 
 from ..errors import UserInputError
-from ..layouts import FP8_DS_MLA_ROW_BYTES, LOG2E
+from ..layouts import LOG2E
 from ..machine import interpreting
-from .attention import _merge_splits_kernel, _sparse_mla_fp8_fwd_kernel, _sparse_mla_fwd_kernel
+from .attention import _merge_splits_kernel, kernel_for
 from .launch_plan import LaunchConfig, smaller_configs
 
 _FITTED: dict[tuple, LaunchConfig] = {}   # (device, dtypes, dims, planned config) -> the config that compiled
@@ -67,19 +67,18 @@ def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConf
     chunk = triton.cdiv(triton.cdiv(topk, S), cfg.block_n) * cfg.block_n
     S = triton.cdiv(topk, chunk)
     fp8 = cfg.kv_cache_dtype == "fp8_ds_mla"
-    fold = fp8 and cfg.fp8_scales == "fold"
-    kernel = _sparse_mla_fp8_fwd_kernel if fold else _sparse_mla_fwd_kernel
+    kernel = kernel_for(cfg.kv_cache_dtype, cfg.fp8_scales)
     common = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, BLOCK_DV=block_dv, DOT_DTYPE=dot_tl,
-                  IEEE=ieee, FP8_HW=fp8 and cfg.fp8_hw, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if not fold:
-        common["KV_FP8"] = fp8
-    # fp8_ds_mla: the same storage read as uint8 (codes), float32 (scales) and bfloat16 (rope); views, no copies
-    kv_f32, kv_bf16 = (kv_cache.view(torch.float32), kv_cache.view(torch.bfloat16)) if fp8 else (kv_cache, kv_cache)
-    # the cache's row stride: the bf16 kernel's argument; the fold kernel has the fp8_ds_mla row as a constant
-    row = () if fold else (FP8_DS_MLA_ROW_BYTES if fp8 else DL + DR,)
+                  IEEE=ieee, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if fp8:   # the same storage read as uint8 (codes), float32 (scales) and bfloat16 (rope): views, no copies; the
+        # fp8_ds_mla row is a constant of the fp8 kernels, the float kernel takes the row stride
+        common["FP8_HW"] = cfg.fp8_hw
+        cache, row = (kv_cache, kv_cache.view(torch.float32), kv_cache.view(torch.bfloat16)), ()
+    else:
+        cache, row = (kv_cache,), (DL + DR,)
     if S == 1:
         kernel[(T, n_hblocks, 1)](
-            q_nope, q_pe, kv_cache, kv_f32, kv_bf16, indices, out, lse, out, lse,
+            q_nope, q_pe, *cache, indices, out, lse, out, lse,
             sm_scale * LOG2E, H, topk, chunk,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
             *row, indices.stride(0),
@@ -90,7 +89,7 @@ def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConf
     o_part = torch.empty((T, H, S, DL), dtype=torch.float32, device=q_nope.device)
     lse_part = torch.empty((T, H, S), dtype=torch.float32, device=q_nope.device)
     kernel[(T, n_hblocks, S)](
-        q_nope, q_pe, kv_cache, kv_f32, kv_bf16, indices, out, lse, o_part, lse_part,
+        q_nope, q_pe, *cache, indices, out, lse, o_part, lse_part,
         sm_scale * LOG2E, H, topk, chunk,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
         *row, indices.stride(0),
