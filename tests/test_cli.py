@@ -91,7 +91,9 @@ def test_unknown_home_directory_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("env, says", [
-    ({"TRITON_INTERPRET": "0"}, "TRITON_INTERPRET='0' on a machine without an NVIDIA GPU"),
+    ({"TRITON_INTERPRET": "0"}, "TRITON_INTERPRET='0' (off, as Triton reads it) on a machine without an NVIDIA GPU"),
+    ({"TRITON_INTERPRET": "off"}, "TRITON_INTERPRET='off' (off, as Triton reads it)"),
+    ({"TRITON_INTERPRET": "nope"}, "TRITON_INTERPRET='nope' (off, as Triton reads it)"),
     ({"VLLM_LOGGING_LEVEL": "NOPE"}, "VLLM_LOGGING_LEVEL='NOPE' is no logging level"),
 ])
 def test_environment_variables_are_named_up_front(capsys, monkeypatch, env, says):

@@ -41,8 +41,9 @@ def check_environment() -> None:
 
     raw = os.environ.get("TRITON_INTERPRET")
     if raw is not None and not interpreting() and not has_nvidia_gpu():
-        raise UserInputError(f"TRITON_INTERPRET={raw!r} on a machine without an NVIDIA GPU: Triton has no GPU driver "
-                             f"to compile for; accepted: TRITON_INTERPRET unset (sparse_mla then sets it to 1) or 1")
+        raise UserInputError(f"TRITON_INTERPRET={raw!r} (off, as Triton reads it) on a machine without an NVIDIA GPU: "
+                             f"Triton has no GPU driver to compile for; accepted: TRITON_INTERPRET unset (sparse_mla "
+                             f"then sets it to 1), or 1 / true / yes / on")
     level = os.environ.get("VLLM_LOGGING_LEVEL")
     if level is not None and not isinstance(logging.getLevelNamesMapping().get(level.upper()), int):
         raise UserInputError(f"VLLM_LOGGING_LEVEL={level!r} is no logging level; accepted: DEBUG, INFO, WARNING, "
@@ -50,8 +51,13 @@ def check_environment() -> None:
 
 
 def interpreting() -> bool:
-    """True when Triton runs through its CPU interpreter (``TRITON_INTERPRET`` set to anything but ``""``/``"0"``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when Triton runs through its CPU interpreter: ``TRITON_INTERPRET`` as Triton itself reads it
+    (``triton.knobs.runtime.interpret``: 1, true, yes, on are on; 0, off, other words are off)."""
+    if os.environ.get("TRITON_INTERPRET") is None:
+        return False
+    import triton
+
+    return bool(triton.knobs.runtime.interpret)
 
 
 def apply_cpu_defaults() -> bool:
