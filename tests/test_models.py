@@ -128,3 +128,11 @@ def test_launch_refuses_configs_an_engine_would_die_on(tmp_path, capsys, monkeyp
     assert cli.main(["launch", "--model", str(d), "--no-serve"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and names in err[0], err
+
+
+def test_presets_match_whatever_their_case_and_dimension_hints_are_the_fields_own():
+    assert load_model("GLM-5").name == "glm-5" and load_model("DeepSeek-V3.2").index_n_heads == 64
+    from sparse_mla.models import check_config
+
+    with pytest.raises(UserInputError, match=r"hidden_size = -1, .* \(GLM-5: hidden_size 6144\)"):
+        check_config({**PRESET_CONFIGS["glm-5"], "hidden_size": -1}, "cfg")

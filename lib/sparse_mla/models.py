@@ -199,8 +199,9 @@ def check_config(cfg, name: str) -> dict[str, Any]:
     for k in POSITIVE_DIMENSIONS:
         v = text.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31):
+            glm5 = PRESET_CONFIGS["glm-5"].get(k)
             raise UserInputError(f"config {name!r} has {k} = {_short(v)}, which must be a positive integer; accepted: "
-                                 f"a positive integer below 2**31 (GLM-5: kv_lora_rank 512, qk_rope_head_dim 64)")
+                                 f"a positive integer below 2**31" + (f" (GLM-5: {k} {glm5})" if glm5 else ""))
     mt = text.get("model_type", cfg.get("model_type"))
     if mt is not None and not isinstance(mt, str):
         raise UserInputError(f"config {name!r} has model_type = {_short(mt)}; accepted: a string, e.g. 'glm_moe_dsa'")
@@ -309,6 +310,8 @@ def load_model(spec: str | Path) -> ModelGeometry:
         return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s])), s)
     source = str(expand_path(s, "model"))
     p = expand_path(s, "model")
+    if not p.exists() and s.lower() in PRESET_CONFIGS:   # presets match whatever their case, as the other names do
+        return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s.lower()])), s.lower())
     if p.is_dir():
         p = p / "config.json"
         if not p.is_file():

@@ -68,17 +68,43 @@ def _short(text: str, n: int = 160) -> str:
     return line if len(line) <= n else line[: n - 3] + "..."
 
 
+def _stages(req: Request, vc, cfg: dict, platform_cls, cap, local: bool):
+    """The attention, indexer and kernel stages on vLLM's engine config ``vc`` (None: vLLM refused the config, whose
+    reason becomes the one blocker). Returns ``(attention, indexer, kernel, other, blockers)``: ``other`` is the
+    backend a host with the other answer to the host-dependent check would select."""
+    from . import runtime, selection
+
+    if vc is None:
+        att = {"selected": None, "valid": [], "backends": {}, "verdict": "(not reached: vLLM refused the "
+               "configuration)", "error": None, "forced": req.backend, "effective_kv_cache_dtype": None,
+               "kv_note": None, "backend_cls": None, "args": {}, "import_errors": {}, "skipped": {}}
+        ix = {"needed": False, "stock": None, "with_plugin": None, "reasons": [], "hooked": {}}
+        return att, ix, {"checked": False, "reasons": []}, None, [{"stage": "config", "reason": cfg["error"]}]
+    blockers: list[dict[str, str]] = []
+    att = selection.attention_stage(vc, platform_cls, cap, local, req.with_plugin)
+    if att["error"] is not None:
+        blockers.append({"stage": "attention", "reason": att["error"]})
+    other = None if local else selection.flip_host_check(vc, selection.layer_arguments(vc))
+    ix = runtime.indexer_stage(vc, cap, req.with_plugin)
+    chosen_ix = ix["with_plugin"] if req.with_plugin else ix["stock"]
+    if ix["needed"] and chosen_ix is None:
+        reasons = ix.get("plugin_reasons") or ix["reasons"] if req.with_plugin else ix["reasons"]
+        blockers.append({"stage": "indexer", "reason": "; ".join(reasons)})
+    kern = runtime.kernel_stage(vc, att)
+    blockers += [{"stage": "kernel", "reason": r} for r in kern["reasons"]]
+    return att, ix, kern, other, blockers
+
+
 def _probe(req: Request) -> dict[str, Any]:
     import vllm
 
     from . import config as stage_config
-    from . import runtime, selection
+    from . import selection
 
     local = req.gpu == "local"
     if not local:
         pr.load_vllm_extensions()
     platform, platform_cls, cap, simulated = _platform(req)
-    blockers: list[dict[str, str]] = []
     plugin_info = None
     refreshed: list[str] = []
     with pr.use_platform(platform), pr.stock_selection(), pr.extension_flags(refreshed):
@@ -86,27 +112,7 @@ def _probe(req: Request) -> dict[str, Any]:
             plugin_info = selection.apply_plugin()
         with stage_config.model_dir(req) as path:
             vc, cfg = stage_config.engine_config(req, path, req.backend)
-            if vc is None:
-                blockers.append({"stage": "config", "reason": cfg["error"]})
-                att = {"selected": None, "valid": [], "backends": {}, "verdict": "(not reached: vLLM refused the "
-                       "configuration)", "error": None, "forced": req.backend, "effective_kv_cache_dtype": None,
-                       "kv_note": None, "backend_cls": None, "args": {}, "import_errors": {}, "skipped": {}}
-                ix = {"needed": False, "stock": None, "with_plugin": None, "reasons": [], "hooked": {}}
-                kern = {"checked": False, "reasons": []}
-                other = None
-            else:
-                att = selection.attention_stage(vc, platform_cls, cap, local, req.with_plugin)
-                if att["error"] is not None:
-                    blockers.append({"stage": "attention", "reason": att["error"]})
-                other = None if local else selection.flip_host_check(vc, selection.layer_arguments(vc))
-                ix = runtime.indexer_stage(vc, cap, req.with_plugin)
-                chosen_ix = ix["with_plugin"] if req.with_plugin else ix["stock"]
-                if ix["needed"] and chosen_ix is None:
-                    reasons = ix.get("plugin_reasons") or ix["reasons"] if req.with_plugin else ix["reasons"]
-                    blockers.append({"stage": "indexer", "reason": "; ".join(reasons)})
-                kern = runtime.kernel_stage(vc, att)
-                for r in kern["reasons"]:
-                    blockers.append({"stage": "kernel", "reason": r})
+            att, ix, kern, other, blockers = _stages(req, vc, cfg, platform_cls, cap, local)
         host = selection.host_dependent_checks()
 
     selected = att["selected"]
