@@ -48,8 +48,10 @@ run_stage() {
     # .dev/wheels/suite, with papermill, nbclient, ipykernel and import-linter, which the GPU image lacks). The
     # interpreter pass (TRITON_INTERPRET=1) cannot run on this image: its numpy 2.5 breaks Triton 3.6's interpreter
     # ("only 0-dimensional arrays can be converted to Python scalars", 2026-12-02)
-    whole_suite) stage whole_suite 900 python3 -m pytest -n 14 --dist worksteal -p no:cacheprovider -q -rfEs \
-        --durations=30 --junitxml=$R/whole_suite.xml tests ;;
+    # -v: one line per test as it ends, so that a run the device budget cuts short still names its failures (on
+    # 2026-12-02 one failure of 908 results stayed unnamed: -q prints only "F" before the summary)
+    whole_suite) stage whole_suite 900 python3 -m pytest -n 14 --dist worksteal -p no:cacheprovider -v --tb=short \
+        -rfEs --durations=30 --junitxml=$R/whole_suite.xml tests ;;
     bench_kernel) stage bench_kernel 240 python3 -m sparse_mla bench kernel --quick --compare-launch ;;
     bench_kernel_fp8) stage bench_kernel_fp8 240 python3 -m sparse_mla bench kernel --quick --kv-cache-dtype fp8_ds_mla ;;
     bench_indexer) stage bench_indexer 240 python3 -m sparse_mla bench indexer --quick ;;
