@@ -637,3 +637,18 @@ def test_backends_without_parity_is_refused_not_ignored(tmp_path, capsys, no_gpu
     assert cli.main(["launch", "--model", str(d), "--backends", "FLASHMLA_SPARSE"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--backends 'FLASHMLA_SPARSE' takes effect with --parity only" in err[0], err
+
+
+def test_a_parity_run_whose_engines_died_fails_and_keeps_its_record(ckpt, tmp_path, fake_gpu, monkeypatch, capsys):
+    """The 2026-12-01 indexer-parity stage returned 0 with every engine "exit 1": now the command exits 1, the record
+    is written and names each failure (evidence issue, 'failures fail')."""
+    monkeypatch.setattr(launch, "_subprocess_offline", lambda *a, **k: {"error": "exit 1", "log_tail": "boom"})
+    out = tmp_path / "rec.json"
+    rc = cli.main(["launch", "--model", str(ckpt), "--parity", "--no-serve", "--backends",
+                   "TRITON_MLA_SPARSE,FLASHMLA_SPARSE", "--json-out", str(out)])
+    assert rc == 1
+    rec = json.loads(out.read_text())
+    engines = [f for f in rec["failures"] if f.startswith("engine ")]
+    assert len(engines) == len(rec["runs"]) >= 2 and all(f.endswith("exit 1") for f in engines)
+    assert "reference comparison: not made (no engine ran)" in rec["failures"]
+    assert "parity run failed: engine " in capsys.readouterr().err

@@ -476,9 +476,23 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
             rec["serve"] = {"error": f"{type(e).__name__}: {e}",
                             "log_tail": (log_dir / "serve.log").read_text(errors="replace")[-3000:]
                             if (log_dir / "serve.log").exists() else ""}
+    rec["failures"] = parity_failures(rec)
     rec = with_simulated(rec)
     atomic_write_text(out, json.dumps(rec, indent=1, default=str))
     return rec
+
+
+def parity_failures(rec: dict) -> list[str]:
+    """What makes a parity run a failed run, one line each, written into its record: an engine that did not start or
+    died, no reference comparison, a served engine that failed. (The parity criterion itself, first tokens against
+    the reference's argmax where its top-2 gap exceeds the tolerance, is the evidence issue's next step.)"""
+    failures = [f"engine {k}: {v['error']}" for k, v in rec.get("runs", {}).items() if "error" in v]
+    ref = rec.get("reference_first_token")
+    if ref is None or (isinstance(ref, dict) and "error" in ref):
+        failures.append("reference comparison: " + (ref or {}).get("error", "not made (no engine ran)"))
+    if isinstance(rec.get("serve"), dict) and "error" in rec["serve"]:
+        failures.append(f"serve: {rec['serve']['error']}")
+    return failures
 
 
 def default_record_path(tp: int = 1, gpu: str | None = None) -> str:
@@ -570,6 +584,9 @@ def _cli(args) -> int:
     elif not args.parity:
         print(text)
     else:
-        print(json.dumps({k: rec.get(k) for k in ("parity_vs_ours", "throughput_tokens_per_s")}, indent=1,
-                         default=str))
+        print(json.dumps({k: rec.get(k) for k in ("parity_vs_ours", "throughput_tokens_per_s", "failures")},
+                         indent=1, default=str))
+        if rec.get("failures"):   # the record is written, with its failures; the command fails
+            print(f"sparse-mla launch: parity run failed: {'; '.join(rec['failures'])[:2000]}", file=sys.stderr)
+            return 1
     return 0
