@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
