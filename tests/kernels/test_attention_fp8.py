@@ -160,6 +160,7 @@ def test_fp16_dots_keep_small_latents(fp8_scales):
     check(q_nope, q_pe, cache, idx, 1 / 16, dot_dtype=torch.float16, fp8_scales=fp8_scales)
 
 
+@pytest.mark.interpreter
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(T=st.integers(1, 3), H=st.integers(1, 24), topk=st.integers(1, 80), seed=st.integers(0, 2**31 - 1),
        fp8_scales=st.sampled_from(["fold", "registers"]), capability=st.sampled_from([(8, 0), (9, 0)]),
