@@ -14,7 +14,8 @@ import sys
 from .errors import UserInputError
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
-COMMAND_MODULES = ("workbook.chain", "diagnose.cli", "bench.cli", "launch.checkpoint", "launch.engine")
+COMMAND_MODULES = ("workbook.chain", "diagnose.cli", "bench.cli", "launch.checkpoint", "launch.engine",
+                   "workbook.proof")
 
 
 class _Parser(argparse.ArgumentParser):

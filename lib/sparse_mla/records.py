@@ -16,8 +16,8 @@ from pathlib import Path
 
 
 def environment(command: str | None = None) -> dict:
-    """GPU, versions, date and the command that produced a record: the header of every record, read in the process
-    that runs it.
+    """GPU, versions, git revision (:func:`revision`), date and the command that produced a record: the header of
+    every record, read in the process that runs it.
 
     ``command`` defaults to the ``sparse-mla`` command line when called from the CLI, else to the calling function
     (a notebook kernel's own arguments are not a command anyone could re-run)."""
@@ -26,7 +26,8 @@ def environment(command: str | None = None) -> dict:
 
     info = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "command": command or cli_command(),
-            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
+            "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+            "revision": revision()}
     try:
         import vllm
 
@@ -39,6 +40,35 @@ def environment(command: str | None = None) -> dict:
                     sm_count=p.multi_processor_count,
                     cuda=torch.version.cuda)
     return info
+
+
+def revision() -> str:
+    """The git commit of the checkout this ``sparse_mla`` was imported from, ``"+dirty"`` appended where tracked files
+    differ from it (``git rev-parse HEAD``, ``git status --porcelain --untracked-files=no``, run in the package's
+    folder); else the ``REVISION`` file of a copy (:func:`_revision_file`); else ``"unknown: ..."``."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return _revision_file(here)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return _revision_file(here)
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def _revision_file(here: Path) -> str:
+    """A copy of the checkout without ``.git`` (the lent GPU machine gets the working tree only): the ``REVISION`` file
+    at its root, which the maintainers' harness writes with ``git rev-parse HEAD`` before the copy is made."""
+    f = here.parent.parent / "REVISION"
+    if f.is_file():
+        text = f.read_text().strip().splitlines()
+        if text and re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", text[0]):
+            return f"{text[0]} (REVISION file: a copy of the checkout without .git)"
+    return "unknown: not a git checkout and no REVISION file"
 
 
 def cli_command() -> str:

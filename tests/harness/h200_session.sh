@@ -12,7 +12,7 @@ set -u
 W=/tmp/work
 R=$W/session
 CK=/tmp/ck512
-ALL="checkpoint sm80_engine fp8_parity indexer_parity gpu_tests cuda_branches whole_suite bench_kernel_fp8 bench_indexer bench_kernel bench_serve"
+ALL="checkpoint ran_indexer ran_sm80 records_check sm80_engine fp8_parity indexer_parity gpu_tests cuda_branches whole_suite bench_kernel_fp8 bench_indexer bench_kernel bench_serve"
 
 stage() {
   local name=$1 limit=$2; shift 2
@@ -52,6 +52,15 @@ run_stage() {
     # 2026-12-02 one failure of 908 results stayed unnamed: -q prints only "F" before the summary)
     whole_suite) stage whole_suite 900 python3 -m pytest -n 14 --dist worksteal -p no:cacheprovider -v --tb=short \
         -rfEs --durations=30 --junitxml=$R/whole_suite.xml tests ;;
+    # the ran block (evidence issue): the indexer inside the engine, ours against DeepGEMM's, each engine's ran read in
+    # its worker; then the old simulation (vLLM sees 8.0, Triton still compiles sm_90), which the ran block must
+    # catch: that record is expected to fail and be invalid; then the verdict on every record of the session
+    ran_indexer) stage ran_indexer 420 python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
+        --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
+        --json-out results/h200/launch_h200_ran_indexer.json ;;
+    ran_sm80) stage ran_sm80 240 env $sim python3 -m sparse_mla launch --model $CK --backend TRITON_MLA_SPARSE \
+        --prompt-lengths 600,900 --max-tokens 16 --json-out results/h200/launch_h200_ran_simulated_sm80.json ;;
+    records_check) stage records_check 120 python3 -m sparse_mla records check results/h200 ;;
     bench_kernel) stage bench_kernel 240 python3 -m sparse_mla bench kernel --quick --compare-launch ;;
     bench_kernel_fp8) stage bench_kernel_fp8 240 python3 -m sparse_mla bench kernel --quick --kv-cache-dtype fp8_ds_mla ;;
     bench_indexer) stage bench_indexer 240 python3 -m sparse_mla bench indexer --quick ;;

@@ -652,3 +652,51 @@ def test_a_parity_run_whose_engines_died_fails_and_keeps_its_record(ckpt, tmp_pa
     assert len(engines) == len(rec["runs"]) >= 2 and all(f.endswith("exit 1") for f in engines)
     assert "reference comparison: not made (no engine ran)" in rec["failures"]
     assert "parity run failed: engine " in capsys.readouterr().err
+
+
+def test_an_engine_whose_ran_block_contradicts_the_request_fails_and_keeps_its_record(ckpt, tmp_path, fake_gpu,
+                                                                                       monkeypatch, capsys):
+    """The 2026-12-01 simulated-SM80 record said 8.0 while vLLM saw 9.0: ``launch`` now reads the ``ran`` block in
+    the engine's workers (``LLM.collective_rpc``), records what contradicts the request and exits 1."""
+    import types
+
+    import vllm
+
+    from sparse_mla.vllm_plugin import indexer, ran
+
+    seen = {}
+    ran_there = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
+                 "indexer": {"triton": 0, "deepgemm": 4}, "attention": {"TRITON_MLA_SPARSE": 2}}
+
+    class FakeLLM:
+        def __init__(self, **kw):
+            seen["count_env"] = os.environ.get(indexer.COUNT_ENV)
+
+        def collective_rpc(self, fn):
+            seen.setdefault("rpc", []).append(fn)
+            return [{"l": {"layer": "MLAAttention", "backend": "TRITON_MLA_SPARSE"}}] if fn is ran.layer_backends \
+                else [ran_there]
+
+        def generate(self, prompts, sp, use_tqdm=False):
+            out = types.SimpleNamespace(token_ids=[1, 2], logprobs=None)
+            return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
+
+    monkeypatch.setattr(vllm, "LLM", FakeLLM)
+    monkeypatch.setenv("SPARSE_MLA_SIMULATED_CAPABILITY", "8.0")
+    out = tmp_path / "rec.json"
+    assert cli.main(["launch", "--model", str(ckpt), "--json-out", str(out)]) == 1
+    rec = json.loads(out.read_text())
+    assert seen["count_env"] == "1" and seen["rpc"] == [ran.layer_backends, ran.collect]
+    assert rec["ran"] == ran_there
+    assert any(c.startswith("capability: asked 8.0, vLLM saw 9.0") for c in rec["ran_contradictions"])
+    assert "what ran contradicts what was asked: capability" in capsys.readouterr().err
+    monkeypatch.delenv("SPARSE_MLA_SIMULATED_CAPABILITY")
+    assert cli.main(["launch", "--model", str(ckpt), "--json-out", str(out)]) == 0
+    assert json.loads(out.read_text())["ran_contradictions"] == []
+
+
+def test_parity_failures_name_each_contradiction():
+    rec = {"runs": {"A": {"ran_contradictions": ["capability: asked 8.0, vLLM saw 9.0 in the engine"]}, "B": {}},
+           "reference_first_token": {"A": []}}
+    assert launch.parity_failures(rec) == [
+        "engine A: what ran contradicts what was asked: capability: asked 8.0, vLLM saw 9.0 in the engine"]

@@ -153,6 +153,7 @@ def test_adapters_compute_through_our_kernels(vi):
     arguments (tuples, 2-D context lengths, the 4-D cache view) they give the references' logits."""
     vi.install_indexer_hook()
     sai = importlib.import_module(SAI)
+    calls = vi.indexer_calls()["triton"]
     g = torch.Generator().manual_seed(0)
     M, H, N = 5, 32, 70
     q, k = _fp8(M, H, D, g=g), _fp8(N, D, g=g)
@@ -178,6 +179,31 @@ def test_adapters_compute_through_our_kernels(vi):
     _within(logits, want, eb.indexer_magnitude_paged(qd, kv, wd, ctx, bt, max_len), H)
     with pytest.raises(NotImplementedError, match="fp8 indexer cache only"):
         sai.fp8_fp4_mqa_logits((q, torch.zeros(M, H, dtype=torch.int32)), (k, k_scale), w, ks, ke, clean_logits=False)
+    assert vi.indexer_calls()["triton"] == calls + 2           # the refused call is not counted
+
+
+def test_deepgemm_calls_are_counted_where_asked_and_the_triton_hook_replaces_the_counter(vi, monkeypatch):
+    sai = importlib.import_module(SAI)
+    seen = []
+
+    def stand_in(*args, **kwargs):                             # in place of DeepGEMM, which has no CPU kernels
+        seen.append((args, kwargs))
+        return "logits"
+
+    monkeypatch.setattr(sai, "fp8_fp4_mqa_logits", stand_in)
+    monkeypatch.setenv(vi.FORCE_ENV, "0")
+    assert vi.install_indexer_hook() is False and sai.fp8_fp4_mqa_logits is stand_in   # not asked: nothing changes
+    monkeypatch.setenv(vi.COUNT_ENV, "1")
+    before = vi.indexer_calls()
+    assert vi.install_indexer_hook() is False and vi.hooked() == {}   # counters are not the Triton indexer
+    assert sai.fp8_fp4_mqa_logits((1, None), 2, clean_logits=True) == "logits"
+    assert seen == [(((1, None), 2), {"clean_logits": True})]
+    assert vi.indexer_calls() == {**before, "deepgemm": before["deepgemm"] + 1}
+    monkeypatch.setenv(vi.FORCE_ENV, "1")
+    assert vi.install_indexer_hook() is True
+    assert sai.fp8_fp4_mqa_logits is vi.fp8_fp4_mqa_logits and vi.fp8_fp4_mqa_logits.__wrapped__ is stand_in
+    vi.uninstall_indexer_hook()
+    assert sai.fp8_fp4_mqa_logits is stand_in
 
 
 @pytest.mark.interpreter

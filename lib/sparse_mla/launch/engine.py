@@ -36,10 +36,12 @@ from pathlib import Path
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, expand_path, writable_file
 from .server import HOST, backend_log_lines, free_port, served
+from ..vllm_plugin.indexer import COUNT_ENV
+from ..vllm_plugin.ran import collect, contradictions, layer_backends
 from ..layouts import ENGINE_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, check_kv_cache_dtype
 from ..models import check_config, known_model_type, text_config
 from .specs import (MTP_EXAMPLE, OURS, PEERS, TRITON_INDEXER, RunSpec, attention_config,
-                    check_speculative_config, normalize_backends, parse_run_spec, patched_environ,
+                    check_speculative_config, normalize_backends, parse_run_spec, patched_environ, simulated,
                     with_simulated)
 
 SERVED_NAME = "glm5"
@@ -156,24 +158,6 @@ def check_generation(prompt_lengths, max_tokens, throughput=None):
     return lengths, max_tokens, throughput
 
 
-def layer_backends(worker) -> dict:
-    """Runs inside each vLLM worker (``LLM.collective_rpc``): attention backend and impl of every attention layer."""
-    ctx = worker.model_runner.compilation_config.static_forward_context
-    out = {}
-    for name, layer in ctx.items():
-        backend = getattr(layer, "attn_backend", None)
-        if backend is None and hasattr(layer, "get_attn_backend"):
-            try:
-                backend = layer.get_attn_backend()
-            except Exception:  # noqa: BLE001
-                backend = None
-        out[name] = {"layer": type(layer).__name__,
-                     "backend": backend.get_name() if backend is not None else None,
-                     "impl": type(getattr(layer, "impl", None)).__name__,
-                     "kv_cache_dtype": str(getattr(layer, "kv_cache_dtype", ""))}
-    return out
-
-
 def prompt_ids(model_dir: Path, lengths: list[int], seed: int = 0) -> list[list[int]]:
     """Deterministic prompts of exact token lengths: text through the checkpoint's tokenizer, repeated and cut."""
     from transformers import AutoTokenizer
@@ -208,7 +192,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     spec = parse_run_spec(backend)
     speculative_config = check_speculative_config(speculative_config, model)
     kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
-    # layer_backends travels to the workers by pickle (LLM.collective_rpc with a function)
+    # layer_backends and collect travel to the workers by pickle (LLM.collective_rpc with a function)
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     # Start vLLM's engine core with spawn, not fork: on the H200 (2026-12-01) engines of this function started by
     # fork died in init_device with "Cannot re-initialize CUDA in forked subprocess" for kv_cache_dtype auto (an fp8_ds_mla
@@ -225,7 +209,8 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         kw["attention_config"] = ac
     if speculative_config:
         kw["speculative_config"] = speculative_config
-    with patched_environ(spec.env):   # the engine's processes inherit the indexer switch when they start
+    # the engine's processes inherit the indexer switch, and the DeepGEMM call counter, when they start
+    with patched_environ({**spec.env, COUNT_ENV: "1"}):
         t0 = time.time()
         llm = LLM(**kw)
         init_s = time.time() - t0
@@ -258,7 +243,13 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         gen_tokens = sum(len(r.outputs[0].token_ids) for r in res)
         rec["throughput"] = {**throughput, "seconds": round(dt, 3), "generated_tokens": gen_tokens,
                              "output_tokens_per_s": round(gen_tokens / dt, 1)}
+    ranks = llm.collective_rpc(collect)   # read in every worker, after all generation
     del llm
+    rec["ran"] = ranks[0]
+    if len(ranks) > 1:
+        rec["ran_per_rank"] = ranks
+    asked = {**spec.describe(), "capability": (simulated() or {}).get("capability")}
+    rec["ran_contradictions"] = sorted({c for r in ranks for c in contradictions(asked, r)})
     return with_simulated(rec)
 
 
@@ -484,9 +475,12 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
 
 def parity_failures(rec: dict) -> list[str]:
     """What makes a parity run a failed run, one line each, written into its record: an engine that did not start or
-    died, no reference comparison, a served engine that failed. (The parity criterion itself, first tokens against
+    died, an engine whose ``ran`` block contradicts its run spec (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
+    no reference comparison, a served engine that failed. (The parity criterion itself, first tokens against
     the reference's argmax where its top-2 gap exceeds the tolerance, is the evidence issue's next step.)"""
     failures = [f"engine {k}: {v['error']}" for k, v in rec.get("runs", {}).items() if "error" in v]
+    failures += [f"engine {k}: what ran contradicts what was asked: {c}" for k, v in rec.get("runs", {}).items()
+                 for c in v.get("ran_contradictions", [])]
     ref = rec.get("reference_first_token")
     if ref is None or (isinstance(ref, dict) and "error" in ref):
         failures.append("reference comparison: " + (ref or {}).get("error", "not made (no engine ran)"))
@@ -583,6 +577,10 @@ def _cli(args) -> int:
         atomic_write_text(args.json_out, text)
     elif not args.parity:
         print(text)
+    if not args.parity and rec.get("ran_contradictions"):   # the record is out, with them; the command fails
+        print(f"sparse-mla launch: what ran contradicts what was asked: {'; '.join(rec['ran_contradictions'])}",
+              file=sys.stderr)
+        return 1
     else:
         print(json.dumps({k: rec.get(k) for k in ("parity_vs_ours", "throughput_tokens_per_s", "failures")},
                          indent=1, default=str))

@@ -46,6 +46,9 @@ from ..kernels.indexer_quant import launch_q_rope_quant
 
 INDEXER_NAME = "TRITON_DSA_INDEXER"
 FORCE_ENV = "SPARSE_MLA_TRITON_INDEXER"
+#: ``=1`` in an engine's environment (``sparse-mla launch`` sets it for its engines): vLLM's DeepGEMM logits calls are
+#: counted too, through pass-throughs (:func:`install_indexer_hook`), for the record's ``ran`` block.
+COUNT_ENV = "SPARSE_MLA_COUNT_INDEXER_CALLS"
 
 SPARSE_MOD = "vllm.model_executor.layers.sparse_attn_indexer"
 BUILDER_MOD = "vllm.v1.attention.backends.mla.indexer"
@@ -58,6 +61,8 @@ _MISSING = object()
 _PLAN: dict = {}          # (module, attr) -> our object, while installed
 _ORIGINALS: dict = {}     # (module, attr) -> vLLM's object we replaced (or _MISSING)
 _STATE = {"capability": None, "q_hw": False, "soft_bf16": False}
+#: Indexer logits calls made in this process, by whose kernels (:func:`indexer_calls`).
+_CALLS = {"triton": 0, "deepgemm": 0}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -76,6 +81,7 @@ def fp8_fp4_mqa_logits(
     ``q = (q_fp8 [M, H, D], None)``, ``kv = (k_fp8 [N, D], k_scale [N] fp32)``, ``weights [M, H]``, windows
     ``[ks, ke)`` -> ``[M, N]`` float32 logits."""
     q_values, q_scale = _split_q(q)
+    _CALLS["triton"] += 1
     k, k_scale = kv
     return indexer_logits_prefill(q_values, k, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke,
                                   clean_logits=clean_logits, capability=_STATE["capability"])
@@ -96,6 +102,7 @@ def fp8_fp4_paged_mqa_logits(
     cache, ``weights [B * next_n, H]``, ``context_lens [B, next_n]`` (or ``[B]``), ``block_tables [B, max_blocks]``
     -> ``[B * next_n, max_model_len]`` float32 logits. ``schedule_metadata`` (DeepGEMM's SM schedule) is not needed."""
     q_values, q_scale = _split_q(q)
+    _CALLS["triton"] += 1
     return indexer_logits_paged(q_values, kv_cache, weights, context_lens, block_tables, int(max_model_len),
                                 clean_logits=clean_logits, capability=_STATE["capability"])
 
@@ -134,6 +141,30 @@ def pack_seq_triton(x: torch.Tensor, lengths: torch.Tensor, pad_value: float | i
     if x.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
         return stock(x.view(torch.uint8), lengths, pad_value=0, block_t=block_t, block_d=block_d).view(x.dtype)
     return stock(x, lengths, pad_value=pad_value, block_t=block_t, block_d=block_d)
+
+
+def counted_deepgemm_mqa_logits(*args, **kwargs):
+    """vLLM's DeepGEMM ``fp8_fp4_mqa_logits`` (``vllm/utils/deep_gemm.py``), the function this replaced in
+    ``sparse_attn_indexer``, called unchanged and counted."""
+    _CALLS["deepgemm"] += 1
+    return _ORIGINALS[(SPARSE_MOD, "fp8_fp4_mqa_logits")](*args, **kwargs)
+
+
+def counted_deepgemm_paged_mqa_logits(*args, **kwargs):
+    """vLLM's DeepGEMM ``fp8_fp4_paged_mqa_logits``, called unchanged and counted."""
+    _CALLS["deepgemm"] += 1
+    return _ORIGINALS[(SPARSE_MOD, "fp8_fp4_paged_mqa_logits")](*args, **kwargs)
+
+
+_COUNTERS = {(SPARSE_MOD, "fp8_fp4_mqa_logits"): counted_deepgemm_mqa_logits,
+             (SPARSE_MOD, "fp8_fp4_paged_mqa_logits"): counted_deepgemm_paged_mqa_logits}
+
+
+def indexer_calls() -> dict[str, int]:
+    """``{"triton": n, "deepgemm": m}``: the indexer logits calls (prefill and paged decode) this process made through
+    the Triton indexer's adapters and, where ``SPARSE_MLA_COUNT_INDEXER_CALLS=1`` let them be counted, through vLLM's
+    DeepGEMM functions. Python-level calls: eager steps and CUDA-graph captures count, graph replays do not."""
+    return dict(_CALLS)
 
 
 def deep_gemm_stand_in() -> bool:
@@ -264,9 +295,9 @@ def _apply(module) -> None:
             current = module.__dict__.get(attr, _MISSING)
             if current is ours:
                 continue
-            _ORIGINALS.setdefault((mod, attr), current)
-            if current is not _MISSING:     # the mark the diagnosis probe unwraps (sparse_mla.diagnose.probe)
-                ours.__wrapped__ = current
+            original = _ORIGINALS.setdefault((mod, attr), current)   # vLLM's, also under a counter replaced
+            if original is not _MISSING:     # the mark the diagnosis probe unwraps (sparse_mla.diagnose.probe)
+                ours.__wrapped__ = original
                 setattr(ours, PATCH_MARK, True)
             setattr(module, attr, ours)
 
@@ -276,6 +307,8 @@ def install_indexer_hook() -> bool:
     raises: a failure is logged and leaves vLLM as it was."""
     try:
         if not wanted():
+            if os.environ.get(COUNT_ENV) == "1":
+                _install(dict(_COUNTERS), _STATE)
             return False
         from ..kernels.fp8 import has_fp8_conversion
         from ..machine import interpreting
@@ -288,15 +321,8 @@ def install_indexer_hook() -> bool:
         if cap is None or not has_fp8_conversion(cap):
             plan[(MODEL_MOD, "fused_indexer_q_rope_quant")] = fused_indexer_q_rope_quant
             plan[(SPARSE_MOD, "pack_seq_triton")] = pack_seq_triton
-        with _LOCK:
-            _STATE.update(capability=cap, q_hw=cap is not None and has_fp8_conversion(cap) and not interpreting(),
-                          soft_bf16=interpreting())
-            _PLAN.update(plan)
-            if _FINDER not in sys.meta_path:
-                sys.meta_path.insert(0, _FINDER)
-            for mod in {m for m, _ in plan}:
-                if mod in sys.modules:
-                    _apply(sys.modules[mod])
+        _install(plan, dict(capability=cap, q_hw=cap is not None and has_fp8_conversion(cap) and not interpreting(),
+                            soft_bf16=interpreting()))
     except Exception as e:  # noqa: BLE001
         logger.warning("sparse_mla: %s not installed (%s: %s); vLLM's DeepGEMM indexer stays", INDEXER_NAME,
                        type(e).__name__, e)
@@ -304,6 +330,19 @@ def install_indexer_hook() -> bool:
     logger.info("sparse_mla: %s replaces DeepGEMM's indexer kernels (capability %s): %s", INDEXER_NAME,
                 "?" if cap is None else f"{cap[0]}.{cap[1]}", ", ".join(sorted(hooked())))
     return True
+
+
+def _install(plan: dict, state: dict) -> None:
+    with _LOCK:
+        for key in [k for k, fn in _PLAN.items() if fn in _COUNTERS.values() and k in plan]:
+            _PLAN.pop(key)          # the Triton indexer replaces a counter (forced after a plain install)
+        _STATE.update(state)
+        _PLAN.update(plan)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+        for mod in {m for m, _ in plan}:
+            if mod in sys.modules:
+                _apply(sys.modules[mod])
 
 
 def uninstall_indexer_hook() -> None:
@@ -328,4 +367,5 @@ def hooked() -> dict[str, str]:
     """``"module.attr" -> qualified name of ours`` for every replacement installed (applied to the module now, or
     when it is imported); ``{}`` when the hook is off."""
     with _LOCK:
-        return {f"{mod}.{attr}": f"{fn.__module__}.{fn.__qualname__}" for (mod, attr), fn in sorted(_PLAN.items())}
+        return {f"{mod}.{attr}": f"{fn.__module__}.{fn.__qualname__}" for (mod, attr), fn in sorted(_PLAN.items())
+                if fn not in _COUNTERS.values()}

@@ -1,0 +1,131 @@
+"""What ran, read inside an engine's own processes: the ``ran`` block of every launch record, and what contradicts it.
+
+A record that only echoed its arguments could not fail (the 2026-12-01 simulated-SM80 record said "sm80" while
+Triton compiled for sm_90). :func:`collect` runs in each vLLM worker (``LLM.collective_rpc``) after the engine has
+generated and reads, there:
+
+* ``capability``: what vLLM's ``current_platform.get_device_capability()`` returns in that process;
+* ``triton_targets``: ``{our kernel: ["sm80", ...]}``, from the metadata of every kernel Triton compiled in that
+  process (``CompiledKernel.metadata.target``; only kernels that were launched appear);
+* ``indexer``: ``{"triton": calls, "deepgemm": calls}`` (:func:`sparse_mla.vllm_plugin.indexer.indexer_calls`;
+  DeepGEMM's calls are counted where the engine had ``SPARSE_MLA_COUNT_INDEXER_CALLS=1``);
+* ``attention``: ``{backend: number of layers}`` over the MLA attention layers of vLLM's static forward context
+  (the indexer's cache layers, backend ``DEEPSEEK_V32_INDEXER``, apart under ``indexer_cache``).
+
+:func:`contradictions` compares a ``ran`` block with what was asked; a run with any is a failed run.
+"""
+from __future__ import annotations
+
+import importlib
+
+#: Modules whose ``@triton.jit`` kernels are ours.
+KERNEL_MODULES = ("sparse_mla.kernels.attention", "sparse_mla.kernels.fp8", "sparse_mla.kernels.indexer",
+                  "sparse_mla.kernels.indexer_quant", "sparse_mla.kernels.simple")
+#: vLLM's name for the indexer's cache layers (``DeepseekV32IndexerCache``), which are not attention.
+INDEXER_CACHE_BACKEND = "DEEPSEEK_V32_INDEXER"
+
+
+def our_kernels() -> dict[str, object]:
+    """``{"module.name": JITFunction}`` for every Triton kernel of :data:`KERNEL_MODULES` (compiled ones have
+    ``device_caches``; under ``TRITON_INTERPRET=1`` Triton makes interpreted functions, which have none)."""
+    out = {}
+    for mod_name in KERNEL_MODULES:
+        mod = importlib.import_module(mod_name)
+        for name, obj in vars(mod).items():
+            if hasattr(obj, "device_caches") and getattr(obj, "__module__", None) == mod_name:
+                out[f"{mod_name.rsplit('.', 1)[-1]}.{name}"] = obj
+    return out
+
+
+def triton_targets(kernels: dict | None = None) -> dict[str, list[str]]:
+    """``{kernel: sorted targets}`` (``"sm80"``, ``"sm90a"`` is reported as ``"sm90"``: the arch number Triton
+    compiled for) over every compiled variant of each kernel in ``kernels`` (default :func:`our_kernels`); kernels
+    never compiled in this process are left out."""
+    out = {}
+    for name, fn in (our_kernels() if kernels is None else kernels).items():
+        archs = set()
+        for cache in getattr(fn, "device_caches", {}).values():
+            for compiled in cache[0].values():
+                target = getattr(getattr(compiled, "metadata", None), "target", None)
+                if target is not None:
+                    archs.add(f"sm{target.arch}" if target.backend == "cuda" else f"{target.backend}:{target.arch}")
+        if archs:
+            out[name] = sorted(archs)
+    return out
+
+
+def layer_backends(worker) -> dict:
+    """Every attention layer of a vLLM worker's static forward context: ``{name: {"layer", "backend", "impl",
+    "kv_cache_dtype"}}`` (``worker.model_runner.compilation_config.static_forward_context``)."""
+    ctx = worker.model_runner.compilation_config.static_forward_context
+    out = {}
+    for name, layer in ctx.items():
+        backend = getattr(layer, "attn_backend", None)
+        if backend is None and hasattr(layer, "get_attn_backend"):
+            try:
+                backend = layer.get_attn_backend()
+            except Exception:  # noqa: BLE001
+                backend = None
+        out[name] = {"layer": type(layer).__name__,
+                     "backend": backend.get_name() if backend is not None else None,
+                     "impl": type(getattr(layer, "impl", None)).__name__,
+                     "kv_cache_dtype": str(getattr(layer, "kv_cache_dtype", ""))}
+    return out
+
+
+def count_backends(layers: dict) -> tuple[dict[str, int], dict[str, int]]:
+    """``(attention, indexer_cache)``: ``{backend: layers}`` of :func:`layer_backends`' output, split by whether the
+    layer is the indexer's cache."""
+    att, idx = {}, {}
+    for v in layers.values():
+        b = v.get("backend")
+        if b:
+            side = idx if b == INDEXER_CACHE_BACKEND else att
+            side[b] = side.get(b, 0) + 1
+    return att, idx
+
+
+def collect(worker=None) -> dict:
+    """The ``ran`` block of this process (module docstring); ``worker`` a vLLM worker (its layers), or ``None`` for a
+    process without one (the attention fields are then left out)."""
+    from vllm.platforms import current_platform
+
+    from .indexer import indexer_calls
+
+    cap = current_platform.get_device_capability() if current_platform.is_cuda() else None
+    ran = {"capability": None if cap is None else f"{cap.major}.{cap.minor}",
+           "triton_targets": triton_targets(), "indexer": indexer_calls()}
+    if worker is not None:
+        ran["attention"], ran["indexer_cache"] = count_backends(layer_backends(worker))
+    return ran
+
+
+def contradictions(asked: dict, ran: dict | None) -> list[str]:
+    """What in ``ran`` (:func:`collect`) contradicts ``asked``, one line each (``[]``: none). ``asked`` holds the run's
+    ``backend_requested`` (``"auto"``: vLLM's choice, not checked), ``indexer`` (``"vllm"`` or ``TRITON_DSA_INDEXER``)
+    and optionally ``capability`` (a simulated one, ``"8.0"``). Checked: the capability vLLM saw; every attention layer
+    on the requested backend; our Triton kernels compiled for that capability's target only; the Triton indexer
+    called if and only if it was asked for."""
+    if not ran:
+        return ["no ran block: nothing was read inside the engine"]
+    out = []
+    want_cap = asked.get("capability")
+    if want_cap is not None and ran.get("capability") != want_cap:
+        out.append(f"capability: asked {want_cap}, vLLM saw {ran.get('capability')} in the engine")
+    backend = asked.get("backend_requested")
+    att = ran.get("attention")
+    if backend not in (None, "auto") and att is not None and set(att) != {backend}:
+        out.append(f"attention: asked {backend} in every layer, the engine's layers ran {att}")
+    cap = ran.get("capability")
+    targets = ran.get("triton_targets") or {}
+    wrong = {k: v for k, v in targets.items() if cap is not None and v != [f"sm{cap.replace('.', '')}"]}
+    if wrong:
+        out.append(f"triton_targets: vLLM saw capability {cap}, Triton compiled {wrong}")
+    if backend == "TRITON_MLA_SPARSE" and not any(k.startswith("attention.") for k in targets):
+        out.append("triton_targets: TRITON_MLA_SPARSE asked, none of its attention kernels was compiled")
+    calls = (ran.get("indexer") or {}).get("triton", 0)
+    if asked.get("indexer", "vllm") == "vllm" and calls:
+        out.append(f"indexer: vLLM's asked, the Triton indexer made {calls} calls")
+    elif asked.get("indexer", "vllm") != "vllm" and not calls:
+        out.append(f"indexer: {asked['indexer']} asked, the Triton indexer made no call")
+    return out

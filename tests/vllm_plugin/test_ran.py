@@ -1,0 +1,102 @@
+"""``sparse_mla.vllm_plugin.ran``: the ``ran`` block, read in a real process, and what contradicts a request.
+
+The collection runs in a fresh subprocess with Triton compiling (``TRITON_INTERPRET=0``): our q-quant kernel is
+compiled ahead of time for one target and put where Triton's JIT keeps what it compiled (``device_caches``), the
+indexer adapter is called there, and a stand-in vLLM worker carries three layers. What comes back is what that process
+read, so a wrong reading of Triton's caches, the counters or the layers shows here.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sparse_mla.vllm_plugin import ran
+
+CHILD = textwrap.dedent("""
+    import json, os, sys, types
+    os.environ["TRITON_INTERPRET"] = "0"
+    from sparse_mla.kernels import indexer_build, indexer_quant
+    from sparse_mla.vllm_plugin import indexer, ran
+
+    arch = int(sys.argv[1])
+    compiled = indexer_build.compile_for("q_quant", (arch // 10, arch % 10))
+    indexer_quant._indexer_q_rope_quant_kernel.device_caches[0] = ({"key": compiled}, {}, None, None, None)
+    for _ in range(int(sys.argv[2])):
+        indexer._CALLS["triton"] += 1          # what each adapter call does (tests/vllm_plugin/test_indexer.py)
+
+    class Backend:
+        def __init__(self, name):
+            self.name = name
+        def get_name(self):
+            return self.name
+
+    def layer(kind, backend):
+        return type(kind, (), {"attn_backend": Backend(backend), "kv_cache_dtype": "auto"})()
+
+    ctx = {"model.layers.0.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE"),
+           "model.layers.1.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE"),
+           "model.layers.0.self_attn.indexer.k_cache": layer("DeepseekV32IndexerCache", "DEEPSEEK_V32_INDEXER")}
+    worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(
+        compilation_config=types.SimpleNamespace(static_forward_context=ctx)))
+    print(json.dumps(ran.collect(worker)))
+""")
+
+
+@pytest.mark.parametrize("arch,calls", [(80, 3), (89, 0)])
+def test_collect_reads_the_compiled_target_the_calls_and_the_layers_in_its_own_process(arch, calls):
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    out = subprocess.run([sys.executable, "-c", CHILD, str(arch), str(calls)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["triton_targets"] == {"indexer_quant._indexer_q_rope_quant_kernel": [f"sm{arch}"]}
+    assert got["indexer"] == {"triton": calls, "deepgemm": 0}
+    assert got["attention"] == {"TRITON_MLA_SPARSE": 2}
+    assert got["indexer_cache"] == {"DEEPSEEK_V32_INDEXER": 1}
+    assert got["capability"] is None        # vLLM's platform on this machine is not CUDA
+
+
+def test_our_kernels_are_the_packages_triton_kernels():
+    names = set(ran.our_kernels()) if os.environ.get("TRITON_INTERPRET") != "1" else None
+    if names is None:                        # interpreted functions keep no compiled variants: ask a fresh process
+        code = "import os; os.environ['TRITON_INTERPRET']='0'; from sparse_mla.vllm_plugin import ran; " \
+               "print(' '.join(ran.our_kernels()))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "TRITON_INTERPRET": "0"})
+        assert out.returncode == 0, out.stderr[-2000:]
+        names = set(out.stdout.split())
+    for k in ("attention._sparse_mla_fwd_kernel", "attention._sparse_mla_fp8_fwd_kernel",
+              "attention._merge_splits_kernel", "indexer._prefill_logits_kernel", "indexer._paged_logits_kernel",
+              "indexer_quant._indexer_q_rope_quant_kernel"):
+        assert k in names, (k, sorted(names))
+
+
+OK = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
+      "indexer": {"triton": 0, "deepgemm": 12}, "attention": {"TRITON_MLA_SPARSE": 4}}
+ASK = {"backend_requested": "TRITON_MLA_SPARSE", "indexer": "vllm"}
+
+
+@pytest.mark.parametrize("asked,changes,expect", [
+    (ASK, {}, []),
+    ({**ASK, "backend_requested": "auto"}, {"attention": {"FLASH_ATTN_MLA_SPARSE": 4}, "triton_targets": {}}, []),
+    # the 2026-12-01 simulated-SM80 record: vLLM and Triton saw 9.0, the record said 8.0
+    ({**ASK, "capability": "8.0"}, {}, ["capability: asked 8.0"]),
+    ({**ASK, "capability": "8.0"}, {"capability": "8.0"}, ["triton_targets: vLLM saw capability 8.0"]),
+    (ASK, {"attention": {"TRITON_MLA_SPARSE": 3, "FLASH_ATTN_MLA_SPARSE": 1}}, ["attention: asked TRITON_MLA_SPARSE"]),
+    (ASK, {"triton_targets": {}}, ["none of its attention kernels"]),
+    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {}, ["the Triton indexer made no call"]),
+    (ASK, {"indexer": {"triton": 5, "deepgemm": 0}}, ["the Triton indexer made 5 calls"]),
+    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 5, "deepgemm": 0}}, []),
+])
+def test_contradictions(asked, changes, expect):
+    got = ran.contradictions(asked, {**OK, **changes})
+    assert len(got) == len(expect), got
+    for line, want in zip(got, expect):
+        assert line.startswith(want) or want in line, (line, want)
+
+
+def test_no_ran_block_is_a_contradiction():
+    assert ran.contradictions(ASK, None) == ["no ran block: nothing was read inside the engine"]

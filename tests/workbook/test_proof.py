@@ -1,0 +1,85 @@
+"""``sparse-mla records check``: verdicts on records made here (a fresh header, ``ran`` blocks as the engine writes
+them) and on the committed ones (CI runs the check on ``results/``)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from sparse_mla import cli
+from sparse_mla.records import environment
+from sparse_mla.workbook import proof
+
+RAN = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
+       "indexer": {"triton": 0, "deepgemm": 8}, "attention": {"TRITON_MLA_SPARSE": 4}}
+
+
+def record(**run_changes):
+    env = environment("sparse-mla launch --parity (test)")
+    env.setdefault("vllm", "0.26.0")
+    if env["revision"].startswith("unknown"):
+        env["revision"] = "0" * 40                  # a checkout without git (the header field exists either way)
+    run = {"run": "TRITON_MLA_SPARSE", "backend_requested": "TRITON_MLA_SPARSE", "indexer": "vllm", "ran": RAN,
+           **run_changes}
+    return {"environment": env, "runs": {"TRITON_MLA_SPARSE": run}}
+
+
+def verdict(tmp_path, rec, name="r.json"):
+    (tmp_path / name).write_text(rec if isinstance(rec, str) else json.dumps(rec))
+    [v] = proof.check([str(tmp_path / name)])
+    return v
+
+
+def test_a_record_whose_ran_matches_its_request_is_proven(tmp_path):
+    v = verdict(tmp_path, record())
+    assert v.status == "proven", v.line()
+
+
+@pytest.mark.parametrize("changes,status,reason", [
+    ({"simulated": {"capability": "8.0"}}, "invalid", "capability: asked 8.0, vLLM saw 9.0"),
+    ({"indexer": "TRITON_DSA_INDEXER"}, "invalid", "the Triton indexer made no call"),
+    ({"ran": {**RAN, "attention": {"FLASH_ATTN_MLA_SPARSE": 4}}}, "invalid", "attention: asked TRITON_MLA_SPARSE"),
+    ({"ran": None}, "invalid", "no ran block: nothing was read"),
+])
+def test_a_ran_that_contradicts_the_request_is_invalid(tmp_path, changes, status, reason):
+    v = verdict(tmp_path, record(**changes))
+    assert v.status == status and reason in v.reason, v.line()
+
+
+def test_header_gaps(tmp_path):
+    rec = record()
+    del rec["environment"]["revision"]
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and v.reason == "no revision", v.line()     # claims proof: the header must be whole
+    del rec["runs"]["TRITON_MLA_SPARSE"]["ran"]
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and v.reason == "no ran block; no revision", v.line()
+
+
+def test_unreadable_and_partial_records(tmp_path):
+    assert verdict(tmp_path, "{not json").status == "invalid"
+    rec = record()
+    rec["runs"]["FLASHMLA_SPARSE"] = {"backend_requested": "FLASHMLA_SPARSE", "error": "exit 1"}
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and "1 engine(s) failed" in v.reason, v.line()
+    (tmp_path / "summary.json").write_text(json.dumps({"notebooks": []}))
+    assert proof.check([str(tmp_path / "summary.json")]) == []                # a generated summary is no record
+
+
+def test_the_command_exits_1_on_an_invalid_record_and_names_it(tmp_path, capsys):
+    (tmp_path / "good.json").write_text(json.dumps(record()))
+    assert cli.main(["records", "check", str(tmp_path)]) == 0
+    (tmp_path / "bad.json").write_text(json.dumps(record(simulated={"capability": "8.6"})))
+    assert cli.main(["records", "check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "bad.json: invalid: TRITON_MLA_SPARSE: capability: asked 8.6" in out and "good.json: proven" in out
+    assert cli.main(["records", "check", str(tmp_path / "nope")]) == 2
+    assert "records path" in capsys.readouterr().err
+
+
+def test_the_committed_records(capsys):
+    """CI's check of ``results/``: none invalid; the 2026-12-01 engine records, made before ``ran``, unproven."""
+    assert cli.main(["records", "check", str(Path(__file__).resolve().parents[2] / "results")]) == 0
+    out = capsys.readouterr().out
+    for name in ("launch_h200_simulated_sm80.json", "launch_h200_fp8_ds_mla.json",
+                 "launch_h200_triton_indexer_fork_failure.json"):
+        assert f"/results/h200/{name}: unproven: no ran block" in out, out
