@@ -57,17 +57,22 @@ def revision() -> str:
                                capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return _revision_file(here)
-    return head.stdout.strip() + ("+dirty" if dirty else "")
+    rev = head.stdout.strip() + ("+dirty" if dirty else "")
+    carried = _revision_file(here)
+    if not carried.startswith(("unknown", rev)):   # a copy whose git is older than the tree carried with it
+        rev += f"; {carried}"
+    return rev
 
 
 def _revision_file(here: Path) -> str:
-    """A copy of the checkout without ``.git`` (the lent GPU machine gets the working tree only): the ``REVISION`` file
-    at its root, which the maintainers' harness writes with ``git rev-parse HEAD`` before the copy is made."""
+    """The ``REVISION`` file at the checkout's root, which a maintainer writes with ``git rev-parse HEAD`` before the
+    working tree is copied to the lent GPU machine (whose copy has no ``.git``, or one at an older commit with the
+    tree's changes as uncommitted edits: seen on 2026-12-02, ``43cbadc+dirty`` for a tree at ``ac226ef``)."""
     f = here.parent.parent / "REVISION"
     if f.is_file():
         text = f.read_text().strip().splitlines()
         if text and re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", text[0]):
-            return f"{text[0]} (REVISION file: a copy of the checkout without .git)"
+            return f"{text[0]} (REVISION file: the tree copied to this machine)"
     return "unknown: not a git checkout and no REVISION file"
 
 

@@ -74,6 +74,14 @@ def test_our_kernels_are_the_packages_triton_kernels():
         assert k in names, (k, sorted(names))
 
 
+@pytest.fixture(scope="module")
+def vllm_rules():
+    """vLLM's CUDA platform importable here (the probe's extension stand-ins): the default-indexer rule is vLLM's."""
+    from sparse_mla.diagnose import probe
+
+    probe.load_vllm_extensions()
+
+
 OK = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
       "indexer": {"triton": 0, "deepgemm": 12}, "attention": {"TRITON_MLA_SPARSE": 4}}
 ASK = {"backend_requested": "TRITON_MLA_SPARSE", "indexer": "vllm"}
@@ -84,14 +92,20 @@ ASK = {"backend_requested": "TRITON_MLA_SPARSE", "indexer": "vllm"}
     ({**ASK, "backend_requested": "auto"}, {"attention": {"FLASH_ATTN_MLA_SPARSE": 4}, "triton_targets": {}}, []),
     # the 2026-12-01 simulated-SM80 record: vLLM and Triton saw 9.0, the record said 8.0
     ({**ASK, "capability": "8.0"}, {}, ["capability: asked 8.0"]),
-    ({**ASK, "capability": "8.0"}, {"capability": "8.0"}, ["triton_targets: vLLM saw capability 8.0"]),
+    ({**ASK, "capability": "8.0"}, {"capability": "8.0"},
+     ["triton_targets: vLLM saw capability 8.0", "indexer: the default asked, which at capability 8.0 is the Triton"]),
     (ASK, {"attention": {"TRITON_MLA_SPARSE": 3, "FLASH_ATTN_MLA_SPARSE": 1}}, ["attention: asked TRITON_MLA_SPARSE"]),
     (ASK, {"triton_targets": {}}, ["none of its attention kernels"]),
     ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {}, ["the Triton indexer made no call"]),
-    (ASK, {"indexer": {"triton": 5, "deepgemm": 0}}, ["the Triton indexer made 5 calls"]),
+    (ASK, {"indexer": {"triton": 5, "deepgemm": 0}}, ["indexer: the default asked, which at capability 9.0 is DeepGEMM"]),
+    # vLLM has no DeepGEMM at 8.0/8.6/8.9: there the default is the Triton indexer (the H200's simulated-SM80 run)
+    (ASK, {"capability": "8.9", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm89"]},
+           "indexer": {"triton": 32, "deepgemm": 0}}, []),
+    (ASK, {"capability": "8.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"]}},
+     ["indexer: the default asked, which at capability 8.0 is the Triton indexer; the Triton indexer made 0 calls"]),
     ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 5, "deepgemm": 0}}, []),
 ])
-def test_contradictions(asked, changes, expect):
+def test_contradictions(asked, changes, expect, vllm_rules):
     got = ran.contradictions(asked, {**OK, **changes})
     assert len(got) == len(expect), got
     for line, want in zip(got, expect):

@@ -230,6 +230,13 @@ def wanted(capability=None) -> bool:
     return not _platform_at(cap).support_deep_gemm()
 
 
+def wanted_by_default(capability) -> bool:
+    """:func:`wanted` without the ``SPARSE_MLA_TRITON_INDEXER`` switch: whether the plugin installs the Triton indexer
+    on a GPU of ``capability`` by vLLM's own rule (``support_deep_gemm()`` False, SM80 or newer)."""
+    cap = as_capability(capability, text=True)
+    return cap >= (8, 0) and not _platform_at(cap).support_deep_gemm()
+
+
 def indexer_reasons(index_n_heads: int, index_head_dim: int, capability) -> list[str]:
     """Short reasons (vLLM's ``validate_configuration`` style) why our kernels cannot serve this indexer; ``[]``: they
     can. ``capability`` as ``(major, minor)``, ``"8.6"`` or ``None`` (not checked)."""

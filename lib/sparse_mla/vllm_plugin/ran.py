@@ -105,7 +105,8 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     ``backend_requested`` (``"auto"``: vLLM's choice, not checked), ``indexer`` (``"vllm"`` or ``TRITON_DSA_INDEXER``)
     and optionally ``capability`` (a simulated one, ``"8.0"``). Checked: the capability vLLM saw; every attention layer
     on the requested backend; our Triton kernels compiled for that capability's target only; the Triton indexer
-    called if and only if it was asked for."""
+    called if it was asked for, and otherwise exactly where the plugin's default puts it at the capability vLLM saw
+    (:func:`sparse_mla.vllm_plugin.indexer.wanted_by_default`: where vLLM has no DeepGEMM, SM80/86/89)."""
     if not ran:
         return ["no ran block: nothing was read inside the engine"]
     out = []
@@ -124,8 +125,14 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     if backend == "TRITON_MLA_SPARSE" and not any(k.startswith("attention.") for k in targets):
         out.append("triton_targets: TRITON_MLA_SPARSE asked, none of its attention kernels was compiled")
     calls = (ran.get("indexer") or {}).get("triton", 0)
-    if asked.get("indexer", "vllm") == "vllm" and calls:
-        out.append(f"indexer: vLLM's asked, the Triton indexer made {calls} calls")
-    elif asked.get("indexer", "vllm") != "vllm" and not calls:
-        out.append(f"indexer: {asked['indexer']} asked, the Triton indexer made no call")
+    if asked.get("indexer", "vllm") != "vllm":
+        if not calls:
+            out.append(f"indexer: {asked['indexer']} asked, the Triton indexer made no call")
+    elif cap is not None:
+        from .indexer import wanted_by_default
+
+        if wanted_by_default(cap) != bool(calls):
+            out.append(f"indexer: the default asked, which at capability {cap} is "
+                       f"{'the Triton indexer' if wanted_by_default(cap) else 'DeepGEMM'}; the Triton indexer made "
+                       f"{calls} calls")
     return out

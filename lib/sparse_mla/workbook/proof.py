@@ -85,6 +85,7 @@ def judge(path: str, obj) -> Verdict:
         return Verdict(path, "unproven", "; ".join([what, *gaps]))
     if gaps:
         return Verdict(path, "invalid", "; ".join(gaps))
+    _vllm_importable()
     bad = [f"{k}: {c}" for k, r in with_ran.items() for c in contradictions(asked(r, obj), r["ran"])]
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
@@ -94,6 +95,14 @@ def judge(path: str, obj) -> Verdict:
                 ([f"{len(failed)} engine(s) failed"] if failed else [])
         return Verdict(path, "unproven", "; ".join(parts))
     return Verdict(path, "proven", f"{len(with_ran)} engine run(s) with ran")
+
+
+def _vllm_importable() -> None:
+    """vLLM's CUDA platform rules (the default indexer per capability) importable on a machine without the NVIDIA
+    driver: the diagnosis's extension stand-ins (:func:`sparse_mla.diagnose.probe.load_vllm_extensions`)."""
+    from ..diagnose.probe import load_vllm_extensions
+
+    load_vllm_extensions()
 
 
 def record_files(paths: list[str]) -> list[Path]:
