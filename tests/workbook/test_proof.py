@@ -77,9 +77,19 @@ def test_the_command_exits_1_on_an_invalid_record_and_names_it(tmp_path, capsys)
 
 
 def test_the_committed_records(capsys):
-    """CI's check of ``results/``: none invalid; the 2026-12-01 engine records, made before ``ran``, unproven."""
+    """CI's check of ``results/``: none invalid; the 2026-12-01 engine records, made before ``ran``, unproven; the
+    H200 indexer-in-engine record of 2026-12-02 proven."""
     assert cli.main(["records", "check", str(Path(__file__).resolve().parents[2] / "results")]) == 0
     out = capsys.readouterr().out
     for name in ("launch_h200_simulated_sm80.json", "launch_h200_fp8_ds_mla.json",
                  "launch_h200_triton_indexer_fork_failure.json"):
         assert f"/results/h200/{name}: unproven: no ran block" in out, out
+    assert "/results/h200/launch_h200_ran_indexer.json: proven" in out, out
+
+
+def test_the_h200_record_of_the_old_simulation_is_invalid():
+    """A real engine record (H200, 2026-12-02, ``results/h200/GPU_RAN_2026-12-02.md``), kept here because it must fail
+    the check: vLLM saw the simulated 8.0 while Triton compiled our kernels for sm90."""
+    [v] = proof.check([str(Path(__file__).parent / "records" / "launch_h200_ran_simulated_sm80.json")])
+    assert v.status == "invalid", v.line()
+    assert "triton_targets: vLLM saw capability 8.0, Triton compiled" in v.reason and "indexer" not in v.reason, v.line()
