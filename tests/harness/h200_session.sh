@@ -12,7 +12,7 @@ set -u
 W=/tmp/work
 R=$W/session
 CK=/tmp/ck512
-ALL="checkpoint ran_indexer ran_sm80 records_check sm80_engine fp8_parity indexer_parity gpu_tests cuda_branches whole_suite bench_kernel_fp8 bench_indexer bench_kernel bench_serve"
+ALL="checkpoint ran_indexer ran_sm80 ran_graphs records_check sm80_engine fp8_parity indexer_parity gpu_tests cuda_branches whole_suite bench_kernel_fp8 bench_indexer bench_kernel bench_serve"
 
 stage() {
   local name=$1 limit=$2; shift 2
@@ -60,6 +60,9 @@ run_stage() {
         --json-out results/h200/launch_h200_ran_indexer.json ;;
     ran_sm80) stage ran_sm80 240 env $sim python3 -m sparse_mla launch --model $CK --backend TRITON_MLA_SPARSE \
         --prompt-lengths 600,900 --max-tokens 16 --json-out results/h200/launch_h200_ran_simulated_sm80.json ;;
+    ran_graphs) stage ran_graphs 360 python3 -m sparse_mla launch --model $CK --parity --no-serve \
+        --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
+        --json-out results/h200/launch_h200_ran_graphs.json ;;
     records_check) stage records_check 120 python3 -m sparse_mla records check results/h200 ;;
     bench_kernel) stage bench_kernel 240 python3 -m sparse_mla bench kernel --quick --compare-launch ;;
     bench_kernel_fp8) stage bench_kernel_fp8 240 python3 -m sparse_mla bench kernel --quick --kv-cache-dtype fp8_ds_mla ;;
