@@ -662,8 +662,10 @@ def test_an_engine_whose_ran_block_contradicts_the_request_fails_and_keeps_its_r
 
     import vllm
 
+    from sparse_mla.diagnose import probe
     from sparse_mla.vllm_plugin import indexer, ran
 
+    probe.load_vllm_extensions()     # vLLM's CUDA platform rules importable here (the default-indexer check)
     seen = {}
     ran_there = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
                  "indexer": {"triton": 0, "deepgemm": 4}, "attention": {"TRITON_MLA_SPARSE": 2}}

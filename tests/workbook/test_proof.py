@@ -62,7 +62,8 @@ def test_unreadable_and_partial_records(tmp_path):
     v = verdict(tmp_path, rec)
     assert v.status == "unproven" and "1 engine(s) failed" in v.reason, v.line()
     (tmp_path / "summary.json").write_text(json.dumps({"notebooks": []}))
-    assert proof.check([str(tmp_path / "summary.json")]) == []                # a generated summary is no record
+    [s] = proof.check([str(tmp_path / "summary.json")])                       # a generated summary is no record
+    assert s.status == "skipped"
 
 
 def test_the_command_exits_1_on_an_invalid_record_and_names_it(tmp_path, capsys):
@@ -93,3 +94,38 @@ def test_the_h200_record_of_the_old_simulation_is_invalid():
     [v] = proof.check([str(Path(__file__).parent / "records" / "launch_h200_ran_simulated_sm80.json")])
     assert v.status == "invalid", v.line()
     assert "triton_targets: vLLM saw capability 8.0, Triton compiled" in v.reason and "indexer: " not in v.reason, v.line()
+
+
+@pytest.mark.parametrize("changes", [
+    {"simulated": "8.0"}, {"simulated": ["8.0"]}, {"backend_requested": None}, {"backend_requested": ["X"]},
+    {"ran": "yes"}, {"ran": [RAN]}, {"ran": {**RAN, "capability": None}}, {"ran": {**RAN, "capability": 9.0}},
+    {"ran": {**RAN, "capability": "abc"}}, {"ran": {**RAN, "triton_targets": ["sm90"]}},
+    {"ran": {**RAN, "triton_targets": {"attention.k": "sm90"}}}, {"ran": {**RAN, "indexer": "triton"}},
+    {"ran": {**RAN, "indexer": {"triton": -5, "deepgemm": 0}}}, {"ran": {**RAN, "attention": ["TRITON_MLA_SPARSE"]}},
+    {"ran": {k: v for k, v in RAN.items() if k != "indexer"}}, {"ran": {k: v for k, v in RAN.items() if k != "attention"}},
+])
+def test_malformed_ran_blocks_and_requests_are_invalid_never_proven(tmp_path, changes):
+    v = verdict(tmp_path, record(**changes))
+    assert v.status == "invalid", v.line()
+
+
+@pytest.mark.parametrize("env", [["a"], 5, "text", {"command": 1, "date": True, "torch": [0]}])
+def test_headers_of_other_types_are_gaps_not_crashes(tmp_path, env):
+    rec = record()
+    rec["environment"] = env
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and "no command" in v.reason, v.line()
+
+
+def test_paths_and_files_that_are_not_records(tmp_path, capsys):
+    import os
+
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "deep.json").write_text("[" * 100000)
+    os.mkfifo(tmp_path / "pipe.json")                      # skipped inside a folder (reading it would block)
+    got = {Path(v.path).name: v for v in proof.check([str(tmp_path)])}
+    assert set(got) == {"list.json", "deep.json"}
+    assert got["list.json"].status == "skipped" and got["deep.json"].status == "invalid"
+    assert cli.main(["records", "check", str(tmp_path / "pipe.json")]) == 2
+    assert cli.main(["records", "check", ""]) == 2
+    assert "neither a regular file nor a folder" in capsys.readouterr().err

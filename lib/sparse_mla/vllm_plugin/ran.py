@@ -17,6 +17,7 @@ generated and reads, there:
 from __future__ import annotations
 
 import importlib
+import re
 
 #: Modules whose ``@triton.jit`` kernels are ours.
 KERNEL_MODULES = ("sparse_mla.kernels.attention", "sparse_mla.kernels.fp8", "sparse_mla.kernels.indexer",
@@ -100,8 +101,37 @@ def collect(worker=None) -> dict:
     return ran
 
 
+def shape_errors(ran) -> list[str]:
+    """What in ``ran`` is not the shape :func:`collect` writes, one line each (``[]``: none): a capability ``"M.m"``,
+    ``triton_targets`` ``{str: [str, ...]}``, ``indexer`` ``{"triton": int >= 0, "deepgemm": int >= 0}``,
+    ``attention`` ``{str: int > 0}`` (non-empty: a ``ran`` without a worker's layers proves no engine) and
+    ``indexer_cache`` of the same shape where present."""
+    if not isinstance(ran, dict):
+        return [f"ran block is {type(ran).__name__}, not an object"]
+    out = []
+    cap = ran.get("capability")
+    if not (isinstance(cap, str) and re.fullmatch(r"\d{1,2}\.\d", cap)):
+        out.append(f"capability {cap!r} is not what vLLM's platform reports ('M.m')")
+    targets = ran.get("triton_targets")
+    if not (isinstance(targets, dict) and all(isinstance(k, str) and isinstance(v, list) and v and
+                                              all(isinstance(x, str) for x in v) for k, v in targets.items())):
+        out.append(f"triton_targets {str(targets)[:80]} is not {{kernel: [target, ...]}}")
+    calls = ran.get("indexer")
+    if not (isinstance(calls, dict) and set(calls) == {"triton", "deepgemm"} and
+            all(type(v) is int and v >= 0 for v in calls.values())):
+        out.append(f"indexer {str(calls)[:80]} is not {{'triton': calls, 'deepgemm': calls}}")
+    for key in ("attention", "indexer_cache"):
+        v = ran.get(key)
+        if (v is not None or key == "attention") and not (
+                isinstance(v, dict) and (v or key != "attention") and
+                all(isinstance(b, str) and type(n) is int and n > 0 for b, n in v.items())):
+            out.append(f"{key} {str(v)[:80]} is not {{backend: layers}}")
+    return out
+
+
 def contradictions(asked: dict, ran: dict | None) -> list[str]:
-    """What in ``ran`` (:func:`collect`) contradicts ``asked``, one line each (``[]``: none). ``asked`` holds the run's
+    """What in ``ran`` (:func:`collect`) contradicts ``asked``, one line each (``[]``: none; a ``ran`` of another shape
+    gives its :func:`shape_errors`). ``asked`` holds the run's
     ``backend_requested`` (``"auto"``: vLLM's choice, not checked), ``indexer`` (``"vllm"`` or ``TRITON_DSA_INDEXER``)
     and optionally ``capability`` (a simulated one, ``"8.0"``). Checked: the capability vLLM saw; every attention layer
     on the requested backend; our Triton kernels compiled for that capability's target only; the Triton indexer
@@ -109,6 +139,9 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     (:func:`sparse_mla.vllm_plugin.indexer.wanted_by_default`: where vLLM has no DeepGEMM, SM80/86/89)."""
     if not ran:
         return ["no ran block: nothing was read inside the engine"]
+    bad = shape_errors(ran)
+    if bad:
+        return bad
     out = []
     want_cap = asked.get("capability")
     if want_cap is not None and ran.get("capability") != want_cap:

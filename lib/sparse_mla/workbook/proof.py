@@ -1,15 +1,17 @@
 """``sparse-mla records check``: which records prove what ran.
 
-Every JSON object under the given paths (default ``results/``) is a run record, except the generated summaries
-(``summary.json``: only ``notebooks`` / ``profiles``). Each run record gets one verdict:
+Every JSON object under the given paths (default ``results/``) with a header, engine runs or an engine request
+(:data:`RECORD_KEYS`) is a run record; other JSON files (summaries, a checkpoint's config) are counted as skipped, and
+non-regular files inside a folder (a FIFO) are not opened. Each run record gets one verdict:
 
 * ``proven``: every engine run in it carries a ``ran`` block (:mod:`sparse_mla.vllm_plugin.ran`, read inside the
   engine) that nothing in its request contradicts, and the record's header has a command, a date, the versions
   (torch, Triton, vLLM) and a git revision;
 * ``unproven: REASON``: no ``ran`` block (every record made before the block existed, the 2026-12-01 ones included;
   benchmark records of single kernels, which start no engine); gaps in its header are listed too;
-* ``invalid: REASON``: a record that claims proof (a ``ran`` block) with a header gap, or whose ``ran`` contradicts
-  what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`), or a file that is not readable JSON.
+* ``invalid: REASON``: a record that claims proof (a ``ran`` block) with a header gap, a request that cannot be read,
+  a ``ran`` of another shape than the engine writes or one that contradicts what was asked
+  (:func:`sparse_mla.vllm_plugin.ran.contradictions`), or a file that is not readable JSON.
 
 The command exits 1 if any record is invalid.
 """
@@ -39,13 +41,13 @@ def header_gaps(rec: dict) -> list[str]:
     """The header fields (:data:`HEADER`) a record lacks, read from its ``environment`` (or the top level, where the
     earliest records kept them)."""
     env = rec.get("environment")
-    if isinstance(env, str) or env is None:
+    if not isinstance(env, dict):
         env = {}
     return [f"no {k}" for k in HEADER if not _known(env.get(k)) and not _known(rec.get(k))]
 
 
 def _known(value) -> bool:
-    return bool(value) and not str(value).startswith(("unknown", "unavailable"))
+    return isinstance(value, str) and bool(value.strip()) and not value.startswith(("unknown", "unavailable"))
 
 
 def engine_runs(rec: dict) -> dict[str, dict]:
@@ -57,28 +59,46 @@ def engine_runs(rec: dict) -> dict[str, dict]:
     return {"engine": rec} if "layers" in rec else {}
 
 
-def asked(run: dict, rec: dict) -> dict:
-    """What an engine run was asked for: its run spec and, where the record says so, a simulated capability."""
-    sim = run.get("simulated") or rec.get("simulated") or {}
-    return {"backend_requested": run.get("backend_requested"), "indexer": run.get("indexer", "vllm"),
-            "capability": sim.get("capability") if isinstance(sim, dict) else None}
+def asked(run: dict, rec: dict) -> dict | str:
+    """What an engine run was asked for: its run spec and, where the record says so, a simulated capability; a
+    string saying what is malformed where the request cannot be read (no backend, a ``simulated`` that is not
+    ``{"capability": "M.m", ...}``)."""
+    sim = run.get("simulated", rec.get("simulated"))
+    if sim is not None and not (isinstance(sim, dict) and isinstance(sim.get("capability"), str)):
+        return f"simulated {str(sim)[:60]} is not {{'capability': 'M.m', ...}}"
+    backend, indexer = run.get("backend_requested"), run.get("indexer", "vllm")
+    if not isinstance(backend, str) or not isinstance(indexer, str):
+        return f"the request (backend_requested {backend!r}, indexer {indexer!r}) is not two names"
+    return {"backend_requested": backend, "indexer": indexer, "capability": sim and sim["capability"]}
 
 
 SUMMARY_KEYS = {"notebooks", "profiles"}
 
 
+#: A JSON object with any of these keys is a run record (the header, engine runs, or one engine's request).
+RECORD_KEYS = {"environment", "runs", "command", "backend_requested", "layers"}
+
+
 def is_run_record(obj) -> bool:
-    """Every JSON object but the workbook's generated summaries (``summary.json``, whose only keys are
-    :data:`SUMMARY_KEYS`)."""
-    return isinstance(obj, dict) and bool(obj) and not set(obj) <= SUMMARY_KEYS
+    """A JSON object with any of :data:`RECORD_KEYS`; others (generated summaries, a checkpoint's ``config.json``,
+    tokenizer files) are not records and are counted apart."""
+    return isinstance(obj, dict) and bool(RECORD_KEYS & set(obj))
 
 
 def judge(path: str, obj) -> Verdict:
-    """The verdict on one run record (module docstring)."""
+    """The verdict on one run record (module docstring); never raises (a record that breaks the reading is invalid,
+    with the error)."""
+    try:
+        return _judge(path, obj)
+    except Exception as e:  # noqa: BLE001
+        return Verdict(path, "invalid", f"could not be read as a run record ({type(e).__name__}: {str(e)[:120]})")
+
+
+def _judge(path: str, obj) -> Verdict:
     gaps = header_gaps(obj)
     runs = engine_runs(obj)
-    failed = [r for r in runs.values() if "error" in r]
-    live = {k: r for k, r in runs.items() if "error" not in r}
+    failed = [r for r in runs.values() if r.get("error")]
+    live = {k: r for k, r in runs.items() if not r.get("error")}
     with_ran = {k: r for k, r in live.items() if "ran" in r}
     if not with_ran:
         what = "no engine run" if not runs else "no ran block"
@@ -86,7 +106,10 @@ def judge(path: str, obj) -> Verdict:
     if gaps:
         return Verdict(path, "invalid", "; ".join(gaps))
     _vllm_importable()
-    bad = [f"{k}: {c}" for k, r in with_ran.items() for c in contradictions(asked(r, obj), r["ran"])]
+    requests = {k: asked(r, obj) for k, r in with_ran.items()}
+    bad = [f"{k}: {a}" for k, a in requests.items() if isinstance(a, str)]
+    bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
+            for c in contradictions(requests[k], r["ran"])]
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     missing = [k for k in live if k not in with_ran]
@@ -109,27 +132,32 @@ def record_files(paths: list[str]) -> list[Path]:
     """Every ``*.json`` under ``paths`` (files or folders), sorted. Raises :class:`UserInputError` naming a path that
     does not exist."""
     out = []
-    for p in map(Path, paths):
+    for raw in paths:
+        p = Path(raw)
+        if not str(raw).strip():
+            raise UserInputError("records path '' is empty; accepted: record files or folders")
         if p.is_dir():
-            out += sorted(p.rglob("*.json"))
+            out += sorted(f for f in p.rglob("*.json") if f.is_file())   # regular files only: a FIFO would block
         elif p.is_file():
             out.append(p)
+        elif p.exists() or p.is_symlink():
+            raise UserInputError(f"records path {str(p)!r} is neither a regular file nor a folder (a FIFO, a device, "
+                                 f"a link that does not resolve); accepted: record files or folders")
         else:
             raise UserInputError(f"records path {str(p)!r} does not exist; accepted: record files or folders")
     return out
 
 
 def check(paths: list[str]) -> list[Verdict]:
-    """Verdicts on the run records under ``paths``; files that are JSON but not run records are left out."""
+    """Verdicts on the JSON files under ``paths``: ``skipped`` for those that are not run records."""
     verdicts = []
     for f in record_files(paths):
         try:
             obj = json.loads(f.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (OSError, ValueError, RecursionError) as e:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
             verdicts.append(Verdict(str(f), "invalid", f"not readable JSON ({type(e).__name__})"))
             continue
-        if is_run_record(obj):
-            verdicts.append(judge(str(f), obj))
+        verdicts.append(judge(str(f), obj) if is_run_record(obj) else Verdict(str(f), "skipped", "not a run record"))
     return verdicts
 
 
@@ -145,7 +173,10 @@ def add_cli(sub) -> None:
 def _cli(args) -> int:
     verdicts = check(args.paths)
     for v in verdicts:
-        print(v.line())
-    counts = {s: sum(v.status == s for v in verdicts) for s in ("proven", "unproven", "invalid")}
-    print(f"{len(verdicts)} run records: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        if v.status != "skipped":
+            print(v.line())
+    counts = {s: sum(v.status == s for v in verdicts) for s in ("proven", "unproven", "invalid", "skipped")}
+    print(f"{len(verdicts) - counts['skipped']} run records: " +
+          ", ".join(f"{n} {s}" for s, n in counts.items() if s != "skipped") +
+          f"; {counts['skipped']} other JSON files skipped (not run records)")
     return 1 if counts["invalid"] else 0
