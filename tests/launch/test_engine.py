@@ -695,6 +695,7 @@ def test_an_engine_whose_ran_block_contradicts_the_request_fails_and_keeps_its_r
     monkeypatch.delenv("SPARSE_MLA_SIMULATED_CAPABILITY")
     assert cli.main(["launch", "--model", str(ckpt), "--json-out", str(out)]) == 0
     assert json.loads(out.read_text())["ran_contradictions"] == []
+    assert capsys.readouterr().out == ""          # the record went to --json-out; no parity summary for one engine
 
 
 def test_parity_failures_name_each_contradiction():

@@ -572,19 +572,20 @@ def _cli(args) -> int:
         rec = run_offline(model, args.backend, args.kv_cache_dtype, tp, prompts=prompt_ids(model, lengths),
                           max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr,
                           speculative_config=spec_cfg)
-    text = json.dumps(rec, indent=1, default=str)
-    if args.json_out and not args.parity:
-        atomic_write_text(args.json_out, text)
-    elif not args.parity:
-        print(text)
-    if not args.parity and rec.get("ran_contradictions"):   # the record is out, with them; the command fails
-        print(f"sparse-mla launch: what ran contradicts what was asked: {'; '.join(rec['ran_contradictions'])}",
-              file=sys.stderr)
-        return 1
-    else:
-        print(json.dumps({k: rec.get(k) for k in ("parity_vs_ours", "throughput_tokens_per_s", "failures")},
-                         indent=1, default=str))
-        if rec.get("failures"):   # the record is written, with its failures; the command fails
-            print(f"sparse-mla launch: parity run failed: {'; '.join(rec['failures'])[:2000]}", file=sys.stderr)
+    if not args.parity:
+        text = json.dumps(rec, indent=1, default=str)
+        if args.json_out:
+            atomic_write_text(args.json_out, text)
+        else:
+            print(text)
+        if rec.get("ran_contradictions"):   # the record is out, with them; the command fails
+            print(f"sparse-mla launch: what ran contradicts what was asked: {'; '.join(rec['ran_contradictions'])}",
+                  file=sys.stderr)
             return 1
+        return 0
+    print(json.dumps({k: rec.get(k) for k in ("parity_vs_ours", "throughput_tokens_per_s", "failures")},
+                     indent=1, default=str))
+    if rec.get("failures"):   # the record is written, with its failures; the command fails
+        print(f"sparse-mla launch: parity run failed: {'; '.join(rec['failures'])[:2000]}", file=sys.stderr)
+        return 1
     return 0
