@@ -315,7 +315,7 @@ def install_indexer_hook() -> bool:
     try:
         if not wanted():
             if os.environ.get(COUNT_ENV) == "1":
-                _install(dict(_COUNTERS), _STATE)
+                _install(dict(_COUNTERS))
             return False
         from ..kernels.fp8 import has_fp8_conversion
         from ..machine import interpreting
@@ -339,11 +339,11 @@ def install_indexer_hook() -> bool:
     return True
 
 
-def _install(plan: dict, state: dict) -> None:
+def _install(plan: dict, state: dict | None = None) -> None:
+    """Add ``plan`` (``(module, attr) -> ours``; an entry for the same key, e.g. a counter, is replaced) and apply it to
+    every loaded module; ``state`` updates the adapters' settings."""
     with _LOCK:
-        for key in [k for k, fn in _PLAN.items() if fn in _COUNTERS.values() and k in plan]:
-            _PLAN.pop(key)          # the Triton indexer replaces a counter (forced after a plain install)
-        _STATE.update(state)
+        _STATE.update(state or {})
         _PLAN.update(plan)
         if _FINDER not in sys.meta_path:
             sys.meta_path.insert(0, _FINDER)

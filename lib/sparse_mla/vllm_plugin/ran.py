@@ -86,19 +86,16 @@ def count_backends(layers: dict) -> tuple[dict[str, int], dict[str, int]]:
     return att, idx
 
 
-def collect(worker=None) -> dict:
-    """The ``ran`` block of this process (module docstring); ``worker`` a vLLM worker (its layers), or ``None`` for a
-    process without one (the attention fields are then left out)."""
+def collect(worker) -> dict:
+    """The ``ran`` block of this process (module docstring), ``worker`` the vLLM worker it runs in (its layers)."""
     from vllm.platforms import current_platform
 
     from .indexer import indexer_calls
 
     cap = current_platform.get_device_capability() if current_platform.is_cuda() else None
-    ran = {"capability": None if cap is None else f"{cap.major}.{cap.minor}",
-           "triton_targets": triton_targets(), "indexer": indexer_calls()}
-    if worker is not None:
-        ran["attention"], ran["indexer_cache"] = count_backends(layer_backends(worker))
-    return ran
+    attention, indexer_cache = count_backends(layer_backends(worker))
+    return {"capability": None if cap is None else f"{cap.major}.{cap.minor}", "triton_targets": triton_targets(),
+            "indexer": indexer_calls(), "attention": attention, "indexer_cache": indexer_cache}
 
 
 def shape_errors(ran) -> list[str]:
@@ -142,30 +139,28 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     bad = shape_errors(ran)
     if bad:
         return bad
+    # from here the shape is collect()'s: a capability "M.m", the targets, indexer calls and attention as dicts
     out = []
+    cap, att, targets, calls = ran["capability"], ran["attention"], ran["triton_targets"], ran["indexer"]["triton"]
     want_cap = asked.get("capability")
-    if want_cap is not None and ran.get("capability") != want_cap:
-        out.append(f"capability: asked {want_cap}, vLLM saw {ran.get('capability')} in the engine")
+    if want_cap is not None and cap != want_cap:
+        out.append(f"capability: asked {want_cap}, vLLM saw {cap} in the engine")
     backend = asked.get("backend_requested")
-    att = ran.get("attention")
-    if backend not in (None, "auto") and att is not None and set(att) != {backend}:
+    if backend not in (None, "auto") and set(att) != {backend}:
         out.append(f"attention: asked {backend} in every layer, the engine's layers ran {att}")
-    cap = ran.get("capability")
-    targets = ran.get("triton_targets") or {}
-    wrong = {k: v for k, v in targets.items() if cap is not None and v != [f"sm{cap.replace('.', '')}"]}
+    wrong = {k: v for k, v in targets.items() if v != [f"sm{cap.replace('.', '')}"]}
     if wrong:
         out.append(f"triton_targets: vLLM saw capability {cap}, Triton compiled {wrong}")
     if backend == "TRITON_MLA_SPARSE" and not any(k.startswith("attention.") for k in targets):
         out.append("triton_targets: TRITON_MLA_SPARSE asked, none of its attention kernels was compiled")
-    calls = (ran.get("indexer") or {}).get("triton", 0)
     if asked.get("indexer", "vllm") != "vllm":
         if not calls:
             out.append(f"indexer: {asked['indexer']} asked, the Triton indexer made no call")
-    elif cap is not None:
+    else:
         from .indexer import wanted_by_default
 
-        if wanted_by_default(cap) != bool(calls):
+        ours = wanted_by_default(cap)
+        if ours != bool(calls):
             out.append(f"indexer: the default asked, which at capability {cap} is "
-                       f"{'the Triton indexer' if wanted_by_default(cap) else 'DeepGEMM'}; the Triton indexer made "
-                       f"{calls} calls")
+                       f"{'the Triton indexer' if ours else 'DeepGEMM'}; the Triton indexer made {calls} calls")
     return out

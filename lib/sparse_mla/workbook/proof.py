@@ -30,7 +30,7 @@ HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
 @dataclass(frozen=True)
 class Verdict:
     path: str
-    status: str            # "proven" | "unproven" | "invalid"
+    status: str            # "proven" | "unproven" | "invalid" | "skipped" (not a run record)
     reason: str = ""
 
     def line(self) -> str:
@@ -70,9 +70,6 @@ def asked(run: dict, rec: dict) -> dict | str:
     if not isinstance(backend, str) or not isinstance(indexer, str):
         return f"the request (backend_requested {backend!r}, indexer {indexer!r}) is not two names"
     return {"backend_requested": backend, "indexer": indexer, "capability": sim and sim["capability"]}
-
-
-SUMMARY_KEYS = {"notebooks", "profiles"}
 
 
 #: A JSON object with any of these keys is a run record (the header, engine runs, or one engine's request).
@@ -129,8 +126,8 @@ def _vllm_importable() -> None:
 
 
 def record_files(paths: list[str]) -> list[Path]:
-    """Every ``*.json`` under ``paths`` (files or folders), sorted. Raises :class:`UserInputError` naming a path that
-    does not exist."""
+    """Every ``*.json`` regular file under ``paths`` (files or folders), sorted per folder. Raises
+    :class:`UserInputError` naming a path that is empty, missing, or neither a regular file nor a folder."""
     out = []
     for raw in paths:
         p = Path(raw)
