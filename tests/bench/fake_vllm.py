@@ -13,6 +13,13 @@ between backends). Timing: the first token after ``FAKE_VLLM_TTFT_S``, each furt
 ``FAKE_VLLM_TOKENS_PER_CHUNK`` tokens per SSE chunk (2 with ``--speculative-config``, as accepted drafts arrive).
 Speculative counters: per request ``n - 1`` draft tokens in ``n - 1`` drafts, of which ``(n - 1) // 2`` accepted.
 
+``POST /collective_rpc {"method": "sparse_mla_ran"}`` (only with ``VLLM_SERVER_DEV_MODE=1`` and the worker extension on
+the command line, as vLLM): one worker's ``ran`` block for what was asked -- every attention layer on the requested
+backend (``CUSTOM`` = ``TRITON_MLA_SPARSE``, none = ``FLASH_ATTN_MLA_SPARSE``), capability ``FAKE_VLLM_CAPABILITY``
+(default ``SPARSE_MLA_SIMULATED_CAPABILITY``, else 9.0), our kernels compiled for it, and indexer calls by the Triton
+indexer where ``SPARSE_MLA_TRITON_INDEXER=1`` (else DeepGEMM's); ``FAKE_VLLM_RAN_BACKEND`` overrides the layers'
+backend (a server that ran something else).
+
 Other switches: ``FAKE_VLLM_EXIT=N`` exits with N at once; ``FAKE_VLLM_CHILD=1`` starts a sleeping child process
 (like vLLM's engine core) and prints its pid; ``FAKE_VLLM_IGNORE_TERM=1`` ignores SIGTERM. It prints its argv and
 the indexer switch to stdout, a line to stderr, and the line vLLM logs for the CUSTOM backend.
@@ -101,6 +108,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/collective_rpc" and os.environ.get("VLLM_SERVER_DEV_MODE") == "1" \
+                and "--worker-extension-cls" in ARGS and req.get("method") == "sparse_mla_ran":
+            return self._json(200, {"results": [ran_block()]})
         if self.path != "/v1/completions":
             return self._json(404, {"error": self.path})
         prompt, n = req["prompt"], int(req["max_tokens"])
@@ -138,6 +148,21 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+
+def ran_block():
+    cap = os.environ.get("FAKE_VLLM_CAPABILITY") or os.environ.get("SPARSE_MLA_SIMULATED_CAPABILITY") or "9.0"
+    backend = os.environ.get("FAKE_VLLM_RAN_BACKEND") or {"CUSTOM": "TRITON_MLA_SPARSE",
+                                                           "auto": "FLASH_ATTN_MLA_SPARSE"}.get(BACKEND, BACKEND)
+    ours = backend == "TRITON_MLA_SPARSE"
+    triton = os.environ.get("SPARSE_MLA_TRITON_INDEXER") == "1"
+    sm = "sm" + cap.replace(".", "")
+    targets = {"attention._sparse_mla_fwd_kernel": [sm]} if ours else {}
+    if triton:
+        targets["indexer._prefill_logits_kernel"] = [sm]
+    return {"capability": cap, "triton_targets": targets, "indexer": {"triton": 4 if triton else 0,
+                                                                        "deepgemm": 0 if triton else 4},
+            "attention": {backend: 2}, "indexer_cache": {"DEEPSEEK_V32_INDEXER": 2}}
 
 
 def main():

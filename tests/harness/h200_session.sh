@@ -12,7 +12,11 @@ set -u
 W=/tmp/work
 R=$W/session
 CK=/tmp/ck512
-ALL="checkpoint ran_indexer ran_sm80 ran_graphs records_check sm80_engine fp8_parity indexer_parity gpu_tests cuda_branches whole_suite bench_kernel_fp8 bench_indexer bench_kernel bench_serve"
+CKM=/tmp/ck512mtp
+ALL="checkpoint sim_parity diagnose_local spec_ngram spec_mtp bench_serve records_check ran_graphs whole_suite gpu_tests cuda_branches bench_kernel_fp8 bench_indexer bench_kernel"
+NGRAM='{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+MTP='{"method": "mtp", "num_speculative_tokens": 1}'
+
 
 stage() {
   local name=$1 limit=$2; shift 2
@@ -26,8 +30,27 @@ stage() {
 
 run_stage() {
   local sim="PYTHONPATH=$W/tests/harness/simulate_capability:$PYTHONPATH SPARSE_MLA_SIMULATED_CAPABILITY=8.0"
+  # engines of a parity run under a simulated capability (@M.m run specs) need the harness first on PYTHONPATH
+  local SIMPATH="PYTHONPATH=$W/tests/harness/simulate_capability:$PYTHONPATH"
   case "$1" in
-    checkpoint) stage checkpoint 120 python3 -m sparse_mla make-checkpoint $CK --index-topk 512 --overwrite ;;
+    checkpoint) stage checkpoint 120 python3 -m sparse_mla make-checkpoint $CK --index-topk 512 --overwrite
+                stage checkpoint_mtp 120 python3 -m sparse_mla make-checkpoint $CKM --index-topk 512 --mtp --overwrite ;;
+    # issue 21, item 1: SM80, SM89 and the SM120 plan running their own code (Triton generates it, ptxas assembles it
+    # for sm_90a) with our attention and indexer, against vLLM's own backends at 9.0 and the reference, one record
+    sim_parity) stage sim_parity 600 env "$SIMPATH" python3 -m sparse_mla launch --model $CK --parity --eager-only \
+        --no-serve --prompt-lengths 48,900 --max-tokens 16 --json-out results/h200/launch_h200_simulated.json \
+        --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@12.0,FLASHMLA_SPARSE,FLASH_ATTN_MLA_SPARSE ;;
+    # issue 21, item 7: the diagnosis (--capability local) against vLLM's selection in a real engine, per KV dtype
+    diagnose_local) stage diagnose_local 420 python3 tests/harness/diagnose_vs_engine.py $CK \
+        results/h200/diagnose_vs_engine_h200.json ;;
+    # issue 21, item 4: ngram on repeating prompts, MTP with the drafter on our backend; each against the same backend
+    # without speculation (+no-speculation) and FLASHMLA_SPARSE under the same speculation
+    spec_ngram) stage spec_ngram 360 python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
+        --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$NGRAM" --prompt-lengths 48,900 \
+        --max-tokens 64 --json-out results/h200/launch_h200_ngram.json ;;
+    spec_mtp) stage spec_mtp 360 python3 -m sparse_mla launch --model $CKM --parity --eager-only --no-serve \
+        --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$MTP" --prompt-lengths 48,900 \
+        --max-tokens 64 --json-out results/h200/launch_h200_mtp.json ;;
     sm80_engine) stage sm80_engine 300 env $sim python3 -m sparse_mla launch --model $CK --parity \
         --backends TRITON_MLA_SPARSE --eager-only --no-serve --prompt-lengths 600,900 --max-tokens 16 \
         --json-out results/h200/launch_h200_simulated_sm80.json ;;

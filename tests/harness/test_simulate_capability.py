@@ -53,3 +53,25 @@ def test_platform_reports_the_simulated_capability(value, cap, deep_gemm):
 def test_nothing_patched_without_the_variable():
     got = _run(None)
     assert got["patched"] is None
+
+
+
+@pytest.mark.parametrize("value, arch", [("8.0", "sm80"), ("8.9", "sm89"), ("12.0", "sm120"), (None, None)])
+def test_triton_generates_the_simulated_gpus_code(value, arch):
+    """Under the harness Triton's own knob names the simulated GPU (its TTGIR/LLVM stages follow it; ptxas assembles
+    for the live GPU: tests/kernels/test_generate_for.py compiles every engine kernel that way); without the
+    variable it is unset. An arch the caller set already is kept."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARSE_MLA_SIMULATED_CAPABILITY", "TRITON_OVERRIDE_ARCH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS), str(LIB), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["TRITON_INTERPRET"] = "0"
+    if value is not None:
+        env["SPARSE_MLA_SIMULATED_CAPABILITY"] = value
+    code = ("import json, os, triton; print(json.dumps({'knob': triton.knobs.runtime.override_arch, "
+            "'env': os.environ.get('TRITON_OVERRIDE_ARCH')}))")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"knob": arch, "env": arch}
+    if value is not None:
+        r = subprocess.run([sys.executable, "-c", code], env={**env, "TRITON_OVERRIDE_ARCH": "sm86"},
+                           capture_output=True, text=True, timeout=120)
+        assert json.loads(r.stdout.strip().splitlines()[-1])["knob"] == "sm86"

@@ -196,3 +196,45 @@ def test_kernel_call_refuses_meaningless_switches():
         sparse_mla_attention(q, p, kv, idx, 0.0625, check_indices="no")
     with pytest.raises(UserInputError, match="fp8_scales 'fold' applies to an fp8_ds_mla cache only"):
         sparse_mla_attention(q, p, kv, idx, 0.0625, fp8_scales="fold")
+
+
+def test_planning_limits_are_the_simulated_gpus_where_vllm_names_another(monkeypatch):
+    """On a GPU, the limits are the device's own unless vLLM's capability (the one the kernels are given) names
+    another GPU of DEVICE_LIMITS: a simulated SM120 on an H200 plans with 99 KB and 188 SMs. Each plan is noted for
+    the ran block; on the CPU, the interpreter's stand-in."""
+    from sparse_mla.kernels import occupancy
+
+    own = DeviceLimits(132, 233472, 232448)                       # what an H200 reports (its properties)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(occupancy, "device_limits", lambda device: own if device.type == "cuda" else occupancy.CPU_LIMITS)
+    monkeypatch.setattr(occupancy, "_PLANNED", {})
+    cuda = torch.device("cuda", 0)
+    assert occupancy.planning_limits(cuda, (12, 0)) == DEVICE_LIMITS[(12, 0)]
+    assert occupancy.planning_limits(cuda, (9, 0)) is own and occupancy.planning_limits(cuda) is own
+    assert occupancy.planning_limits(cuda, (8, 7)) is own          # no row for 8.7: the device's numbers
+    assert occupancy.planning_limits(torch.device("cpu"), (8, 0)) is occupancy.CPU_LIMITS
+    got = occupancy.planned_limits()
+    assert got["12.0"] == {"from": "DEVICE_LIMITS[12.0]", "sm_count": 188, "smem_per_block": 101376,
+                           "smem_per_sm": 102400}
+    assert got["9.0"]["from"] == "device" and got["8.7"]["from"] == "device" and got["8.0"]["from"] == "cpu"
+
+
+def test_choose_config_plans_for_vllms_capability(monkeypatch):
+    """The attention launch asks the planner for vLLM's capability (what a simulation sets), tile resources compiled
+    for it, and (fp8_ds_mla, 64 heads) SM80's scale variant, not the device's."""
+    seen = []
+    monkeypatch.setattr(api, "planning_limits", lambda device, cap: seen.append(("limits", cap)) or H200)
+    monkeypatch.setattr(api, "tile_resources", lambda cfg, dtype, cap: seen.append(("tile", cap)) or None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    api._choose_cached.cache_clear()
+    try:
+        cfg = choose_config(128, 64, 2048, torch.bfloat16, torch.device("cuda", 0), kv_cache_dtype="fp8_ds_mla",
+                            capability=(8, 0))
+        assert {c for _, c in seen} == {(8, 0)} and ("limits", (8, 0)) in seen
+        assert cfg.fp8_scales == "fold" and cfg.fp8_hw is False       # SM80's choices on an SM90 device
+        seen.clear()
+        cfg = choose_config(128, 64, 2048, torch.bfloat16, torch.device("cuda", 0), kv_cache_dtype="fp8_ds_mla")
+        assert {c for _, c in seen} == {(9, 0)} and cfg.fp8_scales == "registers"
+    finally:
+        api._choose_cached.cache_clear()

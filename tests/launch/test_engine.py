@@ -485,6 +485,8 @@ def test_parity_run_specs_kv_dtype_and_speculative_config_reach_every_engine(ckp
     monkeypatch.setattr(launch, "_subprocess_offline", _fake_offline(calls))
     monkeypatch.setattr(launch, "reference_first_token", lambda model, prompts: [
         {"argmax": len(p), "logprobs": torch.zeros(4096)} for p in prompts])
+    monkeypatch.setattr(launch, "first_token_criterion", lambda model, prompts, ref, runs, kv: served.update(
+        criterion=(len(prompts), sorted(runs), kv)) or {"failures": []})   # tests/launch/test_first_token.py
     monkeypatch.setattr(launch, "run_serve", lambda model, backend, **kw: served.update(backend=backend, **kw) or {
         "token_ids": [48, 49, 50, 51]})
     monkeypatch.setenv("SPARSE_MLA_TRITON_INDEXER", "1")          # the shell's value must not leak into plain runs
@@ -501,13 +503,16 @@ def test_parity_run_specs_kv_dtype_and_speculative_config_reach_every_engine(ckp
                                              "FLASHMLA_SPARSE"], prompt_lengths=(48, 200), max_tokens=4,
                             out=tmp_path / "rec.json", log_dir=tmp_path / "logs", kv_cache_dtype="fp8_ds_mla",
                             speculative_config=json.dumps(mtp))
-    keys = ["TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE", "TRITON_MLA_SPARSE+eager"]
-    assert list(rec["runs"]) == keys and len(calls) == 4
+    keys = ["TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE", "TRITON_MLA_SPARSE+eager",
+            "TRITON_MLA_SPARSE+no-speculation"]
+    assert list(rec["runs"]) == keys and len(calls) == 5
     for key, c in zip(keys, calls):
         a = c["args"]
         assert a[a.index("--kv-cache-dtype") + 1] == "fp8_ds_mla"
-        assert json.loads(a[a.index("--speculative-config") + 1]) == mtp
-        assert a[a.index("--backend") + 1] == key.removesuffix("+eager")
+        plain = key.endswith("+no-speculation")
+        assert plain is ("--speculative-config" not in a) and rec["runs"][key]["speculative"] is not plain
+        assert plain or json.loads(a[a.index("--speculative-config") + 1]) == mtp
+        assert a[a.index("--backend") + 1] == key.removesuffix("+eager").removesuffix("+no-speculation")
         assert ("--cuda-graphs" in a) == (not key.endswith("+eager"))
         assert c["env"].get("SPARSE_MLA_TRITON_INDEXER") == ("1" if "TRITON_DSA_INDEXER" in key else None)
         assert "+" not in c["log"].name      # log names without '+' (they must survive copying off the GPU host)
@@ -526,6 +531,7 @@ def test_parity_run_specs_kv_dtype_and_speculative_config_reach_every_engine(ckp
     assert all(r["same_first_token"] for rows in rec["reference_first_token"].values() for r in rows)
     assert served["backend"] == "TRITON_MLA_SPARSE" and served["kv_cache_dtype"] == "fp8_ds_mla"
     assert served["speculative_config"] == mtp and rec["serve"]["compared_with"] == "TRITON_MLA_SPARSE+eager"
+    assert served["criterion"] == (2, sorted(keys), "fp8_ds_mla") and rec["first_token_criterion"] == {"failures": []}
     assert json.loads((tmp_path / "rec.json").read_text())["run_specs"] == rec["run_specs"]
 
 
@@ -534,8 +540,13 @@ def test_parity_baseline_without_plain_ours():
         "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"
     assert launch.parity_baseline(("FLASHMLA_SPARSE",)) is None
     assert launch.parity_plan(("FLASHMLA_SPARSE", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"))[-1] == (
-        "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER+eager", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", False)
-    assert launch.parity_plan(("FLASHMLA_SPARSE",), graph=False) == [("FLASHMLA_SPARSE", "FLASHMLA_SPARSE", False)]
+        "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER+eager", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER", False, False)
+    assert launch.parity_plan(("FLASHMLA_SPARSE",), graph=False) == [
+        ("FLASHMLA_SPARSE", "FLASHMLA_SPARSE", False, False)]
+    # with speculation, the baseline once more without it (the greedy tokens speculation must keep)
+    assert launch.parity_plan(("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE"), graph=False, speculative=True) == [
+        ("TRITON_MLA_SPARSE", "TRITON_MLA_SPARSE", False, True), ("FLASHMLA_SPARSE", "FLASHMLA_SPARSE", False, True),
+        ("TRITON_MLA_SPARSE+no-speculation", "TRITON_MLA_SPARSE", False, False)]
 
 
 def test_cli_parity_passes_run_specs_kv_dtype_and_speculative_config(tmp_path, fake_gpu, monkeypatch, capsys):
@@ -566,13 +577,16 @@ def test_serve_command_and_environments(monkeypatch):
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2" and cmd[cmd.index("--max-num-seqs") + 1] == "32"
     assert cmd[cmd.index("--speculative-config") + 1] == '{"method": "mtp"}' and cmd[-1] == "--x"
     assert "--attention-backend" not in launch.serve_command("/m", launch.parse_run_spec("auto"), 1)
-    assert launch.serve_command("/m", launch.parse_run_spec("custom"), 1)[-1] == "CUSTOM"
+    custom = launch.serve_command("/m", launch.parse_run_spec("custom"), 1)
+    assert custom[custom.index("--attention-backend") + 1] == "CUSTOM"
+    assert custom[-2:] == ["--worker-extension-cls", "sparse_mla.vllm_plugin.ran.RanWorkerExtension"]
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", "ERROR")
     monkeypatch.setenv("SPARSE_MLA_TRITON_INDEXER", "1")
     plain = launch.parse_run_spec("FLASHMLA_SPARSE")
     assert "SPARSE_MLA_TRITON_INDEXER" not in launch.spec_env(plain)
     assert launch.server_env(spec)["SPARSE_MLA_TRITON_INDEXER"] == "1"
     assert launch.server_env(plain)["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert launch.server_env(plain)["VLLM_SERVER_DEV_MODE"] == "1"     # /collective_rpc: the ran block
 
 
 def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
@@ -600,6 +614,35 @@ def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
     assert cmd[cmd.index("--attention-backend") + 1] == "CUSTOM" and "--enforce-eager" in cmd
     log = (tmp_path / "s.log").read_text()
     assert "SPARSE_MLA_TRITON_INDEXER='1' VLLM_LOGGING_LEVEL='INFO'" in log
+    # the ran block came from the server's workers (the stand-in answers vLLM's /collective_rpc only in dev mode,
+    # with the worker extension on its command line): what it ran matches the request
+    assert cmd[cmd.index("--worker-extension-cls") + 1] == "sparse_mla.vllm_plugin.ran.RanWorkerExtension"
+    assert rec["ran"]["attention"] == {"TRITON_MLA_SPARSE": 2} and rec["ran"]["capability"] == "12.0"
+    assert rec["ran_contradictions"] == []
+
+
+def test_run_serve_records_what_the_server_ran_against_the_request(tmp_path, fake_gpu, monkeypatch):
+    """A server whose layers ran another backend (the stand-in told so) is a contradiction in the record, and the
+    parity failures name it."""
+    from pathlib import Path
+
+    from sparse_mla.diagnose.probe import load_vllm_extensions
+
+    load_vllm_extensions()   # vLLM's CUDA platform rules (the default indexer) importable without the driver
+
+    fake = Path(__file__).resolve().parents[1] / "bench" / "fake_vllm.py"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+    (bindir / "vllm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_VLLM_RAN_BACKEND", "FLASHMLA_SPARSE")
+    d = _model_dir(tmp_path)
+    rec = launch.run_serve(d, "TRITON_MLA_SPARSE", prompt=[5, 6, 7], max_tokens=2, log_path=tmp_path / "s.log")
+    assert rec["ran"]["attention"] == {"FLASHMLA_SPARSE": 2}
+    assert any(c.startswith("attention: asked TRITON_MLA_SPARSE") for c in rec["ran_contradictions"])
+    failures = launch.parity_failures({"runs": {}, "reference_first_token": [], "serve": rec})
+    assert any(f.startswith("serve: what ran contradicts what was asked: attention") for f in failures)
 
 
 
@@ -703,3 +746,29 @@ def test_parity_failures_name_each_contradiction():
            "reference_first_token": {"A": []}}
     assert launch.parity_failures(rec) == [
         "engine A: what ran contradicts what was asked: capability: asked 8.0, vLLM saw 9.0 in the engine"]
+
+
+def test_parity_failures_name_the_first_token_criterion():
+    """A first token other than the reference's argmax on a decisive prompt fails the run, as does a criterion that
+    could not be evaluated (tests/launch/test_first_token.py computes it)."""
+    base = {"runs": {"A": {}}, "reference_first_token": {"A": []}}
+    line = "first token: A gave 7 for the 48-token prompt, the reference's argmax is 5 with a top-2 gap 0.9 > tolerance 0.1"
+    assert launch.parity_failures({**base, "first_token_criterion": {"failures": [line]}}) == [line]
+    assert launch.parity_failures({**base, "first_token_criterion": {"failures": []}}) == []
+    assert launch.parity_failures({**base, "first_token_criterion": {"error": "OSError: x"}}) == [
+        "first-token criterion: OSError: x"]
+
+
+def test_a_simulated_run_spec_runs_in_its_own_process_only(tmp_path, fake_gpu, monkeypatch, capsys):
+    """`launch --backend X@8.0` in this process would leave vLLM's front end on the real capability: refused before
+    any engine, unless the process itself runs under that simulation; a parity run gives each engine its own process
+    with the variable set."""
+    d = _model_dir(tmp_path)
+    monkeypatch.delenv("SPARSE_MLA_SIMULATED_CAPABILITY", raising=False)
+    assert cli.main(["launch", "--model", str(d), "--backend", "TRITON_MLA_SPARSE@8.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "asks for a simulated capability 8.0 and this process runs with none" in err[0]
+    monkeypatch.setenv("SPARSE_MLA_SIMULATED_CAPABILITY", "8.0")
+    assert launch.check_offline_spec(launch.parse_run_spec("TRITON_MLA_SPARSE@8.0")).capability == "8.0"
+    spec = launch.parse_run_spec("TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9")
+    assert launch.spec_env(spec, {})["SPARSE_MLA_SIMULATED_CAPABILITY"] == "8.9"

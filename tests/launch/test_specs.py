@@ -59,15 +59,30 @@ def test_head_size_comes_from_the_backend_classes():
 ])
 def test_parse_run_spec(text, name, backend, indexer):
     s = specs.parse_run_spec(text)
-    assert (s.name, s.backend, s.indexer) == (name, backend, indexer)
+    assert (s.name, s.backend, s.indexer, s.capability) == (name, backend, indexer, None)
     assert s.env == {"SPARSE_MLA_TRITON_INDEXER": "1" if indexer == "TRITON_DSA_INDEXER" else None}
     assert s.describe() == {"run": name, "backend_requested": backend, "indexer": indexer}
+
+
+@pytest.mark.parametrize("text,name,cap", [
+    ("custom+triton_dsa_indexer@8.0", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0", "8.0"),
+    ("TRITON_MLA_SPARSE @ 12.0 ", "TRITON_MLA_SPARSE@12.0", "12.0"),
+])
+def test_a_simulated_capability_goes_to_the_engines_environment(text, name, cap):
+    s = specs.parse_run_spec(text)
+    assert (s.name, s.capability) == (name, cap)
+    assert s.env["SPARSE_MLA_SIMULATED_CAPABILITY"] == cap            # only the test harness acts on it
+    assert s.describe()["simulated_capability"] == cap and s.describe()["run"] == name
+    assert specs.normalize_backends([text, name]) == (name,)
 
 
 @pytest.mark.parametrize("bad,says", [
     ("FLASHMLA_SPARSE+FAST", "run spec 'FLASHMLA_SPARSE+FAST' is not accepted"),
     ("FLASHMLA_SPARSE+TRITON_DSA_INDEXER+TRITON_DSA_INDEXER", "is not accepted"),
     ("TRITON_MLA+TRITON_DSA_INDEXER", "'TRITON_MLA' is not a CUDA sparse MLA backend"),
+    ("TRITON_MLA_SPARSE@8", "has capability '8'; accepted:"),
+    ("TRITON_MLA_SPARSE@8.0@9.0", "has capability '8.0@9.0'"),
+    ("TRITON_MLA_SPARSE@", "has capability ''"),
     (7, "is not a name"),
 ])
 def test_parse_run_spec_refuses(bad, says):
@@ -111,6 +126,7 @@ def test_simulated_reports_the_variable_only(monkeypatch):
     monkeypatch.setenv(specs.SIMULATED_ENV, "12.0")
     sim = specs.simulated()
     assert sim["capability"] == "12.0" and specs.SIMULATED_ENV in sim["how"] and "simulates nothing" in sim["how"]
+    assert any("SASS" in d for d in sim["differs"]) and any("memory system" in d for d in sim["differs"])
     assert specs.with_simulated({"a": 1}) == {"a": 1, "simulated": sim}
 
 

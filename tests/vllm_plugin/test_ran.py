@@ -38,9 +38,15 @@ CHILD = textwrap.dedent("""
 
     ctx = {"model.layers.0.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE"),
            "model.layers.1.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE"),
-           "model.layers.0.self_attn.indexer.k_cache": layer("DeepseekV32IndexerCache", "DEEPSEEK_V32_INDEXER")}
+           "model.layers.0.self_attn.indexer.k_cache": layer("DeepseekV32IndexerCache", "DEEPSEEK_V32_INDEXER"),
+           "model.layers.2.self_attn.attn": layer("MLAAttention", "FLASHMLA_SPARSE")}
+    # the MTP drafter's layer (vLLM's proposer keeps their names): counted apart from the model's
+    drafter = types.SimpleNamespace(_draft_attn_layer_names={"model.layers.2.self_attn.attn"})
     worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(
-        compilation_config=types.SimpleNamespace(static_forward_context=ctx)))
+        compilation_config=types.SimpleNamespace(static_forward_context=ctx), drafter=drafter))
+    import torch
+    from sparse_mla.kernels.occupancy import planning_limits
+    planning_limits(torch.device("cpu"), (arch // 10, arch % 10))     # a plan made in this process
     print(json.dumps(ran.collect(worker)))
 """)
 
@@ -55,8 +61,12 @@ def test_collect_reads_the_compiled_target_the_calls_and_the_layers_in_its_own_p
     assert got["triton_targets"] == {"indexer_quant._indexer_q_rope_quant_kernel": [f"sm{arch}"]}
     assert got["indexer"] == {"triton": calls, "deepgemm": 0}
     assert got["attention"] == {"TRITON_MLA_SPARSE": 2}
+    assert got["draft_attention"] == {"FLASHMLA_SPARSE": 1}
     assert got["indexer_cache"] == {"DEEPSEEK_V32_INDEXER": 1}
-    assert got["capability"] is None        # vLLM's platform on this machine is not CUDA
+    assert got["capability"] is None and got["device_capability"] is None   # no CUDA platform, no GPU here
+    assert got["triton_binaries"] == [f"sm{arch}"]
+    assert got["launch_plan"] == {f"{arch // 10}.{arch % 10}": {"from": "cpu", "sm_count": 8, "smem_per_block": 232448,
+                                                                "smem_per_sm": 232448}}
 
 
 def test_our_kernels_are_the_packages_triton_kernels():
@@ -85,6 +95,9 @@ def vllm_rules():
 OK = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
       "indexer": {"triton": 0, "deepgemm": 12}, "attention": {"TRITON_MLA_SPARSE": 4}}
 ASK = {"backend_requested": "TRITON_MLA_SPARSE", "indexer": "vllm"}
+SIM80 = {"capability": "8.0", "device_capability": "9.0", "triton_binaries": ["sm90"],
+         "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"], "indexer._prefill_logits_kernel": ["sm80"]},
+         "launch_plan": {"8.0": {"from": "DEVICE_LIMITS[8.0]", "sm_count": 108, "smem_per_block": 166912}}}
 
 
 @pytest.mark.parametrize("asked,changes,expect", [
@@ -104,6 +117,18 @@ ASK = {"backend_requested": "TRITON_MLA_SPARSE", "indexer": "vllm"}
     (ASK, {"capability": "8.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"]}},
      ["indexer: the default asked, which at capability 8.0 is the Triton indexer; the Triton indexer made 0 calls"]),
     ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 5, "deepgemm": 0}}, []),
+    # a simulation that runs the simulated GPU's code: SM80 generated, assembled for the H200, planned as an A100
+    ({**ASK, "capability": "8.0"}, {**SIM80, "indexer": {"triton": 7, "deepgemm": 0}}, []),
+    ({**ASK, "capability": "8.0"}, {**SIM80, "indexer": {"triton": 7, "deepgemm": 0},
+                                    "launch_plan": {"8.0": {"from": "device", "sm_count": 132}}},
+     ["launch_plan: vLLM saw 8.0 on a 9.0 device, and the launch was planned with the device's limits"]),
+    (ASK, {"launch_plan": {"9.0": {"from": "device"}, "12.0": {"from": "DEVICE_LIMITS[12.0]"}}},
+     ["launch_plan: planned for 12.0, vLLM saw 9.0"]),
+    # speculation with a drafter: its layers on the backend asked for them, and apart from the model's
+    ({**ASK, "draft_backend": "TRITON_MLA_SPARSE"}, {"draft_attention": {"TRITON_MLA_SPARSE": 1}}, []),
+    ({**ASK, "draft_backend": "TRITON_MLA_SPARSE"}, {"draft_attention": {"FLASH_ATTN_MLA_SPARSE": 1}},
+     ["draft_attention: asked TRITON_MLA_SPARSE in the drafter's layers"]),
+    ({**ASK, "draft_backend": "TRITON_MLA_SPARSE"}, {}, ["draft_attention: asked TRITON_MLA_SPARSE"]),
 ])
 def test_contradictions(asked, changes, expect, vllm_rules):
     got = ran.contradictions(asked, {**OK, **changes})

@@ -24,12 +24,25 @@ if TYPE_CHECKING:
 SMEM_PER_BLOCK = {cap: lim.smem_per_block for cap, lim in DEVICE_LIMITS.items()}
 
 
+def compile_options(capability: tuple[int, int], generate_for: tuple[int, int] | None = None, **options) -> dict:
+    """Triton compile options for a ``GPUTarget`` of ``capability``: ``options`` plus the architecture Triton
+    generates code for, named explicitly (``"arch": "sm80"``) so that a ``TRITON_OVERRIDE_ARCH`` in the environment
+    never changes what an ahead-of-time compile is for. ``generate_for`` (default ``capability``) other than
+    ``capability``: Triton generates that GPU's code (its TTGIR and LLVM IR: ``mma.sync`` instead of ``wgmma``, no
+    hardware e4m3 below SM89) and ptxas assembles it for ``capability`` -- what a capability simulation runs on the
+    live GPU (``tests/harness/simulate_capability``; Triton 3.6 ``backends/nvidia/compiler.py``: the ttir/ttgir/llir
+    stages use ``options.arch``, the ptx/cubin stages the target)."""
+    major, minor = generate_for or capability
+    return {**options, "arch": f"sm{major * 10 + minor}"}
+
+
 def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
-                DL: int = 512, DR: int = 64):
+                DL: int = 512, DR: int = 64, generate_for: tuple[int, int] | None = None):
     """The attention kernel compiled ahead of time for ``capability`` (no GPU needed: ``triton.compile`` with a
     ``GPUTarget``), specialized as Triton's JIT specializes it at GLM-5 serving shapes: every pointer 16-byte aligned,
     the strides, ``H``, ``topk`` and the split chunk multiples of 16, ``lse``'s unit head stride a constant. Without
     these hints the gathers compile to scalar loads and the numbers (shared memory, registers) are not the launch's.
+    ``generate_for``: the code of that GPU assembled for ``capability`` (:func:`compile_options`).
     Returns Triton's ``CompiledKernel`` (``.metadata.shared``, ``.asm["cubin"]``)."""
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -63,7 +76,32 @@ def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, in
                     attrs=attrs)
     major, minor = capability
     return triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
-                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+                          options=compile_options(capability, generate_for, num_warps=cfg.num_warps,
+                                                  num_stages=cfg.num_stages))
+
+
+def compile_merge_for(capability: tuple[int, int], S: int = 4, DL: int = 512,
+                      generate_for: tuple[int, int] | None = None):
+    """The split-KV merge kernel (:func:`~sparse_mla.kernels.attention._merge_splits_kernel`) compiled ahead of time
+    for ``capability`` as :func:`~sparse_mla.kernels.launcher.launch` launches it (bf16 output, ``S`` splits, 128-wide
+    column blocks, 4 warps); ``generate_for`` as in :func:`compile_options`."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .attention import _merge_splits_kernel as K
+
+    if interpreting():
+        raise RuntimeError("compile_merge_for compiles for a GPU target; unset TRITON_INTERPRET (=0)")
+    ptrs = {"O_part": "*fp32", "Lse_part": "*fp32", "Out": "*bf16", "Lse": "*fp32"}
+    consts = {"DL": DL, "BLOCK_S": triton.next_power_of_2(S), "BLOCK_D": min(DL, 128)}
+    sig = {**ptrs, **{n: "i32" for n in K.arg_names if n not in ptrs and n not in consts},
+           **{n: "constexpr" for n in consts}}
+    attrs = {(K.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
+    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(k),): v for k, v in consts.items()},
+                    attrs=attrs)
+    major, minor = capability
+    return triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
+                          options=compile_options(capability, generate_for, num_warps=4))
 
 
 def kernel_resources(compiled) -> dict:

@@ -37,12 +37,12 @@ import torch
 P_FAIL = 1e-9
 
 _UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11,
-                  torch.bfloat16: 2.0 ** -8}
+                  torch.bfloat16: 2.0 ** -8, torch.float8_e4m3fn: 2.0 ** -4}
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
     """``u = 2^-(p)`` for a ``p``-bit significand (round to nearest): fp64 2^-53, fp32 2^-24, fp16 2^-11,
-    bf16 2^-8. Raises ValueError for other dtypes."""
+    bf16 2^-8, e4m3 2^-4 (normal numbers). Raises ValueError for other dtypes."""
     if dtype not in _UNIT_ROUNDOFF:
         raise ValueError(f"no unit roundoff for {dtype}; accepted: {', '.join(map(str, _UNIT_ROUNDOFF))}")
     return _UNIT_ROUNDOFF[dtype]

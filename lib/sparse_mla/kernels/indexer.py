@@ -64,6 +64,7 @@ from ..capability import as_capability, device_capability
 from ..errors import UserInputError
 from ..machine import interpreting
 from .fp8 import e4m3_to_f32, has_fp8_conversion
+from .occupancy import planning_limits
 
 #: The index head dim the kernels handle (GLM-5 and DeepSeek-V3.2: 128; vLLM's fused q kernel assumes it too).
 HEAD_DIM = 128
@@ -227,16 +228,19 @@ class IndexerConfig:
     hw: bool
 
 
-_SM_COUNT: dict[int, int] = {}
+_SM_COUNT: dict[tuple, int] = {}
 
 
-def _sm_count(device: torch.device) -> int:
+def _sm_count(device: torch.device, capability: tuple[int, int] | None = None) -> int:
+    """SMs of the GPU the launch is planned for (:func:`~sparse_mla.kernels.occupancy.planning_limits`: the device's,
+    or the simulated GPU's where vLLM's capability names another); 8 on the CPU."""
     if device.type != "cuda":
         return 8
     idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
+    key = (idx, None if capability is None else tuple(capability))
+    if key not in _SM_COUNT:
+        _SM_COUNT[key] = planning_limits(torch.device("cuda", idx), capability).sm_count
+    return _SM_COUNT[key]
 
 
 def _block_h(H: int) -> int:
@@ -255,7 +259,7 @@ def prefill_config(M: int, N: int, H: int, device: torch.device, capability: tup
     bn = block_n or (128 if dot == "fp8" else 64)
     row_blocks = triton.cdiv(max(M, 1), bm)
     if splits is None:
-        splits = max(1, min(triton.cdiv(2 * _sm_count(device), row_blocks), triton.cdiv(max(N, 1), bn)))
+        splits = max(1, min(triton.cdiv(2 * _sm_count(device, capability), row_blocks), triton.cdiv(max(N, 1), bn)))
     return IndexerConfig(bm, bh, bn, splits, num_warps or 8, num_stages or (3 if dot == "fp8" else 2), dot, hw)
 
 
@@ -271,7 +275,7 @@ def paged_config(B: int, next_n: int, H: int, block_size: int, max_model_len: in
     groups = triton.cdiv(next_n, bnn)
     if splits is None:
         max_blocks = triton.cdiv(max(max_model_len, 1), block_size)
-        splits = max(1, min(triton.cdiv(4 * _sm_count(device), max(B, 1) * groups), max_blocks))
+        splits = max(1, min(triton.cdiv(4 * _sm_count(device, capability), max(B, 1) * groups), max_blocks))
     rows = bnn * bh
     return IndexerConfig(bnn, bh, block_size, splits, num_warps or (8 if rows >= 256 else 4),
                          num_stages or 3, dot, hw)

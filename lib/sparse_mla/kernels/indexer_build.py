@@ -24,6 +24,7 @@ import torch
 import triton
 
 from ..machine import interpreting
+from .aot import compile_options
 from .indexer import (HEAD_DIM, IndexerConfig, _paged_logits_kernel, _prefill_logits_kernel,
                       paged_config, prefill_config)
 from .indexer_quant import _indexer_q_rope_quant_kernel
@@ -36,10 +37,12 @@ CASES = (("prefill", 32, 1), ("prefill", 64, 1), ("paged", 32, 1), ("paged", 64,
 
 
 def compile_for(kernel: str, capability: tuple[int, int], cfg: IndexerConfig | None = None, *, D: int = HEAD_DIM,
-                ctx_2d: bool = True, ints: dict[str, int] | None = None, hw: bool | None = None):
+                ctx_2d: bool = True, ints: dict[str, int] | None = None, hw: bool | None = None,
+                generate_for: tuple[int, int] | None = None):
     """Compile ``"prefill"``, ``"paged"`` (logits, launch ``cfg``) or ``"q_quant"`` (``hw``: hardware fp8 stores,
-    default from the capability) for ``capability``. ``ints`` overrides the integer arguments' example values
-    (GLM-5-like strides, odd sizes) that decide the divisibility hints. Returns Triton's compiled kernel:
+    default from the capability generated for) for ``capability``. ``ints`` overrides the integer arguments' example
+    values (GLM-5-like strides, odd sizes) that decide the divisibility hints. ``generate_for``: that GPU's code
+    assembled for ``capability`` (:func:`sparse_mla.kernels.aot.compile_options`). Returns Triton's compiled kernel:
     ``.metadata.shared`` (bytes), ``.asm["ptx"]``, ``.asm["ttgir"]``, ``.asm["cubin"]``."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -55,7 +58,7 @@ def compile_for(kernel: str, capability: tuple[int, int], cfg: IndexerConfig | N
                 "weights_out": "*fp32"}
         floats = {"softmax_scale": "fp32", "head_scale": "fp32"}
         consts = dict(fp8_min=-E4M3_MAX, fp8_max=E4M3_MAX, is_neox=False,
-                      HW=has_fp8_conversion(capability) if hw is None else hw, SOFT_BF16=False)
+                      HW=has_fp8_conversion(generate_for or capability) if hw is None else hw, SOFT_BF16=False)
         values = dict(q_s0=32 * 128, q_s1=128, cos_sin_s0=64, q_fp8_s0=32 * 128, q_fp8_s1=128, weights_s0=32,
                       weights_s1=1, weights_out_s0=32, weights_out_s1=1)
         options = {"num_warps": 1}
@@ -96,7 +99,8 @@ def compile_for(kernel: str, capability: tuple[int, int], cfg: IndexerConfig | N
     src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(n),): v for n, v in consts.items()},
                     attrs=attrs)
     major, minor = capability
-    return triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32), options=options)
+    return triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
+                          options=compile_options(capability, generate_for, **options))
 
 
 def resource_usage(compiled) -> dict | None:

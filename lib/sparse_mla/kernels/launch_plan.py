@@ -19,7 +19,7 @@ from ..layouts import CACHE_LAYOUTS, check_kv_cache_dtype
 from ..machine import interpreting
 from . import aot
 from .fp8 import has_fp8_conversion
-from .occupancy import DEVICE_LIMITS, DeviceLimits, device_limits, plan_launch, programs_per_sm
+from .occupancy import DEVICE_LIMITS, DeviceLimits, plan_launch, planning_limits, programs_per_sm
 
 #: The float dtypes the kernel computes in (q, the bf16-layout cache, the dots).
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -76,11 +76,21 @@ def operands_from_shared_memory(device: torch.device, capability=None) -> bool:
     """True on GPUs whose large-tile tensor-core dots read both operands from shared memory (Hopper wgmma, SM90;
     datacenter Blackwell tcgen05, SM100): there the fp8 "fold" variant's advantage (codes converted in dot-operand
     registers from one uint8 copy) does not exist, and the 64-head fp8 tile compiles without spills as "registers"
-    (AOT sm_90: 189696 bytes, 255 registers, no stack; "fold" spills 328 bytes)."""
-    cap = None if capability is None else as_capability(capability)
-    if device.type == "cuda":
-        cap = torch.cuda.get_device_capability(device)
+    (AOT sm_90: 189696 bytes, 255 registers, no stack; "fold" spills 328 bytes). ``capability`` (vLLM's) is the GPU
+    planned for (:func:`planned_capability`)."""
+    cap = planned_capability(device, capability)
     return cap is not None and cap[0] in (9, 10)
+
+
+def planned_capability(device: torch.device, capability=None) -> tuple[int, int] | None:
+    """The GPU a launch is planned for: ``capability`` (vLLM's ``current_platform.get_device_capability()``, which a
+    capability simulation sets) where given, else the device's own; None on the CPU without one."""
+    if capability is not None:
+        return as_capability(capability)
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return int(major), int(minor)
+    return None
 
 
 #: Tiles the planner considers, per cache format, in preference order (``block_h, block_n, num_warps``).
@@ -115,8 +125,9 @@ def choose_config(T: int, H: int, topk: int, dtype: torch.dtype, device: torch.d
                   limits: DeviceLimits | None = None) -> LaunchConfig:
     """Pick a launch configuration from shapes only (never from data: CUDA-graph safe).
 
-    :func:`plan_launch` over :data:`PLAN_TILES` with this GPU's numbers -- its SM count and limits
-    (:func:`device_limits`, or ``limits``) and each tile's shared memory and registers compiled for it
+    :func:`plan_launch` over :data:`PLAN_TILES` with the numbers of the GPU planned for (``capability``, vLLM's, else
+    the device's: :func:`planned_capability`) -- its SM count and limits (:func:`~sparse_mla.kernels.occupancy.
+    planning_limits`, or ``limits``) and each tile's shared memory and registers compiled for it
     (:func:`tile_resources`); the same code plans for a GPU it never ran on from an ahead-of-time compile
     (:func:`planned_launches`).
 
@@ -174,8 +185,8 @@ def _choose_uncached(T, H, topk, dtype, device, block_h, block_n, block_dv, num_
         S = max(1, min(S, triton.cdiv(topk, bn)))
         return LaunchConfig(bh, bn, block_dv or 512, S, nw, num_stages or 2, dot_dtype, kv_cache_dtype, fp8_hw, scales)
 
-    lim = limits or device_limits(device)
-    cap = torch.cuda.get_device_capability(device) if device.type == "cuda" else (None if capability is None else as_capability(capability))
+    cap = planned_capability(device, capability)
+    lim = limits or planning_limits(device, cap)
     tiles = []
     for bh, bn, nw in PLAN_TILES[kv_cache_dtype]:
         if bh > max(16, triton.next_power_of_2(H)):

@@ -49,6 +49,39 @@ def device_limits(device: torch.device) -> DeviceLimits:
                         known.max_blocks_per_sm if known else 16)
 
 
+#: The limits each plan of this process was made with, by the capability it planned for (:func:`planning_limits`):
+#: what the ``ran`` block reports (``sparse_mla.vllm_plugin.ran``).
+_PLANNED: dict[str, dict] = {}
+
+
+def planning_limits(device: torch.device, capability=None) -> DeviceLimits:
+    """The limits a launch on ``device`` is planned with: the device's own (:func:`device_limits`), unless
+    ``capability`` -- vLLM's ``current_platform.get_device_capability()``, which the kernels are given -- names
+    another GPU with a row in :data:`DEVICE_LIMITS`: then that GPU's numbers (a capability simulation,
+    ``tests/harness/simulate_capability``, plans as on the simulated GPU: SM120's 99 KB and 188 SMs on an H200). On a
+    real GPU the two agree. Each answer is noted for :func:`planned_limits`."""
+    own = None
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        own = (int(major), int(minor))
+    cap = own if capability is None else (int(capability[0]), int(capability[1]))
+    if device.type == "cuda" and cap != own and cap in DEVICE_LIMITS:
+        lim, source = DEVICE_LIMITS[cap], f"DEVICE_LIMITS[{cap[0]}.{cap[1]}]"
+    else:
+        lim, source = device_limits(device), "device" if device.type == "cuda" else "cpu"
+    if cap is not None:
+        _PLANNED[f"{cap[0]}.{cap[1]}"] = {"from": source, "sm_count": lim.sm_count,
+                                          "smem_per_block": lim.smem_per_block, "smem_per_sm": lim.smem_per_sm}
+    return lim
+
+
+def planned_limits() -> dict[str, dict]:
+    """``{"M.m": {"from", "sm_count", "smem_per_block", "smem_per_sm"}}``: the limits this process planned launches
+    with, per capability planned for; ``from`` is ``"device"`` (the GPU's own properties), ``"DEVICE_LIMITS[M.m]"``
+    (another GPU's numbers: a simulated capability) or ``"cpu"`` (the interpreter's stand-in)."""
+    return {k: dict(v) for k, v in _PLANNED.items()}
+
+
 def programs_per_sm(resources: dict | None, num_warps: int, lim: DeviceLimits) -> int:
     """Programs of one compiled kernel resident on an SM at once: the least of what its shared memory (plus the
     per-block reservation), its registers (allocated per warp in units of 256) and its threads allow, and the

@@ -35,14 +35,15 @@ from pathlib import Path
 
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, expand_path, writable_file
-from .server import HOST, backend_log_lines, free_port, served
+from .first_token import first_token_criterion
+from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_port, served
 from ..vllm_plugin.indexer import COUNT_ENV
-from ..vllm_plugin.ran import collect, contradictions, layer_backends
+from ..vllm_plugin.ran import RAN_METHOD, SERVE_ENV, SERVE_OPTIONS, collect, contradictions, layer_backends
 from ..layouts import ENGINE_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, check_kv_cache_dtype
 from ..models import check_config, known_model_type, text_config
 from .specs import (MTP_EXAMPLE, OURS, PEERS, TRITON_INDEXER, RunSpec, attention_config,
-                    check_speculative_config, normalize_backends, parse_run_spec, patched_environ, simulated,
-                    with_simulated)
+                    check_speculative_config, drafter_backend, normalize_backends, parse_run_spec, patched_environ,
+                    simulated, with_drafter_backend, with_simulated)
 
 SERVED_NAME = "glm5"
 
@@ -175,6 +176,20 @@ def prompt_ids(model_dir: Path, lengths: list[int], seed: int = 0) -> list[list[
     return out
 
 
+def check_offline_spec(spec: RunSpec) -> RunSpec:
+    """``spec`` for an engine started in this process: one with a simulated capability (``@M.m``) only where this
+    process runs under that simulation already (vLLM's front end, which runs here, decides with the capability too).
+    Raises :class:`UserInputError` naming the run spec otherwise."""
+    here = (simulated() or {}).get("capability")
+    if spec.capability and spec.capability != here:
+        raise UserInputError(f"run spec {spec.name!r} asks for a simulated capability {spec.capability} and this "
+                             f"process runs with {here or 'none'}: vLLM's front end decides with it too; accepted: "
+                             f"the run spec in a parity run (--parity --backends {spec.name}, each engine in its own "
+                             f"process), or SPARSE_MLA_SIMULATED_CAPABILITY={spec.capability} for the whole command "
+                             f"(tests/harness/simulate_capability)")
+    return spec
+
+
 def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: str = "auto", tp: int = 1,
                 prompts: list[list[int]] | None = None, max_tokens: int = 32, logprobs: int = 20,
                 enforce_eager: bool = True, max_model_len: int = 4096, gpu_memory_utilization: float = 0.35,
@@ -184,12 +199,14 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
 
     ``throughput`` = ``{"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}`` runs a decode-heavy batch and reports
     generated tokens/s (wall clock around one ``LLM.generate`` call after a warm-up batch; the prompts' prefill is
-    inside the timed call). ``speculative_config`` goes to ``LLM(speculative_config=...)`` unchanged.
+    inside the timed call). ``speculative_config`` goes to ``LLM(speculative_config=...)``, with an MTP drafter put on
+    the run's backend (:func:`~sparse_mla.launch.specs.with_drafter_backend`); the record's ``ran`` then carries the
+    engine's speculative counters (:func:`speculative_counts`).
     """
     require_gpu()
     model = check_model_dir(model)
     tp = check_tp(model, tp)
-    spec = parse_run_spec(backend)
+    spec = check_offline_spec(parse_run_spec(backend))
     speculative_config = check_speculative_config(speculative_config, model)
     kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
     # layer_backends and collect travel to the workers by pickle (LLM.collective_rpc with a function)
@@ -207,8 +224,9 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     ac = attention_config(spec.backend)
     if ac:
         kw["attention_config"] = ac
-    if speculative_config:
-        kw["speculative_config"] = speculative_config
+    speculative_config = with_drafter_backend(spec, speculative_config)
+    if speculative_config:   # and its counters, which vLLM keeps only with stats logging on
+        kw.update(speculative_config=speculative_config, disable_log_stats=False)
     # the engine's processes inherit the indexer switch, and the DeepGEMM call counter, when they start
     with patched_environ({**spec.env, COUNT_ENV: "1"}):
         t0 = time.time()
@@ -243,14 +261,44 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         gen_tokens = sum(len(r.outputs[0].token_ids) for r in res)
         rec["throughput"] = {**throughput, "seconds": round(dt, 3), "generated_tokens": gen_tokens,
                              "output_tokens_per_s": round(gen_tokens / dt, 1)}
-    ranks = llm.collective_rpc(collect)   # read in every worker, after all generation
+    rec.update(_ran_fields(llm, spec, speculative_config))
     del llm
-    rec["ran"] = ranks[0]
-    if len(ranks) > 1:
-        rec["ran_per_rank"] = ranks
-    asked = {**spec.describe(), "capability": (simulated() or {}).get("capability")}
-    rec["ran_contradictions"] = sorted({c for r in ranks for c in contradictions(asked, r)})
     return with_simulated(rec)
+
+
+def _ran_fields(llm, spec: RunSpec, speculative_config: dict | None) -> dict:
+    """``ran`` (rank 0's block, read in every worker after all generation, plus the engine's speculative counters
+    where it speculated), ``ran_per_rank`` where there are more ranks, and ``ran_contradictions`` against ``spec``
+    (its simulated capability, the drafter's backend, the speculation asked for)."""
+    ranks = llm.collective_rpc(collect)
+    if speculative_config:
+        ranks[0]["speculative"] = speculative_counts(llm.get_metrics())
+    out = {"ran": ranks[0], **({"ran_per_rank": ranks} if len(ranks) > 1 else {})}
+    asked = {**spec.describe(), "capability": spec.capability or (simulated() or {}).get("capability"),
+             "draft_backend": drafter_backend(spec, speculative_config),
+             "speculative": (speculative_config or {}).get("method")}
+    out["ran_contradictions"] = sorted({c for r in ranks for c in contradictions(asked, r)})
+    return out
+
+
+#: vLLM 0.26's speculative-decoding counters (``v1/spec_decode/metrics.py``), by the names ``LLM.get_metrics()``
+#: gives them (``v1/metrics/reader.py``).
+SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
+
+
+def speculative_counts(metrics) -> dict:
+    """``{"drafts", "draft_tokens", "accepted_tokens", "acceptance_rate"}`` summed over engines from vLLM's metrics
+    snapshot (``LLM.get_metrics()``: ``Counter`` objects with ``name`` and ``value``); the acceptance rate is vLLM's
+    definition (accepted / draft tokens; ``None`` without drafts)."""
+    names = {v: k for k, v in SPEC_COUNTERS.items()}
+    out = {k: 0 for k in SPEC_COUNTERS}
+    for m in metrics:
+        key = names.get(str(getattr(m, "name", "")).removesuffix("_total"))
+        if key is not None and isinstance(getattr(m, "value", None), (int, float)):
+            out[key] += int(m.value)
+    out["acceptance_rate"] = out["accepted_tokens"] / out["draft_tokens"] if out["draft_tokens"] else None
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ vllm serve
@@ -259,7 +307,9 @@ def serve_command(model: str | os.PathLike, spec: RunSpec, port: int, *, kv_cach
                   gpu_memory_utilization: float = 0.35, max_num_seqs: int | None = None,
                   speculative_config: dict | None = None, extra: tuple[str, ...] = ()) -> list[str]:
     """The ``vllm serve`` command line for a run spec: loopback only, model served as ``glm5``, seed 0, the
-    backend through ``--attention-backend`` (``CUSTOM`` for ours), ``--speculative-config`` as JSON."""
+    backend through ``--attention-backend`` (``CUSTOM`` for ours), ``--speculative-config`` as JSON (an MTP drafter on
+    the run's backend: :func:`~sparse_mla.launch.specs.with_drafter_backend`), and the worker extension that answers
+    the ``ran`` block (:data:`sparse_mla.vllm_plugin.ran.SERVE_OPTIONS`)."""
     cmd = ["vllm", "serve", str(model), "--host", HOST, "--port", str(port), "--served-model-name", SERVED_NAME,
            "--max-model-len", str(max_model_len), "--gpu-memory-utilization", str(gpu_memory_utilization),
            "--seed", "0", "--kv-cache-dtype", kv_cache_dtype, "--tensor-parallel-size", str(tp)]
@@ -267,8 +317,9 @@ def serve_command(model: str | os.PathLike, spec: RunSpec, port: int, *, kv_cach
     cmd += ["--max-num-seqs", str(max_num_seqs)] if max_num_seqs else []
     ac = attention_config(spec.backend)
     cmd += ["--attention-backend", ac["backend"]] if ac else []
+    speculative_config = with_drafter_backend(spec, speculative_config)
     cmd += ["--speculative-config", json.dumps(speculative_config)] if speculative_config else []
-    return cmd + list(extra)
+    return cmd + list(SERVE_OPTIONS) + list(extra)
 
 
 def spec_env(spec: RunSpec, base: dict | None = None) -> dict[str, str]:
@@ -280,9 +331,30 @@ def spec_env(spec: RunSpec, base: dict | None = None) -> dict[str, str]:
 
 
 def server_env(spec: RunSpec, base: dict | None = None) -> dict[str, str]:
-    """:func:`spec_env` plus INFO logging: the server's log is where it names its attention backend (a notebook may
-    have set ``VLLM_LOGGING_LEVEL=ERROR`` for its own cells, and the server would inherit it)."""
-    return {**spec_env(spec, base), "VLLM_LOGGING_LEVEL": "INFO"}
+    """:func:`spec_env` plus INFO logging (the server's log is where it names its attention backend; a notebook may
+    have set ``VLLM_LOGGING_LEVEL=ERROR`` for its own cells, and the server would inherit it), the DeepGEMM call
+    counter and vLLM's development API through which the workers answer the ``ran`` block
+    (:data:`sparse_mla.vllm_plugin.ran.SERVE_ENV`)."""
+    return {**spec_env(spec, base), "VLLM_LOGGING_LEVEL": "INFO", COUNT_ENV: "1", **SERVE_ENV}
+
+
+def served_ran(base_url: str, spec: RunSpec, speculative_config: dict | None = None) -> dict:
+    """The ``ran`` fields of a served engine, read in its workers (:func:`sparse_mla.launch.server.collective_rpc`
+    of :data:`~sparse_mla.vllm_plugin.ran.RAN_METHOD`): ``ran`` (rank 0), ``ran_per_rank`` where there are more,
+    ``ran_contradictions`` against ``spec`` (a simulated capability, an MTP drafter's backend for
+    ``speculative_config``); a server that cannot answer gives
+    ``ran_error`` and the contradiction that nothing was read."""
+    try:
+        ranks = collective_rpc(base_url, RAN_METHOD)
+    except ServerError as e:
+        return {"ran_error": str(e), "ran_contradictions": ["no ran block: nothing was read inside the engine"]}
+    asked = {**spec.describe(), "capability": spec.capability or (simulated() or {}).get("capability"),
+             "draft_backend": drafter_backend(spec, speculative_config)}
+    out = {"ran": ranks[0] if ranks else None,
+           "ran_contradictions": sorted({c for r in (ranks or [None]) for c in contradictions(asked, r)})}
+    if len(ranks) > 1:
+        out["ran_per_rank"] = ranks
+    return out
 
 
 def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] | None = None, max_tokens: int = 16,
@@ -314,12 +386,13 @@ def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] |
                                                               "ignore_eos": True})
         ch = r.choices[0]
         toks = [int(t.split(":", 1)[1]) for t in ch.logprobs.tokens]
+        ran = served_ran(srv.base_url, spec, speculative_config)
     lines = backend_log_lines(log_path)
     return with_simulated({**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "tp": tp,
                             "speculative_config": speculative_config, "command": cmd, "server_up_s": srv.up_s,
                             "token_ids": toks, "logprobs": list(ch.logprobs.token_logprobs),
                             "backend_log_lines": lines,
-                            "custom_backend_selected": any("CUSTOM" in ln for ln in lines)})
+                            "custom_backend_selected": any("CUSTOM" in ln for ln in lines), **ran})
 
 
 def reference_first_token(model: str | os.PathLike, prompts: list[list[int]], device: str = "cuda") -> list[dict]:
@@ -375,12 +448,16 @@ def _subprocess_offline(args: list[str], out_json: Path, log: Path, env: dict | 
     return json.loads(out_json.read_text())
 
 
-def parity_plan(specs: tuple[str, ...], graph: bool = True) -> list[tuple[str, str, bool]]:
-    """``(record key, run spec, CUDA graphs)`` per engine of a parity run: every run spec in vLLM's default serving
-    mode (CUDA graphs when ``graph``), plus the baseline (:func:`parity_baseline`) once more in eager mode."""
-    plan = [(s, s, graph) for s in specs]
+def parity_plan(specs: tuple[str, ...], graph: bool = True,
+                speculative: bool = False) -> list[tuple[str, str, bool, bool]]:
+    """``(record key, run spec, CUDA graphs, speculative)`` per engine of a parity run: every run spec in vLLM's
+    default serving mode (CUDA graphs when ``graph``; with the run's speculation where ``speculative``), plus the
+    baseline (:func:`parity_baseline`) once more in eager mode and, where the run speculates, once more without
+    speculation (``+no-speculation``: the greedy tokens speculation must not change)."""
+    plan = [(s, s, graph, speculative) for s in specs]
     base = parity_baseline(specs)
-    return plan + ([(f"{base}+eager", base, False)] if graph and base else [])
+    plan += [(f"{base}+eager", base, False, speculative)] if graph and base else []
+    return plan + ([(f"{base}+no-speculation", base, graph, False)] if speculative and base else [])
 
 
 def parity_baseline(specs) -> str | None:
@@ -419,15 +496,16 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     throughput = throughput or DEFAULT_THROUGHPUT
     lens = ",".join(map(str, prompt_lengths))
     runs = {}
-    for key, name, g in parity_plan(backends, graph):
+    for key, name, g, speculates in parity_plan(backends, graph, bool(speculative_config)):
         spec = parse_run_spec(name)
         args = ["--model", str(model), "--backend", name, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
                 "--throughput", json.dumps(throughput), "--tp", str(tp), "--kv-cache-dtype", kv_cache_dtype]
         args += ["--cuda-graphs"] if g else []
-        args += ["--speculative-config", json.dumps(speculative_config)] if speculative_config else []
+        args += ["--speculative-config", json.dumps(speculative_config)] if speculates else []
         file = key.replace("+", "_")
         res = _subprocess_offline(args, log_dir / f"{file}.json", log_dir / f"{file}.log", spec_env(spec))
-        runs[key] = {**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g, **res}
+        runs[key] = {**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g,
+                     "speculative": speculates, **res}
     prompts = prompt_ids(model, list(prompt_lengths))
     from ..records import environment
 
@@ -451,7 +529,12 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
             ref = reference_first_token(model, prompts)
             rec["reference_first_token"] = {k: compare_reference(v, ref) for k, v in ok.items()}
         except Exception as e:  # noqa: BLE001
-            rec["reference_first_token"] = {"error": f"{type(e).__name__}: {e}"}
+            ref, rec["reference_first_token"] = None, {"error": f"{type(e).__name__}: {e}"}
+        if ref is not None:
+            try:
+                rec["first_token_criterion"] = first_token_criterion(model, prompts, ref, ok, kv_cache_dtype)
+            except Exception as e:  # noqa: BLE001
+                rec["first_token_criterion"] = {"error": f"{type(e).__name__}: {e}"}
     rec["throughput_tokens_per_s"] = {k: v.get("throughput", {}).get("output_tokens_per_s") for k, v in ok.items()}
     if serve and base:
         try:
@@ -476,16 +559,23 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
 def parity_failures(rec: dict) -> list[str]:
     """What makes a parity run a failed run, one line each, written into its record: an engine that did not start or
     died, an engine whose ``ran`` block contradicts its run spec (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
-    no reference comparison, a served engine that failed. (The parity criterion itself, first tokens against
-    the reference's argmax where its top-2 gap exceeds the tolerance, is the evidence issue's next step.)"""
+    no reference comparison, the parity criterion (:mod:`sparse_mla.launch.first_token`: a first token other than
+    the reference's argmax where the reference's top-2 gap exceeds the tolerance) failed or not evaluated, a served
+    engine that failed or whose ``ran`` contradicts its request."""
     failures = [f"engine {k}: {v['error']}" for k, v in rec.get("runs", {}).items() if "error" in v]
     failures += [f"engine {k}: what ran contradicts what was asked: {c}" for k, v in rec.get("runs", {}).items()
                  for c in v.get("ran_contradictions", [])]
     ref = rec.get("reference_first_token")
     if ref is None or (isinstance(ref, dict) and "error" in ref):
         failures.append("reference comparison: " + (ref or {}).get("error", "not made (no engine ran)"))
+    crit = rec.get("first_token_criterion")
+    if isinstance(crit, dict) and "error" in crit:
+        failures.append(f"first-token criterion: {crit['error']}")
+    failures += list((crit or {}).get("failures", [])) if isinstance(crit, dict) else []
     if isinstance(rec.get("serve"), dict) and "error" in rec["serve"]:
         failures.append(f"serve: {rec['serve']['error']}")
+    failures += [f"serve: what ran contradicts what was asked: {c}" for c in
+                 (rec.get("serve") or {}).get("ran_contradictions", [])]
     return failures
 
 
@@ -547,7 +637,9 @@ def _cli(args) -> int:
     except UserInputError as e:
         raise UserInputError(f"{e} (--prompt-lengths, --max-tokens, --throughput)") from None
     args.kv_cache_dtype = check_kv_cache_dtype(args.kv_cache_dtype)
-    parse_run_spec(args.backend)   # unknown names fail here, before an engine starts
+    spec = parse_run_spec(args.backend)   # unknown names fail here, before an engine starts
+    if not args.parity and not args.serve:
+        check_offline_spec(spec)
     tp = check_tp(model, args.tp)
     if args.backends is not None and not args.parity:
         raise UserInputError(f"--backends {args.backends!r} takes effect with --parity only; accepted: --parity "

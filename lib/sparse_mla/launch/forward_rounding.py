@@ -25,6 +25,13 @@ Two independent float32 implementations differ by two such errors, so the limit 
 tail for all logits together at :data:`~sparse_mla.kernels.error_bounds.P_FAIL` (``2 N exp(-lam^2 / 2)``). The
 spread is estimated from ``samples`` runs (16 by default: the estimate is below half the true spread with
 probability about 2e-3 per logit, which then still leaves ``lam / 2`` standard deviations).
+
+Another implementation's arithmetic (:class:`Arithmetic`) changes the sizes, not the model: vLLM running a bf16
+checkpoint (:data:`VLLM_BF16`) accumulates its dots in float32 but stores every activation in bf16 (``u = 2^-8`` on
+each stored output, the KV cache included), and its DSA indexer quantizes q and k to fp8 e4m3 before the logits
+(``u = 2^-4`` per element; a Hadamard rotation before it in vLLM changes no size), which moves its top-k selection
+near ties -- a sample of this model does that too. :func:`first_token_gap` applies it to the one question a parity
+run asks: how far the gap between the reference's two most likely first tokens may move.
 """
 from __future__ import annotations
 
@@ -37,15 +44,52 @@ from ..kernels.error_bounds import P_FAIL, unit_roundoff
 from ..kernels.reference import gather_rows_ref
 from .glm5_reference import Glm5Reference
 
-_VAR = unit_roundoff(torch.float32) ** 2 / 3.0  # variance of one float32 rounding, relative
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """The roundings of one implementation, as unit roundoffs: ``acc`` of its dot products' partial sums, ``store`` of
+    every stored activation (a dot's output, a norm's, the latent cache), ``indexer`` of the DSA indexer's q and k
+    before the indexer logits (``None``: not quantized)."""
+
+    acc: float
+    store: float
+    indexer: float | None = None
+    cache: float | None = None       # the latent cache's 512 values, where stored coarser than ``store`` (fp8_ds_mla)
+
+    @property
+    def var_acc(self) -> float:
+        return self.acc ** 2 / 3.0
+
+    @property
+    def var_store(self) -> float:
+        return self.store ** 2 / 3.0
+
+
+#: Two float32 implementations (the reference, a float32 kernel).
+FLOAT32 = Arithmetic(unit_roundoff(torch.float32), unit_roundoff(torch.float32))
+#: vLLM on a bf16 checkpoint: float32 accumulation, bf16 activations and cache, fp8 e4m3 indexer q and k.
+VLLM_BF16 = Arithmetic(unit_roundoff(torch.float32), unit_roundoff(torch.bfloat16),
+                       unit_roundoff(torch.float8_e4m3fn))
+
+
+def engine_arithmetic(dtype: str = "bfloat16", kv_cache_dtype: str = "auto") -> Arithmetic:
+    """vLLM's arithmetic for a checkpoint of ``dtype`` (``"bfloat16"``, ``"float16"``, ``"float32"``) and a KV cache
+    of ``kv_cache_dtype`` (``fp8_ds_mla``, ``fp8``, ``fp8_e4m3``: the latent values stored in e4m3 with a scale per
+    128; anything else in the model dtype): :data:`VLLM_BF16` with that store and cache."""
+    store = unit_roundoff({"float16": torch.float16, "float32": torch.float32}.get(str(dtype), torch.bfloat16))
+    fp8 = kv_cache_dtype in ("fp8_ds_mla", "fp8", "fp8_e4m3")
+    return Arithmetic(unit_roundoff(torch.float32), store, unit_roundoff(torch.float8_e4m3fn),
+                      unit_roundoff(torch.float8_e4m3fn) if fp8 else None)
 
 
 class _RoundedForward(Glm5Reference):
-    """The float64 reference with a float32-sized random error at every rounding of the model above."""
+    """The float64 reference with a random error of ``arithmetic``'s size at every rounding of the model above."""
 
-    def __init__(self, config: dict, state_dict: dict[str, torch.Tensor]):
-        super().__init__(config, state_dict, dtype=torch.float64, attention_fn=self._attention)
+    def __init__(self, config: dict, state_dict: dict[str, torch.Tensor], arithmetic: Arithmetic = FLOAT32,
+                 device: str | torch.device = "cpu"):
+        super().__init__(config, state_dict, dtype=torch.float64, device=device, attention_fn=self._attention)
         self.generator = torch.Generator().manual_seed(0)
+        self.arithmetic = arithmetic
 
     def _err(self, y: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
         noise = torch.randn(y.shape, generator=self.generator, dtype=y.dtype)
@@ -53,7 +97,16 @@ class _RoundedForward(Glm5Reference):
 
     def _dot(self, y: torch.Tensor, n: int, squares: torch.Tensor) -> torch.Tensor:
         """``y`` = a dot of ``n`` terms whose squares sum to ``squares``."""
-        return self._err(y, _VAR * (n * squares + y * y))
+        a = self.arithmetic
+        return self._err(y, a.var_acc * n * squares + a.var_store * y * y)
+
+    def _indexer_topk(self, q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The selection on q and k each rounded to the indexer's precision (a relative error per element)."""
+        u = self.arithmetic.indexer
+        if u is not None:
+            var = u * u / 3.0
+            q, k = self._err(q, var * q * q), self._err(k, var * k * k)
+        return super()._indexer_topk(q, k, weights)
 
     def _lin(self, x: torch.Tensor, name: str) -> torch.Tensor:
         w = self.w[name]
@@ -65,14 +118,18 @@ class _RoundedForward(Glm5Reference):
     def _rms(self, x: torch.Tensor, name: str) -> torch.Tensor:
         y = super()._rms(x, name)
         row = torch.randn(y.shape[:-1] + (1,), generator=self.generator, dtype=y.dtype).to(y.device)
-        y = y * (1.0 + 0.5 * math.sqrt(_VAR * x.shape[-1]) * row)
-        return self._err(y, _VAR * y * y)
+        y = y * (1.0 + 0.5 * math.sqrt(self.arithmetic.var_acc * x.shape[-1]) * row)
+        return self._err(y, self.arithmetic.var_store * y * y)
 
     def _attention(self, q_nope: torch.Tensor, q_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
                    sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Sparse MLA by gather (as :func:`~sparse_mla.launch.glm5_reference.gather_sparse_mla_attention`), with the
         score and ``P V`` dots rounded by the model."""
         dc = q_nope.shape[-1]
+        if self.arithmetic.cache is not None:        # the latent values stored coarser: one rounding per cache row
+            var = self.arithmetic.cache ** 2 / 3.0
+            kv_cache = torch.cat([self._err(kv_cache[..., :dc], var * kv_cache[..., :dc] ** 2), kv_cache[..., dc:]],
+                                 dim=-1)
         k, valid = gather_rows_ref(kv_cache, slots)                         # [T, topk, D] float64
         q = torch.cat([q_nope, q_pe], dim=-1)                               # [T, H, D]
         s = self._dot(torch.einsum("thd,tkd->thk", q, k), q.shape[-1], torch.einsum("thd,tkd->thk", q * q, k * k))
@@ -100,21 +157,51 @@ class ForwardLimit:
         return float(((a.double().cpu() - b.double().cpu()).abs() / self.limit[rows]).max())
 
 
-def forward_limit(config: dict, state_dict: dict[str, torch.Tensor], input_ids: torch.Tensor, *, samples: int = 16,
-                  p_fail: float = P_FAIL) -> ForwardLimit:
-    """The limit on the logits of ``input_ids [T]`` (one sequence, as :meth:`Glm5Reference.forward`) for two
-    correct float32 forwards of the checkpoint ``(config, state_dict)`` (see the module docstring). Runs ``samples``
-    float64 forwards on the CPU (seeded: the same limit on every machine). Raises ValueError for ``samples`` other than
-    an integer >= 2 or ``p_fail`` outside (0, 1), UserInputError for ids :meth:`Glm5Reference.forward` refuses."""
+def _check(samples, p_fail) -> None:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
         raise ValueError(f"samples={samples!r}; accepted: an integer of at least 2 (a spread needs two runs)")
     if not (isinstance(p_fail, float | int) and 0 < p_fail < 1):
         raise ValueError(f"p_fail={p_fail!r}; accepted: a probability in (0, 1)")
-    model = _RoundedForward(config, state_dict)
+
+
+def rounded_forwards(config: dict, state_dict: dict[str, torch.Tensor], input_ids: torch.Tensor, *, samples: int = 16,
+                     arithmetic: Arithmetic = FLOAT32, device: str | torch.device = "cpu") -> torch.Tensor:
+    """``[samples, T, vocab]`` float64 logits of ``samples`` forwards of ``input_ids [T]``, each with its own seeded
+    random roundings of ``arithmetic``'s size (the same on every machine for the same seeds; ``device`` only moves the
+    float64 arithmetic, e.g. to a GPU)."""
+    model = _RoundedForward(config, state_dict, arithmetic, device)
     runs = []
     for i in range(samples):
         model.generator.manual_seed(i)
-        runs.append(model.forward(input_ids))
-    sigma = torch.stack(runs).std(dim=0)
+        runs.append(model.forward(input_ids.to(model.device)).cpu())
+    return torch.stack(runs)
+
+
+def forward_limit(config: dict, state_dict: dict[str, torch.Tensor], input_ids: torch.Tensor, *, samples: int = 16,
+                  p_fail: float = P_FAIL, arithmetic: Arithmetic = FLOAT32) -> ForwardLimit:
+    """The limit on the logits of ``input_ids [T]`` (one sequence, as :meth:`Glm5Reference.forward`) for two
+    correct forwards of the checkpoint ``(config, state_dict)`` of ``arithmetic`` (float32 by default; see the module
+    docstring). Runs ``samples`` float64 forwards on the CPU (seeded: the same limit on every machine). Raises
+    ValueError for ``samples`` other than an integer >= 2 or ``p_fail`` outside (0, 1), UserInputError for ids
+    :meth:`Glm5Reference.forward` refuses."""
+    _check(samples, p_fail)
+    sigma = rounded_forwards(config, state_dict, input_ids, samples=samples, arithmetic=arithmetic).std(dim=0)
     lam = math.sqrt(2.0 * math.log(2.0 * sigma.numel() / p_fail))
     return ForwardLimit(limit=lam * math.sqrt(2.0) * sigma, sigma=sigma, lam=lam, samples=samples)
+
+
+def first_token_gap(config: dict, state_dict: dict[str, torch.Tensor], input_ids: torch.Tensor, top2: tuple[int, int],
+                    *, samples: int = 16, count: int = 1, p_fail: float = P_FAIL, arithmetic: Arithmetic = VLLM_BF16,
+                    device: str | torch.device = "cpu") -> dict:
+    """How far an implementation of ``arithmetic`` may move the gap ``logit[top2[0]] - logit[top2[1]]`` at the last
+    position of ``input_ids`` (the reference's two most likely first tokens): ``{"sigma", "lam", "tolerance",
+    "samples"}`` with ``tolerance = lam * sqrt(2) * sigma``, ``sigma`` the gap's spread over ``samples`` rounded
+    forwards (:func:`rounded_forwards`), ``lam`` the Gaussian tail at ``p_fail`` for ``count`` such gaps checked
+    together. Where the reference's gap exceeds the tolerance, a correct engine's first token is the reference's
+    argmax; below it, the first token decides nothing."""
+    _check(samples, p_fail)
+    last = rounded_forwards(config, state_dict, input_ids, samples=samples, arithmetic=arithmetic,
+                            device=device)[:, -1, :]
+    sigma = float((last[:, top2[0]] - last[:, top2[1]]).std())
+    lam = math.sqrt(2.0 * math.log(2.0 * max(1, count) / p_fail))
+    return {"sigma": sigma, "lam": lam, "tolerance": lam * math.sqrt(2.0) * sigma, "samples": samples}

@@ -325,7 +325,11 @@ class Glm5Reference:
         q = torch.cat([apply_rope(q[..., :r], cos, sin, self.indexer_interleaved), q[..., r:]], dim=-1)
         k = torch.cat([apply_rope(k[..., :r], cos, sin, self.indexer_interleaved), k[..., r:]], dim=-1)
         weights = self._lin(x, p + "weights_proj.weight") * (Di ** -0.5) * (Hi ** -0.5)
-        return indexer_topk(q.to(self._acc), k.to(self._acc), weights.to(self._acc), self.index_topk)
+        return self._indexer_topk(q.to(self._acc), k.to(self._acc), weights.to(self._acc))
+
+    def _indexer_topk(self, q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The selection on the indexer's roped ``q``, ``k`` and folded ``weights`` (:func:`indexer_topk`)."""
+        return indexer_topk(q, k, weights, self.index_topk)
 
     def attention(self, layer: int, x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   block_table: torch.Tensor, num_blocks: int, prev_topk: torch.Tensor | None) -> tuple[torch.Tensor,

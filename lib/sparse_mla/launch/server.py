@@ -101,6 +101,26 @@ def served(cmd: list[str], env: dict, log_path: str | os.PathLike, port: int,
             stop_server(proc)
 
 
+def collective_rpc(base_url: str, method: str, timeout_s: float = 60.0) -> list:
+    """``POST base_url/collective_rpc {"method": method}``: vLLM's development API (a server started with
+    ``VLLM_SERVER_DEV_MODE=1``) calls ``method`` on every worker and answers one result per worker. Raises
+    :class:`ServerError` naming the status or the reply's shape where it gives none."""
+    import json
+
+    req = urllib.request.Request(f"{base_url}/collective_rpc", data=json.dumps({"method": method}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            body = json.loads(r.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError) as e:
+        raise ServerError(f"collective_rpc {method!r} at {base_url}: {type(e).__name__}: {e}") from None
+    results = body.get("results") if isinstance(body, dict) else None
+    if not isinstance(results, list):
+        raise ServerError(f"collective_rpc {method!r} at {base_url} answered {str(body)[:200]}, not {{'results': "
+                          f"[...]}}")
+    return results
+
+
 def backend_log_lines(log_path: Path, limit: int = 20) -> list[str]:
     """The server log's lines that name an attention backend."""
     lines = [ln.strip() for ln in Path(log_path).read_text(errors="replace").splitlines()

@@ -6,6 +6,12 @@ for the 576-wide MLA head, computed from vLLM's own classes, plus ours and ``CUS
 The ``+TRITON_DSA_INDEXER`` suffix runs that engine with ``SPARSE_MLA_TRITON_INDEXER=1`` in its environment (the
 plugin then replaces vLLM's DeepGEMM indexer calls by the workbook's Triton indexer); without it the variable is
 removed from the engine's environment, so a shell that exported it cannot switch a plain run silently.
+
+An ``@M.m`` suffix (``TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0``) asks for that engine under a simulated compute
+capability: its process gets ``SPARSE_MLA_SIMULATED_CAPABILITY=M.m``, which only the test harness
+``tests/harness/simulate_capability`` acts on (vLLM's platform then reports ``M.m`` and Triton generates that GPU's
+code). sparse-mla simulates nothing itself: without the harness the engine sees the real GPU, its ``ran`` block says
+so, and the run fails as a contradiction. Without the suffix the variable is left as the caller's environment has it.
 """
 from __future__ import annotations
 
@@ -29,37 +35,56 @@ MTP_EXAMPLE = '{"method": "mtp", "num_speculative_tokens": 1}'
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One engine configuration of a run: an attention ``backend`` (normalised name, ``auto`` for vLLM's choice) and
-    the DSA ``indexer`` (``"vllm"``: vLLM's own, DeepGEMM logits; ``TRITON_DSA_INDEXER``: the workbook's)."""
+    """One engine configuration of a run: an attention ``backend`` (normalised name, ``auto`` for vLLM's choice), the
+    DSA ``indexer`` (``"vllm"``: vLLM's own, DeepGEMM logits; ``TRITON_DSA_INDEXER``: the workbook's) and optionally a
+    simulated ``capability`` (``"8.0"``: the module docstring's ``@M.m``)."""
 
     backend: str
     indexer: str = "vllm"
+    capability: str | None = None
 
     @property
     def name(self) -> str:
-        return self.backend + (f"+{TRITON_INDEXER}" if self.indexer == TRITON_INDEXER else "")
+        return (self.backend + (f"+{TRITON_INDEXER}" if self.indexer == TRITON_INDEXER else "")
+                + (f"@{self.capability}" if self.capability else ""))
 
     @property
     def env(self) -> dict[str, str | None]:
         """Environment changes for the engine's processes (``None`` = remove the variable)."""
-        return {INDEXER_ENV: "1" if self.indexer == TRITON_INDEXER else None}
+        env: dict[str, str | None] = {INDEXER_ENV: "1" if self.indexer == TRITON_INDEXER else None}
+        if self.capability:
+            env[SIMULATED_ENV] = self.capability
+        return env
 
     def describe(self) -> dict:
-        return {"run": self.name, "backend_requested": self.backend, "indexer": self.indexer}
+        return {"run": self.name, "backend_requested": self.backend, "indexer": self.indexer,
+                **({"simulated_capability": self.capability} if self.capability else {})}
 
 
 def parse_run_spec(text) -> RunSpec:
-    """``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER`` (any case; ``CUSTOM`` = ``TRITON_MLA_SPARSE``) as a
-    :class:`RunSpec`. Raises :class:`UserInputError` naming the value for an unknown backend or suffix."""
+    """``BACKEND``, ``BACKEND+TRITON_DSA_INDEXER``, each optionally ``@M.m`` (any case; ``CUSTOM`` =
+    ``TRITON_MLA_SPARSE``) as a :class:`RunSpec`. Raises :class:`UserInputError` naming the value for an unknown
+    backend or suffix, or a capability that is not ``major.minor``."""
+    accepted = f"BACKEND or BACKEND+{TRITON_INDEXER}, optionally @major.minor (a simulated capability)"
     if not isinstance(text, str):
-        raise UserInputError(f"run spec {text!r} is not a name; accepted: BACKEND or BACKEND+{TRITON_INDEXER}")
-    head, *suffixes = [part.strip() for part in text.split("+")]
+        raise UserInputError(f"run spec {text!r} is not a name; accepted: {accepted}")
+    spec, at, cap = text.partition("@")
+    if at:
+        from ..capability import as_capability
+
+        try:
+            major, minor = as_capability(cap.strip(), text=True)
+        except UserInputError:
+            raise UserInputError(f"run spec {text!r} has capability {cap.strip()!r}; accepted: {accepted}, e.g. "
+                                 f"{OURS}+{TRITON_INDEXER}@8.0") from None
+        cap = f"{major}.{minor}"
+    head, *suffixes = [part.strip() for part in spec.split("+")]
     if any(sfx.upper() != TRITON_INDEXER for sfx in suffixes) or len(suffixes) > 1:
-        raise UserInputError(f"run spec {text!r} is not accepted; accepted: BACKEND or BACKEND+{TRITON_INDEXER} "
-                             f"(BACKEND: {accepted_backends()})")
+        raise UserInputError(f"run spec {text!r} is not accepted; accepted: {accepted} (BACKEND: "
+                             f"{accepted_backends()})")
     ac = attention_config(head)
     backend = "auto" if ac is None else OURS if ac["backend"] == "CUSTOM" else ac["backend"]
-    return RunSpec(backend, TRITON_INDEXER if suffixes else "vllm")
+    return RunSpec(backend, TRITON_INDEXER if suffixes else "vllm", cap if at else None)
 
 
 def normalize_backends(backends) -> tuple[str, ...]:
@@ -173,6 +198,37 @@ def check_speculative_config(value, model: Path | None = None) -> dict | None:
     return value
 
 
+def is_mtp(speculative_config: dict | None) -> bool:
+    """Whether the method drafts with the checkpoint's own MTP layer (vLLM's ``MTPModelTypes``)."""
+    from typing import get_args
+
+    from vllm.config.speculative import MTPModelTypes
+
+    return bool(speculative_config) and speculative_config.get("method") in get_args(MTPModelTypes)
+
+
+def with_drafter_backend(spec: RunSpec, speculative_config: dict | None) -> dict | None:
+    """The speculative config an engine of ``spec`` gets: for an MTP method, the drafter's ``attention_backend`` set to
+    the run's backend (``CUSTOM`` for ours) unless the config names one -- vLLM otherwise selects the drafter's
+    backend on its own (``v1/spec_decode/llm_base_proposer.py`` ``_create_draft_vllm_config``: "Never inherit the
+    attention backend"), and on 2026-12-01 ours ran with its MTP drafter on FLASH_ATTN_MLA_SPARSE. Other methods
+    (ngram: no drafter model) and ``auto`` runs pass unchanged."""
+    if not is_mtp(speculative_config) or "attention_backend" in speculative_config:
+        return speculative_config
+    ac = attention_config(spec.backend)
+    return {**speculative_config, "attention_backend": ac["backend"]} if ac else speculative_config
+
+
+def drafter_backend(spec: RunSpec, speculative_config: dict | None) -> str | None:
+    """The backend the drafter's layers must run for ``spec`` (the ``draft_backend`` of a ``ran`` check): the run's
+    own where :func:`with_drafter_backend` puts it there; ``None`` where no drafter or no backend is asked."""
+    cfg = with_drafter_backend(spec, speculative_config)
+    if not is_mtp(cfg) or not cfg.get("attention_backend"):
+        return None
+    name = str(cfg["attention_backend"]).upper()
+    return OURS if name == "CUSTOM" else name
+
+
 def simulated() -> dict | None:
     """``{"capability", "how"}`` when ``SPARSE_MLA_SIMULATED_CAPABILITY`` is set (a test harness outside this
     package makes vLLM see that compute capability in every process); ``None`` otherwise. sparse-mla itself never
@@ -182,8 +238,18 @@ def simulated() -> dict | None:
         return None
     return {"capability": cap,
             "how": f"{SIMULATED_ENV}={cap!r} was set in this process's environment: a test harness outside "
-                   f"sparse-mla makes vLLM see compute capability {cap} in every process; sparse-mla reports it and "
-                   f"simulates nothing (environment.capability is what torch saw)"}
+                   f"sparse-mla (tests/harness/simulate_capability) makes vLLM see compute capability {cap} in every "
+                   f"process and Triton generate that GPU's code (TRITON_OVERRIDE_ARCH); sparse-mla reports it and "
+                   f"simulates nothing; the ran block shows what the engine saw and compiled",
+            "differs": SIMULATION_DIFFERS}
+
+
+#: What a capability simulation on another GPU does not reproduce (the record says it; the harness's README explains).
+SIMULATION_DIFFERS = ("the final SASS: ptxas assembles the simulated GPU's PTX for the live GPU",
+                      "the live GPU's memory system, caches and SM count (the launch plan uses the simulated GPU's)",
+                      "vLLM's own compiled CUDA kernels, built for the live GPU",
+                      "torch.cuda.get_device_capability, which reports the live GPU",
+                      "timings: they are the live GPU's")
 
 
 def with_simulated(rec: dict) -> dict:

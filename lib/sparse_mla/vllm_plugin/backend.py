@@ -193,9 +193,10 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
                          topk_indices_buffer=topk_indices_buffer, **mla_args)
         assert self.topk_indices_buffer is not None, "Indexer or topk_indices_buffer required for sparse MLA"
         self.supports_quant_query_input = False
-        # the kernel's cache layout and the capability it decodes fp8 for (vLLM's, which a simulated GPU overrides)
+        # the kernel's cache layout, and the GPU its launches are planned for and its fp8 decoded for: vLLM's
+        # capability (a capability simulation sets it: the plan then uses that GPU's limits, kernels.occupancy)
         self.kernel_kv_cache_dtype = "fp8_ds_mla" if kv_cache_dtype == "fp8_ds_mla" else "auto"
-        self.capability = vllm_capability() if self.kernel_kv_cache_dtype == "fp8_ds_mla" else None
+        self.capability = vllm_capability()
 
     def forward_mqa(self, q, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: TritonMLASparseMetadata,
                     layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -4,13 +4,25 @@ A record that only echoed its arguments could not fail (the 2026-12-01 simulated
 Triton compiled for sm_90). :func:`collect` runs in each vLLM worker (``LLM.collective_rpc``) after the engine has
 generated and reads, there:
 
-* ``capability``: what vLLM's ``current_platform.get_device_capability()`` returns in that process;
-* ``triton_targets``: ``{our kernel: ["sm80", ...]}``, from the metadata of every kernel Triton compiled in that
-  process (``CompiledKernel.metadata.target``; only kernels that were launched appear);
+* ``capability``: what vLLM's ``current_platform.get_device_capability()`` returns in that process, and
+  ``device_capability``: what torch reads off the GPU itself (the two differ only under a capability simulation);
+* ``triton_targets``: ``{our kernel: ["sm80", ...]}``, the architecture Triton generated each compiled kernel's
+  code for (``CompiledKernel.metadata.arch``; only kernels that were launched appear), and ``triton_binaries``: the
+  architectures ptxas assembled them for (``metadata.target``);
+* ``launch_plan``: ``{"M.m": {"from", "sm_count", "smem_per_block", ...}}``, the GPU limits our launches were planned
+  with (:func:`sparse_mla.kernels.occupancy.planned_limits`);
 * ``indexer``: ``{"triton": calls, "deepgemm": calls}`` (:func:`sparse_mla.vllm_plugin.indexer.indexer_calls`;
   DeepGEMM's calls are counted where the engine had ``SPARSE_MLA_COUNT_INDEXER_CALLS=1``);
 * ``attention``: ``{backend: number of layers}`` over the MLA attention layers of vLLM's static forward context
-  (the indexer's cache layers, backend ``DEEPSEEK_V32_INDEXER``, apart under ``indexer_cache``).
+  (the indexer's cache layers, backend ``DEEPSEEK_V32_INDEXER``, apart under ``indexer_cache``), without the
+  speculative drafter's layers, which are ``draft_attention`` (``{backend: layers}``, present with a draft model);
+* ``speculative`` (offline engines that speculated): ``{"drafts", "draft_tokens", "accepted_tokens",
+  "acceptance_rate"}`` from the engine's own counters (``sparse_mla.launch.engine.speculative_counts``).
+
+An offline engine (``vllm.LLM``) runs :func:`collect` through ``LLM.collective_rpc``; a ``vllm serve`` started with
+:data:`SERVE_OPTIONS` and :data:`SERVE_ENV` has :class:`RanWorkerExtension` mixed into its workers and answers
+``POST /collective_rpc {"method": "sparse_mla_ran"}`` (vLLM's development API, on the loopback server only) with
+every worker's block.
 
 :func:`contradictions` compares a ``ran`` block with what was asked; a run with any is a failed run.
 """
@@ -38,21 +50,40 @@ def our_kernels() -> dict[str, object]:
     return out
 
 
-def triton_targets(kernels: dict | None = None) -> dict[str, list[str]]:
-    """``{kernel: sorted targets}`` (``"sm80"``, ``"sm90a"`` is reported as ``"sm90"``: the arch number Triton
-    compiled for) over every compiled variant of each kernel in ``kernels`` (default :func:`our_kernels`); kernels
-    never compiled in this process are left out."""
-    out = {}
+def _compiled(kernels: dict | None):
+    """``(kernel name, CompiledKernel)`` for every compiled variant of ``kernels`` (default :func:`our_kernels`)."""
     for name, fn in (our_kernels() if kernels is None else kernels).items():
-        archs = set()
         for cache in getattr(fn, "device_caches", {}).values():
             for compiled in cache[0].values():
-                target = getattr(getattr(compiled, "metadata", None), "target", None)
-                if target is not None:
-                    archs.add(f"sm{target.arch}" if target.backend == "cuda" else f"{target.backend}:{target.arch}")
-        if archs:
-            out[name] = sorted(archs)
-    return out
+                yield name, compiled
+
+
+def _arch(target) -> str:
+    return f"sm{target.arch}" if target.backend == "cuda" else f"{target.backend}:{target.arch}"
+
+
+def triton_targets(kernels: dict | None = None) -> dict[str, list[str]]:
+    """``{kernel: sorted architectures}`` Triton generated code for, over every compiled variant of each kernel in
+    ``kernels`` (default :func:`our_kernels`): the compiled options' ``arch`` (``"sm80"``; the TTGIR and LLVM stages
+    follow it, and ``TRITON_OVERRIDE_ARCH`` sets it), else the target's (``"sm90a"`` is reported as ``"sm90"``);
+    kernels never compiled in this process are left out."""
+    out: dict[str, set] = {}
+    for name, compiled in _compiled(kernels):
+        md = getattr(compiled, "metadata", None)
+        arch = getattr(md, "arch", None)
+        target = getattr(md, "target", None)
+        if isinstance(arch, str) and arch:
+            out.setdefault(name, set()).add(arch)
+        elif target is not None:
+            out.setdefault(name, set()).add(_arch(target))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def triton_binaries(kernels: dict | None = None) -> list[str]:
+    """The GPU architectures ptxas assembled those kernels for (the targets of their cubins, ``"sm90"``); other than
+    :func:`triton_targets` only where Triton generated another GPU's code (a capability simulation)."""
+    return sorted({_arch(c.metadata.target) for _, c in _compiled(kernels)
+                   if getattr(getattr(c, "metadata", None), "target", None) is not None})
 
 
 def layer_backends(worker) -> dict:
@@ -88,21 +119,48 @@ def count_backends(layers: dict) -> tuple[dict[str, int], dict[str, int]]:
 
 def collect(worker) -> dict:
     """The ``ran`` block of this process (module docstring), ``worker`` the vLLM worker it runs in (its layers)."""
+    import torch
     from vllm.platforms import current_platform
 
+    from ..kernels.occupancy import planned_limits
     from .indexer import indexer_calls
 
     cap = current_platform.get_device_capability() if current_platform.is_cuda() else None
-    attention, indexer_cache = count_backends(layer_backends(worker))
-    return {"capability": None if cap is None else f"{cap.major}.{cap.minor}", "triton_targets": triton_targets(),
-            "indexer": indexer_calls(), "attention": attention, "indexer_cache": indexer_cache}
+    dev = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    layers = layer_backends(worker)
+    draft = set(getattr(getattr(worker.model_runner, "drafter", None), "_draft_attn_layer_names", None) or ())
+    attention, indexer_cache = count_backends({k: v for k, v in layers.items() if k not in draft})
+    out = {"capability": None if cap is None else f"{cap.major}.{cap.minor}",
+           "device_capability": None if dev is None else f"{dev[0]}.{dev[1]}",
+           "triton_targets": triton_targets(), "triton_binaries": triton_binaries(), "launch_plan": planned_limits(),
+           "indexer": indexer_calls(), "attention": attention, "indexer_cache": indexer_cache}
+    if draft:
+        out["draft_attention"] = count_backends({k: v for k, v in layers.items() if k in draft})[0]
+    return out
+
+
+class RanWorkerExtension:
+    """A vLLM worker extension (``--worker-extension-cls``, ``vllm/v1/worker/worker_base.py``: its methods are mixed
+    into the worker class): ``collective_rpc("sparse_mla_ran")`` returns :func:`collect` of each worker."""
+
+    def sparse_mla_ran(self) -> dict:
+        return collect(self)
+
+
+#: What a ``vllm serve`` needs so that its workers answer ``sparse_mla_ran``: the worker extension, and vLLM's
+#: development API (``VLLM_SERVER_DEV_MODE=1``: ``POST /collective_rpc``, ``vllm/entrypoints/serve/dev/rpc``).
+RAN_METHOD = "sparse_mla_ran"
+SERVE_OPTIONS = ("--worker-extension-cls", f"{__name__}.{RanWorkerExtension.__name__}")
+SERVE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 def shape_errors(ran) -> list[str]:
     """What in ``ran`` is not the shape :func:`collect` writes, one line each (``[]``: none): a capability ``"M.m"``,
     ``triton_targets`` ``{str: [str, ...]}``, ``indexer`` ``{"triton": int >= 0, "deepgemm": int >= 0}``,
-    ``attention`` ``{str: int > 0}`` (non-empty: a ``ran`` without a worker's layers proves no engine) and
-    ``indexer_cache`` of the same shape where present."""
+    ``attention`` ``{str: int > 0}`` (non-empty: a ``ran`` without a worker's layers proves no engine);
+    ``indexer_cache`` and ``draft_attention`` of that shape, ``device_capability`` ``"M.m"``, ``triton_binaries``
+    ``[str]`` and ``launch_plan`` ``{"M.m": {"from": str, ...}}`` where present (records made before these fields
+    existed lack them)."""
     if not isinstance(ran, dict):
         return [f"ran block is {type(ran).__name__}, not an object"]
     out = []
@@ -117,7 +175,22 @@ def shape_errors(ran) -> list[str]:
     if not (isinstance(calls, dict) and set(calls) == {"triton", "deepgemm"} and
             all(type(v) is int and v >= 0 for v in calls.values())):
         out.append(f"indexer {str(calls)[:80]} is not {{'triton': calls, 'deepgemm': calls}}")
-    for key in ("attention", "indexer_cache"):
+    dev = ran.get("device_capability")
+    if dev is not None and not (isinstance(dev, str) and re.fullmatch(r"\d{1,2}\.\d", dev)):
+        out.append(f"device_capability {dev!r} is not what torch reports ('M.m')")
+    binaries = ran.get("triton_binaries")
+    if binaries is not None and not (isinstance(binaries, list) and all(isinstance(x, str) for x in binaries)):
+        out.append(f"triton_binaries {str(binaries)[:80]} is not [architecture, ...]")
+    plan = ran.get("launch_plan")
+    if plan is not None and not (isinstance(plan, dict) and all(
+            isinstance(k, str) and re.fullmatch(r"\d{1,2}\.\d", k) and isinstance(v, dict) and
+            isinstance(v.get("from"), str) for k, v in plan.items())):
+        out.append(f"launch_plan {str(plan)[:80]} is not {{'M.m': {{'from': ..., ...}}}}")
+    sp = ran.get("speculative")
+    if sp is not None and not (isinstance(sp, dict) and all(
+            type(sp.get(k)) is int and sp[k] >= 0 for k in ("drafts", "draft_tokens", "accepted_tokens"))):
+        out.append(f"speculative {str(sp)[:80]} is not {{'drafts': n, 'draft_tokens': n, 'accepted_tokens': n, ...}}")
+    for key in ("attention", "indexer_cache", "draft_attention"):
         v = ran.get(key)
         if (v is not None or key == "attention") and not (
                 isinstance(v, dict) and (v or key != "attention") and
@@ -129,11 +202,15 @@ def shape_errors(ran) -> list[str]:
 def contradictions(asked: dict, ran: dict | None) -> list[str]:
     """What in ``ran`` (:func:`collect`) contradicts ``asked``, one line each (``[]``: none; a ``ran`` of another shape
     gives its :func:`shape_errors`). ``asked`` holds the run's
-    ``backend_requested`` (``"auto"``: vLLM's choice, not checked), ``indexer`` (``"vllm"`` or ``TRITON_DSA_INDEXER``)
-    and optionally ``capability`` (a simulated one, ``"8.0"``). Checked: the capability vLLM saw; every attention layer
-    on the requested backend; our Triton kernels compiled for that capability's target only; the Triton indexer
-    called if it was asked for, and otherwise exactly where the plugin's default puts it at the capability vLLM saw
-    (:func:`sparse_mla.vllm_plugin.indexer.wanted_by_default`: where vLLM has no DeepGEMM, SM80/86/89)."""
+    ``backend_requested`` (``"auto"``: vLLM's choice, not checked), ``indexer`` (``"vllm"`` or ``TRITON_DSA_INDEXER``),
+    optionally ``capability`` (a simulated one, ``"8.0"``), ``draft_backend`` (the backend a draft model's layers
+    must run: speculation with a drafter on our backend) and ``speculative`` (the method asked: the engine's
+    ``speculative`` counters must show drafts). Checked: the capability vLLM saw; every attention layer on
+    the requested backend (the drafter's on ``draft_backend``); our Triton kernels generated for that capability's
+    architecture only; the launch planned with that GPU's limits (its own where the device is that GPU, else its row
+    of ``DEVICE_LIMITS``); the Triton indexer called if it was asked for, and otherwise exactly where the plugin's
+    default puts it at the capability vLLM saw (:func:`sparse_mla.vllm_plugin.indexer.wanted_by_default`: where vLLM
+    has no DeepGEMM, SM80/86/89)."""
     if not ran:
         return ["no ran block: nothing was read inside the engine"]
     bad = shape_errors(ran)
@@ -148,11 +225,18 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     backend = asked.get("backend_requested")
     if backend not in (None, "auto") and set(att) != {backend}:
         out.append(f"attention: asked {backend} in every layer, the engine's layers ran {att}")
+    draft = asked.get("draft_backend")
+    if draft is not None and set(ran.get("draft_attention") or {}) != {draft}:
+        out.append(f"draft_attention: asked {draft} in the drafter's layers, they ran {ran.get('draft_attention')}")
+    method = asked.get("speculative")
+    if method and not (ran.get("speculative") or {}).get("drafts"):
+        out.append(f"speculative: {method} asked, the engine made no draft ({ran.get('speculative')})")
     wrong = {k: v for k, v in targets.items() if v != [f"sm{cap.replace('.', '')}"]}
     if wrong:
-        out.append(f"triton_targets: vLLM saw capability {cap}, Triton compiled {wrong}")
+        out.append(f"triton_targets: vLLM saw capability {cap}, Triton generated {wrong}")
     if backend == "TRITON_MLA_SPARSE" and not any(k.startswith("attention.") for k in targets):
         out.append("triton_targets: TRITON_MLA_SPARSE asked, none of its attention kernels was compiled")
+    out += _plan_contradictions(cap, ran)
     if asked.get("indexer", "vllm") != "vllm":
         if not calls:
             out.append(f"indexer: {asked['indexer']} asked, the Triton indexer made no call")
@@ -163,4 +247,17 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
         if ours != bool(calls):
             out.append(f"indexer: the default asked, which at capability {cap} is "
                        f"{'the Triton indexer' if ours else 'DeepGEMM'}; the Triton indexer made {calls} calls")
+    return out
+
+
+def _plan_contradictions(cap: str, ran: dict) -> list[str]:
+    """The launch plan (where the record has one) made for the capability vLLM saw, with that GPU's limits: the
+    device's own where the device is that GPU, else ``DEVICE_LIMITS``' row (a simulation plans as the simulated GPU)."""
+    plan = ran.get("launch_plan") or {}
+    out = [f"launch_plan: planned for {k}, vLLM saw {cap}" for k in plan if k != cap]
+    mine = plan.get(cap)
+    dev = ran.get("device_capability")
+    if mine is not None and dev is not None and dev != cap and mine.get("from") == "device":
+        out.append(f"launch_plan: vLLM saw {cap} on a {dev} device, and the launch was planned with the device's "
+                   f"limits, not {cap}'s")
     return out

@@ -51,25 +51,44 @@ def _known(value) -> bool:
 
 
 def engine_runs(rec: dict) -> dict[str, dict]:
-    """``{name: run}`` of a record's engine runs: its ``runs`` (a parity record), or the record itself where it is one
-    engine's record (``layers`` at the top level)."""
+    """``{name: run}`` of a record's engine runs: its ``runs`` (a parity or serving-benchmark record) and its served
+    check (``serve``), or the record itself where it is one engine's record (an offline engine's ``layers`` or a
+    served engine's request at the top level)."""
     runs = rec.get("runs")
     if isinstance(runs, dict):
-        return {k: v for k, v in runs.items() if isinstance(v, dict)}
-    return {"engine": rec} if "layers" in rec else {}
+        out = {k: v for k, v in runs.items() if isinstance(v, dict)}
+        if isinstance(rec.get("serve"), dict):
+            out["serve"] = rec["serve"]
+        return out
+    return {"engine": rec} if "layers" in rec or "ran" in rec or "backend_requested" in rec else {}
 
 
 def asked(run: dict, rec: dict) -> dict | str:
-    """What an engine run was asked for: its run spec and, where the record says so, a simulated capability; a
-    string saying what is malformed where the request cannot be read (no backend, a ``simulated`` that is not
-    ``{"capability": "M.m", ...}``)."""
+    """What an engine run was asked for: its run spec and, where the record says so, a simulated capability (the run
+    spec's ``@M.m``, ``simulated_capability``, else the ``simulated`` block of the run or the record) and speculation
+    (its ``speculative_config``: an MTP drafter's backend; drafts, for an offline engine); a string saying what is
+    malformed where the request cannot be read (no backend, a ``simulated`` that is not ``{"capability": "M.m",
+    ...}``)."""
     sim = run.get("simulated", rec.get("simulated"))
     if sim is not None and not (isinstance(sim, dict) and isinstance(sim.get("capability"), str)):
         return f"simulated {str(sim)[:60]} is not {{'capability': 'M.m', ...}}"
     backend, indexer = run.get("backend_requested"), run.get("indexer", "vllm")
     if not isinstance(backend, str) or not isinstance(indexer, str):
         return f"the request (backend_requested {backend!r}, indexer {indexer!r}) is not two names"
-    return {"backend_requested": backend, "indexer": indexer, "capability": sim and sim["capability"]}
+    cap = run.get("simulated_capability")
+    if cap is not None and not isinstance(cap, str):
+        return f"simulated_capability {cap!r} is not 'M.m'"
+    out = {"backend_requested": backend, "indexer": indexer, "capability": cap or (sim and sim["capability"])}
+    scfg = run.get("speculative_config")
+    if scfg:
+        if not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str):
+            return f"speculative_config {str(scfg)[:60]} is not {{'method': ..., ...}}"
+        from ..launch.specs import RunSpec, drafter_backend
+
+        out["draft_backend"] = drafter_backend(RunSpec(backend, indexer), scfg)
+        if "layers" in run:   # an offline engine reads its speculative counters (a server's are the benchmark's)
+            out["speculative"] = scfg["method"]
+    return out
 
 
 #: A JSON object with any of these keys is a run record (the header, engine runs, or one engine's request).

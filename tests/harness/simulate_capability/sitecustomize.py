@@ -1,5 +1,8 @@
 """Test harness, never product code: every Python process started with this folder on ``PYTHONPATH`` and
-``SPARSE_MLA_SIMULATED_CAPABILITY=8.0`` (any ``major.minor``) sees that compute capability from vLLM's CUDA platform.
+``SPARSE_MLA_SIMULATED_CAPABILITY=8.0`` (any ``major.minor``) sees that compute capability from vLLM's CUDA platform,
+and Triton generates that GPU's code (``TRITON_OVERRIDE_ARCH=sm80``, Triton's own knob: its TTGIR and LLVM stages
+follow it, ptxas assembles the result for the live GPU, ``triton/backends/nvidia/compiler.py``), unless
+``TRITON_OVERRIDE_ARCH`` is set already.
 
 Python imports ``sitecustomize`` at start-up from the first folder on ``sys.path`` that has one, so vLLM's engine-core
 and worker processes (spawned interpreters that inherit the environment) are covered too. Nothing is imported here:
@@ -8,7 +11,7 @@ a ``sys.meta_path`` finder waits for ``vllm.platforms.cuda`` and, right after it
 checks -- ``has_device_capability``, ``is_device_capability(_family)``, ``support_deep_gemm``, the attention selector's
 priority lists -- all go through it). ``torch.cuda.get_device_capability`` is left alone: vLLM 0.26.0 reads it directly
 only for decisions a GLM-5 run does not depend on (PDL for DeepGEMM, a tile size of the non-MLA Triton cache writer,
-FA4/CuTe paths), and Triton must keep compiling for the real GPU. See README.md.
+FA4/CuTe paths). See README.md.
 """
 import os
 import sys
@@ -79,6 +82,8 @@ def _install():
     except ValueError:
         sys.stderr.write(f"sitecustomize: {_ENV}={value!r} is not major.minor (e.g. 8.0); ignored\n")
         return
+    # Triton reads the knob when it compiles; the engine's processes inherit it (and set it again, here, anyway)
+    os.environ.setdefault("TRITON_OVERRIDE_ARCH", f"sm{capability[0] * 10 + capability[1]}")
     if _TARGET in sys.modules:
         _patch(sys.modules[_TARGET], capability)
     else:
