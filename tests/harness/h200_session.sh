@@ -3,7 +3,8 @@
 # one background job, so that a 30-minute lease is spent on runs, not on machine starts.
 #
 # Through the device tool, from the project root, with .dev carried (../shared/device/README.md):
-#   bash tests/harness/h200_session.sh start [STAGE ...]   copy the checkout to /tmp/work, start the job (setsid), return
+#   bash tests/harness/h200_session.sh tree                 .dev/tree.tgz: the committed tree + REVISION (run here)
+#   bash tests/harness/h200_session.sh start [STAGE ...]   copy the tree to /tmp/work, start the job (setsid), return
 #   bash tests/harness/h200_session.sh wait SECONDS        wait for the job (at most SECONDS), then `collect`
 #   bash tests/harness/h200_session.sh collect             results/h200/ + the session's logs -> $OUT/session.tgz
 # Stages run in the order given (default: all, in the order below); each is bounded by `timeout` and a failing stage
@@ -98,7 +99,11 @@ run_stage() {
 case "${1:-}" in
   start)
     shift
-    rm -rf $W && mkdir -p $W && cp -a . $W/ && mkdir -p $R $W/results/h200
+    # the committed tree where one is carried (.dev/tree.tgz: `git archive HEAD` plus REVISION, so that the records name
+    # exactly what ran), else the working tree as copied to this machine
+    rm -rf $W && mkdir -p $W
+    if [ -f .dev/tree.tgz ]; then tar xzf .dev/tree.tgz -C $W && cp -a .dev $W/; else cp -a . $W/; fi
+    mkdir -p $R $W/results/h200
     cd $W && setsid nohup bash tests/harness/h200_session.sh run "${@:-}" > $R/session.log 2>&1 < /dev/null &
     sleep 20; cat $R/session.log ;;
   run)
@@ -123,6 +128,10 @@ case "${1:-}" in
     done
     cat $R/stages.txt 2>/dev/null; tail -3 $R/session.log
     bash "$0" collect ;;
+  tree)
+    git rev-parse HEAD > REVISION
+    d=$(mktemp -d) && git archive HEAD | tar xf - -C "$d" && cp REVISION "$d"/ && tar czf .dev/tree.tgz -C "$d" . \
+      && rm -rf "$d" && ls -la .dev/tree.tgz ;;
   collect)
     mkdir -p "$OUT" && tar czf "$OUT/session.tgz" -C $W results/h200 session 2>/dev/null
     ls -la "$OUT" ;;
