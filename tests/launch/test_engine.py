@@ -575,7 +575,12 @@ def test_serve_command_and_environments(monkeypatch):
     assert cmd[:3] == ["vllm", "serve", "/m"] and cmd[cmd.index("--host") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--attention-backend") + 1] == "FLASHMLA_SPARSE" and "--enforce-eager" not in cmd
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2" and cmd[cmd.index("--max-num-seqs") + 1] == "32"
-    assert cmd[cmd.index("--speculative-config") + 1] == '{"method": "mtp"}' and cmd[-1] == "--x"
+    # an MTP drafter is told the run's backend (vLLM never lets it inherit one: specs.with_drafter_backend)
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {"method": "mtp",
+                                                                      "attention_backend": "FLASHMLA_SPARSE"}
+    assert cmd[-1] == "--x"
+    ngram = launch.serve_command("/m", spec, 1, speculative_config={"method": "ngram"})
+    assert json.loads(ngram[ngram.index("--speculative-config") + 1]) == {"method": "ngram"}
     assert "--attention-backend" not in launch.serve_command("/m", launch.parse_run_spec("auto"), 1)
     custom = launch.serve_command("/m", launch.parse_run_spec("custom"), 1)
     assert custom[custom.index("--attention-backend") + 1] == "CUSTOM"
