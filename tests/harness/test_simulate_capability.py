@@ -75,3 +75,37 @@ def test_triton_generates_the_simulated_gpus_code(value, arch):
         r = subprocess.run([sys.executable, "-c", code], env={**env, "TRITON_OVERRIDE_ARCH": "sm86"},
                            capture_output=True, text=True, timeout=120)
         assert json.loads(r.stdout.strip().splitlines()[-1])["knob"] == "sm86"
+
+
+FA_SCRIPT = r"""
+import json, sys
+import torch
+import sparse_mla
+from sparse_mla.diagnose.probe import load_vllm_extensions
+load_vllm_extensions()
+from vllm.vllm_flash_attn import flash_attn_interface as fa
+# the machine the harness bends for: a build without FA2, with FA3, on an SM90 device (stand-ins on the CPU)
+fa.FA2_AVAILABLE, fa.FA3_AVAILABLE = sys.argv[1] == "fa2", True
+torch.cuda.is_available = lambda: True
+torch.cuda.get_device_capability = lambda device=None: (9, 0)
+from vllm.v1.attention.backends import fa_utils
+# mla/prefill/flash_attn.py imports the function by name (its import needs CUDA-only names on the CPU)
+from vllm.v1.attention.backends.fa_utils import get_flash_attn_version
+print(json.dumps({"fa_utils": fa_utils.get_flash_attn_version(head_size=192, head_size_v=128),
+                  "prefill": get_flash_attn_version(head_size=192, head_size_v=128)}))
+"""
+
+
+@pytest.mark.parametrize("value, build, version", [("8.0", "no-fa2", 3), ("12.0", "no-fa2", 3),
+                                                   ("8.0", "fa2", None), (None, "no-fa2", None)])
+def test_dense_prefill_takes_fa3_only_where_the_build_has_no_fa2(value, build, version):
+    """vLLM's ``get_flash_attn_version`` (what the MLA dense prefill imports by name) answers 3 under the harness
+    only where FA2 is missing from the build and the live device is SM90; otherwise vLLM's own answer stands (on the
+    CPU it has no capability and answers None)."""
+    env = {k: v for k, v in os.environ.items() if k != "SPARSE_MLA_SIMULATED_CAPABILITY"}
+    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS), str(LIB), *filter(None, [os.environ.get("PYTHONPATH")])])
+    if value is not None:
+        env["SPARSE_MLA_SIMULATED_CAPABILITY"] = value
+    r = subprocess.run([sys.executable, "-c", FA_SCRIPT, build], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"fa_utils": version, "prefill": version}

@@ -702,6 +702,33 @@ def test_a_parity_run_whose_engines_died_fails_and_keeps_its_record(ckpt, tmp_pa
     assert "parity run failed: engine " in capsys.readouterr().err
 
 
+def test_an_interrupted_parity_run_writes_what_ran_before_it(ckpt, tmp_path, fake_gpu, monkeypatch, capsys):
+    """A time limit (SIGTERM; Ctrl-C) during the second engine: the command exits 130 and the record holds the
+    first engine's run, the second as interrupted and the rest as not run (on 2026-12-03 a 360 s limit on an MTP
+    parity stage left no record at all)."""
+    calls, fake = [], _fake_offline([])
+
+    def engine(args, out_json, log, env=None):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return fake(args, out_json, log, env)
+
+    monkeypatch.setattr(launch, "_subprocess_offline", engine)
+    monkeypatch.setattr(launch, "reference_first_token", lambda *a: pytest.fail("no reference after an interruption"))
+    out = tmp_path / "rec.json"
+    rc = cli.main(["launch", "--model", str(ckpt), "--parity", "--no-serve", "--backends",
+                   "TRITON_MLA_SPARSE,FLASHMLA_SPARSE,FLASH_ATTN_MLA_SPARSE", "--json-out", str(out)])
+    assert rc == 130 and len(calls) == 2
+    rec = json.loads(out.read_text())
+    assert "generations" in rec["runs"]["TRITON_MLA_SPARSE"]
+    assert rec["runs"]["FLASHMLA_SPARSE"]["error"] == "interrupted"
+    assert rec["runs"]["FLASH_ATTN_MLA_SPARSE"]["error"] == "not run (interrupted)"
+    assert rec["interrupted"] == "interrupted during engine FLASHMLA_SPARSE"
+    assert "parity run interrupted during engine FLASHMLA_SPARSE" in rec["failures"]
+    assert str(out) in capsys.readouterr().err
+
+
 def test_an_engine_whose_ran_block_contradicts_the_request_fails_and_keeps_its_record(ckpt, tmp_path, fake_gpu,
                                                                                        monkeypatch, capsys):
     """The 2026-12-01 simulated-SM80 record said 8.0 while vLLM saw 9.0: ``launch`` now reads the ``ran`` block in

@@ -33,11 +33,17 @@ CHILD = textwrap.dedent("""
         def get_name(self):
             return self.name
 
-    def layer(kind, backend):
-        return type(kind, (), {"attn_backend": Backend(backend), "kv_cache_dtype": "auto"})()
+    class Prefill:                              # vLLM's FlashAttnPrefillBackend keeps its FA version
+        vllm_flash_attn_version = 3
+        @staticmethod
+        def get_name():
+            return "FLASH_ATTN"
 
-    ctx = {"model.layers.0.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE"),
-           "model.layers.1.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE"),
+    def layer(kind, backend, prefill=None):
+        return type(kind, (), {"attn_backend": Backend(backend), "kv_cache_dtype": "auto", "prefill_backend": prefill})()
+
+    ctx = {"model.layers.0.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE", Prefill()),
+           "model.layers.1.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE", Prefill()),
            "model.layers.0.self_attn.indexer.k_cache": layer("DeepseekV32IndexerCache", "DEEPSEEK_V32_INDEXER"),
            "model.layers.2.self_attn.attn": layer("MLAAttention", "FLASHMLA_SPARSE")}
     # the MTP drafter's layer (vLLM's proposer keeps their names): counted apart from the model's
@@ -63,6 +69,9 @@ def test_collect_reads_the_compiled_target_the_calls_and_the_layers_in_its_own_p
     assert got["attention"] == {"TRITON_MLA_SPARSE": 2}
     assert got["draft_attention"] == {"FLASHMLA_SPARSE": 1}
     assert got["indexer_cache"] == {"DEEPSEEK_V32_INDEXER": 1}
+    assert got["mla_prefill"] == {"FLASH_ATTN FA3": 2}                    # the drafter's layer has none here
+    shaped = {**got, "capability": "8.0"}                                 # what a CUDA platform would report
+    assert ran.shape_errors(shaped) == [] and ran.shape_errors({**shaped, "mla_prefill": {"FLASH_ATTN FA3": 0}})
     assert got["capability"] is None and got["device_capability"] is None   # no CUDA platform, no GPU here
     assert got["triton_binaries"] == [f"sm{arch}"]
     assert got["launch_plan"] == {f"{arch // 10}.{arch % 10}": {"from": "cpu", "sm_count": 8, "smem_per_block": 232448,

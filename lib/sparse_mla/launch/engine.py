@@ -448,6 +448,34 @@ def _subprocess_offline(args: list[str], out_json: Path, log: Path, env: dict | 
     return json.loads(out_json.read_text())
 
 
+def _engine_runs(model: Path, plan: list, prompt_lengths, max_tokens: int, throughput: dict, tp: int,
+                 kv_cache_dtype: str, speculative_config: dict | None, log_dir: Path) -> tuple[dict, str | None]:
+    """``(runs, interrupted)``: one offline engine per entry of ``plan`` (:func:`parity_plan`), each in its own
+    process with its run spec's environment, ``runs[key]`` its record or ``{"error", "log_tail"}``. An interruption
+    (Ctrl-C, SIGTERM: a time limit) stops the plan: the engine in flight is recorded ``"error": "interrupted"``, those
+    not started ``"not run (interrupted)"``, and ``interrupted`` says where it came; ``None`` when the plan ran out."""
+    lens = ",".join(map(str, prompt_lengths))
+    runs = {}
+    for i, (key, name, g, speculates) in enumerate(plan):
+        spec = parse_run_spec(name)
+        args = ["--model", str(model), "--backend", name, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
+                "--throughput", json.dumps(throughput), "--tp", str(tp), "--kv-cache-dtype", kv_cache_dtype]
+        args += ["--cuda-graphs"] if g else []
+        args += ["--speculative-config", json.dumps(speculative_config)] if speculates else []
+        file = key.replace("+", "_")
+        asked = {**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g, "speculative": speculates}
+        try:
+            runs[key] = {**asked, **_subprocess_offline(args, log_dir / f"{file}.json", log_dir / f"{file}.log",
+                                                        spec_env(spec))}
+        except KeyboardInterrupt:
+            runs[key] = {**asked, "error": "interrupted"}
+            for k, n, g2, sp in plan[i + 1:]:
+                runs[k] = {**parse_run_spec(n).describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g2,
+                           "speculative": sp, "error": "not run (interrupted)"}
+            return runs, f"interrupted during engine {key}"
+    return runs, None
+
+
 def parity_plan(specs: tuple[str, ...], graph: bool = True,
                 speculative: bool = False) -> list[tuple[str, str, bool, bool]]:
     """``(record key, run spec, CUDA graphs, speculative)`` per engine of a parity run: every run spec in vLLM's
@@ -494,18 +522,8 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     throughput = throughput or DEFAULT_THROUGHPUT
-    lens = ",".join(map(str, prompt_lengths))
-    runs = {}
-    for key, name, g, speculates in parity_plan(backends, graph, bool(speculative_config)):
-        spec = parse_run_spec(name)
-        args = ["--model", str(model), "--backend", name, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
-                "--throughput", json.dumps(throughput), "--tp", str(tp), "--kv-cache-dtype", kv_cache_dtype]
-        args += ["--cuda-graphs"] if g else []
-        args += ["--speculative-config", json.dumps(speculative_config)] if speculates else []
-        file = key.replace("+", "_")
-        res = _subprocess_offline(args, log_dir / f"{file}.json", log_dir / f"{file}.log", spec_env(spec))
-        runs[key] = {**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g,
-                     "speculative": speculates, **res}
+    runs, interrupted = _engine_runs(model, parity_plan(backends, graph, bool(speculative_config)), prompt_lengths,
+                                     max_tokens, throughput, tp, kv_cache_dtype, speculative_config, log_dir)
     prompts = prompt_ids(model, list(prompt_lengths))
     from ..records import environment
 
@@ -517,6 +535,12 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
            "prompt_lengths": list(prompt_lengths),
            "run_specs": {k: {x: v[x] for x in ("run", "backend_requested", "indexer", "kv_cache_dtype")}
                          for k, v in runs.items()}, "runs": runs}
+    if interrupted:      # what ran before the interruption, written whole; then the interruption goes on up
+        rec["interrupted"] = interrupted
+        rec["failures"] = parity_failures(rec)
+        atomic_write_text(out, json.dumps(with_simulated(rec), indent=1, default=str))
+        print(f"sparse-mla launch: {interrupted}; the record of what ran before it is {out}", file=sys.stderr)
+        raise KeyboardInterrupt
     ok = {k: v for k, v in runs.items() if "error" not in v}
     base = parity_baseline(backends)
     if base in ok and len(ok) > 1:
@@ -563,6 +587,7 @@ def parity_failures(rec: dict) -> list[str]:
     the reference's argmax where the reference's top-2 gap exceeds the tolerance) failed or not evaluated, a served
     engine that failed or whose ``ran`` contradicts its request."""
     failures = [f"engine {k}: {v['error']}" for k, v in rec.get("runs", {}).items() if "error" in v]
+    failures += [f"parity run {rec['interrupted']}"] if rec.get("interrupted") else []
     failures += [f"engine {k}: what ran contradicts what was asked: {c}" for k, v in rec.get("runs", {}).items()
                  for c in v.get("ran_contradictions", [])]
     ref = rec.get("reference_first_token")

@@ -247,7 +247,9 @@ def simulated() -> dict | None:
 #: What a capability simulation on another GPU does not reproduce (the record says it; the harness's README explains).
 SIMULATION_DIFFERS = ("the final SASS: ptxas assembles the simulated GPU's PTX for the live GPU",
                       "the live GPU's memory system, caches and SM count (the launch plan uses the simulated GPU's)",
-                      "vLLM's own compiled CUDA kernels, built for the live GPU",
+                      "vLLM's own compiled CUDA kernels, built for the live GPU (where the build has no "
+                      "FlashAttention 2, the dense prefill of prompts up to index_topk runs FlashAttention 3: "
+                      "ran.mla_prefill shows which)",
                       "torch.cuda.get_device_capability, which reports the live GPU",
                       "timings: they are the live GPU's")
 

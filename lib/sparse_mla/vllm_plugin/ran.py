@@ -16,6 +16,8 @@ generated and reads, there:
 * ``attention``: ``{backend: number of layers}`` over the MLA attention layers of vLLM's static forward context
   (the indexer's cache layers, backend ``DEEPSEEK_V32_INDEXER``, apart under ``indexer_cache``), without the
   speculative drafter's layers, which are ``draft_attention`` (``{backend: layers}``, present with a draft model);
+* ``mla_prefill``: ``{prefill: layers}``, the dense-MHA prefill the MLA layers run for prompts no longer than
+  ``index_topk`` (:func:`prefill_name`, e.g. ``"FLASH_ATTN FA3"``; absent where no layer has one);
 * ``speculative`` (offline engines that speculated): ``{"drafts", "draft_tokens", "accepted_tokens",
   "acceptance_rate"}`` from the engine's own counters (``sparse_mla.launch.engine.speculative_counts``).
 
@@ -86,9 +88,22 @@ def triton_binaries(kernels: dict | None = None) -> list[str]:
                    if getattr(getattr(c, "metadata", None), "target", None) is not None})
 
 
+def prefill_name(layer) -> str | None:
+    """The dense-MHA prefill an MLA layer runs for prompts no longer than ``index_topk`` (vLLM's
+    ``MLAAttention.prefill_backend``, chosen by ``v1/attention/backends/mla/prefill/selector.py``): its name, with the
+    FlashAttention version where it has one (``"FLASH_ATTN FA3"``); ``None`` for a layer without one."""
+    backend = getattr(layer, "prefill_backend", None)
+    if backend is None:
+        return None
+    name = backend.get_name() if hasattr(backend, "get_name") else type(backend).__name__
+    version = getattr(backend, "vllm_flash_attn_version", None)
+    return f"{name} FA{version}" if version is not None else name
+
+
 def layer_backends(worker) -> dict:
     """Every attention layer of a vLLM worker's static forward context: ``{name: {"layer", "backend", "impl",
-    "kv_cache_dtype"}}`` (``worker.model_runner.compilation_config.static_forward_context``)."""
+    "kv_cache_dtype", "prefill"}}`` (``worker.model_runner.compilation_config.static_forward_context``;
+    ``prefill``: :func:`prefill_name`)."""
     ctx = worker.model_runner.compilation_config.static_forward_context
     out = {}
     for name, layer in ctx.items():
@@ -101,7 +116,7 @@ def layer_backends(worker) -> dict:
         out[name] = {"layer": type(layer).__name__,
                      "backend": backend.get_name() if backend is not None else None,
                      "impl": type(getattr(layer, "impl", None)).__name__,
-                     "kv_cache_dtype": str(getattr(layer, "kv_cache_dtype", ""))}
+                     "kv_cache_dtype": str(getattr(layer, "kv_cache_dtype", "")), "prefill": prefill_name(layer)}
     return out
 
 
@@ -134,6 +149,12 @@ def collect(worker) -> dict:
            "device_capability": None if dev is None else f"{dev[0]}.{dev[1]}",
            "triton_targets": triton_targets(), "triton_binaries": triton_binaries(), "launch_plan": planned_limits(),
            "indexer": indexer_calls(), "attention": attention, "indexer_cache": indexer_cache}
+    prefill = {}
+    for k, v in layers.items():
+        if v["prefill"] and k not in draft:
+            prefill[v["prefill"]] = prefill.get(v["prefill"], 0) + 1
+    if prefill:
+        out["mla_prefill"] = prefill
     if draft:
         out["draft_attention"] = count_backends({k: v for k, v in layers.items() if k in draft})[0]
     return out
@@ -190,7 +211,7 @@ def shape_errors(ran) -> list[str]:
     if sp is not None and not (isinstance(sp, dict) and all(
             type(sp.get(k)) is int and sp[k] >= 0 for k in ("drafts", "draft_tokens", "accepted_tokens"))):
         out.append(f"speculative {str(sp)[:80]} is not {{'drafts': n, 'draft_tokens': n, 'accepted_tokens': n, ...}}")
-    for key in ("attention", "indexer_cache", "draft_attention"):
+    for key in ("attention", "indexer_cache", "draft_attention", "mla_prefill"):
         v = ran.get(key)
         if (v is not None or key == "attention") and not (
                 isinstance(v, dict) and (v or key != "attention") and
