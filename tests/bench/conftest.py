@@ -1,7 +1,9 @@
-"""Fixtures for the serve benchmark's CPU tests: a fake ``vllm`` command on PATH (``fake_vllm.py``) and a model
-directory that holds only a DSA ``config.json``."""
+"""Fixtures for the serve benchmark's CPU tests: a fake ``vllm`` command on PATH (``fake_vllm.py``, a stand-in for
+``vllm serve`` only) and a model directory that holds a DSA ``config.json`` and a small local tokenizer (for vLLM's
+``vllm bench serve`` client, which builds its prompts with the checkpoint's tokenizer)."""
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -26,11 +28,23 @@ def vllm_on_path(tmp_path, monkeypatch):
     return exe
 
 
+@pytest.fixture(scope="session")
+def tokenizer_files(tmp_path_factory):
+    """A byte-level BPE tokenizer of 2048 tokens, trained locally as ``make-checkpoint`` trains its own (no
+    download); the folder holds only its files."""
+    from sparse_mla.launch.checkpoint import _train_tokenizer
+
+    d = tmp_path_factory.mktemp("tokenizer")
+    _train_tokenizer(2048).save_pretrained(str(d))
+    return d
+
+
 @pytest.fixture
-def model_dir(tmp_path):
-    """A GLM-5-like config (index_topk 128, vocab 2048, one MTP layer); no weights are needed by a fake server."""
+def model_dir(tmp_path, tokenizer_files):
+    """A GLM-5-like config (index_topk 128, vocab 2048, one MTP layer) and the local tokenizer; no weights are
+    needed by a fake server."""
     d = tmp_path / "model"
-    d.mkdir()
+    shutil.copytree(tokenizer_files, d)
     (d / "config.json").write_text(json.dumps({
         "architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "num_attention_heads": 64,
         "kv_lora_rank": 512, "index_topk": 128, "vocab_size": 2048, "num_hidden_layers": 2,

@@ -1,28 +1,39 @@
 #!/usr/bin/env python3
 """A stand-in for ``vllm serve`` in tests (standard library only): ``fake_vllm.py serve MODEL --port P [...]``.
 
-Serves on 127.0.0.1:P what ``sparse_mla.launch`` and ``sparse_mla.bench.serve`` use of vLLM's OpenAI server:
+Serves on 127.0.0.1:P what ``sparse_mla.launch`` and vLLM's own ``vllm bench serve`` client
+(``vllm/benchmarks/lib/endpoint_request_func.py`` ``async_request_openai_completions``) use of vLLM's OpenAI server:
 ``GET /health`` (503 until ``FAKE_VLLM_STARTUP_S`` has passed, then 200), ``GET /v1/models``, ``POST
-/v1/completions`` (``stream: true`` -> SSE chunks with ``token_ids``, a final usage chunk and ``[DONE]``, as vLLM's
-``completion_stream_generator``; else one JSON body with ``logprobs.tokens`` as ``token_id:N``) and ``GET /metrics``
-(vLLM's spec-decode counters when ``--speculative-config`` is on the command line).
+/v1/completions`` (``stream: true`` -> SSE chunks with ``choices[0].text`` and ``token_ids``, a final usage chunk with
+``completion_tokens`` and ``[DONE]``, as vLLM's ``completion_stream_generator``; else one JSON body with
+``logprobs.tokens`` as ``token_id:N``) and ``GET /metrics`` (vLLM's spec-decode counters when ``--speculative-config``
+is on the command line). No ``/tokenize``: vLLM's client then keeps its own prompts ("/tokenize unavailable").
 
-Generation is deterministic: token ``k`` of a completion is ``(sum(prompt) * 31 + 7 * k) % 2048``; with
-``--attention-backend FLASHMLA_SPARSE`` prompts of even length part from that at token 3 (a stand-in for near-ties
-between backends). Timing: the first token after ``FAKE_VLLM_TTFT_S``, each further one ``FAKE_VLLM_TPOT_S`` later,
+Generation is deterministic: token ``k`` of a completion is ``(h * 31 + 7 * k) % 2048``, ``h`` the sum of a token-id
+prompt or the CRC-32 of a text prompt; its text is `` w0123`` (the id, four digits). With ``--attention-backend
+FLASHMLA_SPARSE``, requests whose ``x-request-id`` ends in an even number (vLLM's bench numbers its requests; token-id
+prompts: of even length) part from that at token 3: from there the text reads `` x0123`` (a stand-in for near-ties
+between backends). A text prompt's usage carries no ``prompt_tokens`` (the client keeps its tokenizer's count).
+Timing: the first token after ``FAKE_VLLM_TTFT_S``, each further one ``FAKE_VLLM_TPOT_S`` later (per backend:
+``FAKE_VLLM_TPOT_S_<BACKEND>``, the ``--attention-backend`` value, e.g. ``FAKE_VLLM_TPOT_S_FLASHMLA_SPARSE``),
 ``FAKE_VLLM_TOKENS_PER_CHUNK`` tokens per SSE chunk (2 with ``--speculative-config``, as accepted drafts arrive).
-Speculative counters: per request ``n - 1`` draft tokens in ``n - 1`` drafts, of which ``(n - 1) // 2`` accepted.
+Speculative counters: per request ``n - 1`` draft tokens in ``n - 1`` drafts, of which ``(n - 1) // 2`` accepted, at
+position 0; none when ``FAKE_VLLM_NO_DRAFTS`` names the backend (or is ``1``): the counters stay at 0.
 
 ``POST /collective_rpc {"method": "sparse_mla_ran"}`` (only with ``VLLM_SERVER_DEV_MODE=1`` and the worker extension on
 the command line, as vLLM): one worker's ``ran`` block for what was asked -- every attention layer on the requested
 backend (``CUSTOM`` = ``TRITON_MLA_SPARSE``, none = ``FLASH_ATTN_MLA_SPARSE``), capability ``FAKE_VLLM_CAPABILITY``
 (default ``SPARSE_MLA_SIMULATED_CAPABILITY``, else 9.0), our kernels compiled for it, and indexer calls by the Triton
 indexer where ``SPARSE_MLA_TRITON_INDEXER=1`` (else DeepGEMM's); ``FAKE_VLLM_RAN_BACKEND`` overrides the layers'
-backend (a server that ran something else).
+backend (a server that ran something else). With an MTP ``--speculative-config`` (method ``mtp`` or ``*_mtp``) the
+block has the drafter's layer apart, ``draft_attention``: on the config's ``attention_backend`` (vLLM's own choice,
+``FLASH_ATTN_MLA_SPARSE``, where it names none), or on ``FAKE_VLLM_RAN_DRAFT_BACKEND``.
 
-Other switches: ``FAKE_VLLM_EXIT=N`` exits with N at once; ``FAKE_VLLM_CHILD=1`` starts a sleeping child process
-(like vLLM's engine core) and prints its pid; ``FAKE_VLLM_IGNORE_TERM=1`` ignores SIGTERM. It prints its argv and
-the indexer switch to stdout, a line to stderr, and the line vLLM logs for the CUSTOM backend.
+Other switches: ``FAKE_VLLM_EXIT=N`` exits with N at once; ``FAKE_VLLM_DIE_AFTER=N`` exits (status 3) when completion
+request N + 1 arrives (a server that dies under load); ``FAKE_VLLM_CHILD=1`` starts a sleeping child process (like
+vLLM's engine core) and prints its pid; ``FAKE_VLLM_IGNORE_TERM=1`` ignores SIGTERM. Bounded: it exits by itself after
+``FAKE_VLLM_LIFETIME_S`` (default 300) seconds, and a SIGTERM or SIGKILL to its process group stops it. It prints its
+argv and the indexer switch to stdout, a line to stderr, and the line vLLM logs for the CUSTOM backend.
 """
 import json
 import os
@@ -31,11 +42,12 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = sys.argv[1:]
 LOCK = threading.Lock()
-COUNTERS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_pos0": 0}
+COUNTERS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_pos0": 0, "completions": 0}
 
 
 def opt(name, default=None):
@@ -47,16 +59,23 @@ BACKEND = opt("--attention-backend", "auto")
 STARTED = time.time()
 STARTUP_S = float(os.environ.get("FAKE_VLLM_STARTUP_S", "0"))
 TTFT_S = float(os.environ.get("FAKE_VLLM_TTFT_S", "0.01"))
-TPOT_S = float(os.environ.get("FAKE_VLLM_TPOT_S", "0.002"))
+TPOT_S = float(os.environ.get(f"FAKE_VLLM_TPOT_S_{BACKEND}") or os.environ.get("FAKE_VLLM_TPOT_S", "0.002"))
+NO_DRAFTS = os.environ.get("FAKE_VLLM_NO_DRAFTS") in ("1", BACKEND)
+DIE_AFTER = int(os.environ.get("FAKE_VLLM_DIE_AFTER", "-1"))
 PER_CHUNK = int(os.environ.get("FAKE_VLLM_TOKENS_PER_CHUNK", "2" if SPECULATIVE else "1"))
 
 
-def tokens_for(prompt, n):
-    base = sum(prompt) * 31
+def tokens_for(prompt, n, request_id=None):
+    """Token ids and their texts; FLASHMLA_SPARSE parts at token 3 (see the module docstring)."""
+    base = (zlib.crc32(prompt.encode()) if isinstance(prompt, str) else sum(prompt)) * 31
     out = [(base + 7 * k) % 2048 for k in range(n)]
-    if BACKEND == "FLASHMLA_SPARSE" and len(prompt) % 2 == 0 and n > 3:
+    texts = [f" w{t:04d}" for t in out]
+    even = int(request_id.rsplit("-", 1)[-1]) % 2 == 0 if request_id and request_id[-1:].isdigit() else \
+        not isinstance(prompt, str) and len(prompt) % 2 == 0
+    if BACKEND == "FLASHMLA_SPARSE" and even and n > 3:
         out[3:] = [(t + 1) % 2048 for t in out[3:]]
-    return out
+        texts[3:] = [f" x{t:04d}" for t in out[3:]]
+    return out, texts
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -78,7 +97,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
         elif self.path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": opt("--served-model-name", "m"), "object": "model"}]})
+            self._json(200, {"object": "list", "data": [{"id": opt("--served-model-name", "m"), "object": "model",
+                                                         "root": ARGS[1] if len(ARGS) > 1 else "m"}]})
         elif self.path == "/metrics":
             lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
                      "# TYPE vllm:num_requests_running gauge",
@@ -113,21 +133,28 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, {"results": [ran_block()]})
         if self.path != "/v1/completions":
             return self._json(404, {"error": self.path})
+        with LOCK:
+            COUNTERS["completions"] += 1
+            if COUNTERS["completions"] == DIE_AFTER + 1:
+                print(f"FAKE_VLLM dies at completion request {DIE_AFTER + 1}", flush=True)
+                os._exit(3)
         prompt, n = req["prompt"], int(req["max_tokens"])
-        toks = tokens_for(prompt, n)
-        if SPECULATIVE:
+        toks, texts = tokens_for(prompt, n, self.headers.get("x-request-id"))
+        if SPECULATIVE and not NO_DRAFTS:
             with LOCK:
                 COUNTERS["drafts"] += n - 1
                 COUNTERS["draft_tokens"] += n - 1
                 COUNTERS["accepted_tokens"] += (n - 1) // 2
                 COUNTERS["accepted_pos0"] += (n - 1) // 2
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
+        usage = {"completion_tokens": n}
+        if not isinstance(prompt, str):
+            usage.update(prompt_tokens=len(prompt), total_tokens=len(prompt) + n)
         head = {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": req["model"]}
         if not req.get("stream"):
             time.sleep(TTFT_S + TPOT_S * (n - 1))
             lp = {"tokens": [f"token_id:{t}" for t in toks], "token_logprobs": [-1.0 - 0.01 * t for t in toks],
                   "text_offset": list(range(n)), "top_logprobs": [{f"token_id:{t}": -1.0} for t in toks]}
-            return self._json(200, {**head, "choices": [{"index": 0, "text": "x" * n, "logprobs": lp,
+            return self._json(200, {**head, "choices": [{"index": 0, "text": "".join(texts), "logprobs": lp,
                                                          "finish_reason": "length"}], "usage": usage})
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -137,10 +164,11 @@ class Handler(BaseHTTPRequestHandler):
         sent = 0
         while sent < n:
             part = toks[sent:sent + (1 if sent == 0 else PER_CHUNK)]
+            text = "".join(texts[sent:sent + len(part)])
             if sent:
                 time.sleep(TPOT_S * len(part))
             sent += len(part)
-            choice = {"index": 0, "text": "x" * len(part), "logprobs": None,
+            choice = {"index": 0, "text": text, "logprobs": None,
                       "finish_reason": "length" if sent >= n else None, "token_ids": part}
             self.wfile.write(f"data: {json.dumps({**head, 'choices': [choice]})}\n\n".encode())
             self.wfile.flush()
@@ -160,9 +188,15 @@ def ran_block():
     targets = {"attention._sparse_mla_fwd_kernel": [sm]} if ours else {}
     if triton:
         targets["indexer._prefill_logits_kernel"] = [sm]
-    return {"capability": cap, "triton_targets": targets, "indexer": {"triton": 4 if triton else 0,
-                                                                        "deepgemm": 0 if triton else 4},
-            "attention": {backend: 2}, "indexer_cache": {"DEEPSEEK_V32_INDEXER": 2}}
+    out = {"capability": cap, "triton_targets": targets, "indexer": {"triton": 4 if triton else 0,
+                                                                     "deepgemm": 0 if triton else 4},
+           "attention": {backend: 2}, "indexer_cache": {"DEEPSEEK_V32_INDEXER": 2}}
+    spec = json.loads(opt("--speculative-config") or "{}")
+    method = str(spec.get("method") or "")
+    if method == "mtp" or method.endswith("_mtp"):   # vLLM's MTPModelTypes: a drafter with attention layers
+        asked = {"CUSTOM": "TRITON_MLA_SPARSE"}.get(spec.get("attention_backend"), spec.get("attention_backend"))
+        out["draft_attention"] = {os.environ.get("FAKE_VLLM_RAN_DRAFT_BACKEND") or asked or "FLASH_ATTN_MLA_SPARSE": 1}
+    return out
 
 
 def main():
@@ -176,6 +210,10 @@ def main():
         sys.exit(int(os.environ["FAKE_VLLM_EXIT"]))
     if os.environ.get("FAKE_VLLM_IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    lifetime = float(os.environ.get("FAKE_VLLM_LIFETIME_S", "300"))
+    stop = threading.Timer(lifetime, lambda: os._exit(4))   # bounded even if nobody stops it
+    stop.daemon = True
+    stop.start()
     if os.environ.get("FAKE_VLLM_CHILD"):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         print(f"FAKE_VLLM child pid {child.pid}", flush=True)

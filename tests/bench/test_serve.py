@@ -1,9 +1,8 @@
-"""sparse_mla.bench.serve on the CPU: argument checks (one line each), the seeded load, the statistics, the
-Prometheus reading (against vLLM's own SpecDecodingProm output), the streaming client's TTFT/TPOT bookkeeping
-against a fake OpenAI-compatible server with known delays, the server lifecycle with a fake ``vllm`` on PATH, and a
-whole session end to end."""
+"""sparse_mla.bench.serve on the CPU: argument checks (one line each), vLLM's own datasets and parser on the load's
+arguments, the ranking rule on hand-made ranges, vLLM's `vllm bench serve` client against a stand-in server with
+known delays, the server lifecycle with a fake ``vllm`` on PATH, and whole sessions end to end: rotation, repeats,
+warm-up, verdict, agreement, speculative decoding and the failures that make the command exit 1."""
 import json
-import math
 import os
 import signal
 import statistics
@@ -14,12 +13,16 @@ import time
 import pytest
 
 from sparse_mla import cli
+from sparse_mla.bench import ranking
 from sparse_mla.bench import serve as bs
+from sparse_mla.bench import serve_record
+from sparse_mla.bench import vllm_client as vc
 from sparse_mla.errors import UserInputError
 from sparse_mla.launch import server as srv
-from sparse_mla.launch.specs import SIMULATED_ENV, parse_run_spec
+from sparse_mla.launch.specs import parse_run_spec
 
 FAKE = os.path.join(os.path.dirname(__file__), "fake_vllm.py")
+NGRAM = bs.SPECULATIVE_PRESETS["ngram"]
 
 
 def _alive(pid: int) -> bool:
@@ -29,6 +32,26 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.fixture(scope="module")
+def vllm_rules():
+    """vLLM's CUDA platform rules importable without the NVIDIA driver (the ran check asks vLLM where the Triton
+    indexer is the default)."""
+    from sparse_mla.diagnose.probe import load_vllm_extensions
+
+    load_vllm_extensions()
+
+
+@pytest.fixture(scope="module")
+def bench_parser():
+    """vLLM 0.26's own `vllm bench serve` argument parser."""
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    return parser
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -45,11 +68,12 @@ def bench_cli(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv,says", [
-    (["--num-requests", "0"], "--num-requests 0 is not accepted; accepted: an integer from 1 to 4096"),
-    (["--concurrency", "5000"], "--concurrency 5000 is not accepted"),
+    (["--num-prompts", "0"], "--num-prompts 0 is not accepted; accepted: an integer from 1 to 4096"),
+    (["--max-concurrency", "5000"], "--max-concurrency 5000 is not accepted"),
     (["--repeats", "0"], "--repeats 0 is not accepted"),
-    (["--max-tokens", "1"], "--max-tokens 1 is not accepted; accepted: an integer from 2"),
+    (["--output-len", "1"], "--output-len 1 is not accepted; accepted: an integer from 2"),
     (["--seed", "-1"], "--seed -1 is not accepted"),
+    (["--dataset", "sharegpt"], "--dataset 'sharegpt' is not accepted; accepted: random, repeat"),
     (["--backends", "FOO"], "attention backend 'FOO' is unknown"),
     (["--backends", " , "], "names no backend"),
     (["--backends", "TRITON_MLA"], "'TRITON_MLA' is not a CUDA sparse MLA backend"),
@@ -57,32 +81,34 @@ def bench_cli(monkeypatch, capsys):
     (["--backends", "auto"], "names no backend"),
     (["--speculative-config", "{bad"], "is not valid JSON"),
     (["--speculative-config", "[1]"], "is not accepted; accepted: a non-empty JSON object"),
+    (["--speculative", "eagle"], "--speculative 'eagle' is not accepted; accepted: ngram, mtp"),
+    (["--speculative", "ngram", "--speculative-config", '{"method": "ngram"}'], "are both given"),
     (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype 'fp4' is not accepted"),
     (["--tp", "3"], "tensor-parallel size 3 does not divide the model's 64 attention heads"),
     (["--server-timeout", "0"], "--server-timeout 0.0 is not accepted"),
-    (["--request-timeout", "nan"], "--request-timeout nan is not accepted"),
-    (["--max-tokens", "1024"], "exceeds the model's max_position_embeddings 1100"),
+    (["--bench-timeout", "nan"], "--bench-timeout nan is not accepted"),
+    (["--output-len", "1024"], "exceeds the model's max_position_embeddings 1100"),
 ])
 def test_bad_arguments_one_line_each(bench_cli, model_dir, argv, says):
     cfg = json.loads((model_dir / "config.json").read_text())
-    if argv == ["--max-tokens", "1024"]:
+    if argv == ["--output-len", "1024"]:
         (model_dir / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1100}))
     rc, out, err = bench_cli("--model", str(model_dir), *argv)
     assert rc == 2 and out == "" and len(err) == 1, err
     assert err[0].startswith("sparse-mla bench: error:") and says in err[0], err
 
 
-def test_mtp_needs_the_checkpoints_mtp_layer(bench_cli, model_dir):
+@pytest.mark.parametrize("argv", [["--speculative", "mtp"],
+                                  ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']])
+def test_mtp_needs_the_checkpoints_mtp_layer(bench_cli, model_dir, argv):
     cfg = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**cfg, "num_nextn_predict_layers": 0}))
-    rc, _, err = bench_cli("--model", str(model_dir), "--speculative-config", bs.DEFAULTS and
-                           '{"method": "mtp", "num_speculative_tokens": 1}')
+    rc, _, err = bench_cli("--model", str(model_dir), *argv)
     assert rc == 2 and len(err) == 1 and "make-checkpoint --mtp" in err[0], err
 
 
 @pytest.mark.parametrize("tokens", ['"two"', "[1]", "1e400", "-5", "1.5", "0", "true"])
 def test_num_speculative_tokens_must_be_a_positive_integer(bench_cli, model_dir, tokens):
-    """It was passed to int() unchecked: a traceback for "two", [1] or 1e400 (inf); -5 and 1.5 reached the GPU."""
     rc, out, err = bench_cli("--model", str(model_dir), "--speculative-config",
                              f'{{"method": "mtp", "num_speculative_tokens": {tokens}}}')
     assert rc == 2 and out == "" and len(err) == 1, err
@@ -96,13 +122,7 @@ def test_max_position_embeddings_of_the_wrong_type_is_named(bench_cli, model_dir
     (model_dir / "config.json").write_text(cfg)
     rc, out, err = bench_cli("--model", str(model_dir))
     assert rc == 2 and out == "" and len(err) == 1, err
-    assert f"has max_position_embeddings = " in err[0] and "accepted: a positive integer" in err[0], err
-
-
-def test_a_long_speculative_load_names_the_speculative_tokens():
-    with pytest.raises(UserInputError, match=r"48 new tokens \+ 100000 speculative tokens exceeds .* 8192; "
-                                             r"accepted: fewer --max-tokens or num_speculative_tokens"):
-        bs.server_max_model_len(128, 48, 100000, 8192)
+    assert "has max_position_embeddings = " in err[0] and "accepted: a positive integer" in err[0], err
 
 
 def test_good_arguments_need_a_gpu_and_missing_model_is_named(bench_cli, model_dir, tmp_path, monkeypatch):
@@ -115,138 +135,162 @@ def test_good_arguments_need_a_gpu_and_missing_model_is_named(bench_cli, model_d
     assert rc == 2 and len(err) == 1 and "nope" in err[0] and "config.json" in err[0], err
 
 
+def test_cli_defaults_quick_keeps_three_repeats_and_ngram_picks_repeating_prompts(model_dir, tmp_path, monkeypatch,
+                                                                                capsys):
+    """--quick shrinks the requests, not the repeats; explicit values win; --speculative ngram serves vLLM's ngram
+    config on prompts that repeat; the command prints the verdict and exits 0 without failures."""
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("bench.cli",))
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/" + name)
+    seen = []
+    monkeypatch.setattr(bs, "bench_serve", lambda model, runs, load, **kw: seen.append((runs, load, kw)) or
+                        {"runs": {}, "repeats": {}, "failures": [], "verdict": {"lines": ["a line of the verdict"]}})
+    parse = lambda *a: cli.build_parser().parse_args(["bench", "serve", "--model", str(model_dir), *a])  # noqa: E731
+    assert bs.cli_run(parse("--quick"), lambda a: (tmp_path, "t")) == 0
+    assert bs.cli_run(parse("--quick", "--repeats", "1", "--num-prompts", "4", "--speculative", "NGRAM",
+                            "--backends", "flashmla_sparse,TRITON_MLA_SPARSE"), lambda a: (tmp_path, "t")) == 0
+    (runs0, load0, kw0), (runs1, load1, kw1) = seen
+    assert load0 == bs.Load(num_prompts=32, max_concurrency=32, repeats=3, output_len=24, seed=0, dataset="random")
+    assert runs0 == bs.DEFAULT_RUNS and kw0["speculative_config"] is None and kw0["cuda_graphs"] is True
+    assert load1 == bs.Load(num_prompts=4, max_concurrency=32, repeats=1, output_len=24, seed=0, dataset="repeat")
+    assert runs1 == ("FLASHMLA_SPARSE", "TRITON_MLA_SPARSE") and kw1["speculative_config"] == NGRAM
+    out = capsys.readouterr().out
+    assert "verdict (A > B on a metric only where" in out and "  a line of the verdict" in out
+
+
 # ----------------------------------------------------------------------------------------------- the load
-def test_prompts_are_seeded_and_straddle_index_topk():
-    a = bs.make_prompts(97, 512, 2048, seed=3)
-    assert a == bs.make_prompts(97, 512, 2048, seed=3)
-    assert [p["token_ids"] for p in a] != [p["token_ids"] for p in bs.make_prompts(97, 512, 2048, seed=4)]
-    assert [p["index"] for p in a] == list(range(97))
-    kinds = [p["kind"] for p in a]
-    assert kinds.count("short") == 49 and kinds.count("long") == 48
-    assert kinds != sorted(kinds) and kinds != ["short", "long"] * 48 + ["short"]   # shuffled, not interleaved
-    r = bs.prompt_length_ranges(512)
-    for p in a:
-        lo, hi = r[p["kind"]]
-        assert lo <= p["prompt_len"] == len(p["token_ids"]) <= hi
-        assert (p["prompt_len"] < 512) == (p["kind"] == "short")
-        assert all(2 <= t < 2048 for t in p["token_ids"])
-    assert len({p["prompt_len"] for p in a}) > 40   # lengths vary within each range
-
-
 def test_server_max_model_len():
+    assert bs.input_length_range(512) == (128, 896) and bs.input_length_range(2048) == (512, 3584)
     assert bs.server_max_model_len(512, 48) == 4096
-    assert bs.server_max_model_len(2048, 48, 1) == 5120            # 4096 + 48 + 1 + 8 -> next 1024
-    assert bs.server_max_model_len(2048, 48, 0, 4500) == 4500     # capped by the model
+    assert bs.server_max_model_len(2048, 480, 1) == 5120           # 3584 + 64 + 480 + 1 -> next 1024
+    assert bs.server_max_model_len(2048, 480, 0, 4500) == 4500     # capped by the model
     with pytest.raises(UserInputError, match="exceeds the model's max_position_embeddings 4000"):
-        bs.server_max_model_len(2048, 48, 0, 4000)
+        bs.server_max_model_len(2048, 480, 0, 4000)
+    with pytest.raises(UserInputError, match=r"48 new tokens \+ 100000 speculative tokens exceeds .* 8192; "
+                                             r"accepted: fewer --output-len or num_speculative_tokens"):
+        bs.server_max_model_len(128, 48, 100000, 8192)
 
 
-# ----------------------------------------------------------------------------------------------- statistics
-def test_spread_against_statistics_module():
-    vals = [5.0, 1.0, 4.0, 2.0, 3.0, 10.0, float("nan"), None]
-    s = bs.spread(vals)
-    finite = [5.0, 1.0, 4.0, 2.0, 3.0, 10.0]
-    q1, med, q3 = statistics.quantiles(finite, n=4, method="inclusive")   # = numpy's linear interpolation
-    assert s == {"median": pytest.approx(med), "min": 1.0, "max": 10.0, "q1": pytest.approx(q1),
-                 "q3": pytest.approx(q3), "n": 6}
-    assert bs.spread([]) is None and bs.spread([float("inf")]) is None
-    assert bs.spread([7.0]) == {"median": 7.0, "min": 7.0, "max": 7.0, "q1": 7.0, "q3": 7.0, "n": 1}
+def test_rotation_and_plan():
+    assert bs.rotated(["A", "B", "C"], 4) == [["A", "B", "C"], ["B", "C", "A"], ["C", "A", "B"], ["A", "B", "C"]]
+    assert bs.rotated(["A", "B"], 3) == [["A", "B"], ["B", "A"], ["A", "B"]]
+    assert bs.rotated([], 3) == []
+    assert bs.plan_runs(["A", "B"], None) == [("A", "A", None), ("B", "B", None)]
+    assert bs.plan_runs(["A"], NGRAM) == [("A", "A", None), ("A+ngram", "A", NGRAM)]
 
 
-def _res(i, toks, ttft, lat, err=None):
-    return bs.RequestResult(i, "short", 10, token_ids=list(toks), ttft_s=ttft, latency_s=lat, error=err)
+@pytest.mark.parametrize("dataset", bs.DATASETS)
+def test_vllms_datasets_give_every_pass_the_same_prompts(dataset, bench_parser, model_dir, tmp_path):
+    """The load's arguments, read by vLLM's own `vllm bench serve` parser and turned into prompts by vLLM's own
+    datasets (``get_samples``) with the checkpoint's tokenizer: the warm-up (2 new tokens) and the timed pass (48)
+    get the same prompts for one seed -- also on a later call, as every repeat makes one -- and another seed gives
+    others. Random prompts straddle index_topk (128); repeat prompts repeat their text."""
+    from vllm.benchmarks.datasets import get_samples
+    from vllm.tokenizers import get_tokenizer
+
+    tok = get_tokenizer(str(model_dir))
+    load = bs.Load(num_prompts=24, dataset=dataset, seed=3)
+    path = bs.write_repeat_prompts(tmp_path / "p.jsonl", model_dir, load, 128) if dataset == "repeat" else None
+
+    def prompts(output_len, seed=3):
+        argv = vc.bench_argv("http://127.0.0.1:1", model_dir, "glm5", bs.dataset_args(dataset, 128, output_len, path),
+                             num_prompts=24, max_concurrency=4, seed=seed, result_path=tmp_path / "r.json",
+                             ready_timeout_s=60)
+        args = bench_parser.parse_args(argv)
+        assert (args.temperature, args.ignore_eos, args.save_detailed, args.max_concurrency) == (0.0, True, True, 4)
+        return [(r.prompt, r.prompt_len, r.expected_output_len) for r in get_samples(args, tok)]
+
+    warm, timed, again, other = prompts(2), prompts(48), prompts(48), prompts(48, seed=4)
+    assert [p[:2] for p in warm] == [p[:2] for p in timed] == [p[:2] for p in again] and len(timed) == 24
+    assert {p[2] for p in warm} == {2} and {p[2] for p in timed} == {48}
+    assert [p[0] for p in other] != [p[0] for p in timed]
+    lens = [p[1] for p in timed]
+    lo, hi = bs.input_length_range(128)
+    if dataset == "random":
+        assert all(lo <= n <= hi for n in lens) and min(lens) < 128 < max(lens), lens
+    else:
+        assert all(lo // 2 <= n <= hi + bs.PROMPT_SLACK for n in lens), lens
+        for text, _, _ in timed:   # some 24-character piece of its first third occurs again further on
+            assert any(text.count(text[i:i + 24]) >= 2 for i in range(0, len(text) // 3, 4)), text[:80]
 
 
-def test_repeat_stats_and_summary():
-    rs = [_res(0, range(5), 0.1, 0.5), _res(1, range(3), 0.2, 0.4), _res(2, [1], 0.3, 0.3),
-          _res(3, [], None, None, err="ConnectionError: x")]
-    st = bs.repeat_stats(rs, 2.0)
-    assert st["requests"] == 4 and st["errors"] == 1 and st["first_errors"] == ["ConnectionError: x"]
-    assert st["output_tokens"] == 9 and st["output_tokens_per_s"] == pytest.approx(4.5)
-    assert st["ttft_ms"]["median"] == pytest.approx(200.0) and st["ttft_ms"]["n"] == 3
-    # TPOT = (latency - TTFT) / (tokens - 1); a one-token request has none
-    assert rs[0].tpot_s == pytest.approx(0.1) and rs[1].tpot_s == pytest.approx(0.1) and rs[2].tpot_s is None
-    assert st["tpot_ms"]["n"] == 2 and st["tpot_ms"]["median"] == pytest.approx(100.0)
-    st2 = bs.repeat_stats([_res(0, range(5), 0.3, 0.7)], 1.0)
-    s = bs.summarize([st, st2], rs + [_res(0, range(5), 0.3, 0.7)])
-    assert s["output_tokens_per_s"]["min"] == pytest.approx(4.5) and s["output_tokens_per_s"]["max"] == 5.0
-    assert s["ttft_ms_median"]["min"] == pytest.approx(200.0) and s["ttft_ms_median"]["max"] == pytest.approx(300.0)
-    assert s["ttft_ms_all"]["n"] == 4 and s["errors"] == 1
+# ----------------------------------------------------------------------------------------------- the verdict
+@pytest.mark.parametrize("a,b,better", [
+    ([10.0, 11.0, 12.0], [13.0, 14.0, 15.0], "B"),        # apart: B has the higher throughput
+    ([13.0, 14.0, 15.0], [10.0, 12.0, 11.0], "A"),
+    ([10.0, 11.0, 12.0], [12.0, 13.0, 14.0], None),       # touching at 12: overlap
+    ([10.0, 11.0, 12.0], [10.0, 11.0, 12.0], None),       # equal
+    ([10.0, 11.0, 20.0], [12.0, 13.0, 14.0], None),       # one inside the other
+    ([10.0, 11.0, 12.0], [13.0, 14.0], None),             # B has 2 repeats: fewer than MIN_REPEATS
+    ([10.0, None, 11.0, 12.0], [13.0, None, 14.0, 15.0], "B"),   # a repeat without a result is left out
+])
+def test_ranking_only_where_ranges_do_not_overlap(a, b, better):
+    thr = ranking.compare("output_throughput", "A", a, "B", b)
+    lat = ranking.compare("median_tpot_ms", "A", a, "B", b)       # lower is better: the opposite winner
+    assert thr["better"] == better and lat["better"] == {"A": "B", "B": "A", None: None}[better]
+    assert thr["ranges"] == {"A": [min(x for x in a if x is not None), max(x for x in a if x is not None)],
+                             "B": [min(x for x in b if x is not None), max(x for x in b if x is not None)]}
+    if better:
+        lose = "A" if better == "B" else "B"
+        assert thr["line"].startswith(f"output tokens/s: {better} > {lose} (") and "higher is better" in thr["line"]
+        assert lat["line"].startswith(f"median TPOT (ms): {lose} > {better} (") and "lower is better" in lat["line"]
+    else:
+        assert "not ranked" in thr["line"] and "not ranked" in lat["line"]
+        assert ("ranges overlap (A 10.." in thr["line"]) == (len([x for x in b if x is not None]) >= 3)
 
 
-def test_agreement():
-    a = [[1, 2, 3], [4, 5, 6], [7, 8], None]
-    b = [[1, 2, 3], [4, 9, 6], [7, 8, 9], [1]]
-    g = bs.agreement(a, b)
-    assert g["compared"] == 3 and g["identical"] == 1
-    assert [p.get("first_divergence") for p in g["per_request"]] == [None, 1, 2, None]
-    assert g["per_request"][3] == {"index": 3, "compared": False}
-    assert g["first_divergence_min"] == 1 and g["first_divergence_median"] == 2
+def test_verdict_pairs_within_groups_only():
+    v = {k: {m: [x, x + 1, x + 2] for m in ranking.METRICS} for k, x in (("A", 0.0), ("B", 10.0), ("C", 20.0),
+                                                                           ("A+s", 30.0))}
+    out = ranking.verdict(v, {"plain": ["A", "B", "C"], "spec": ["A+s"]})
+    assert [p["runs"] for p in out["pairs"]] == [r for r in (["A", "B"], ["A", "C"], ["B", "C"]) for _ in range(4)]
+    assert out["rule"] == ranking.RULE and len(out["lines"]) == 12
+    assert out["pairs"][0] == {"metric": "output_throughput", "runs": ["A", "B"], "ranges": {"A": [0.0, 2.0],
+                               "B": [10.0, 12.0]}, "better": "B", "line": out["lines"][0]}
 
 
-def test_spec_counters_read_vllms_own_prometheus_output():
-    """The oracle is vLLM's SpecDecodingProm (the class that exports the counters): drive it with known draft
-    statistics, render its Prometheus text, and read it back."""
-    pytest.importorskip("vllm.v1.spec_decode.metrics")
-    import prometheus_client
-    from vllm.v1.spec_decode.metrics import SpecDecodingProm, SpecDecodingStats
-
-    registry_before = set(prometheus_client.REGISTRY._collector_to_names)
-    try:
-        prom = SpecDecodingProm(type("SC", (), {"num_speculative_tokens": 2})(), ["model_name", "engine"],
-                                {0: ["glm5", "0"], 1: ["glm5", "1"]})
-        text0 = prometheus_client.generate_latest().decode()
-        for engine, drafts in ((0, [(2, 1), (2, 2), (2, 0)]), (1, [(2, 2)])):
-            st = SpecDecodingStats.new(2)
-            for n_draft, n_acc in drafts:
-                st.observe_draft(n_draft, n_acc)
-            prom.observe(st, engine)
-        text1 = prometheus_client.generate_latest().decode()
-    finally:
-        for c in set(prometheus_client.REGISTRY._collector_to_names) - registry_before:
-            prometheus_client.REGISTRY.unregister(c)
-    c0, c1 = bs.spec_decode_counters(text0), bs.spec_decode_counters(text1)
-    assert c0 == {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "accepted_per_pos": {0: 0.0, 1: 0.0}}
-    assert c1 == {"drafts": 4.0, "draft_tokens": 8.0, "accepted_tokens": 5.0, "accepted_per_pos": {0: 3.0, 1: 2.0}}
-    acc = bs.acceptance(c0, c1)
-    assert acc["acceptance_rate"] == pytest.approx(5 / 8) and acc["mean_acceptance_length"] == pytest.approx(1 + 5 / 4)
-    assert acc["acceptance_rate_per_pos"] == {0: pytest.approx(0.75), 1: pytest.approx(0.5)}
-    assert bs.spec_decode_counters("# no spec decode here\nvllm:num_requests_running 0.0\n") is None
-    assert bs.acceptance(None, None) is None
+# ----------------------------------------------------------------------------------------------- vLLM's client
+def test_text_agreement_and_summary():
+    a = {"generated_texts": [" w1 w2", " w1 w2", "abc", "", "q"], "errors": ["", "", "", "", ""]}
+    b = {"generated_texts": [" w1 w2", " w1 x2", "abd", "", "q"], "errors": ["", "", "", "boom", ""]}
+    g = vc.text_agreement(a, b)
+    assert g == {"compared": 4, "identical": 2, "first_divergence_min": 2, "first_divergence_median": 4}
+    assert vc.text_agreement(a, {"generated_texts": ["x"]})["compared"] == 0
+    res = {"median_ttft_ms": 1.0, "failed": 0, **{k: [1, 2] for k in vc.DETAIL_KEYS}}
+    assert vc.summary(res) == {"median_ttft_ms": 1.0, "failed": 0}
+    assert bs.spread([5.0, 1.0, None, float("nan"), 3.0, True]) == {"min": 1.0, "median": 3.0, "max": 5.0, "n": 3}
+    assert bs.spread([]) is None and bs.spread([7]) == {"min": 7.0, "median": 7.0, "max": 7.0, "n": 1}
+    assert bs.spread([4.0, 1.0, 2.0, 3.0])["median"] == statistics.median([4.0, 1.0, 2.0, 3.0])
 
 
-# ----------------------------------------------------------------------------------------------- the client
-def test_client_loop_ttft_tpot_against_a_streaming_server(fake_server):
-    """Known server delays: first token after 0.15 s, then one every 0.03 s (two per SSE chunk). The client must
-    see TTFT >= 0.15 s and latency >= 0.15 + 6 x 0.03 s (sleeps never end early), TPOT near 0.03 s (a first chunk
-    read late lengthens TTFT and shortens TPOT by as much / 6), all tokens in order, and the wall time of two waves
-    of requests."""
-    url = fake_server(FAKE_VLLM_TTFT_S=0.15, FAKE_VLLM_TPOT_S=0.03, FAKE_VLLM_TOKENS_PER_CHUNK=2)
-    prompts = bs.make_prompts(6, 128, 2048, seed=1)
-    res, dur = bs.run_load(url, prompts, concurrency=3, max_tokens=7, model="m")
-    assert [r.index for r in res] == list(range(6)) and all(r.error is None for r in res), [r.error for r in res]
-    for r, p in zip(res, prompts):
-        base = sum(p["token_ids"]) * 31
-        assert r.token_ids == [(base + 7 * k) % 2048 for k in range(7)] and r.usage_tokens == 7
-        assert 0.15 <= r.ttft_s < 0.15 + 0.25, r.ttft_s
-        assert r.latency_s >= 0.15 + 6 * 0.03 and 0.03 - 0.015 < r.tpot_s < 0.03 + 0.04, (r.latency_s, r.tpot_s)
-        assert r.latency_s == pytest.approx(r.ttft_s + 6 * r.tpot_s)
-    one = 0.15 + 6 * 0.03
-    assert 2 * one <= dur < 2 * one + 1.0, dur       # 6 requests, 3 at a time: two waves
-    st = bs.repeat_stats(res, dur)
-    assert st["output_tokens"] == 42 and st["output_tokens_per_s"] == pytest.approx(42 / dur)
-
-
-def test_client_records_errors_and_bounds_the_load(fake_server):
-    url = fake_server(FAKE_VLLM_TTFT_S=2.0)
-    prompts = bs.make_prompts(2, 128, 2048)
-    res, _ = bs.run_load(url, prompts, 2, 4, model="m", request_timeout_s=0.3)
-    assert all(r.error and "Timeout" in r.error for r in res), [r.error for r in res]
-    with pytest.raises(TimeoutError):
-        bs.run_load(url, prompts, 2, 4, model="m", load_timeout_s=0.5)
-    dead = f"http://127.0.0.1:{srv.free_port()}"
-    res, _ = bs.run_load(dead, prompts, 2, 4, model="m")
-    assert all(r.error and "Connection" in r.error for r in res)
+def test_vllm_bench_serve_against_a_streaming_stand_in(fake_server, model_dir, tmp_path):
+    """vLLM's own client, one pass, against known delays: first token after 0.15 s, then one every 0.03 s (two per
+    SSE chunk). vLLM's result must show TTFT >= 150 ms (sleeps never end early), TPOT near 30 ms (a first chunk read
+    late lengthens TTFT and shortens TPOT by as much / 6), every request complete with 7 tokens, and the texts the
+    stand-in generated; a pass the parser refuses exits 2; a pass past its time limit is killed."""
+    url = fake_server("--served-model-name", "glm5", FAKE_VLLM_TTFT_S=0.15, FAKE_VLLM_TPOT_S=0.03,
+                      FAKE_VLLM_TOKENS_PER_CHUNK=2)
+    result = tmp_path / "r.json"
+    argv = vc.bench_argv(url, model_dir, "glm5", bs.dataset_args("random", 128, 7), num_prompts=4, max_concurrency=2,
+                         seed=0, result_path=result, ready_timeout_s=30)
+    done = vc.run_pass(argv, tmp_path / "b.log", 120)
+    log = (tmp_path / "b.log").read_text()
+    assert done["exit_code"] == 0 and not done["timed_out"], log[-3000:]
+    assert log.startswith("$ vllm bench serve --backend openai") and "Serving Benchmark Result" in log
+    res = vc.read_result(result)
+    assert (res["completed"], res["failed"], res["total_output_tokens"], res["output_lens"]) == (4, 0, 28, [7] * 4)
+    assert res["median_ttft_ms"] >= 150.0 and 15.0 < res["median_tpot_ms"] < 70.0, res
+    assert all(150.0 <= t * 1e3 < 400.0 for t in res["ttfts"])
+    for text in res["generated_texts"]:
+        words = text.split()
+        assert len(words) == 7 and all(w[0] == "w" for w in words)
+        assert [int(w[1:]) for w in words] == [(int(words[0][1:]) + 7 * k) % 2048 for k in range(7)]
+    assert vc.run_pass(["--num-prompts", "x"], tmp_path / "bad.log", 60)["exit_code"] == 2
+    slow = fake_server("--served-model-name", "glm5", FAKE_VLLM_TTFT_S=60)
+    argv = vc.bench_argv(slow, model_dir, "glm5", bs.dataset_args("random", 128, 3), num_prompts=1,
+                         max_concurrency=1, seed=0, result_path=tmp_path / "s.json", ready_timeout_s=30)
+    t0 = time.time()
+    assert vc.run_pass(argv, tmp_path / "s.log", 3) == {"exit_code": -signal.SIGKILL, "seconds": pytest.approx(
+        time.time() - t0, abs=1.0), "timed_out": True}
 
 
 # ----------------------------------------------------------------------------------------------- lifecycle
@@ -266,20 +310,31 @@ def test_vllms_own_parser_accepts_the_server_command():
         from vllm.entrypoints.openai.cli_args import make_arg_parser
 
         parser = make_arg_parser(FlexibleArgumentParser())
-    mtp = {"method": "mtp", "num_speculative_tokens": 1}
     cmd = serve_command("/m", parse_run_spec("TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"), 8123, kv_cache_dtype="fp8_ds_mla",
-                        tp=2, enforce_eager=False, max_model_len=5120, max_num_seqs=32, speculative_config=mtp,
+                        tp=2, enforce_eager=False, max_model_len=5120, max_num_seqs=32, speculative_config=NGRAM,
                         extra=bs.SERVER_EXTRA)
     assert cmd[:3] == ["vllm", "serve", "/m"]
     ns = parser.parse_args(cmd[3:])
     assert (ns.host, ns.port, ns.served_model_name, ns.seed) == ("127.0.0.1", 8123, ["glm5"], 0)
-    assert (ns.attention_backend, ns.kv_cache_dtype, ns.speculative_config) == ("CUSTOM", "fp8_ds_mla", mtp)
+    assert (ns.attention_backend, ns.kv_cache_dtype, ns.speculative_config) == ("CUSTOM", "fp8_ds_mla", NGRAM)
     assert (ns.max_model_len, ns.max_num_seqs, ns.tensor_parallel_size) == (5120, 32, 2)
     assert ns.enable_prefix_caching is False and ns.disable_uvicorn_access_log is True and not ns.enforce_eager
     assert parser.parse_args(serve_command("/m", parse_run_spec("FLASHMLA_SPARSE"), 1)[3:]).enforce_eager
 
 
+def test_vllms_speculative_config_accepts_the_presets():
+    """vLLM's own SpeculativeConfig fields take the presets' keys (ngram's lookup window is kept as given)."""
+    from vllm.config.speculative import SpeculativeConfig
+
+    fields = SpeculativeConfig.__dataclass_fields__
+    for preset in bs.SPECULATIVE_PRESETS.values():
+        assert set(preset) <= set(fields), preset
+    assert NGRAM["prompt_lookup_min"] <= NGRAM["prompt_lookup_max"]
+
+
 def test_served_starts_waits_logs_and_kills(vllm_on_path, tmp_path, model_dir):
+    import urllib.request
+
     from sparse_mla.launch.engine import serve_command, server_env
 
     port = srv.free_port()
@@ -292,8 +347,8 @@ def test_served_starts_waits_logs_and_kills(vllm_on_path, tmp_path, model_dir):
     with srv.served(cmd, env, log, port, timeout_s=30) as s:
         assert s.up_s >= 0.4 and s.base_url == f"http://127.0.0.1:{port}"
         assert s.proc.poll() is None and os.getpgid(s.proc.pid) == s.proc.pid   # its own process group
-        res, _ = bs.run_load(s.base_url, bs.make_prompts(2, 128, 2048), 2, 3, model="glm5")
-        assert all(r.error is None for r in res)
+        with urllib.request.urlopen(s.base_url + "/v1/models", timeout=5) as r:
+            assert json.loads(r.read())["data"][0]["id"] == "glm5"
         proc = s.proc
     assert time.time() - t0 < 20 and proc.poll() is not None
     text = log.read_text()
@@ -301,7 +356,8 @@ def test_served_starts_waits_logs_and_kills(vllm_on_path, tmp_path, model_dir):
     assert argv[:2] == ["serve", str(model_dir)] and argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--attention-backend") + 1] == "CUSTOM"
     assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8_ds_mla"
-    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 1}
+    assert argv[argv.index("--speculative-config") + 1] == cmd[cmd.index("--speculative-config") + 1]
+    assert json.loads(argv[argv.index("--speculative-config") + 1])["method"] == "mtp"
     assert "SPARSE_MLA_TRITON_INDEXER='1' VLLM_LOGGING_LEVEL='INFO'" in text and "FAKE_VLLM stderr line" in text
     child = int(text.split("FAKE_VLLM child pid ", 1)[1].split()[0])
     assert not _alive(child), "the server's child process outlived it"
@@ -344,90 +400,142 @@ def test_stop_server_escalates_to_sigkill(tmp_path):
     assert p.returncode == -signal.SIGKILL and time.time() - t0 < 5
 
 
-# ----------------------------------------------------------------------------------------------- a session
-def test_bench_serve_end_to_end_with_a_fake_vllm(vllm_on_path, model_dir, tmp_path, monkeypatch):
-    """Two run specs, each also with MTP: four servers one after the other, the record, the CSV, the plot and four
-    logs in the out-dir and nothing else; agreement and acceptance as the fake server's rules make them."""
-    monkeypatch.setenv(SIMULATED_ENV, "8.6")
+# ----------------------------------------------------------------------------------------------- sessions
+def _cli(model_dir, out, *argv) -> tuple[int, dict]:
+    """``sparse-mla bench serve`` after the GPU check (the record's place stands in): its exit status and record."""
+    args = cli.build_parser().parse_args(["bench", "serve", "--model", str(model_dir), "--server-timeout", "30",
+                                          "--bench-timeout", "120", *argv])
+    rc = bs.cli_run(args, lambda a: (out, "cpu"))
+    return rc, json.loads((out / "bench_serve_cpu.json").read_text())
+
+
+def test_bench_serve_end_to_end_rotates_repeats_and_ranks(vllm_on_path, vllm_rules, model_dir, tmp_path,
+                                                          monkeypatch):
+    """Two run specs x 3 repeats: six fresh servers in rotated order, each with a warm-up pass and a timed pass of
+    vLLM's `vllm bench serve`, every result file kept and in `repeats` with vLLM's keys; the stand-in is 15x slower
+    per token on FLASHMLA_SPARSE, so the verdict ranks ours above it on TPOT, ITL and tokens/s, and every verdict
+    line follows the rule from the recorded repeats; agreement as the stand-in's rules make it; a record that
+    `records check` calls proven."""
+    from sparse_mla.workbook.proof import judge
+
+    monkeypatch.setenv("FAKE_VLLM_TPOT_S_FLASHMLA_SPARSE", "0.03")
     monkeypatch.setenv("SPARSE_MLA_TRITON_INDEXER", "1")   # a plain run spec must not inherit it
     out = tmp_path / "out"
-    out.mkdir()
-    load = bs.Load(num_requests=8, concurrency=4, repeats=2, max_tokens=5, seed=2)
-    rec = bs.bench_serve(model_dir, ["TRITON_MLA_SPARSE", "FLASHMLA_SPARSE+TRITON_DSA_INDEXER"], load,
-                         out_dir=out, tag="cpu", speculative_config='{"method": "mtp", "num_speculative_tokens": 1}')
-    keys = ["TRITON_MLA_SPARSE", "TRITON_MLA_SPARSE+mtp", "FLASHMLA_SPARSE+TRITON_DSA_INDEXER",
-            "FLASHMLA_SPARSE+TRITON_DSA_INDEXER+mtp"]
-    assert list(rec["runs"]) == keys and rec["complete"] is True
-    logs = {f"bench_serve_cpu_{k.replace('+', '_')}.log" for k in keys}
-    assert {p.name for p in out.iterdir()} == {"bench_serve_cpu.json", "bench_serve_cpu.csv",
-                                               "bench_serve_cpu.png"} | logs
-    assert rec["simulated"]["capability"] == "8.6" and SIMULATED_ENV in rec["simulated"]["how"]
-    prompts = bs.make_prompts(8, 128, 2048, seed=2)
-    for k in keys:
-        r = rec["runs"][k]
-        assert "error" not in r, r.get("error")
-        assert r["log"] in logs and len(r["repeats"]) == 2 and r["summary"]["errors"] == 0
-        assert r["warmup"] == {"requests": 8, "max_tokens": bs.WARMUP_TOKENS, "duration_s": r["warmup"]["duration_s"],
-                               "errors": 0}
-        assert all(rep["output_tokens"] == 40 for rep in r["repeats"])
-        assert r["self_agreement"][0]["identical"] == 8
-        cmd = r["command"]
-        assert "--no-enable-prefix-caching" in cmd and cmd[cmd.index("--max-num-seqs") + 1] == "4"
-        assert "--enforce-eager" not in cmd and ("--speculative-config" in cmd) == k.endswith("+mtp")
-        text = (out / r["log"]).read_text()
-        indexer = "'1'" if "TRITON_DSA_INDEXER" in k else "None"
-        assert f"SPARSE_MLA_TRITON_INDEXER={indexer}" in text
-        assert r["indexer"] == ("TRITON_DSA_INDEXER" if "TRITON_DSA_INDEXER" in k else "vllm")
-    base = rec["runs"]["TRITON_MLA_SPARSE"]
-    assert base["token_ids"] == [[(sum(p["token_ids"]) * 31 + 7 * j) % 2048 for j in range(5)] for p in prompts]
-    # the fake FLASHMLA_SPARSE parts from the others at token 3 on prompts of even length
-    g = rec["agreement_vs_baseline"]["FLASHMLA_SPARSE+TRITON_DSA_INDEXER"]
-    even = [p["prompt_len"] % 2 == 0 for p in prompts]
-    assert 0 < sum(even) < 8
-    assert [q["first_divergence"] for q in g["per_request"]] == [3 if e else None for e in even]
-    assert g["identical"] == 8 - sum(even) and g["baseline"] == "TRITON_MLA_SPARSE"
-    for k in ("TRITON_MLA_SPARSE+mtp", "FLASHMLA_SPARSE+TRITON_DSA_INDEXER+mtp"):
-        v = rec["speculative_vs_plain"][k]
-        assert v["identical"] == 8 and v["plain"] == k.removesuffix("+mtp")
-        sd = rec["runs"][k]["spec_decode"]   # fake: per request 4 drafts of 1 token, 2 accepted; 2 repeats
-        assert sd["drafts"] == 2 * 8 * 4 and sd["accepted_tokens"] == 2 * 8 * 2
-        assert sd["acceptance_rate"] == pytest.approx(0.5) and v["acceptance_rate"] == pytest.approx(0.5)
-        assert math.isfinite(v["tokens_per_s_ratio"])
-    assert rec["runs"]["TRITON_MLA_SPARSE"]["spec_decode"] is None
-    on_disk = json.loads((out / "bench_serve_cpu.json").read_text())
-    assert on_disk["runs"].keys() == rec["runs"].keys() and on_disk["complete"]
+    load = bs.Load(num_prompts=5, max_concurrency=2, repeats=3, output_len=5, seed=2)
+    runs = ["TRITON_MLA_SPARSE", "FLASHMLA_SPARSE+TRITON_DSA_INDEXER"]
+    rec = bs.bench_serve(model_dir, runs, load, out_dir=out, tag="cpu", server_timeout_s=30, bench_timeout_s=120)
+    a, b = runs
+    assert rec["complete"] is True and rec["failures"] == [] and list(rec["runs"]) == runs
+    assert rec["order"] == [[a, b], [b, a], [a, b]]
+    stems = {f"bench_serve_cpu_{k.replace('+', '_')}_r{r}" for k in runs for r in (1, 2, 3)}
+    assert {p.name for p in out.iterdir()} == {f"bench_serve_cpu.{x}" for x in ("json", "csv", "png")} | {
+        s + x for s in stems for x in (".log", "_bench.log", ".json", "_warmup.json")}
+    for k in runs:
+        run = rec["runs"][k]
+        assert [s["repeat"] for s in run["servers"]] == [1, 2, 3] and "error" not in run
+        assert [s["position"] for s in run["servers"]] == [rec["order"][r].index(k) + 1 for r in range(3)]
+        assert len({s["command"][s["command"].index("--port") + 1] for s in run["servers"]}) == 3   # fresh servers
+        for r, (s, rep) in enumerate(zip(run["servers"], rec["repeats"][k])):
+            on_disk = json.loads((out / s["timed"]["result_file"]).read_text())   # vLLM's file, as vLLM wrote it
+            assert rep == {x: v for x, v in on_disk.items() if x not in vc.DETAIL_KEYS}
+            assert rep["completed"] == 5 and rep["failed"] == 0 and rep["total_output_tokens"] == 25
+            assert {"median_ttft_ms", "median_tpot_ms", "median_itl_ms", "output_throughput", "p99_itl_ms",
+                    "request_throughput", "median_e2el_ms"} <= set(rep) and "generated_texts" not in rep
+            warm = json.loads((out / s["warmup"]["result_file"]).read_text())
+            assert s["warmup"]["output_len"] == 2 and warm["total_output_tokens"] == 10 and warm["completed"] == 5
+            assert warm["input_lens"] == on_disk["input_lens"]                      # the same prompts
+            assert "--random-output-len" in s["warmup"]["command"] and s["timed"]["exit_code"] == 0
+        assert run["ran_contradictions"] == [] and run["ran"]["attention"] == {k.split("+")[0]: 2}
+        assert run["agreement_across_repeats"] == [{"repeat": r, "against_repeat": 1, "compared": 5, "identical": 5,
+                                                    "first_divergence_min": None, "first_divergence_median": None}
+                                                   for r in (2, 3)]
+        text = (out / run["servers"][0]["log"]).read_text()
+        assert f"SPARSE_MLA_TRITON_INDEXER={chr(39) + '1' + chr(39) if '+' in k else 'None'}" in text
+        assert "--no-enable-prefix-caching" in run["servers"][0]["command"]
+    # the stand-in's FLASHMLA_SPARSE parts from the others at token 3 of requests 0, 2, 4: " w0123" x 3 = 18 chars
+    g = rec["agreement_vs_baseline"][b]
+    assert [(p["compared"], p["identical"], p["first_divergence_min"]) for p in g["per_repeat"]] == [(5, 2, 19)] * 3
+    lines = rec["verdict"]["lines"]
+    for m in ("output tokens/s", "median TPOT (ms)", "median ITL (ms)"):
+        assert any(ln.startswith(f"{m}: {a} > {b} (") for ln in lines), lines
+    for p in rec["verdict"]["pairs"]:          # the rule, recomputed from the repeats
+        va = [rep[p["metric"]] for rep in rec["repeats"][a]]
+        vb = [rep[p["metric"]] for rep in rec["repeats"][b]]
+        apart = max(va) < min(vb) or max(vb) < min(va)
+        assert p["ranges"] == {a: [min(va), max(va)], b: [min(vb), max(vb)]} and (p["better"] is not None) == apart
     csv = (out / "bench_serve_cpu.csv").read_text().splitlines()
-    assert csv[0].split(",") == list(bs.CSV_COLUMNS) and len(csv) == 5
+    assert csv[0].split(",") == list(serve_record.CSV_COLUMNS) and len(csv) == 3
     assert (out / "bench_serve_cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert judge("rec", rec).status == "proven", judge("rec", rec)
 
 
-def test_bench_serve_records_a_server_that_does_not_start(vllm_on_path, model_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_VLLM_EXIT", "1")
-    load = bs.Load(num_requests=2, concurrency=1, repeats=1, max_tokens=2)
-    rec = bs.bench_serve(model_dir, ["FLASHMLA_SPARSE"], load, out_dir=tmp_path, tag="x", server_timeout_s=20)
-    r = rec["runs"]["FLASHMLA_SPARSE"]
-    assert "exited with 1" in r["error"] and "FAKE_VLLM argv" in r["log_tail"]
-    assert rec["complete"] and "simulated" not in rec
-    assert "error" in (tmp_path / "bench_serve_x.csv").read_text().splitlines()[0]
+def test_speculative_ngram_records_vllms_numbers_and_no_drafts_fails(vllm_on_path, vllm_rules, model_dir, tmp_path,
+                                                                     monkeypatch, capsys):
+    """`--speculative ngram`: vLLM's ngram config on every run spec, on prompts that repeat (for both the plain and
+    the speculative passes); vLLM's spec-decode numbers for ours as the stand-in counts them (per request of n
+    tokens: n - 1 drafts of one token, (n - 1) // 2 accepted); a server that drafts nothing fails the command."""
+    monkeypatch.setenv("FAKE_VLLM_NO_DRAFTS", "FLASHMLA_SPARSE")
+    out = tmp_path / "out"
+    rc, rec = _cli(model_dir, out, "--backends", "TRITON_MLA_SPARSE,FLASHMLA_SPARSE", "--speculative", "ngram",
+                   "--repeats", "1", "--num-prompts", "4", "--max-concurrency", "2", "--output-len", "5")
+    printed = capsys.readouterr().out
+    assert rc == 1 and rec["complete"] and rec["load"]["dataset"] == "repeat"
+    assert list(rec["runs"]) == ["TRITON_MLA_SPARSE", "TRITON_MLA_SPARSE+ngram", "FLASHMLA_SPARSE",
+                                 "FLASHMLA_SPARSE+ngram"]
+    assert rec["load"]["prompts_file"] == "bench_serve_cpu_prompts.jsonl" and len(
+        (out / "bench_serve_cpu_prompts.jsonl").read_text().splitlines()) == 4
+    for k, run in rec["runs"].items():
+        cmd = run["servers"][0]["timed"]["command"]
+        assert cmd[cmd.index("--dataset-name") + 1] == "custom"
+        assert ("--speculative-config" in run["servers"][0]["command"]) == k.endswith("+ngram")
+    rep = rec["repeats"]["TRITON_MLA_SPARSE+ngram"][0]
+    assert (rep["spec_decode_num_drafts"], rep["spec_decode_draft_tokens"], rep["spec_decode_accepted_tokens"]) == \
+        (4 * 4, 4 * 4, 4 * 2)
+    assert rep["spec_decode_acceptance_rate"] == pytest.approx(50.0) and rep["spec_decode_acceptance_length"] == 1.5
+    assert rep["spec_decode_per_position_acceptance_rates"] == [0.5]
+    assert "spec_decode_num_drafts" not in rec["repeats"]["TRITON_MLA_SPARSE"][0]
+    v = rec["speculative_vs_plain"]["TRITON_MLA_SPARSE+ngram"]
+    assert (v["plain"], v["compared"], v["identical"], v["acceptance_rate_percent"]) == ("TRITON_MLA_SPARSE", 4, 4, 50)
+    assert v["output_throughput_ratio"] > 0
+    assert len(rec["failures"]) == 1 and rec["failures"][0].startswith(
+        "FLASHMLA_SPARSE+ngram repeat 1: speculation asked (") and "none happened" in rec["failures"][0]
+    assert all("not ranked: 1 and 1 repeats with a result, fewer than 3" in ln for ln in rec["verdict"]["lines"])
+    assert len(rec["verdict"]["lines"]) == 8      # 4 metrics x (plain pair + ngram pair)
+    assert f"failure: {rec['failures'][0]}" in printed and "acceptance 50.0%" in printed
 
 
-def test_cli_glue_quick_defaults_and_printout(vllm_on_path, model_dir, tmp_path, monkeypatch, capsys):
-    """The command line's own path after the GPU check (record_place stands in): --quick gives 1 repeat, explicit
-    values win over --quick, one line per run and the record's place are printed."""
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("bench.cli",))
-    args = cli.build_parser().parse_args(["bench", "serve", "--model", str(model_dir), "--quick", "--num-requests",
-                                          "4", "--concurrency", "2", "--max-tokens", "3", "--backends",
-                                          "FLASHMLA_SPARSE,TRITON_MLA_SPARSE"])
-    seen = {}
-    real = bs.bench_serve
-    monkeypatch.setattr(bs, "bench_serve", lambda model, runs, load, **kw: seen.update(load=load, runs=runs, **kw)
-                        or real(model, runs, load, **kw))
-    assert bs.cli_run(args, lambda a: (tmp_path, "t")) == 0
-    assert seen["load"] == bs.Load(num_requests=4, concurrency=2, repeats=1, max_tokens=3, seed=0)
-    assert seen["runs"] == ("FLASHMLA_SPARSE", "TRITON_MLA_SPARSE") and seen["cuda_graphs"] is True
-    out = capsys.readouterr().out.splitlines()
-    lines = [ln for ln in out if not ln.startswith("[bench serve")]
-    assert lines[0].startswith("FLASHMLA_SPARSE ") and "tok/s" in lines[0] and "same as baseline -" in lines[0]
-    assert lines[1].startswith("TRITON_MLA_SPARSE ") and "same as baseline" in lines[1]
-    assert lines[2].startswith("record: ") and (tmp_path / "bench_serve_t.json").is_file()
+@pytest.mark.parametrize("env,extra,says", [
+    ({"FAKE_VLLM_EXIT": "1"}, [], "TRITON_MLA_SPARSE repeat 1: vllm serve exited with 1 before it was ready"),
+    ({"FAKE_VLLM_DIE_AFTER": "2"}, [], "TRITON_MLA_SPARSE repeat 1: vllm serve exited with 3 during the benchmark"),
+    ({"FAKE_VLLM_RAN_BACKEND": "FLASHMLA_SPARSE"}, [],
+     "TRITON_MLA_SPARSE repeat 1: what ran contradicts what was asked: attention: asked TRITON_MLA_SPARSE"),
+    ({"FAKE_VLLM_RAN_DRAFT_BACKEND": "FLASH_ATTN_MLA_SPARSE"}, ["--speculative", "mtp"],
+     "TRITON_MLA_SPARSE+mtp repeat 1: what ran contradicts what was asked: draft_attention: asked TRITON_MLA_SPARSE"),
+])
+def test_a_failing_server_fails_the_command_and_the_record_says_why(vllm_on_path, vllm_rules, model_dir, tmp_path,
+                                                                    monkeypatch, env, extra, says):
+    """A server that does not start, one that dies under the warm-up, one whose workers ran another backend, one
+    whose MTP drafter ran another backend than the run's: exit 1, and the record is still written, complete, with
+    one failure line each."""
+    from sparse_mla.workbook.proof import judge
 
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    rc, rec = _cli(model_dir, tmp_path, "--backends", "TRITON_MLA_SPARSE", "--repeats", "1", "--num-prompts", "3",
+                   "--max-concurrency", "1", "--output-len", "3", *extra)
+    assert rc == 1 and rec["complete"] and rec["failures"], rec["failures"]
+    assert any(f.startswith(says) for f in rec["failures"]), rec["failures"]
+    key = says.split(" repeat ")[0]
+    run = rec["runs"][key]
+    if "RAN" in next(iter(env)):
+        assert rec["repeats"][key][0]["completed"] == 3 and "error" not in run
+        assert judge("rec", rec).status == "invalid" and "asked" in judge("rec", rec).reason
+    else:
+        assert run["error"] and "FAKE_VLLM argv" in run["servers"][0]["log_tail"]
+        assert rec["repeats"][key] == [None] and judge("rec", rec).status == "unproven"
+    if "FAKE_VLLM_DIE_AFTER" in env:
+        assert any("warm-up pass: " in f for f in rec["failures"])
+    if extra:   # MTP: the plain run passed; vLLM's numbers of the speculative pass are in its repeat
+        assert rec["runs"]["TRITON_MLA_SPARSE"]["ran_contradictions"] == [] and len(rec["failures"]) == 1
+        assert run["ran"]["draft_attention"] == {"FLASH_ATTN_MLA_SPARSE": 1}
+        assert rec["repeats"][key][0]["spec_decode_num_drafts"] == 3 * 2

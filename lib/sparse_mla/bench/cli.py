@@ -87,11 +87,18 @@ def record_place(args) -> tuple[Path, str]:
 def _add_serve(what) -> None:
     from .serve import add_arguments
 
-    s = what.add_parser("serve", help="vllm serve per backend under a seeded load: tokens/s, TTFT, TPOT, agreement",
-                        description="Starts `vllm serve` for each run spec in turn (127.0.0.1, a free port), sends a "
-                                    "bounded seeded load through the openai client, repeats it, and records output "
-                                    "tokens/s, TTFT and TPOT with their spread and the greedy outputs' agreement "
-                                    "across backends (and with --speculative-config, against speculative decoding).")
+    s = what.add_parser("serve", help="vllm serve per backend, measured by vLLM's own `vllm bench serve`: repeats "
+                                      "on fresh servers in rotated order, ranked only where they do not overlap",
+                        description="Serves the model with `vllm serve` once per run spec and repeat (a fresh server "
+                                    "each, the runs in rotated order: A B C / B C A / C A B), and measures each with "
+                                    "vLLM's own `vllm bench serve` (a warm-up pass with 2 new tokens, then the timed "
+                                    "pass: TTFT, TPOT, ITL and E2EL percentiles, output tokens/s). Keeps every "
+                                    "repeat's vLLM result file; ranks two runs on a metric only where their ranges "
+                                    "over repeats do not overlap; compares the greedy outputs across backends; with "
+                                    "--speculative ngram|mtp (or --speculative-config) serves every run spec again "
+                                    "with speculative decoding and records vLLM's acceptance numbers. Exits 1 when a "
+                                    "server fails, a pass fails, or what ran contradicts the run spec; the record is "
+                                    "written either way.")
     add_arguments(s)
     _record_args(s)
     s.set_defaults(func=_serve_cli)

@@ -1,76 +1,94 @@
-"""``sparse-mla bench serve``: the engine as a vLLM user meets it -- ``vllm serve`` per run spec, a bounded seeded
-load through the ``openai`` client, repeated, with the greedy outputs compared across backends.
+"""``sparse-mla bench serve``: the engine as a vLLM user meets it -- ``vllm serve`` per run spec, loaded and measured
+by vLLM's own ``vllm bench serve``, repeated on fresh servers in rotated order, ranked only where the repeats allow.
 
-For each run spec (``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER``, :mod:`sparse_mla.launch.specs`), one after the
-other, one server at a time: ``vllm serve`` on 127.0.0.1 at a free port (:func:`sparse_mla.launch.engine.serve_command`
-and :func:`sparse_mla.launch.server.served`: bounded wait for ``/health``, stdout/stderr in a log file next to the
-record, the server's process group always stopped), then
+Runs: every run spec (``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER``, :mod:`sparse_mla.launch.specs`; the first is
+the agreement baseline) and, with a speculative config (``--speculative ngram|mtp`` or ``--speculative-config
+JSON``), every run spec again with it (record key ``SPEC+<method>``; an MTP drafter runs on the run's own backend,
+:func:`sparse_mla.launch.engine.serve_command`). Repeat ``r`` (at least 3 unless fewer are asked
+for) serves the runs in the order rotated by ``r`` (A B C / B C A / C A B: :func:`rotated`), each on a **fresh**
+``vllm serve`` (:func:`sparse_mla.launch.engine.serve_command`, :func:`sparse_mla.launch.server.served`: loopback,
+a free port, prefix caching off so that repeats are the same work, the log next to the record, the process group
+always stopped), so that whatever a server start costs lands in every run's range alike. On each server
+(:func:`serve_once`):
 
-* **warm-up**: every prompt of the load once with :data:`WARMUP_TOKENS` new tokens (Triton and DeepGEMM compile their
-  kernels for new shapes on first use; that must not land in the measured TTFT);
-* **load**, ``repeats`` times: ``num_requests`` completions of seeded token-id prompts (:func:`make_prompts`: half
-  shorter than the checkpoint's ``index_topk``, where sparse attention equals dense attention, half longer, where the
-  indexer selects), at most ``concurrency`` in flight, greedy, ``max_tokens`` new tokens each (``ignore_eos``),
-  streamed (``stream=True``, ``return_token_ids``). Prefix caching is off (``--no-enable-prefix-caching``) so that
-  the repeats are the same work.
+* **warm-up**: a whole ``vllm bench serve`` pass over the same prompts (same seed) with :data:`WARMUP_OUTPUT_LEN`
+  new tokens -- Triton and DeepGEMM compile for new shapes and CUDA graphs are captured on first use, outside the
+  timed pass; recorded (its duration, completed and failed requests), not a repeat;
+* **timed pass**: ``vllm bench serve`` (:mod:`sparse_mla.bench.vllm_client`): ``num_prompts`` requests, at most
+  ``max_concurrency`` in flight, greedy, ``output_len`` new tokens each (``--ignore-eos``), TTFT / TPOT / ITL / E2EL
+  percentiles; vLLM's result file is kept next to the record as vLLM wrote it, and in the record under ``repeats``
+  without its per-request arrays;
+* **what ran**: the ``ran`` block read in the server's workers after the timed pass
+  (:func:`sparse_mla.launch.engine.served_ran`) and what in it contradicts the run spec.
 
-Per repeat, as vLLM's own ``vllm bench serve`` defines them (``vllm/benchmarks/serve.py`` ``calculate_metrics``):
-output tokens/s = generated tokens / wall time from the first request sent to the last one finished; TTFT = time from
-sending a request to its first streamed token; TPOT = (latency - TTFT) / (output tokens - 1). Reported per run:
-the median over repeats with min and max, plus the inter-quartile range over all requests (:func:`spread`).
+Prompts: vLLM's ``random`` dataset with ``--random-input-len index_topk`` and input range ratio
+:data:`INPUT_RANGE_RATIO` (lengths uniform in [topk/4, 7 topk/4]: half the prompts shorter than ``index_topk``,
+where sparse attention equals dense, half longer, where the indexer selects); or ``repeat`` (the default with ngram
+speculation): vLLM's ``custom`` dataset over a JSONL this writes, each prompt a random segment of 8-32 tokens
+repeated to the same lengths, so that ngram lookup finds matches and acceptance is real. Same seed, same prompts in
+every pass: vLLM's datasets are seeded (the record checks that every pass saw the same prompt lengths).
 
-Greedy agreement: each request's tokens against the first run's (the baseline, ours by default) and against the same
-run's first repeat (the noise floor: batch composition differs between repeats, and random weights make near-ties).
-With ``speculative_config`` (e.g. ``{"method": "mtp", "num_speculative_tokens": 1}``, checkpoint from
-``make-checkpoint --mtp``) every run spec is served a second time with it: per request its greedy tokens against
-the run without speculation, the acceptance rate and mean acceptance length from the server's Prometheus counters
-(:data:`SPEC_COUNTERS`, read before and after the measured load), and the speed.
+Verdict (:mod:`sparse_mla.bench.ranking`): for each pair of runs without speculation (and each pair under the same
+speculation) and each of output tokens/s, median TTFT, TPOT and ITL, "A > B" only where the runs' ranges over
+repeats do not overlap. Greedy agreement (vLLM's ``generated_texts``): each run against the baseline run, each
+speculative run against the same run spec without speculation, and each run's repeats against its first (the noise
+floor). Speculative runs: vLLM's own spec-decode numbers of each repeat (acceptance rate and length, drafts,
+accepted tokens, per position); a speculative pass without drafts is a failure.
 
-Record: ``bench_serve_<tag>.{json,csv,png}`` plus one ``bench_serve_<tag>_<run>.log`` per server, all in ``out_dir``
-and nothing elsewhere; the JSON and CSV are rewritten after every server (``"complete": false`` until the end), so an
-interrupted session keeps what it measured.
+Failures (one line each in the record's ``failures``; ``sparse-mla bench serve`` then exits 1): a server that does not
+start or dies, a ``vllm bench serve`` pass that fails or has failed requests, a ``ran`` that contradicts the run
+spec, speculation without drafts, passes that did not get the same prompts. Record: ``bench_serve_<tag>.{json,csv,
+png}`` (:mod:`sparse_mla.bench.serve_record`), rewritten after every server (``"complete": false`` until the end),
+plus per server ``bench_serve_<tag>_<run>_r<repeat>.log`` (``vllm serve``), ``..._bench.log`` (both client passes),
+``..._warmup.json`` and ``.json`` (vLLM's results), all in ``out_dir`` and nothing elsewhere.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import random
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import atomic_write, atomic_write_text, read_json
-from ..models import text_config
 from ..errors import UserInputError
+from ..files import atomic_write_text, read_json
+from ..models import text_config
+from . import ranking
+from . import vllm_client as vc
+from .serve_record import csv_rows, write_record
 
 DEFAULT_RUNS = ("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
-DEFAULTS = {"num_requests": 96, "concurrency": 32, "repeats": 2, "max_tokens": 48}
-QUICK = {"num_requests": 48, "repeats": 1}
-WARMUP_TOKENS = 2
-#: vLLM 0.26's spec-decode counters (``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingProm``, lines 229-231 and 255);
-#: Prometheus exposes each with a ``_total`` suffix, the per-position one with a ``position`` label.
-SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
-SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+DEFAULTS = {"num_prompts": 96, "max_concurrency": 32, "repeats": ranking.MIN_REPEATS, "output_len": 48}
+QUICK = {"num_prompts": 32, "output_len": 24}
+LIMITS = {"num_prompts": (1, 4096), "max_concurrency": (1, 1024), "repeats": (1, 20), "output_len": (2, 1024),
+          "seed": (0, 2**31 - 1)}
+WARMUP_OUTPUT_LEN = 2
+INPUT_RANGE_RATIO = 0.75
+DATASETS = ("random", "repeat")
+REPEAT_PERIOD = (8, 32)    # tokens of the segment a ``repeat`` prompt repeats
+PROMPT_SLACK = 64          # tokens a re-tokenized prompt may exceed its target length by (max-model-len margin)
+#: ``--speculative`` presets: vLLM's ``SpeculativeConfig`` fields (``vllm/config/speculative.py``).
+SPECULATIVE_PRESETS = {"ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                                 "prompt_lookup_min": 2},
+                       "mtp": {"method": "mtp", "num_speculative_tokens": 1}}
 #: Extra ``vllm serve`` options: repeats are the same work without prefix caching; no access-log line per request.
 SERVER_EXTRA = ("--no-enable-prefix-caching", "--disable-uvicorn-access-log")
-LIMITS = {"num_requests": (1, 4096), "concurrency": (1, 1024), "repeats": (1, 20), "max_tokens": (2, 1024),
-          "seed": (0, 2**31 - 1)}
 
 
 # ------------------------------------------------------------------------------------------------ the load
 @dataclass(frozen=True)
 class Load:
-    """The bounded load one server gets: ``num_requests`` completions, at most ``concurrency`` in flight, ``repeats``
-    times, ``max_tokens`` greedy tokens each, prompts from ``seed``."""
+    """What each server gets: ``num_prompts`` requests per pass, at most ``max_concurrency`` in flight,
+    ``output_len`` greedy tokens each, prompts of ``dataset`` (:data:`DATASETS`) from ``seed``; ``repeats`` timed
+    passes per run, each on a fresh server."""
 
-    num_requests: int = DEFAULTS["num_requests"]
-    concurrency: int = DEFAULTS["concurrency"]
+    num_prompts: int = DEFAULTS["num_prompts"]
+    max_concurrency: int = DEFAULTS["max_concurrency"]
     repeats: int = DEFAULTS["repeats"]
-    max_tokens: int = DEFAULTS["max_tokens"]
+    output_len: int = DEFAULTS["output_len"]
     seed: int = 0
+    dataset: str = "random"
 
     def __post_init__(self):
         for k, (lo, hi) in LIMITS.items():
@@ -78,212 +96,97 @@ class Load:
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise UserInputError(f"--{k.replace('_', '-')} {v!r} is not accepted; accepted: an integer from {lo} "
                                      f"to {hi}")
+        if self.dataset not in DATASETS:
+            raise UserInputError(f"--dataset {self.dataset!r} is not accepted; accepted: {', '.join(DATASETS)}")
 
 
-def prompt_length_ranges(index_topk: int) -> dict[str, tuple[int, int]]:
-    """Inclusive prompt-length ranges in tokens: ``short`` within ``index_topk`` (every causal token selected),
-    ``long`` beyond it (the indexer selects ``index_topk`` of them): ``[topk/4, 3 topk/4]`` and
-    ``[5 topk/4, 2 topk]``."""
-    return {"short": (max(8, index_topk // 4), index_topk * 3 // 4), "long": (index_topk * 5 // 4, index_topk * 2)}
+def input_length_range(index_topk: int) -> tuple[int, int]:
+    """Prompt lengths in tokens, ``[floor(topk (1 - r)), ceil(topk (1 + r))]`` with r = :data:`INPUT_RANGE_RATIO`:
+    vLLM's random dataset's range for ``--random-input-len index_topk`` (``vllm/benchmarks/datasets/utils.py``
+    ``get_sampling_params``, for a tokenizer that adds no special tokens)."""
+    return math.floor(index_topk * (1 - INPUT_RANGE_RATIO)), math.ceil(index_topk * (1 + INPUT_RANGE_RATIO))
 
 
-def make_prompts(n: int, index_topk: int, vocab_size: int, seed: int = 0) -> list[dict]:
-    """``n`` seeded token-id prompts, half short and half long (:func:`prompt_length_ranges`) in a seeded order,
-    token ids uniform in ``[2, vocab_size)`` (0 and 1 are the tiny checkpoint's eos and pad). Same arguments ->
-    same prompts. Each: ``{"index", "kind", "prompt_len", "token_ids"}``."""
-    rng = random.Random(f"sparse-mla bench serve {seed}")
-    ranges = prompt_length_ranges(index_topk)
-    kinds = ["short", "long"] * (n // 2) + ["short"] * (n % 2)
-    rng.shuffle(kinds)
+def dataset_args(dataset: str, index_topk: int, output_len: int, prompts_file: Path | None = None) -> list[str]:
+    """``vllm bench serve``'s dataset arguments: ``random`` (input lengths :func:`input_length_range`, every output
+    ``output_len`` tokens) or ``repeat`` (vLLM's ``custom`` dataset over ``prompts_file``, no chat template)."""
+    if dataset == "random":
+        return ["--dataset-name", "random", "--random-input-len", str(index_topk), "--random-range-ratio",
+                json.dumps({"input": INPUT_RANGE_RATIO, "output": 0.0}), "--random-output-len", str(output_len)]
+    return ["--dataset-name", "custom", "--dataset-path", str(prompts_file), "--custom-output-len", str(output_len),
+            "--skip-chat-template"]
+
+
+def repeat_prompts(tokenizer, n: int, index_topk: int, seed: int = 0) -> list[str]:
+    """``n`` seeded prompts whose text repeats: each a segment of :data:`REPEAT_PERIOD` random token ids (at most a
+    quarter of the prompt) repeated to a length uniform in :func:`input_length_range`, decoded. The ids are the
+    tokenizer's, without its special tokens and without byte pieces that do not decode to text on their own (a
+    byte-level BPE's partial UTF-8)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    special = set(tokenizer.all_special_ids)
+    allowed = np.array([t for t in range(tokenizer.vocab_size)
+                        if t not in special and "\ufffd" not in tokenizer.decode([t])])
+    lo, hi = input_length_range(index_topk)
     out = []
-    for i, kind in enumerate(kinds):
-        length = rng.randint(*ranges[kind])
-        out.append({"index": i, "kind": kind, "prompt_len": length,
-                    "token_ids": [rng.randrange(2, vocab_size) for _ in range(length)]})
+    for _ in range(n):
+        length, period = int(rng.integers(lo, hi + 1)), int(rng.integers(REPEAT_PERIOD[0], REPEAT_PERIOD[1] + 1))
+        period = min(period, max(1, length // 4))   # at least four times over
+        segment = allowed[rng.integers(0, len(allowed), period)].tolist()
+        out.append(tokenizer.decode((segment * -(-length // period))[:length]))
     return out
 
 
-def spread(values) -> dict | None:
-    """``{"median", "min", "max", "q1", "q3", "n"}`` of finite ``values`` (quartiles as ``numpy.percentile``'s
-    linear interpolation, as ``vllm bench serve``); ``None`` when there are none."""
-    import numpy as np
+def write_repeat_prompts(path: Path, model: Path, load: Load, index_topk: int) -> Path:
+    """The ``repeat`` dataset as vLLM's ``custom`` JSONL (``{"prompt": ...}`` per line), with the checkpoint's
+    tokenizer as ``vllm bench serve`` loads it (``vllm.tokenizers.get_tokenizer``)."""
+    from vllm.tokenizers import get_tokenizer
 
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
-    if not v.size:
-        return None
-    q1, med, q3 = np.percentile(v, [25, 50, 75])
-    return {"median": float(med), "min": float(v.min()), "max": float(v.max()), "q1": float(q1), "q3": float(q3),
-            "n": int(v.size)}
+    prompts = repeat_prompts(get_tokenizer(str(model)), load.num_prompts, index_topk, load.seed)
+    return atomic_write_text(path, "".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
 
 
-# ------------------------------------------------------------------------------------------------ the client
-@dataclass
-class RequestResult:
-    """One streamed completion: its tokens and times (seconds, ``time.perf_counter``)."""
+def server_max_model_len(index_topk: int, output_len: int, spec_tokens: int = 0,
+                         max_position_embeddings: int | None = None) -> int:
+    """``--max-model-len`` for the load: at least the engines' usual 4096, enough for the longest prompt
+    (:func:`input_length_range` + :data:`PROMPT_SLACK`) plus its new (and speculative) tokens, in steps of 1024.
+    Raises :class:`UserInputError` past the model's ``max_position_embeddings``."""
+    from ..launch.engine import MAX_MODEL_LEN
 
-    index: int
-    kind: str
-    prompt_len: int
-    token_ids: list[int] = field(default_factory=list)
-    start: float = 0.0
-    ttft_s: float | None = None
-    latency_s: float | None = None
-    usage_tokens: int | None = None
-    error: str | None = None
-
-    @property
-    def tpot_s(self) -> float | None:
-        n = len(self.token_ids)
-        return (self.latency_s - self.ttft_s) / (n - 1) if self.error is None and n > 1 else None
-
-
-async def _one(client, model: str, prompt: dict, max_tokens: int, sem: asyncio.Semaphore) -> RequestResult:
-    res = RequestResult(prompt["index"], prompt["kind"], prompt["prompt_len"])
-    async with sem:
-        res.start = time.perf_counter()
-        try:
-            stream = await client.completions.create(
-                model=model, prompt=prompt["token_ids"], max_tokens=max_tokens, temperature=0.0, stream=True,
-                stream_options={"include_usage": True}, extra_body={"ignore_eos": True, "return_token_ids": True})
-            async for chunk in stream:
-                for ch in chunk.choices or ():
-                    ids = getattr(ch, "token_ids", None) or []
-                    if ids and res.ttft_s is None:
-                        res.ttft_s = time.perf_counter() - res.start
-                    res.token_ids.extend(int(t) for t in ids)
-                if getattr(chunk, "usage", None) is not None:
-                    res.usage_tokens = chunk.usage.completion_tokens
-            res.latency_s = time.perf_counter() - res.start
-            if res.ttft_s is None:
-                res.error = "no token in the stream"
-            elif res.usage_tokens is not None and res.usage_tokens != len(res.token_ids):
-                res.error = f"usage says {res.usage_tokens} tokens, the stream carried {len(res.token_ids)}"
-        except Exception as e:  # noqa: BLE001  (connection, HTTP status, timeout: recorded per request)
-            res.error = f"{type(e).__name__}: {str(e)[:200]}"
-    return res
+    longest = input_length_range(index_topk)[1]
+    need = longest + PROMPT_SLACK + output_len + spec_tokens
+    n = max(MAX_MODEL_LEN, -(-need // 1024) * 1024)
+    if max_position_embeddings and n > max_position_embeddings:
+        if need > max_position_embeddings:
+            spec = f" + {spec_tokens} speculative tokens" if spec_tokens else ""
+            raise UserInputError(f"the load's longest prompt ({longest} + {PROMPT_SLACK} tokens, 7/4 x index_topk "
+                                 f"{index_topk}) + {output_len} new tokens{spec} exceeds the model's "
+                                 f"max_position_embeddings {max_position_embeddings}; accepted: fewer --output-len"
+                                 f"{' or num_speculative_tokens' if spec else ''} or a checkpoint with a smaller "
+                                 f"index_topk")
+        n = max_position_embeddings
+    return n
 
 
-async def _load(base_url: str, prompts: list[dict], concurrency: int, max_tokens: int, request_timeout_s: float,
-                model: str) -> tuple[list[RequestResult], float]:
-    import openai
-
-    sem = asyncio.Semaphore(concurrency)
-    async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", timeout=request_timeout_s,
-                                  max_retries=0) as client:
-        t0 = time.perf_counter()
-        results = await asyncio.gather(*(_one(client, model, p, max_tokens, sem) for p in prompts))
-        return list(results), time.perf_counter() - t0
-
-
-def run_load(base_url: str, prompts: list[dict], concurrency: int, max_tokens: int, *, model: str = "glm5",
-             request_timeout_s: float = 120.0, load_timeout_s: float = 600.0) -> tuple[list[RequestResult], float]:
-    """Send ``prompts`` to ``base_url`` (an OpenAI-compatible server, ``/v1/completions`` with SSE streaming), at most
-    ``concurrency`` at a time; returns the per-request results (in prompt order) and the wall time in seconds from
-    the first request sent to the last one finished. Bounded: ``request_timeout_s`` per request (recorded as that
-    request's error), ``load_timeout_s`` for the whole load (raises :class:`TimeoutError`)."""
-    coro = asyncio.wait_for(_load(base_url, prompts, concurrency, max_tokens, request_timeout_s, model),
-                            load_timeout_s)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    import concurrent.futures   # called from a running loop (a notebook): run it on a thread of its own
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+# ------------------------------------------------------------------------------------------------ the plan
+def plan_runs(runs, speculative_config: dict | None) -> list[tuple[str, str, dict | None]]:
+    """``(record key, run spec, speculative config)`` per run: every run spec, each followed by itself with
+    ``speculative_config`` (key ``SPEC+<method>``) when one is given."""
+    method = str((speculative_config or {}).get("method") or "spec")
+    out = []
+    for name in runs:
+        out.append((name, name, None))
+        if speculative_config:
+            out.append((f"{name}+{method}", name, speculative_config))
+    return out
 
 
-def repeat_stats(results: list[RequestResult], duration_s: float) -> dict:
-    """One repeat: requests, errors, output tokens and tokens/s, and :func:`spread` of TTFT, TPOT and latency (ms)."""
-    ok = [r for r in results if r.error is None]
-    tokens = sum(len(r.token_ids) for r in ok)
-    return {"requests": len(results), "errors": len(results) - len(ok),
-            "first_errors": sorted({r.error for r in results if r.error})[:3], "duration_s": round(duration_s, 4),
-            "output_tokens": tokens, "output_tokens_per_s": tokens / duration_s if duration_s > 0 else None,
-            "ttft_ms": spread(r.ttft_s * 1e3 for r in ok), "tpot_ms": spread(r.tpot_s * 1e3 for r in ok
-                                                                             if r.tpot_s is not None),
-            "latency_ms": spread(r.latency_s * 1e3 for r in ok)}
-
-
-def summarize(repeats: list[dict], pooled: list[RequestResult]) -> dict:
-    """Across repeats: :func:`spread` of tokens/s and of the per-repeat TTFT/TPOT medians; over all requests of all
-    repeats: TTFT/TPOT spreads (their ``q1``/``q3`` are the inter-quartile range)."""
-    med = lambda rep, k: (rep[k] or {}).get("median")  # noqa: E731
-    ok = [r for r in pooled if r.error is None]
-    return {"output_tokens_per_s": spread(r["output_tokens_per_s"] for r in repeats),
-            "ttft_ms_median": spread(med(r, "ttft_ms") for r in repeats),
-            "tpot_ms_median": spread(med(r, "tpot_ms") for r in repeats),
-            "ttft_ms_all": spread(r.ttft_s * 1e3 for r in ok),
-            "tpot_ms_all": spread(r.tpot_s * 1e3 for r in ok if r.tpot_s is not None),
-            "errors": sum(r["errors"] for r in repeats)}
-
-
-def agreement(a: list[list[int] | None], b: list[list[int] | None]) -> dict:
-    """Per request (same index): identical greedy tokens, else the first position where they part; requests that
-    failed in either run count as ``compared: False``."""
-    per = []
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x is None or y is None:
-            per.append({"index": i, "compared": False})
-            continue
-        n = next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-        per.append({"index": i, "compared": True, "identical": x == y, "first_divergence": None if x == y else n})
-    cmp = [p for p in per if p["compared"]]
-    div = sorted(p["first_divergence"] for p in cmp if not p["identical"])
-    return {"compared": len(cmp), "identical": sum(p["identical"] for p in cmp),
-            "first_divergence_min": div[0] if div else None,
-            "first_divergence_median": div[len(div) // 2] if div else None, "per_request": per}
-
-
-# ------------------------------------------------------------------------------------------------ metrics
-def spec_decode_counters(metrics_text: str) -> dict | None:
-    """vLLM's spec-decode counters (:data:`SPEC_COUNTERS`, summed over engines) from a Prometheus ``/metrics`` text,
-    plus ``accepted_per_pos``; ``None`` when the server exports none (no speculative decoding)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    names = {v: k for k, v in SPEC_COUNTERS.items()}
-    out: dict = {}
-    per_pos: dict[int, float] = {}
-    for fam in text_string_to_metric_families(metrics_text):
-        for s in fam.samples:
-            base = s.name.removesuffix("_total")
-            if not s.name.endswith("_total"):
-                continue
-            if base in names:
-                out[names[base]] = out.get(names[base], 0.0) + s.value
-            elif base == SPEC_PER_POS:
-                pos = int(s.labels.get("position", 0))
-                per_pos[pos] = per_pos.get(pos, 0.0) + s.value
-    if not out:
-        return None
-    return {**{k: out.get(k, 0.0) for k in SPEC_COUNTERS}, "accepted_per_pos": dict(sorted(per_pos.items()))}
-
-
-def acceptance(before: dict | None, after: dict | None) -> dict | None:
-    """The counters' increase over the measured load: acceptance rate (accepted / draft tokens, vLLM's PromQL in
-    ``SpecDecodingProm``'s docstring), mean acceptance length (1 + accepted / drafts) and per-position rates."""
-    if after is None:
-        return None
-    before = before or {k: 0.0 for k in SPEC_COUNTERS} | {"accepted_per_pos": {}}
-    d = {k: after[k] - before.get(k, 0.0) for k in SPEC_COUNTERS}
-    pos = {p: v - before["accepted_per_pos"].get(p, 0.0) for p, v in after["accepted_per_pos"].items()}
-    return {**d, "acceptance_rate": d["accepted_tokens"] / d["draft_tokens"] if d["draft_tokens"] else None,
-            "mean_acceptance_length": 1 + d["accepted_tokens"] / d["drafts"] if d["drafts"] else None,
-            "acceptance_rate_per_pos": {p: v / d["drafts"] for p, v in pos.items()} if d["drafts"] else None}
-
-
-def read_metrics(base_url: str) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as r:
-        return r.read().decode("utf-8", "replace")
-
-
-def _counters(base_url: str) -> dict | None:
-    try:
-        return spec_decode_counters(read_metrics(base_url))
-    except (OSError, ValueError):   # no /metrics, or a text the parser refuses: the run's timings still count
-        return None
+def rotated(keys: list[str], repeats: int) -> list[list[str]]:
+    """The serving order of each repeat: ``keys`` rotated left by the repeat's index (A B C / B C A / C A B / A B C
+    ...), so that each run is served first, in the middle and last alike."""
+    keys = list(keys)
+    return [keys[r % len(keys):] + keys[:r % len(keys)] for r in range(repeats)] if keys else []
 
 
 # ------------------------------------------------------------------------------------------------ one server
@@ -295,249 +198,266 @@ def _tail(path: Path, n: int = 3000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
-def serve_and_measure(model: Path, key: str, spec, prompts: list[dict], load: Load, log_path: Path, *,
-                      speculative_config: dict | None = None, server_timeout_s: float = 300.0,
-                      request_timeout_s: float = 120.0, load_timeout_s: float = 600.0, **server_kw) -> dict:
-    """One ``vllm serve`` for ``spec`` (``server_kw``: :func:`sparse_mla.launch.engine.serve_command` options):
-    warm-up, ``load.repeats`` measured loads, spec-decode counters; the server is stopped before this returns or
-    raises. A server that fails to start is recorded as ``error`` with the log's tail; Ctrl-C propagates."""
-    from ..launch.engine import SERVED_NAME, serve_command, server_env
+def _bench_pass(base_url: str, model: Path, args: list[str], load: Load, result: Path, log: Path,
+                timeout_s: float, ready_timeout_s: float) -> tuple[dict, dict | None, str | None]:
+    """One ``vllm bench serve`` pass: ``(what the pass did, vLLM's result or None, the problem or None)``."""
+    from ..launch.engine import SERVED_NAME
+
+    result.unlink(missing_ok=True)   # a pass that writes nothing must not find an older session's file
+    argv = vc.bench_argv(base_url, model, SERVED_NAME, args, num_prompts=load.num_prompts,
+                         max_concurrency=load.max_concurrency, seed=load.seed, result_path=result,
+                         ready_timeout_s=ready_timeout_s)
+    done = vc.run_pass(argv, log, timeout_s)
+    res = vc.read_result(result) if done["exit_code"] == 0 else None
+    info = {"command": ["vllm", "bench", "serve", *argv], "result_file": result.name, **done}
+    if res is not None:
+        info.update({k: res.get(k) for k in ("duration", "completed", "failed")})
+    if done["timed_out"]:
+        return info, None, f"vllm bench serve ran past {timeout_s:.0f} s and was killed; log: {log.name}"
+    if done["exit_code"] != 0:
+        return info, None, f"vllm bench serve exited with {done['exit_code']}; log: {log.name}"
+    if res is None:
+        return info, None, f"vllm bench serve wrote no result {result.name}; log: {log.name}"
+    if vc.failed_requests(res):
+        return info, res, (f"{res['failed']} of {load.num_prompts} requests failed (vLLM's result "
+                           f"{result.name}); log: {log.name}")
+    return info, res, None
+
+
+def serve_once(model: Path, key: str, spec, speculative_config: dict | None, repeat: int, load: Load,
+               data_args, stem: Path, *, server_timeout_s: float = 300.0, bench_timeout_s: float = 600.0,
+               **server_kw) -> tuple[dict, dict | None]:
+    """One fresh ``vllm serve`` for run ``key`` (run spec ``spec``) in repeat ``repeat`` (0-based): the warm-up
+    pass, the timed pass, the ``ran`` block; the server is stopped before this returns (Ctrl-C propagates).
+    ``data_args(output_len)``: the dataset arguments; files are ``stem`` + ``.log``, ``_bench.log``,
+    ``_warmup.json``, ``.json``. Returns ``(server entry, vLLM's timed result or None)``; the entry's ``failures``
+    holds one line per failure, ``error`` the one that left the run without a result."""
+    from ..launch.engine import serve_command, server_env, served_ran
     from ..launch.server import ServerError, free_port, served
 
     port = free_port()
-    cmd = serve_command(model, spec, port, speculative_config=speculative_config, max_num_seqs=load.concurrency,
-                        extra=SERVER_EXTRA, **server_kw)
-    run = {**spec.describe(), "run": key, "run_spec": spec.name,
-           "kv_cache_dtype": server_kw.get("kv_cache_dtype", "auto"), "speculative_config": speculative_config,
-           "cuda_graphs": not server_kw.get("enforce_eager", True), "command": cmd, "log": log_path.name}
-    t0 = time.time()
-    kw = dict(model=SERVED_NAME, request_timeout_s=request_timeout_s, load_timeout_s=load_timeout_s)
+    cmd = serve_command(model, spec, port, speculative_config=speculative_config,
+                        max_num_seqs=load.max_concurrency, extra=SERVER_EXTRA, **server_kw)
+    log, bench_log = stem.with_name(stem.name + ".log"), stem.with_name(stem.name + "_bench.log")
+    entry = {"repeat": repeat + 1, "command": cmd, "log": log.name, "bench_log": bench_log.name, "failures": []}
+    fail = lambda msg: entry["failures"].append(f"{key} repeat {repeat + 1}: {msg}")  # noqa: E731
+    result, t0 = None, time.time()
+    atomic_write_text(bench_log, "")
     try:
-        with served(cmd, server_env(spec), log_path, port, server_timeout_s) as srv:
-            run["server_up_s"] = srv.up_s
-            warm, wdur = run_load(srv.base_url, prompts, load.concurrency, WARMUP_TOKENS, **kw)
-            run["warmup"] = {"requests": len(warm), "max_tokens": WARMUP_TOKENS, "duration_s": round(wdur, 3),
-                             "errors": sum(r.error is not None for r in warm)}
-            before = _counters(srv.base_url)
-            repeats, pooled, tokens = [], [], []
-            for _ in range(load.repeats):
-                res, dur = run_load(srv.base_url, prompts, load.concurrency, load.max_tokens, **kw)
-                repeats.append(repeat_stats(res, dur))
-                pooled += res
-                tokens.append([r.token_ids if r.error is None else None for r in res])
-            after = _counters(srv.base_url)
-    except (ServerError, TimeoutError, OSError) as e:
-        return {**run, "error": f"{type(e).__name__}: {e}", "log_tail": _tail(log_path),
-                "wall_s": round(time.time() - t0, 1)}
-    run.update(repeats=repeats, summary=summarize(repeats, pooled), spec_decode=acceptance(before, after),
-               token_ids=tokens[0], wall_s=round(time.time() - t0, 1),
-               self_agreement=[{k: v for k, v in agreement(tokens[0], t).items() if k != "per_request"}
-                               for t in tokens[1:]])
-    if run["summary"]["errors"] or run["warmup"]["errors"]:
-        run["log_tail"] = _tail(log_path)
-    return run
+        with served(cmd, server_env(spec), log, port, server_timeout_s) as srv:
+            entry["server_up_s"] = srv.up_s
+            kw = dict(timeout_s=bench_timeout_s, ready_timeout_s=server_timeout_s)
+            entry["warmup"], _, problem = _bench_pass(srv.base_url, model, data_args(WARMUP_OUTPUT_LEN), load,
+                                                      stem.with_name(stem.name + "_warmup.json"), bench_log, **kw)
+            entry["warmup"]["output_len"] = WARMUP_OUTPUT_LEN
+            if problem:
+                fail(f"warm-up pass: {problem}")
+            else:
+                entry["timed"], result, problem = _bench_pass(srv.base_url, model, data_args(load.output_len),
+                                                              load, stem.with_name(stem.name + ".json"), bench_log,
+                                                              **kw)
+                if problem:
+                    fail(f"timed pass: {problem}")
+            entry.update(served_ran(srv.base_url, spec, speculative_config))
+            if srv.proc.poll() is not None:
+                entry["error"] = f"vllm serve exited with {srv.proc.returncode} during the benchmark; log: {log.name}"
+    except ServerError as e:
+        entry["error"] = str(e)
+    if "error" in entry:
+        fail(entry["error"])
+        entry["log_tail"] = _tail(log)
+    elif result is None:
+        entry["error"] = "no timed result"
+    for c in entry.get("ran_contradictions", []):
+        fail(f"what ran contradicts what was asked: {c}")
+    if speculative_config and result is not None and not result.get("spec_decode_num_drafts"):
+        fail(f"speculation asked ({json.dumps(speculative_config)}) and none happened: vLLM's result has no "
+             f"drafts (spec_decode_num_drafts {result.get('spec_decode_num_drafts')!r}; vLLM leaves the spec_decode "
+             f"keys out where the server's draft counters did not grow during the pass)")
+    entry["wall_s"] = round(time.time() - t0, 1)
+    return entry, result
 
 
 # ------------------------------------------------------------------------------------------------ the session
-def server_max_model_len(index_topk: int, max_tokens: int, spec_tokens: int = 0,
-                         max_position_embeddings: int | None = None) -> int:
-    """``--max-model-len`` for the load: at least the engines' usual 4096, enough for the longest prompt plus its
-    new (and speculative) tokens, in steps of 1024. Raises :class:`UserInputError` past the model's
-    ``max_position_embeddings``."""
-    from ..launch.engine import MAX_MODEL_LEN
+def _check_session(model, runs, load, kv_cache_dtype, tp, speculative_config) -> tuple:
+    from ..launch.engine import check_model_dir, check_tp
+    from ..launch.specs import check_speculative_config, normalize_backends
+    from ..layouts import check_kv_cache_dtype
 
-    need = prompt_length_ranges(index_topk)["long"][1] + max_tokens + spec_tokens + 8
-    n = max(MAX_MODEL_LEN, -(-need // 1024) * 1024)
-    if max_position_embeddings and n > max_position_embeddings:
-        if need > max_position_embeddings:
-            spec = f" + {spec_tokens} speculative tokens" if spec_tokens else ""
-            raise UserInputError(f"the load's longest prompt ({prompt_length_ranges(index_topk)['long'][1]} tokens, "
-                                 f"2 x index_topk {index_topk}) + {max_tokens} new tokens{spec} exceeds the model's "
-                                 f"max_position_embeddings {max_position_embeddings}; accepted: fewer --max-tokens"
-                                 f"{' or num_speculative_tokens' if spec else ''} or a checkpoint with a smaller "
-                                 f"index_topk")
-        n = max_position_embeddings
-    return n
-
-
-def plan_runs(runs, speculative_config: dict | None) -> list[tuple[str, str, dict | None]]:
-    """``(record key, run spec, speculative config)`` per server: every run spec, each followed by itself with
-    ``speculative_config`` (key ``SPEC+<method>``) when one is given."""
-    method = str((speculative_config or {}).get("method") or "spec")
-    out = []
-    for name in runs:
-        out.append((name, name, None))
-        if speculative_config:
-            out.append((f"{name}+{method}", name, speculative_config))
-    return out
+    model = check_model_dir(model).resolve()
+    kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)   # before the backend names, whose check imports vLLM
+    runs = normalize_backends(runs)
+    tp = check_tp(model, tp)
+    speculative_config = check_speculative_config(speculative_config, model)
+    cfg = text_config(read_json(model / "config.json"))
+    spec_tokens = int((speculative_config or {}).get("num_speculative_tokens") or 0)
+    max_model_len = server_max_model_len(cfg["index_topk"], load.output_len, spec_tokens,
+                                         cfg.get("max_position_embeddings"))
+    return model, runs, kv_cache_dtype, tp, speculative_config, cfg, max_model_len
 
 
 def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, tag: str,
                 kv_cache_dtype: str = "auto", tp: int = 1, cuda_graphs: bool = True,
                 speculative_config: dict | str | None = None, server_timeout_s: float = 300.0,
-                request_timeout_s: float = 120.0, gpu_memory_utilization: float = 0.35) -> dict:
-    """The whole session (see the module docstring): every planned server in turn, the record rewritten after each;
-    returns the record. ``runs``: run specs (``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER``), the first is the
-    agreement baseline. Needs a ``vllm`` command on ``PATH`` (a GPU for real numbers; nothing here checks for one, so
-    that the whole path can be exercised against a stand-in server)."""
-    from ..launch.engine import check_model_dir, check_tp
-    from ..layouts import check_kv_cache_dtype
-    from ..launch.specs import check_speculative_config, normalize_backends, parse_run_spec
+                bench_timeout_s: float = 600.0, gpu_memory_utilization: float = 0.35) -> dict:
+    """The whole session (module docstring); returns the record, also written to ``out_dir`` after every server.
+    ``runs``: run specs, the first the agreement baseline. Needs a ``vllm`` command on ``PATH`` for ``vllm serve``
+    (a GPU for real numbers; nothing here checks for one, so that the whole path runs against a stand-in server).
+    The client passes are forked from multiprocessing's forkserver (:mod:`sparse_mla.bench.vllm_client`): a script
+    calling this needs the ``if __name__ == "__main__":`` guard, as for vLLM's own offline engine."""
+    from ..launch.specs import parse_run_spec, with_simulated
+    from ..records import environment
 
     load = load or Load()
-    model = check_model_dir(model).resolve()
-    kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends
-    runs = normalize_backends(runs)
-    tp = check_tp(model, tp)
-    speculative_config = check_speculative_config(speculative_config, model)
-    cfg = read_json(model / "config.json")
-    cfg = text_config(cfg)
-    spec_tokens = int((speculative_config or {}).get("num_speculative_tokens") or 0)
-    max_model_len = server_max_model_len(cfg["index_topk"], load.max_tokens, spec_tokens,
-                                         cfg.get("max_position_embeddings"))
+    model, runs, kv_cache_dtype, tp, speculative_config, cfg, max_model_len = _check_session(
+        model, runs, load, kv_cache_dtype, tp, speculative_config)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)   # the servers' logs go there from the first run
-    prompts = make_prompts(load.num_requests, cfg["index_topk"], int(cfg.get("vocab_size", 2048)), load.seed)
-    from ..records import environment
-    from ..launch.specs import with_simulated
-
+    out_dir.mkdir(parents=True, exist_ok=True)
+    topk = cfg["index_topk"]
+    prompts = write_repeat_prompts(out_dir / f"bench_serve_{tag}_prompts.jsonl", model, load, topk) \
+        if load.dataset == "repeat" else None
     server_kw = dict(kv_cache_dtype=kv_cache_dtype, tp=tp, enforce_eager=not cuda_graphs,
                      max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
+    plan = plan_runs(runs, speculative_config)
+    order = rotated([k for k, _, _ in plan], load.repeats)
     rec = with_simulated({
-        "what": "vllm serve per run spec, one at a time; bounded seeded load through the openai client",
+        "what": "vllm serve per run spec and repeat, a fresh server each, in rotated order; the load and the "
+                "metrics are vLLM's own `vllm bench serve` (a warm-up pass, then the timed pass)",
         "environment": environment(), "complete": False,
         "model": {"path": model.name, **{k: cfg.get(k) for k in ("index_topk", "num_attention_heads",
                                                                   "num_hidden_layers", "num_nextn_predict_layers",
                                                                   "vocab_size")}},
-        "load": {**load.__dict__, "prompt_lengths": prompt_length_ranges(cfg["index_topk"]),
-                 "prompt_kinds": {k: sum(p["kind"] == k for p in prompts) for k in ("short", "long")},
-                 "prompt_tokens": sum(p["prompt_len"] for p in prompts), "greedy": True, "ignore_eos": True,
-                 "warmup_tokens": WARMUP_TOKENS, "request_timeout_s": request_timeout_s},
-        "server": {**server_kw, "cuda_graphs": cuda_graphs, "max_num_seqs": load.concurrency,
-                   "prefix_caching": False, "server_timeout_s": server_timeout_s},
-        "speculative_config": speculative_config, "runs": {}})
-    t0 = time.time()
-    plan = plan_runs(runs, speculative_config)
-    for i, (key, name, scfg) in enumerate(plan):
-        log = out_dir / f"bench_serve_{tag}_{_safe(key)}.log"
-        print(f"[bench serve {i + 1}/{len(plan)}] {key}: vllm serve, log {log.name}", flush=True)
-        r = rec["runs"][key] = serve_and_measure(model, key, parse_run_spec(name), prompts, load, log,
-                                                 speculative_config=scfg, server_timeout_s=server_timeout_s,
-                                                 request_timeout_s=request_timeout_s, **server_kw)
-        rec.update(compare_runs(rec["runs"], runs[0]), wall_s=round(time.time() - t0, 1))
-        write_record(rec, out_dir, tag)
-        tps = ((r.get("summary") or {}).get("output_tokens_per_s") or {}).get("median")
-        print(f"[bench serve {i + 1}/{len(plan)}] {key}: " + (r["error"] if "error" in r else
-              f"up in {r['server_up_s']} s, {tps:.1f} tokens/s (median), {r['wall_s']} s in all"
-              if tps is not None else "no request finished"), flush=True)
+        "load": {**load.__dict__, "input_lengths": list(input_length_range(topk)), "output_range_ratio": 0.0,
+                 "warmup_output_len": WARMUP_OUTPUT_LEN, "temperature": 0.0, "ignore_eos": True,
+                 "dataset_args": dataset_args(load.dataset, topk, load.output_len, prompts and Path(prompts.name)),
+                 "prompts_file": prompts and prompts.name},
+        "server": {**server_kw, "cuda_graphs": cuda_graphs, "max_num_seqs": load.max_concurrency,
+                   "prefix_caching": False, "server_timeout_s": server_timeout_s, "bench_timeout_s": bench_timeout_s},
+        "speculative_config": speculative_config, "baseline": runs[0], "order": order,
+        "runs": {k: {**parse_run_spec(name).describe(), "run": k, "run_spec": name, "kv_cache_dtype": kv_cache_dtype,
+                     "speculative_config": scfg, "cuda_graphs": cuda_graphs, "servers": []} for k, name, scfg in plan},
+        "repeats": {k: [None] * load.repeats for k, _, _ in plan}, "failures": []})
+    results: dict[tuple[str, int], dict] = {}
+    specs = {k: (name, scfg) for k, name, scfg in plan}
+    t0, total = time.time(), len(plan) * load.repeats
+    for r, keys in enumerate(order):
+        for pos, key in enumerate(keys):
+            i = r * len(keys) + pos + 1
+            stem = out_dir / f"bench_serve_{tag}_{_safe(key)}_r{r + 1}"
+            print(f"[bench serve {i}/{total}] repeat {r + 1}, {key}: vllm serve, log {stem.name}.log", flush=True)
+            entry, result = serve_once(
+                model, key, parse_run_spec(specs[key][0]), specs[key][1], r, load,
+                lambda n: dataset_args(load.dataset, topk, n, prompts), stem, server_timeout_s=server_timeout_s,
+                bench_timeout_s=bench_timeout_s, **server_kw)
+            entry["position"] = pos + 1
+            record_server(rec, key, r, entry, result, results)
+            rec["wall_s"] = round(time.time() - t0, 1)
+            write_record(rec, out_dir, tag)
+            print(f"[bench serve {i}/{total}] repeat {r + 1}, {key}: {_progress(entry, result)}", flush=True)
+    rec["verdict"] = session_verdict(rec)
     rec["complete"] = True
     write_record(rec, out_dir, tag)
     return rec
 
 
-def compare_runs(runs: dict, baseline: str) -> dict:
-    """Greedy agreement of every plain run with ``baseline``'s, and of every speculative run with its plain run
-    (plus its acceptance and its tokens/s over the plain run's)."""
-    ok = {k: v for k, v in runs.items() if "error" not in v}
-    vs_base, vs_plain = {}, {}
-    for k, v in ok.items():
-        plain = v["run_spec"] if v.get("speculative_config") else None
-        if plain is None and k != baseline and baseline in ok:
-            vs_base[k] = {"baseline": baseline, **agreement(ok[baseline]["token_ids"], v["token_ids"])}
-        if plain is not None and plain in ok:
-            a, b = (ok[plain]["summary"]["output_tokens_per_s"] or {}), (v["summary"]["output_tokens_per_s"] or {})
-            vs_plain[k] = {"plain": plain, **agreement(ok[plain]["token_ids"], v["token_ids"]),
-                           "acceptance_rate": (v.get("spec_decode") or {}).get("acceptance_rate"),
-                           "tokens_per_s_ratio": b["median"] / a["median"] if a.get("median") and b.get("median")
-                           else None}
-    return {"agreement_vs_baseline": vs_base, "speculative_vs_plain": vs_plain}
+def _progress(entry: dict, result: dict | None) -> str:
+    if result is None:
+        return "; ".join(entry["failures"]) or entry.get("error", "no result")
+    return (f"up in {entry.get('server_up_s')} s, {result.get('output_throughput', 0):.1f} tokens/s, median TPOT "
+            f"{result.get('median_tpot_ms', 0):.2f} ms, {entry['wall_s']} s in all"
+            + (f"; {len(entry['failures'])} failure(s)" if entry["failures"] else ""))
 
 
 # ------------------------------------------------------------------------------------------------ the record
-CSV_COLUMNS = ("run", "backend_requested", "indexer", "kv_cache_dtype", "speculative", "cuda_graphs", "server_up_s",
-               "errors", "tokens_per_s_median", "tokens_per_s_min", "tokens_per_s_max", "ttft_ms_median",
-               "ttft_ms_min", "ttft_ms_max", "ttft_ms_q1_all", "ttft_ms_q3_all", "tpot_ms_median", "tpot_ms_min",
-               "tpot_ms_max", "tpot_ms_q1_all", "tpot_ms_q3_all", "identical_vs_baseline", "identical_vs_plain",
-               "identical_across_repeats", "acceptance_rate", "mean_acceptance_length", "log", "error")
+SUMMARY_METRICS = (*ranking.METRICS, "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "failed")
 
 
-def csv_rows(rec: dict) -> list[dict]:
-    """One row per run: the summary numbers the plot shows, agreement counts as ``k/n``."""
-    rows = []
-    for key, r in rec["runs"].items():
-        s = r.get("summary") or {}
-        g = lambda k, f: (s.get(k) or {}).get(f)  # noqa: E731
-        frac = lambda a: f"{a['identical']}/{a['compared']}" if a else None  # noqa: E731
-        self_ = r.get("self_agreement") or []
-        sd = r.get("spec_decode") or {}
-        rows.append({"run": key, "backend_requested": r.get("backend_requested"), "indexer": r.get("indexer"),
-                     "kv_cache_dtype": r.get("kv_cache_dtype"),
-                     "speculative": json.dumps(r["speculative_config"]) if r.get("speculative_config") else "",
-                     "cuda_graphs": r.get("cuda_graphs"), "server_up_s": r.get("server_up_s"),
-                     "errors": s.get("errors"),
-                     **{f"tokens_per_s_{f}": g("output_tokens_per_s", f) for f in ("median", "min", "max")},
-                     **{f"ttft_ms_{f}": g("ttft_ms_median", f) for f in ("median", "min", "max")},
-                     "ttft_ms_q1_all": g("ttft_ms_all", "q1"), "ttft_ms_q3_all": g("ttft_ms_all", "q3"),
-                     **{f"tpot_ms_{f}": g("tpot_ms_median", f) for f in ("median", "min", "max")},
-                     "tpot_ms_q1_all": g("tpot_ms_all", "q1"), "tpot_ms_q3_all": g("tpot_ms_all", "q3"),
-                     "identical_vs_baseline": frac(rec.get("agreement_vs_baseline", {}).get(key)),
-                     "identical_vs_plain": frac(rec.get("speculative_vs_plain", {}).get(key)),
-                     "identical_across_repeats": ";".join(frac(a) for a in self_) or None,
-                     "acceptance_rate": sd.get("acceptance_rate"),
-                     "mean_acceptance_length": sd.get("mean_acceptance_length"), "log": r.get("log"),
-                     "error": r.get("error")})
-    return rows
+def spread(values) -> dict | None:
+    """``{"min", "median", "max", "n"}`` of the values that are numbers (``numpy.median``); ``None`` if none are."""
+    import numpy as np
+
+    v = [float(x) for x in values if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
+    return {"min": min(v), "median": float(np.median(v)), "max": max(v), "n": len(v)} if v else None
 
 
-def write_record(rec: dict, out_dir: Path, tag: str) -> dict[str, Path]:
-    """``bench_serve_<tag>.json``, ``.csv`` and ``.png`` in ``out_dir``, each written atomically."""
-    import csv
-    import io
+def record_server(rec: dict, key: str, r: int, entry: dict, result: dict | None, results: dict) -> None:
+    """Put one server's entry and vLLM's result (``repeats[key][r]``, without per-request arrays) into ``rec``,
+    then refresh everything derived from them: the run's summary, ``ran``, agreement and the failures."""
+    run = rec["runs"][key]
+    run["servers"].append(entry)
+    if result is not None:
+        results[(key, r)] = result
+        rec["repeats"][key][r] = vc.summary(result)
+    reps = [x for x in rec["repeats"][key] if x is not None]
+    run["summary"] = {m: spread(x.get(m) for x in reps) for m in SUMMARY_METRICS}
+    run["summary"]["server_up_s"] = spread(s.get("server_up_s") for s in run["servers"])
+    with_ran = [s for s in run["servers"] if s.get("ran") is not None]
+    bad = [s for s in with_ran if s.get("ran_contradictions")]
+    if with_ran:   # the record's ran: a contradicting server's where there is one (records check judges it)
+        run["ran"] = (bad or with_ran)[0]["ran"]
+    run["ran_contradictions"] = sorted({c for s in run["servers"] for c in s.get("ran_contradictions", [])})
+    errors = [f"repeat {s['repeat']}: {s['error']}" for s in run["servers"] if s.get("error")]
+    run.pop("error", None)
+    if errors:
+        run["error"] = "; ".join(errors)
+    first = min((q for (k, q) in results if k == key), default=None)
+    run["agreement_across_repeats"] = [{"repeat": q + 1, "against_repeat": first + 1,
+                                        **vc.text_agreement(results[(key, first)], results[(key, q)])}
+                                       for q in sorted(q for (k, q) in results if k == key and q != first)]
+    rec.update(compare_runs(rec, results))
+    rec["failures"] = session_failures(rec, results)
 
-    paths = {ext: out_dir / f"bench_serve_{tag}.{ext}" for ext in ("json", "csv", "png")}
-    atomic_write_text(paths["json"], json.dumps(rec, indent=1, default=str))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(csv_rows(rec))
-    atomic_write_text(paths["csv"], buf.getvalue())
-    plot(rec, paths["png"])
-    return paths
+
+def _agreement_per_repeat(results: dict, a: str, b: str, repeats: int) -> dict:
+    per = [{"repeat": r + 1, **vc.text_agreement(results[(a, r)], results[(b, r)])} for r in range(repeats)
+           if (a, r) in results and (b, r) in results]
+    return {"compared": sum(p["compared"] for p in per), "identical": sum(p["identical"] for p in per),
+            "per_repeat": per}
 
 
-def plot(rec: dict, path: Path) -> None:
-    """Tokens/s, TTFT and TPOT per run: bar = median over repeats, whiskers = min..max over repeats (a
-    ``matplotlib.figure.Figure``, no pyplot state)."""
-    from matplotlib.figure import Figure
-
-    rows = [r for r in csv_rows(rec) if r["tokens_per_s_median"] is not None]
-    fig = Figure(figsize=(4.4 * 3, 5.2), layout="constrained")
-    axes = fig.subplots(1, 3)
-    for ax, (k, label) in zip(axes, (("tokens_per_s", "output tokens/s"), ("ttft_ms", "TTFT median (ms)"),
-                                     ("tpot_ms", "TPOT median (ms)"))):
-        if not rows:
-            ax.text(0.5, 0.5, "no run finished", ha="center", va="center", transform=ax.transAxes)
+def compare_runs(rec: dict, results: dict) -> dict:
+    """Greedy agreement, repeat by repeat, of every run without speculation with the baseline run, and of every
+    speculative run with the same run spec without it (plus its output tokens/s over the plain run's, medians over
+    repeats, and its median acceptance rate)."""
+    base, n = rec["baseline"], len(next(iter(rec["repeats"].values()), []))
+    vs_base, vs_plain = {}, {}
+    for k, run in rec["runs"].items():
+        if not run.get("speculative_config"):
+            if k != base:
+                vs_base[k] = {"baseline": base, **_agreement_per_repeat(results, base, k, n)}
             continue
-        med = [r[f"{k}_median"] or 0.0 for r in rows]
-        err = [[m - (r[f"{k}_min"] or m) for m, r in zip(med, rows)], [(r[f"{k}_max"] or m) - m
-                                                                       for m, r in zip(med, rows)]]
-        colors = ["tab:orange" if r["backend_requested"] == "TRITON_MLA_SPARSE" else "tab:blue" for r in rows]
-        bars = ax.bar(range(len(rows)), med, yerr=err, capsize=4, color=colors,
-                      hatch=None, edgecolor="black", linewidth=0.5)
-        for b, r in zip(bars, rows):
-            if r["speculative"]:
-                b.set_hatch("//")
-        ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
-        ax.set_xticks(range(len(rows)), [r["run"] for r in rows], fontsize=7, rotation=35, ha="right",
-                      rotation_mode="anchor")
-        ax.set_ylabel(label)
-        ax.grid(axis="y", alpha=0.3)
-    env, ld = rec.get("environment", {}), rec.get("load", {})
-    fig.suptitle(f"vllm serve, {env.get('gpu', 'no GPU')}; {ld.get('num_requests')} requests x {ld.get('repeats')} "
-                 f"repeats, concurrency {ld.get('concurrency')}, {ld.get('max_tokens')} tokens, index_topk "
-                 f"{rec.get('model', {}).get('index_topk')}; whiskers: min..max over repeats; hatched: speculative; "
-                 f"vllm {env.get('vllm')}, {str(env.get('date', ''))[:10]}", fontsize=8)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+        plain = run["run_spec"]
+        tp_spec = (run.get("summary") or {}).get("output_throughput") or {}
+        tp_plain = (rec["runs"][plain].get("summary") or {}).get("output_throughput") or {}
+        acc = (run.get("summary") or {}).get("spec_decode_acceptance_rate") or {}
+        vs_plain[k] = {"plain": plain, **_agreement_per_repeat(results, plain, k, n),
+                       "output_throughput_ratio": tp_spec["median"] / tp_plain["median"]
+                       if tp_spec.get("median") and tp_plain.get("median") else None,
+                       "acceptance_rate_percent": acc.get("median")}
+    return {"agreement_vs_baseline": vs_base, "speculative_vs_plain": vs_plain}
+
+
+def session_failures(rec: dict, results: dict) -> list[str]:
+    """Every server's failure lines, then one line if the passes did not all get prompts of the same lengths
+    (vLLM's ``input_lens``: same seed and dataset must give the same prompts in every pass)."""
+    out = [f for run in rec["runs"].values() for s in run["servers"] for f in s["failures"]]
+    lens = {json.dumps(res.get("input_lens")) for res in results.values() if res.get("input_lens") is not None}
+    if len(lens) > 1:
+        out.append(f"the timed passes did not get the same prompts: {len(lens)} different lists of prompt lengths "
+                   f"(vLLM's input_lens) for one seed and dataset")
+    return out
+
+
+def session_verdict(rec: dict) -> dict:
+    """:func:`sparse_mla.bench.ranking.verdict` over the runs without speculation, and over the runs under the
+    (one) speculative config, from ``repeats``."""
+    values = {k: {m: [(rep or {}).get(m) for rep in reps] for m in ranking.METRICS}
+              for k, reps in rec["repeats"].items()}
+    groups = {"plain": [k for k, r in rec["runs"].items() if not r.get("speculative_config")]}
+    spec = [k for k, r in rec["runs"].items() if r.get("speculative_config")]
+    if spec:
+        groups["speculative " + json.dumps(rec.get("speculative_config"))] = spec
+    return ranking.verdict(values, groups)
 
 
 # ------------------------------------------------------------------------------------------------ command line
@@ -547,71 +467,127 @@ def add_arguments(p) -> None:
     p.add_argument("--backends", default=",".join(DEFAULT_RUNS),
                    help="comma-separated run specs, BACKEND or BACKEND+TRITON_DSA_INDEXER; the first is the "
                         "agreement baseline (default: %(default)s)")
-    for k in ("num_requests", "concurrency", "repeats", "max_tokens"):
+    for k, what in (("num_prompts", "requests per vllm bench serve pass"),
+                    ("max_concurrency", "requests in flight (also the server's --max-num-seqs)"),
+                    ("repeats", "timed passes per run, each on a fresh server in rotated order; runs with fewer "
+                                f"than {ranking.MIN_REPEATS} are not ranked"),
+                    ("output_len", "new tokens per request (greedy, ignore_eos)")):
         quick = f", --quick: {QUICK[k]}" if k in QUICK else ""
         p.add_argument(f"--{k.replace('_', '-')}", type=int, default=None,
-                       help=f"default {DEFAULTS[k]}{quick}")
-    p.add_argument("--seed", type=int, default=0, help="prompt seed (default 0)")
-    p.add_argument("--quick", action="store_true", help=f"{QUICK['num_requests']} requests, {QUICK['repeats']} repeat")
+                       help=f"{what} (default {DEFAULTS[k]}{quick})")
+    p.add_argument("--seed", type=int, default=0, help="vllm bench serve's dataset seed (default 0)")
+    p.add_argument("--dataset", default=None, metavar="{random,repeat}",
+                   help="random: vLLM's random dataset, lengths index_topk/4..7 index_topk/4; repeat: prompts whose "
+                        "text repeats (vLLM's custom dataset), for ngram speculation (default: repeat with "
+                        "--speculative ngram, else random)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"{QUICK['num_prompts']} prompts of {QUICK['output_len']} new tokens; still "
+                        f"{DEFAULTS['repeats']} repeats")
     p.add_argument("--eager", action="store_true", help="--enforce-eager (default: CUDA graphs, vLLM's default)")
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--speculative", default=None, metavar="{" + ",".join(SPECULATIVE_PRESETS) + "}",
+                   help="also serve every run spec with this speculative decoding: "
+                        + "; ".join(f"{k} = '{json.dumps(v)}'" for k, v in SPECULATIVE_PRESETS.items())
+                        + " (mtp needs make-checkpoint --mtp)")
     p.add_argument("--speculative-config", default=None, metavar="JSON",
-                   help="also serve every run spec with this (e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": "
-                        "1}', needs make-checkpoint --mtp)")
+                   help="as --speculative, any vLLM speculative config (e.g. '{\"method\": \"mtp\", "
+                        "\"num_speculative_tokens\": 2}')")
     p.add_argument("--server-timeout", type=float, default=300.0, help="seconds a server may take to be ready")
-    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds per request")
+    p.add_argument("--bench-timeout", type=float, default=600.0,
+                   help="seconds one vllm bench serve pass may take (then it is killed)")
 
 
-def cli_run(args, record_place) -> int:
-    """Check every argument (one line each), then the GPU and the record's place (``record_place(args)``), then run
-    and print one line per run."""
-    import shutil
+def speculative_request(preset, config, model) -> dict | None:
+    """The speculative config of ``--speculative PRESET`` (:data:`SPECULATIVE_PRESETS`) or ``--speculative-config
+    JSON`` (not both), checked (:func:`sparse_mla.launch.specs.check_speculative_config`, then
+    ``num_speculative_tokens`` a positive integer); ``None`` for none. Raises :class:`UserInputError`."""
+    from ..launch.specs import MTP_EXAMPLE, check_speculative_config
 
+    if preset is not None and config is not None:
+        raise UserInputError(f"--speculative {preset!r} and --speculative-config are both given; accepted: one of them")
+    if preset is not None:
+        name = str(preset).strip().lower()
+        if name not in SPECULATIVE_PRESETS:
+            raise UserInputError(f"--speculative {preset!r} is not accepted; accepted: "
+                                 f"{', '.join(SPECULATIVE_PRESETS)} (or --speculative-config JSON)")
+        config = dict(SPECULATIVE_PRESETS[name])
+    spec = check_speculative_config(config, model)
+    tokens = (spec or {}).get("num_speculative_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise UserInputError(f"--speculative-config num_speculative_tokens {tokens!r} is not accepted; accepted: "
+                             f"a positive integer, e.g. '{MTP_EXAMPLE}'")
+    return spec
+
+
+def _check_arguments(args) -> tuple:
+    """Every argument of the command, one line each (:class:`UserInputError`), before the GPU is looked for."""
     from ..launch.engine import check_model_dir, check_tp
-    from ..launch.specs import MTP_EXAMPLE, check_speculative_config, normalize_backends
+    from ..launch.specs import normalize_backends
     from ..layouts import check_kv_cache_dtype
 
     model = check_model_dir(args.model)
-    args.kv_cache_dtype = check_kv_cache_dtype(args.kv_cache_dtype)      # before the backend names, whose check imports vLLM's backends
+    args.kv_cache_dtype = check_kv_cache_dtype(args.kv_cache_dtype)   # before the backend names (imports vLLM)
     names = [b for b in str(args.backends).split(",") if b.strip()]
     if not names:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {','.join(DEFAULT_RUNS)}")
     runs = normalize_backends(names)
+    spec_cfg = speculative_request(args.speculative, args.speculative_config, model)
+    dataset = args.dataset if args.dataset is not None else \
+        "repeat" if (spec_cfg or {}).get("method") == "ngram" else "random"
     vals = {k: getattr(args, k) if getattr(args, k) is not None else (QUICK.get(k) if args.quick else None)
             or DEFAULTS[k] for k in DEFAULTS}
-    load = Load(**vals, seed=args.seed)
-    for name in ("server_timeout", "request_timeout"):
+    load = Load(**vals, seed=args.seed, dataset=str(dataset).strip().lower())
+    for name in ("server_timeout", "bench_timeout"):
         v = getattr(args, name)
         if not (math.isfinite(v) and 0 < v <= 3600):
             raise UserInputError(f"--{name.replace('_', '-')} {v!r} is not accepted; accepted: seconds in (0, 3600]")
-    spec_cfg = check_speculative_config(args.speculative_config, model)
     check_tp(model, args.tp)
-    cfg = read_json(model / "config.json")
-    cfg = text_config(cfg)
-    spec_tokens = (spec_cfg or {}).get("num_speculative_tokens")
-    if spec_tokens is not None and (isinstance(spec_tokens, bool) or not isinstance(spec_tokens, int) or spec_tokens < 1):
-        raise UserInputError(f"--speculative-config num_speculative_tokens {spec_tokens!r} is not accepted; accepted: "
-                             f"a positive integer, e.g. '{MTP_EXAMPLE}'")
+    cfg = text_config(read_json(model / "config.json"))
     mpe = cfg.get("max_position_embeddings")
     if mpe is not None and (isinstance(mpe, bool) or not isinstance(mpe, int) or mpe < 1):
         raise UserInputError(f"{str(model / 'config.json')!r} has max_position_embeddings = {mpe!r}; accepted: a "
                              f"positive integer (or no such key)")
-    server_max_model_len(cfg["index_topk"], load.max_tokens, spec_tokens or 0, mpe)
+    server_max_model_len(cfg["index_topk"], load.output_len,
+                         int((spec_cfg or {}).get("num_speculative_tokens") or 0), mpe)
+    return model, runs, load, spec_cfg
+
+
+def cli_run(args, record_place) -> int:
+    """Check every argument (one line each), then the GPU and the record's place (``record_place(args)``), then
+    run; print one line per run, the verdict and the failures. Returns 1 if anything failed (the record is written
+    with its ``failures``), else 0."""
+    import shutil
+
+    model, runs, load, spec_cfg = _check_arguments(args)
     out_dir, tag = record_place(args)   # needs the GPU (its name is the record's)
     if shutil.which("vllm") is None:
         raise UserInputError("no `vllm` command on PATH; accepted: an environment where `vllm serve` runs (the "
                              "README's set-up installs vLLM 0.26.0 and its `vllm` command into .venv/bin)")
     rec = bench_serve(model, runs, load, out_dir=out_dir, tag=tag, kv_cache_dtype=args.kv_cache_dtype, tp=args.tp,
                       cuda_graphs=not args.eager, speculative_config=spec_cfg,
-                      server_timeout_s=args.server_timeout, request_timeout_s=args.request_timeout)
+                      server_timeout_s=args.server_timeout, bench_timeout_s=args.bench_timeout)
     for r in csv_rows(rec):
-        if r["error"]:
-            print(f"{r['run']:<45} error: {r['error']}")
-            continue
-        acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.3f}"
-        print(f"{r['run']:<45} {r['tokens_per_s_median'] or 0:9.1f} tok/s  TTFT {r['ttft_ms_median'] or 0:7.1f} ms  "
-              f"TPOT {r['tpot_ms_median'] or 0:6.2f} ms  same as baseline {r['identical_vs_baseline'] or '-'}  "
-              f"as plain {r['identical_vs_plain'] or '-'}  acceptance {acc}")
-    print(f"record: {out_dir / f'bench_serve_{tag}.json'} (+ .csv, .png, bench_serve_{tag}_<run>.log)")
-    return 0
+        print(run_line(r))
+    print("verdict (" + ranking.RULE + "):")
+    for line in rec["verdict"]["lines"]:
+        print("  " + line)
+    for f in rec["failures"]:
+        print(f"failure: {f}")
+    print(f"record: {out_dir / f'bench_serve_{tag}.json'} (+ .csv, .png; per server vLLM's result files and logs)")
+    return 1 if rec["failures"] else 0
+
+
+def run_line(r: dict) -> str:
+    """One printed line for a CSV row: medians over repeats with their ranges, agreement and acceptance."""
+    def rng(k, unit=""):
+        if r[f"{k}_median"] is None:
+            return "-"
+        return f"{r[f'{k}_median']:.4g}{unit} [{r[f'{k}_min']:.4g}..{r[f'{k}_max']:.4g}]"
+
+    acc = r["spec_decode_acceptance_rate_median"]
+    return (f"{r['run']:<40} {rng('output_throughput')} tok/s  TTFT {rng('median_ttft_ms', ' ms')}  TPOT "
+            f"{rng('median_tpot_ms', ' ms')}  ITL {rng('median_itl_ms', ' ms')}  repeats {r['repeats_with_result']}  "
+            f"same as baseline {r['identical_vs_baseline'] or '-'}  across repeats "
+            f"{r['identical_across_repeats'] or '-'}  as plain {r['identical_vs_plain'] or '-'}  acceptance "
+            + ("-" if acc is None else f"{acc:.1f}%") + (f"  error: {r['error']}" if r["error"] else ""))

@@ -1,0 +1,62 @@
+"""The serving benchmark's verdict: which of two runs is better on a metric, said only where their repeats do not
+overlap.
+
+Each run has one value per repeat of a metric (vLLM's ``output_throughput``, ``median_ttft_ms``, ``median_tpot_ms``,
+``median_itl_ms`` of each repeat's ``vllm bench serve`` pass). Run A ranks above run B on that metric only where
+every repeat of A is better than every repeat of B: their ranges [min, max] over repeats do not overlap (ranges that
+touch, or one inside the other, overlap), with at least :data:`MIN_REPEATS` repeats each. Lower is better for
+latencies, higher for throughput. Anything else is "not ranked", with both ranges -- a spread between repeats as large
+as the difference between backends (the 2026-12-01 records: 2.2x between two runs of ours, 1.27x between backends)
+ranks nothing.
+"""
+from __future__ import annotations
+
+from itertools import combinations
+
+#: metric -> (label, better): the metrics the verdict ranks, keys of vLLM's result.
+METRICS = {"output_throughput": ("output tokens/s", "higher"), "median_ttft_ms": ("median TTFT (ms)", "lower"),
+           "median_tpot_ms": ("median TPOT (ms)", "lower"), "median_itl_ms": ("median ITL (ms)", "lower")}
+MIN_REPEATS = 3
+RULE = (f"A > B on a metric only where every repeat of A is better than every repeat of B: the two runs' ranges "
+        f"[min, max] over their repeats do not overlap (touching or nested ranges overlap), each with at least "
+        f"{MIN_REPEATS} repeats; lower is better for TTFT, TPOT and ITL, higher for output tokens/s; otherwise "
+        f"'not ranked', with both ranges")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def compare(metric: str, a: str, a_values: list[float], b: str, b_values: list[float]) -> dict:
+    """The verdict on one metric for runs ``a`` and ``b`` (their per-repeat values, ``None`` for a repeat without
+    a result): ``{"metric", "runs": [a, b], "ranges": {run: [min, max] | None}, "better": run | None, "line"}``.
+    Raises ``KeyError`` for a metric not in :data:`METRICS`."""
+    label, better = METRICS[metric]
+    va, vb = [float(v) for v in a_values if v is not None], [float(v) for v in b_values if v is not None]
+    ranges = {a: [min(va), max(va)] if va else None, b: [min(vb), max(vb)] if vb else None}
+    out = {"metric": metric, "runs": [a, b], "ranges": ranges, "better": None}
+    if min(len(va), len(vb)) < MIN_REPEATS:
+        out["line"] = (f"{label}: {a} vs {b} not ranked: {len(va)} and {len(vb)} repeats with a result, fewer than "
+                       f"{MIN_REPEATS}")
+        return out
+    (lo_a, hi_a), (lo_b, hi_b) = ranges[a], ranges[b]
+    if hi_a < lo_b or hi_b < lo_a:
+        a_lower = hi_a < lo_b
+        win, lose = (a, b) if a_lower == (better == "lower") else (b, a)
+        out["better"] = win
+        out["line"] = (f"{label}: {win} > {lose} ({_fmt(ranges[win][0])}..{_fmt(ranges[win][1])} against "
+                       f"{_fmt(ranges[lose][0])}..{_fmt(ranges[lose][1])}; {better} is better)")
+    else:
+        out["line"] = (f"{label}: {a} vs {b} not ranked: ranges overlap ({a} {_fmt(lo_a)}..{_fmt(hi_a)}, "
+                       f"{b} {_fmt(lo_b)}..{_fmt(hi_b)})")
+    return out
+
+
+def verdict(values: dict[str, dict[str, list]], groups: dict[str, list[str]]) -> dict:
+    """``values``: ``{run: {metric: [value per repeat]}}``; ``groups``: ``{name: [runs comparable with each other]}``
+    (e.g. the plain runs, the runs under one speculative config). Every pair within a group on every metric of
+    :data:`METRICS`: ``{"rule", "pairs": [compare(...)], "lines": [...]}``."""
+    pairs = [compare(m, a, values.get(a, {}).get(m, []), b, values.get(b, {}).get(m, []))
+             for runs in groups.values() for a, b in combinations(runs, 2) for m in METRICS]
+    return {"rule": RULE, "metrics": {m: {"label": lab, "better": bet} for m, (lab, bet) in METRICS.items()},
+            "pairs": pairs, "lines": [p["line"] for p in pairs]}
