@@ -44,7 +44,8 @@ def test_revision_is_read_from_git_or_from_a_copys_revision_file(tmp_path):
     import sparse_mla.records as records
 
     assert re.match(r"[0-9a-f]{40}(\+dirty)?", records.revision()), records.revision()   # this checkout's git
-    shutil.copytree(Path(records.__file__).parent, tmp_path / "lib" / "sparse_mla")
+    shutil.copytree(Path(records.__file__).parents[1], tmp_path / "lib" / "sparse_mla",   # the package
+                    ignore=shutil.ignore_patterns("__pycache__"))
     code = "import sparse_mla.records as r; print(r.__file__); print(r.revision())"
     env = {"PYTHONPATH": str(tmp_path / "lib"), "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"}
 

@@ -129,3 +129,32 @@ def test_paths_and_files_that_are_not_records(tmp_path, capsys):
     assert cli.main(["records", "check", str(tmp_path / "pipe.json")]) == 2
     assert cli.main(["records", "check", ""]) == 2
     assert "neither a regular file nor a folder" in capsys.readouterr().err
+
+
+def test_a_named_file_must_be_json_and_an_empty_folder_is_named(tmp_path, capsys):
+    (tmp_path / "notes.md").write_text("# not a record\n")
+    assert cli.main(["records", "check", str(tmp_path / "notes.md")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "notes.md' is not a JSON record" in err and "accepted:" in err
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["records", "check", str(tmp_path / "empty")]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 'empty'}: no JSON record in this folder\nno JSON records: " \
+                                      f"nothing checked\n"
+
+
+def test_counts_are_singular_for_one(tmp_path, capsys):
+    (tmp_path / "good.json").write_text(json.dumps(record()))
+    (tmp_path / "summary.json").write_text(json.dumps({"notebooks": []}))
+    assert cli.main(["records", "check", str(tmp_path)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "1 run record: 1 proven, 0 unproven, 0 invalid; 1 other JSON file skipped (not run records)", last
+
+
+def test_the_proof_table_gives_the_checks_verdicts(tmp_path):
+    (tmp_path / "good.json").write_text(json.dumps(record()))
+    (tmp_path / "bad.json").write_text(json.dumps(record(simulated={"capability": "8.6"})))
+    md = proof.TABLES["proof"].render(["."], tmp_path)
+    lines = md.split("\n")
+    assert lines[2].startswith("| `bad.json` | invalid | TRITON_MLA_SPARSE: capability: asked 8.6"), md
+    assert lines[3] == "| `good.json` | proven | 1 engine run(s) with ran |", md
+    assert lines[-1] == "2 run records: 1 proven, 0 unproven, 1 invalid (`sparse-mla records check`)."

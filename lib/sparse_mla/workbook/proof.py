@@ -13,15 +13,22 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
   a ``ran`` of another shape than the engine writes or one that contradicts what was asked
   (:func:`sparse_mla.vllm_plugin.ran.contradictions`), or a file that is not readable JSON.
 
-The command exits 1 if any record is invalid.
+The command exits 1 if any record is invalid. A file named on the command line must be a ``*.json`` file; a folder
+with no JSON file is named as such (nothing to check there is not an error).
+
+``proof [PATH ...]`` is also a table of ``sparse-mla records table`` (:data:`TABLES`: the record tables of
+:mod:`sparse_mla.records.tables` and this one), so that a document quotes the verdicts as the check gives them.
 """
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError
+from ..records import blocks, tables
+from ..records.common import Table, markdown
 from ..vllm_plugin.ran import contradictions
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
@@ -146,7 +153,8 @@ def _vllm_importable() -> None:
 
 def record_files(paths: list[str]) -> list[Path]:
     """Every ``*.json`` regular file under ``paths`` (files or folders), sorted per folder. Raises
-    :class:`UserInputError` naming a path that is empty, missing, or neither a regular file nor a folder."""
+    :class:`UserInputError` naming a path that is empty, missing, a file not named ``*.json``, or neither a regular
+    file nor a folder."""
     out = []
     for raw in paths:
         p = Path(raw)
@@ -155,6 +163,9 @@ def record_files(paths: list[str]) -> list[Path]:
         if p.is_dir():
             out += sorted(f for f in p.rglob("*.json") if f.is_file())   # regular files only: a FIFO would block
         elif p.is_file():
+            if p.suffix.lower() != ".json":
+                raise UserInputError(f"records path {str(p)!r} is not a JSON record (its name does not end in .json); "
+                                     f"accepted: record files (*.json) or folders")
             out.append(p)
         elif p.exists() or p.is_symlink():
             raise UserInputError(f"records path {str(p)!r} is neither a regular file nor a folder (a FIFO, a device, "
@@ -177,13 +188,38 @@ def check(paths: list[str]) -> list[Verdict]:
     return verdicts
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def proof_table(args: list[str], base: Path) -> str:
+    """``proof [PATH ...]``: the verdict on every run record under the paths (default ``results``, relative to
+    ``base``), one row each, then the counts; the same verdicts as ``sparse-mla records check``."""
+    verdicts = [v for v in check([str(Path(base) / a) for a in (args or ["results"])]) if v.status != "skipped"]
+    rows = [[f"`{os.path.relpath(v.path, base)}`", v.status, v.reason or None] for v in verdicts]
+    counts = ", ".join(f"{sum(v.status == s for v in verdicts)} {s}" for s in ("proven", "unproven", "invalid"))
+    return markdown(["record", "verdict", "why"], rows, [f"{_plural(len(verdicts), 'run record')}: {counts} "
+                                                         f"(`sparse-mla records check`)."])
+
+
+#: The tables of ``sparse-mla records table``: those that read records, and ``proof``.
+TABLES = {**tables.TABLES, "proof": Table("proof [PATH ...]", "the verdict of `records check` on every run record",
+                                          proof_table)}
+
+
 def add_cli(sub) -> None:
-    p = sub.add_parser("records", help="check which records under results/ prove what ran",
+    p = sub.add_parser("records", help="check which records under results/ prove what ran; render the tables the "
+                                       "docs quote from them",
                        description="records check [PATH ...]: one line per run record (proven / unproven / "
-                                   "invalid: REASON); exit 1 if any is invalid.")
-    p.add_argument("action", choices=["check"], help="check: verdict per record")
-    p.add_argument("paths", nargs="*", default=["results"], help="record files or folders (default: results)")
-    p.set_defaults(func=_cli)
+                                   "invalid: REASON); exit 1 if any is invalid. records table NAME [ARGS] | "
+                                   "--update FILE ...: the markdown tables the docs quote from records.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = actions.add_parser("check", help="verdict per record",
+                           description="One line per run record (proven / unproven / invalid: REASON); exit 1 if "
+                                       "any is invalid.")
+    c.add_argument("paths", nargs="*", default=["results"], help="record files or folders (default: results)")
+    c.set_defaults(func=_cli)
+    blocks.add_cli(actions, TABLES)
 
 
 def _cli(args) -> int:
@@ -191,8 +227,14 @@ def _cli(args) -> int:
     for v in verdicts:
         if v.status != "skipped":
             print(v.line())
+    for raw in args.paths:
+        if Path(raw).is_dir() and not any(Path(v.path).is_relative_to(raw) for v in verdicts):
+            print(f"{raw}: no JSON record in this folder")
+    if not verdicts:
+        print("no JSON records: nothing checked")
+        return 0
     counts = {s: sum(v.status == s for v in verdicts) for s in ("proven", "unproven", "invalid", "skipped")}
-    print(f"{len(verdicts) - counts['skipped']} run records: " +
+    print(f"{_plural(len(verdicts) - counts['skipped'], 'run record')}: " +
           ", ".join(f"{n} {s}" for s, n in counts.items() if s != "skipped") +
-          f"; {counts['skipped']} other JSON files skipped (not run records)")
+          f"; {_plural(counts['skipped'], 'other JSON file')} skipped (not run records)")
     return 1 if counts["invalid"] else 0

@@ -3,6 +3,10 @@
 Records are named after the GPU that made them, so that a record made on an RTX PRO 6000 never lands under an H200's
 name: ``results/<gpu>/`` with ``<gpu>`` = :func:`gpu_slug` of the device's name (``results/h200/``). The workbook's
 notebook chain writes per profile instead (``results/<profile>/``, :mod:`sparse_mla.workbook.chain`).
+
+The markdown tables the docs quote from records are :mod:`sparse_mla.records.tables` (one function per table) and
+:mod:`sparse_mla.records.blocks` (the ``<!-- records-table: NAME ARGS -->`` blocks of a document,
+``sparse-mla records table``).
 """
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ def revision() -> str:
     folder); else the ``REVISION`` file of a copy (:func:`_revision_file`); else ``"unknown: ..."``."""
     import subprocess
 
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]   # the sparse_mla package folder
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
