@@ -42,7 +42,7 @@ def _requirements(meta):
         r = Requirement(line)
         extra = None
         if r.marker is not None:
-            extra = next(e for e in ("workbook", "pinned", "test") if r.marker.evaluate({"extra": e}))
+            extra = next(e for e in ("workbook", "pinned", "test", "gguf") if r.marker.evaluate({"extra": e}))
         out.setdefault(extra, {})[r.name.lower()] = str(r.specifier)
     return out
 
@@ -58,7 +58,8 @@ def test_core_requirements_hold_no_jupyter_stack_and_no_torch_pin(wheel_metadata
     assert {"jupyterlab", "papermill", "nbval", "pandas", "matplotlib"} <= set(reqs["workbook"])
     assert not {"vllm", "torch", "triton"} & set(reqs["workbook"])   # the hint to install it never re-pins vLLM
     assert reqs["pinned"] == {"vllm": "==0.26.0", "torch": "==2.11.0", "triton": "==3.6.0"}
-    assert set(wheel_metadata[0].get_all("Provides-Extra")) == {"workbook", "pinned", "test"}
+    assert set(wheel_metadata[0].get_all("Provides-Extra")) == {"workbook", "pinned", "test", "gguf"}
+    assert reqs["gguf"] == {"gguf": "==0.19.0", "vllm-gguf-plugin": "==0.0.5"}   # never re-pins vLLM or torch
 
 
 def test_wheel_declares_the_vllm_plugin_entry_point(wheel_metadata):

@@ -16,7 +16,7 @@ DISTRIBUTION = "sparse-mla-workbook"
 
 #: Import name -> the extra that provides it.
 EXTRA_OF = {"pandas": "workbook", "matplotlib": "workbook", "papermill": "workbook", "nbformat": "workbook",
-            "nbclient": "workbook"}
+            "nbclient": "workbook", "gguf": "gguf", "vllm_gguf_plugin": "gguf"}
 
 
 def require(what: str, *modules: str) -> None:

@@ -1,0 +1,186 @@
+"""``sparse-mla diagnose --model FILE.gguf``: the config a GLM-5 GGUF describes, and the GGUF wall of the config stage.
+
+A GGUF file carries its config as metadata; :func:`load_gguf` reads it with gguf-py and builds the Hugging Face
+``glm_moe_dsa`` config from it (:func:`sparse_mla.vllm_plugin.gguf_adapter.config_from_gguf`, the inverse of
+llama.cpp's converter), which the config stage then hands to vLLM's own ``EngineArgs.create_engine_config()``. A GGUF
+without the DSA indexer tensors is refused by name (it would run dense).
+
+Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), asked of the code that decides it:
+
+* stock vLLM 0.26: no ``gguf`` load format in ``model_loader._LOAD_FORMAT_TO_MODEL_LOADER`` and no ``gguf``
+  quantization method (in-tree GGUF support was removed, vllm-project/vllm#39583);
+* with ``vllm-gguf-plugin`` (installed, it is a vLLM general plugin and loads by itself): its own weights adapter for
+  the config (``get_weights_adapter``; the default one raises "Unknown gguf model_type: glm_moe_dsa": gguf-py names
+  the architecture ``glm-dsa``);
+* with ours (``--with-plugin``): :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter` maps every tensor.
+
+The record's ``checkpoint`` is ``{"format": "safetensors" | "gguf", "quantization": ...}`` plus, for a GGUF, its
+file, file type, tensor types and the wall.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserInputError, expand_path
+
+
+def is_gguf_file(model) -> bool:
+    """True for an existing file named ``*.gguf`` or starting with the GGUF magic ``b"GGUF"``."""
+    try:
+        p = expand_path(str(model), "model")
+    except UserInputError:
+        return False
+    if not p.is_file():
+        return False
+    if p.suffix.lower() == ".gguf":
+        return True
+    try:
+        with open(p, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def file_type(reader) -> str:
+    """The GGUF's ``general.file_type`` as gguf-py's ``LlamaFileType`` name without ``MOSTLY_`` (``Q8_0``,
+    ``Q4_K_S``, ``F16``), or ``unknown``."""
+    import gguf
+
+    f = reader.get_field("general.file_type")
+    try:
+        return gguf.LlamaFileType(int(f.contents())).name.removeprefix("MOSTLY_")
+    except (AttributeError, ValueError, TypeError):
+        return "unknown"
+
+
+def read_gguf(path: str | os.PathLike) -> dict[str, Any]:
+    """``{"path", "file_type", "tensor_types": {type: count}, "tensors": [names], "config": HF config dict}`` of a
+    ``glm-dsa`` GGUF. Raises :class:`UserInputError` for a file gguf-py cannot read, another architecture, missing
+    metadata, or missing indexer tensors."""
+    from ..extras import require
+
+    require("diagnose --model FILE.gguf", "gguf")
+    import gguf
+
+    from ..vllm_plugin.gguf_adapter import check_indexer_tensors, config_from_gguf
+
+    p = expand_path(str(path), "model")
+    try:
+        reader = gguf.GGUFReader(str(p))
+    except Exception as e:  # noqa: BLE001 - gguf-py raises ValueError, struct errors, ...
+        raise UserInputError(f"model {str(path)!r} is not a GGUF file gguf-py can read ({type(e).__name__}: "
+                             f"{str(e)[:120]}); accepted: a GGUF file, a preset, a config.json or a checkpoint "
+                             f"directory") from None
+    cfg = config_from_gguf(reader)
+    names = [t.name for t in reader.tensors]
+    check_indexer_tensors(names, cfg["num_hidden_layers"], str(path))
+    types: dict[str, int] = {}
+    for t in reader.tensors:
+        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    return {"path": str(p), "file_type": file_type(reader), "tensor_types": dict(sorted(types.items())),
+            "tensors": names, "config": cfg}
+
+
+def load_gguf(model, quantization: str | None = None):
+    """``(geometry, quantization)`` for ``diagnose --model FILE.gguf``: the geometry of the config the GGUF's
+    metadata describes (``source`` the file, ``gguf`` the :func:`read_gguf` record) and, where ``--quantization`` is
+    not given, the memory stage's ``gguf-<type>`` for the file's weight type (where it sizes that type)."""
+    from dataclasses import replace
+
+    from ..models import geometry_from_config
+    from .request import QUANTIZATIONS
+
+    info = read_gguf(model)
+    geometry = replace(geometry_from_config(info["config"], str(model)), source=info["path"])
+    GGUF_FILES[info["path"]] = info
+    base = info["file_type"].split("_")
+    name = "gguf-" + "_".join(base[:2] if len(base) > 2 else base).lower()
+    if quantization is None and name in QUANTIZATIONS:
+        quantization = name
+    return geometry, quantization
+
+
+#: GGUF records read in this process, by path (:func:`load_gguf` -> :func:`checkpoint_record`).
+GGUF_FILES: dict[str, dict[str, Any]] = {}
+
+
+def _hf_config(cfg: dict):
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
+
+
+def _stock_wall() -> str | None:
+    """vLLM's own GGUF support, as registered by vLLM itself (not by a plugin): None where it has a loader."""
+    import vllm
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+    from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER
+
+    loader = _LOAD_FORMAT_TO_MODEL_LOADER.get("gguf")
+    if loader is not None and loader.__module__.startswith("vllm.") and "gguf" in QUANTIZATION_METHODS:
+        return None
+    formats = sorted(k for k, v in _LOAD_FORMAT_TO_MODEL_LOADER.items() if v.__module__.startswith("vllm."))
+    return (f"vLLM {vllm.__version__} has no GGUF loader: load format 'gguf' is not among its own "
+            f"({', '.join(formats)}) and 'gguf' is not a quantization method of its own (in-tree GGUF was removed, "
+            f"vllm-project/vllm#39583); accepted: vllm-gguf-plugin (pip install 'sparse-mla-workbook[gguf]')")
+
+
+def _plugin_wall(info: dict, ours: bool) -> str | None:
+    """vllm-gguf-plugin's weights adapter for the GGUF's config: its default (``ours`` False) or ours; None where
+    the adapter maps every tensor of the file, else its reason."""
+    from types import SimpleNamespace
+
+    try:
+        from vllm_gguf_plugin.weights_adapter import _ADAPTER_REGISTRY, GGUFWeightsAdapter
+    except ImportError:
+        return ("vllm-gguf-plugin is not installed (vLLM 0.26 loads GGUF only through it); accepted: pip install "
+                "'sparse-mla-workbook[gguf]'")
+    from ..vllm_plugin.gguf_adapter import adapter_class
+
+    hf = _hf_config(info["config"])
+    mine = adapter_class()
+    cls = next((c for c in ([mine] if ours else []) + [c for c in _ADAPTER_REGISTRY if c is not mine]
+                if c.matches(hf)), GGUFWeightsAdapter)
+    try:
+        mapped = cls(hf).build_name_map(SimpleNamespace(hf_config=hf, trust_remote_code=False))
+    except Exception as e:  # noqa: BLE001 - the plugin's own refusal, in its words
+        return f"vllm-gguf-plugin's {cls.__name__}: {type(e).__name__}: {str(e)[:200]}"
+    unmapped = [n for n in info["tensors"] if n not in mapped]
+    if unmapped:
+        return f"{cls.__name__} maps no vLLM parameter to {len(unmapped)} GGUF tensors ({', '.join(unmapped[:3])})"
+    return None
+
+
+def gguf_wall(info: dict, with_plugin: bool) -> dict[str, Any]:
+    """``{"stock", "vllm_gguf_plugin", "with_plugin": reason or "ok", "blocker": the reason that applies or None}``
+    for the GGUF ``info`` (:func:`read_gguf`): without ``--with-plugin`` vLLM is stock, plus vllm-gguf-plugin where
+    it is installed; with it, our adapter in vllm-gguf-plugin."""
+    stock = _stock_wall()
+    plugin = _plugin_wall(info, ours=False)
+    ours = _plugin_wall(info, ours=True)
+    try:
+        import vllm_gguf_plugin  # noqa: F401
+        installed = True
+    except ImportError:
+        installed = False
+    if with_plugin:
+        blocker = ours
+    else:
+        blocker = plugin if installed else (stock or plugin)
+    return {"stock": stock or "ok", "vllm_gguf_plugin": plugin or "ok", "with_plugin": ours or "ok",
+            "vllm_gguf_plugin_installed": installed, "blocker": blocker}
+
+
+def checkpoint_record(req) -> dict[str, Any]:
+    """The record's ``checkpoint``: ``format`` (``gguf`` for a GGUF ``--model``, else ``safetensors``) and
+    ``quantization`` (the GGUF's file type; else the memory stage's quantization name), and for a GGUF its
+    ``file``, ``tensor_types`` and ``wall`` (:func:`gguf_wall`)."""
+    src = req.geometry.source
+    info = GGUF_FILES.get(str(src)) if src is not None else None
+    if info is None:
+        q = req.memory.quantization.name if req.memory is not None else "bf16"
+        return {"format": "safetensors", "quantization": q}
+    return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,
+            "tensor_types": info["tensor_types"], "wall": gguf_wall(info, req.with_plugin)}

@@ -1,0 +1,260 @@
+"""GLM-5 (``glm-dsa``) GGUF files in vLLM 0.26 through ``vllm-gguf-plugin``: a weights adapter and a config mapping.
+
+``vllm-gguf-plugin`` (PyPI 0.0.5; vLLM 0.26 has no GGUF loader of its own) loads a GGUF through a *weights adapter*
+(``vllm_gguf_plugin/weights_adapter``: ``matches(config)``, ``prepare_loading``, ``prepare_weights``), picked from
+``weights_adapter._ADAPTER_REGISTRY`` by ``get_weights_adapter``. Its default adapter maps names with gguf-py's
+``get_tensor_name_map`` for the HF ``model_type``; ``glm_moe_dsa`` has no gguf-py architecture of that name
+(gguf-py calls it ``glm-dsa``), so the default raises "Unknown gguf model_type: glm_moe_dsa".
+:class:`GlmDsaGGUFAdapter` (registered first in that list by :func:`register_adapter`, called from the plugin's
+``register()`` where vllm-gguf-plugin is installed) maps llama.cpp's ``glm-dsa`` layout
+(:mod:`sparse_mla.launch.gguf_writer`) onto the names vLLM's ``DeepseekV2ForCausalLM.load_weights`` (and
+``DeepSeekMTP.load_weights``) consume:
+
+* GGUF name <- gguf-py's own ``TensorNameMap`` of ``MODEL_ARCH.GLM_DSA`` applied to each Hugging Face name of the
+  config (:func:`hf_weight_names`), so the map and llama.cpp's converter cannot disagree;
+* stacked experts ``ffn_*_exps`` -> ``mlp.experts.0.*`` (the plugin's ``map_weights`` splits them per expert);
+* ``attn_k_b`` [heads, kv_lora_rank, nope] and ``attn_v_b`` [heads, v, kv_lora_rank] are dequantized (gguf-py) and
+  joined back into ``kv_b_proj`` [heads * (nope + v), kv_lora_rank] in the model dtype: vLLM's MLA takes
+  ``kv_b_proj`` and makes its own absorbed copies after loading; ``kv_b_proj`` is then an unquantized module;
+* ``indexer.attn_k`` and ``indexer.proj`` are dequantized too: vLLM fuses them into ``wk_weights_proj``, a linear
+  built with ``quant_config=None`` (deepseek_v2.py ``Indexer``);
+* a GGUF without the DSA indexer tensors (llama.cpp's early GLM-5 conversions, mapped to ``glm4moe``) is refused by
+  :func:`check_indexer_tensors`, naming the missing tensors: it would otherwise run dense, silently.
+
+:func:`config_from_gguf` is the config mapping: the Hugging Face ``glm_moe_dsa`` config that a ``glm-dsa`` GGUF's
+metadata describes (the inverse of the converter's ``set_gguf_parameters``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UserInputError
+
+#: gguf-py's architecture name of GLM-5 (``MODEL_ARCH_NAMES[MODEL_ARCH.GLM_DSA]``).
+GLM_DSA = "glm-dsa"
+
+#: The DSA indexer's tensors of each block, as gguf-py names them (``TENSOR_NAMES[MODEL_TENSOR.INDEXER_*]``).
+INDEXER_TENSORS = ("indexer.attn_q_b.weight", "indexer.attn_k.weight", "indexer.proj.weight",
+                   "indexer.k_norm.weight", "indexer.k_norm.bias")
+
+#: GGUF tensors the adapter dequantizes and hands over unquantized (see the module docstring).
+DEQUANTIZED = ("attn_k_b.weight", "attn_v_b.weight", "indexer.attn_k.weight", "indexer.proj.weight")
+
+
+def _is_moe_layer(cfg: dict, i: int) -> bool:
+    return (cfg.get("n_routed_experts") is not None and i >= cfg.get("first_k_dense_replace", 0)
+            and i % (cfg.get("moe_layer_freq") or 1) == 0)
+
+
+def hf_weight_names(cfg: dict) -> list[str]:
+    """The Hugging Face names of a GLM-5 / DeepSeek-V3.2 config's tensors in the converter's form (experts stacked as
+    ``mlp.experts.{gate,up,down}_proj.weight``, ``kv_b_proj`` split into ``k_b_proj``/``v_b_proj``,
+    ``e_score_correction.bias``), MTP layers included."""
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not cfg.get("tie_word_embeddings"):
+        names.append("lm_head.weight")
+    n_main = int(cfg["num_hidden_layers"])
+    for i in range(n_main + int(cfg.get("num_nextn_predict_layers") or 0)):
+        p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+        names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
+        names += [a + n + ".weight" for n in ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa",
+                                              "kv_a_layernorm", "k_b_proj", "v_b_proj", "o_proj")]
+        names += [a + "indexer." + n for n in ("wq_b.weight", "wk.weight", "weights_proj.weight", "k_norm.weight",
+                                               "k_norm.bias")]
+        m = p + "mlp."
+        if _is_moe_layer(cfg, i):
+            names.append(m + "gate.weight")
+            if cfg.get("topk_method") == "noaux_tc":
+                names.append(m + "gate.e_score_correction.bias")
+            names += [m + f"experts.{n}.weight" for n in ("gate_proj", "up_proj", "down_proj")]
+            if cfg.get("n_shared_experts"):
+                names += [m + f"shared_experts.{n}.weight" for n in ("gate_proj", "up_proj", "down_proj")]
+        else:
+            names += [m + f"{n}.weight" for n in ("gate_proj", "up_proj", "down_proj")]
+        if i >= n_main:
+            names += [p + n + ".weight" for n in ("enorm", "hnorm", "eh_proj", "shared_head.norm",
+                                                  "shared_head.head", "embed_tokens")]
+    return names
+
+
+def _vllm_name(hf_name: str) -> str:
+    """The name vLLM's ``load_weights`` (and the plugin's per-expert split) takes for a converter-form name."""
+    return (hf_name.replace(".mlp.experts.", ".mlp.experts.0.")
+            .replace("e_score_correction.bias", "e_score_correction_bias"))
+
+
+def gguf_to_vllm_names(cfg: dict) -> dict[str, str]:
+    """GGUF tensor name -> the name vLLM loads it as, for every tensor a ``glm-dsa`` GGUF of ``cfg`` holds
+    (``attn_k_b``/``attn_v_b`` -> ``k_b_proj``/``v_b_proj``, which :class:`GlmDsaGGUFAdapter` joins into
+    ``kv_b_proj``). gguf-py's ``TensorNameMap`` gives every GGUF name."""
+    import gguf
+
+    blocks = int(cfg["num_hidden_layers"]) + int(cfg.get("num_nextn_predict_layers") or 0)
+    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM_DSA, blocks)
+    out = {}
+    for hf in hf_weight_names(cfg):
+        g = name_map.get_name(hf, try_suffixes=(".weight", ".bias"))
+        if g is None:
+            raise ValueError(f"gguf-py has no glm-dsa name for {hf!r}")
+        out[g] = _vllm_name(hf)
+    return out
+
+
+def check_indexer_tensors(tensor_names, n_layers: int, source: str) -> None:
+    """Refuse a GGUF that lacks any DSA indexer tensor (:data:`INDEXER_TENSORS`) of blocks ``0 .. n_layers - 1``:
+    :class:`UserInputError` naming the missing tensors -- such a file would run dense attention."""
+    have = set(tensor_names)
+    missing = [f"blk.{i}.{t}" for i in range(n_layers) for t in INDEXER_TENSORS if f"blk.{i}.{t}" not in have]
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" ... ({len(missing)} in all)" if len(missing) > 4 else "")
+        raise UserInputError(f"GGUF {source!r} has no DSA indexer tensors ({shown}): converted without the lightning "
+                             f"indexer (early llama.cpp conversions of GLM-5 as glm4moe), it would run dense attention; "
+                             f"refused. accepted: a glm-dsa GGUF with blk.N.indexer.* tensors (llama.cpp's converter "
+                             f"with DSA support, or sparse-mla make-checkpoint --gguf)")
+
+
+def _field(reader, key: str, default: Any = None) -> Any:
+    f = reader.get_field(key)
+    if f is None:
+        return default
+    v = f.contents()
+    return v
+
+
+def config_from_gguf(reader) -> dict[str, Any]:
+    """The Hugging Face ``glm_moe_dsa`` config a ``glm-dsa`` GGUF's metadata describes (``gguf.GGUFReader``).
+
+    Raises :class:`UserInputError` for another architecture or a missing key the config needs."""
+    arch = _field(reader, "general.architecture")
+    if arch != GLM_DSA:
+        raise UserInputError(f"GGUF architecture {arch!r} is not {GLM_DSA!r}; accepted: a GLM-5 GGUF (glm-dsa)")
+
+    def need(key: str):
+        v = _field(reader, f"{GLM_DSA}.{key}")
+        if v is None:
+            raise UserInputError(f"GGUF metadata has no {GLM_DSA}.{key}; accepted: a glm-dsa GGUF as llama.cpp's "
+                                 f"converter writes it")
+        return v
+
+    nextn = int(_field(reader, f"{GLM_DSA}.nextn_predict_layers", 0))
+    rope = int(need("rope.dimension_count"))
+    names = {t.name for t in reader.tensors}
+    cfg = {
+        "architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "dtype": "bfloat16",
+        "vocab_size": int(need("vocab_size")), "hidden_size": int(need("embedding_length")),
+        "intermediate_size": int(need("feed_forward_length")),
+        "moe_intermediate_size": int(need("expert_feed_forward_length")),
+        "num_hidden_layers": int(need("block_count")) - nextn, "num_nextn_predict_layers": nextn,
+        "num_attention_heads": int(need("attention.head_count")),
+        "num_key_value_heads": int(need("attention.head_count")),
+        "q_lora_rank": int(need("attention.q_lora_rank")), "kv_lora_rank": int(need("attention.kv_lora_rank")),
+        "qk_nope_head_dim": int(need("attention.key_length_mla")) - rope, "qk_rope_head_dim": rope,
+        "v_head_dim": int(need("attention.value_length_mla")),
+        "n_routed_experts": int(need("expert_count")), "n_shared_experts": int(need("expert_shared_count")),
+        "num_experts_per_tok": int(need("expert_used_count")),
+        "first_k_dense_replace": int(need("leading_dense_block_count")), "moe_layer_freq": 1,
+        "n_group": int(_field(reader, f"{GLM_DSA}.expert_group_count", 1)),
+        "topk_group": int(_field(reader, f"{GLM_DSA}.expert_group_used_count", 1)),
+        "topk_method": "noaux_tc" if any(n.endswith("exp_probs_b.bias") for n in names) else "greedy",
+        "scoring_func": "sigmoid" if int(_field(reader, f"{GLM_DSA}.expert_gating_func", 2)) == 2 else "softmax",
+        "norm_topk_prob": bool(_field(reader, f"{GLM_DSA}.expert_weights_norm", False)),
+        "routed_scaling_factor": float(_field(reader, f"{GLM_DSA}.expert_weights_scale", 1.0)),
+        "hidden_act": "silu", "rms_norm_eps": float(need("attention.layer_norm_rms_epsilon")),
+        "max_position_embeddings": int(need("context_length")),
+        "rope_parameters": {"rope_theta": float(need("rope.freq_base")), "rope_type": "default"},
+        "rope_interleave": True, "indexer_rope_interleave": True,
+        "index_topk": int(need("attention.indexer.top_k")), "index_head_dim": int(need("attention.indexer.key_length")),
+        "index_n_heads": int(need("attention.indexer.head_count")),
+        "tie_word_embeddings": "output.weight" not in names, "attention_bias": False,
+    }
+    for key, tok in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                     ("pad_token_id", "padding_token_id")):
+        v = _field(reader, f"tokenizer.ggml.{tok}")
+        if v is not None:
+            cfg[key] = int(v)
+    return cfg
+
+
+def adapter_class():
+    """:class:`GlmDsaGGUFAdapter`, defined on first use (vllm-gguf-plugin is an optional extra)."""
+    global GlmDsaGGUFAdapter
+    if "GlmDsaGGUFAdapter" in globals():
+        return GlmDsaGGUFAdapter
+    from vllm_gguf_plugin.weights_adapter.base import GGUFLoadSpec
+    from vllm_gguf_plugin.weights_adapter.default import GGUFWeightsAdapter
+
+    class _GlmDsaGGUFAdapter(GGUFWeightsAdapter):
+        """vllm-gguf-plugin weights adapter for ``glm_moe_dsa`` configs (see the module docstring)."""
+
+        @classmethod
+        def matches(cls, config) -> bool:
+            return getattr(config, "model_type", None) == "glm_moe_dsa"
+
+        def build_name_map(self, model_config) -> dict[str, str]:
+            return gguf_to_vllm_names(model_config.hf_config.to_dict())
+
+        def prepare_loading(self, model_path: str, model_config) -> GGUFLoadSpec:
+            import gguf
+
+            model_config.hf_config = self.patch_hf_config(model_path, model_config.hf_config)
+            files = self._get_all_gguf_files(model_path)
+            names = {t.name for f in files for t in gguf.GGUFReader(f).tensors}
+            check_indexer_tensors(names, int(model_config.hf_config.num_hidden_layers), model_path)
+            full = self.build_name_map(model_config)
+            passthrough = {g: h for g, h in full.items() if not g.endswith(DEQUANTIZED)}
+            types = self.get_weight_type_map(model_path, passthrough)
+            unquantized = self.get_unquantized_modules(types) + sorted(
+                {h.rsplit(".", 2)[0] + ".kv_b_proj" for g, h in full.items() if g.endswith("attn_k_b.weight")})
+            self.dequantized = {g: h for g, h in full.items() if g.endswith(DEQUANTIZED)}
+            self.load_spec = GGUFLoadSpec(weights_source=files, gguf_to_hf_name_map=passthrough,
+                                          unquantized_modules=unquantized)
+            return self.load_spec
+
+        def prepare_weights(self, model_config):
+            yield from super().prepare_weights(model_config)
+            yield from dequantized_weights(self.load_spec.weights_source, self.dequantized,
+                                           model_config.hf_config.to_dict(), model_config.dtype)
+
+    GlmDsaGGUFAdapter = _GlmDsaGGUFAdapter
+    return GlmDsaGGUFAdapter
+
+
+def dequantized_weights(files, names: dict[str, str], cfg: dict, dtype):
+    """``(vLLM name, tensor in dtype)`` for the GGUF tensors of ``names`` (GGUF -> converter-form vLLM name),
+    dequantized by gguf-py: ``indexer.attn_k``/``indexer.proj`` as they are, ``attn_k_b``/``attn_v_b`` of each layer
+    joined into ``kv_b_proj`` (per head: the k part transposed back, then v)."""
+    import gguf
+    import numpy as np
+    import torch
+
+    nh = cfg["num_attention_heads"]
+    halves: dict[str, dict[str, np.ndarray]] = {}
+    for f in files:
+        for t in gguf.GGUFReader(f).tensors:
+            if t.name not in names:
+                continue
+            shape = tuple(int(s) for s in reversed(t.shape))
+            w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
+            hf = names[t.name]
+            if t.name.endswith(("attn_k_b.weight", "attn_v_b.weight")):
+                halves.setdefault(hf.rsplit(".", 2)[0], {})["k" if "k_b" in t.name else "v"] = w
+                continue
+            yield hf, torch.from_numpy(np.ascontiguousarray(w)).to(dtype)
+    for prefix, kv in halves.items():
+        k = kv["k"].reshape(nh, -1, kv["k"].shape[-1]).transpose(0, 2, 1)     # [nh, nope, kv_lora_rank]
+        v = kv["v"].reshape(nh, -1, kv["v"].shape[-1])                        # [nh, v, kv_lora_rank]
+        kv_b = np.concatenate([k, v], axis=1).reshape(-1, k.shape[-1])
+        yield prefix + ".kv_b_proj.weight", torch.from_numpy(np.ascontiguousarray(kv_b)).to(dtype)
+
+
+def register_adapter() -> bool:
+    """Put :class:`GlmDsaGGUFAdapter` first in vllm-gguf-plugin's adapter list (idempotent). False where
+    vllm-gguf-plugin is not installed."""
+    try:
+        import vllm_gguf_plugin.weights_adapter as wa
+    except ImportError:
+        return False
+    cls = adapter_class()
+    if cls not in wa._ADAPTER_REGISTRY:
+        wa._ADAPTER_REGISTRY.insert(0, cls)
+    return True

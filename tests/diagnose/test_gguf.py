@@ -1,0 +1,71 @@
+"""diagnose --model FILE.gguf: the config vLLM gets from the GGUF's metadata, the GGUF wall at the config stage
+(stock vLLM 0.26: no GGUF loader; vllm-gguf-plugin: no glm-dsa map; ours: ok) and the record's checkpoint field."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf and test extras bring it)")
+
+from sparse_mla.diagnose import diagnose  # noqa: E402
+from sparse_mla.diagnose.gguf import gguf_wall, is_gguf_file, read_gguf  # noqa: E402
+from sparse_mla.errors import UserInputError  # noqa: E402
+from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint  # noqa: E402
+from sparse_mla.launch.gguf_writer import write_gguf  # noqa: E402
+
+try:
+    import vllm_gguf_plugin  # noqa: F401
+    PLUGIN = True
+except ImportError:
+    PLUGIN = False
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("dg") / "ck", index_topk=256, seed=7, gguf=("Q8_0",))
+
+
+def test_diagnosis_of_a_gguf_names_the_gguf_wall_at_the_config_stage(ckpt):
+    rec = diagnose(str(ckpt / "model-Q8_0.gguf"), "8.0", "auto")
+    ck = rec["checkpoint"]
+    assert ck["format"] == "gguf" and ck["quantization"] == "Q8_0" and ck["file"] == "model-Q8_0.gguf"
+    assert set(ck["tensor_types"]) == {"F32", "Q8_0"}
+    wall = ck["wall"]
+    assert "has no GGUF loader" in wall["stock"] and "'gguf'" in wall["stock"]
+    if PLUGIN:
+        assert "Unknown gguf model_type: glm_moe_dsa" in wall["vllm_gguf_plugin"] and wall["with_plugin"] == "ok"
+    else:
+        assert "vllm-gguf-plugin is not installed" in wall["vllm_gguf_plugin"]
+    assert rec["blockers"][0] == {"stage": "config", "reason": wall["blocker"]}
+    assert rec["engine_starts"] is False and rec["stages"]["config"].startswith("BLOCKED")
+    # the config vLLM built is the one the GGUF's metadata describes: the checkpoint's
+    cfg, _ = load_checkpoint(ckpt)
+    assert rec["config"]["architecture"] == "GlmMoeDsaForCausalLM" and rec["config"]["index_topk"] == 256
+    assert rec["mla"] == "sparse (DSA)"
+    assert rec["memory"]["quantization"] == "gguf-q8_0"
+    json.dumps(rec)
+
+
+def test_safetensors_checkpoint_record(ckpt):
+    rec = diagnose(str(ckpt), "8.0", "auto")
+    assert rec["checkpoint"] == {"format": "safetensors", "quantization": "bf16"}
+    assert not any(b["stage"] == "config" for b in rec["blockers"])
+
+
+def test_gguf_wall_with_our_adapter(ckpt):
+    info = read_gguf(ckpt / "model-Q8_0.gguf")
+    wall = gguf_wall(info, with_plugin=True)
+    if PLUGIN:
+        assert wall["with_plugin"] == "ok" and wall["blocker"] is None
+    else:   # ours needs vllm-gguf-plugin underneath: the wall says so
+        assert wall["blocker"] == wall["with_plugin"] and "pip install" in wall["blocker"]
+
+
+def test_gguf_without_indexer_is_refused_by_name(ckpt, tmp_path):
+    cfg, state = load_checkpoint(ckpt)
+    p = write_gguf(tmp_path / "dense-Q8_0.gguf", cfg, {k: v for k, v in state.items() if ".indexer." not in k},
+                   ckpt, "Q8_0")
+    assert is_gguf_file(p) and not is_gguf_file(ckpt / "config.json")
+    with pytest.raises(UserInputError, match=r"no DSA indexer tensors \(blk\.0\.indexer"):
+        diagnose(str(p), "8.0", "auto")
