@@ -38,3 +38,88 @@ def test_refusal_names_the_users_file_not_the_temporary_copy(tmp_path, capsys):
     assert cli.main(["diagnose", "--model", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"Unrecognized model in {cfg}" in err[0] and "sparse_mla_model_" not in err[0], err
+
+
+# ------------------------------------------------------------------ indexer_layers: GLM-5.2's shared top-k in vLLM
+def _tiny_config(tmp_path, name, layers, **keys):
+    """glm-5-tiny's config.json (sizes of make-checkpoint's preset) with ``layers`` layers and ``keys``."""
+    from sparse_mla.launch.checkpoint import preset_config
+
+    d = tmp_path / name
+    d.mkdir()
+    cfg = {**preset_config(index_topk=256, num_layers=layers), **keys}
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d, cfg
+
+
+@pytest.mark.parametrize("layers, keys", [
+    (3, {}),
+    (4, {"index_topk_pattern": "FSSF"}),
+    (4, {"index_topk_pattern": "FS"}),                       # vLLM: layers past the pattern are full
+    (6, {"index_topk_freq": 2}),                             # vLLM's default offset 2
+    (6, {"index_topk_freq": 3, "index_skip_topk_offset": 1}),
+    (7, {"index_topk_freq": 4, "index_skip_topk_offset": 3}),  # GLM-5.2's numbers
+])
+def test_indexer_layers_are_vllms_and_the_reference_mirrors_them(tmp_path, layers, keys):
+    """``indexer_layers`` comes from vLLM's model built on the meta device (the layers with indexer parameters); the
+    reference forward and make-checkpoint read the same declaration through index_sharing.own_indexer, a mirror of
+    vLLM's inline rule, which must agree."""
+    from sparse_mla import diagnose as dg
+    from sparse_mla.launch.index_sharing import own_indexer
+
+    d, cfg = _tiny_config(tmp_path, "m", layers, **keys)
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto")
+    assert rec["indexer_layers"] == [i for i, own in enumerate(own_indexer(cfg)) if own], keys
+    assert not [b for b in rec["blockers"] if "not initialized" in b["reason"]]
+
+
+def test_indexer_types_checkpoint_blocks_without_the_plugin(tmp_path):
+    """A GLM-5.2-style checkpoint (only indexer_types; no layer-1 indexer tensors): vLLM builds an indexer in every
+    layer, so its loader would stop -- said from the weight index alone (a folder with no weight file at all); with
+    the plugin vLLM builds none in the shared layer and the blocker is gone. The same index with every layer's indexer
+    tensors loads, and the diagnosis notes that vLLM runs indexers the model declares shared."""
+    from sparse_mla import diagnose as dg
+    from sparse_mla.launch.checkpoint import expected_weight_shapes
+
+    d, cfg = _tiny_config(tmp_path, "glm52", 2, indexer_types=["full", "shared"])
+    names = expected_weight_shapes(cfg)           # make-checkpoint's names: no layer-1 indexer
+    assert not [n for n in names if n.startswith("model.layers.1.self_attn.indexer.")]
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: "absent.safetensors"
+                                                                               for n in names}}))
+    stock = dg.diagnose(str(d), "9.0", "auto")
+    assert stock["indexer_layers"] == [0, 1] and stock["engine_starts"] is False
+    [b] = [b for b in stock["blockers"] if "not initialized" in b["reason"]]
+    assert b["stage"] == "indexer" and "layer 1 " in b["reason"] and "indexer_types" in b["reason"]
+    assert "index_topk_pattern 'FS'" in b["reason"] and "--with-plugin" in b["reason"]
+    from sparse_mla.vllm_plugin.indexer_types import hooked
+
+    before = hooked()
+    plugin = dg.diagnose(str(d), "9.0", "auto", with_plugin=True)
+    assert plugin["indexer_layers"] == [0] and not [b for b in plugin["blockers"] if "not initialized" in b["reason"]]
+    assert hooked() == before                             # register()'s config hook does not outlive the probe
+    again = dg.diagnose(str(d), "9.0", "auto")
+    assert again["indexer_layers"] == [0, 1]
+
+    full = {**names, **{n.replace("layers.0.", "layers.1."): s for n, s in names.items()
+                        if n.startswith("model.layers.0.self_attn.indexer.")}}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: "absent.safetensors"
+                                                                               for n in full}}))
+    rec = dg.diagnose(str(d), "9.0", "auto")
+    assert not [b for b in rec["blockers"] if "not initialized" in b["reason"]]
+    assert any("runs an indexer in layer 1;" in n and "declares it shared" in n for n in rec["config"]["notes"])
+
+
+def test_quantized_indexer_types_checkpoint_runs_uninitialized_indexers(tmp_path):
+    """The same weight index with an fp8 quantization_config: vLLM's loader checks that every weight was loaded only
+    for unquantized checkpoints (tests/vllm_plugin/test_indexer_types.py shows it on vLLM's own loader), so the
+    blocker says the shared layer's indexer runs on uninitialized weights instead."""
+    from sparse_mla import diagnose as dg
+    from sparse_mla.launch.checkpoint import expected_weight_shapes
+
+    d, cfg = _tiny_config(tmp_path, "glm52fp8", 2, indexer_types=["full", "shared"], quantization_config={
+        "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]})
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        n: "absent.safetensors" for n in expected_weight_shapes(cfg)}}))
+    rec = dg.diagnose(str(d), "9.0", "auto")
+    [b] = [b for b in rec["blockers"] if "layer 1 " in b["reason"]]
+    assert "uninitialized weights" in b["reason"] and "'fp8'" in b["reason"] and "not initialized" not in b["reason"]

@@ -499,3 +499,133 @@ def test_load_checkpoint_sharded_and_errors(ckpt, tmp_path):
         ck.load_checkpoint(tmp_path)
     with pytest.raises(UserInputError, match="not a directory"):
         ck.load_checkpoint(tmp_path / "missing")
+
+
+# ------------------------------------------------------------------ GLM-5.2 top-k sharing, DeepSeek-V3.2 preset
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> dict[str, Path]:
+    """Layer 0 full, layer 1 shared, in each of the three ways a config can say it (seed 0, as ``ckpt``)."""
+    base = tmp_path_factory.mktemp("shared")
+    return {style: ck.make_checkpoint(base / style, seed=0, **kw) for style, kw in (
+        ("pattern", dict(index_topk_pattern="FS")), ("freq", dict(index_topk_freq=2, index_skip_topk_offset=1)),
+        ("indexer_types", dict(indexer_types="FS")))}
+
+
+def test_sharing_styles_config_and_tensors(ckpt, shared):
+    """Each style writes its keys only; the weights are the same bytes in all three, and those of the plain
+    checkpoint less the shared layer's indexer tensors."""
+    from safetensors.torch import load_file
+
+    keys = {"pattern": {"index_topk_pattern": "FS"}, "freq": {"index_topk_freq": 2, "index_skip_topk_offset": 1},
+            "indexer_types": {"indexer_types": ["full", "shared"]}}
+    blobs = set()
+    for style, d in shared.items():
+        cfg = json.loads((d / "config.json").read_text())
+        assert {k: cfg[k] for k in cfg if k in ("index_topk_pattern", "index_topk_freq", "index_skip_topk_offset",
+                                                "indexer_types")} == keys[style]
+        blobs.add((d / "model.safetensors").read_bytes())
+    assert len(blobs) == 1
+    plain, mine = load_file(str(ckpt / "model.safetensors")), load_file(str(shared["pattern"] / "model.safetensors"))
+    dropped = {k for k in plain if k.startswith("model.layers.1.self_attn.indexer.")}
+    assert len(dropped) == 5 and set(mine) == set(plain) - dropped
+    assert all(torch.equal(mine[k], plain[k]) for k in mine)
+
+
+def test_shared_layer_names_accepted_by_vllm_load_weights(shared):
+    """vLLM's real ``DeepseekV2Model.load_weights`` on the pattern checkpoint, against parameters without a layer-1
+    indexer (what vLLM builds for ``index_topk_pattern`` "FS"): every tensor lands, every parameter is filled."""
+    dsv2 = pytest.importorskip("vllm.model_executor.models.deepseek_v2")
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    d = shared["pattern"]
+    cfg = json.loads((d / "config.json").read_text())
+    shapes = {k: v for k, v in _vllm_param_shapes(cfg).items() if not k.startswith("layers.1.self_attn.indexer.")}
+    rec = _Recorder()
+    params = rec.params(shapes)
+
+    class StandIn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config, self.num_redundant_experts, self.use_mha = AutoConfig.from_pretrained(str(d)), 0, False
+
+        def named_parameters(self, *a, **k):
+            return iter(params.items())
+
+    weights = [(k[len("model."):], t) for k, t in load_file(str(d / "model.safetensors")).items()
+               if k.startswith("model.")]
+    assert dsv2.DeepseekV2Model.load_weights(StandIn(), iter(weights)) == set(shapes)
+    rec.check(cfg, shapes)
+
+
+def test_sharing_cli(tmp_path, only_checkpoint_cli, capsys):
+    """``--index-topk-freq`` with vLLM's default offset 2 over 4 layers is F F S F; a pattern sets the layer count."""
+    out = tmp_path / "freq"
+    assert cli.main(["make-checkpoint", str(out), "--index-topk-freq", "2", "--layers", "4", "--index-topk",
+                     "256"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["index_topk_freq"] == 2 and "index_skip_topk_offset" not in cfg and cfg["num_hidden_layers"] == 4
+    from safetensors import safe_open
+
+    with safe_open(str(out / "model.safetensors"), framework="pt") as f:
+        assert sorted({int(k.split(".")[2]) for k in f.keys() if ".indexer." in k}) == [0, 1, 3]
+    assert ck.preset_config(indexer_types="FSS")["num_hidden_layers"] == 3
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--index-topk-pattern", "SF"], "layer 0 shared"),
+    (["--index-topk-pattern", "FX"], "letters F"),
+    (["--indexer-types", "FS", "--layers", "3"], "2 letters for 3 layers"),
+    (["--index-skip-topk-offset", "1"], "without index_topk_freq"),
+    (["--index-topk-freq", "0"], "index_topk_freq 0"),
+])
+def test_sharing_cli_bad_input_returns_2(tmp_path, only_checkpoint_cli, capsys, argv, needle):
+    assert cli.main(["make-checkpoint", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_sharing_options_are_exclusive(tmp_path, only_checkpoint_cli, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["make-checkpoint", str(tmp_path / "o"), "--index-topk-pattern", "FS", "--indexer-types", "FS"])
+    assert e.value.code == 2 and "not allowed with" in capsys.readouterr().err
+    with pytest.raises(UserInputError, match="both declare"):
+        ck.preset_config(index_topk_pattern="FS", index_topk_freq=2)
+
+
+def test_v32_preset(tmp_path):
+    """DeepSeek-V3.2's geometry and rope, tiny sizes; its names through vLLM's real load_weights."""
+    dsv2 = pytest.importorskip("vllm.model_executor.models.deepseek_v2")
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from sparse_mla.models import PRESET_CONFIGS as REAL, load_model
+
+    d = ck.make_checkpoint(tmp_path / "v32", preset="deepseek-v3.2-tiny", index_topk=256)
+    cfg = json.loads((d / "config.json").read_text())
+    real = REAL["deepseek-v3.2"]
+    same = ("architectures", "model_type", "num_attention_heads", "kv_lora_rank", "qk_nope_head_dim",
+            "qk_rope_head_dim", "v_head_dim", "index_n_heads", "index_head_dim", "rope_parameters",
+            "max_position_embeddings", "n_group", "topk_group", "rms_norm_eps", "topk_method", "scoring_func")
+    assert {k: cfg[k] for k in same} == {k: real[k] for k in same}
+    assert cfg["hidden_size"] == 1024 and cfg["n_routed_experts"] == 16 and cfg["num_experts_per_tok"] == 4
+    g = load_model(d)
+    assert g.head_size == 576 and g.index_n_heads == 64 and g.architecture == "DeepseekV32ForCausalLM"
+    sd = load_file(str(d / "model.safetensors"))
+    assert {k: tuple(v.shape) for k, v in sd.items()} == ck.expected_weight_shapes(cfg)
+    shapes = _vllm_param_shapes(cfg)
+    rec = _Recorder()
+    params = rec.params(shapes)
+
+    class StandIn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config, self.num_redundant_experts, self.use_mha = AutoConfig.from_pretrained(str(d)), 0, False
+
+        def named_parameters(self, *a, **k):
+            return iter(params.items())
+
+    weights = [(k[len("model."):], t) for k, t in sd.items() if k.startswith("model.")]
+    assert dsv2.DeepseekV2Model.load_weights(StandIn(), iter(weights)) == set(shapes)
+    rec.check(cfg, shapes)

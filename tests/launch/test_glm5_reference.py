@@ -298,3 +298,129 @@ def test_gather_attention_rejects_out_of_range_slot():
     q, pe, cache = torch.zeros(1, 2, 8), torch.zeros(1, 2, 4), torch.zeros(2, 4, 12)
     with pytest.raises(UserInputError, match="slot 8"):
         gr.gather_sparse_mla_attention(q, pe, cache, torch.tensor([[0, 8]], dtype=torch.int32), 1.0)
+
+
+# ------------------------------------------------------------------ DeepSeek-V3.2: YaRN rope, NeoX indexer, 128 heads
+@pytest.fixture(scope="module")
+def v32(tmp_path_factory):
+    return ck.make_checkpoint(tmp_path_factory.mktemp("v32") / "v32tiny", preset="deepseek-v3.2-tiny",
+                              index_topk=INDEX_TOPK)
+
+
+@pytest.fixture
+def vllm_rope(monkeypatch):
+    """vLLM's ``DeepseekScalingRotaryEmbedding`` constructible outside an engine: its custom-op dispatch reads the
+    current compilation config, given here as one with every custom op off (the math is vLLM's native one)."""
+    co = pytest.importorskip("vllm.model_executor.custom_op")
+    from vllm.config import CompilationConfig
+    from vllm.model_executor.layers.rotary_embedding.deepseek_scaling_rope import DeepseekScalingRotaryEmbedding
+
+    monkeypatch.setattr(co, "get_cached_compilation_config", lambda: CompilationConfig(custom_ops=["none"]))
+    return DeepseekScalingRotaryEmbedding
+
+
+@pytest.mark.parametrize("mscale", [1.0, 0.707])
+def test_yarn_rope_matches_vllm(vllm_rope, mscale):
+    """cos/sin (mscale ratio included) and the NeoX rotation as vLLM builds them for DeepSeek-V3.2's rope_parameters
+    (deepseek_v2.py turns rope_type yarn into deepseek_yarn; get_rope passes original_max_position_embeddings as the
+    cache length), at positions across V3.2's 163840. The limit: the two compute ``pos * inv_freq`` with inv_freq
+    rounded differently, 4 float32 roundings of the angle, plus 4 of cos/sin and the mscale product."""
+    yarn = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32,
+            "beta_slow": 1, "mscale": mscale, "mscale_all_dim": 1.0}
+    theirs = vllm_rope(64, 64, 4096, 10000.0, True, 40.0, torch.float32, beta_fast=32, beta_slow=1, mscale=mscale,
+                       mscale_all_dim=1.0)
+    pos = torch.arange(0, 163840, 997)
+    cos, sin = gr.rope_cos_sin(pos, 64, 1e4, yarn)
+    angle = pos.double()[:, None] * gr.yarn_inv_freq(64, 1e4, 40.0, 4096).double()[None, :]
+    u = 2.0 ** -24
+    limit = 4 * u * (angle.abs() + 2)
+    err = (torch.cat([cos, sin], -1).double() - theirs.cos_sin_cache[pos].double()).abs()
+    assert (err <= torch.cat([limit, limit], -1)).all(), float((err / torch.cat([limit, limit], -1)).max())
+    assert not torch.allclose(cos, gr.rope_cos_sin(pos, 64, 1e4)[0], atol=1e-3)   # yarn is not the default rope
+    q = torch.randn(len(pos), 4, 64, generator=torch.Generator().manual_seed(0))
+    vq, _ = theirs.forward_native(pos, q.clone(), torch.zeros(len(pos), 1, 64))
+    qlim = 2 * torch.cat([limit, limit], -1)[:, None, :] * q.abs().amax(-1, keepdim=True).double() + 4 * u
+    assert ((gr.apply_rope(q, cos, sin, interleaved=False).double() - vq.double()).abs() <= qlim).all()
+
+
+def test_v32_geometry_and_softmax_scale(v32):
+    """The preset keeps V3.2's geometry; the softmax scale is vLLM's: qk_head_dim^-0.5 times its yarn_get_mscale
+    (factor, mscale_all_dim)^2 (deepseek_v2.py DeepseekV2MLAAttention)."""
+    dsv2 = pytest.importorskip("vllm.model_executor.models.deepseek_v2")
+    cfg, sd = ck.load_checkpoint(v32)
+    assert cfg["architectures"] == ["DeepseekV32ForCausalLM"] and cfg["model_type"] == "deepseek_v32"
+    geo = dict(num_attention_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+               index_n_heads=64, index_head_dim=128, n_group=8, topk_group=4)
+    assert {k: cfg[k] for k in geo} == geo and "indexer_rope_interleave" not in cfg
+    ref = gr.Glm5Reference(cfg, sd)
+    rp = cfg["rope_parameters"]
+    assert ref.sm_scale == pytest.approx(192 ** -0.5 * dsv2.yarn_get_mscale(rp["factor"], rp["mscale_all_dim"]) ** 2,
+                                         rel=1e-12)
+    assert ref.indexer_interleaved is False and ref.own_indexer == [True, True]
+
+
+def test_v32_selection_matches_transformers(v32):
+    """A prompt past index_topk through transformers' DeepseekV32ForCausalLM (its indexer: NeoX rope, YaRN, 64
+    heads): every layer selects the same positions as the reference."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "DeepseekV32ForCausalLM"):
+        pytest.skip("this transformers has no DeepseekV32ForCausalLM")
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(v32), dtype=torch.float32, attn_implementation="eager")
+    ref = gr.Glm5Reference.from_pretrained(v32)
+    ids = _ids(LONG, seed=5)
+    caught = []
+    hooks = [layer.self_attn.indexer.register_forward_hook(lambda mod, i, o: caught.append(o)) for layer in
+             m.model.layers]
+    try:
+        with torch.no_grad():
+            m(ids[None])
+    finally:
+        for h in hooks:
+            h.remove()
+    ref.forward(ids)
+    assert len(caught) == len(ref.last["topk_local"]) == 2
+    for layer, (hf_idx, mine) in enumerate(zip(caught, ref.last["topk_local"])):
+        for t in range(INDEX_TOPK - 1, LONG):
+            assert set(hf_idx[0, t].tolist()) == set(mine[t].tolist()), (layer, t)
+
+
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")  # Triton interpreter
+def test_kernels_on_v32_checkpoint(v32):
+    """Our sparse MLA kernel with 128 heads and V3.2's YaRN softmax scale on both layers' inputs, and our indexer
+    kernels (NeoX rope in the fused q quantization, 64 heads) on both, each within its derived limit
+    (tests/launch/parity_cases.py)."""
+    from parity_cases import CheckedReference
+
+    cfg, sd = ck.load_checkpoint(v32)
+    ref = CheckedReference(cfg, sd)
+    ref.forward(_ids(LONG, seed=5))
+    att = ref.run.attention
+    assert [a[0] for a in att] == [0, 1] and all(a[1].ok for a in att), [a[1].explain() for a in att]
+    assert att[0][2] == ref.sm_scale > 192 ** -0.5 * 1.8
+    assert [d["layer"] for d in ref.run.indexer] == [0, 1]
+    for d in ref.run.indexer:
+        assert d["q_bits_equal"] and d["w_equal"] and d["logits_ratio"] <= 1 and d["selection_differs"] == [], d
+
+
+@pytest.mark.slow
+def test_v32_logits_match_transformers(v32):
+    """Logits against transformers' DeepseekV32ForCausalLM within the float32 rounding limit of two forwards, with
+    index_topk 16 in both so that the selection binds on a 40-token prompt."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "DeepseekV32ForCausalLM"):
+        pytest.skip("this transformers has no DeepseekV32ForCausalLM")
+    cfg, sd = ck.load_checkpoint(v32)
+    cfg16 = dict(cfg, index_topk=16)
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(v32), dtype=torch.float32, attn_implementation="eager",
+                                                          index_topk=16)
+    ids = _ids(40, seed=6)
+    with torch.no_grad():
+        theirs = m(ids[None]).logits[0]
+    ours = gr.Glm5Reference(cfg16, sd).forward(ids)
+    lim = forward_limit(cfg16, sd, ids)
+    assert lim.share(ours, theirs) < 1, lim.share(ours, theirs)
+    # the softmax scale without YaRN's mscale^2 is far outside the limit
+    wrong = gr.Glm5Reference(cfg16, sd)
+    wrong.sm_scale = 192 ** -0.5
+    assert lim.share(wrong.forward(ids), theirs) > 10

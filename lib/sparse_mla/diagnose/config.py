@@ -122,7 +122,8 @@ def engine_config(req: Request, path: Path, backend: str | None) -> tuple[Any, d
     if not req.geometry.raw_config.get("architectures"):
         info["notes"].append(f"config.json has no architectures; vLLM resolves the architecture from model_type "
                              f"{getattr(hf, 'model_type', None)!r}")
-    with _in_process_inspection(), pr.collect_logs(("vllm.model_executor.models.config", "vllm.config")) as logged:
+    with _in_process_inspection(), plugin_config_hooks(req.with_plugin), \
+            pr.collect_logs(("vllm.model_executor.models.config", "vllm.config")) as logged:
         try:
             vc = EngineArgs(**args).create_engine_config()
         except Exception as e:  # noqa: BLE001 - vLLM's own refusal of the configuration
@@ -142,3 +143,152 @@ def engine_config(req: Request, path: Path, backend: str | None) -> tuple[Any, d
         info["notes"].append(f"{who} changed kv_cache_dtype {req.kv_cache_dtype} -> {vc.cache_config.cache_dtype}")
     info["vllm_log"] = [m for m in logged if "kv-cache" in m.lower() or "kv cache" in m.lower()]
     return vc, info
+
+
+@contextlib.contextmanager
+def plugin_config_hooks(with_plugin: bool) -> Iterable[None]:
+    """vLLM's per-architecture config hooks as the diagnosis asks for them: without the plugin, the plugin's
+    ``indexer_types`` hook (:mod:`sparse_mla.vllm_plugin.indexer_types`, an entry of vLLM's ``MODELS_CONFIG_MAP``)
+    is taken out for the duration, so that stock vLLM's reading of the config is diagnosed even in a process where the
+    plugin was registered; with it, the config is read as ``register()`` left vLLM."""
+    if with_plugin:
+        yield
+        return
+    from ..vllm_plugin.indexer_types import suspended
+
+    with suspended():
+        yield
+
+
+@contextlib.contextmanager
+def config_hooks_restored() -> Iterable[None]:
+    """What the plugin's ``register()`` adds to vLLM's ``MODELS_CONFIG_MAP`` inside a probe (the ``indexer_types``
+    hook) taken out again afterwards, unless it was there before (the probe's other undo steps are
+    :func:`sparse_mla.diagnose.probe.stock_selection`'s)."""
+    from ..vllm_plugin.indexer_types import hooked, uninstall_indexer_types_hook
+
+    before = hooked()
+    try:
+        yield
+    finally:
+        if not before:
+            uninstall_indexer_types_hook()
+
+
+def indexer_layers(vc, tp: int) -> list[int] | None:
+    """The decoder layers vLLM builds a DSA indexer in, by vLLM's own rule: its model built on the meta device for
+    the engine configuration ``vc`` (:func:`~sparse_mla.diagnose.meta_model.rank_model`, unquantized, no attention
+    kernels) and the layers holding ``self_attn.indexer.*`` parameters (``DeepseekV2MLAAttention.__init__`` decides
+    inline from ``index_topk_pattern`` / ``index_topk_freq`` / ``index_skip_topk_offset``: there is no function to
+    call). ``[]`` for a dense model; None where vLLM's model code refuses to build (the memory stage says why)."""
+    from .meta_model import rank_model
+
+    hf = vc.model_config.hf_config
+    if not hasattr(hf, "index_topk"):
+        return []
+    key = ("indexer_layers", json.dumps(hf.to_dict(), sort_keys=True, default=str))
+    try:
+        rank = rank_model(vc, tp=tp, quant_config=None, backend_cls=None, key=key, weights_only=True)
+    except Exception:  # noqa: BLE001 - vLLM's model code refuses the configuration; reported by the memory stage
+        return None
+    return sorted({p.layer for p in rank.params if p.layer is not None and ".self_attn.indexer." in p.name})
+
+
+def checkpoint_tensor_names(source: str | None) -> set[str] | None:
+    """The tensor names of the checkpoint folder ``source`` (or the folder of a ``config.json``), read from
+    ``model.safetensors.index.json``'s ``weight_map`` or else from the ``*.safetensors`` headers -- no tensor is read.
+    None where there is no such folder or no weights in it (a preset, a lone config, a GGUF file)."""
+    if source is None:
+        return None
+    d = Path(source)
+    d = d if d.is_dir() else d.parent if d.name == "config.json" else None
+    if d is None:
+        return None
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        from ..files import read_json
+
+        weight_map = read_json(index, accepted="a JSON object with a 'weight_map' of tensor name -> shard file")
+        names = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(names, dict):
+            raise UserInputError(f"{str(index)!r} has no 'weight_map' object; accepted: a JSON object with a "
+                                 f"'weight_map' of tensor name -> shard file")
+        return set(names)
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    for f in files:
+        try:
+            with safe_open(str(f), framework="np") as sf:   # the header only
+                names.update(sf.keys())
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+            raise UserInputError(f"cannot read the header of {str(f)!r} ({type(e).__name__}: {e}); accepted: a "
+                                 f"safetensors file") from None
+    return names
+
+
+def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any]:
+    """``{"layers", "blocker"}``: :func:`indexer_layers` for ``vc`` (None when vLLM refused the config) and, for a
+    checkpoint folder whose tensors (:func:`checkpoint_tensor_names`) lack the indexer of a layer vLLM builds one in,
+    what vLLM's loader does then (``vllm/model_executor/model_loader/default_loader.py``): it stops with "Following
+    weights were not initialized from checkpoint" for an unquantized checkpoint; a quantized one loads without that
+    check and runs those indexers on uninitialized weights. A config with ``indexer_types`` that disagrees with the
+    layers vLLM builds gets a line in ``cfg["notes"]``."""
+    out: dict[str, Any] = {"layers": None, "blocker": None}
+    if vc is None:
+        return out
+    layers = out["layers"] = indexer_layers(vc, req.tp)
+    hf = vc.model_config.hf_config
+    types = getattr(hf, "indexer_types", None)
+    if not layers or not isinstance(types, (list, tuple)):
+        declared_shared = []
+    else:
+        declared_shared = [i for i in layers if i < len(types) and types[i] == "shared"]
+    names = checkpoint_tensor_names(req.geometry.source)
+    missing = [] if names is None or not layers else \
+        [i for i in layers if not any(n.startswith(f"model.layers.{i}.self_attn.indexer.") for n in names)]
+    from ..vllm_plugin.indexer_types import pattern_from_indexer_types
+
+    pattern = pattern_from_indexer_types(types)
+    fix = (f"; accepted: the sparse_mla plugin (--with-plugin; it gives vLLM index_topk_pattern {pattern!r}) or "
+           f"--hf-overrides '{{\"index_topk_pattern\": \"{pattern}\"}}'") if pattern and declared_shared else ""
+    them = "it" if len(declared_shared) == 1 else "them"
+    why = (f" (config.json's indexer_types declares {them} shared, and vLLM 0.26 reads only index_topk_pattern / "
+           f"index_topk_freq)" if declared_shared else "")
+    if missing:
+        head = (f"vLLM builds a DSA indexer in {_layers(missing)}{why}, but the checkpoint has no indexer tensors for "
+                f"{'it' if len(missing) == 1 else 'them'}")
+        # vLLM's DefaultModelLoader.load_weights checks that every parameter was loaded only for an unquantized model
+        # (default_loader.py: default_enable_weights_track = model_config.quantization is None; inline there)
+        quant = vc.model_config.quantization
+        out["blocker"] = (f"{head}: vLLM's loader stops with \"Following weights were not initialized from "
+                          f"checkpoint\" for those indexer parameters (model_loader/default_loader.py){fix}"
+                          if quant is None else
+                          f"{head}: the engine starts, but vLLM checks that every weight was loaded only for "
+                          f"unquantized checkpoints (model_loader/default_loader.py), so with quantization {quant!r} "
+                          f"those indexers run on uninitialized weights and select arbitrary tokens{fix}")
+    elif declared_shared:
+        cfg.setdefault("notes", []).append(
+            f"vLLM builds and runs an indexer in {_layers(declared_shared)}; the model declares {them} shared "
+            f"(reusing the previous full layer's top-k) in indexer_types, which vLLM 0.26 does not read"
+            f"{fix.replace('; accepted:', '; to run it as declared:')}")
+    return out
+
+
+def _layers(layers: list[int]) -> str:
+    """``[1]`` -> ``"layer 1"``, ``[1, 2, 3, 5]`` -> ``"layers 1-3, 5"`` (78-layer lists stay one line)."""
+    return f"layer{'s' if len(layers) > 1 else ''} {_ranges(layers)}"
+
+
+def _ranges(layers: list[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    parts, start = [], None
+    for i, x in enumerate(layers):
+        start = x if start is None else start
+        if i + 1 == len(layers) or layers[i + 1] != x + 1:
+            parts.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(parts)

@@ -15,6 +15,17 @@ RoPE (theta 1e6) in both attention and indexer -- and shrinks everything else: q
 indexer's ``wq_b`` input shrinks with it), hidden 1024, 2 layers (layer 0 dense, layer 1 MoE), 8 routed experts
 top-2 + 1 shared (moe_intermediate 256), vocab 2048, max_position_embeddings 8192, no MTP layer by default.
 
+Preset ``deepseek-v3.2-tiny`` (``DeepseekV32ForCausalLM`` / ``deepseek_v32``) keeps DeepSeek-V3.2's attention geometry
+the same way -- 128 heads, kv_lora_rank 512, qk_nope 128, qk_rope 64, v_head 128 (head 576, sm_scale 192^-0.5 times
+YaRN's mscale^2), indexer 64 heads x 128 with NeoX rope (no ``indexer_rope_interleave``), its YaRN rope (factor 40 over
+4096 positions, theta 1e4) and group routing (n_group 8, topk_group 4) -- with the sizes above, 16 routed experts
+top-4 and max_position_embeddings 163840 (4096 x 40, as V3.2).
+
+Top-k sharing (GLM-5.2, :mod:`.index_sharing`): ``index_topk_pattern`` (``--index-topk-pattern FSSF``),
+``index_topk_freq`` (``--index-topk-freq N [--index-skip-topk-offset M]``) or GLM-5.2's ``indexer_types``
+(``--indexer-types FSSF``, written as ``["full", "shared", ...]``) in ``config.json``; a shared layer has no
+``indexer.*`` tensors (its weights are otherwise the same bytes as without sharing).
+
 ``mtp=True`` (``make-checkpoint --mtp``) adds GLM-5's one MTP layer (``num_nextn_predict_layers: 1``) as vLLM's
 ``DeepSeekMTP`` loads it (``vllm/model_executor/models/deepseek_mtp.py``; ``glm_moe_dsa`` is mapped to
 ``deepseek_mtp`` by ``SpeculativeConfig.hf_config_override`` in ``vllm/config/speculative.py``): under
@@ -51,6 +62,8 @@ from typing import Any
 from ..errors import UserInputError, expand_path, writable_dir
 from ..layouts import INDEX_TOPK_MULTIPLE
 from ..models import PRESET_CONFIGS as MODEL_PRESETS
+from .gguf_writer import GGUF_TYPES, gguf_file_name
+from .index_sharing import own_indexer, sharing_keys
 
 #: What ``glm-5-tiny`` changes in GLM-5's real config (:data:`sparse_mla.models.PRESET_CONFIGS` ``["glm-5"]``):
 #: sizes only. The attention geometry (64 heads, kv_lora_rank 512, qk_nope 192, rope 64, v 256, indexer 32 x 128,
@@ -75,9 +88,18 @@ GLM5_TINY_OVERRIDES: dict[str, Any] = {
     "initializer_range": 0.02,
 }
 
+#: What ``deepseek-v3.2-tiny`` changes in DeepSeek-V3.2's config: the sizes of ``glm-5-tiny``, 16 routed experts
+#: (2 per group of V3.2's 8, of which 4 are chosen) top-4. Geometry, YaRN rope and routing rules stay V3.2's.
+DSV32_TINY_OVERRIDES: dict[str, Any] = {
+    **{k: v for k, v in GLM5_TINY_OVERRIDES.items() if k != "max_position_embeddings"},
+    "n_routed_experts": 16,
+    "num_experts_per_tok": 4,
+}
+
 #: Preset configs (``config.json`` contents before ``index_topk`` / ``num_hidden_layers`` are filled in).
 PRESET_CONFIGS: dict[str, dict[str, Any]] = {
     "glm-5-tiny": {**copy.deepcopy(MODEL_PRESETS["glm-5"]), **GLM5_TINY_OVERRIDES},
+    "deepseek-v3.2-tiny": {**copy.deepcopy(MODEL_PRESETS["deepseek-v3.2"]), **DSV32_TINY_OVERRIDES},
 }
 
 PRESETS = tuple(PRESET_CONFIGS)
@@ -97,12 +119,14 @@ MAX_LAYERS = 128
 
 
 def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers: int | None = None,
-                  mtp: bool = False) -> dict:
+                  mtp: bool = False, **sharing) -> dict:
     """The ``config.json`` dict of ``preset`` with ``index_topk``, ``num_hidden_layers`` and (``mtp``: GLM-5's 1,
-    else 0) ``num_nextn_predict_layers`` filled in.
+    else 0) ``num_nextn_predict_layers`` filled in, plus the top-k sharing keys of ``sharing``
+    (:func:`~sparse_mla.launch.index_sharing.sharing_keys`: ``index_topk_pattern``, ``index_topk_freq``,
+    ``index_skip_topk_offset``, ``indexer_types``); a pattern sets the layer count where ``num_layers`` is None.
 
     Raises :class:`UserInputError` for an unknown preset, an ``index_topk`` that is not a positive multiple of
-    128, or a layer count that leaves no MoE layer.
+    128, a layer count that leaves no MoE layer, or a sharing :func:`sharing_keys` refuses.
     """
     if preset not in PRESET_CONFIGS:
         raise UserInputError(f"unknown checkpoint preset {preset!r}; accepted: {', '.join(PRESETS)}")
@@ -113,6 +137,9 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
             f"(vLLM converts top-k indices in groups of {INDEX_TOPK_MULTIPLE}; `sparse-mla launch` takes at most "
             f"{MAX_INDEX_TOPK}); accepted: e.g. 256, 512, 1024, 2048")
     cfg = copy.deepcopy(PRESET_CONFIGS[preset])
+    letters = sharing.get("index_topk_pattern") or sharing.get("indexer_types")
+    if num_layers is None and isinstance(letters, str) and letters:
+        num_layers = len(letters)
     if num_layers is not None:
         min_layers = cfg["first_k_dense_replace"] + 1
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not \
@@ -126,6 +153,7 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
         raise UserInputError(f"mtp {mtp!r} is not accepted; accepted: True (GLM-5's one MTP layer) or False")
     cfg["index_topk"] = index_topk
     cfg["num_nextn_predict_layers"] = MODEL_PRESETS["glm-5"]["num_nextn_predict_layers"] if mtp else 0
+    cfg.update(sharing_keys(cfg["num_hidden_layers"], **sharing))
     return cfg
 
 
@@ -154,8 +182,9 @@ def expected_weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
 
 
 def decoder_layer_shapes(cfg: dict, i: int) -> dict[str, tuple[int, ...]]:
-    """Tensors of decoder layer ``i`` (``model.layers.{i}.``): norms, MLA attention with its DSA indexer, and a
-    dense MLP or (:func:`is_moe_layer`) the routed + shared experts."""
+    """Tensors of decoder layer ``i`` (``model.layers.{i}.``): norms, MLA attention with its DSA indexer (none in
+    a layer that shares the previous layer's top-k, :func:`~sparse_mla.launch.index_sharing.own_indexer`; MTP layers
+    always have one), and a dense MLP or (:func:`is_moe_layer`) the routed + shared experts."""
     D = cfg["hidden_size"]
     nh = cfg["num_attention_heads"]
     qr, kvr = cfg["q_lora_rank"], cfg["kv_lora_rank"]
@@ -179,6 +208,8 @@ def decoder_layer_shapes(cfg: dict, i: int) -> dict[str, tuple[int, ...]]:
         a + "indexer.k_norm.weight": (idim,),
         a + "indexer.k_norm.bias": (idim,),
     }
+    if i < cfg["num_hidden_layers"] and not own_indexer(cfg)[i]:
+        shapes = {k: v for k, v in shapes.items() if not k.startswith(a + "indexer.")}
     m = p + "mlp."
     if is_moe_layer(cfg, i):
         E, I = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
@@ -284,7 +315,8 @@ def _train_tokenizer(vocab_size: int):
 #: The files ``make_checkpoint`` writes: ``--overwrite`` replaces a folder only if it holds nothing else (so never a
 #: project, a home directory or a real Hugging Face download).
 CHECKPOINT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                              "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+                              "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                              *(gguf_file_name(t) for t in GGUF_TYPES)})
 
 
 #: The key ``make_checkpoint`` adds to ``config.json`` (transformers and vLLM keep unknown keys as attributes and
@@ -350,13 +382,39 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
                              f"make-checkpoint output; accepted: a new or empty directory (delete an old one yourself)")
 
 
+def _check_gguf_types(types) -> tuple[str, ...]:
+    """``--gguf`` values as :data:`GGUF_TYPES` keys (whatever their case, each once), with gguf-py importable; one
+    UserInputError line naming a bad type or the missing extra."""
+    if isinstance(types, str):
+        types = (types,)
+    out: list[str] = []
+    for t in types or ():
+        key = str(t).strip().upper()
+        if key not in GGUF_TYPES:
+            raise UserInputError(f"--gguf {t!r} is not a GGUF type make-checkpoint writes; accepted: "
+                                 f"{', '.join(GGUF_TYPES)}")
+        if key not in out:
+            out.append(key)
+    if out:
+        from ..extras import require
+
+        require("make-checkpoint --gguf", "gguf")
+    return tuple(out)
+
+
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
-                    num_layers: int | None = None, overwrite: bool = False, mtp: bool = False) -> Path:
+                    num_layers: int | None = None, overwrite: bool = False, mtp: bool = False,
+                    gguf: tuple[str, ...] = (), *, index_topk_pattern: str | None = None,
+                    index_topk_freq: int | None = None, index_skip_topk_offset: int | None = None,
+                    indexer_types: str | None = None) -> Path:
     """Write a random-weight GLM-5-architecture Hugging Face checkpoint to ``out_dir`` and return its path.
 
     Everything is written into a temporary directory next to ``out_dir`` and renamed into place at the end, so a
     failed run leaves nothing half-written. Same arguments -> byte-identical files. ``mtp`` adds GLM-5's MTP layer
-    (see the module docstring); without it the files are those of earlier versions for the same seed.
+    (see the module docstring); without it the files are those of earlier versions for the same seed. ``gguf``
+    (``--gguf TYPE``, repeatable): also write the checkpoint as ``model-{TYPE}.gguf`` in llama.cpp's ``glm-dsa`` layout
+    for each TYPE of :data:`~sparse_mla.launch.gguf_writer.GGUF_TYPES` (:func:`~sparse_mla.launch.gguf_writer.write_gguf`;
+    needs gguf-py, the ``gguf`` extra).
 
     Raises :class:`UserInputError` for an unknown preset, a bad ``index_topk`` (not a positive multiple of 128) or
     ``num_layers``, or an existing non-empty ``out_dir`` without ``overwrite=True``.
@@ -364,7 +422,10 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     import torch
     from safetensors.torch import save_file
 
-    cfg = preset_config(preset, index_topk, num_layers, mtp)
+    cfg = preset_config(preset, index_topk, num_layers, mtp, index_topk_pattern=index_topk_pattern,
+                        index_topk_freq=index_topk_freq, index_skip_topk_offset=index_skip_topk_offset,
+                        indexer_types=indexer_types)
+    gguf = _check_gguf_types(gguf)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
     if str(out_dir).strip() == "":
@@ -386,12 +447,17 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
             sd = make_state_dict(cfg, seed)
         save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it 0600; other users' servers read it
-        del sd
         (tmp / "config.json").write_text(json.dumps({**cfg, **CHECKPOINT_MARK}, indent=2, sort_keys=True) + "\n")
         gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
                "pad_token_id": cfg["pad_token_id"]}
         (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
         _train_tokenizer(cfg["vocab_size"]).save_pretrained(str(tmp))
+        if gguf:
+            from .gguf_writer import write_gguf
+
+            for t in gguf:
+                write_gguf(tmp / gguf_file_name(t), cfg, sd, tmp, t)
+        del sd
         os.chmod(tmp, 0o755)
         # Re-check right before the rename (another process may have created the directory meanwhile).
         _check_out_dir(out, overwrite)
@@ -476,7 +542,9 @@ def checkpoint_summary(path: str | os.PathLike) -> dict[str, Any]:
 
 def _cmd_make_checkpoint(args) -> int:
     out = make_checkpoint(args.out, preset=args.preset, index_topk=args.index_topk, seed=args.seed,
-                          num_layers=args.layers, overwrite=args.overwrite, mtp=args.mtp)
+                          num_layers=args.layers, overwrite=args.overwrite, mtp=args.mtp, gguf=tuple(args.gguf or ()),
+                          index_topk_pattern=args.index_topk_pattern, index_topk_freq=args.index_topk_freq,
+                          index_skip_topk_offset=args.index_skip_topk_offset, indexer_types=args.indexer_types)
     s = checkpoint_summary(out)
     print(f"wrote {s['path']}")
     print(f"  parameters: {s['num_parameters']:,} ({s['num_parameters'] / 1e6:.1f} M)")
@@ -504,4 +572,20 @@ def add_cli(subparsers) -> None:
     p.add_argument("--mtp", action="store_true",
                    help="add GLM-5's one MTP layer (num_nextn_predict_layers 1) for vLLM's speculative decoding "
                         "(--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}')")
+    p.add_argument("--gguf", action="append", metavar="TYPE",
+                   help=f"also write OUT/model-TYPE.gguf in llama.cpp's glm-dsa layout (repeatable; accepted: "
+                        f"{', '.join(GGUF_TYPES)}; needs the gguf extra)")
+    share = p.add_mutually_exclusive_group()
+    share.add_argument("--index-topk-pattern", metavar="FS..", default=None,
+                       help="GLM-5.2 top-k sharing as vLLM reads it: config index_topk_pattern, one letter per layer "
+                            "(F: own indexer, S: reuse the previous full layer's top-k, no indexer weights); sets "
+                            "--layers to its length")
+    share.add_argument("--index-topk-freq", type=int, metavar="N", default=None,
+                       help="top-k sharing as config index_topk_freq (layer l full iff max(l - offset + 1, 0) %% N "
+                            "== 0)")
+    share.add_argument("--indexer-types", metavar="FS..", default=None,
+                       help="GLM-5.2-style config: the sharing as indexer_types [\"full\", \"shared\", ...] only "
+                            "(vLLM 0.26 does not read it: load it with the sparse_mla plugin)")
+    p.add_argument("--index-skip-topk-offset", type=int, metavar="M", default=None,
+                   help="with --index-topk-freq: config index_skip_topk_offset (vLLM's default 2)")
     p.set_defaults(func=_cmd_make_checkpoint)

@@ -41,6 +41,20 @@ Per layer (``x`` = ``input_layernorm`` output ``[T, hidden]``; ``H`` heads, ``no
    (vLLM; transformers' GLM-MoE-DSA uses 1e-6 for ``q_a_layernorm``/``kv_a_layernorm``: 6.7e-6 of the largest logit
    on the 2-layer test checkpoint, about the size of float32 rounding, ``tests/launch/test_glm5_reference.py``).
 
+DeepSeek-V3.2 (``deepseek_v32``) runs through the same forward with its own geometry (128 heads, ``nope = v = 128``,
+indexer 64 heads, NeoX indexer rope) and its YaRN rope: ``rope_parameters`` of ``rope_type`` ``"yarn"`` rotate with
+YaRN's blended frequencies (:func:`yarn_inv_freq`: the rotation counts ``beta_fast``/``beta_slow`` over
+``original_max_position_embeddings`` pick the dims that keep ``theta^(-2i/d)`` and those divided by ``factor``, a linear
+ramp between) and cos/sin times ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``, ``mscale(s, m) = 0.1 m
+ln s + 1``, in both the attention and the indexer (vLLM turns the config's rope into ``deepseek_yarn`` for both,
+``DeepseekScalingRotaryEmbedding``), and the softmax scale is ``(nope + rope)^-0.5 * mscale(factor,
+mscale_all_dim)^2`` (DeepSeek-V3.2-Exp ``inference/model.py`` ``MLA.__init__``; vLLM ``DeepseekV2MLAAttention``).
+
+Shared top-k (GLM-5.2, :mod:`.index_sharing`): a layer the config declares *shared* (``indexer_types``,
+``index_topk_pattern`` or ``index_topk_freq``; :func:`~sparse_mla.launch.index_sharing.own_indexer`) runs no indexer
+and attends to the token positions of the last full layer before it (the same ``topk_local``, converted to slots the
+same way); its checkpoint has no ``indexer.*`` tensors.
+
 Differences from vLLM by design: everything runs in float32 without fp8 -- vLLM quantises indexer q/k to fp8 e4m3
 (ue8m0 scales) before the logits, so when a prompt is longer than ``index_topk`` near-ties in the indexer logits may
 select different tokens than vLLM does. For prompts of length ``<= index_topk`` every causal token is selected, so
@@ -58,6 +72,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserInputError
+from .index_sharing import own_indexer
 
 #: ``attention_fn(q_nope_absorbed [T,H,kv_lora_rank], q_pe [T,H,rope], kv_cache [num_blocks,block_size,
 #: kv_lora_rank+rope], indices [T,topk] int32 global slots (-1 = none), sm_scale)``
@@ -115,13 +130,49 @@ def gather_sparse_mla_attention(q_nope_absorbed: torch.Tensor, q_pe: torch.Tenso
     return out.to(q_nope_absorbed.dtype), lse
 
 
-def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos, sin [T, rotary_dim // 2]`` float32 for the default RoPE, as vLLM's ``RotaryEmbedding``
-    (``base.py`` ``_compute_inv_freq``/``_compute_cos_sin_cache``): ``inv_freq = 1 / theta^(arange(0, d, 2) / d)``."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32, device=positions.device)
-                                / rotary_dim))
-    freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]
-    return freqs.cos(), freqs.sin()
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude scale ``0.1 * mscale * ln(factor) + 1`` (1 for ``factor <= 1``; DeepSeek-V3 ``inference/
+    model.py``)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def yarn_inv_freq(rotary_dim: int, theta: float, factor: float, original_max_position: int, beta_fast: float = 32,
+                  beta_slow: float = 1) -> torch.Tensor:
+    """``[rotary_dim // 2]`` float32 YaRN frequencies (B. Peng et al., *YaRN*, arXiv 2309.00071; DeepSeek-V3
+    ``precompute_freqs_cis``): dims below ``low`` keep ``theta^(-2i/d)``, dims above ``high`` are divided by
+    ``factor``, a linear ramp between; ``low``/``high`` are the dims that turn ``beta_fast``/``beta_slow`` times over
+    ``original_max_position`` positions (floor / ceil, clamped to ``[0, d - 1]``)."""
+    d = rotary_dim
+    base = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+
+    def dim_of(rotations: float) -> float:
+        return d * math.log(original_max_position / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = max(math.floor(dim_of(beta_fast)), 0), min(math.ceil(dim_of(beta_slow)), d - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp                 # 1: the dim keeps its frequency (extrapolation), 0: divided by factor
+    return base / factor * (1 - keep) + base * keep
+
+
+def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float,
+                 yarn: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos, sin [T, rotary_dim // 2]`` float32. Default RoPE as vLLM's ``RotaryEmbedding`` (``base.py``
+    ``_compute_inv_freq``/``_compute_cos_sin_cache``): ``inv_freq = 1 / theta^(arange(0, d, 2) / d)``. With ``yarn``
+    (the config's ``rope_parameters`` of a ``"yarn"`` rope): :func:`yarn_inv_freq` and cos/sin times ``mscale(factor,
+    mscale) / mscale(factor, mscale_all_dim) * attn_factor``."""
+    if yarn is None:
+        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+        scale = 1.0
+    else:
+        factor = float(yarn["factor"])
+        inv_freq = yarn_inv_freq(rotary_dim, theta, factor, int(yarn["original_max_position_embeddings"]),
+                                 float(yarn.get("beta_fast", 32)), float(yarn.get("beta_slow", 1)))
+        scale = (yarn_mscale(factor, float(yarn.get("mscale", 1))) /
+                 yarn_mscale(factor, float(yarn.get("mscale_all_dim", 0) or 0)) * float(yarn.get("attn_factor", 1)))
+    freqs = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]
+    return freqs.cos() * scale, freqs.sin() * scale
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
@@ -199,8 +250,9 @@ class Glm5Reference:
     """Plain-PyTorch GLM-5 (``glm_moe_dsa``) forward for one sequence; see the module docstring for the math.
 
     ``config``: a Hugging Face ``config.json`` dict (GLM-5 / DeepSeek-V3.2 DSA keys; ``rope_parameters.rope_type``
-    must be ``default``). ``state_dict``: tensors under vLLM/HF checkpoint names (:func:`sparse_mla.launch.checkpoint.
-    load_checkpoint`; per-expert ``mlp.experts.{e}.*`` names; bf16/fp32 -- fp8 checkpoints are not supported).
+    ``default`` or ``yarn``; a top-k sharing as :func:`~sparse_mla.launch.index_sharing.own_indexer` reads it, whose
+    answer is ``self.own_indexer``). ``state_dict``: tensors under vLLM/HF checkpoint names
+    (:func:`sparse_mla.launch.checkpoint.load_checkpoint`; per-expert ``mlp.experts.{e}.*`` names; bf16/fp32 -- fp8 checkpoints are not supported).
     Weights are converted to ``dtype`` (float32 default) on ``device``.
 
     ``attention_fn`` (constructor argument or attribute): the absorbed sparse MLA core, signature
@@ -235,21 +287,24 @@ class Glm5Reference:
             raise UserInputError(f"config is not a GLM-5/DeepSeek-V3.2 DSA config: missing {', '.join(missing)}; "
                                  f"accepted: a glm_moe_dsa / deepseek_v32 config.json with q_lora_rank and index_topk")
         rp = c.get("rope_parameters") or c.get("rope_scaling") or {}
-        rope_type = rp.get("rope_type", rp.get("type", "default"))
-        if rope_type != "default":
-            raise UserInputError(f"rope_type {rope_type!r} is not supported by the reference; accepted: "
-                                 f"'default' (GLM-5)")
         self.rope_theta = float(rp.get("rope_theta", c.get("rope_theta", 10000.0)))
+        self.yarn = self._yarn(rp)
         self.H = int(c["num_attention_heads"])
         self.nope, self.rope, self.vdim = int(c["qk_nope_head_dim"]), int(c["qk_rope_head_dim"]), int(c["v_head_dim"])
         self.kv_lora_rank = int(c["kv_lora_rank"])
         self.q_lora_rank = int(c["q_lora_rank"])
         self.sm_scale = (self.nope + self.rope) ** -0.5
+        if self.yarn is not None:       # vLLM and DeepSeek-V3.2: times mscale(factor, mscale_all_dim)^2
+            mscale_all_dim = float(self.yarn.get("mscale_all_dim", 0) or 0)
+            self.sm_scale *= yarn_mscale(float(self.yarn["factor"]), mscale_all_dim) ** 2
         self.eps = float(c.get("rms_norm_eps", 1e-6))
         self.index_topk = int(c["index_topk"])
         self.index_n_heads, self.index_head_dim = int(c["index_n_heads"]), int(c["index_head_dim"])
         self.indexer_interleaved = bool(c.get("indexer_rope_interleave", False))
         self.num_layers = int(c["num_hidden_layers"])
+        #: per layer: True where it runs its own indexer, False where it reuses the previous full layer's top-k
+        self.own_indexer = own_indexer(c)
+        self.skip_topk = [not o for o in self.own_indexer]
 
         self.w: dict[str, torch.Tensor] = {}
         for name, t in state_dict.items():
@@ -260,7 +315,6 @@ class Glm5Reference:
                                      f"reference; accepted: bf16/fp16/fp32 weights")
             self.w[name] = t.to(device=self.device, dtype=dtype)
         self._check_weights()
-        self.skip_topk = [self._skips_topk(i) for i in range(self.num_layers)]
 
     # ---------------------------------------------------------------- helpers
     def _check_weights(self) -> None:
@@ -270,21 +324,29 @@ class Glm5Reference:
             need += [a + n for n in ("q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight",
                                      "kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight",
                                      "o_proj.weight")]
+            if self.own_indexer[i]:
+                need += [a + "indexer." + n for n in ("wq_b.weight", "wk.weight", "weights_proj.weight",
+                                                      "k_norm.weight", "k_norm.bias")]
         missing = [n for n in need if n not in self.w]
         if missing:
             raise UserInputError(f"state_dict lacks {len(missing)} required tensor(s), e.g. {missing[0]!r}; accepted: "
                                  f"vLLM/HF GLM-5 checkpoint names (see sparse_mla.launch.checkpoint.expected_weight_shapes)")
 
-    def _skips_topk(self, layer: int) -> bool:
-        """vLLM's IndexCache rule (``DeepseekV2MLAAttention.__init__``): a layer without its own indexer reuses the
-        previous layer's top-k (``index_topk_freq`` / ``index_topk_pattern``; GLM-5: every layer has one)."""
-        c = self.config
-        pattern = c.get("index_topk_pattern")
-        if pattern is not None:
-            return 0 <= layer < len(pattern) and pattern[layer] == "S"
-        freq = int(c.get("index_topk_freq", 1) or 1)
-        offset = int(c.get("index_skip_topk_offset", 2))
-        return max(layer - offset + 1, 0) % freq != 0
+    @staticmethod
+    def _yarn(rp: dict[str, Any]) -> dict[str, Any] | None:
+        """The ``rope_parameters`` of a YaRN rope (None: the default rope). Raises :class:`UserInputError` for
+        another rope type or a YaRN rope without ``factor`` / ``original_max_position_embeddings``."""
+        rope_type = rp.get("rope_type", rp.get("type", "default"))
+        if rope_type == "default":
+            return None
+        if rope_type != "yarn" or not rp.get("apply_yarn_scaling", True):
+            raise UserInputError(f"rope_type {rope_type!r} is not supported by the reference; accepted: 'default' "
+                                 f"(GLM-5) or 'yarn' (DeepSeek-V3.2)")
+        missing = [k for k in ("factor", "original_max_position_embeddings") if rp.get(k) is None]
+        if missing:
+            raise UserInputError(f"rope_type 'yarn' without {', '.join(missing)}; accepted: a yarn rope_parameters "
+                                 f"with factor and original_max_position_embeddings (DeepSeek-V3.2: 40, 4096)")
+        return dict(rp)
 
     def is_moe_layer(self, layer: int) -> bool:
         c = self.config
@@ -316,16 +378,24 @@ class Glm5Reference:
     def indexer(self, layer: int, x: torch.Tensor, qr: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor) -> torch.Tensor:
         """Request-local top-k positions ``[T, index_topk]`` int32 for layer ``layer`` (``x`` = normed hidden)."""
-        p = f"model.layers.{layer}.self_attn.indexer."
-        T = x.shape[0]
         Hi, Di, r = self.index_n_heads, self.index_head_dim, self.rope
+        q, k, w = self.indexer_inputs(layer, x, qr)
+        q = torch.cat([apply_rope(q[..., :r], cos, sin, self.indexer_interleaved), q[..., r:]], dim=-1)
+        k = torch.cat([apply_rope(k[..., :r], cos, sin, self.indexer_interleaved), k[..., r:]], dim=-1)
+        weights = w * (Di ** -0.5) * (Hi ** -0.5)
+        return self._indexer_topk(q.to(self._acc), k.to(self._acc), weights.to(self._acc))
+
+    def indexer_inputs(self, layer: int, x: torch.Tensor, qr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                       torch.Tensor]:
+        """The indexer's ``q [T, Hi, Di]`` (``wq_b(qr)``), ``k [T, Di]`` (``k_norm(wk(x))``) before RoPE, and its
+        head weights ``weights_proj(x) [T, Hi]`` before the scales (vLLM's ``Indexer.forward`` inputs to its fused
+        q rope + fp8 quantization and to the key cache)."""
+        p = f"model.layers.{layer}.self_attn.indexer."
+        T, Hi, Di = x.shape[0], self.index_n_heads, self.index_head_dim
         q = self._lin(qr, p + "wq_b.weight").view(T, Hi, Di)
         k = F.layer_norm(self._lin(x, p + "wk.weight"), (Di,), self.w[p + "k_norm.weight"], self.w[p + "k_norm.bias"],
                          eps=1e-6)
-        q = torch.cat([apply_rope(q[..., :r], cos, sin, self.indexer_interleaved), q[..., r:]], dim=-1)
-        k = torch.cat([apply_rope(k[..., :r], cos, sin, self.indexer_interleaved), k[..., r:]], dim=-1)
-        weights = self._lin(x, p + "weights_proj.weight") * (Di ** -0.5) * (Hi ** -0.5)
-        return self._indexer_topk(q.to(self._acc), k.to(self._acc), weights.to(self._acc))
+        return q, k, self._lin(x, p + "weights_proj.weight")
 
     def _indexer_topk(self, q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """The selection on the indexer's roped ``q``, ``k`` and folded ``weights`` (:func:`indexer_topk`)."""
@@ -347,7 +417,7 @@ class Glm5Reference:
         q_pe = apply_rope(q_pe, cos, sin, interleaved=True)
         k_pe = apply_rope(k_pe, cos, sin, interleaved=True)
 
-        if self.skip_topk[layer] and prev_topk is not None:
+        if self.skip_topk[layer]:      # a shared layer: the last full layer's selection (layer 0 is full)
             topk_local = prev_topk
         else:
             topk_local = self.indexer(layer, x, qr, cos, sin)
@@ -434,7 +504,7 @@ class Glm5Reference:
                                  f"cannot hold {T} tokens in {num_blocks} blocks of {self.block_size}")
         self.last = {"block_table": block_table, "num_blocks": num_blocks}
         positions = torch.arange(T, device=self.device)
-        cos, sin = rope_cos_sin(positions, self.rope, self.rope_theta)
+        cos, sin = rope_cos_sin(positions, self.rope, self.rope_theta, self.yarn)
 
         h = self.w["model.embed_tokens.weight"][ids]
         prev_topk = None

@@ -23,7 +23,10 @@ for every sparse MLA request it accepts (to run it on an H100/H200/B200 where vL
 ``SPARSE_MLA_DISABLE_FALLBACK=1`` turns the fallback off (explicit ``CUSTOM`` still works).
 
 It also installs the Triton DSA indexer in place of DeepGEMM's where vLLM has no DeepGEMM for the GPU (SM80/86/89;
-``SPARSE_MLA_TRITON_INDEXER=1`` forces it): :func:`sparse_mla.vllm_plugin.indexer.install_indexer_hook`.
+``SPARSE_MLA_TRITON_INDEXER=1`` forces it): :func:`sparse_mla.vllm_plugin.indexer.install_indexer_hook`; and a config
+hook that gives vLLM a GLM-5.x checkpoint's ``indexer_types`` as the ``index_topk_pattern`` vLLM 0.26 reads (shared
+top-k layers build no indexer, so such checkpoints load): :mod:`sparse_mla.vllm_plugin.indexer_types`. Neither depends
+on the ``CUSTOM`` slot.
 """
 from __future__ import annotations
 
@@ -74,6 +77,10 @@ def register() -> bool:
 
     from .indexer import install_indexer_hook
     install_indexer_hook()          # the DSA indexer where vLLM has no DeepGEMM (SM80/86/89); independent of CUSTOM
+    from .indexer_types import install_indexer_types_hook
+    install_indexer_types_hook()    # GLM-5.x indexer_types -> index_topk_pattern; independent of CUSTOM
+    from .gguf_adapter import register_adapter
+    register_adapter()              # glm-dsa GGUFs through vllm-gguf-plugin, where that plugin is installed
     holder = custom_slot_holder()
     if holder not in (None, BACKEND_PATH):
         logger.warning("sparse_mla: vLLM's CUSTOM attention backend slot already holds %s (another plugin); "
