@@ -263,7 +263,7 @@ def test_forced_backend_gets_vllms_rejection():
     assert rec["forced_backend"] == "FLASHMLA_SPARSE" and rec["selected"] is None
     assert rec["blockers"][0]["stage"] == "attention"
     assert rec["verdict"].startswith("Selected backend AttentionBackendEnum.FLASHMLA_SPARSE is not valid")
-    ok = diagnose("glm-5", "h200", "auto", backend="FLASHMLA_SPARSE")
+    ok = diagnose("glm-5", "9.0", "auto", backend="FLASHMLA_SPARSE")    # 9.0, not h200: GLM-5 does not fit one H200
     assert ok["selected"] == "FLASHMLA_SPARSE" and ok["blockers"] == []
     ours = diagnose("glm-5", "h200", "auto", backend="TRITON_MLA_SPARSE", with_plugin=True)
     assert ours["selected"] == "TRITON_MLA_SPARSE" and ours["forced_backend"] == "CUSTOM"

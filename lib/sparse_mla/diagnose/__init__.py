@@ -7,17 +7,20 @@ Modules, in the order a probe runs:
 * :mod:`.probe` -- the GPU-less stand-in for vLLM's CUDA platform and the NVIDIA driver;
 * :mod:`.path` -- vLLM's whole path for one record (:func:`diagnose`): :mod:`.config` (engine configuration, as
   ``vllm serve`` builds it), :mod:`.selection` (the attention backend and KV-cache dtype), :mod:`.runtime` (the DSA
-  indexer's kernels, the top-k index conversion);
-* :mod:`.matrix` -- every GPU x KV-cache dtype at once (table, heatmap, CSV);
+  indexer's kernels, the top-k index conversion), :mod:`.memory` (weights per rank, the KV cache, whether
+  ``max_model_len`` fits, on vLLM's model built by :mod:`.meta_model` on the meta device);
+* :mod:`.matrix` -- every GPU x KV-cache dtype at once (table, heatmap, CSV); what fits in memory (CSV, Markdown);
 * :mod:`.report` -- reading a record (verdicts, tables, text);
 * :mod:`.cli` -- ``sparse-mla diagnose``.
 
 Nothing here imports vLLM at module import time (``sparse-mla --help`` stays fast).
 """
-from .report import backend_verdict, backends_frame, describe_simulated, format_record, format_stages, vllm_source
-from .request import GPU_PRESETS, KV_CACHE_DTYPES, PLUGIN_BACKEND_NAME, VLLM_CACHE_DTYPES, parse_capability
+from .report import (backend_verdict, backends_frame, describe_simulated, format_record, format_stages, memory_line,
+                     vllm_source)
+from .request import (GPU_PRESETS, GPUS, KV_CACHE_DTYPES, PLUGIN_BACKEND_NAME, QUANTIZATIONS, VLLM_CACHE_DTYPES,
+                      parse_capability)
 from .path import diagnose, headline
 
-__all__ = ["GPU_PRESETS", "KV_CACHE_DTYPES", "PLUGIN_BACKEND_NAME", "VLLM_CACHE_DTYPES",
-           "backend_verdict", "backends_frame", "describe_simulated", "diagnose", "format_record", "format_stages", "headline", "parse_capability",
-           "vllm_source"]
+__all__ = ["GPU_PRESETS", "GPUS", "KV_CACHE_DTYPES", "PLUGIN_BACKEND_NAME", "QUANTIZATIONS", "VLLM_CACHE_DTYPES",
+           "backend_verdict", "backends_frame", "describe_simulated", "diagnose", "format_record", "format_stages", "headline", "memory_line",
+           "parse_capability", "vllm_source"]

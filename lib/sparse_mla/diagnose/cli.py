@@ -1,4 +1,5 @@
-"""``sparse-mla diagnose``: one probe (text or ``--json``) or the GPU x KV-dtype matrix (``--matrix``)."""
+"""``sparse-mla diagnose``: one probe (text or ``--json``), the GPU x KV-dtype matrix (``--matrix``) or the matrix of
+what fits in memory (``--memory-matrix``)."""
 from __future__ import annotations
 
 import contextlib
@@ -9,9 +10,12 @@ from collections.abc import Iterable
 
 from ..extras import require
 from ..errors import UserInputError, writable_dir, writable_file
+from .matrix import MEMORY_MATRIX_GPUS, MEMORY_MATRIX_MODELS, MEMORY_MATRIX_QUANTIZATIONS
 from .report import format_record
-from .request import GPU_PRESETS, resolve
+from .request import GPU_PRESETS, QUANTIZATIONS, resolve
 from .path import diagnose
+
+_MEMORY_OPTIONS = ("quantization", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "cpu_offload_gb")
 
 
 @contextlib.contextmanager
@@ -44,13 +48,14 @@ def add_cli(subparsers) -> None:
                     "platform stands in): the engine configuration as `vllm serve` builds it, the attention backend "
                     "and the KV-cache dtype it allocates, the DSA indexer's kernels, the top-k index conversion; one "
                     "verdict line per stage, every MLA backend's priority and vLLM's reasons, vLLM's own texts.")
-    p.add_argument("--model", default="glm-5",
+    p.add_argument("--model", default=None,
                    help="preset (glm-5, deepseek-v3.2), config.json or checkpoint directory (default glm-5)")
     p.add_argument("--capability", default=None,
                    help="major.minor (default 12.0), a GPU preset (" + ", ".join(GPU_PRESETS) + ") or local")
     p.add_argument("--kv-cache-dtype", default=None,
                    help="auto (default), bfloat16, fp8, fp8_ds_mla or another vLLM CacheDType")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (heads per rank = heads / tp; default 1)")
+    p.add_argument("--tp", type=int, default=None,
+                   help="tensor-parallel size (heads per rank = heads / tp; default 1, with --memory-matrix 8)")
     p.add_argument("--backend", default=None, metavar="NAME",
                    help="what if vLLM is told --attention-backend NAME: a vLLM backend name, or TRITON_MLA_SPARSE "
                         "with --with-plugin (default: vLLM's own choice)")
@@ -58,47 +63,110 @@ def add_cli(subparsers) -> None:
     p.add_argument("--matrix", action="store_true",
                    help="every GPU preset x KV dtype (auto, bfloat16, fp8, fp8_ds_mla): table on stdout, CSV and "
                         "PNG heatmap into --out-dir")
-    p.add_argument("--out-dir", default=None, help="where --matrix writes its files (default ./results)")
+    p.add_argument("--out-dir", default=None,
+                   help="where --matrix / --memory-matrix write their files (default ./results)")
+    m = p.add_argument_group("memory stage (weights per rank, KV cache, whether max_model_len fits)")
+    m.add_argument("--quantization", default=None, metavar="NAME",
+                   help="the checkpoint's quantization where its config.json names none: " + ", ".join(QUANTIZATIONS)
+                        + " (default bf16, unquantized)")
+    m.add_argument("--gpu-memory-gib", default=None, metavar="GIB",
+                   help="memory of one GPU in GiB (default: the GPU preset's; unknown for a plain major.minor)")
+    m.add_argument("--gpu-memory-utilization", default=None, metavar="FRACTION",
+                   help="vLLM's --gpu-memory-utilization, in (0, 1] (default: vLLM's)")
+    m.add_argument("--max-model-len", default=None, metavar="TOKENS",
+                   help="vLLM's --max-model-len (default: vLLM's, from the config)")
+    m.add_argument("--cpu-offload-gb", default=None, metavar="GIB",
+                   help="vLLM's --cpu-offload-gb: GiB of weights per GPU kept in host memory (default 0)")
+    m.add_argument("--memory-matrix", action="store_true",
+                   help="what fits: " + " / ".join(MEMORY_MATRIX_MODELS) + " x "
+                        + " / ".join(MEMORY_MATRIX_QUANTIZATIONS) + " x 8 x " + " / ".join(MEMORY_MATRIX_GPUS)
+                        + " (--model, --quantization, --tp narrow it): table on stdout, "
+                        "diagnose_memory_matrix.csv and .md into --out-dir")
     p.add_argument("--with-plugin", action="store_true",
                    help="register the step 4 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting; with "
                         "--matrix: stock and with-plugin verdicts side by side (diagnose_matrix_plugin.csv/.png)")
     p.set_defaults(func=_cli)
 
 
+def _given(args, names) -> list[str]:
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None and getattr(args, n) is not False]
+
+
 def _cli(args) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
+    if args.matrix and args.memory_matrix:
+        raise UserInputError("--matrix and --memory-matrix are two tables; accepted: one of them per command")
     if args.matrix:
-        require("sparse-mla diagnose --matrix", "pandas", "matplotlib")
-        from .matrix import diagnose_matrix, write_matrix
-
-        given = [f for f, v in (("--capability", args.capability), ("--kv-cache-dtype", args.kv_cache_dtype),
-                                ("--backend", args.backend)) if v is not None]
-        if given:
-            raise UserInputError(f"--matrix probes every GPU preset and KV-cache dtype, so {' and '.join(given)} would "
-                                 f"be ignored; accepted: --matrix without them, or {' and '.join(given)} without "
-                                 f"--matrix (one probe)")
-        resolve(args.model, "12.0", "auto", args.tp, args.with_plugin)
-        out_dir = writable_dir("results" if args.out_dir is None else args.out_dir, "--out-dir")   # before probing
-        stem = "diagnose_matrix_plugin" if args.with_plugin else "diagnose_matrix"
-        for ext in ("csv", "png"):
-            writable_file(out_dir / f"{stem}.{ext}", "matrix file")
-        with quiet:
-            df = diagnose_matrix(model=args.model, tp=args.tp, with_plugin=args.with_plugin)
-            paths = write_matrix(df, out_dir)
-        if args.json:
-            print(json.dumps({"rows": df.to_dict(orient="records"),
-                              "files": {k: str(v) for k, v in paths.items()}}, indent=2))
-        else:
-            print(df.to_string(index=False))
-            print(f"\nwrote {paths['csv']} and {paths['png']}")
-        return 0
+        return _matrix(args, quiet)
+    if args.memory_matrix:
+        return _memory_matrix(args, quiet)
     if args.out_dir is not None:
-        raise UserInputError(f"--out-dir {args.out_dir!r} is only used with --matrix (a single probe writes no files); "
-                             f"accepted: --matrix --out-dir DIR, or no --out-dir")
+        raise UserInputError(f"--out-dir {args.out_dir!r} is only used with --matrix or --memory-matrix (a single "
+                             f"probe writes no files); accepted: --matrix --out-dir DIR, or no --out-dir")
+    memory = {n: getattr(args, n) for n in _MEMORY_OPTIONS}
     with quiet:
-        rec = diagnose(model=args.model, capability="12.0" if args.capability is None else args.capability,
-                       kv_cache_dtype="auto" if args.kv_cache_dtype is None else args.kv_cache_dtype, tp=args.tp,
-                       with_plugin=args.with_plugin, backend=args.backend)
+        rec = diagnose(model="glm-5" if args.model is None else args.model,
+                       capability="12.0" if args.capability is None else args.capability,
+                       kv_cache_dtype="auto" if args.kv_cache_dtype is None else args.kv_cache_dtype,
+                       tp=1 if args.tp is None else args.tp, with_plugin=args.with_plugin, backend=args.backend,
+                       **memory)
     print(json.dumps(rec, indent=2) if args.json else format_record(rec))
+    return 0
+
+
+def _matrix(args, quiet) -> int:
+    require("sparse-mla diagnose --matrix", "pandas", "matplotlib")
+    from .matrix import diagnose_matrix, write_matrix
+
+    given = _given(args, ("capability", "kv_cache_dtype", "backend", *_MEMORY_OPTIONS))
+    if given:
+        raise UserInputError(f"--matrix probes every GPU preset and KV-cache dtype, so {' and '.join(given)} would "
+                             f"be ignored; accepted: --matrix without them, or {' and '.join(given)} without "
+                             f"--matrix (one probe)")
+    model, tp = "glm-5" if args.model is None else args.model, 1 if args.tp is None else args.tp
+    resolve(model, "12.0", "auto", tp, args.with_plugin)
+    out_dir = writable_dir("results" if args.out_dir is None else args.out_dir, "--out-dir")   # before probing
+    stem = "diagnose_matrix_plugin" if args.with_plugin else "diagnose_matrix"
+    for ext in ("csv", "png"):
+        writable_file(out_dir / f"{stem}.{ext}", "matrix file")
+    with quiet:
+        df = diagnose_matrix(model=model, tp=tp, with_plugin=args.with_plugin)
+        paths = write_matrix(df, out_dir)
+    if args.json:
+        print(json.dumps({"rows": df.to_dict(orient="records"),
+                          "files": {k: str(v) for k, v in paths.items()}}, indent=2))
+    else:
+        print(df.to_string(index=False))
+        print(f"\nwrote {paths['csv']} and {paths['png']}")
+    return 0
+
+
+def _memory_matrix(args, quiet) -> int:
+    require("sparse-mla diagnose --memory-matrix", "pandas")
+    from .matrix import MEMORY_MATRIX_STEM, memory_matrix, write_memory_matrix
+
+    given = _given(args, ("capability", "backend", "gpu_memory_gib", "cpu_offload_gb"))
+    if given:
+        raise UserInputError(f"--memory-matrix takes its GPUs from the presets {', '.join(MEMORY_MATRIX_GPUS)} with no "
+                             f"offload, so {' and '.join(given)} would be ignored; accepted: --memory-matrix without "
+                             f"them (--model, --quantization, --tp, --kv-cache-dtype, --gpu-memory-utilization, "
+                             f"--max-model-len, --with-plugin narrow or set it), or {' and '.join(given)} without it")
+    models = list(MEMORY_MATRIX_MODELS) if args.model is None else [args.model]
+    quants = list(MEMORY_MATRIX_QUANTIZATIONS) if args.quantization is None else [args.quantization]
+    settings = dict(kv_cache_dtype="auto" if args.kv_cache_dtype is None else args.kv_cache_dtype,
+                    tp=8 if args.tp is None else args.tp, with_plugin=args.with_plugin,
+                    gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len)
+    out_dir = writable_dir("results" if args.out_dir is None else args.out_dir, "--out-dir")   # before probing
+    for ext in ("csv", "md"):
+        writable_file(out_dir / f"{MEMORY_MATRIX_STEM}.{ext}", "matrix file")
+    with quiet:
+        df = memory_matrix(models, quants, MEMORY_MATRIX_GPUS, **settings)   # checks every input before probing
+        paths = write_memory_matrix(df, out_dir)
+    if args.json:
+        print(json.dumps({"rows": df.to_dict(orient="records"),
+                          "files": {k: str(v) for k, v in paths.items()}}, indent=2))
+    else:
+        print(df.to_string(index=False))
+        print(f"\nwrote {paths['csv']} and {paths['md']}")
     return 0

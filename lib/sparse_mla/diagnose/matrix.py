@@ -1,7 +1,8 @@
 """The diagnosis for many GPUs at once: :func:`diagnose_matrix` runs :func:`sparse_mla.diagnose.diagnose` for every
 GPU x KV-cache dtype (stock vLLM, or stock beside the step 4 plugin), and the helpers here read the resulting
 ``pandas.DataFrame``: a pivoted table, the gaps (pairs without a backend), the cells the plugin changes, a heatmap
-(matplotlib ``Figure``, no pyplot state) and the CSV + PNG records written to ``results/``.
+(matplotlib ``Figure``, no pyplot state) and the CSV + PNG records written to ``results/``. :func:`memory_matrix`
+tabulates the memory stage (what fits) for models x checkpoint quantizations x GPUs, written as CSV + Markdown.
 
 Every cell is vLLM's own selection (``CudaPlatformBase.get_attn_backend_cls``, ``vllm/platforms/cuda.py``) on the
 probe platform of :mod:`sparse_mla.diagnose.probe`; nothing here decides a backend itself.
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ..files import atomic_write as _atomic_write
+from ..files import atomic_write_text
 from ..errors import UserInputError
-from .request import GPU_PRESETS, KV_CACHE_DTYPES, PLUGIN_BACKEND_NAME, check_cache_dtype, parse_capability, resolve
+from .request import (GPU_PRESETS, GPUS, KV_CACHE_DTYPES, PLUGIN_BACKEND_NAME, check_cache_dtype, parse_capability,
+                      resolve)
 from .path import diagnose
 
 
@@ -308,3 +311,88 @@ def matrix_gaps(df, column: str | None = None) -> dict[str, Any]:
             "all_kv": [g for g in gpus if all((g, k) in missing for k in kvs)],
             "by_kv": {k: [g for g in gpus if (g, k) in missing] for k in kvs},
             "complete": [g for g in gpus if not any((g, k) in missing for k in kvs)]}
+
+
+# ---- the memory matrix: what fits ---------------------------------------------------------------------------------
+
+#: ``sparse-mla diagnose --memory-matrix``: the models, checkpoint quantizations and GPUs of issue 19 (8 GPUs each).
+MEMORY_MATRIX_MODELS: tuple[str, ...] = ("glm-5", "deepseek-v3.2")
+MEMORY_MATRIX_QUANTIZATIONS: tuple[str, ...] = ("bf16", "fp8", "nvfp4", "gguf-q4_k")
+MEMORY_MATRIX_GPUS: tuple[str, ...] = ("rtx-pro-6000", "rtx-5090", "a100")
+MEMORY_MATRIX_STEM = "diagnose_memory_matrix"
+
+#: Columns of :func:`memory_matrix` frames.
+MEMORY_MATRIX_COLUMNS: tuple[str, ...] = (
+    "model", "quantization", "gpu", "gpus", "gpu_memory_gib", "weights_gib_per_rank", "attention", "kv_cache_dtype",
+    "kv_cache_bytes_per_token", "max_tokens", "max_model_len", "fits", "fix")
+
+
+def _memory_row(rec: Mapping[str, Any], quantization: str, gpu: str) -> dict[str, Any]:
+    mem = rec["memory"] or {}
+    fixes = [f["change"] for f in mem.get("fixes", []) if f.get("fits")]
+    fits = {True: "yes", False: "no", None: "unknown"}[mem.get("fits")] if rec["memory"] else "not reached"
+    return {"model": rec["model"], "quantization": quantization, "gpu": gpu, "gpus": rec["tp"],
+            "gpu_memory_gib": mem.get("gpu_memory_gib"), "weights_gib_per_rank": mem.get("weights_gib_per_rank"),
+            "attention": rec["selected"] or "none", "kv_cache_dtype": mem.get("kv_cache_dtype"),
+            "kv_cache_bytes_per_token": mem.get("kv_cache_bytes_per_token"),
+            "max_tokens": mem.get("max_tokens"), "max_model_len": mem.get("max_model_len"), "fits": fits,
+            "fix": "; ".join(fixes) if fixes else ("none found" if mem.get("fits") is False else "-")}
+
+
+def memory_matrix(models: Iterable[str] = MEMORY_MATRIX_MODELS,
+                  quantizations: Iterable[str] = MEMORY_MATRIX_QUANTIZATIONS,
+                  gpus: Iterable[str] = MEMORY_MATRIX_GPUS, tp: int = 8, kv_cache_dtype: str = "auto",
+                  with_plugin: bool = False, gpu_memory_utilization: float | None = None,
+                  max_model_len: int | None = None):
+    """The memory stage of :func:`diagnose` for every model x checkpoint quantization x GPU preset, ``tp`` GPUs each.
+
+    Returns a ``pandas.DataFrame`` (:data:`MEMORY_MATRIX_COLUMNS`): per row the GPU's memory, the weights per rank,
+    the attention backend vLLM selects (``none`` where it has none: the cache is then the model dtype's; where the
+    answer depends on this host's FlashInfer, see :func:`diagnose`, the cache dtype does too), the KV cache vLLM
+    allocates for it (dtype, bytes per token), ``max_tokens`` (vLLM's KV-cache size), ``max_model_len``,
+    ``fits`` (``yes``/``no``; ``not reached`` when vLLM refuses the configuration) and ``fix`` (the changes the memory
+    stage found to make it fit, ``"; "``-separated; ``none found`` when it found none; ``-`` when it fits or was not
+    reached). All inputs are checked before the first
+    probe (:class:`UserInputError`)."""
+    import pandas as pd
+
+    lists = {}
+    for name, v in (("models", models), ("quantizations", quantizations), ("gpus", gpus)):
+        if isinstance(v, str):
+            raise UserInputError(f"{name} {v!r} is one string; accepted: a list of them, e.g. {name}=[{v!r}]")
+        lists[name] = list(v)
+        if not lists[name]:
+            raise UserInputError(f"the memory matrix needs at least one of {name}")
+    for gpu in lists["gpus"]:
+        if str(gpu).lower() not in GPUS:
+            raise UserInputError(f"the memory matrix takes GPU presets (their memory is known); {gpu!r} is not one; "
+                                 f"accepted: {', '.join(GPUS)}")
+    settings = dict(gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
+    for model in lists["models"]:
+        for q in lists["quantizations"]:
+            resolve(model, lists["gpus"][0], kv_cache_dtype, tp, with_plugin, quantization=q, **settings)
+    rows = [_memory_row(diagnose(model, str(gpu).lower(), kv_cache_dtype, tp=tp, with_plugin=with_plugin,
+                                 quantization=q, **settings), str(q).lower(), str(gpu).lower())
+            for model in lists["models"] for q in lists["quantizations"] for gpu in lists["gpus"]]
+    df = pd.DataFrame(rows, columns=list(MEMORY_MATRIX_COLUMNS))
+    df.attrs.update(tp=tp, kv_cache_dtype=kv_cache_dtype, with_plugin=with_plugin)
+    return df
+
+
+def memory_matrix_markdown(df) -> str:
+    """A :func:`memory_matrix` frame as a Markdown table (one row per model x quantization x GPU)."""
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.astype(object).where(df.notna(), None).itertuples(index=False):
+        lines.append("| " + " | ".join("" if v is None else str(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_memory_matrix(df, out_dir: str | os.PathLike = "results") -> dict[str, Path]:
+    """Write a :func:`memory_matrix` frame as ``<out_dir>/diagnose_memory_matrix.csv`` and ``.md``, each atomically.
+    Returns ``{"csv": path, "md": path}``."""
+    out = Path(out_dir)
+    csv_path, md_path = out / f"{MEMORY_MATRIX_STEM}.csv", out / f"{MEMORY_MATRIX_STEM}.md"
+    _atomic_write(csv_path, lambda tmp: df.to_csv(tmp, index=False))
+    atomic_write_text(md_path, memory_matrix_markdown(df))
+    return {"csv": csv_path, "md": md_path}

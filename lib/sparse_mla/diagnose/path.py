@@ -7,7 +7,9 @@ The stages, in the order a ``vllm serve`` start meets them:
    hooks and platform checks;
 2. **attention** (:mod:`.selection`): the MLA layer's backend selection and the KV-cache dtype it then allocates;
 3. **indexer** (:mod:`.runtime`): the DSA indexer's DeepGEMM kernels (and its fp8 query quantization);
-4. **kernel** (:mod:`.runtime`): the sparse backends' top-k index conversion.
+4. **kernel** (:mod:`.runtime`): the sparse backends' top-k index conversion;
+5. **memory** (:mod:`.memory`): the weights per rank, the KV cache per token, whether one request of
+   ``max_model_len`` fits the GPU's memory (vLLM's start-up check), and what would make it fit.
 
 The record's ``blockers`` list what stops the engine, in that order; ``engine_starts`` is ``False`` when there is
 one, ``True`` when none is found and nothing depended on this host's own software, ``None`` when no blocker is found
@@ -29,10 +31,12 @@ from typing import Any
 
 from ..errors import UserInputError
 from ..layouts import INDEX_TOPK_MULTIPLE
+from . import memory
 from . import probe as pr
+from .report import memory_line
 from .request import Request, accepted_capabilities, resolve
 
-STAGES = ("config", "attention", "indexer", "kernel")
+STAGES = ("config", "attention", "indexer", "kernel", "memory")
 
 
 def _platform(req: Request):
@@ -107,12 +111,27 @@ def _probe(req: Request) -> dict[str, Any]:
     platform, platform_cls, cap, simulated = _platform(req)
     plugin_info = None
     refreshed: list[str] = []
-    with pr.use_platform(platform), pr.stock_selection(), pr.extension_flags(refreshed):
+    with pr.use_platform(platform), pr.stock_selection(), pr.extension_flags(refreshed), \
+            stage_config.config_hooks_restored():
         if req.with_plugin:
             plugin_info = selection.apply_plugin()
         with stage_config.model_dir(req) as path:
             vc, cfg = stage_config.engine_config(req, path, req.backend)
+            if vc is not None and req.memory is not None and req.memory.max_model_len is not None:
+                refused = memory.apply_max_model_len(vc, req.memory.max_model_len)   # vLLM's ModelConfig check
+                if refused:
+                    vc, cfg["error"] = None, refused
             att, ix, kern, other, blockers = _stages(req, vc, cfg, platform_cls, cap, local)
+            ixl = stage_config.indexer_layers_stage(req, vc, cfg)   # vLLM's model on meta; the weight index
+            if ixl["blocker"]:      # vLLM meets it loading weights: after the attention stage, before the first forward
+                at = next((i for i, b in enumerate(blockers) if b["stage"] in ("indexer", "kernel")), len(blockers))
+                blockers.insert(at, {"stage": "indexer", "reason": ixl["blocker"]})
+            mem = None if vc is None else memory.memory_stage(req, vc, att, f"{cap.major}.{cap.minor}")
+            blockers += [b for b in [memory.blocker(mem)] if b]
+            from .gguf import checkpoint_record
+            checkpoint = checkpoint_record(req)     # a GGUF's wall comes first: vLLM meets it loading the config
+            if (checkpoint.get("wall") or {}).get("blocker"):
+                blockers.insert(0, {"stage": "config", "reason": checkpoint["wall"]["blocker"]})
         host = selection.host_dependent_checks()
 
     selected = att["selected"]
@@ -155,6 +174,9 @@ def _probe(req: Request) -> dict[str, Any]:
         "host_dependent": {"depends": bool(host_dependent), "selected_if_host_differs": other}
         if not local else {"depends": False, "selected_if_host_differs": None},
         "simulated": simulated,
+        "memory": mem,
+        "indexer_layers": ixl["layers"],
+        "checkpoint": checkpoint,
     }
     from ..vllm_plugin.register import vllm_supported
 
@@ -201,6 +223,8 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
             lines["kernel"] = (f"BLOCKED: {by['kernel']}" if "kernel" in by else
                                f"ok: index_topk {cfg.get('index_topk')} passes vLLM's top-k index conversion "
                                f"(a multiple of {INDEX_TOPK_MULTIPLE})")
+    if rec.get("memory"):
+        lines["memory"] = memory_line(rec["memory"])
     starts = rec["engine_starts"]
     lines["engine"] = {True: "starts: no blocker on vLLM's path up to the first forward",
                        False: f"does not start: first blocker at the {rec['blockers'][0]['stage'] if rec['blockers'] else '?'} stage",
@@ -219,13 +243,16 @@ def headline(rec: dict[str, Any]) -> str:
     kv = f" on {rec['effective_kv_cache_dtype']}" if rec["selected"] else ""
     ix = rec["indexer"]["with_plugin"] or rec["indexer"]["stock"]
     ix_s = "" if rec["mla"] != "sparse (DSA)" else (f", indexer {ix}" if ix else ", no indexer kernels")
-    starts = {True: "engine starts", False: "engine stops at the " + rec["blockers"][0]["stage"] if rec["blockers"]
-              else "engine stops", None: "engine starts only if the host has FlashInfer's SM120 API"}[rec["engine_starts"]]
+    first = rec["blockers"][0]["stage"] if rec["blockers"] else None
+    starts = {True: "engine starts", False: f"engine stops at the {first} stage" if first else "engine stops",
+              None: "engine starts only if the host has FlashInfer's SM120 API"}[rec["engine_starts"]]
     return f"{att}{kv}{ix_s}: {starts}"
 
 
 def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_cache_dtype: str = "auto",
-             tp: int = 1, with_plugin: bool = False, backend: str | None = None) -> dict[str, Any]:
+             tp: int = 1, with_plugin: bool = False, backend: str | None = None, *, quantization: str | None = None,
+             gpu_memory_gib: float | None = None, gpu_memory_utilization: float | None = None,
+             max_model_len: int | None = None, cpu_offload_gb: float | None = None) -> dict[str, Any]:
     """What vLLM 0.26.0 would do with ``model`` on a GPU, from ``config.json`` to a running engine, in vLLM's words.
 
     Args:
@@ -239,6 +266,12 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         with_plugin: also call the step 4 plugin's ``register()`` (as vLLM's entry-point loader does) first.
         backend: ``--attention-backend``: ``None``/``"auto"`` for vLLM's choice, a vLLM backend name, or
             ``TRITON_MLA_SPARSE`` (with ``with_plugin``); vLLM's own rejection is reported when it does not fit.
+        quantization: the checkpoint's quantization (``bf16``, ``fp8``, ``nvfp4``, ``gguf-q4_k``, ...; see
+            :data:`~sparse_mla.diagnose.request.QUANTIZATIONS`) where its config.json has no ``quantization_config``.
+        gpu_memory_gib: GiB of one GPU (default: the GPU preset's; unknown for a plain ``major.minor``).
+        gpu_memory_utilization: vLLM's ``--gpu-memory-utilization`` (default: vLLM's ``CacheConfig`` default).
+        max_model_len: ``--max-model-len`` (default: vLLM's, from the config; vLLM refuses more than the config allows).
+        cpu_offload_gb: vLLM's ``--cpu-offload-gb`` (GiB of weights per GPU kept in host memory).
 
     Returns:
         A JSON-serialisable record: ``model, capability, gpu, kv_cache_dtype, tp, forced_backend, vllm_version``;
@@ -248,13 +281,21 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         ``verdict`` (vLLM's selection log line or exception text); ``effective_kv_cache_dtype`` (what vLLM
         allocates); ``indexer`` (``{"stock", "with_plugin", "reasons"}``); ``blockers`` (``[{"stage", "reason"}]``
         in the order vLLM meets them); ``engine_starts`` (True / False / None, see the module docstring);
-        ``host_dependent``; ``stages`` (one verdict line per stage); ``headline``; ``simulated``; ``plugin``.
+        ``host_dependent``; ``memory`` (:func:`sparse_mla.diagnose.memory.memory_stage`; None when vLLM refused the
+        configuration); ``indexer_layers`` (the decoder layers vLLM builds a DSA indexer in, from vLLM's model
+        built on the meta device: GLM-5.2's shared top-k layers build none; ``[]`` dense, None when vLLM refused;
+        a checkpoint folder lacking one of those layers' indexer tensors is an ``indexer`` blocker,
+        :func:`sparse_mla.diagnose.config.indexer_layers_stage`); ``stages`` (one verdict line per stage);
+        ``headline``; ``simulated``; ``plugin``.
 
     Raises:
         UserInputError: unknown preset / capability / KV-cache dtype / backend, unreadable or non-MLA config, a config
             vLLM cannot load, ``tp`` not dividing the heads, ``local`` without a GPU, ``with_plugin`` without the
-            step 4 plugin.
+            step 4 plugin, an unknown quantization, a GPU memory, utilization, ``max_model_len`` or offload that is
+            not a number in range.
     """
-    req = resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend)
+    req = resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend, quantization=quantization,
+                  gpu_memory_gib=gpu_memory_gib, gpu_memory_utilization=gpu_memory_utilization,
+                  max_model_len=max_model_len, cpu_offload_gb=cpu_offload_gb)
     with pr.quiet_logs():
         return _probe(req)

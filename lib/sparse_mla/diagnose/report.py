@@ -48,6 +48,29 @@ def vllm_source(module: str, pattern: str, after: int = 0) -> str:
     return "\n".join(out)
 
 
+def memory_line(mem: Mapping[str, Any]) -> str:
+    """The memory stage's verdict in one line: weights per rank, the KV cache per token, and whether one request of
+    ``max_model_len`` fits (with the changes that make it fit when it does not)."""
+    head = f"quantization {mem['quantization']}"
+    if mem.get("weights_gib_per_rank") is None:
+        return f"BLOCKED: {mem['reason']}" if mem.get("fits") is False else f"{head}: not computed"
+    kv = (f"KV cache {mem['kv_cache_bytes_per_token']:,} B per token ({mem['kv_cache_dtype']}, "
+          + " + ".join(f"{k} {v:,}" for k, v in mem["kv_cache_bytes_per_token_by_layer"].items()) + ")")
+    weights = f"weights {mem['weights_gib_per_rank']:.1f} GiB per rank ({mem['quantization']})"
+    if mem.get("offloaded_gib"):
+        weights += f", {mem['offloaded_gib']:.1f} GiB of it offloaded to the CPU"
+    if mem["fits"] is None:
+        return f"{weights}; {kv}; fits: not checked (GPU memory {mem['gpu_memory_source']})"
+    tokens = (f"room for {mem['max_tokens']:,} tokens" if mem.get("kv_cache_available_gib") is not None else "no room")
+    tokens += f" in {mem['gpu_memory_gib']:.1f} GiB x {mem['gpu_memory_utilization']:g}"
+    if mem["fits"]:
+        return f"ok: {weights}; {kv}; {tokens}; max_model_len {mem['max_model_len']:,} fits"
+    fixes = [f["change"] for f in mem.get("fixes", []) if f.get("fits")]
+    reason = str(mem["reason"]).split(" Try increasing")[0]      # vLLM's advice follows; the record keeps it whole
+    return (f"BLOCKED: {weights}; {kv}; {tokens}: {reason}"
+            + (f"; fits with: {'; '.join(fixes)}" if fixes else "; no single change found that makes it fit"))
+
+
 def format_record(rec: Mapping[str, Any]) -> str:
     """A :func:`diagnose` record as text: the request, one verdict line per stage of vLLM's path (config, attention,
     KV cache, indexer, kernel, engine), the table of MLA backends with vLLM's reasons, vLLM's own selection text, and

@@ -1,12 +1,14 @@
-"""What is diagnosed: the target GPU (a compute capability or a GPU preset), the KV-cache dtype, the tensor-parallel
-size and the model, checked before vLLM is imported.
+"""What is diagnosed: the target GPU (a compute capability or a GPU preset, its memory), the KV-cache dtype, the
+tensor-parallel size, the model and its checkpoint's quantization, and the memory stage's settings (GPU memory,
+``gpu_memory_utilization``, ``max_model_len``, ``cpu_offload_gb``), checked before vLLM is imported.
 
 :func:`parse_capability` and :func:`resolve` turn user input into a :class:`Request` or raise
 :class:`sparse_mla.errors.UserInputError` with one line naming the bad value and what is accepted.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..capability import as_capability
@@ -14,20 +16,41 @@ from ..errors import UserInputError
 from ..layouts import check_kv_cache_dtype
 
 
-#: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``).
-GPU_PRESETS: dict[str, str] = {
-    "rtx-pro-6000": "12.0",
-    "rtx-5090": "12.0",
-    "b200": "10.0",
-    "h100": "9.0",
-    "h200": "9.0",
-    "a100": "8.0",
-    "l40s": "8.9",
-    "rtx-4090": "8.9",
-    "rtx-3090": "8.6",
-    "a40": "8.6",
-    "gb10": "12.1",
+@dataclass(frozen=True)
+class GpuPreset:
+    """A named GPU: its CUDA compute capability and its memory."""
+
+    capability: str      # "major.minor"
+    memory_mib: int      # memory.total as nvidia-smi reports it (MiB), see GPUS
+    note: str
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / 1024
+
+
+#: The named GPUs (``--capability NAME``): the one home of their capability and memory. ``memory_mib`` is
+#: ``memory.total`` as ``nvidia-smi`` prints it (``97887MiB`` on an RTX PRO 6000 Blackwell, in public nvidia-smi
+#: output of each card; ECC on where data-centre cards ship with it on). vLLM multiplies CUDA's total
+#: (``torch.cuda.mem_get_info``) by ``gpu_memory_utilization``, which is a few hundred MiB lower than nvidia-smi's
+#: (memory the driver keeps); the memory stage's allowance covers that (:mod:`.memory`).
+GPUS: dict[str, GpuPreset] = {
+    "rtx-pro-6000": GpuPreset("12.0", 97887, "RTX PRO 6000 Blackwell (Workstation, Max-Q, Server Edition), 96 GB"),
+    "rtx-5090": GpuPreset("12.0", 32607, "GeForce RTX 5090, 32 GB"),
+    "b200": GpuPreset("10.0", 183359, "B200, 180 GB"),
+    "h100": GpuPreset("9.0", 81559, "H100 80GB HBM3"),
+    "h200": GpuPreset("9.0", 143771, "H200, 141 GB"),
+    "a100": GpuPreset("8.0", 81920, "A100 80GB (SXM4, PCIe); the 40 GB A100 (40960 MiB): --gpu-memory-gib 40"),
+    "l40s": GpuPreset("8.9", 46068, "L40S, 48 GB, ECC on"),
+    "rtx-4090": GpuPreset("8.9", 24564, "GeForce RTX 4090, 24 GB"),
+    "rtx-3090": GpuPreset("8.6", 24576, "GeForce RTX 3090, 24 GB"),
+    "a40": GpuPreset("8.6", 46068, "A40, 48 GB, ECC on (49140 MiB with ECC off)"),
+    "gb10": GpuPreset("12.1", 124611, "GB10 (DGX Spark): 128 GB shared with the CPU; nvidia-smi reports no total, "
+                                      "CUDA reports 121.69 GiB (the number given here)"),
 }
+
+#: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``), from :data:`GPUS`.
+GPU_PRESETS: dict[str, str] = {name: gpu.capability for name, gpu in GPUS.items()}
 
 #: The KV-cache dtypes the workbook diagnoses (``--kv-cache-dtype``; the matrix's columns).
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "fp8", "fp8_ds_mla")
@@ -46,6 +69,52 @@ PLUGIN_BACKEND_NAME = "TRITON_MLA_SPARSE"
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
            "half": "float16"}
 
+#: GGUF tensor types the memory stage sizes: ``(values per block, bytes per block)``, from llama.cpp's gguf-py
+#: ``GGML_QUANT_SIZES`` (``gguf/constants.py``; Q4_K: 2 + 2 + 256/2 + 12 = 144 bytes per 256 values).
+#: ``tests/diagnose/test_memory.py`` compares them with the installed ``gguf`` package where it is importable.
+GGUF_TYPES: dict[str, tuple[int, int]] = {
+    "F16": (1, 2), "BF16": (1, 2), "Q8_0": (32, 34), "Q6_K": (256, 210), "Q5_K": (256, 176), "Q5_0": (32, 22),
+    "Q4_K": (256, 144), "Q4_0": (32, 18), "Q3_K": (256, 110), "Q2_K": (256, 84),
+}
+
+#: ``--quantization`` of a checkpoint whose config.json has no ``quantization_config`` (the presets): name ->
+#: ``(vLLM quantization method, the quantization_config vLLM's config class for it reads)``; GGUF types have neither
+#: (vLLM 0.26 has no in-tree GGUF; :mod:`.memory` sizes them from ``GGUF_TYPES``).
+#: ``fp8``: e4m3 with one fp32 scale per 128 x 128 block, as DeepSeek-V3.2's and GLM-5-FP8's config.json declare it
+#: (embeddings, norms, router and ``lm_head`` stay bf16: vLLM gives those layers no quantization config).
+#: ``nvfp4``: ModelOpt NVFP4 (4-bit values, one fp8 scale per 16, a per-tensor fp32 scale) on the MLP and MoE
+#: experts; attention (MLA and the indexer) and ``lm_head`` bf16, as the published GLM-5 NVFP4 checkpoints keep them.
+QUANTIZATIONS: dict[str, tuple[str | None, dict[str, Any] | None]] = {
+    "bf16": (None, None),
+    "fp8": ("fp8", {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+                    "weight_block_size": [128, 128]}),
+    "nvfp4": ("modelopt_fp4", {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                               "ignore": ["lm_head", "*self_attn*"]}),
+    **{f"gguf-{t.lower()}": (None, None) for t in GGUF_TYPES},
+}
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """The checkpoint's quantization, as the memory stage sizes its weights."""
+
+    name: str                        # a QUANTIZATIONS name, or the quant_method of a checkpoint's quantization_config
+    method: str | None               # vLLM's quantization method for ``config`` (None: unquantized, GGUF, or read
+    config: dict[str, Any] | None    #   by vLLM itself from the checkpoint's config.json)
+    gguf_type: str | None            # a GGUF_TYPES key
+    source: str                      # "--quantization", "config.json quantization_config" or "unquantized"
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """What the memory stage is asked, besides the model, GPU and tensor-parallel size."""
+
+    quantization: Quantization
+    gpu_memory_gib: float | None = None          # --gpu-memory-gib; None: the preset's (or the local GPU's)
+    gpu_memory_utilization: float | None = None  # None: vLLM's CacheConfig default
+    max_model_len: int | None = None             # None: vLLM's, derived from the config
+    cpu_offload_gb: float = 0.0
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Input validation (no vLLM / torch import)
@@ -62,6 +131,7 @@ class Request:
     dtype: str               # torch dtype name passed to the selector
     with_plugin: bool
     backend: str | None = None   # a backend forced as with --attention-backend (vLLM's enum name), or None
+    memory: MemorySettings | None = None   # the memory stage's settings (None: the defaults, unquantized)
 
 
 def accepted_capabilities() -> str:
@@ -107,12 +177,88 @@ def _model_dtype(geometry) -> str:
     return _DTYPES.get(raw, "bfloat16")
 
 
-def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None) -> Request:
+def checkpoint_quantization(geometry, quantization: str | None = None) -> Quantization:
+    """The checkpoint's quantization, the one place it is decided: the ``quantization_config`` of its config.json
+    (vLLM reads that itself; ``--quantization`` must then be absent or name the same), else ``--quantization`` (a
+    :data:`QUANTIZATIONS` name, whatever its case), else unquantized. Raises :class:`UserInputError` for an unknown
+    name, a ``quantization_config`` without ``quant_method``, or a contradiction."""
+    raw = geometry.raw_config or {}
+    qc = raw.get("quantization_config", (geometry.hf_config or {}).get("quantization_config"))
+    asked = None if quantization is None else str(quantization).strip().lower()
+    if asked is not None and asked not in QUANTIZATIONS:
+        raise UserInputError(f"unknown quantization {quantization!r}; accepted: {', '.join(QUANTIZATIONS)}")
+    if qc is not None:
+        if not isinstance(qc, dict) or not isinstance(qc.get("quant_method"), str):
+            raise UserInputError(f"config {geometry.name!r} has quantization_config = {str(qc)[:60]!r} without a "
+                                 f"quant_method; accepted: a Hugging Face quantization_config (e.g. quant_method fp8)")
+        algo = str(qc.get("quant_algo") or (qc.get("quantization") or {}).get("quant_algo") or "").upper()
+        name = "nvfp4" if qc["quant_method"] == "modelopt" and algo == "NVFP4" else qc["quant_method"].lower()
+        if asked is not None and asked != name:
+            raise UserInputError(f"--quantization {quantization!r} contradicts the quantization_config of "
+                                 f"{geometry.name!r} ({name}); accepted: no --quantization, or --quantization {name}")
+        return Quantization(name, None, None, None, "config.json quantization_config")
+    if asked is None or asked == "bf16":
+        return Quantization("bf16", None, None, None, "--quantization" if asked else "unquantized")
+    method, config = QUANTIZATIONS[asked]
+    gguf = asked.removeprefix("gguf-").upper() if asked.startswith("gguf-") else None
+    return Quantization(asked, method, config, gguf, "--quantization")
+
+
+def _number(value, what: str, accepted: str, *, integer: bool = False) -> float:
+    """``value`` (a number or its text) as a finite float (an int with ``integer``), else one UserInputError line."""
+    if isinstance(value, bool):
+        raise UserInputError(f"{what} {value!r} is not a number; accepted: {accepted}")
+    try:
+        number = int(str(value).strip(), 10) if integer and not isinstance(value, int) else float(value)
+    except (TypeError, ValueError):
+        raise UserInputError(f"{what} {value!r} is not {'an integer' if integer else 'a number'}; "
+                             f"accepted: {accepted}") from None
+    if not math.isfinite(number):
+        raise UserInputError(f"{what} {value!r} is not a finite number; accepted: {accepted}")
+    return number
+
+
+def check_memory_settings(geometry, quantization=None, gpu_memory_gib=None, gpu_memory_utilization=None,
+                          max_model_len=None, cpu_offload_gb=None) -> MemorySettings:
+    """The memory stage's inputs, each checked: ``gpu_memory_gib`` > 0, ``gpu_memory_utilization`` in (0, 1]
+    (vLLM's ``CacheConfig`` field), ``max_model_len`` a positive integer (vLLM checks it against the config later),
+    ``cpu_offload_gb`` >= 0 (vLLM's ``UVAOffloadConfig``); one UserInputError line naming the bad value."""
+    gib = util = length = None
+    if gpu_memory_gib is not None:
+        gib = _number(gpu_memory_gib, "--gpu-memory-gib", "GiB of one GPU, a number above 0 (e.g. 95.6)")
+        if gib <= 0:
+            raise UserInputError(f"--gpu-memory-gib {gpu_memory_gib!r} is not above 0; accepted: GiB of one GPU, a "
+                                 f"number above 0 (e.g. 95.6)")
+    if gpu_memory_utilization is not None:
+        util = _number(gpu_memory_utilization, "--gpu-memory-utilization", "a fraction in (0, 1], e.g. 0.92")
+        if not 0 < util <= 1:
+            raise UserInputError(f"--gpu-memory-utilization {gpu_memory_utilization!r} is outside (0, 1]; accepted: "
+                                 f"a fraction in (0, 1], e.g. 0.92")
+    if max_model_len is not None:
+        length = int(_number(max_model_len, "--max-model-len", "a positive integer (tokens)", integer=True))
+        if length < 1:
+            raise UserInputError(f"--max-model-len {max_model_len!r} is not positive; accepted: a positive integer "
+                                 f"(tokens)")
+    offload = 0.0 if cpu_offload_gb is None else _number(cpu_offload_gb, "--cpu-offload-gb",
+                                                         "GiB per GPU, a number >= 0")
+    if offload < 0:
+        raise UserInputError(f"--cpu-offload-gb {cpu_offload_gb!r} is negative; accepted: GiB per GPU, a number >= 0")
+    return MemorySettings(checkpoint_quantization(geometry, quantization), gib, util, length, offload)
+
+
+def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, **memory) -> Request:
+    """The checked :class:`Request`; ``memory``: the keyword arguments of :func:`check_memory_settings`
+    (``quantization``, ``gpu_memory_gib``, ``gpu_memory_utilization``, ``max_model_len``, ``cpu_offload_gb``)."""
     from ..models import load_model
 
     cap, gpu = parse_capability(capability)
     kv = check_cache_dtype(str(kv_cache_dtype))
-    geometry = load_model(model)
+    from .gguf import is_gguf_file, load_gguf
+
+    if is_gguf_file(model):     # the config its metadata describes; its weight type sizes the memory stage
+        geometry, memory["quantization"] = load_gguf(model, memory.get("quantization"))
+    else:
+        geometry = load_model(model)
     if isinstance(tp, bool) or not isinstance(tp, int):
         try:
             tp = int(str(tp), 10)
@@ -124,9 +270,10 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None) ->
         from ..machine import require_gpu
 
         require_gpu("capability 'local'", accepted_capabilities().replace("; or local", ""))
+    settings = check_memory_settings(geometry, **memory)
     return Request(geometry=geometry, capability=cap, gpu=gpu, kv_cache_dtype=kv, tp=tp, heads_per_rank=heads,
                     dtype=_model_dtype(geometry), with_plugin=bool(with_plugin),
-                    backend=check_backend(backend, with_plugin))
+                    backend=check_backend(backend, with_plugin), memory=settings)
 
 
 def check_backend(backend, with_plugin: bool) -> str | None:
