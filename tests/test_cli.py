@@ -119,3 +119,18 @@ def test_argparse_refusals_are_one_line_with_what_is_accepted(capsys, argv, says
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
+
+
+def test_a_reader_that_leaves_the_pipe_gets_no_traceback():
+    """``sparse-mla records table ... | head``: the reader closes the pipe; the command ends with the shell's status
+    for SIGPIPE (141) and nothing on stderr."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from sparse_mla import cli; "
+            "sys.exit(cli.main(['records', 'table', 'proof', 'results']))")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    p.stdout.close()                                   # the reader is gone before the first write (as `head -0`)
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err, err

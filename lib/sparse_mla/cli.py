@@ -7,7 +7,9 @@ torch) inside functions so that ``sparse-mla --help`` stays fast. Bad input rais
 from __future__ import annotations
 
 import argparse
+import io
 import importlib
+import os
 import signal
 import sys
 
@@ -62,10 +64,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"sparse-mla {args.command}: interrupted; nothing half-written was left in place", file=sys.stderr)
         return 130
+    except BrokenPipeError:     # `sparse-mla ... | head`: the reader left; no traceback, the shell's status for SIGPIPE
+        _silence_stdout()
+        return 141
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return int(rc or 0)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not raise again (Python's docs, "Note on
+    SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
 
 
 def _terminate(signum, frame):

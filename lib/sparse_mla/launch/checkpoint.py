@@ -402,6 +402,23 @@ def _check_gguf_types(types) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _check_gguf_layout(types: tuple[str, ...], preset: str, cfg: dict) -> None:
+    """``--gguf`` writes llama.cpp's glm-dsa layout of GLM-5 (every layer with its indexer, GLM-5's rope): refuse it,
+    in one UserInputError line, for a checkpoint that layout cannot describe -- top-k sharing (glm-dsa has no key for
+    it, and a GGUF missing some layers' indexer tensors reads as converted without the indexer) and any preset other
+    than glm-5-tiny (DeepSeek-V3.2's YaRN and NeoX indexer rope have no glm-dsa keys)."""
+    if not types:
+        return
+    if preset != "glm-5-tiny":
+        raise UserInputError(f"--gguf with --preset {preset!r}: make-checkpoint writes GGUFs in llama.cpp's glm-dsa "
+                             f"layout of GLM-5 only; accepted: --gguf with --preset glm-5-tiny")
+    shared = [k for k in ("index_topk_pattern", "index_topk_freq", "indexer_types") if cfg.get(k) is not None]
+    if shared:
+        raise UserInputError(f"--gguf with top-k sharing ({shared[0]}): llama.cpp's glm-dsa layout has no key for "
+                             f"shared top-k layers (every layer carries its indexer); accepted: --gguf without "
+                             f"--index-topk-pattern, --index-topk-freq and --indexer-types")
+
+
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
                     num_layers: int | None = None, overwrite: bool = False, mtp: bool = False,
                     gguf: tuple[str, ...] = (), *, index_topk_pattern: str | None = None,
@@ -426,6 +443,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
                         index_topk_freq=index_topk_freq, index_skip_topk_offset=index_skip_topk_offset,
                         indexer_types=indexer_types)
     gguf = _check_gguf_types(gguf)
+    _check_gguf_layout(gguf, preset, cfg)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
     if str(out_dir).strip() == "":
