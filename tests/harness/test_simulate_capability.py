@@ -96,8 +96,8 @@ print(json.dumps({"fa_utils": fa_utils.get_flash_attn_version(head_size=192, hea
 """
 
 
-@pytest.mark.parametrize("value, build, version", [("8.0", "no-fa2", 3), ("12.0", "no-fa2", 3),
-                                                   ("8.0", "fa2", None), (None, "no-fa2", None)])
+@pytest.mark.parametrize("value, build, version", [("12.0", "no-fa2", 3), ("8.0", "fa2", None),
+                                                   (None, "no-fa2", None)])
 def test_dense_prefill_takes_fa3_only_where_the_build_has_no_fa2(value, build, version):
     """vLLM's ``get_flash_attn_version`` (what the MLA dense prefill imports by name) answers 3 under the harness
     only where FA2 is missing from the build and the live device is SM90; otherwise vLLM's own answer stands (on the

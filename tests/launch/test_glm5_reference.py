@@ -276,7 +276,7 @@ def test_matches_transformers_sparse_prompt(loaded, ref, hf_model):
     for layer, (hf_idx, mine) in enumerate(zip(caught, our_topk)):
         for t in range(INDEX_TOPK - 1, LONG):  # rows where transformers' top-k has no masked picks
             assert set(hf_idx[t].tolist()) == set(mine[t].tolist()), (layer, t)
-    lim = forward_limit(cfg, sd, ids)
+    lim = forward_limit(cfg, sd, ids, samples=8)   # seeded: the same limit everywhere
     assert lim.share(ours, theirs) < 1, lim.share(ours, theirs)
     # a dense run (index_topk 256 > T) does the same arithmetic on the rows before index_topk, and differs far
     # beyond rounding after it
@@ -418,7 +418,7 @@ def test_v32_logits_match_transformers(v32):
     with torch.no_grad():
         theirs = m(ids[None]).logits[0]
     ours = gr.Glm5Reference(cfg16, sd).forward(ids)
-    lim = forward_limit(cfg16, sd, ids)
+    lim = forward_limit(cfg16, sd, ids, samples=8)   # seeded: the same limit everywhere; 8 keep CI short
     assert lim.share(ours, theirs) < 1, lim.share(ours, theirs)
     # the softmax scale without YaRN's mscale^2 is far outside the limit
     wrong = gr.Glm5Reference(cfg16, sd)
