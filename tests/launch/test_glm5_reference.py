@@ -365,7 +365,9 @@ def test_v32_selection_matches_transformers(v32):
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "DeepseekV32ForCausalLM"):
         pytest.skip("this transformers has no DeepseekV32ForCausalLM")
-    m = transformers.AutoModelForCausalLM.from_pretrained(str(v32), dtype=torch.float32, attn_implementation="eager")
+    # the class itself, not AutoModelForCausalLM: once vLLM is imported (earlier tests of a suite), its own config
+    # class for deepseek_v32 sits in transformers' AutoConfig map and the auto class builds DeepseekV3 (no indexer)
+    m = transformers.DeepseekV32ForCausalLM.from_pretrained(str(v32), dtype=torch.float32, attn_implementation="eager")
     ref = gr.Glm5Reference.from_pretrained(v32)
     ids = _ids(LONG, seed=5)
     caught = []
@@ -412,7 +414,7 @@ def test_v32_logits_match_transformers(v32):
         pytest.skip("this transformers has no DeepseekV32ForCausalLM")
     cfg, sd = ck.load_checkpoint(v32)
     cfg16 = dict(cfg, index_topk=16)
-    m = transformers.AutoModelForCausalLM.from_pretrained(str(v32), dtype=torch.float32, attn_implementation="eager",
+    m = transformers.DeepseekV32ForCausalLM.from_pretrained(str(v32), dtype=torch.float32, attn_implementation="eager",
                                                           index_topk=16)
     ids = _ids(40, seed=6)
     with torch.no_grad():
