@@ -133,12 +133,17 @@ def _matrix(args, quiet) -> int:
     with quiet:
         df = diagnose_matrix(model=model, tp=tp, with_plugin=args.with_plugin)
         paths = write_matrix(df, out_dir)
-    if args.json:
+    return _print_matrix(df, paths, args.json, "png")
+
+
+def _print_matrix(df, paths: dict, as_json: bool, second: str) -> int:
+    """A matrix on stdout (``--json``: its rows and files) and the files written (the CSV and ``second``)."""
+    if as_json:
         print(json.dumps({"rows": df.to_dict(orient="records"),
                           "files": {k: str(v) for k, v in paths.items()}}, indent=2))
     else:
         print(df.to_string(index=False))
-        print(f"\nwrote {paths['csv']} and {paths['png']}")
+        print(f"\nwrote {paths['csv']} and {paths[second]}")
     return 0
 
 
@@ -163,10 +168,4 @@ def _memory_matrix(args, quiet) -> int:
     with quiet:
         df = memory_matrix(models, quants, MEMORY_MATRIX_GPUS, **settings)   # checks every input before probing
         paths = write_memory_matrix(df, out_dir)
-    if args.json:
-        print(json.dumps({"rows": df.to_dict(orient="records"),
-                          "files": {k: str(v) for k, v in paths.items()}}, indent=2))
-    else:
-        print(df.to_string(index=False))
-        print(f"\nwrote {paths['csv']} and {paths['md']}")
-    return 0
+    return _print_matrix(df, paths, args.json, "md")
