@@ -14,9 +14,10 @@ W=/tmp/work
 R=$W/session
 CK=/tmp/ck512
 CKM=/tmp/ck512mtp
-# the order of what the open issues still need (2026-12-03: sim_parity failed in vLLM's FA2 prefill, fixed in the
+# the order of what the open issues still need (2026-12-03, second session: the GGUF and GLM-5.x-pattern engines of
+# issue 19 first; before them sim_parity failed in vLLM's FA2 prefill, fixed in the
 # harness since; spec_mtp was cut at 360 s; the rest did not run)
-ALL="checkpoint sim_parity spec_mtp spec_ngram bench_serve diagnose_local patterns records_check ran_graphs whole_suite gpu_tests cuda_branches bench_kernel_fp8 bench_indexer bench_kernel"
+ALL="checkpoint gguf patterns sim_parity spec_mtp spec_ngram bench_serve diagnose_local records_check ran_graphs whole_suite gpu_tests cuda_branches bench_kernel_fp8 bench_indexer bench_kernel"
 NGRAM='{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
 MTP='{"method": "mtp", "num_speculative_tokens": 1}'
 
@@ -105,19 +106,24 @@ run_stage() {
                     --eager-only --no-serve --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 \
                     --max-tokens 16 --json-out "results/h200/launch_h200_patterns_${m%%:*}.json"
               done ;;
-    # GLM-5 as GGUF (not in ALL: needs the gguf extra, gguf==0.19.0 and vllm-gguf-plugin==0.0.5, installed from wheels
-    # carried in .dev -- the device reaches no index): write Q8_0 and Q4_K GGUFs beside the safetensors, and diagnose
-    # them (the GGUF wall: stock, vllm-gguf-plugin, ours).
-    gguf) stage gguf_checkpoint 180 python3 -m sparse_mla make-checkpoint /tmp/ckgguf --index-topk 512 --overwrite \
-              --gguf Q8_0 --gguf Q4_K
-          stage gguf_diagnose 300 python3 -m sparse_mla diagnose --model /tmp/ckgguf/model-Q4_K.gguf --capability local \
-              --with-plugin --json
-          # not yet: `sparse-mla launch --parity` takes a checkpoint directory only (launch.check_model_dir); it would
-          # need --model FILE.gguf passed to vLLM as the model with load_format/quantization "gguf" (vllm-gguf-plugin
-          # patches EngineArgs for a *.gguf model) and the reference forward on the dequantized weights.
-          # stage gguf_parity_q8_0 600 python3 -m sparse_mla launch --model /tmp/ckgguf/model-Q8_0.gguf --parity --eager-only --no-serve
-          # stage gguf_parity_q4_k 600 python3 -m sparse_mla launch --model /tmp/ckgguf/model-Q4_K.gguf --parity --eager-only --no-serve
-          ;;
+    # GLM-5 as GGUF (issue 19): needs the gguf extra (gguf==0.19.0, vllm-gguf-plugin==0.0.5), carried as wheels in
+    # .dev/gguf_wheels (`pip download --no-deps -d .dev/gguf_wheels gguf==0.19.0 vllm-gguf-plugin==0.0.5`: the device
+    # reaches no index) and installed for these stages only (vllm-gguf-plugin is a vLLM general plugin in every vLLM
+    # process that can see it). Q8_0 and Q4_K GGUFs beside the safetensors, the diagnosis of one (the GGUF wall), and a
+    # parity run on each: our backend and FLASHMLA_SPARSE loading the GGUF through vllm-gguf-plugin with our glm-dsa
+    # adapter, against the reference on the GGUF's dequantized weights.
+    gguf) local G=/tmp/gguf_site
+          python3 -m pip install -q --no-index --no-deps --target $G .dev/gguf_wheels/*.whl > $R/gguf_install.log 2>&1
+          stage gguf_checkpoint 180 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla make-checkpoint /tmp/ckgguf \
+              --index-topk 512 --overwrite --gguf Q8_0 --gguf Q4_K
+          stage gguf_diagnose 300 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla diagnose \
+              --model /tmp/ckgguf/model-Q4_K.gguf --capability local --with-plugin --json
+          for t in Q8_0 Q4_K; do
+            stage "gguf_parity_${t,,}" 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
+                --model "/tmp/ckgguf/model-$t.gguf" --parity --eager-only --no-serve \
+                --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
+                --json-out "results/h200/launch_h200_gguf_${t,,}.json"
+          done ;;
     *) echo "unknown stage $1" ;;
   esac
 }

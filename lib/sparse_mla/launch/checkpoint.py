@@ -492,6 +492,17 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     return out
 
 
+def load_weights(path: str | os.PathLike) -> tuple[dict, dict]:
+    """``(config dict, {name: tensor})`` of a checkpoint directory (:func:`load_checkpoint`) or of a GLM-5 GGUF file
+    (``*.gguf``: the config beside it and its dequantized weights, :func:`sparse_mla.launch.gguf_reader.
+    load_gguf_checkpoint`) -- the weights an engine loads from ``path``."""
+    if str(path).lower().endswith(".gguf"):
+        from .gguf_reader import load_gguf_checkpoint
+
+        return load_gguf_checkpoint(path)
+    return load_checkpoint(path)
+
+
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     """Read a Hugging Face checkpoint directory: ``(config dict, {name: tensor})``.
 

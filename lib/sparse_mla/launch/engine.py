@@ -90,13 +90,50 @@ def check_model_dir(model: str | os.PathLike) -> Path:
     return p
 
 
+def is_gguf_model(model: str | os.PathLike) -> bool:
+    """A ``--model`` that names a GGUF file (``*.gguf``): vLLM loads it through vllm-gguf-plugin."""
+    return str(model).lower().endswith(".gguf")
+
+
+def check_model(model: str | os.PathLike) -> Path:
+    """:func:`check_model_dir` for a checkpoint directory; for a GLM-5 GGUF file (``*.gguf``) the file, after checking
+    that the ``gguf`` extra (gguf-py, vllm-gguf-plugin: vLLM 0.26 has no GGUF loader of its own) is installed, that the
+    file is a ``glm-dsa`` GGUF with the DSA indexer tensors whose metadata agrees with the ``config.json`` beside it
+    (:func:`sparse_mla.launch.gguf_reader.gguf_config`; vllm-gguf-plugin reads the config from the file's folder),
+    and that the folder passes :func:`check_model_dir`. Raises :class:`UserInputError` naming what is wrong."""
+    if not is_gguf_model(model):
+        return check_model_dir(model)
+    from ..extras import require
+
+    require("launch --model FILE.gguf (vLLM 0.26 loads a GGUF through vllm-gguf-plugin)", "gguf", "vllm_gguf_plugin")
+    from .gguf_reader import gguf_config
+
+    p, _ = gguf_config(model)
+    check_model_dir(p.parent)
+    return p
+
+
+def model_dir(model: Path) -> Path:
+    """The checkpoint directory of a checked ``--model`` (:func:`check_model`): the GGUF's folder for a GGUF file
+    (its config and tokenizer), else ``model`` itself."""
+    return model.parent if is_gguf_model(model) else model
+
+
+def weights_asked(model: Path) -> dict:
+    """What the engine must report having loaded (the ``ran`` block's ``weights``): vllm-gguf-plugin's ``gguf`` load
+    format and quantization for a GGUF file, vLLM's default for a directory; plus the checkpoint's format and file."""
+    if is_gguf_model(model):
+        return {"format": "gguf", "file": model.name, "load_format": "gguf", "quantization": "gguf"}
+    return {"format": "safetensors", "file": None, "load_format": None, "quantization": None}
+
+
 def check_tp(model: str | os.PathLike, tp) -> int:
     """``tp`` as an int after checking it against the checkpoint's heads and the visible GPUs.
 
     vLLM shards MLA by heads (``num_attention_heads // tp`` per rank), so ``tp`` must divide them. Raises
     :class:`UserInputError` naming the value and the accepted sizes -- before any engine starts.
     """
-    cfg = read_json(check_model_dir(model) / "config.json")
+    cfg = read_json(model_dir(check_model(model)) / "config.json")
     heads = int(text_config(cfg)["num_attention_heads"])
     ok = [d for d in range(1, heads + 1) if heads % d == 0]
     if isinstance(tp, bool) or not isinstance(tp, int):
@@ -204,10 +241,10 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     engine's speculative counters (:func:`speculative_counts`).
     """
     require_gpu()
-    model = check_model_dir(model)
+    model = check_model(model)
     tp = check_tp(model, tp)
     spec = check_offline_spec(parse_run_spec(backend))
-    speculative_config = check_speculative_config(speculative_config, model)
+    speculative_config = check_speculative_config(speculative_config, model_dir(model))
     kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
     # layer_backends and collect travel to the workers by pickle (LLM.collective_rpc with a function)
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -221,6 +258,8 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     kw = dict(model=str(model), tensor_parallel_size=tp, enforce_eager=enforce_eager, max_model_len=max_model_len,
               gpu_memory_utilization=gpu_memory_utilization, seed=seed, max_num_seqs=64,
               kv_cache_dtype=kv_cache_dtype)
+    if is_gguf_model(model):     # vllm-gguf-plugin: weights from the file, config and tokenizer from its folder
+        kw["tokenizer"] = str(model_dir(model))
     ac = attention_config(spec.backend)
     if ac:
         kw["attention_config"] = ac
@@ -233,7 +272,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         llm = LLM(**kw)
         init_s = time.time() - t0
     layers = llm.collective_rpc(layer_backends)[0]
-    prompts = prompts or prompt_ids(model, [48])
+    prompts = prompts or prompt_ids(model_dir(model), [48])
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=logprobs, ignore_eos=True, seed=seed)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
     gens = []
@@ -245,14 +284,15 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
                      "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
     from ..records import environment
 
-    rec = {"environment": environment(), **spec.describe(), "kv_cache_dtype": kv_cache_dtype, "tp": tp,
+    rec = {"environment": environment(), **spec.describe(), "checkpoint": weights_asked(model),
+           "kv_cache_dtype": kv_cache_dtype, "tp": tp,
            "enforce_eager": enforce_eager, "speculative_config": speculative_config,
            "engine_init_s": round(init_s, 1), "layers": layers,
            "attention_backends": sorted({v["backend"] for v in layers.values() if v["backend"]}),
            "generations": gens}
     if throughput:
         n, plen, mt = throughput["num_seqs"], throughput["prompt_len"], throughput["max_tokens"]
-        batch = [{"prompt_token_ids": ids} for ids in prompt_ids(model, [plen] * n, seed=1)]
+        batch = [{"prompt_token_ids": ids} for ids in prompt_ids(model_dir(model), [plen] * n, seed=1)]
         tsp = SamplingParams(temperature=0.0, max_tokens=mt, ignore_eos=True)
         llm.generate(batch[:4], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True), use_tqdm=False)
         t1 = time.time()
@@ -261,22 +301,24 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         gen_tokens = sum(len(r.outputs[0].token_ids) for r in res)
         rec["throughput"] = {**throughput, "seconds": round(dt, 3), "generated_tokens": gen_tokens,
                              "output_tokens_per_s": round(gen_tokens / dt, 1)}
-    rec.update(_ran_fields(llm, spec, speculative_config))
+    rec.update(_ran_fields(llm, spec, speculative_config, rec["checkpoint"]))
     del llm
     return with_simulated(rec)
 
 
-def _ran_fields(llm, spec: RunSpec, speculative_config: dict | None) -> dict:
+def _ran_fields(llm, spec: RunSpec, speculative_config: dict | None, weights: dict | None = None) -> dict:
     """``ran`` (rank 0's block, read in every worker after all generation, plus the engine's speculative counters
     where it speculated), ``ran_per_rank`` where there are more ranks, and ``ran_contradictions`` against ``spec``
-    (its simulated capability, the drafter's backend, the speculation asked for)."""
+    (its simulated capability, the drafter's backend, the speculation asked for) and ``weights``
+    (:func:`weights_asked`: a GGUF's load format)."""
     ranks = llm.collective_rpc(collect)
     if speculative_config:
         ranks[0]["speculative"] = speculative_counts(llm.get_metrics())
     out = {"ran": ranks[0], **({"ran_per_rank": ranks} if len(ranks) > 1 else {})}
     asked = {**spec.describe(), "capability": spec.capability or (simulated() or {}).get("capability"),
              "draft_backend": drafter_backend(spec, speculative_config),
-             "speculative": (speculative_config or {}).get("method")}
+             "speculative": (speculative_config or {}).get("method"),
+             "load_format": (weights or {}).get("load_format")}
     out["ran_contradictions"] = sorted({c for r in ranks for c in contradictions(asked, r)})
     return out
 
@@ -310,7 +352,8 @@ def serve_command(model: str | os.PathLike, spec: RunSpec, port: int, *, kv_cach
     backend through ``--attention-backend`` (``CUSTOM`` for ours), ``--speculative-config`` as JSON (an MTP drafter on
     the run's backend: :func:`~sparse_mla.launch.specs.with_drafter_backend`), and the worker extension that answers
     the ``ran`` block (:data:`sparse_mla.vllm_plugin.ran.SERVE_OPTIONS`)."""
-    cmd = ["vllm", "serve", str(model), "--host", HOST, "--port", str(port), "--served-model-name", SERVED_NAME,
+    cmd = ["vllm", "serve", str(model), *(["--tokenizer", str(Path(model).parent)] if is_gguf_model(model) else []),
+           "--host", HOST, "--port", str(port), "--served-model-name", SERVED_NAME,
            "--max-model-len", str(max_model_len), "--gpu-memory-utilization", str(gpu_memory_utilization),
            "--seed", "0", "--kv-cache-dtype", kv_cache_dtype, "--tensor-parallel-size", str(tp)]
     cmd += ["--enforce-eager"] if enforce_eager else []
@@ -338,7 +381,8 @@ def server_env(spec: RunSpec, base: dict | None = None) -> dict[str, str]:
     return {**spec_env(spec, base), "VLLM_LOGGING_LEVEL": "INFO", COUNT_ENV: "1", **SERVE_ENV}
 
 
-def served_ran(base_url: str, spec: RunSpec, speculative_config: dict | None = None) -> dict:
+def served_ran(base_url: str, spec: RunSpec, speculative_config: dict | None = None,
+               weights: dict | None = None) -> dict:
     """The ``ran`` fields of a served engine, read in its workers (:func:`sparse_mla.launch.server.collective_rpc`
     of :data:`~sparse_mla.vllm_plugin.ran.RAN_METHOD`): ``ran`` (rank 0), ``ran_per_rank`` where there are more,
     ``ran_contradictions`` against ``spec`` (a simulated capability, an MTP drafter's backend for
@@ -349,7 +393,8 @@ def served_ran(base_url: str, spec: RunSpec, speculative_config: dict | None = N
     except ServerError as e:
         return {"ran_error": str(e), "ran_contradictions": ["no ran block: nothing was read inside the engine"]}
     asked = {**spec.describe(), "capability": spec.capability or (simulated() or {}).get("capability"),
-             "draft_backend": drafter_backend(spec, speculative_config)}
+             "draft_backend": drafter_backend(spec, speculative_config),
+             "load_format": (weights or {}).get("load_format")}
     out = {"ran": ranks[0] if ranks else None,
            "ran_contradictions": sorted({c for r in (ranks or [None]) for c in contradictions(asked, r)})}
     if len(ranks) > 1:
@@ -368,10 +413,10 @@ def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] |
     ``port`` defaults to a free one. The server is always stopped before returning (``server.served``).
     """
     require_gpu()
-    model = check_model_dir(model)
+    model = check_model(model)
     tp = check_tp(model, tp)
     spec = parse_run_spec(backend)
-    speculative_config = check_speculative_config(speculative_config, model)
+    speculative_config = check_speculative_config(speculative_config, model_dir(model))
     port = port or free_port()
     cmd = serve_command(model, spec, port, kv_cache_dtype=kv_cache_dtype, tp=tp,
                         speculative_config=speculative_config)
@@ -380,15 +425,16 @@ def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] |
 
     with served(cmd, server_env(spec), log_path, port, timeout_s) as srv:
         client = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="none", timeout=60, max_retries=0)
-        prompt = prompt or prompt_ids(model, [48])[0]
+        prompt = prompt or prompt_ids(model_dir(model), [48])[0]
         r = client.completions.create(model=SERVED_NAME, prompt=prompt, max_tokens=max_tokens, temperature=0.0,
                                       logprobs=1, extra_body={"return_tokens_as_token_ids": True,
                                                               "ignore_eos": True})
         ch = r.choices[0]
         toks = [int(t.split(":", 1)[1]) for t in ch.logprobs.tokens]
-        ran = served_ran(srv.base_url, spec, speculative_config)
+        ran = served_ran(srv.base_url, spec, speculative_config, weights_asked(model))
     lines = backend_log_lines(log_path)
-    return with_simulated({**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "tp": tp,
+    return with_simulated({**spec.describe(), "checkpoint": weights_asked(model), "kv_cache_dtype": kv_cache_dtype,
+                           "tp": tp,
                             "speculative_config": speculative_config, "command": cmd, "server_up_s": srv.up_s,
                             "token_ids": toks, "logprobs": list(ch.logprobs.token_logprobs),
                             "backend_log_lines": lines,
@@ -511,28 +557,28 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     every run with the baseline (``parity_vs_ours``) and every pair of runs (``parity_pairs``).
     """
     require_gpu()
-    model = check_model_dir(model)
+    model = check_model(model)
     tp = check_tp(model, tp)
     backends = normalize_backends(backends)
     prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
     kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
-    speculative_config = check_speculative_config(speculative_config, model)
-    out = record_file(out if out is not None else default_record_path(tp), model)   # before the engines, not after
-    cfg = read_json(model / "config.json")
+    speculative_config = check_speculative_config(speculative_config, model_dir(model))
+    out = record_file(out if out is not None else default_record_path(tp), model_dir(model))   # before the engines
+    cfg = read_json(model_dir(model) / "config.json")
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sparse-mla-launch-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     throughput = throughput or DEFAULT_THROUGHPUT
     runs, interrupted = _engine_runs(model, parity_plan(backends, graph, bool(speculative_config)), prompt_lengths,
                                      max_tokens, throughput, tp, kv_cache_dtype, speculative_config, log_dir)
-    prompts = prompt_ids(model, list(prompt_lengths))
+    prompts = prompt_ids(model_dir(model), list(prompt_lengths))
     from ..records import environment
 
     rec = {"environment": environment(), "model": {"path": model.name, "index_topk": cfg.get("index_topk"),
                                                    "num_attention_heads": cfg.get("num_attention_heads"),
                                                    "num_hidden_layers": cfg.get("num_hidden_layers"),
                                                    "num_nextn_predict_layers": cfg.get("num_nextn_predict_layers")},
-           "tp": tp, "kv_cache_dtype": kv_cache_dtype, "speculative_config": speculative_config,
-           "prompt_lengths": list(prompt_lengths),
+           "checkpoint": weights_asked(model), "tp": tp, "kv_cache_dtype": kv_cache_dtype,
+           "speculative_config": speculative_config, "prompt_lengths": list(prompt_lengths),
            "run_specs": {k: {x: v[x] for x in ("run", "backend_requested", "indexer", "kv_cache_dtype")}
                          for k, v in runs.items()}, "runs": runs}
     if interrupted:      # what ran before the interruption, written whole; then the interruption goes on up
@@ -618,7 +664,8 @@ def add_cli(sub) -> None:
     p = sub.add_parser("launch", help="run a GLM-5-architecture checkpoint in vLLM on a backend (GPU)",
                        description="Offline vllm.LLM generation (default), `vllm serve` + openai client (--serve), or "
                                    "the full parity record (--parity). Needs a CUDA GPU.")
-    p.add_argument("--model", required=True, help="checkpoint directory (sparse-mla make-checkpoint, or real GLM-5)")
+    p.add_argument("--model", required=True, help="checkpoint directory (sparse-mla make-checkpoint, or real GLM-5), "
+                                                  "or a GLM-5 GGUF file in such a directory (needs the gguf extra)")
     p.add_argument("--backend", default=OURS, help=f"run spec: {OURS} (default), auto, or a vLLM sparse MLA backend "
                                                    f"name, optionally +{TRITON_INDEXER}")
     p.add_argument("--kv-cache-dtype", default="auto", help=f"one of {', '.join(ENGINE_KV_CACHE_DTYPES)} (every engine of --parity)")
@@ -646,7 +693,7 @@ def add_cli(sub) -> None:
 
 
 def _cli(args) -> int:
-    model = check_model_dir(args.model)   # every argument is checked first: a wrong value is news on any machine
+    model = check_model(args.model)   # every argument is checked first: a wrong value is news on any machine
     try:
         lengths = [int(x) for x in str(args.prompt_lengths).split(",") if x.strip()]
     except ValueError:
@@ -673,9 +720,9 @@ def _cli(args) -> int:
     if not backends:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
     backends = normalize_backends(backends)
-    spec_cfg = check_speculative_config(args.speculative_config, model)
+    spec_cfg = check_speculative_config(args.speculative_config, model_dir(model))
     if args.json_out is not None:
-        record_file(args.json_out, model, "--json-out file")   # before the engine, not after
+        record_file(args.json_out, model_dir(model), "--json-out file")   # before the engine, not after
     require_gpu()
     if args.parity:
         rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
@@ -683,10 +730,10 @@ def _cli(args) -> int:
                          kv_cache_dtype=args.kv_cache_dtype, speculative_config=spec_cfg, serve=not args.no_serve,
                          graph=not args.eager_only)
     elif args.serve:
-        rec = run_serve(model, args.backend, prompt=prompt_ids(model, lengths[:1])[0], max_tokens=args.max_tokens,
+        rec = run_serve(model, args.backend, prompt=prompt_ids(model_dir(model), lengths[:1])[0], max_tokens=args.max_tokens,
                         kv_cache_dtype=args.kv_cache_dtype, tp=tp, speculative_config=spec_cfg)
     else:
-        rec = run_offline(model, args.backend, args.kv_cache_dtype, tp, prompts=prompt_ids(model, lengths),
+        rec = run_offline(model, args.backend, args.kv_cache_dtype, tp, prompts=prompt_ids(model_dir(model), lengths),
                           max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr,
                           speculative_config=spec_cfg)
     if not args.parity:

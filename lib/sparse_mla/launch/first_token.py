@@ -15,7 +15,6 @@ the Gaussian tail for all prompts together at ``P_FAIL``.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 RULE = ("first token == the reference's argmax for every prompt whose reference top-2 log-prob gap exceeds the "
         "tolerance lam * sqrt(2) * sigma, sigma the gap's spread over Monte Carlo forwards of the reference with the "
@@ -32,10 +31,10 @@ def first_token_criterion(model: str | os.PathLike, prompts: list[list[int]], re
     forwards run (default: a GPU if there is one)."""
     import torch
 
-    from .checkpoint import load_checkpoint
+    from .checkpoint import load_weights
     from .forward_rounding import engine_arithmetic, first_token_gap
 
-    cfg, sd = load_checkpoint(Path(model))
+    cfg, sd = load_weights(model)
     arithmetic = engine_arithmetic(str(cfg.get("dtype", cfg.get("torch_dtype", "bfloat16"))), kv_cache_dtype)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     per, failures = [], []

@@ -439,6 +439,11 @@ class Glm5Reference:
         self.last["lse"] = lse
         return self._lin(v, a + "o_proj.weight"), topk_local
 
+    def _route(self, choice: torch.Tensor, k: int) -> torch.Tensor:
+        """The router's decision: the ``k`` experts of highest ``choice [T, experts]`` (groups outside ``topk_group``
+        already at -inf) -> expert ids ``[T, k]``."""
+        return choice.topk(k, dim=-1)[1]
+
     def moe(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """MoE block (vLLM ``DeepseekV2MoE`` + ``grouped_topk``; fp32 router as vLLM does for ``glm_moe_dsa``)."""
         c = self.config
@@ -458,7 +463,7 @@ class Glm5Reference:
         gidx = group_scores.topk(topk_group, dim=-1)[1]
         gmask = torch.zeros_like(group_scores).scatter_(1, gidx, 1.0)
         smask = gmask[:, :, None].expand(-1, n_group, E // n_group).reshape(-1, E).bool()
-        topk_ids = choice.masked_fill(~smask, float("-inf")).topk(k, dim=-1)[1]
+        topk_ids = self._route(choice.masked_fill(~smask, float("-inf")), k)
         topk_w = scores.gather(1, topk_ids)
         if c.get("norm_topk_prob", True):
             topk_w = topk_w / topk_w.sum(dim=-1, keepdim=True)
@@ -522,8 +527,10 @@ class Glm5Reference:
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> "Glm5Reference":
-        """Load a checkpoint directory with :func:`sparse_mla.launch.checkpoint.load_checkpoint` and build the reference."""
-        from .checkpoint import load_checkpoint
+        """Load a checkpoint directory with :func:`sparse_mla.launch.checkpoint.load_checkpoint`, or a GGUF file's
+        dequantized weights with the config beside it (:func:`sparse_mla.launch.gguf_reader.load_gguf_checkpoint`),
+        and build the reference."""
+        from .checkpoint import load_weights
 
-        cfg, sd = load_checkpoint(path)
+        cfg, sd = load_weights(path)
         return cls(cfg, sd, **kwargs)

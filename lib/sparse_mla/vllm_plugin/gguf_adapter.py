@@ -26,6 +26,7 @@ metadata describes (the inverse of the converter's ``set_gguf_parameters``).
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..errors import UserInputError
@@ -36,6 +37,10 @@ GLM_DSA = "glm-dsa"
 #: The DSA indexer's tensors of each block, as gguf-py names them (``TENSOR_NAMES[MODEL_TENSOR.INDEXER_*]``).
 INDEXER_TENSORS = ("indexer.attn_q_b.weight", "indexer.attn_k.weight", "indexer.proj.weight",
                    "indexer.k_norm.weight", "indexer.k_norm.bias")
+
+#: Set in the process where :class:`GlmDsaGGUFAdapter` prepared a GGUF's loading: ``{"adapter": class name,
+#: "file": the GGUF's file name}`` (read by the ``ran`` block, :func:`sparse_mla.vllm_plugin.ran.weights_loaded`).
+USED: dict[str, str] = {}
 
 #: GGUF tensors the adapter dequantizes and hands over unquantized (see the module docstring).
 DEQUANTIZED = ("attn_k_b.weight", "attn_v_b.weight", "indexer.attn_k.weight", "indexer.proj.weight")
@@ -83,10 +88,9 @@ def _vllm_name(hf_name: str) -> str:
             .replace("e_score_correction.bias", "e_score_correction_bias"))
 
 
-def gguf_to_vllm_names(cfg: dict) -> dict[str, str]:
-    """GGUF tensor name -> the name vLLM loads it as, for every tensor a ``glm-dsa`` GGUF of ``cfg`` holds
-    (``attn_k_b``/``attn_v_b`` -> ``k_b_proj``/``v_b_proj``, which :class:`GlmDsaGGUFAdapter` joins into
-    ``kv_b_proj``). gguf-py's ``TensorNameMap`` gives every GGUF name."""
+def gguf_to_hf_names(cfg: dict) -> dict[str, str]:
+    """GGUF tensor name -> its Hugging Face name in the converter's form (:func:`hf_weight_names`), for every tensor a
+    ``glm-dsa`` GGUF of ``cfg`` holds. gguf-py's ``TensorNameMap`` gives every GGUF name."""
     import gguf
 
     blocks = int(cfg["num_hidden_layers"]) + int(cfg.get("num_nextn_predict_layers") or 0)
@@ -96,8 +100,34 @@ def gguf_to_vllm_names(cfg: dict) -> dict[str, str]:
         g = name_map.get_name(hf, try_suffixes=(".weight", ".bias"))
         if g is None:
             raise ValueError(f"gguf-py has no glm-dsa name for {hf!r}")
-        out[g] = _vllm_name(hf)
+        out[g] = hf
     return out
+
+
+def gguf_to_vllm_names(cfg: dict) -> dict[str, str]:
+    """GGUF tensor name -> the name vLLM loads it as, for every tensor a ``glm-dsa`` GGUF of ``cfg`` holds
+    (``attn_k_b``/``attn_v_b`` -> ``k_b_proj``/``v_b_proj``, which :class:`GlmDsaGGUFAdapter` joins into
+    ``kv_b_proj``)."""
+    return {g: _vllm_name(h) for g, h in gguf_to_hf_names(cfg).items()}
+
+
+def join_kv_b(k_b, v_b, num_heads: int):
+    """``kv_b_proj`` [heads * (nope + v), kv_lora_rank] from llama.cpp's split halves (numpy arrays):
+    ``attn_k_b`` [heads, kv_lora_rank, nope] (transposed back per head) and ``attn_v_b`` [heads, v, kv_lora_rank] --
+    the inverse of ``DeepseekV2Model.modify_tensors`` (llama.cpp ``convert_hf_to_gguf.py``)."""
+    import numpy as np
+
+    k = k_b.reshape(num_heads, -1, k_b.shape[-1]).transpose(0, 2, 1)     # [nh, nope, kv_lora_rank]
+    v = v_b.reshape(num_heads, -1, v_b.shape[-1])                        # [nh, v, kv_lora_rank]
+    return np.ascontiguousarray(np.concatenate([k, v], axis=1).reshape(-1, k.shape[-1]))
+
+
+def dequantize(tensor):
+    """A gguf-py ``ReaderTensor`` dequantized by gguf-py to a float32 numpy array in PyTorch's row-major shape."""
+    import gguf
+
+    shape = tuple(int(s) for s in reversed(tensor.shape))
+    return gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(shape)
 
 
 def check_indexer_tensors(tensor_names, n_layers: int, source: str) -> None:
@@ -206,6 +236,7 @@ def adapter_class():
             unquantized = self.get_unquantized_modules(types) + sorted(
                 {h.rsplit(".", 2)[0] + ".kv_b_proj" for g, h in full.items() if g.endswith("attn_k_b.weight")})
             self.dequantized = {g: h for g, h in full.items() if g.endswith(DEQUANTIZED)}
+            USED.update(adapter="GlmDsaGGUFAdapter", file=os.path.basename(str(files[0])))
             self.load_spec = GGUFLoadSpec(weights_source=files, gguf_to_hf_name_map=passthrough,
                                           unquantized_modules=unquantized)
             return self.load_spec
@@ -227,24 +258,19 @@ def dequantized_weights(files, names: dict[str, str], cfg: dict, dtype):
     import numpy as np
     import torch
 
-    nh = cfg["num_attention_heads"]
     halves: dict[str, dict[str, np.ndarray]] = {}
     for f in files:
         for t in gguf.GGUFReader(f).tensors:
             if t.name not in names:
                 continue
-            shape = tuple(int(s) for s in reversed(t.shape))
-            w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
-            hf = names[t.name]
+            w, hf = dequantize(t), names[t.name]
             if t.name.endswith(("attn_k_b.weight", "attn_v_b.weight")):
                 halves.setdefault(hf.rsplit(".", 2)[0], {})["k" if "k_b" in t.name else "v"] = w
                 continue
             yield hf, torch.from_numpy(np.ascontiguousarray(w)).to(dtype)
     for prefix, kv in halves.items():
-        k = kv["k"].reshape(nh, -1, kv["k"].shape[-1]).transpose(0, 2, 1)     # [nh, nope, kv_lora_rank]
-        v = kv["v"].reshape(nh, -1, kv["v"].shape[-1])                        # [nh, v, kv_lora_rank]
-        kv_b = np.concatenate([k, v], axis=1).reshape(-1, k.shape[-1])
-        yield prefix + ".kv_b_proj.weight", torch.from_numpy(np.ascontiguousarray(kv_b)).to(dtype)
+        kv_b = join_kv_b(kv["k"], kv["v"], cfg["num_attention_heads"])
+        yield prefix + ".kv_b_proj.weight", torch.from_numpy(kv_b).to(dtype)
 
 
 def register_adapter() -> bool:

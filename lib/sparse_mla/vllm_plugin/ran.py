@@ -132,6 +132,19 @@ def count_backends(layers: dict) -> tuple[dict[str, int], dict[str, int]]:
     return att, idx
 
 
+def weights_loaded(worker) -> dict:
+    """How this worker loaded its weights: vLLM's ``load_config.load_format`` and ``model_config.quantization`` of the
+    worker's own config, and the vllm-gguf-plugin weights adapter that mapped a GGUF in this process, if any
+    (:data:`sparse_mla.vllm_plugin.gguf_adapter.USED`)."""
+    from . import gguf_adapter
+
+    cfg = getattr(worker, "vllm_config", None)
+    load = getattr(getattr(cfg, "load_config", None), "load_format", None)
+    return {"load_format": None if load is None else str(load),
+            "quantization": getattr(getattr(cfg, "model_config", None), "quantization", None),
+            "gguf_adapter": gguf_adapter.USED.get("adapter")}
+
+
 def collect(worker) -> dict:
     """The ``ran`` block of this process (module docstring), ``worker`` the vLLM worker it runs in (its layers)."""
     import torch
@@ -149,6 +162,7 @@ def collect(worker) -> dict:
            "device_capability": None if dev is None else f"{dev[0]}.{dev[1]}",
            "triton_targets": triton_targets(), "triton_binaries": triton_binaries(), "launch_plan": planned_limits(),
            "indexer": indexer_calls(), "attention": attention, "indexer_cache": indexer_cache}
+    out["weights"] = weights_loaded(worker)
     prefill = {}
     for k, v in layers.items():
         if v["prefill"] and k not in draft:
@@ -226,8 +240,9 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     ``backend_requested`` (``"auto"``: vLLM's choice, not checked), ``indexer`` (``"vllm"`` or ``TRITON_DSA_INDEXER``),
     optionally ``capability`` (a simulated one, ``"8.0"``), ``draft_backend`` (the backend a draft model's layers
     must run: speculation with a drafter on our backend) and ``speculative`` (the method asked: the engine's
-    ``speculative`` counters must show drafts). Checked: the capability vLLM saw; every attention layer on
-    the requested backend (the drafter's on ``draft_backend``); our Triton kernels generated for that capability's
+    ``speculative`` counters must show drafts) and ``load_format`` (``"gguf"``: the weights loaded in that format
+    through :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter`). Checked: the capability vLLM saw;
+    every attention layer on the requested backend (the drafter's on ``draft_backend``); our Triton kernels generated for that capability's
     architecture only; the launch planned with that GPU's limits (its own where the device is that GPU, else its row
     of ``DEVICE_LIMITS``); the Triton indexer called if it was asked for, and otherwise exactly where the plugin's
     default puts it at the capability vLLM saw (:func:`sparse_mla.vllm_plugin.indexer.wanted_by_default`: where vLLM
@@ -249,6 +264,12 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     draft = asked.get("draft_backend")
     if draft is not None and set(ran.get("draft_attention") or {}) != {draft}:
         out.append(f"draft_attention: asked {draft} in the drafter's layers, they ran {ran.get('draft_attention')}")
+    load = asked.get("load_format")
+    w = ran.get("weights") or {}
+    if load is not None and w.get("load_format") != load:
+        out.append(f"weights: asked load_format {load}, the engine loaded {w}")
+    if load == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
+        out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")
     method = asked.get("speculative")
     if method and not (ran.get("speculative") or {}).get("drafts"):
         out.append(f"speculative: {method} asked, the engine made no draft ({ran.get('speculative')})")

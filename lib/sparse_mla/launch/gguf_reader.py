@@ -1,0 +1,99 @@
+"""A GLM-5 GGUF read back as the checkpoint it was made from: the config beside it and its dequantized weights.
+
+vllm-gguf-plugin (0.0.5, ``GGUFConfigParser`` / ``EngineArgs.create_model_config``) takes a GGUF model's config from
+the folder the file is in (or ``--tokenizer`` / ``--hf-config-path``) and only its weights from the file. The
+reference forward on a GGUF does the same: :func:`load_gguf_checkpoint` returns that folder's ``config.json`` and the
+GGUF's tensors dequantized by gguf-py (``gguf.quants.dequantize``), renamed back to the Hugging Face names the
+safetensors hold -- the inverse of llama.cpp's converter (:mod:`sparse_mla.launch.gguf_writer`): gguf-py's
+``glm-dsa`` names -> Hugging Face names (:func:`~sparse_mla.vllm_plugin.gguf_adapter.gguf_to_hf_names`), stacked
+experts ``ffn_*_exps`` split per expert, ``attn_k_b`` / ``attn_v_b`` joined into ``kv_b_proj``
+(:func:`~sparse_mla.vllm_plugin.gguf_adapter.join_kv_b`), ``exp_probs_b.bias`` -> ``e_score_correction_bias``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import UserInputError, expand_path
+
+#: Config keys the GGUF's metadata and the ``config.json`` beside it must agree on (else the file is another model's).
+AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
+         "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
+         "index_head_dim")
+
+
+def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
+    """``(GGUF file, config dict)``: the ``config.json`` in the GGUF's folder, after checking that the file is a
+    ``glm-dsa`` GGUF with the DSA indexer tensors and that its metadata describes that config (:data:`AGREE`).
+
+    Raises :class:`UserInputError` for a missing file or ``config.json``, a file gguf-py cannot read, another
+    architecture, missing indexer tensors, or a config the GGUF contradicts (naming the key and both values)."""
+    from ..diagnose.gguf import read_gguf
+    from ..files import read_json
+
+    p = expand_path(path, "GGUF model")
+    if not p.is_file():
+        raise UserInputError(f"GGUF model {str(path)!r} is not a file; accepted: a .gguf file in a folder with the "
+                             f"model's config.json and tokenizer (sparse-mla make-checkpoint OUT --gguf Q8_0)")
+    info = read_gguf(p)     # architecture, metadata, indexer tensors: refused by name there
+    cfg_path = p.parent / "config.json"
+    if not cfg_path.is_file():
+        raise UserInputError(f"GGUF model {str(path)!r} has no config.json beside it: vllm-gguf-plugin reads the "
+                             f"model's config from the GGUF's folder; accepted: a .gguf file in a folder with the "
+                             f"model's config.json and tokenizer (sparse-mla make-checkpoint OUT --gguf Q8_0)")
+    cfg = read_json(cfg_path, accepted="a Hugging Face config.json")
+    for k in AGREE:
+        if cfg.get(k) != info["config"].get(k):
+            raise UserInputError(f"GGUF model {str(path)!r} has {k} = {info['config'].get(k)!r} and the config.json "
+                                 f"beside it {cfg.get(k)!r}: another model's file; accepted: the GGUF of the "
+                                 f"checkpoint in its folder")
+    return p, cfg
+
+
+def from_converter_tensors(cfg: dict, items) -> dict:
+    """``{Hugging Face name: float32 tensor}`` in the checkpoint's layout from ``(converter-form name, numpy array)``
+    pairs (llama.cpp's layout, :func:`sparse_mla.launch.gguf_writer.converter_tensors`): stacked experts split per
+    expert, ``k_b_proj`` / ``v_b_proj`` joined into ``kv_b_proj``, ``e_score_correction.bias`` renamed back."""
+    import numpy as np
+    import torch
+
+    from ..vllm_plugin.gguf_adapter import join_kv_b
+
+    state: dict[str, torch.Tensor] = {}
+    halves: dict[str, dict[str, np.ndarray]] = {}
+    for hf, w in items:
+        w = np.asarray(w, dtype=np.float32)
+        if hf.endswith(("k_b_proj.weight", "v_b_proj.weight")):
+            halves.setdefault(hf.rsplit(".", 2)[0], {})[hf.rsplit(".", 2)[1][0]] = w
+        elif ".mlp.experts." in hf:      # stacked [experts, out, in]
+            prefix, proj = hf.split(".mlp.experts.")
+            for e in range(w.shape[0]):
+                state[f"{prefix}.mlp.experts.{e}.{proj}"] = torch.from_numpy(np.ascontiguousarray(w[e]))
+        else:
+            state[hf.replace("e_score_correction.bias", "e_score_correction_bias")] = torch.from_numpy(w.copy())
+    for prefix, kv in halves.items():
+        state[prefix + ".kv_b_proj.weight"] = torch.from_numpy(join_kv_b(kv["k"], kv["v"],
+                                                                         cfg["num_attention_heads"]))
+    return state
+
+
+def load_gguf_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
+    """``(config dict, {Hugging Face name: float32 tensor})`` of a GLM-5 GGUF (see the module docstring): the names
+    and shapes :func:`sparse_mla.launch.checkpoint.load_checkpoint` gives for the safetensors it was made from.
+    Needs gguf-py (``pip install 'sparse-mla-workbook[gguf]'``). Raises :class:`UserInputError` as
+    :func:`gguf_config` does."""
+    import gguf
+
+    from ..vllm_plugin.gguf_adapter import dequantize, gguf_to_hf_names
+
+    p, cfg = gguf_config(path)
+    names = gguf_to_hf_names(cfg)
+    reader = gguf.GGUFReader(str(p))
+    return cfg, from_converter_tensors(cfg, ((names[t.name], dequantize(t)) for t in reader.tensors))
+
+
+def gguf_tensor_types(path: str | os.PathLike) -> dict[str, str]:
+    """``{GGUF tensor name: GGML type name}`` as stored in the file."""
+    import gguf
+
+    return {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
