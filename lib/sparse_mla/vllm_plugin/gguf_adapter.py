@@ -18,6 +18,11 @@
   ``kv_b_proj`` and makes its own absorbed copies after loading; ``kv_b_proj`` is then an unquantized module;
 * ``indexer.attn_k`` and ``indexer.proj`` are dequantized too: vLLM fuses them into ``wk_weights_proj``, a linear
   built with ``quant_config=None`` (deepseek_v2.py ``Indexer``);
+* ``indexer.attn_q_b`` is dequantized and ``indexer.wq_b`` loaded unquantized: it is vLLM 0.26's one quantized
+  ``ReplicatedLinear`` in GLM-5, and vllm-gguf-plugin 0.0.5's GGUF linear loads through the layer's
+  ``weight_loader_v2``, which ``ReplicatedLinear`` lacks; its own ``weight_loader`` then refuses the GGUF tensor
+  ("Tried to load weights of size torch.Size([4096, 544]) to a parameter of size torch.Size([0])", the H200,
+  2026-12-03). The values are the GGUF's either way;
 * a GGUF without the DSA indexer tensors (llama.cpp's early GLM-5 conversions, mapped to ``glm4moe``) is refused by
   :func:`check_indexer_tensors`, naming the missing tensors: it would otherwise run dense, silently.
 
@@ -43,7 +48,8 @@ INDEXER_TENSORS = ("indexer.attn_q_b.weight", "indexer.attn_k.weight", "indexer.
 USED: dict[str, str] = {}
 
 #: GGUF tensors the adapter dequantizes and hands over unquantized (see the module docstring).
-DEQUANTIZED = ("attn_k_b.weight", "attn_v_b.weight", "indexer.attn_k.weight", "indexer.proj.weight")
+DEQUANTIZED = ("attn_k_b.weight", "attn_v_b.weight", "indexer.attn_k.weight", "indexer.proj.weight",
+               "indexer.attn_q_b.weight")
 
 
 def _is_moe_layer(cfg: dict, i: int) -> bool:
@@ -234,7 +240,8 @@ def adapter_class():
             passthrough = {g: h for g, h in full.items() if not g.endswith(DEQUANTIZED)}
             types = self.get_weight_type_map(model_path, passthrough)
             unquantized = self.get_unquantized_modules(types) + sorted(
-                {h.rsplit(".", 2)[0] + ".kv_b_proj" for g, h in full.items() if g.endswith("attn_k_b.weight")})
+                {h.rsplit(".", 2)[0] + ".kv_b_proj" for g, h in full.items() if g.endswith("attn_k_b.weight")}
+                | {h.removesuffix(".weight") for g, h in full.items() if g.endswith("indexer.attn_q_b.weight")})
             self.dequantized = {g: h for g, h in full.items() if g.endswith(DEQUANTIZED)}
             USED.update(adapter="GlmDsaGGUFAdapter", file=os.path.basename(str(files[0])))
             self.load_spec = GGUFLoadSpec(weights_source=files, gguf_to_hf_name_map=passthrough,
