@@ -304,8 +304,8 @@ def load_model(spec: str | Path) -> ModelGeometry:
     """
     s = str(spec)
     if not s.strip():
-        raise UserInputError(f"model {s!r} is empty; accepted: a preset ({', '.join(PRESETS)}), a config.json or a "
-                             f"checkpoint directory holding one")
+        raise UserInputError(f"model {s!r} is empty; accepted: a preset ({', '.join(PRESETS)}), a config.json, a "
+                             f"checkpoint directory holding one, or a GLM-5 .gguf file (diagnose)")
     if s in PRESET_CONFIGS:
         return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s])), s)
     source = str(expand_path(s, "model"))
@@ -316,10 +316,12 @@ def load_model(spec: str | Path) -> ModelGeometry:
         p = p / "config.json"
         if not p.is_file():
             raise UserInputError(f"model directory {s!r} has no config.json; accepted: a preset "
-                                 f"({', '.join(PRESETS)}), a config.json or a checkpoint directory holding one")
+                                 f"({', '.join(PRESETS)}), a config.json, a checkpoint directory holding one, or a GLM-5 "
+                             f".gguf file (diagnose)")
     elif not p.is_file():
         raise UserInputError(f"unknown model {s!r}: not a preset and not a file or directory; accepted: a preset "
-                             f"({', '.join(PRESETS)}), a config.json or a checkpoint directory holding one")
+                             f"({', '.join(PRESETS)}), a config.json, a checkpoint directory holding one, or a GLM-5 "
+                             f".gguf file (diagnose)")
     from .files import read_json
 
     cfg = read_json(p, f"config {str(p)!r}", "a JSON Hugging Face config")

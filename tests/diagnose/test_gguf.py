@@ -39,6 +39,7 @@ def test_diagnosis_of_a_gguf_names_the_gguf_wall_at_the_config_stage(ckpt):
         assert "vllm-gguf-plugin is not installed" in wall["vllm_gguf_plugin"]
     assert rec["blockers"][0] == {"stage": "config", "reason": wall["blocker"]}
     assert rec["engine_starts"] is False and rec["stages"]["config"].startswith("BLOCKED")
+    assert rec["stages"]["config"].endswith(wall["blocker"][-60:])   # the text line keeps the install hint at its end
     # the config vLLM built is the one the GGUF's metadata describes: the checkpoint's
     cfg, _ = load_checkpoint(ckpt)
     assert rec["config"]["architecture"] == "GlmMoeDsaForCausalLM" and rec["config"]["index_topk"] == 256
@@ -69,3 +70,14 @@ def test_gguf_without_indexer_is_refused_by_name(ckpt, tmp_path):
     assert is_gguf_file(p) and not is_gguf_file(ckpt / "config.json")
     with pytest.raises(UserInputError, match=r"no DSA indexer tensors \(blk\.0\.indexer"):
         diagnose(str(p), "8.0", "auto")
+
+
+@pytest.mark.parametrize("q", ["fp8", "gguf-q4_k", "bf16"])
+def test_quantization_contradicting_the_ggufs_own_type_is_refused(ckpt, capsys, q):
+    from sparse_mla import cli
+
+    assert cli.main(["diagnose", "--model", str(ckpt / "model-Q8_0.gguf"), "--capability", "9.0",
+                     "--quantization", q]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--quantization {q!r} contradicts the GGUF's own weight type Q8_0" in err[0], err
+    assert "accepted: gguf-q8_0, or no --quantization" in err[0]

@@ -90,6 +90,10 @@ def test_dequantized_kv_b_is_k_b_and_v_b_joined(ckpt):
         assert kv.shape == ref.shape and (kv - ref).abs().max() < ref.abs().max() / 8   # 4/5-bit, same layout
         for leaf in ("wk", "weights_proj"):
             assert f"model.layers.{i}.self_attn.indexer.{leaf}.weight" in got
+        # wq_b too: vllm-gguf-plugin 0.0.5 cannot load a GGUF tensor into vLLM 0.26's ReplicatedLinear (H200 run)
+        wq_b = by[f"blk.{i}.indexer.attn_q_b.weight"]
+        assert torch.equal(got[f"model.layers.{i}.self_attn.indexer.wq_b.weight"],
+                           torch.from_numpy(gguf.quants.dequantize(wq_b.data, wq_b.tensor_type)))
 
 
 @pytest.mark.skipif(PLUGIN is not None, reason=PLUGIN or "")

@@ -99,6 +99,12 @@ def load_gguf(model, quantization: str | None = None):
     name = "gguf-" + "_".join(base[:2] if len(base) > 2 else base).lower()
     if quantization is None and name in QUANTIZATIONS:
         quantization = name
+    elif quantization is not None and (str(quantization).lower() != name if name in QUANTIZATIONS
+                                       else not str(quantization).lower().startswith("gguf-")):
+        raise UserInputError(f"--quantization {quantization!r} contradicts the GGUF's own weight type "
+                             f"{info['file_type']} ({info['path']!r}); accepted: "
+                             f"{name if name in QUANTIZATIONS else 'a gguf-<type> quantization'}, or no --quantization "
+                             f"(the file's type is read from it)")
     return geometry, quantization
 
 

@@ -194,7 +194,7 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
     by = {b["stage"]: b["reason"] for b in rec["blockers"]}
     lines: dict[str, str] = {}
     if "config" in by:
-        lines["config"] = f"BLOCKED: {_short(by['config'], 400)}"
+        lines["config"] = f"BLOCKED: {_short(by['config'], 700)}"   # the GGUF wall's install hint comes last
         return lines
     notes = "; ".join(cfg.get("notes") or [])
     lines["config"] = (f"ok: {cfg.get('architecture')} ({cfg.get('model_type')}, {cfg.get('hf_config_type')}), "
