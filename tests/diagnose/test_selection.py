@@ -300,7 +300,14 @@ def test_bad_input_raises_before_probe():
 
 # ---- matrix --------------------------------------------------------------------------------------------------------
 
-def test_cli_matrix(run_cli, tmp_path):
+def test_cli_matrix(run_cli, tmp_path, monkeypatch):
+    """The command's output and files, on a 2 x 2 grid to keep CI short (the full grid: test_matrix.py)."""
+    import functools
+
+    from sparse_mla.diagnose import matrix as mx
+
+    monkeypatch.setattr(mx, "diagnose_matrix", functools.partial(
+        mx.diagnose_matrix, gpus=["rtx-pro-6000", "h200"], kv_cache_dtypes=["auto", "bfloat16"]))
     rc, out, _ = run_cli("--matrix", "--out-dir", str(tmp_path))
     assert rc == 0 and "rtx-pro-6000" in out and "none" in out
     assert (tmp_path / "diagnose_matrix.csv").is_file() and (tmp_path / "diagnose_matrix.png").is_file()

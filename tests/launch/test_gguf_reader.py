@@ -45,7 +45,8 @@ def test_reference_on_gguf_matches_the_safetensors_forward_within_the_quantizati
     path = out / "model-Q8_0.gguf"
     _, deq = load_gguf_checkpoint(path)
     ids = torch.randint(2, cfg["vocab_size"], (136,), generator=torch.Generator().manual_seed(5))   # > index_topk
-    lim = quantization_limit(cfg, state, weight_error_bounds(cfg, state, gguf_tensor_types(path)), ids, samples=4)   # sigma pooled over 2048 logits a position: 4 samples suffice; seeded
+    # seeded (the same limit everywhere); sigma is pooled over a position's 2048 logits, so 4 samples suffice
+    lim = quantization_limit(cfg, state, weight_error_bounds(cfg, state, gguf_tensor_types(path)), ids, samples=4)
     base, decisions = locked_forward(cfg, state, ids)
     got, _ = locked_forward(cfg, deq, ids, decisions)
     assert lim.share(got, base) < 1
