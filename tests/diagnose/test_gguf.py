@@ -81,3 +81,26 @@ def test_quantization_contradicting_the_ggufs_own_type_is_refused(ckpt, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--quantization {q!r} contradicts the GGUF's own weight type Q8_0" in err[0], err
     assert "accepted: gguf-q8_0, or no --quantization" in err[0]
+
+
+def test_the_config_beside_the_gguf_is_what_vllm_gguf_plugin_builds_from(ckpt, tmp_path, capsys):
+    """A GGUF next to another model's config.json is refused by name (launch refuses it too); without a config.json
+    beside it, vllm-gguf-plugin (which reads the config from the folder) cannot start it: the wall says so."""
+    import shutil
+
+    from sparse_mla import cli
+
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(ckpt / "model-Q8_0.gguf", other / "m.gguf")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**cfg, "index_topk": 512}))
+    assert cli.main(["diagnose", "--model", str(other / "m.gguf"), "--capability", "9.0", "--with-plugin"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has index_topk = 256 and the config.json beside it 512" in err[0], err
+    (other / "config.json").unlink()
+    info = read_gguf(other / "m.gguf")
+    assert info["config_beside"] is None
+    wall = gguf_wall(info, with_plugin=True)
+    assert wall["with_plugin"] == (wall["blocker"])
+    assert ("no config.json beside the GGUF" if PLUGIN else "vllm-gguf-plugin is not installed") in wall["blocker"]

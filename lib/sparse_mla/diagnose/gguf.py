@@ -55,10 +55,41 @@ def file_type(reader) -> str:
         return "unknown"
 
 
+#: Config keys a GGUF's metadata and the ``config.json`` beside it must agree on (else the file is another model's).
+AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
+         "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
+         "index_head_dim")
+
+#: Why vllm-gguf-plugin cannot build a GGUF's config without a ``config.json`` beside it.
+NO_CONFIG_BESIDE = ("no config.json beside the GGUF: vllm-gguf-plugin reads the model's config from the file's folder "
+                    "(GGUFConfigParser: HFConfigParser on the folder, then the GGUF's metadata on top); accepted: a "
+                    ".gguf file in a folder with the model's config.json and tokenizer (sparse-mla make-checkpoint "
+                    "OUT --gguf Q8_0)")
+
+
+def config_beside(path: Path, metadata_config: dict) -> dict | None:
+    """The ``config.json`` in the GGUF's folder -- the config vllm-gguf-plugin builds the model from -- or None where
+    there is none. Raises :class:`UserInputError` where it contradicts the GGUF's metadata on a key of
+    :data:`AGREE`, naming the key and both values."""
+    from ..files import read_json
+
+    f = path.parent / "config.json"
+    if not f.is_file():
+        return None
+    cfg = read_json(f, accepted="a Hugging Face config.json")
+    for k in AGREE:
+        if not isinstance(cfg, dict) or cfg.get(k) != metadata_config.get(k):
+            raise UserInputError(f"GGUF model {str(path)!r} has {k} = {metadata_config.get(k)!r} and the config.json "
+                                 f"beside it {cfg.get(k) if isinstance(cfg, dict) else cfg!r}: another model's file; "
+                                 f"accepted: the GGUF of the checkpoint in its folder")
+    return cfg
+
+
 def read_gguf(path: str | os.PathLike) -> dict[str, Any]:
-    """``{"path", "file_type", "tensor_types": {type: count}, "tensors": [names], "config": HF config dict}`` of a
-    ``glm-dsa`` GGUF. Raises :class:`UserInputError` for a file gguf-py cannot read, another architecture, missing
-    metadata, or missing indexer tensors."""
+    """``{"path", "file_type", "tensor_types": {type: count}, "tensors": [names], "config": HF config dict from the
+    metadata, "config_beside": the config.json in its folder or None}`` of a ``glm-dsa`` GGUF. Raises
+    :class:`UserInputError` for a file gguf-py cannot read, another architecture, missing metadata, missing indexer
+    tensors, or a config.json beside it that describes another model (:func:`config_beside`)."""
     from ..extras import require
 
     require("diagnose --model FILE.gguf", "gguf")
@@ -80,7 +111,7 @@ def read_gguf(path: str | os.PathLike) -> dict[str, Any]:
     for t in reader.tensors:
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
     return {"path": str(p), "file_type": file_type(reader), "tensor_types": dict(sorted(types.items())),
-            "tensors": names, "config": cfg}
+            "tensors": names, "config": cfg, "config_beside": config_beside(p, cfg)}
 
 
 def load_gguf(model, quantization: str | None = None):
@@ -145,6 +176,8 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
                 "'sparse-mla-workbook[gguf]'")
     from ..vllm_plugin.gguf_adapter import adapter_class
 
+    if info.get("config_beside") is None:
+        return NO_CONFIG_BESIDE
     hf = _hf_config(info["config"])
     mine = adapter_class()
     cls = next((c for c in ([mine] if ours else []) + [c for c in _ADAPTER_REGISTRY if c is not mine]

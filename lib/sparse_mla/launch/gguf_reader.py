@@ -16,37 +16,25 @@ from pathlib import Path
 
 from ..errors import UserInputError, expand_path
 
-#: Config keys the GGUF's metadata and the ``config.json`` beside it must agree on (else the file is another model's).
-AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
-         "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
-         "index_head_dim")
-
-
 def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
     """``(GGUF file, config dict)``: the ``config.json`` in the GGUF's folder, after checking that the file is a
-    ``glm-dsa`` GGUF with the DSA indexer tensors and that its metadata describes that config (:data:`AGREE`).
+    ``glm-dsa`` GGUF with the DSA indexer tensors and that its metadata describes that config
+    (:data:`sparse_mla.diagnose.gguf.AGREE`).
 
     Raises :class:`UserInputError` for a missing file or ``config.json``, a file gguf-py cannot read, another
     architecture, missing indexer tensors, or a config the GGUF contradicts (naming the key and both values)."""
     from ..diagnose.gguf import read_gguf
-    from ..files import read_json
 
     p = expand_path(path, "GGUF model")
     if not p.is_file():
         raise UserInputError(f"GGUF model {str(path)!r} is not a file; accepted: a .gguf file in a folder with the "
                              f"model's config.json and tokenizer (sparse-mla make-checkpoint OUT --gguf Q8_0)")
-    info = read_gguf(p)     # architecture, metadata, indexer tensors: refused by name there
-    cfg_path = p.parent / "config.json"
-    if not cfg_path.is_file():
+    info = read_gguf(p)     # architecture, metadata, indexer tensors, a config.json of another model: refused there
+    if info["config_beside"] is None:
         raise UserInputError(f"GGUF model {str(path)!r} has no config.json beside it: vllm-gguf-plugin reads the "
                              f"model's config from the GGUF's folder; accepted: a .gguf file in a folder with the "
                              f"model's config.json and tokenizer (sparse-mla make-checkpoint OUT --gguf Q8_0)")
-    cfg = read_json(cfg_path, accepted="a Hugging Face config.json")
-    for k in AGREE:
-        if cfg.get(k) != info["config"].get(k):
-            raise UserInputError(f"GGUF model {str(path)!r} has {k} = {info['config'].get(k)!r} and the config.json "
-                                 f"beside it {cfg.get(k)!r}: another model's file; accepted: the GGUF of the "
-                                 f"checkpoint in its folder")
+    cfg = info["config_beside"]
     return p, cfg
 
 
