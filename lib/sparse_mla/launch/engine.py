@@ -105,11 +105,13 @@ def check_model(model: str | os.PathLike) -> Path:
         return check_model_dir(model)
     from ..extras import require
 
-    require("launch --model FILE.gguf (vLLM 0.26 loads a GGUF through vllm-gguf-plugin)", "gguf", "vllm_gguf_plugin")
+    what = "launch --model FILE.gguf (vLLM 0.26 loads a GGUF through vllm-gguf-plugin)"
+    require(what, "gguf")
     from .gguf_reader import gguf_config
 
-    p, _ = gguf_config(model)
+    p, _ = gguf_config(model)      # the file first: importing vllm-gguf-plugin imports vLLM (seconds)
     check_model_dir(p.parent)
+    require(what, "gguf", "vllm_gguf_plugin")
     return p
 
 
