@@ -492,11 +492,17 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     return out
 
 
+def is_gguf_model(model: str | os.PathLike) -> bool:
+    """A ``--model`` that names a GGUF file (``*.gguf``): vLLM loads it through vllm-gguf-plugin, the reference from
+    its dequantized weights."""
+    return str(model).lower().endswith(".gguf")
+
+
 def load_weights(path: str | os.PathLike) -> tuple[dict, dict]:
     """``(config dict, {name: tensor})`` of a checkpoint directory (:func:`load_checkpoint`) or of a GLM-5 GGUF file
     (``*.gguf``: the config beside it and its dequantized weights, :func:`sparse_mla.launch.gguf_reader.
     load_gguf_checkpoint`) -- the weights an engine loads from ``path``."""
-    if str(path).lower().endswith(".gguf"):
+    if is_gguf_model(path):
         from .gguf_reader import load_gguf_checkpoint
 
         return load_gguf_checkpoint(path)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, expand_path, writable_file
+from .checkpoint import is_gguf_model
 from .first_token import first_token_criterion
 from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_port, served
 from ..vllm_plugin.indexer import COUNT_ENV
@@ -88,11 +89,6 @@ def check_model_dir(model: str | os.PathLike) -> Path:
         raise UserInputError(f"{name!r} has model_type = {mt!r}, which vLLM's config loader does not know; accepted: "
                              f"a model_type of transformers or vLLM, e.g. 'glm_moe_dsa' (GLM-5) or 'deepseek_v32'")
     return p
-
-
-def is_gguf_model(model: str | os.PathLike) -> bool:
-    """A ``--model`` that names a GGUF file (``*.gguf``): vLLM loads it through vllm-gguf-plugin."""
-    return str(model).lower().endswith(".gguf")
 
 
 def check_model(model: str | os.PathLike) -> Path:
