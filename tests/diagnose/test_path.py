@@ -160,6 +160,7 @@ def test_effective_cache_dtype_is_vllms_rewrite(gpu, kv):
         pytest.skip("no backend on this host")
     cls = resolve_obj_by_qualname(AttentionBackendEnum[rec["selected"]].get_path())
     want = _canonicalize_sparse_mla_kv_cache_dtype(cls, kv)
+    assert rec["configured_kv_cache_dtype"] == want        # the string the engine's layers hold ("auto" stays)
     if want == "auto":
         want = str(kv_cache_dtype_str_to_dtype("auto", types.SimpleNamespace(dtype=__import__("torch").bfloat16)))
         want = want.replace("torch.", "")

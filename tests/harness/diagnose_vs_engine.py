@@ -19,11 +19,13 @@ from pathlib import Path
 
 
 def predicted(diag: dict) -> dict:
-    """What a diagnosis record says the engine will do: the attention backend, the cache dtype of its MLA layers
-    and who computes the indexer's logits (``"triton"`` where the plugin's Triton indexer replaces DeepGEMM's)."""
+    """What a diagnosis record says the engine will do: the attention backend, the cache dtype string of its MLA
+    layers (``configured_kv_cache_dtype``: what ``layer.kv_cache_dtype`` reads in the engine, ``auto`` unresolved --
+    like with like; the resolved dtype is ``effective_kv_cache_dtype``, kept in the record beside it) and who computes
+    the indexer's logits (``"triton"`` where the plugin's Triton indexer replaces DeepGEMM's)."""
     ix = diag.get("indexer") or {}
     ours = ix.get("with_plugin") == "TRITON_DSA_INDEXER"
-    return {"attention": diag.get("selected"), "kv_cache_dtype": diag.get("effective_kv_cache_dtype"),
+    return {"attention": diag.get("selected"), "kv_cache_dtype": diag.get("configured_kv_cache_dtype"),
             "indexer": "triton" if ours else "deepgemm", "engine_starts": diag.get("engine_starts")}
 
 
@@ -59,6 +61,7 @@ def main(argv: list[str]) -> int:
     for kv in kvs:
         diag = diagnose(str(ckpt), "local", kv, with_plugin=True)
         rec["diagnosis"][kv] = {"predicted": predicted(diag), "headline": diag.get("headline"),
+                                "effective_kv_cache_dtype": diag.get("effective_kv_cache_dtype"),
                                 "blockers": diag.get("blockers")}
         f = tmp / f"{kv}.json"
         r = subprocess.run([sys.executable, "-m", "sparse_mla", "launch", "--model", str(ckpt), "--backend", "auto",

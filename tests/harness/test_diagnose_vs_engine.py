@@ -7,7 +7,10 @@ spec = importlib.util.spec_from_file_location("diagnose_vs_engine", Path(__file_
 dve = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(dve)
 
-DIAG = {"selected": "FLASH_ATTN_MLA_SPARSE", "effective_kv_cache_dtype": "auto", "engine_starts": True,
+# as the diagnosis writes an auto cache of a bf16 model: the layers' string "auto", resolved to bfloat16 (the engine's
+# layers read "auto": on 2026-12-04 the harness compared the resolved dtype with it and called a right diagnosis wrong)
+DIAG = {"selected": "FLASH_ATTN_MLA_SPARSE", "configured_kv_cache_dtype": "auto", "effective_kv_cache_dtype": "bfloat16",
+        "engine_starts": True,
         "indexer": {"stock": "DeepGEMM", "with_plugin": "DeepGEMM"}}
 ENGINE = {"layers": {"model.layers.0.self_attn.attn": {"backend": "FLASH_ATTN_MLA_SPARSE", "kv_cache_dtype": "auto"},
                      "model.layers.0.self_attn.indexer.k_cache": {"backend": "DEEPSEEK_V32_INDEXER",

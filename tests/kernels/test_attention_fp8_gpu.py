@@ -93,15 +93,34 @@ def test_encoder_against_vllms_bytes():
 
 
 def test_software_decode_matches_hardware_bit_for_bit():
-    """capability=(8, 0) (as vLLM reports a simulated SM80) runs the integer/fp16 e4m3 decode on this GPU: the
-    decoded values are exact either way, so the outputs are identical."""
+    """The software e4m3 decode (SM80/86; ``capability=(8, 0)`` as vLLM reports a simulated SM80) and the hardware
+    one under **one** launch plan (this GPU's tile, split count, warps and scale variant): the decoded values are exact
+    either way, so the outputs are identical. (The plan itself differs by capability -- an A100's 108 SMs get fewer
+    splits than this GPU -- which changes the summation order; the simulated SM80's own plan is checked against the
+    derived limits in the next test.)"""
     q_nope, q_pe, kv, idx = make_inputs(8, 16, 32768, seed=3, kv_cache_dtype=FP8)
     hw_cfg = choose_config(8, 16, idx.shape[1], q_nope.dtype, q_nope.device, kv_cache_dtype=FP8)
-    sw_cfg = choose_config(8, 16, idx.shape[1], q_nope.dtype, q_nope.device, kv_cache_dtype=FP8, capability=(8, 0))
+    plan = dict(block_h=hw_cfg.block_h, block_n=hw_cfg.block_n, num_splits=hw_cfg.num_splits,
+                num_warps=hw_cfg.num_warps, num_stages=hw_cfg.num_stages, fp8_scales=hw_cfg.fp8_scales)
+    sw_cfg = choose_config(8, 16, idx.shape[1], q_nope.dtype, q_nope.device, kv_cache_dtype=FP8, capability=(8, 0),
+                           **plan)
     assert hw_cfg.fp8_hw and not sw_cfg.fp8_hw
-    o_hw, l_hw = _run_poisoned(q_nope, q_pe, kv, idx)
-    o_sw, l_sw = _run_poisoned(q_nope, q_pe, kv, idx, capability=(8, 0))
+    assert {k: getattr(sw_cfg, k) for k in plan} == plan, "the two runs must share one launch plan"
+    o_hw, l_hw = _run_poisoned(q_nope, q_pe, kv, idx, **plan)
+    o_sw, l_sw = _run_poisoned(q_nope, q_pe, kv, idx, capability=(8, 0), **plan)
     assert torch.equal(o_hw, o_sw) and torch.equal(l_hw, l_sw)
+
+
+@pytest.mark.parametrize("H,T", [(16, 8), (128, 4)])
+def test_simulated_sm80_plan_within_limits(H, T):
+    """The launch a simulated SM80 gets on this GPU (its own plan: an A100's SM count, the software decode, "fold"
+    scales) against the fp32 reference within the derived limits of the variant it runs."""
+    q_nope, q_pe, kv, idx = make_inputs(T, H, 32768, seed=H + 5, kv_cache_dtype=FP8)
+    cfg = choose_config(T, H, idx.shape[1], q_nope.dtype, q_nope.device, kv_cache_dtype=FP8, capability=(8, 0))
+    assert not cfg.fp8_hw
+    idx[:, ::7] = -1
+    out, lse = _run_poisoned(q_nope, q_pe, kv, idx, capability=(8, 0))
+    _check_against_reference(q_nope, q_pe, kv, idx, out, lse, fp8_scales=cfg.fp8_scales)
 
 
 @pytest.mark.parametrize("H,T", [(16, 64), (64, 64), (128, 256)])

@@ -87,12 +87,14 @@ def record_place(args) -> tuple[Path, str]:
 def _add_serve(what) -> None:
     from .serve import add_arguments
 
-    s = what.add_parser("serve", help="vllm serve per backend, measured by vLLM's own `vllm bench serve`: repeats "
-                                      "on fresh servers in rotated order, ranked only where they do not overlap",
-                        description="Serves the model with `vllm serve` once per run spec and repeat (a fresh server "
-                                    "each, the runs in rotated order: A B C / B C A / C A B), and measures each with "
-                                    "vLLM's own `vllm bench serve` (a warm-up pass with 2 new tokens, then the timed "
-                                    "pass: TTFT, TPOT, ITL and E2EL percentiles, output tokens/s). Keeps every "
+    s = what.add_parser("serve", help="vllm serve per backend, measured by vLLM's own `vllm bench serve`: warmed "
+                                      "live servers, timed passes in rotated order, ranked only where they do not "
+                                      "overlap",
+                        description="Serves the model with one live `vllm serve` per run spec (started one after "
+                                    "another, each warmed with one pass of the timed load), then measures timed "
+                                    "passes with vLLM's own `vllm bench serve`, round by round in rotated order (A B "
+                                    "C / B C A / C A B ...), one server loaded at a time: TTFT, TPOT, ITL and E2EL "
+                                    "percentiles, output tokens/s. Keeps every "
                                     "repeat's vLLM result file; ranks two runs on a metric only where their ranges "
                                     "over repeats do not overlap; compares the greedy outputs across backends; with "
                                     "--speculative ngram|mtp (or --speculative-config) serves every run spec again "

@@ -8,18 +8,40 @@ touch, or one inside the other, overlap), with at least :data:`MIN_REPEATS` repe
 latencies, higher for throughput. Anything else is "not ranked", with both ranges -- a spread between repeats as large
 as the difference between backends (the 2026-12-01 records: 2.2x between two runs of ours, 1.27x between backends)
 ranks nothing.
+
+**False-rank rate.** Two runs of the same engine give repeats from one distribution (exchangeable: the passes of
+both runs alternate, :mod:`sparse_mla.bench.serve`). With ``n`` repeats each and no ties, each of the ``C(2n, n)``
+ways of splitting the ``2n`` sorted values between the two runs is equally likely, and exactly two of them (all of
+A below all of B, or above) do not overlap: the rule ranks two identical runs with probability
+:func:`false_rank_rate` ``= 2 / C(2n, n)`` per metric and pair, whatever the distribution -- 10 % with 3 repeats
+(the rule before 2026-12-04), 2.9 % with 4, **0.79 % with** :data:`MIN_REPEATS` **= 5** (:data:`FALSE_RANK_RATE`).
+With more repeats than the minimum the rate only falls. It holds per metric and pair; over the 4 metrics and 3
+pairs of a session the chance that some line ranks two identical runs is at most 12 times that (9.5 %).
 """
 from __future__ import annotations
 
 from itertools import combinations
+from math import comb
 
 #: metric -> (label, better): the metrics the verdict ranks, keys of vLLM's result.
 METRICS = {"output_throughput": ("output tokens/s", "higher"), "median_ttft_ms": ("median TTFT (ms)", "lower"),
            "median_tpot_ms": ("median TPOT (ms)", "lower"), "median_itl_ms": ("median ITL (ms)", "lower")}
-MIN_REPEATS = 3
+MIN_REPEATS = 5
+
+
+def false_rank_rate(n_a: int, n_b: int | None = None) -> float:
+    """Probability that the rule ranks two runs of the same engine on one metric, with ``n_a`` and ``n_b`` repeats
+    (continuous values, exchangeable): ``2 / C(n_a + n_b, n_a)`` (module docstring)."""
+    n_b = n_a if n_b is None else n_b
+    return 2 / comb(n_a + n_b, n_a)
+
+
+#: The false-rank rate at the minimum repeats, per metric and pair (0.79 %).
+FALSE_RANK_RATE = false_rank_rate(MIN_REPEATS)
 RULE = (f"A > B on a metric only where every repeat of A is better than every repeat of B: the two runs' ranges "
         f"[min, max] over their repeats do not overlap (touching or nested ranges overlap), each with at least "
-        f"{MIN_REPEATS} repeats; lower is better for TTFT, TPOT and ITL, higher for output tokens/s; otherwise "
+        f"{MIN_REPEATS} repeats (two runs of one engine are then ranked with probability {FALSE_RANK_RATE:.2%} per "
+        f"metric and pair); lower is better for TTFT, TPOT and ITL, higher for output tokens/s; otherwise "
         f"'not ranked', with both ranges")
 
 

@@ -1,25 +1,31 @@
 """``sparse-mla bench serve``: the engine as a vLLM user meets it -- ``vllm serve`` per run spec, loaded and measured
-by vLLM's own ``vllm bench serve``, repeated on fresh servers in rotated order, ranked only where the repeats allow.
+by vLLM's own ``vllm bench serve``, every cache warm before any timed pass, timed passes in alternating order, ranked
+only where the repeats allow.
 
 Runs: every run spec (``BACKEND`` or ``BACKEND+TRITON_DSA_INDEXER``, :mod:`sparse_mla.launch.specs`; the first is
 the agreement baseline) and, with a speculative config (``--speculative ngram|mtp`` or ``--speculative-config
 JSON``), every run spec again with it (record key ``SPEC+<method>``; an MTP drafter runs on the run's own backend,
-:func:`sparse_mla.launch.engine.serve_command`). Repeat ``r`` (at least 3 unless fewer are asked
-for) serves the runs in the order rotated by ``r`` (A B C / B C A / C A B: :func:`rotated`), each on a **fresh**
-``vllm serve`` (:func:`sparse_mla.launch.engine.serve_command`, :func:`sparse_mla.launch.server.served`: loopback,
-a free port, prefix caching off so that repeats are the same work, the log next to the record, the process group
-always stopped), so that whatever a server start costs lands in every run's range alike. On each server
-(:func:`serve_once`):
+:func:`sparse_mla.launch.engine.serve_command`).
 
-* **warm-up**: a whole ``vllm bench serve`` pass over the same prompts (same seed) with :data:`WARMUP_OUTPUT_LEN`
-  new tokens -- Triton and DeepGEMM compile for new shapes and CUDA graphs are captured on first use, outside the
-  timed pass; recorded (its duration, completed and failed requests), not a repeat;
-* **timed pass**: ``vllm bench serve`` (:mod:`sparse_mla.bench.vllm_client`): ``num_prompts`` requests, at most
-  ``max_concurrency`` in flight, greedy, ``output_len`` new tokens each (``--ignore-eos``), TTFT / TPOT / ITL / E2EL
-  percentiles; vLLM's result file is kept next to the record as vLLM wrote it, and in the record under ``repeats``
-  without its per-request arrays;
-* **what ran**: the ``ran`` block read in the server's workers after the timed pass
-  (:func:`sparse_mla.launch.engine.served_ran`) and what in it contradicts the run spec.
+The method (:data:`METHOD`; why: on 2026-12-04 the old one -- a fresh server per repeat, a 2-token warm-up, 32 prompts
+of 24 tokens -- moved every backend's throughput 5-7x between repeats, the last repeat of every backend the fastest:
+the timed window was a fraction of a second to a few seconds, and JIT/autotune shapes first met in a timed pass were
+compiled there, then found in the on-disk caches by later servers):
+
+1. **live servers**: one ``vllm serve`` per run (:func:`start_server`; loopback, a free port, prefix caching off so
+   that passes are the same work, the log next to the record, every process group stopped when the session ends),
+   started one after another (vLLM measures free memory at start), each with :func:`server_memory_share` of the GPU;
+2. **warm-up at the timed load**: right after its start, each server gets one whole ``vllm bench serve`` pass of
+   exactly the timed load (same prompts, output length, concurrency): the Triton and DeepGEMM JIT shapes, autotune
+   and CUDA graphs the timed passes meet are all filled before any timed pass; recorded, not a repeat;
+3. **timed passes** (:func:`timed_pass`): ``repeats`` rounds; round ``r`` runs one pass on each live server in the
+   order rotated by ``r`` (A B C / B C A / C A B / ..., :func:`rotated`), one server loaded at a time, the others
+   idle: each pass is ``num_prompts`` requests, at most ``max_concurrency`` in flight, greedy, ``output_len`` new
+   tokens each (``--ignore-eos``), TTFT / TPOT / ITL / E2EL percentiles; vLLM's result file is kept next to the
+   record as vLLM wrote it, and in the record under ``repeats`` without its per-request arrays. The defaults make a
+   pass a window of many seconds (:data:`DEFAULTS`);
+4. **what ran**: the ``ran`` block read in each server's workers after its last pass (:func:`finish_server`,
+   :func:`sparse_mla.launch.engine.served_ran`) and what in it contradicts the run spec.
 
 Prompts: vLLM's ``random`` dataset with ``--random-input-len index_topk`` and input range ratio
 :data:`INPUT_RANGE_RATIO` (lengths uniform in [topk/4, 7 topk/4]: half the prompts shorter than ``index_topk``,
@@ -30,17 +36,19 @@ every pass: vLLM's datasets are seeded (the record checks that every pass saw th
 
 Verdict (:mod:`sparse_mla.bench.ranking`): for each pair of runs without speculation (and each pair under the same
 speculation) and each of output tokens/s, median TTFT, TPOT and ITL, "A > B" only where the runs' ranges over
-repeats do not overlap. Greedy agreement (vLLM's ``generated_texts``): each run against the baseline run, each
-speculative run against the same run spec without speculation, and each run's repeats against its first (the noise
-floor). Speculative runs: vLLM's own spec-decode numbers of each repeat (acceptance rate and length, drafts,
-accepted tokens, per position); a speculative pass without drafts is a failure.
+repeats do not overlap, with at least :data:`~sparse_mla.bench.ranking.MIN_REPEATS` repeats each (two runs of the
+same engine are then ranked with probability :data:`~sparse_mla.bench.ranking.FALSE_RANK_RATE` per metric and pair,
+0.79 %). Greedy agreement (vLLM's ``generated_texts``): each run against the baseline run, each speculative run
+against the same run spec without speculation, and each run's repeats against its first (the noise floor).
+Speculative runs: vLLM's own spec-decode numbers of each repeat (acceptance rate and length, drafts, accepted
+tokens, per position); a speculative pass without drafts is a failure.
 
 Failures (one line each in the record's ``failures``; ``sparse-mla bench serve`` then exits 1): a server that does not
 start or dies, a ``vllm bench serve`` pass that fails or has failed requests, a ``ran`` that contradicts the run
 spec, speculation without drafts, passes that did not get the same prompts. Record: ``bench_serve_<tag>.{json,csv,
-png}`` (:mod:`sparse_mla.bench.serve_record`), rewritten after every server (``"complete": false`` until the end),
-plus per server ``bench_serve_<tag>_<run>_r<repeat>.log`` (``vllm serve``), ``..._bench.log`` (both client passes),
-``..._warmup.json`` and ``.json`` (vLLM's results), all in ``out_dir`` and nothing elsewhere.
+png}`` (:mod:`sparse_mla.bench.serve_record`), rewritten after every server start and every pass (``"complete":
+false`` until the end), plus per run ``bench_serve_<tag>_<run>.log`` (``vllm serve``), ``..._bench.log`` (every client
+pass), ``..._warmup.json`` and ``..._r<repeat>.json`` (vLLM's results), all in ``out_dir`` and nothing elsewhere.
 """
 from __future__ import annotations
 
@@ -59,11 +67,14 @@ from . import vllm_client as vc
 from .serve_record import csv_rows, write_record
 
 DEFAULT_RUNS = ("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
-DEFAULTS = {"num_prompts": 96, "max_concurrency": 32, "repeats": ranking.MIN_REPEATS, "output_len": 48}
-QUICK = {"num_prompts": 32, "output_len": 24}
+#: A pass of 256 x 256 greedy tokens at concurrency 32 is a window of many seconds on the tiny checkpoints (65K output
+#: tokens; the 2026-12-01 H200 records ran 2-6K tokens/s); --quick keeps 40K.
+DEFAULTS = {"num_prompts": 256, "max_concurrency": 32, "repeats": ranking.MIN_REPEATS, "output_len": 256}
+QUICK = {"num_prompts": 160, "output_len": 256}
 LIMITS = {"num_prompts": (1, 4096), "max_concurrency": (1, 1024), "repeats": (1, 20), "output_len": (2, 1024),
           "seed": (0, 2**31 - 1)}
-WARMUP_OUTPUT_LEN = 2
+METHOD = ("live servers, one per run, started one after another; each warmed with one pass of the timed load; timed "
+          "passes in rotated order, one server loaded at a time")
 INPUT_RANGE_RATIO = 0.75
 DATASETS = ("random", "repeat")
 REPEAT_PERIOD = (8, 32)    # tokens of the segment a ``repeat`` prompt repeats
@@ -81,7 +92,7 @@ SERVER_EXTRA = ("--no-enable-prefix-caching", "--disable-uvicorn-access-log")
 class Load:
     """What each server gets: ``num_prompts`` requests per pass, at most ``max_concurrency`` in flight,
     ``output_len`` greedy tokens each, prompts of ``dataset`` (:data:`DATASETS`) from ``seed``; ``repeats`` timed
-    passes per run, each on a fresh server."""
+    passes per run on its live server."""
 
     num_prompts: int = DEFAULTS["num_prompts"]
     max_concurrency: int = DEFAULTS["max_concurrency"]
@@ -224,58 +235,84 @@ def _bench_pass(base_url: str, model: Path, args: list[str], load: Load, result:
     return info, res, None
 
 
-def serve_once(model: Path, key: str, spec, speculative_config: dict | None, repeat: int, load: Load,
-               data_args, stem: Path, *, server_timeout_s: float = 300.0, bench_timeout_s: float = 600.0,
-               **server_kw) -> tuple[dict, dict | None]:
-    """One fresh ``vllm serve`` for run ``key`` (run spec ``spec``) in repeat ``repeat`` (0-based): the warm-up
-    pass, the timed pass, the ``ran`` block; the server is stopped before this returns (Ctrl-C propagates).
-    ``data_args(output_len)``: the dataset arguments; files are ``stem`` + ``.log``, ``_bench.log``,
-    ``_warmup.json``, ``.json``. Returns ``(server entry, vLLM's timed result or None)``; the entry's ``failures``
-    holds one line per failure, ``error`` the one that left the run without a result."""
-    from ..launch.engine import serve_command, server_env, served_ran
+def start_server(stack, model: Path, key: str, spec, speculative_config: dict | None, load: Load, data_args,
+                 stem: Path, *, server_timeout_s: float = 300.0, bench_timeout_s: float = 600.0,
+                 **server_kw) -> tuple[dict, object | None]:
+    """Start the live ``vllm serve`` of run ``key`` (run spec ``spec``) inside ``stack`` (a ``contextlib.ExitStack``:
+    the server is stopped when the session's stack closes, however it closes) and warm it with one whole pass of the
+    **timed load itself** (same prompts, output length and concurrency: every Triton/DeepGEMM JIT shape, autotune and
+    CUDA graph the timed passes meet is filled here). ``data_args(output_len)``: the dataset arguments; files are
+    ``stem`` + ``.log``, ``_bench.log``, ``_warmup.json``. Returns ``(server entry, the Server or None)``: None where
+    the server did not start or the warm-up failed (the entry's ``failures`` and ``error`` say why)."""
+    from ..launch.engine import serve_command, server_env
     from ..launch.server import ServerError, free_port, served
 
     port = free_port()
     cmd = serve_command(model, spec, port, speculative_config=speculative_config,
                         max_num_seqs=load.max_concurrency, extra=SERVER_EXTRA, **server_kw)
     log, bench_log = stem.with_name(stem.name + ".log"), stem.with_name(stem.name + "_bench.log")
-    entry = {"repeat": repeat + 1, "command": cmd, "log": log.name, "bench_log": bench_log.name, "failures": []}
-    fail = lambda msg: entry["failures"].append(f"{key} repeat {repeat + 1}: {msg}")  # noqa: E731
-    result, t0 = None, time.time()
+    entry = {"command": cmd, "log": log.name, "bench_log": bench_log.name, "failures": []}
     atomic_write_text(bench_log, "")
+    t0 = time.time()
     try:
-        with served(cmd, server_env(spec), log, port, server_timeout_s) as srv:
-            entry["server_up_s"] = srv.up_s
-            kw = dict(timeout_s=bench_timeout_s, ready_timeout_s=server_timeout_s)
-            entry["warmup"], _, problem = _bench_pass(srv.base_url, model, data_args(WARMUP_OUTPUT_LEN), load,
-                                                      stem.with_name(stem.name + "_warmup.json"), bench_log, **kw)
-            entry["warmup"]["output_len"] = WARMUP_OUTPUT_LEN
-            if problem:
-                fail(f"warm-up pass: {problem}")
-            else:
-                entry["timed"], result, problem = _bench_pass(srv.base_url, model, data_args(load.output_len),
-                                                              load, stem.with_name(stem.name + ".json"), bench_log,
-                                                              **kw)
-                if problem:
-                    fail(f"timed pass: {problem}")
-            entry.update(served_ran(srv.base_url, spec, speculative_config))
-            if srv.proc.poll() is not None:
-                entry["error"] = f"vllm serve exited with {srv.proc.returncode} during the benchmark; log: {log.name}"
+        srv = stack.enter_context(served(cmd, server_env(spec), log, port, server_timeout_s))
     except ServerError as e:
-        entry["error"] = str(e)
-    if "error" in entry:
+        entry.update(error=str(e), log_tail=_tail(log), wall_s=round(time.time() - t0, 1))
+        entry["failures"].append(f"{key}: {e}")
+        return entry, None
+    entry["server_up_s"] = srv.up_s
+    entry["warmup"], _, problem = _bench_pass(srv.base_url, model, data_args(load.output_len), load,
+                                              stem.with_name(stem.name + "_warmup.json"), bench_log,
+                                              timeout_s=bench_timeout_s, ready_timeout_s=server_timeout_s)
+    entry["warmup"]["output_len"] = load.output_len
+    entry["wall_s"] = round(time.time() - t0, 1)
+    if problem:
+        entry.update(error=f"warm-up pass: {problem}", log_tail=_tail(log))
+        entry["failures"].append(f"{key}: warm-up pass: {problem}")
+        return entry, None
+    return entry, srv
+
+
+def timed_pass(srv, model: Path, key: str, speculative_config: dict | None, repeat: int, load: Load, data_args,
+               stem: Path, bench_log: Path, *, bench_timeout_s: float = 600.0,
+               server_timeout_s: float = 300.0) -> tuple[dict, dict | None]:
+    """Timed pass ``repeat`` (0-based) of run ``key`` on its live server ``srv``: ``(pass entry, vLLM's result or
+    None)``; the entry's ``failures`` holds one line per failure (a failed pass, failed requests, a dead server,
+    speculation without drafts). vLLM's result file is ``stem`` + ``.json``."""
+    entry = {"repeat": repeat + 1, "failures": []}
+    fail = lambda msg: entry["failures"].append(f"{key} repeat {repeat + 1}: {msg}")  # noqa: E731
+    if srv.proc.poll() is not None:
+        entry["error"] = f"vllm serve exited with {srv.proc.returncode} before this pass; log: {srv.log_path.name}"
         fail(entry["error"])
-        entry["log_tail"] = _tail(log)
-    elif result is None:
-        entry["error"] = "no timed result"
-    for c in entry.get("ran_contradictions", []):
-        fail(f"what ran contradicts what was asked: {c}")
+        return entry, None
+    entry["timed"], result, problem = _bench_pass(srv.base_url, model, data_args(load.output_len), load,
+                                                  stem.with_name(stem.name + ".json"), bench_log,
+                                                  timeout_s=bench_timeout_s, ready_timeout_s=server_timeout_s)
+    if problem:
+        fail(f"timed pass: {problem}")
+    if srv.proc.poll() is not None:
+        entry["error"] = f"vllm serve exited with {srv.proc.returncode} during the pass; log: {srv.log_path.name}"
+        fail(entry["error"])
     if speculative_config and result is not None and not result.get("spec_decode_num_drafts"):
         fail(f"speculation asked ({json.dumps(speculative_config)}) and none happened: vLLM's result has no "
              f"drafts (spec_decode_num_drafts {result.get('spec_decode_num_drafts')!r}; vLLM leaves the spec_decode "
              f"keys out where the server's draft counters did not grow during the pass)")
-    entry["wall_s"] = round(time.time() - t0, 1)
     return entry, result
+
+
+def finish_server(srv, entry: dict, key: str, spec, speculative_config: dict | None) -> None:
+    """The ``ran`` block read in the live server's workers after its last pass
+    (:func:`sparse_mla.launch.engine.served_ran`), what in it contradicts the run spec, and a server that died."""
+    from ..launch.engine import served_ran
+
+    if srv.proc.poll() is not None:
+        entry["error"] = f"vllm serve exited with {srv.proc.returncode} during the benchmark; log: {srv.log_path.name}"
+        entry["failures"].append(f"{key}: {entry['error']}")
+        entry["log_tail"] = _tail(srv.log_path)
+        return
+    entry.update(served_ran(srv.base_url, spec, speculative_config))
+    for c in entry.get("ran_contradictions", []):
+        entry["failures"].append(f"{key}: what ran contradicts what was asked: {c}")
 
 
 # ------------------------------------------------------------------------------------------------ the session
@@ -296,15 +333,25 @@ def _check_session(model, runs, load, kv_cache_dtype, tp, speculative_config) ->
     return model, runs, kv_cache_dtype, tp, speculative_config, cfg, max_model_len
 
 
+def server_memory_share(runs: int, cap: float = 0.35) -> float:
+    """``--gpu-memory-utilization`` of each live server: ``runs`` servers share one GPU (0.85 of it among them, at
+    most ``cap`` each); vLLM checks at start that this share is free, and the servers start one after another."""
+    return round(min(cap, 0.85 / max(1, runs)), 3)
+
+
 def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, tag: str,
                 kv_cache_dtype: str = "auto", tp: int = 1, cuda_graphs: bool = True,
                 speculative_config: dict | str | None = None, server_timeout_s: float = 300.0,
-                bench_timeout_s: float = 600.0, gpu_memory_utilization: float = 0.35) -> dict:
-    """The whole session (module docstring); returns the record, also written to ``out_dir`` after every server.
-    ``runs``: run specs, the first the agreement baseline. Needs a ``vllm`` command on ``PATH`` for ``vllm serve``
-    (a GPU for real numbers; nothing here checks for one, so that the whole path runs against a stand-in server).
-    The client passes are forked from multiprocessing's forkserver (:mod:`sparse_mla.bench.vllm_client`): a script
-    calling this needs the ``if __name__ == "__main__":`` guard, as for vLLM's own offline engine."""
+                bench_timeout_s: float = 600.0, gpu_memory_utilization: float | None = None) -> dict:
+    """The whole session (module docstring); returns the record, also written to ``out_dir`` after every server
+    start and every timed pass. ``runs``: run specs, the first the agreement baseline. ``gpu_memory_utilization``:
+    each live server's share (default :func:`server_memory_share`). Needs a ``vllm`` command on ``PATH`` for
+    ``vllm serve`` (a GPU for real numbers; nothing here checks for one, so that the whole path runs against a
+    stand-in server). The client passes are forked from multiprocessing's forkserver
+    (:mod:`sparse_mla.bench.vllm_client`): a script calling this needs the ``if __name__ == "__main__":`` guard, as
+    for vLLM's own offline engine."""
+    from contextlib import ExitStack
+
     from ..launch.specs import parse_run_spec, with_simulated
     from ..records import environment
 
@@ -316,46 +363,69 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
     topk = cfg["index_topk"]
     prompts = write_repeat_prompts(out_dir / f"bench_serve_{tag}_prompts.jsonl", model, load, topk) \
         if load.dataset == "repeat" else None
-    server_kw = dict(kv_cache_dtype=kv_cache_dtype, tp=tp, enforce_eager=not cuda_graphs,
-                     max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
     plan = plan_runs(runs, speculative_config)
+    server_kw = dict(kv_cache_dtype=kv_cache_dtype, tp=tp, enforce_eager=not cuda_graphs,
+                     max_model_len=max_model_len,
+                     gpu_memory_utilization=gpu_memory_utilization or server_memory_share(len(plan)))
     order = rotated([k for k, _, _ in plan], load.repeats)
     rec = with_simulated({
-        "what": "vllm serve per run spec and repeat, a fresh server each, in rotated order; the load and the "
-                "metrics are vLLM's own `vllm bench serve` (a warm-up pass, then the timed pass)",
-        "environment": environment(), "complete": False,
+        "what": "vllm serve per run spec, all live at once, each warmed with one pass of the timed load; then the "
+                "timed passes in rotated order, one run at a time; the load and the metrics are vLLM's own "
+                "`vllm bench serve`",
+        "method": METHOD, "environment": environment(), "complete": False,
         "model": {"path": model.name, **{k: cfg.get(k) for k in ("index_topk", "num_attention_heads",
                                                                   "num_hidden_layers", "num_nextn_predict_layers",
                                                                   "vocab_size")}},
         "load": {**load.__dict__, "input_lengths": list(input_length_range(topk)), "output_range_ratio": 0.0,
-                 "warmup_output_len": WARMUP_OUTPUT_LEN, "temperature": 0.0, "ignore_eos": True,
+                 "warmup_output_len": load.output_len, "temperature": 0.0, "ignore_eos": True,
                  "dataset_args": dataset_args(load.dataset, topk, load.output_len, prompts and Path(prompts.name)),
                  "prompts_file": prompts and prompts.name},
         "server": {**server_kw, "cuda_graphs": cuda_graphs, "max_num_seqs": load.max_concurrency,
                    "prefix_caching": False, "server_timeout_s": server_timeout_s, "bench_timeout_s": bench_timeout_s},
         "speculative_config": speculative_config, "baseline": runs[0], "order": order,
         "runs": {k: {**parse_run_spec(name).describe(), "run": k, "run_spec": name, "kv_cache_dtype": kv_cache_dtype,
-                     "speculative_config": scfg, "cuda_graphs": cuda_graphs, "servers": []} for k, name, scfg in plan},
+                     "speculative_config": scfg, "cuda_graphs": cuda_graphs, "servers": [], "passes": []}
+                 for k, name, scfg in plan},
         "repeats": {k: [None] * load.repeats for k, _, _ in plan}, "failures": []})
     results: dict[tuple[str, int], dict] = {}
-    specs = {k: (name, scfg) for k, name, scfg in plan}
-    t0, total = time.time(), len(plan) * load.repeats
-    for r, keys in enumerate(order):
-        for pos, key in enumerate(keys):
-            i = r * len(keys) + pos + 1
-            stem = out_dir / f"bench_serve_{tag}_{_safe(key)}_r{r + 1}"
-            print(f"[bench serve {i}/{total}] repeat {r + 1}, {key}: vllm serve, log {stem.name}.log", flush=True)
-            entry, result = serve_once(
-                model, key, parse_run_spec(specs[key][0]), specs[key][1], r, load,
-                lambda n: dataset_args(load.dataset, topk, n, prompts), stem, server_timeout_s=server_timeout_s,
-                bench_timeout_s=bench_timeout_s, **server_kw)
-            entry["position"] = pos + 1
-            record_server(rec, key, r, entry, result, results)
+    specs = {k: (parse_run_spec(name), scfg) for k, name, scfg in plan}
+    data = lambda n: dataset_args(load.dataset, topk, n, prompts)  # noqa: E731
+    kw = dict(server_timeout_s=server_timeout_s, bench_timeout_s=bench_timeout_s)
+    t0, live = time.time(), {}
+    with ExitStack() as stack:
+        for i, (key, _, _) in enumerate(plan):
+            stem = out_dir / f"bench_serve_{tag}_{_safe(key)}"
+            print(f"[bench serve] server {i + 1}/{len(plan)}, {key}: vllm serve + warm-up pass, log {stem.name}.log",
+                  flush=True)
+            entry, srv = start_server(stack, model, key, *specs[key], load, data, stem, **kw, **server_kw)
+            rec["runs"][key]["servers"].append(entry)
+            if srv is not None:
+                live[key] = (srv, stem)
+            refresh_run(rec, key, results)
             rec["wall_s"] = round(time.time() - t0, 1)
             write_record(rec, out_dir, tag)
-            print(f"[bench serve {i}/{total}] repeat {r + 1}, {key}: {_progress(entry, result)}", flush=True)
+            print(f"[bench serve] server {i + 1}/{len(plan)}, {key}: " + (
+                f"up in {entry['server_up_s']} s, warm-up {entry['warmup'].get('duration', 0):.1f} s"
+                if srv is not None else "; ".join(entry["failures"])), flush=True)
+        n, total = 0, len(live) * load.repeats
+        for r, keys in enumerate(order):
+            for pos, key in enumerate(k for k in keys if k in live):
+                n += 1
+                srv, stem = live[key]
+                entry, result = timed_pass(srv, model, key, specs[key][1], r, load, data,
+                                           stem.with_name(f"{stem.name}_r{r + 1}"),
+                                           stem.with_name(stem.name + "_bench.log"), **kw)
+                entry["position"] = pos + 1
+                record_pass(rec, key, r, entry, result, results)
+                rec["wall_s"] = round(time.time() - t0, 1)
+                write_record(rec, out_dir, tag)
+                print(f"[bench serve {n}/{total}] repeat {r + 1}, {key}: {_progress(entry, result)}", flush=True)
+        for key, (srv, _) in live.items():
+            finish_server(srv, rec["runs"][key]["servers"][0], key, *specs[key])
+            refresh_run(rec, key, results)
     rec["verdict"] = session_verdict(rec)
     rec["complete"] = True
+    rec["wall_s"] = round(time.time() - t0, 1)
     write_record(rec, out_dir, tag)
     return rec
 
@@ -363,9 +433,9 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
 def _progress(entry: dict, result: dict | None) -> str:
     if result is None:
         return "; ".join(entry["failures"]) or entry.get("error", "no result")
-    return (f"up in {entry.get('server_up_s')} s, {result.get('output_throughput', 0):.1f} tokens/s, median TPOT "
-            f"{result.get('median_tpot_ms', 0):.2f} ms, {entry['wall_s']} s in all"
-            + (f"; {len(entry['failures'])} failure(s)" if entry["failures"] else ""))
+    return (f"{result.get('duration', 0):.1f} s, {result.get('output_throughput', 0):.1f} tokens/s, median TPOT "
+            f"{result.get('median_tpot_ms', 0):.2f} ms" + (f"; {len(entry['failures'])} failure(s)"
+                                                              if entry["failures"] else ""))
 
 
 # ------------------------------------------------------------------------------------------------ the record
@@ -380,14 +450,20 @@ def spread(values) -> dict | None:
     return {"min": min(v), "median": float(np.median(v)), "max": max(v), "n": len(v)} if v else None
 
 
-def record_server(rec: dict, key: str, r: int, entry: dict, result: dict | None, results: dict) -> None:
-    """Put one server's entry and vLLM's result (``repeats[key][r]``, without per-request arrays) into ``rec``,
-    then refresh everything derived from them: the run's summary, ``ran``, agreement and the failures."""
-    run = rec["runs"][key]
-    run["servers"].append(entry)
+def record_pass(rec: dict, key: str, r: int, entry: dict, result: dict | None, results: dict) -> None:
+    """Put one timed pass's entry and vLLM's result (``repeats[key][r]``, without per-request arrays) into ``rec``,
+    then :func:`refresh_run`."""
+    rec["runs"][key]["passes"].append(entry)
     if result is not None:
         results[(key, r)] = result
         rec["repeats"][key][r] = vc.summary(result)
+    refresh_run(rec, key, results)
+
+
+def refresh_run(rec: dict, key: str, results: dict) -> None:
+    """Everything derived from run ``key``'s server and passes: its summary, ``ran``, error, agreement across
+    repeats, the comparisons between runs and the session's failures."""
+    run = rec["runs"][key]
     reps = [x for x in rec["repeats"][key] if x is not None]
     run["summary"] = {m: spread(x.get(m) for x in reps) for m in SUMMARY_METRICS}
     run["summary"]["server_up_s"] = spread(s.get("server_up_s") for s in run["servers"])
@@ -396,7 +472,8 @@ def record_server(rec: dict, key: str, r: int, entry: dict, result: dict | None,
     if with_ran:   # the record's ran: a contradicting server's where there is one (records check judges it)
         run["ran"] = (bad or with_ran)[0]["ran"]
     run["ran_contradictions"] = sorted({c for s in run["servers"] for c in s.get("ran_contradictions", [])})
-    errors = [f"repeat {s['repeat']}: {s['error']}" for s in run["servers"] if s.get("error")]
+    errors = [s["error"] for s in run["servers"] if s.get("error")] + \
+        [f"repeat {p['repeat']}: {p['error']}" for p in run["passes"] if p.get("error")]
     run.pop("error", None)
     if errors:
         run["error"] = "; ".join(errors)
@@ -440,7 +517,7 @@ def compare_runs(rec: dict, results: dict) -> dict:
 def session_failures(rec: dict, results: dict) -> list[str]:
     """Every server's failure lines, then one line if the passes did not all get prompts of the same lengths
     (vLLM's ``input_lens``: same seed and dataset must give the same prompts in every pass)."""
-    out = [f for run in rec["runs"].values() for s in run["servers"] for f in s["failures"]]
+    out = [f for run in rec["runs"].values() for s in (*run["servers"], *run.get("passes", [])) for f in s["failures"]]
     lens = {json.dumps(res.get("input_lens")) for res in results.values() if res.get("input_lens") is not None}
     if len(lens) > 1:
         out.append(f"the timed passes did not get the same prompts: {len(lens)} different lists of prompt lengths "
@@ -469,7 +546,7 @@ def add_arguments(p) -> None:
                         "agreement baseline (default: %(default)s)")
     for k, what in (("num_prompts", "requests per vllm bench serve pass"),
                     ("max_concurrency", "requests in flight (also the server's --max-num-seqs)"),
-                    ("repeats", "timed passes per run, each on a fresh server in rotated order; runs with fewer "
+                    ("repeats", "timed passes per run on its live server, in rotated order; runs with fewer "
                                 f"than {ranking.MIN_REPEATS} are not ranked"),
                     ("output_len", "new tokens per request (greedy, ignore_eos)")):
         quick = f", --quick: {QUICK[k]}" if k in QUICK else ""
@@ -482,7 +559,7 @@ def add_arguments(p) -> None:
                         "--speculative ngram, else random)")
     p.add_argument("--quick", action="store_true",
                    help=f"{QUICK['num_prompts']} prompts of {QUICK['output_len']} new tokens; still "
-                        f"{DEFAULTS['repeats']} repeats")
+                        f"{DEFAULTS['repeats']} repeats (fewer cannot rank)")
     p.add_argument("--eager", action="store_true", help="--enforce-eager (default: CUDA graphs, vLLM's default)")
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
@@ -574,7 +651,7 @@ def cli_run(args, record_place) -> int:
         print("  " + line)
     for f in rec["failures"]:
         print(f"failure: {f}")
-    print(f"record: {out_dir / f'bench_serve_{tag}.json'} (+ .csv, .png; per server vLLM's result files and logs)")
+    print(f"record: {out_dir / f'bench_serve_{tag}.json'} (+ .csv, .png; per run vLLM's result files and logs)")
     return 1 if rec["failures"] else 0
 
 

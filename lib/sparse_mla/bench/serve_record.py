@@ -95,7 +95,7 @@ def plot(rec: dict, path: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
     env, ld = rec.get("environment", {}), rec.get("load", {})
     fig.suptitle(f"vllm serve + vllm bench serve, {env.get('gpu', 'no GPU')}; {ld.get('num_prompts')} prompts "
-                 f"({ld.get('dataset')}) x {ld.get('repeats')} repeats on fresh servers, concurrency "
+                 f"({ld.get('dataset')}) x {ld.get('repeats')} repeats on live warmed servers, concurrency "
                  f"{ld.get('max_concurrency')}, {ld.get('output_len')} tokens, index_topk "
                  f"{rec.get('model', {}).get('index_topk')}; whiskers min..max, dots: repeats; hatched: speculative; "
                  f"vllm {env.get('vllm')}, {str(env.get('date', ''))[:10]}", fontsize=8)

@@ -80,7 +80,8 @@ def _stages(req: Request, vc, cfg: dict, platform_cls, cap, local: bool):
 
     if vc is None:
         att = {"selected": None, "valid": [], "backends": {}, "verdict": "(not reached: vLLM refused the "
-               "configuration)", "error": None, "forced": req.backend, "effective_kv_cache_dtype": None,
+               "configuration)", "error": None, "forced": req.backend, "configured_kv_cache_dtype": None,
+               "effective_kv_cache_dtype": None,
                "kv_note": None, "backend_cls": None, "args": {}, "import_errors": {}, "skipped": {}}
         ix = {"needed": False, "stock": None, "with_plugin": None, "reasons": [], "hooked": {}}
         return att, ix, {"checked": False, "reasons": []}, None, [{"stage": "config", "reason": cfg["error"]}]
@@ -166,6 +167,7 @@ def _probe(req: Request) -> dict[str, Any]:
         "valid": att["valid"],
         "backends": att["backends"],
         "verdict": att["verdict"] if vc is not None else cfg["error"],
+        "configured_kv_cache_dtype": att["configured_kv_cache_dtype"],
         "effective_kv_cache_dtype": att["effective_kv_cache_dtype"],
         "indexer": {"stock": ix["stock"], "with_plugin": ix["with_plugin"] if req.with_plugin else None,
                     "reasons": list(ix["reasons"]) + list(ix.get("plugin_reasons") or [])},
@@ -278,8 +280,9 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         ``config`` (architecture, model_type, vLLM's config class, notes on what vLLM changed, the EngineArgs);
         ``mla`` (``"sparse (DSA)"``/``"dense"``, as vLLM decides it), ``dtype``, ``heads_per_rank``;
         ``selected``, ``valid``, ``backends`` (``{NAME: {"priority", "reasons"}}``, vLLM's rejection strings),
-        ``verdict`` (vLLM's selection log line or exception text); ``effective_kv_cache_dtype`` (what vLLM
-        allocates); ``indexer`` (``{"stock", "with_plugin", "reasons"}``); ``blockers`` (``[{"stage", "reason"}]``
+        ``verdict`` (vLLM's selection log line or exception text); ``configured_kv_cache_dtype`` (the string the
+        selected backend's layers hold, as a running engine's ``layer.kv_cache_dtype`` reads: ``auto`` stays
+        ``auto``), ``effective_kv_cache_dtype`` (what vLLM allocates: ``auto`` resolved to the model dtype); ``indexer`` (``{"stock", "with_plugin", "reasons"}``); ``blockers`` (``[{"stage", "reason"}]``
         in the order vLLM meets them); ``engine_starts`` (True / False / None, see the module docstring);
         ``host_dependent``; ``memory`` (:func:`sparse_mla.diagnose.memory.memory_stage`; None when vLLM refused the
         configuration); ``indexer_layers`` (the decoder layers vLLM builds a DSA indexer in, from vLLM's model

@@ -124,8 +124,9 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
 
     Returns ``selected`` (name or None), ``valid`` (names in priority order), ``backends`` (``{NAME: {"priority",
     "reasons"}}``), ``verdict`` (vLLM's log line or exception text), ``error`` (the exception text or None),
-    ``forced`` (the backend the configuration forces, or None), ``effective_kv_cache_dtype`` (after
-    ``_canonicalize_sparse_mla_kv_cache_dtype``), ``kv_note``, ``args`` (the layer's arguments, printable),
+    ``forced`` (the backend the configuration forces, or None), ``configured_kv_cache_dtype`` (after
+    ``_canonicalize_sparse_mla_kv_cache_dtype``: the string the layers hold, e.g. ``auto``),
+    ``effective_kv_cache_dtype`` (that string resolved: ``auto`` -> the model dtype), ``kv_note``, ``args`` (the layer's arguments, printable),
     ``import_errors``, ``skipped``.
     """
     import vllm.platforms.cuda as cuda_mod
@@ -170,11 +171,11 @@ def attention_stage(vc, platform_cls, cap, local: bool, with_plugin: bool) -> di
     else:
         using = [m for m in choice["log"] if m.startswith("Using ")]
         verdict = using[-1] if using else f"Using {selected} attention backend (selected: {forced or 'auto'})"
-    effective, kv_note = _effective_kv_cache_dtype(vc, backend_cls, args, selected)
+    configured, effective, kv_note = _effective_kv_cache_dtype(vc, backend_cls, args, selected)
     return {"selected": selected, "valid": valid, "backends": dict(sorted(
                 backends.items(), key=lambda kv_: (kv_[1]["priority"] is None, kv_[1]["priority"] or 0))),
             "verdict": verdict, "error": choice["error"], "forced": None if forced is None else str(forced.name),
-            "effective_kv_cache_dtype": effective, "kv_note": kv_note, "backend_cls": backend_cls,
+            "configured_kv_cache_dtype": configured, "effective_kv_cache_dtype": effective, "kv_note": kv_note, "backend_cls": backend_cls,
             "args": {**{k: v for k, v in args.items() if k != "dtype"}, "dtype": str(args["dtype"]).replace("torch.", "")},
             "import_errors": import_errors, "skipped": skipped}
 
@@ -259,9 +260,11 @@ def _verdicts(platform_cls, cap, sel, heads, candidates, priorities, with_plugin
     return backends, names, valid_cands
 
 
-def _effective_kv_cache_dtype(vc, backend_cls, args, selected) -> tuple[str, str | None]:
-    """The cache dtype the selected backend runs (vLLM's ``_canonicalize_sparse_mla_kv_cache_dtype``, then ``auto``
-    as vLLM's ``kv_cache_dtype_str_to_dtype`` resolves it) and a note saying why, if it differs from the request."""
+def _effective_kv_cache_dtype(vc, backend_cls, args, selected) -> tuple[str, str, str | None]:
+    """``(configured, effective, note)``: the cache dtype string the selected backend's layers hold (vLLM's
+    ``_canonicalize_sparse_mla_kv_cache_dtype`` of the request: what a running engine's ``layer.kv_cache_dtype``
+    reads, e.g. ``auto``), the dtype that string resolves to (``auto`` as vLLM's ``kv_cache_dtype_str_to_dtype``
+    resolves it: the model dtype) and a note saying why, if it differs from the request."""
     from vllm.model_executor.layers.attention import mla_attention
 
     kv = args["kv_cache_dtype"]
@@ -271,12 +274,13 @@ def _effective_kv_cache_dtype(vc, backend_cls, args, selected) -> tuple[str, str
         if effective != kv:
             kv_note = (f"{selected} runs the cache as {effective} (vLLM's _canonicalize_sparse_mla_kv_cache_dtype, "
                        f"mla_attention.py: {kv} -> {effective})")
+    configured = effective
     if effective == "auto" and backend_cls is not None:
         from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
 
         effective = str(kv_cache_dtype_str_to_dtype("auto", vc.model_config)).replace("torch.", "")
         kv_note = f"{effective} (auto: vLLM's kv_cache_dtype_str_to_dtype gives the model dtype)"
-    return effective, kv_note
+    return configured, effective, kv_note
 
 
 def flip_host_check(vc, args: dict[str, Any]) -> str | None:

@@ -116,17 +116,21 @@ _BIAS_STD = 0.05
 #: (``launch.check_model_dir``), layers well above GLM-5's 78 (each tiny layer is ~100 MB of weights).
 MAX_INDEX_TOPK = 2**20
 MAX_LAYERS = 128
+#: Upper bound of ``--heads`` (attention heads per rank: DeepSeek-V3.2 has 128, GLM-5 64).
+MAX_HEADS = 128
 
 
 def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers: int | None = None,
-                  mtp: bool = False, **sharing) -> dict:
-    """The ``config.json`` dict of ``preset`` with ``index_topk``, ``num_hidden_layers`` and (``mtp``: GLM-5's 1,
-    else 0) ``num_nextn_predict_layers`` filled in, plus the top-k sharing keys of ``sharing``
+                  mtp: bool = False, num_heads: int | None = None, **sharing) -> dict:
+    """The ``config.json`` dict of ``preset`` with ``index_topk``, ``num_hidden_layers``, (``num_heads``, default the
+    preset's) ``num_attention_heads`` = ``num_key_value_heads`` and (``mtp``: GLM-5's 1, else 0)
+    ``num_nextn_predict_layers`` filled in, plus the top-k sharing keys of ``sharing``
     (:func:`~sparse_mla.launch.index_sharing.sharing_keys`: ``index_topk_pattern``, ``index_topk_freq``,
     ``index_skip_topk_offset``, ``indexer_types``); a pattern sets the layer count where ``num_layers`` is None.
 
     Raises :class:`UserInputError` for an unknown preset, an ``index_topk`` that is not a positive multiple of
-    128, a layer count that leaves no MoE layer, or a sharing :func:`sharing_keys` refuses.
+    128, a layer count that leaves no MoE layer, a head count outside 1..:data:`MAX_HEADS`, or a sharing
+    :func:`sharing_keys` refuses.
     """
     if preset not in PRESET_CONFIGS:
         raise UserInputError(f"unknown checkpoint preset {preset!r}; accepted: {', '.join(PRESETS)}")
@@ -151,6 +155,11 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
         cfg["num_hidden_layers"] = num_layers
     if not isinstance(mtp, bool):
         raise UserInputError(f"mtp {mtp!r} is not accepted; accepted: True (GLM-5's one MTP layer) or False")
+    if num_heads is not None:
+        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or not 1 <= num_heads <= MAX_HEADS:
+            raise UserInputError(f"heads (num_attention_heads) {num_heads!r} is not accepted; accepted: an integer from 1 to {MAX_HEADS} "
+                                 f"(e.g. 8: GLM-5's 64 heads per rank at tensor-parallel 8)")
+        cfg["num_attention_heads"] = cfg["num_key_value_heads"] = num_heads
     cfg["index_topk"] = index_topk
     cfg["num_nextn_predict_layers"] = MODEL_PRESETS["glm-5"]["num_nextn_predict_layers"] if mtp else 0
     cfg.update(sharing_keys(cfg["num_hidden_layers"], **sharing))
@@ -423,7 +432,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
                     num_layers: int | None = None, overwrite: bool = False, mtp: bool = False,
                     gguf: tuple[str, ...] = (), *, index_topk_pattern: str | None = None,
                     index_topk_freq: int | None = None, index_skip_topk_offset: int | None = None,
-                    indexer_types: str | None = None) -> Path:
+                    indexer_types: str | None = None, num_heads: int | None = None) -> Path:
     """Write a random-weight GLM-5-architecture Hugging Face checkpoint to ``out_dir`` and return its path.
 
     Everything is written into a temporary directory next to ``out_dir`` and renamed into place at the end, so a
@@ -439,7 +448,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     import torch
     from safetensors.torch import save_file
 
-    cfg = preset_config(preset, index_topk, num_layers, mtp, index_topk_pattern=index_topk_pattern,
+    cfg = preset_config(preset, index_topk, num_layers, mtp, num_heads, index_topk_pattern=index_topk_pattern,
                         index_topk_freq=index_topk_freq, index_skip_topk_offset=index_skip_topk_offset,
                         indexer_types=indexer_types)
     gguf = _check_gguf_types(gguf)
@@ -579,7 +588,8 @@ def _cmd_make_checkpoint(args) -> int:
     out = make_checkpoint(args.out, preset=args.preset, index_topk=args.index_topk, seed=args.seed,
                           num_layers=args.layers, overwrite=args.overwrite, mtp=args.mtp, gguf=tuple(args.gguf or ()),
                           index_topk_pattern=args.index_topk_pattern, index_topk_freq=args.index_topk_freq,
-                          index_skip_topk_offset=args.index_skip_topk_offset, indexer_types=args.indexer_types)
+                          index_skip_topk_offset=args.index_skip_topk_offset, indexer_types=args.indexer_types,
+                          num_heads=args.heads)
     s = checkpoint_summary(out)
     print(f"wrote {s['path']}")
     print(f"  parameters: {s['num_parameters']:,} ({s['num_parameters'] / 1e6:.1f} M)")
@@ -603,6 +613,9 @@ def add_cli(subparsers) -> None:
                         "sparsity bind on short prompts)")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--layers", type=int, default=None, help="number of layers (default: the preset's, 2)")
+    p.add_argument("--heads", type=int, default=None,
+                   help="attention heads (default: the preset's, GLM-5's 64); 8 is GLM-5's heads per rank at "
+                        "tensor-parallel 8, served on one GPU")
     p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT")
     p.add_argument("--mtp", action="store_true",
                    help="add GLM-5's one MTP layer (num_nextn_predict_layers 1) for vLLM's speculative decoding "
