@@ -237,6 +237,11 @@ def test_ranking_only_where_ranges_do_not_overlap(a, b, better):
     else:
         assert "not ranked" in thr["line"] and "not ranked" in lat["line"]
         assert ("ranges overlap (A 10.." in thr["line"]) == (len([x for x in b if x is not None]) >= ranking.MIN_REPEATS)
+        if "ranges overlap" in thr["line"]:      # why, in numbers: each run's spread and how far apart the medians are
+            med = lambda v: statistics.median(x for x in v if x is not None)  # noqa: E731
+            assert thr["medians_apart"] == pytest.approx(abs(med(a) - med(b)) / min(med(a), med(b)))
+            assert thr["spread"]["A"] == pytest.approx((thr["ranges"]["A"][1] - thr["ranges"]["A"][0]) / med(a))
+            assert f"the medians {100 * thr['medians_apart']:.0f} % apart" in thr["line"]
 
 
 def test_false_rank_rate_of_the_rule_is_stated_and_at_most_one_percent():

@@ -17,6 +17,9 @@ nothing is dead code):
 * ``scores``: the kernel's score dots and online softmax (:func:`_fold_scores`, :func:`_softmax_step`), no PV;
 * ``full``: the production kernel (``launch`` with the planned config), the split merge included.
 
+Then a sweep of the full kernel (:data:`SWEEP_TILES` x :data:`SWEEP_OPTIONS`: the fold kernel's options under
+measurement, codes kept for the PV dots and one 16-byte scale load; `results/h200/KERNEL_NOTES.md`, 2026-12-04).
+
 Differences between successive variants place the time: memory (``loads``), conversion (``decode - loads``), score
 dots (``scores - decode``), the PV re-read + dots + merge (``full - scores``).
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 
 import torch
 import triton
@@ -168,45 +172,53 @@ def time_case(H: int, T: int, cache_tokens: int, repeats: int, rep_ms: int) -> d
     return row
 
 
-SWEEP = [(bn, nw, ns) for bn in (16, 32, 64) for nw in (2, 4, 8) for ns in (1, 2, 3)]
+#: (block_n, num_warps) x the fold kernel's options under measurement (launcher.FP8_OPTIONS), at the planned tile
+#: height; AOT sm_90 (2026-12-04): 16x32 w4 168 registers / 55 KB shared, w8 128 / 55 KB; KEEP_CODES 255 (24 bytes
+#: stack) / 30 KB at w4, 177 / 30 KB at w8; KEEP_CODES + VEC_SCALES 255 / 30 KB at w4 (no stack), 178 at w8
+SWEEP_TILES = ((32, 4), (32, 8), (16, 4), (16, 8), (64, 8))
+SWEEP_OPTIONS = ({}, {"VEC_SCALES": True}, {"KEEP_CODES": True}, {"KEEP_CODES": True, "VEC_SCALES": True})
 
 
 def sweep_case(H: int, T: int, cache_tokens: int, rep_ms: int) -> list[dict]:
-    """The planned tile height with every (block_n, warps, stages) of :data:`SWEEP`, both scale variants, at the
-    planned split count and at half and twice it: graph-replay medians of the full kernel (one pass each)."""
+    """Every (block_n, warps) of :data:`SWEEP_TILES` with every option set of :data:`SWEEP_OPTIONS`, fold scales, at
+    the planned tile height and at the planned split count and twice it: graph-replay medians of the full kernel (one
+    pass each; the planned launch is the row with ``planned``)."""
     from sparse_mla.bench.kernel import GLM5_SCALE
     from sparse_mla.kernels import choose_config, launch
 
     _, _, (q_nope, q_pe, kv, idx, out, lse) = case_fns(H, T, cache_tokens, seed=H * 100 + T + 1)
     plan = choose_config(T, H, 2048, torch.bfloat16, q_nope.device, kv_cache_dtype="fp8_ds_mla")
     rows = []
-    splits = sorted({plan.num_splits, max(1, plan.num_splits // 2), plan.num_splits * 2})
-    for (bn, nw, ns) in SWEEP:
-        for scales in ("fold", "registers"):
-            for S in splits:
+    for (bn, nw) in SWEEP_TILES:
+        for opts in SWEEP_OPTIONS:
+            for S in sorted({plan.num_splits, plan.num_splits * 2}):
                 try:
                     cfg = choose_config(T, H, 2048, torch.bfloat16, q_nope.device, kv_cache_dtype="fp8_ds_mla",
-                                        block_h=plan.block_h, block_n=bn, num_warps=nw, num_stages=ns,
-                                        num_splits=S, fp8_scales=scales)
-                    fn = lambda cfg=cfg: launch(q_nope, q_pe, kv, idx, GLM5_SCALE, out, lse, cfg,  # noqa: E731
-                                                fallback=False)
+                                        block_h=plan.block_h, block_n=bn, num_warps=nw, num_splits=S,
+                                        fp8_scales="fold")
+                    fn = lambda cfg=cfg, o=opts: launch(q_nope, q_pe, kv, idx, GLM5_SCALE, out,  # noqa: E731
+                                                        lse, cfg, fallback=False, fp8_options=o)
                     fn()
                     us, err = graphed_ms(fn, rep_ms) * 1e3, ""
                 except Exception as e:  # noqa: BLE001
                     us, err = float("nan"), f"{type(e).__name__}: {str(e)[:80]}"
-                rows.append(dict(H=H, T=T, block_h=plan.block_h, block_n=bn, num_warps=nw, num_stages=ns,
-                                 num_splits=S, fp8_scales=scales, us=us, error=err,
-                                 planned=(bn, nw, ns, S, scales) == (plan.block_n, plan.num_warps, plan.num_stages,
-                                                                     plan.num_splits, plan.fp8_scales)))
+                rows.append(dict(H=H, T=T, block_h=plan.block_h, block_n=bn, num_warps=nw, num_splits=S,
+                                 options="+".join(k for k, v in opts.items() if v) or "none", us=us, error=err,
+                                 planned=(bn, nw, S, plan.fp8_scales, bool(opts)) ==
+                                 (plan.block_n, plan.num_warps, plan.num_splits, "fold", False)))
     return rows
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--ncu-case"]:
+    if argv[:1] == ["--ncu-case"]:    # the planned launch, then codes kept + one scale load at 8 warps
+        from sparse_mla.bench.kernel import GLM5_SCALE
+        from sparse_mla.kernels import launch
+
         H, T = int(argv[1]), int(argv[2])
-        _, fns, _ = case_fns(H, T, 131072, seed=1)
-        for _ in range(3):
-            fns["full"]()
+        cfg, fns, (q_nope, q_pe, kv, idx, out, lse) = case_fns(H, T, 131072, seed=1)
+        fns["full"]()
+        launch(q_nope, q_pe, kv, idx, GLM5_SCALE, out, lse, replace(cfg, num_warps=8), fallback=False,
+               fp8_options={"KEEP_CODES": True, "VEC_SCALES": True})
         torch.cuda.synchronize()
         return 0
     from sparse_mla.bench.common import copy_bandwidth
@@ -219,7 +231,7 @@ def main(argv: list[str]) -> int:
            "copy_bandwidth_TBps": copy_bandwidth() / 1e12, "cases": [], "sweep": []}
     t0 = time.time()
     for H in (8, 16):
-        for T in ((1, 128) if quick else (1, 4, 32, 128, 512)):
+        for T in ((1, 128) if quick else (1, 4, 128, 512)):
             row = time_case(H, T, 131072, repeats=3, rep_ms=60 if quick else 120)
             rec["cases"].append(row)
             print(f"H={H:3d} T={T:4d} S={row['num_splits']:3d} {row['block_h']}x{row['block_n']} w{row['num_warps']} "
@@ -227,7 +239,7 @@ def main(argv: list[str]) -> int:
                   + f" full={row['gathered_TBps']['full']:.2f}TB/s gather_copy={row['gather_copy_TBps']:.2f}TB/s",
                   flush=True)
             _write(out, rec)
-    for H, T in ((8, 128), (16, 4)) if not quick else ((8, 128),):
+    for H, T in ((8, 128), (8, 512), (16, 4)) if not quick else ((8, 128),):
         rec["sweep"] += sweep_case(H, T, 131072, rep_ms=40)
         best = min((r for r in rec["sweep"] if r["H"] == H and r["T"] == T and r["us"] == r["us"]),
                    key=lambda r: r["us"])

@@ -264,3 +264,41 @@ def test_bad_inputs(mutate, kw, match):
     with pytest.raises(UserInputError, match=match) as e:
         sparse_mla_attention(*mutate(_good()), **kw)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("options", [{"VEC_SCALES": True}, {"KEEP_CODES": True},
+                                     {"KEEP_CODES": True, "VEC_SCALES": True}])
+@pytest.mark.parametrize("capability", [(8, 0), (9, 0)])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_fold_options_under_measurement(options, capability, splits):
+    """The fold kernel's options under measurement (``launcher.FP8_OPTIONS``: codes kept in registers for the PV
+    dots instead of re-read, the four scales in one 16-byte load) compute the same function: within the derived
+    limits of the fold variant, and bit for bit the default kernel's result (same operations in the same order)."""
+    from sparse_mla.kernels import launch
+
+    q_nope, q_pe, cache, idx, scale = fp8_case(5, 16, 96, pad="middle", seed=31 + splits)
+    cfg = choose_config(5, 16, 96, q_nope.dtype, q_nope.device, kv_cache_dtype=FP8, capability=capability,
+                        num_splits=splits, fp8_scales="fold", block_n=32)
+    runs = []
+    for opts in ({}, options):
+        out = torch.full((5, 16, 512), float("nan"))
+        lse = torch.full((5, 16), float("nan"))
+        launch(q_nope, q_pe, cache, idx, scale, out, lse, cfg, fp8_options=opts)
+        assert not out.isnan().any() and not lse.isnan().any(), "unwritten (poisoned) output left"
+        runs.append((out, lse))
+    c = check_attention(*runs[1], q_nope, q_pe, cache, idx, scale, kv_cache_dtype=FP8, fp8_scales="fold")
+    assert c.ok, c.explain()
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
+@pytest.mark.parametrize("options, kw, says", [
+    ({"KEEP_CODES": 1}, {}, "are not accepted"), ({"SPLIT": True}, {}, "are not accepted"),
+    ({"KEEP_CODES": True}, {"fp8_scales": "registers"}, "'fold' fp8_ds_mla kernel only"),
+    ({"KEEP_CODES": True}, {"block_dv": 256}, "block_dv 256 is not accepted")])
+def test_fold_options_refused_by_name(options, kw, says):
+    from sparse_mla.kernels.launcher import check_fp8_options
+
+    cfg = choose_config(2, 16, 64, torch.float32, torch.device("cpu"), kv_cache_dtype=FP8, **kw)
+    with pytest.raises(UserInputError, match=says):
+        check_fp8_options(options, cfg)

@@ -127,7 +127,7 @@ def test_launch_steps_down_and_remembers_the_fitting_config(monkeypatch):
 
     tried = []
 
-    def fake_launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg):
+    def fake_launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg, fp8_options=None):
         tried.append((cfg.block_h, cfg.block_n))
         if cfg.block_h * cfg.block_n > 1024:
             raise OutOfResources(150000, 101376, "shared memory")

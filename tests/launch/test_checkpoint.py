@@ -423,7 +423,9 @@ def test_overwrite_refuses_a_checkpoint_of_the_same_layout_not_made_here(tmp_pat
 
 
 @pytest.mark.parametrize("kwargs, match", [({"index_topk": 2**40}, "up to 1048576"),
-                                           ({"num_layers": 100000}, "at most 128")])
+                                           ({"num_layers": 100000}, "at most 128"),
+                                           ({"num_heads": 129}, "from 1 to 128"), ({"num_heads": 0}, "from 1 to 128"),
+                                           ({"num_heads": True}, "from 1 to 128")])
 def test_upper_bounds(kwargs, match):
     with pytest.raises(UserInputError, match=match):
         ck.preset_config(**kwargs)
@@ -453,7 +455,25 @@ def test_dangling_symlink_output_is_refused_before_any_work(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"] and link.is_symlink()
 
 
+def test_heads_makes_the_per_rank_geometry_vllm_loads(tmp_path, only_checkpoint_cli, capsys):
+    """``--heads 8``: GLM-5's heads per rank at TP 8 as its own checkpoint (the serving benchmark's 8-head model);
+    every attention weight has 8 heads' rows and vLLM's own weight-name mapping fills every parameter shard."""
+    out = tmp_path / "ck8"
+    assert cli.main(["make-checkpoint", str(out), "--index-topk", "256", "--heads", "8"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["num_attention_heads"] == cfg["num_key_value_heads"] == 8
+    shapes = ck.expected_weight_shapes(cfg)
+    qk = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    assert shapes["model.layers.0.self_attn.q_b_proj.weight"][0] == 8 * qk
+    assert shapes["model.layers.0.self_attn.o_proj.weight"][1] == 8 * cfg["v_head_dim"]
+    from safetensors.torch import load_file
+
+    sd = load_file(str(out / "model.safetensors"))
+    assert {k: tuple(v.shape) for k, v in sd.items()} == shapes
+
+
 @pytest.mark.parametrize("argv, needle", [
+    (["--heads", "200"], "heads (num_attention_heads) 200"),
     (["--preset", "glm-6"], "glm-5-tiny"),
     (["--index-topk", "300"], "300"),
     (["--index-topk", "0"], "index_topk 0"),

@@ -729,6 +729,28 @@ def test_an_interrupted_parity_run_writes_what_ran_before_it(ckpt, tmp_path, fak
     assert str(out) in capsys.readouterr().err
 
 
+def test_an_interruption_in_the_reference_forward_keeps_every_engines_run(ckpt, tmp_path, fake_gpu, monkeypatch,
+                                                                            capsys):
+    """A time limit after the engines, inside the reference forward (on 2026-12-04 a 600 s limit hit the float64
+    criterion of a 2000-token prompt after all six simulated-GPU engines had run, and nothing was written): exit 130,
+    the record holds every engine's run and says where the interruption came."""
+    monkeypatch.setattr(launch, "_subprocess_offline", _fake_offline([]))
+
+    def reference(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch, "reference_first_token", reference)
+    out = tmp_path / "rec.json"
+    rc = cli.main(["launch", "--model", str(ckpt), "--parity", "--no-serve", "--backends",
+                   "TRITON_MLA_SPARSE,FLASHMLA_SPARSE", "--json-out", str(out)])
+    assert rc == 130
+    rec = json.loads(out.read_text())
+    assert all("generations" in r for r in rec["runs"].values()) and len(rec["runs"]) == 3   # + the eager baseline
+    assert rec["interrupted"].startswith("interrupted after the engines ran")
+    assert any(f.startswith("parity run interrupted after the engines ran") for f in rec["failures"])
+    assert str(out) in capsys.readouterr().err
+
+
 def test_an_engine_whose_ran_block_contradicts_the_request_fails_and_keeps_its_record(ckpt, tmp_path, fake_gpu,
                                                                                        monkeypatch, capsys):
     """The 2026-12-01 simulated-SM80 record said 8.0 while vLLM saw 9.0: ``launch`` now reads the ``ran`` block in

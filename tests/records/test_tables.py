@@ -75,6 +75,30 @@ def test_kernel_matrix_holds_each_cases_figure(tmp_path):
     assert tables.render("kernel", [f], tmp_path) == tables.render("kernel", [f, "peer"], tmp_path)
 
 
+def test_kernel_variants_holds_each_variants_time(tmp_path):
+    """tests/harness/fp8_where_time_goes.py's record: every variant's median and the derived columns, per case; a
+    record without cases is refused."""
+    rng = random.Random(SEED + 7)
+    cases = []
+    for h, t in ((8, 1), (16, 512)):
+        us = {k: rng.uniform(2, 700) for k in ("gather", "loads", "decode", "scores", "full", "flashmla")}
+        cases.append({"H": h, "T": t, "block_h": 16, "block_n": 32, "num_warps": 4, "num_splits": rng.randint(1, 64),
+                      "us": us, "gathered_TBps": {"loads": rng.random() * 4, "full": rng.random() * 4},
+                      "flashmla_over_full": us["flashmla"] / us["full"]})
+    f = write(tmp_path, "fp8_variants.json", {"environment": ENV, "copy_bandwidth_TBps": 4.25, "cases": cases})
+    md = tables.render("kernel-variants", [f], tmp_path)
+    assert columns(md)[:4] == ["H", "T", "tile", "splits"] and len(rows(md)) == 2
+    for row, c in zip(rows(md), cases):
+        assert row[:4] == [str(c["H"]), str(c["T"]), "16x32 w4", str(c["num_splits"])]
+        assert row[4:10] == [f"{c['us'][k]:.1f}" for k in ("gather", "loads", "decode", "scores", "full", "flashmla")]
+        assert row[10:] == [f"{c['gathered_TBps']['loads']:.2f}", f"{c['gathered_TBps']['full']:.2f}",
+                            f"{c['flashmla_over_full']:.2f}x"], SEED
+    assert "copy bandwidth was 4.25 TB/s" in md and "Record: `fp8_variants.json`: NVIDIA H200" in md
+    empty = write(tmp_path, "empty.json", {"environment": ENV, "cases": []})
+    with pytest.raises(UserInputError, match="has no cases"):
+        tables.render("kernel-variants", [empty], tmp_path)
+
+
 def test_kernel_cases_and_errors(tmp_path):
     rng = random.Random(SEED + 1)
     rec = kernel_record(rng)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from itertools import combinations
 from math import comb
+from statistics import median
 
 #: metric -> (label, better): the metrics the verdict ranks, keys of vLLM's result.
 METRICS = {"output_throughput": ("output tokens/s", "higher"), "median_ttft_ms": ("median TTFT (ms)", "lower"),
@@ -51,7 +52,9 @@ def _fmt(x: float) -> str:
 
 def compare(metric: str, a: str, a_values: list[float], b: str, b_values: list[float]) -> dict:
     """The verdict on one metric for runs ``a`` and ``b`` (their per-repeat values, ``None`` for a repeat without
-    a result): ``{"metric", "runs": [a, b], "ranges": {run: [min, max] | None}, "better": run | None, "line"}``.
+    a result): ``{"metric", "runs": [a, b], "ranges": {run: [min, max] | None}, "better": run | None, "line"}``;
+    where overlapping ranges leave it unranked, also why in numbers: ``spread`` (each run's range over its median)
+    and ``medians_apart`` (the medians' difference over the smaller), both in the line.
     Raises ``KeyError`` for a metric not in :data:`METRICS`."""
     label, better = METRICS[metric]
     va, vb = [float(v) for v in a_values if v is not None], [float(v) for v in b_values if v is not None]
@@ -69,9 +72,18 @@ def compare(metric: str, a: str, a_values: list[float], b: str, b_values: list[f
         out["line"] = (f"{label}: {win} > {lose} ({_fmt(ranges[win][0])}..{_fmt(ranges[win][1])} against "
                        f"{_fmt(ranges[lose][0])}..{_fmt(ranges[lose][1])}; {better} is better)")
     else:
+        med_a, med_b = median(va), median(vb)
+        out["spread"] = {a: (hi_a - lo_a) / med_a if med_a else None, b: (hi_b - lo_b) / med_b if med_b else None}
+        out["medians_apart"] = abs(med_a - med_b) / min(med_a, med_b) if min(med_a, med_b) > 0 else None
+        why = (f"; spread over repeats {_pct(out['spread'][a])} and {_pct(out['spread'][b])} of the median, the "
+               f"medians {_pct(out['medians_apart'])} apart")
         out["line"] = (f"{label}: {a} vs {b} not ranked: ranges overlap ({a} {_fmt(lo_a)}..{_fmt(hi_a)}, "
-                       f"{b} {_fmt(lo_b)}..{_fmt(hi_b)})")
+                       f"{b} {_fmt(lo_b)}..{_fmt(hi_b)}{why})")
     return out
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:.0f} %"
 
 
 def verdict(values: dict[str, dict[str, list]], groups: dict[str, list[str]]) -> dict:

@@ -37,12 +37,14 @@ def compile_options(capability: tuple[int, int], generate_for: tuple[int, int] |
 
 
 def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
-                DL: int = 512, DR: int = 64, generate_for: tuple[int, int] | None = None):
+                DL: int = 512, DR: int = 64, generate_for: tuple[int, int] | None = None,
+                fp8_options: dict | None = None):
     """The attention kernel compiled ahead of time for ``capability`` (no GPU needed: ``triton.compile`` with a
     ``GPUTarget``), specialized as Triton's JIT specializes it at GLM-5 serving shapes: every pointer 16-byte aligned,
     the strides, ``H``, ``topk`` and the split chunk multiples of 16, ``lse``'s unit head stride a constant. Without
     these hints the gathers compile to scalar loads and the numbers (shared memory, registers) are not the launch's.
-    ``generate_for``: the code of that GPU assembled for ``capability`` (:func:`compile_options`).
+    ``generate_for``: the code of that GPU assembled for ``capability`` (:func:`compile_options`); ``fp8_options``:
+    the fold fp8 kernel's options under measurement (:data:`sparse_mla.kernels.launcher.FP8_OPTIONS`), default off.
     Returns Triton's ``CompiledKernel`` (``.metadata.shared``, ``.asm["cubin"]``)."""
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -68,6 +70,8 @@ def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, in
                   IEEE=cfg.dot_dtype == torch.float32, stride_l_h=1)
     if fp8:
         consts["FP8_HW"] = cfg.fp8_hw
+    if "KEEP_CODES" in K.arg_names:      # the fold kernel's options: off, as the planned launch runs it, unless asked
+        consts.update({"KEEP_CODES": False, "VEC_SCALES": False, **(fp8_options or {})})
     sig.update({k: "constexpr" for k in consts})
     attrs = {(K.arg_names.index(n),): [["tt.divisibility", 16]] for n in sig
              if n not in consts and n not in not_multiple_of_16}

@@ -36,7 +36,8 @@ bf16 rope at ``[264:328)``, row stride 328), 64-bit offsets, codes decoded by :f
   128-column tiles ``j``. The dots then read the raw codes converted elementwise, which Triton keeps as uint8 in shared
   memory and converts in the dot-operand registers (on the mma.sync GPUs: SM80/86/89/120), and the e4m3 values are
   exact in bf16/fp16 (3 mantissa bits). The price: four 128-wide dots per step, ``[BLOCK_H, BLOCK_N]`` multiplies by
-  the scales (4 on the scores, 4 on ``p``), and V re-read for the PV dots (an L1 hit; keeping the tiles in registers
+  the scales (4 on the scores, 4 on ``p``), and V re-read for the PV dots (meant as an L1 hit; ncu on the H200 saw an
+  11.6 % L1 hit rate, so mostly L2; keeping the tiles in registers
   across the softmax spills at 16 heads).
 * **registers** (:func:`_sparse_mla_fp8_registers_fwd_kernel`): dequantize the ``[BLOCK_N, 512]`` tile in registers
   (``[BLOCK_N, 4, 128] * scale[:, :, None]``), cast to the dot dtype, then steps 2-4 unchanged. On mma.sync GPUs
@@ -246,7 +247,8 @@ def _dot(a, b, acc, IEEE: tl.constexpr):
 def _e4m3_tile(Row8, col0, valid, DOT_DTYPE: tl.constexpr, HW: tl.constexpr, REREAD: tl.constexpr = False):
     """``[BLOCK_N, 128]`` codes of columns ``[col0, col0 + 128)`` of fp8_ds_mla rows (``Row8``: ``[BLOCK_N, 1]`` uint8
     row pointers), decoded to their e4m3 values in the dot dtype (exact); invalid rows give 0. ``REREAD``: a second
-    read of tiles already loaded (an L1 hit), marked ``evict_first`` so that it is not merged with the first."""
+    read of tiles already loaded (meant as an L1 hit: on the H200 mostly an L2 hit), marked ``evict_first`` so that it
+    is not merged with the first."""
     if REREAD:
         codes = tl.load(Row8 + col0 + tl.arange(0, 128)[None, :], mask=valid[:, None], other=0,
                         eviction_policy="evict_first")
@@ -269,8 +271,26 @@ def _store_tile(acc, inv_l, cols, t, s, offs_h, mask_h, Out, O_part,
 
 
 @triton.jit
+def _row_scales(rowf, valid, VEC_SCALES: tl.constexpr):
+    """The four fp32 scales of each row (``rowf``: ``[BLOCK_N]`` pointers to a row's first scale), ``(sc0, sc1, sc2,
+    sc3)`` each ``[BLOCK_N]``: four 4-byte gathers per row, or (``VEC_SCALES``) one 16-byte load per row split in
+    registers (the scales sit at byte 512 of the 656-byte row: 16-byte aligned)."""
+    if VEC_SCALES:
+        sc = tl.load(rowf[:, None] + tl.arange(0, 4)[None, :], mask=valid[:, None], other=0.0)
+        even, odd = tl.split(tl.reshape(sc, [sc.shape[0], 2, 2]))      # columns (0, 2) and (1, 3)
+        sc0, sc2 = tl.split(even)
+        sc1, sc3 = tl.split(odd)
+    else:
+        sc0 = tl.load(rowf, mask=valid, other=0.0)
+        sc1 = tl.load(rowf + 1, mask=valid, other=0.0)
+        sc2 = tl.load(rowf + 2, mask=valid, other=0.0)
+        sc3 = tl.load(rowf + 3, mask=valid, other=0.0)
+    return sc0, sc1, sc2, sc3
+
+
+@triton.jit
 def _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
-                 FP8_HW: tl.constexpr):
+                 FP8_HW: tl.constexpr, VEC_SCALES: tl.constexpr = False):
     """Scores of the "fold" kernel, ``[BLOCK_H, BLOCK_N]`` fp32: ``q_pe . k_pe + sum_j scale_j (q_j . e4m3_j)`` over
     the four 128-column code tiles ``j`` of the rows (``row8``: uint8 row pointers ``[BLOCK_N, 1]``; ``rowf``: each
     row's first scale in the fp32 view, ``[BLOCK_N]``; ``rope``: ``[BLOCK_N, 64]`` pointers to its bf16 rope
@@ -279,10 +299,7 @@ def _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE: tl.co
     k1 = _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW)
     k2 = _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW)
     k3 = _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW)
-    sc0 = tl.load(rowf, mask=valid, other=0.0)
-    sc1 = tl.load(rowf + 1, mask=valid, other=0.0)
-    sc2 = tl.load(rowf + 2, mask=valid, other=0.0)
-    sc3 = tl.load(rowf + 3, mask=valid, other=0.0)
+    sc0, sc1, sc2, sc3 = _row_scales(rowf, valid, VEC_SCALES)
     k_pe = tl.load(rope, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
     zero = tl.zeros([q0.shape[0], k0.shape[0]], dtype=tl.float32)
     qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
@@ -294,13 +311,45 @@ def _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE: tl.co
 
 
 @triton.jit
+def _fold_scores_kept(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
+                      FP8_HW: tl.constexpr, VEC_SCALES: tl.constexpr):
+    """:func:`_fold_scores` that also returns the four raw code tiles (uint8 ``[BLOCK_N, 128]``, 32 registers per
+    thread at 16 x 32 and 4 warps) for the PV dots to decode again, instead of reading them a second time
+    (``KEEP_CODES``): ``(qk, sc0..sc3, c0..c3)``."""
+    cols = tl.arange(0, 128)[None, :]
+    c0 = tl.load(row8 + cols, mask=valid[:, None], other=0)
+    c1 = tl.load(row8 + 128 + cols, mask=valid[:, None], other=0)
+    c2 = tl.load(row8 + 256 + cols, mask=valid[:, None], other=0)
+    c3 = tl.load(row8 + 384 + cols, mask=valid[:, None], other=0)
+    sc0, sc1, sc2, sc3 = _row_scales(rowf, valid, VEC_SCALES)
+    k_pe = tl.load(rope, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+    zero = tl.zeros([q0.shape[0], c0.shape[0]], dtype=tl.float32)
+    qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
+    qk += _dot(q0, tl.trans(e4m3_to_f32(c0, FP8_HW).to(DOT_DTYPE)), zero, IEEE) * sc0[None, :]
+    qk += _dot(q1, tl.trans(e4m3_to_f32(c1, FP8_HW).to(DOT_DTYPE)), zero, IEEE) * sc1[None, :]
+    qk += _dot(q2, tl.trans(e4m3_to_f32(c2, FP8_HW).to(DOT_DTYPE)), zero, IEEE) * sc2[None, :]
+    qk += _dot(q3, tl.trans(e4m3_to_f32(c3, FP8_HW).to(DOT_DTYPE)), zero, IEEE) * sc3[None, :]
+    return qk, sc0, sc1, sc2, sc3, c0, c1, c2, c3
+
+
+@triton.jit
 def _fold_pv_tile(p, scale, acc, alpha, row8, col0, valid, P_SCALE: tl.constexpr, DOT_DTYPE: tl.constexpr,
                   IEEE: tl.constexpr, FP8_HW: tl.constexpr):
     """``acc * alpha + (p * scale * P_SCALE) @ e4m3`` for one 128-column value tile at ``col0``: V is the same codes,
-    re-read (an L1 hit) rather than kept in registers since the score dots (keeping them costs 4 x ``[BLOCK_N, 128]``
+    re-read (mostly an L2 hit on the H200, ``KEEP_CODES`` is the alternative) rather than kept in registers since the
+    score dots (keeping them costs 4 x ``[BLOCK_N, 128]``
     dot-operand registers across the softmax and spills at 16 heads: AOT 624 bytes of stack for 16 x 64 on sm_90,
     none with the re-read)."""
     return _dot((p * (scale * P_SCALE)[None, :]).to(DOT_DTYPE), _e4m3_tile(row8, col0, valid, DOT_DTYPE, FP8_HW, True),
+                acc * alpha[:, None], IEEE)
+
+
+@triton.jit
+def _fold_pv_kept(p, scale, acc, alpha, codes, P_SCALE: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
+                  FP8_HW: tl.constexpr):
+    """:func:`_fold_pv_tile` on codes kept in registers since the score dots (``KEEP_CODES``): decoded a second time,
+    not read a second time."""
+    return _dot((p * (scale * P_SCALE)[None, :]).to(DOT_DTYPE), e4m3_to_f32(codes, FP8_HW).to(DOT_DTYPE),
                 acc * alpha[:, None], IEEE)
 
 
@@ -346,10 +395,16 @@ def _sparse_mla_fp8_fwd_kernel(
     DL: tl.constexpr, DR: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr,
     SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, FP8_HW: tl.constexpr,
+    KEEP_CODES: tl.constexpr = False, VEC_SCALES: tl.constexpr = False,
 ):
     """The "fold" fp8_ds_mla kernel (module docstring): same grid, outputs and online softmax as
     :func:`_sparse_mla_fwd_kernel`; ``DL = 512``, ``DR = 64``; ``BLOCK_DV`` 128, 256 or 512 (``NTV = BLOCK_DV / 128``
-    value tiles per program, this program's tiles ``dvb * NTV + i``)."""
+    value tiles per program, this program's tiles ``dvb * NTV + i``).
+
+    Two options under measurement (``results/h200/KERNEL_NOTES.md``, 2026-12-04; the launcher passes neither, so the
+    planned launch is the kernel as measured before): ``KEEP_CODES`` keeps the raw code tiles in registers from the
+    score dots to the PV dots (``BLOCK_DV = 512`` only) instead of re-reading them -- ncu saw an 11.6 % L1 hit rate,
+    so the re-read goes to L2; ``VEC_SCALES`` loads a row's four scales with one 16-byte load."""
     tl.static_assert(DL == 512 and DR == 64)
     # PV operands are p * scale_j * 2**9 (~ p * max|x| of the tile, as a plain cache's V): p * scale_j alone falls
     # into fp16's subnormals for small latents (scale = max|x| / 448); the power of two is undone exactly at the end
@@ -391,9 +446,20 @@ def _sparse_mla_fp8_fwd_kernel(
         row8 = KV + slot64[:, None] * _ROW8
         rowf = KV_f32 + slot64 * _ROW_F32 + _SCALES_F32   # the 4 scales of each row
         rope = KV_bf16 + slot64[:, None] * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :]
-        qk, sc0, sc1, sc2, sc3 = _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE, IEEE, FP8_HW)
+        if KEEP_CODES:        # (a compile-time branch: the code tiles c0..c3 exist only in this variant)
+            tl.static_assert(NTV == 4)
+            qk, sc0, sc1, sc2, sc3, c0, c1, c2, c3 = _fold_scores_kept(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid,
+                                                                       DOT_DTYPE, IEEE, FP8_HW, VEC_SCALES)
+        else:
+            qk, sc0, sc1, sc2, sc3 = _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE, IEEE,
+                                                  FP8_HW, VEC_SCALES)
         p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
-        if NTV == 4:
+        if KEEP_CODES:
+            a0 = _fold_pv_kept(p, sc0, a0, alpha, c0, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
+            a1 = _fold_pv_kept(p, sc1, a1, alpha, c1, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
+            a2 = _fold_pv_kept(p, sc2, a2, alpha, c2, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
+            a3 = _fold_pv_kept(p, sc3, a3, alpha, c3, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
+        elif NTV == 4:
             a0 = _fold_pv_tile(p, sc0, a0, alpha, row8, 0, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
             a1 = _fold_pv_tile(p, sc1, a1, alpha, row8, 128, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
             a2 = _fold_pv_tile(p, sc2, a2, alpha, row8, 256, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)

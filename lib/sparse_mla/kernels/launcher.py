@@ -15,16 +15,21 @@ from .launch_plan import LaunchConfig, smaller_configs
 _FITTED: dict[tuple, LaunchConfig] = {}   # (device, dtypes, dims, planned config) -> the config that compiled
 
 
-def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig, fallback: bool = True) -> None:
+def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig, fallback: bool = True,
+           fp8_options: dict | None = None) -> None:
     """Launch the kernel(s) with a :class:`LaunchConfig` on checked inputs (no validation, no host sync).
+
+    ``fp8_options``: compile-time options of the "fold" fp8_ds_mla kernel under measurement
+    (:data:`FP8_OPTIONS`, e.g. ``{"KEEP_CODES": True}``; benchmarks and tests only, the planned launch passes none).
 
     With ``fallback`` (the default), a configuration whose tiles do not fit the GPU's shared memory (Triton's
     ``OutOfResources``, raised before anything runs) is replaced by the first of :func:`smaller_configs` that fits,
     and that choice is remembered per device, dtypes and configuration. ``fallback=False`` (configuration sweeps)
     raises instead.
     """
+    fp8_options = check_fp8_options(fp8_options, cfg)
     if not fallback or interpreting():
-        return _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg)
+        return _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg, fp8_options)
     from triton.runtime.errors import OutOfResources
 
     key = _fit_key(q_nope, q_pe, kv_cache, cfg)
@@ -32,13 +37,36 @@ def launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfi
     err = None
     for c in (first, *smaller_configs(first)):
         try:
-            _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, c)
+            _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, c, fp8_options)
         except OutOfResources as e:
             err = e
             continue
         _FITTED[key] = c
         return
     raise err
+
+
+#: Compile-time options of the "fold" fp8_ds_mla kernel (:func:`sparse_mla.kernels.attention._sparse_mla_fp8_fwd_kernel`)
+#: a benchmark may ask for; ``KEEP_CODES`` needs whole rows per program (``block_dv`` 512).
+FP8_OPTIONS = ("KEEP_CODES", "VEC_SCALES")
+
+
+def check_fp8_options(fp8_options: dict | None, cfg: LaunchConfig) -> dict:
+    """``fp8_options`` as the kernel takes them, or one UserInputError line: only :data:`FP8_OPTIONS`, booleans,
+    for the "fold" fp8_ds_mla kernel, ``KEEP_CODES`` with ``block_dv`` 512."""
+    if not fp8_options:
+        return {}
+    if cfg.kv_cache_dtype != "fp8_ds_mla" or cfg.fp8_scales != "fold":
+        raise UserInputError(f"fp8_options {fp8_options!r} apply to the 'fold' fp8_ds_mla kernel only; accepted: "
+                             f"kv_cache_dtype 'fp8_ds_mla' with fp8_scales 'fold'")
+    bad = [k for k, v in fp8_options.items() if k not in FP8_OPTIONS or not isinstance(v, bool)]
+    if bad:
+        raise UserInputError(f"fp8_options {bad!r} are not accepted; accepted: {', '.join(FP8_OPTIONS)} set to "
+                             f"True or False")
+    if fp8_options.get("KEEP_CODES") and min(cfg.block_dv, 512) != 512:
+        raise UserInputError(f"fp8_options KEEP_CODES with block_dv {cfg.block_dv} is not accepted; accepted: "
+                             f"block_dv 512 (a program that covers every value tile)")
+    return dict(fp8_options)
 
 
 def fitted_config(q_nope, q_pe, kv_cache, cfg: LaunchConfig) -> LaunchConfig:
@@ -51,7 +79,8 @@ def _fit_key(q_nope, q_pe, kv_cache, cfg: LaunchConfig) -> tuple:
     return q_nope.device, q_nope.dtype, kv_cache.dtype, q_nope.shape[2], q_pe.shape[2], cfg
 
 
-def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig) -> None:
+def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConfig,
+            fp8_options: dict | None = None) -> None:
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
     topk = indices.shape[1]
@@ -73,6 +102,7 @@ def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConf
     if fp8:   # the same storage read as uint8 (codes), float32 (scales) and bfloat16 (rope): views, no copies; the
         # fp8_ds_mla row is a constant of the fp8 kernels, the float kernel takes the row stride
         common["FP8_HW"] = cfg.fp8_hw
+        common.update(fp8_options or {})
         cache, row = (kv_cache, kv_cache.view(torch.float32), kv_cache.view(torch.bfloat16)), ()
     else:
         cache, row = (kv_cache,), (DL + DR,)

@@ -579,12 +579,29 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
            "speculative_config": speculative_config, "prompt_lengths": list(prompt_lengths),
            "run_specs": {k: {x: v[x] for x in ("run", "backend_requested", "indexer", "kv_cache_dtype")}
                          for k, v in runs.items()}, "runs": runs}
+    if not interrupted:
+        try:
+            _judge_engines(rec, model, prompts, backends, kv_cache_dtype, serve, tp, speculative_config, log_dir)
+        except KeyboardInterrupt:   # a time limit during the reference forward: the engines' records are kept
+            interrupted = "interrupted after the engines ran, during the reference comparison or the served check"
     if interrupted:      # what ran before the interruption, written whole; then the interruption goes on up
         rec["interrupted"] = interrupted
         rec["failures"] = parity_failures(rec)
         atomic_write_text(out, json.dumps(with_simulated(rec), indent=1, default=str))
         print(f"sparse-mla launch: {interrupted}; the record of what ran before it is {out}", file=sys.stderr)
         raise KeyboardInterrupt
+    rec["failures"] = parity_failures(rec)
+    rec = with_simulated(rec)
+    atomic_write_text(out, json.dumps(rec, indent=1, default=str))
+    return rec
+
+
+def _judge_engines(rec: dict, model, prompts, backends, kv_cache_dtype: str, serve: bool, tp: int,
+                   speculative_config, log_dir: Path) -> None:
+    """What a parity record concludes from its engines' runs (``rec["runs"]``), written into ``rec``: the pairwise
+    comparisons, the reference forward's first tokens and the first-token criterion, the engines' throughput and
+    (``serve``) the served check of the baseline."""
+    runs = rec["runs"]
     ok = {k: v for k, v in runs.items() if "error" not in v}
     base = parity_baseline(backends)
     if base in ok and len(ok) > 1:
@@ -618,10 +635,6 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
             rec["serve"] = {"error": f"{type(e).__name__}: {e}",
                             "log_tail": (log_dir / "serve.log").read_text(errors="replace")[-3000:]
                             if (log_dir / "serve.log").exists() else ""}
-    rec["failures"] = parity_failures(rec)
-    rec = with_simulated(rec)
-    atomic_write_text(out, json.dumps(rec, indent=1, default=str))
-    return rec
 
 
 def parity_failures(rec: dict) -> list[str]:

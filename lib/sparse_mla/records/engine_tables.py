@@ -193,10 +193,11 @@ def serve(args: list[str], base: Path) -> str:
                          _agreement(rec, name), _acceptance(run),
                          f"failed: {run['error']}" if run.get("error") else None])
         complete = "" if rec.get("complete", True) else " (marked incomplete: `complete` is false)"
-        notes.append(source(arg, rec) + complete)
+        method = rec.get("method") if isinstance(rec.get("method"), str) else "each repeat a fresh `vllm serve`"
+        notes.append(source(arg, rec) + complete + f"; method: {method}")
     return markdown(["record", "run", "backend", "speculative", "repeats", *SERVE_METRICS,
                      "identical greedy outputs", "acceptance rate (%)", "error"], body,
-                    ["Median over repeats, (min–max) where there were more; each repeat a fresh `vllm serve`.", "",
+                    ["Median over repeats, (min–max) where there were more; each record's method below.", "",
                      "Records:", ""] + [f"* {n}" for n in notes])
 
 

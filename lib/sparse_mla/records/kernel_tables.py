@@ -153,7 +153,40 @@ def indexer_targets(args: list[str], base: Path) -> str:
     return markdown(["target", "goal", "min", "max", "cases that met it"], body, [f"Record: {source(args[0], rec)}"])
 
 
+VARIANTS = "kernel-variants record"
+#: the variants of ``tests/harness/fp8_where_time_goes.py``, in the order each adds a stage
+VARIANT_ORDER = ("gather", "loads", "decode", "scores", "full", "flashmla")
+
+
+def kernel_variants(args: list[str], base: Path) -> str:
+    """Where an fp8_ds_mla launch's time goes (``tests/harness/fp8_where_time_goes.py``): per case the planned tile and
+    split count, each controlled variant's median time (µs), the full kernel's gathered bytes per second and
+    FlashMLA's fp8 decode against it."""
+    check_args(args, VARIANTS_USAGE, 1, 1)
+    rec = load(args[0], base, VARIANTS, ("cases",))
+    cases = [c for c in rec["cases"] if isinstance(c, dict)] if isinstance(rec["cases"], list) else []
+    if not cases:
+        raise UserInputError(f"record {args[0]!r} has no cases; accepted: a {VARIANTS} record with 'cases' rows")
+    body = []
+    for c in cases:
+        us = c.get("us") if isinstance(c.get("us"), dict) else {}
+        tbps = c.get("gathered_TBps") if isinstance(c.get("gathered_TBps"), dict) else {}
+        body.append([c.get("H"), c.get("T"), f"{c.get('block_h')}x{c.get('block_n')} w{c.get('num_warps')}",
+                     c.get("num_splits"), *(fixed1(us.get(k)) for k in VARIANT_ORDER), fixed2(tbps.get("loads")),
+                     fixed2(tbps.get("full")), ratio(c.get("flashmla_over_full"))])
+    copy = rec.get("copy_bandwidth_TBps")
+    return markdown(["H", "T", "tile", "splits", *(f"{k} (µs)" for k in VARIANT_ORDER), "loads TB/s", "full TB/s",
+                     "FlashMLA / full"], body,
+                    ["CUDA-graph medians of 3 repeats in alternating order, topk 2048, 128K-slot fp8_ds_mla cache. "
+                     "gather: `index_select` of the 656-byte rows (a copy); loads: the loop's loads only; decode: + "
+                     "the e4m3 decode; scores: + the score dots and online softmax; full: the kernel as launched "
+                     "(PV dots, re-read codes, split merge). TB/s: gathered bytes (T x 2048 x 656) per second"
+                     + (f"; the device copy bandwidth was {fixed2(copy)} TB/s (read + written)." if copy else "."),
+                     "", f"Record: {source(args[0], rec)}"])
+
+
 KERNEL_USAGE = "kernel FILE [METRIC]"
+VARIANTS_USAGE = "kernel-variants FILE"
 CASES_USAGE = "kernel-cases FILE H:T [H:T ...]"
 ERRORS_USAGE = "kernel-errors FILE"
 INDEXER_USAGE = "indexer FILE"
@@ -166,4 +199,6 @@ TABLES = registry(
     Table(ERRORS_USAGE, "an attention-kernel benchmark's errors against the fp32 reference", kernel_errors),
     Table(INDEXER_USAGE, "every case of an indexer benchmark against DeepGEMM", indexer_cases),
     Table(TARGETS_USAGE, "the targets of an indexer benchmark", indexer_targets),
+    Table(VARIANTS_USAGE, "where an fp8_ds_mla launch's time goes: controlled variants of the kernel",
+          kernel_variants),
 )
