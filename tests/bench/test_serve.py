@@ -293,6 +293,7 @@ def test_text_agreement_and_summary():
     assert bs.spread([4.0, 1.0, 2.0, 3.0])["median"] == statistics.median([4.0, 1.0, 2.0, 3.0])
 
 
+@pytest.mark.slow
 def test_vllm_bench_serve_against_a_streaming_stand_in(fake_server, model_dir, tmp_path):
     """vLLM's own client, one pass, against known delays: first token after 0.15 s, then one every 0.03 s (two per
     SSE chunk). vLLM's result must show TTFT >= 150 ms (sleeps never end early), TPOT near 30 ms (a first chunk read
@@ -309,8 +310,12 @@ def test_vllm_bench_serve_against_a_streaming_stand_in(fake_server, model_dir, t
     assert log.startswith("$ vllm bench serve --backend openai") and "Serving Benchmark Result" in log
     res = vc.read_result(result)
     assert (res["completed"], res["failed"], res["total_output_tokens"], res["output_lens"]) == (4, 0, 28, [7] * 4)
-    assert res["median_ttft_ms"] >= 150.0 and 15.0 < res["median_tpot_ms"] < 70.0, res
-    assert all(150.0 <= t * 1e3 < 400.0 for t in res["ttfts"])
+    # lower bounds only (sleeps never end early; a loaded machine only lengthens them): TTFT >= 150 ms, TPOT >= 25 ms
+    # (30 ms, shortened by at most a sixth by a late first chunk); no wall-clock window above, but the pass's own
+    # duration bounds every latency in it
+    assert res["median_ttft_ms"] >= 150.0 and res["median_tpot_ms"] >= 25.0 * (1 - 1e-6), res
+    assert all(0.150 <= t <= res["duration"] for t in res["ttfts"])
+    assert res["median_tpot_ms"] * 6 <= res["duration"] * 1e3
     for text in res["generated_texts"]:
         words = text.split()
         assert len(words) == 7 and all(w[0] == "w" for w in words)
@@ -320,8 +325,9 @@ def test_vllm_bench_serve_against_a_streaming_stand_in(fake_server, model_dir, t
     argv = vc.bench_argv(slow, model_dir, "glm5", bs.dataset_args("random", 128, 3), num_prompts=1,
                          max_concurrency=1, seed=0, result_path=tmp_path / "s.json", ready_timeout_s=30)
     t0 = time.time()
-    assert vc.run_pass(argv, tmp_path / "s.log", 3) == {"exit_code": -signal.SIGKILL, "seconds": pytest.approx(
-        time.time() - t0, abs=1.0), "timed_out": True}
+    done = vc.run_pass(argv, tmp_path / "s.log", 3)
+    assert {k: done[k] for k in ("exit_code", "timed_out")} == {"exit_code": -signal.SIGKILL, "timed_out": True}
+    assert 3 <= done["seconds"] <= time.time() - t0     # killed at the limit, and timed inside this call
 
 
 # ----------------------------------------------------------------------------------------------- lifecycle
@@ -374,14 +380,13 @@ def test_served_starts_waits_logs_and_kills(vllm_on_path, tmp_path, model_dir):
                         speculative_config={"method": "mtp", "num_speculative_tokens": 1})
     log = tmp_path / "server.log"
     env = {**server_env(spec), "FAKE_VLLM_STARTUP_S": "0.4", "FAKE_VLLM_CHILD": "1"}
-    t0 = time.time()
     with srv.served(cmd, env, log, port, timeout_s=30) as s:
         assert s.up_s >= 0.4 and s.base_url == f"http://127.0.0.1:{port}"
         assert s.proc.poll() is None and os.getpgid(s.proc.pid) == s.proc.pid   # its own process group
         with urllib.request.urlopen(s.base_url + "/v1/models", timeout=5) as r:
             assert json.loads(r.read())["data"][0]["id"] == "glm5"
         proc = s.proc
-    assert time.time() - t0 < 20 and proc.poll() is not None
+    assert proc.poll() is not None                      # stopped when the block ended
     text = log.read_text()
     argv = json.loads(text.split("FAKE_VLLM argv ", 1)[1].splitlines()[0])
     assert argv[:2] == ["serve", str(model_dir)] and argv[argv.index("--host") + 1] == "127.0.0.1"
@@ -426,9 +431,8 @@ def test_stop_server_escalates_to_sigkill(tmp_path):
                              stderr=subprocess.STDOUT, start_new_session=True,
                              env={**os.environ, "FAKE_VLLM_IGNORE_TERM": "1"})
         time.sleep(0.5)
-        t0 = time.time()
         srv.stop_server(p, grace_s=0.5)
-    assert p.returncode == -signal.SIGKILL and time.time() - t0 < 5
+    assert p.returncode == -signal.SIGKILL
 
 
 # ----------------------------------------------------------------------------------------------- sessions
@@ -505,6 +509,7 @@ def test_bench_serve_end_to_end_rotates_repeats_and_ranks(vllm_on_path, vllm_rul
     assert judge("rec", rec).status == "proven", judge("rec", rec)
 
 
+@pytest.mark.slow
 def test_speculative_ngram_records_vllms_numbers_and_no_drafts_fails(vllm_on_path, vllm_rules, model_dir, tmp_path,
                                                                      monkeypatch, capsys):
     """`--speculative ngram`: vLLM's ngram config on every run spec, on prompts that repeat (for both the plain and

@@ -11,6 +11,7 @@ import pytest
 from sparse_mla.diagnose import GPU_PRESETS, diagnose
 from sparse_mla.errors import UserInputError
 from sparse_mla.models import PRESET_CONFIGS
+from vllm_oracles import from_vllm_source, stock_indexer, vllms_own_cuda_platform
 
 
 def _config(tmp_path, name, **changes):
@@ -25,32 +26,24 @@ def _config(tmp_path, name, **changes):
     return str(p)
 
 
-def _vllm_engine_config(model, cap, kv, tp, backend=None):
-    """vLLM's own engine-config path, called directly on the probe platform (the oracle of the table test)."""
+def _vllm_selects(model, cap, kv, tp):
+    """``get_attn_backend`` with the MLA layer's arguments read off ``create_engine_config()``, both on vLLM's own
+    CUDA platform class (:func:`vllms_own_cuda_platform`); None = vLLM raises. The diagnosis's stock-selection guard
+    (no plugin override) and model folder are reused; its probe platform is not."""
+    import vllm.v1.attention.selector as selector_mod
+    from vllm.config import set_current_vllm_config
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.platforms.interface import DeviceCapability
 
     from sparse_mla.diagnose import config as stage_config
     from sparse_mla.diagnose import probe as pr
     from sparse_mla.diagnose.request import resolve
 
     pr.load_vllm_extensions()
-    cls = pr.probe_platform_cls()
-    cls.probe_capability, cls.probe_device_count = DeviceCapability(*cap), tp
     req = resolve(model, f"{cap[0]}.{cap[1]}", kv, tp, False)
-    return req, cls, EngineArgs, stage_config
-
-
-def _vllm_selects(model, cap, kv, tp):
-    """``get_attn_backend`` with the MLA layer's arguments read off ``create_engine_config()``; None = vLLM raises."""
-    import vllm.v1.attention.selector as selector_mod
-    from vllm.config import set_current_vllm_config
-
-    from sparse_mla.diagnose import probe as pr
-
-    req, cls, EngineArgs, stage_config = _vllm_engine_config(model, cap, kv, tp)
-    with pr.quiet_logs(), pr.use_platform(pr.PROBE), pr.stock_selection(), stage_config.model_dir(req) as path, \
-            stage_config._in_process_inspection():
+    with vllms_own_cuda_platform(cap, tp) as platform, pr.quiet_logs(), pr.use_platform(platform), \
+            pr.stock_selection(), stage_config.model_dir(req) as path, stage_config._in_process_inspection():
+        assert type(platform).__module__ == "vllm.platforms.cuda"
+        assert platform.get_device_capability().to_int() == cap[0] * 10 + cap[1]
         vc = EngineArgs(model=str(path), skip_tokenizer_init=True, load_format="dummy", kv_cache_dtype=kv,
                         tensor_parallel_size=tp).create_engine_config()
         mc = vc.model_config
@@ -62,16 +55,25 @@ def _vllm_selects(model, cap, kv, tp):
                                                   num_heads=mc.get_num_attention_heads(vc.parallel_config))
             except ValueError:
                 return None, vc.cache_config.cache_dtype
-        selector_mod._cached_get_attn_backend.cache_clear()
+            finally:
+                selector_mod._cached_get_attn_backend.cache_clear()
         return b.get_name(), vc.cache_config.cache_dtype
 
 
-TABLE = [(m, g, kv, tp) for m in ("glm-5", "deepseek-v3.2") for g in ("rtx-pro-6000", "b200", "h200", "a100", "gb10")
+#: Every model x GPU x KV dtype x TP: the slow tier; the default tier runs :data:`FAST_CELLS`, one cell of each
+#: answer family (each GPU major, each model, a refusal, vLLM's bf16 -> auto hook, TP 8's heads per rank on SM100)
+FAST_CELLS = {("glm-5", "rtx-pro-6000", "bfloat16", 8), ("deepseek-v3.2", "rtx-pro-6000", "bfloat16", 1),
+              ("glm-5", "b200", "auto", 8), ("deepseek-v3.2", "b200", "fp8", 1), ("glm-5", "h200", "fp8", 1),
+              ("glm-5", "a100", "auto", 1), ("deepseek-v3.2", "gb10", "fp8_ds_mla", 8), ("glm-5", "h200", "auto", 8)}
+TABLE = [pytest.param(m, g, kv, tp, marks=() if (m, g, kv, tp) in FAST_CELLS else pytest.mark.slow)
+         for m in ("glm-5", "deepseek-v3.2") for g in ("rtx-pro-6000", "b200", "h200", "a100", "gb10")
          for kv in ("auto", "bfloat16", "fp8", "fp8_ds_mla") for tp in (1, 8)]
 
 
 @pytest.mark.parametrize("model, gpu, kv, tp", TABLE)
 def test_selection_equals_vllm_engine_config_path(model, gpu, kv, tp):
+    """The diagnosis (probe platform) against vLLM's engine-config path and selector on vLLM's own CUDA platform
+    class with the capability set where that class reads it."""
     rec = diagnose(model, gpu, kv, tp=tp)
     major, minor = (int(x) for x in GPU_PRESETS[gpu].split("."))
     selected, cache_dtype = _vllm_selects(model, (major, minor), kv, tp)
@@ -80,46 +82,11 @@ def test_selection_equals_vllm_engine_config_path(model, gpu, kv, tp):
     assert (rec["selected"] is None) == any(b["stage"] == "attention" for b in rec["blockers"])
 
 
-# ---- the same table, expected from a reading of vLLM 0.26.0's source (no probe, no vLLM call) --------------------
-# vllm/model_executor/models/config.py DeepseekV32ForCausalLM.verify_and_update_config: a "bfloat16" cache becomes
-#   "auto" for deepseek_v32 (GLM-5's glm_moe_dsa has no such hook).
-# vllm/platforms/cuda.py _get_backend_priorities(use_mla): the sparse candidates, in order --
-#   major 12: FLASHINFER_MLA_SPARSE_SM120 (TRITON_MLA before it has no sparse support);
-#   major 10: quantized cache -> FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE; else FLASHINFER_MLA_SPARSE first when
-#             num_heads (per rank) <= 16, FLASHMLA_SPARSE first otherwise;
-#   other majors: FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE.
-# The cache dtypes each accepts and the GPUs (v1/attention/backends/mla/*.py, supported_kv_cache_dtypes,
-# supports_compute_capability, supports_combination):
-_SOURCE_BACKENDS = {
-    "FLASHINFER_MLA_SPARSE_SM120": ({12}, {"auto", "fp8", "fp8_e4m3", "fp8_ds_mla"}),  # with FlashInfer's SM120 API
-    "FLASHINFER_MLA_SPARSE": ({10}, {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3"}),  # refuses fp8_ds_mla
-    "FLASHMLA_SPARSE": ({9, 10}, {"auto", "bfloat16", "fp8_ds_mla", "fp8"}),
-    "FLASH_ATTN_MLA_SPARSE": ({9}, {"auto", "float16", "bfloat16"}),
-}
-_HEADS = {"glm-5": 64, "deepseek-v3.2": 128}
-
-
-def _from_vllm_source(model, major, kv, tp):
-    from vllm.utils.flashinfer import has_flashinfer_sparse_mla_sm120   # this host's software, not a rule
-
-    cache = "auto" if model == "deepseek-v3.2" and kv == "bfloat16" else kv
-    if major == 12:   # the backend's __init__ refuses where FlashInfer lacks the SM120 sparse decode API
-        order = ["FLASHINFER_MLA_SPARSE_SM120"] if has_flashinfer_sparse_mla_sm120() else []
-    elif major == 10:
-        quantized = cache.startswith("fp8")
-        pair = ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]
-        order = pair if quantized or _HEADS[model] // tp <= 16 else pair[::-1]
-    else:
-        order = ["FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"]
-    ok = [b for b in order if major in _SOURCE_BACKENDS[b][0] and cache in _SOURCE_BACKENDS[b][1]]
-    return (ok[0] if ok else None), cache
-
-
 @pytest.mark.parametrize("model, gpu, kv, tp", TABLE)
 def test_selection_equals_a_reading_of_vllm_source(model, gpu, kv, tp):
     rec = diagnose(model, gpu, kv, tp=tp)
     major = int(GPU_PRESETS[gpu].split(".")[0])
-    assert (rec["selected"], rec["config"]["cache_dtype"]) == _from_vllm_source(model, major, kv, tp)
+    assert (rec["selected"], rec["config"]["cache_dtype"]) == from_vllm_source(model, major, kv, tp)
 
 
 def test_deepseek_v32_bf16_hook_and_fp8_ds_mla_cache():
@@ -231,32 +198,29 @@ def test_index_topk_not_multiple_of_128_is_a_kernel_blocker(tmp_path):
 
 @pytest.mark.parametrize("cap", ["8.0", "8.6", "8.9", "9.0", "10.0", "12.0", "12.1"])
 def test_indexer_stage_is_vllms_deepgemm_support(cap):
-    from sparse_mla.diagnose import probe as pr
-    from sparse_mla.kernels.fp8 import has_fp8_conversion
-
+    """The stock indexer's verdict against vLLM's own answer on vLLM's own CUDA platform class (not the probe):
+    :func:`vllm_oracles.stock_indexer`."""
     rec = diagnose("glm-5", cap)
-    cls = pr.probe_platform_cls()
-    major, minor = (int(x) for x in cap.split("."))
-    from vllm.platforms.interface import DeviceCapability
-
-    cls.probe_capability = DeviceCapability(major, minor)
-    with pr.use_platform(pr.PROBE):
-        deepgemm = cls.support_deep_gemm()
-    ok = deepgemm and has_fp8_conversion((major, minor))
-    assert rec["indexer"]["stock"] == ("DEEPGEMM" if ok else None)
-    assert (not ok) == any(b["stage"] == "indexer" for b in rec["blockers"])
+    want = stock_indexer(tuple(int(x) for x in cap.split(".")))
+    assert rec["indexer"]["stock"] == want
+    assert (want is None) == any(b["stage"] == "indexer" for b in rec["blockers"])
 
 
-def test_sm80_with_plugin_names_the_indexer_wall_or_ours():
-    """The issue's done-when: with the plugin, SM80 gets TRITON_MLA_SPARSE for attention; the indexer is the next wall
-    unless the plugin's own indexer takes it."""
+def test_sm80_with_plugin_names_the_indexer_wall_or_ours(monkeypatch):
+    """With the plugin, SM80 gets TRITON_MLA_SPARSE for attention and the plugin's Triton indexer (vLLM's
+    ``support_deep_gemm()`` is False there): the engine starts. One expected answer per setting of the plugin's
+    switch: ``SPARSE_MLA_TRITON_INDEXER=0`` keeps vLLM's DeepGEMM indexer, which is then the wall."""
+    from sparse_mla.vllm_plugin.indexer import FORCE_ENV
+
+    monkeypatch.delenv(FORCE_ENV, raising=False)
     rec = diagnose("glm-5", "8.0", with_plugin=True)
-    assert rec["selected"] == "TRITON_MLA_SPARSE"
-    assert rec["indexer"]["stock"] is None
-    if rec["indexer"]["with_plugin"] is None:
-        assert rec["blockers"][0]["stage"] == "indexer" and rec["engine_starts"] is False
-    else:
-        assert rec["indexer"]["with_plugin"] == "TRITON_DSA_INDEXER" and rec["engine_starts"] is True
+    assert rec["selected"] == "TRITON_MLA_SPARSE" and rec["indexer"]["stock"] is None
+    assert rec["indexer"]["with_plugin"] == "TRITON_DSA_INDEXER" and rec["engine_starts"] is True
+    assert rec["blockers"] == []
+    monkeypatch.setenv(FORCE_ENV, "0")
+    off = diagnose("glm-5", "8.0", with_plugin=True)
+    assert off["selected"] == "TRITON_MLA_SPARSE" and off["indexer"]["with_plugin"] is None
+    assert off["blockers"][0]["stage"] == "indexer" and off["engine_starts"] is False
 
 
 def test_forced_backend_gets_vllms_rejection():

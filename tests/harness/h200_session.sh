@@ -53,7 +53,7 @@ run_stage() {
     # issue 34 item 1 and 2 together: the GPU tests (a pytest process that allocates through torch's caching allocator
     # and never hands memory back before it exits) beside the simulated-GPU parity (vLLM asserts that no other
     # process frees GPU memory while an engine profiles); correctness only, no timings in either
-    parity_and_tests) run_stage gpu_tests & local tests_pid=$!
+    parity_and_tests) { run_stage gpu_tests; run_stage cuda_branches; } & local tests_pid=$!
                       run_stage sim_parity
                       wait $tests_pid ;;
     # issue 35 item 1: where the fp8_ds_mla kernel's time goes at 8-16 heads (variants, sweep, gather ceiling,
@@ -105,7 +105,8 @@ run_stage() {
     # truncating tensor-core accumulation; the indexer's fp8 dots at 14 accumulator bits): all passed on 2026-12-01
     # (results/h200/GPU_CHECKS_2026-12-01b.md, about 380 s on a fresh machine); -s prints each run's error/limit
     gpu_tests) stage gpu_tests 480 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA tests/kernels tests/vllm_plugin ;;
-    # the CUDA branches of the unmarked backend tests (bf16 forward_mqa within the derived limits)
+    # the CUDA branches of the unmarked backend tests (bf16 and fp8 forward_mqa, out and lse within the limits of the
+    # variant the planner ran, and the planted faults those checks must catch)
     cuda_branches) stage cuda_branches 240 python3 -m pytest -q -s -p no:cacheprovider -rA \
         tests/vllm_plugin/test_backend.py tests/vllm_plugin/test_builder.py ;;
     # the whole suite on the GPU (GPU pass: every test but the interpreter ones, which CI runs; -n: pytest-xdist from
@@ -114,7 +115,7 @@ run_stage() {
     # ("only 0-dimensional arrays can be converted to Python scalars", 2026-12-02)
     # -v: one line per test as it ends, so that a run the device budget cuts short still names its failures (on
     # 2026-12-02 one failure of 908 results stayed unnamed: -q prints only "F" before the summary)
-    whole_suite) stage whole_suite 900 python3 -m pytest -n 14 --dist worksteal -p no:cacheprovider -v --tb=short \
+    whole_suite) stage whole_suite 900 python3 -m pytest -m "slow or not slow" -n 14 --dist worksteal -p no:cacheprovider -v --tb=short \
         -rfEs --durations=30 --junitxml=$R/whole_suite.xml tests ;;
     # the ran block (evidence issue): the indexer inside the engine, ours against DeepGEMM's, each engine's ran read in
     # its worker; then the old simulation (vLLM sees 8.0, Triton still compiles sm_90), which the ran block must

@@ -352,6 +352,7 @@ def test_prompt_ids_exact_lengths_and_deterministic(ckpt):
 
 
 # ----------------------------------------------------------------------------------------------- notebook 05, CPU
+@pytest.mark.slow
 @pytest.mark.interpreter
 @pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")  # Triton interpreter
 def test_reference_forward_with_triton_kernel_matches_plain_attention(ckpt, one_blas_thread):

@@ -168,6 +168,7 @@ def test_forward_finite(ref):
     assert tl[39, :40].tolist() == list(range(40)) and (tl[39, 40:] == -1).all() and tl[0, 0] == 0
 
 
+@pytest.mark.slow
 def test_block_table_layout_does_not_change_logits(ref):
     ids = _ids(100)
     a = ref.forward(ids)  # default: shuffled table
@@ -179,7 +180,7 @@ def test_block_table_layout_does_not_change_logits(ref):
     sl = ref.last["slots"][0][99]
     assert sorted(sl[sl >= 0].tolist()) == [4 * 64 + p for p in range(100 - 64)] + [9 * 64 + p for p in range(64)]
     # the same arithmetic on the same values in another slot order: identical up to float32 rounding
-    lim = forward_limit(ref.config, ref.w, ids, samples=8)
+    lim = forward_limit(ref.config, ref.w, ids, samples=16)
     assert lim.share(a, b) < 1 and lim.share(a, c) < 1
 
 
@@ -212,7 +213,7 @@ def test_attention_fn_is_honored(loaded):
         assert (c["cache"].reshape(-1, 576)[unwritten] == 0).all()
     # causal: a prefix gives the same logits
     r.attention_fn = gr.gather_sparse_mla_attention
-    lim = forward_limit(cfg, sd, ids[:8], samples=8)
+    lim = forward_limit(cfg, sd, ids[:8], samples=16)
     assert lim.share(r.forward(ids[:8]), base[:8]) < 1
     # attribute replacement is honored too, and the output depends on it
     r.attention_fn = lambda q, pe, kv, idx, sc: (torch.zeros_like(q), torch.zeros(q.shape[:2]))
@@ -230,6 +231,7 @@ def test_rejects_unsupported(loaded):
 
 
 # ------------------------------------------------------------------ cross-check with transformers
+@pytest.mark.slow
 def test_matches_transformers_short_prompt(short):
     """T = 40 <= index_topk: every causal token is selected in both, so this checks the dense MLA/MoE math, within
     the float32 rounding limit of the two forwards (sparse_mla.launch.forward_rounding)."""
@@ -276,7 +278,7 @@ def test_matches_transformers_sparse_prompt(loaded, ref, hf_model):
     for layer, (hf_idx, mine) in enumerate(zip(caught, our_topk)):
         for t in range(INDEX_TOPK - 1, LONG):  # rows where transformers' top-k has no masked picks
             assert set(hf_idx[t].tolist()) == set(mine[t].tolist()), (layer, t)
-    lim = forward_limit(cfg, sd, ids, samples=8)   # seeded: the same limit everywhere
+    lim = forward_limit(cfg, sd, ids, samples=16)   # seeded: the same limit everywhere; 16 as the argument assumes
     assert lim.share(ours, theirs) < 1, lim.share(ours, theirs)
     # a dense run (index_topk 256 > T) does the same arithmetic on the rows before index_topk, and differs far
     # beyond rounding after it
@@ -420,7 +422,7 @@ def test_v32_logits_match_transformers(v32):
     with torch.no_grad():
         theirs = m(ids[None]).logits[0]
     ours = gr.Glm5Reference(cfg16, sd).forward(ids)
-    lim = forward_limit(cfg16, sd, ids, samples=8)   # seeded: the same limit everywhere; 8 keep CI short
+    lim = forward_limit(cfg16, sd, ids, samples=16)   # seeded: the same limit everywhere; 16 as the argument assumes
     assert lim.share(ours, theirs) < 1, lim.share(ours, theirs)
     # the softmax scale without YaRN's mscale^2 is far outside the limit
     wrong = gr.Glm5Reference(cfg16, sd)

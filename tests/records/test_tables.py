@@ -13,7 +13,9 @@ from sparse_mla.errors import UserInputError
 from sparse_mla.records import tables
 from sparse_mla.records.common import markdown
 
-SEED = int.from_bytes(os.urandom(4), "little")
+#: Random figures from one seed per run: fixed unless SPARSE_MLA_TEST_SEED gives another (a failure names its seed,
+#: and the same seed reproduces it; the tables' formatting is checked on every figure, not on chosen ones)
+SEED = int(os.environ.get("SPARSE_MLA_TEST_SEED", "20261204"))
 
 
 def rows(md: str) -> list[list[str]]:

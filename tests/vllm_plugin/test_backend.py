@@ -1,5 +1,7 @@
 """TRITON_MLA_SPARSE's vLLM glue on the CPU: index conversion (vLLM's Triton kernel under the interpreter) against
-a plain PyTorch version, and the Impl's forward_mqa on a synthetic mixed batch against the float64 reference."""
+a plain PyTorch version, and the Impl's forward_mqa on a synthetic mixed batch against the float64 reference -- its
+``out`` and the kernel's ``lse``, within the limits of the variant the planner ran, and a planted fault that the check
+catches (these run in the GPU pass too)."""
 from __future__ import annotations
 
 import pytest
@@ -28,29 +30,53 @@ def test_index_conversion_matches_plain_pytorch(block_size):
     assert got[0, 0].item() == -1
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("H,dtype", [(8, torch.float32), (3, torch.float32), (16, torch.float16)])
-def test_forward_mqa_mixed_batch(H, dtype, seed):
+def _metadata(b):
     from sparse_mla.vllm_plugin.backend import TritonMLASparseMetadata
 
+    return TritonMLASparseMetadata(
+        num_reqs=len(b.seqs), max_query_len=max(q for _, q in b.seqs), max_seq_len=max(s for s, _ in b.seqs),
+        num_actual_tokens=b.T, query_start_loc=None, slot_mapping=None, block_table=b.block_table,
+        req_id_per_token=b.req_id_per_token, seq_lens=None, block_size=b.block_size, topk_tokens=b.topk,
+        num_decodes=1, num_prefills=2, num_decode_tokens=1)
+
+
+def _forward_mqa(impl, b, cache, monkeypatch):
+    """``impl.forward_mqa`` on batch ``b``, the kernel launch it makes recorded: ``(out, lse, cfg)`` -- ``lse`` as the
+    kernel wrote it (vLLM's sparse MLA path returns ``(out, None)``; the kernel's lse is what a split merge would use)
+    and the launch configuration the planner chose."""
+    import sparse_mla.kernels as kernels
+
+    real, seen = kernels.launch, {}
+
+    def launch(q_nope, q_pe, kv, slots, scale, out, lse, cfg, **kw):
+        seen.update(lse=lse, cfg=cfg)
+        return real(q_nope, q_pe, kv, slots, scale, out, lse, cfg, **kw)
+
+    monkeypatch.setattr(kernels, "launch", launch)
+    out, none = impl.forward_mqa((b.q_nope, b.q_pe), cache, _metadata(b), layer=None)
+    assert none is None and out.shape == (b.T, b.H, 512) and out.dtype == b.q_nope.dtype and out.is_contiguous()
+    return out, seen["lse"], seen["cfg"]
+
+
+def _check(b, cache, out, lse, cfg, **kw):
+    """``(out, lse)`` against the float64 reference within the limits of the variant that ran (``cfg``)."""
+    slots = req_local_to_global_slots_ref(b.req_id_per_token.cpu(), b.block_table.cpu(), b.topk_indices.cpu(),
+                                          b.block_size).to(out.device)
+    return check_attention(out, lse, b.q_nope, b.q_pe, cache, slots, b.sm_scale, fp8_scales=cfg.fp8_scales
+                           if cfg.kv_cache_dtype == "fp8_ds_mla" else None, kv_cache_dtype=cfg.kv_cache_dtype, **kw)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("H,dtype", [(8, torch.float32), (3, torch.float32), (16, torch.float16)])
+def test_forward_mqa_mixed_batch(H, dtype, seed, monkeypatch):
     dev = _device()
     if dev == "cuda":
         dtype = torch.bfloat16
     b = mixed_batch(H=H, topk=128, dtype=dtype, device=dev, seed=H + 50 * seed)
     buf = torch.full((b.T + 7, b.topk), 12345, dtype=torch.int32, device=dev)   # rows past T must be ignored
     buf[: b.T] = b.topk_indices
-    impl = make_impl(H, buf)
-    md = TritonMLASparseMetadata(
-        num_reqs=len(b.seqs), max_query_len=max(q for _, q in b.seqs), max_seq_len=max(s for s, _ in b.seqs),
-        num_actual_tokens=b.T, query_start_loc=None, slot_mapping=None, block_table=b.block_table,
-        req_id_per_token=b.req_id_per_token, seq_lens=None, block_size=b.block_size, topk_tokens=b.topk,
-        num_decodes=1, num_prefills=2, num_decode_tokens=1)
-    out, lse = impl.forward_mqa((b.q_nope, b.q_pe), b.kv_cache, md, layer=None)
-    assert lse is None
-    assert out.shape == (b.T, H, 512) and out.dtype == b.q_nope.dtype and out.is_contiguous()
-    slots = req_local_to_global_slots_ref(b.req_id_per_token.cpu(), b.block_table.cpu(), b.topk_indices.cpu(),
-                                          b.block_size)
-    c = check_attention(out, None, b.q_nope, b.q_pe, b.kv_cache, slots.to(dev), b.sm_scale)
+    out, lse, cfg = _forward_mqa(make_impl(H, buf), b, b.kv_cache, monkeypatch)
+    c = _check(b, b.kv_cache, out, lse, cfg)
     assert c.ok, c.explain()
 
 
@@ -63,34 +89,61 @@ def test_impl_rejects_caches_it_cannot_read(kv, match):
         make_impl(8, torch.zeros(1, 128, dtype=torch.int32), kv_cache_dtype=kv)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("H", [8, 3])
-def test_forward_mqa_fp8_ds_mla_cache(H, seed):
-    """forward_mqa on a 656-byte fp8_ds_mla cache (written by the reference encoder) against the float64 reference
-    on the same bytes; the impl passes the cache dtype and vLLM's capability (none on the CPU: software decode)."""
+def _fp8_batch(H, seed, dev):
     from sparse_mla.kernels.reference import fp8_ds_mla_encode_ref
-    from sparse_mla.vllm_plugin.backend import TritonMLASparseMetadata
 
-    dev = _device()
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     b = mixed_batch(H=H, topk=128, dtype=dtype, device=dev, seed=100 + H + 50 * seed,
                     seqs=((300, 1), (200, 3), (70, 12)))
     cache = fp8_ds_mla_encode_ref(b.kv_cache[..., :512].float(), b.kv_cache[..., 512:].float()).to(dev)
+    return b, cache
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("H", [8, 3, 64])
+def test_forward_mqa_fp8_ds_mla_cache(H, seed, monkeypatch):
+    """forward_mqa on a 656-byte fp8_ds_mla cache (written by the reference encoder) against the float64 reference
+    on the same bytes, ``out`` and the kernel's ``lse``, within the limits of the scale variant the planner ran (on
+    an H200: "fold" below 64 heads, "registers" at 64); the impl passes the cache dtype and vLLM's capability."""
+    dev = _device()
+    b, cache = _fp8_batch(H, seed, dev)
     impl = make_impl(H, b.topk_indices.clone(), kv_cache_dtype="fp8_ds_mla")
     assert impl.kernel_kv_cache_dtype == "fp8_ds_mla"
-    md = TritonMLASparseMetadata(
-        num_reqs=len(b.seqs), max_query_len=max(q for _, q in b.seqs), max_seq_len=max(s for s, _ in b.seqs),
-        num_actual_tokens=b.T, query_start_loc=None, slot_mapping=None, block_table=b.block_table,
-        req_id_per_token=b.req_id_per_token, seq_lens=None, block_size=b.block_size, topk_tokens=b.topk,
-        num_decodes=1, num_prefills=2, num_decode_tokens=1)
-    out, lse = impl.forward_mqa((b.q_nope, b.q_pe), cache, md, layer=None)
-    assert lse is None and out.shape == (b.T, H, 512) and out.dtype == dtype
-    slots = req_local_to_global_slots_ref(b.req_id_per_token.cpu(), b.block_table.cpu(), b.topk_indices.cpu(),
-                                          b.block_size)
-    # "registers" rounds the dequantized cache to the dot dtype on a GPU: its limits contain the "fold" variant's
-    c = check_attention(out, None, b.q_nope, b.q_pe, cache, slots.to(dev), b.sm_scale, kv_cache_dtype="fp8_ds_mla",
-                        fp8_scales="registers")
+    out, lse, cfg = _forward_mqa(impl, b, cache, monkeypatch)
+    assert cfg.kv_cache_dtype == "fp8_ds_mla"
+    c = _check(b, cache, out, lse, cfg)
     assert c.ok, c.explain()
+
+
+@pytest.mark.parametrize("fault", ["sm_scale", "dropped slot"])
+@pytest.mark.parametrize("kv", ["auto", "fp8_ds_mla"])
+def test_forward_mqa_checks_catch_a_planted_fault(fault, kv, monkeypatch):
+    """The checks above fail on a wrong kernel: the impl's softmax scale off by 10 %, or every other valid top-k slot
+    of one token dropped (-1) on its way to the kernel (one slot of 128 moves that token's output by about 1/128 of
+    its size, within bf16 limits on a GPU; half of them cannot hide). Run on the CPU here and in the GPU pass."""
+    import sparse_mla.vllm_plugin.backend as backend
+
+    dev = _device()
+    if kv == "auto":
+        b = mixed_batch(H=8, topk=128, dtype=torch.bfloat16 if dev == "cuda" else torch.float32, device=dev, seed=7)
+        cache = b.kv_cache
+    else:
+        b, cache = _fp8_batch(8, 7, dev)
+    impl = make_impl(8, b.topk_indices.clone(), kv_cache_dtype=kv)
+    if fault == "sm_scale":
+        impl.scale *= 1.1
+    else:
+        real = backend.convert_to_global_slots
+
+        def drop_one(*a):
+            slots = real(*a).clone()
+            slots[0, (slots[0] >= 0).nonzero()[::2, 0]] = -1       # every other valid slot of the decode token
+            return slots
+
+        monkeypatch.setattr(backend, "convert_to_global_slots", drop_one)
+    out, lse, cfg = _forward_mqa(impl, b, cache, monkeypatch)
+    c = _check(b, cache, out, lse, cfg)
+    assert not c.ok, f"a planted fault ({fault}) passed: {c.explain()}"
 
 
 # ---- declarations for the fp8 cache and vLLM's own rules ----------------------------------------------------------
