@@ -82,6 +82,21 @@ def test_selection_equals_vllm_engine_config_path(model, gpu, kv, tp):
     assert (rec["selected"] is None) == any(b["stage"] == "attention" for b in rec["blockers"])
 
 
+def test_the_oracle_catches_a_planted_fault_in_the_capability_simulation(monkeypatch):
+    """The table's oracle does not share the probe: with the probe's capability planted wrong (an RTX PRO 6000
+    reported as 9.0), the diagnosis selects an SM90 backend and vLLM's own platform class, asked at 12.0, does not --
+    the table test above would fail."""
+    from vllm.platforms.interface import DeviceCapability
+
+    from sparse_mla.diagnose import probe as pr
+
+    cls = pr.probe_platform_cls()
+    monkeypatch.setattr(cls, "get_device_capability", classmethod(lambda c, device_id=0: DeviceCapability(9, 0)))
+    wrong = diagnose("glm-5", "rtx-pro-6000", "bfloat16", tp=8)
+    assert wrong["selected"] == "FLASH_ATTN_MLA_SPARSE"
+    assert _vllm_selects("glm-5", (12, 0), "bfloat16", 8)[0] != wrong["selected"]
+
+
 @pytest.mark.parametrize("model, gpu, kv, tp", TABLE)
 def test_selection_equals_a_reading_of_vllm_source(model, gpu, kv, tp):
     rec = diagnose(model, gpu, kv, tp=tp)

@@ -51,6 +51,7 @@ so the bytes depend only on the seed (and a tensor does not change when ``num_la
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import shutil
@@ -296,8 +297,10 @@ def make_state_dict(cfg: dict, seed: int = 0) -> dict:
     return sd
 
 
+@functools.lru_cache(maxsize=4)
 def _train_tokenizer(vocab_size: int):
-    """A byte-level BPE tokenizer trained on a fixed synthetic corpus (deterministic; no downloads)."""
+    """A byte-level BPE tokenizer trained on a fixed synthetic corpus (deterministic; no downloads). Trained once per
+    vocabulary size and process (the same corpus and seed give the same tokenizer; only ever saved, never changed)."""
     import random
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
