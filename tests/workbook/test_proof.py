@@ -158,3 +158,30 @@ def test_the_proof_table_gives_the_checks_verdicts(tmp_path):
     assert lines[2].startswith("| `bad.json` | invalid | TRITON_MLA_SPARSE: capability: asked 8.6"), md
     assert lines[3] == "| `good.json` | proven | 1 engine run(s) with ran |", md
     assert lines[-1] == "2 run records: 1 proven, 0 unproven, 1 invalid (`sparse-mla records check`)."
+
+
+def test_the_what_to_run_table_renders_what_starts_and_refuses_bad_input(tmp_path):
+    """``records table what-to-run FILE MACHINE`` (the README's block): the rows of a written what-to-run table whose
+    engine starts, ours first, with their serve lines; a file of other columns, a machine not in it, a missing file:
+    one UserInputError each."""
+    from sparse_mla.diagnose import what_to_run as wtr
+    from sparse_mla.errors import UserInputError
+
+    row = {c: "-" for c in wtr.COLUMNS}
+    rows = [{**row, "machine": "8x M", "weights": "nvfp4", "kv_cache_dtype": "bfloat16", "vllm": v, "backend": b,
+             "indexer": "DEEPGEMM", "engine_starts": s, "max_model_len": "4096", "serve": cmd}
+            for v, b, s, cmd in (("stock", "none", "no", "-"), ("with the plugin", "TRITON_MLA_SPARSE", "yes",
+                                                                   "vllm serve /m --max-model-len 4096"),
+                                 ("stock", "OTHER", "host-dependent", "vllm serve /m"))]
+    import pandas as pd
+
+    pd.DataFrame(rows, columns=list(wtr.COLUMNS)).to_csv(tmp_path / "w.csv", index=False)
+    md = proof.TABLES["what-to-run"].render(["w.csv", "8x", "M"], tmp_path)
+    body = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert len(body) == 2 and "TRITON_MLA_SPARSE + DEEPGEMM | yes | `vllm serve /m --max-model-len 4096`" in body[0]
+    assert "OTHER + DEEPGEMM | host-dependent" in body[1]
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    for args, says in ((["w.csv", "8x", "N"], "machine '8x N' is not in"), (["x.csv", "8x", "M"], "not a what-to-run"),
+                       (["gone.csv", "8x", "M"], "is not a file"), (["w.csv"], "accepted: what-to-run FILE MACHINE")):
+        with pytest.raises(UserInputError, match=says):
+            proof.TABLES["what-to-run"].render(args, tmp_path)

@@ -1,5 +1,5 @@
-"""``sparse-mla diagnose``: one probe (text or ``--json``), the GPU x KV-dtype matrix (``--matrix``) or the matrix of
-what fits in memory (``--memory-matrix``)."""
+"""``sparse-mla diagnose``: one probe (text or ``--json``), the GPU x KV-dtype matrix (``--matrix``), the matrix of
+what fits in memory (``--memory-matrix``) or what to run on the workbook's machines (``--what-to-run``)."""
 from __future__ import annotations
 
 import contextlib
@@ -82,6 +82,11 @@ def add_cli(subparsers) -> None:
                         + " / ".join(MEMORY_MATRIX_QUANTIZATIONS) + " x 8 x " + " / ".join(MEMORY_MATRIX_GPUS)
                         + " (--model, --quantization, --tp narrow it): table on stdout, "
                         "diagnose_memory_matrix.csv and .md into --out-dir")
+    p.add_argument("--what-to-run", action="store_true",
+                   help="for 8x RTX PRO 6000, 8x A100 80 GB, 8x RTX 4090 and 8x H200: every weights format (bf16, fp8, "
+                        "nvfp4, gguf-q4_k) x KV dtype (bfloat16, fp8), stock vLLM and with the plugin -- backend, "
+                        "indexer, what fits, the vllm serve line (--model narrows the model): what_to_run.csv and "
+                        ".md into --out-dir, the Markdown on stdout")
     p.add_argument("--with-plugin", action="store_true",
                    help="register the step 4 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting; with "
                         "--matrix: stock and with-plugin verdicts side by side (diagnose_matrix_plugin.csv/.png)")
@@ -95,15 +100,19 @@ def _given(args, names) -> list[str]:
 def _cli(args) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
-    if args.matrix and args.memory_matrix:
-        raise UserInputError("--matrix and --memory-matrix are two tables; accepted: one of them per command")
+    tables = [n for n in ("matrix", "memory_matrix", "what_to_run") if getattr(args, n)]
+    if len(tables) > 1:
+        raise UserInputError(f"{' and '.join('--' + n.replace('_', '-') for n in tables)} are separate tables; "
+                             f"accepted: one of them per command")
+    if args.what_to_run:
+        return _what_to_run(args, quiet)
     if args.matrix:
         return _matrix(args, quiet)
     if args.memory_matrix:
         return _memory_matrix(args, quiet)
     if args.out_dir is not None:
-        raise UserInputError(f"--out-dir {args.out_dir!r} is only used with --matrix or --memory-matrix (a single "
-                             f"probe writes no files); accepted: --matrix --out-dir DIR, or no --out-dir")
+        raise UserInputError(f"--out-dir {args.out_dir!r} is only used with --matrix, --memory-matrix or --what-to-run "
+                             f"(a single probe writes no files); accepted: --matrix --out-dir DIR, or no --out-dir")
     memory = {n: getattr(args, n) for n in _MEMORY_OPTIONS}
     with quiet:
         rec = diagnose(model="glm-5" if args.model is None else args.model,
@@ -169,3 +178,29 @@ def _memory_matrix(args, quiet) -> int:
         df = memory_matrix(models, quants, MEMORY_MATRIX_GPUS, **settings)   # checks every input before probing
         paths = write_memory_matrix(df, out_dir)
     return _print_matrix(df, paths, args.json, "md")
+
+
+def _what_to_run(args, quiet) -> int:
+    require("sparse-mla diagnose --what-to-run", "pandas")
+    from . import what_to_run as wtr
+
+    given = _given(args, ("capability", "kv_cache_dtype", "backend", "tp", "with_plugin", *_MEMORY_OPTIONS))
+    if given:
+        raise UserInputError(f"--what-to-run asks every machine, weights format and KV dtype, stock and with the "
+                             f"plugin, so {' and '.join(given)} would be ignored; accepted: --what-to-run with only "
+                             f"--model and --out-dir, or {' and '.join(given)} without it")
+    model = "glm-5" if args.model is None else args.model
+    resolve(model, "12.0", "auto", 8, False)
+    out_dir = writable_dir("results" if args.out_dir is None else args.out_dir, "--out-dir")   # before probing
+    for ext in ("csv", "md"):
+        writable_file(out_dir / f"{wtr.STEM}.{ext}", "what-to-run file")
+    with quiet:
+        df = wtr.what_to_run(model, progress=not args.json)
+        paths = wtr.write(df, out_dir)
+    if args.json:
+        print(json.dumps({"rows": df.to_dict(orient="records"), "files": {k: str(v) for k, v in paths.items()}},
+                         indent=2, default=str))
+    else:
+        print(wtr.markdown(df))
+        print(f"wrote {paths['csv']} and {paths['md']}")
+    return 0

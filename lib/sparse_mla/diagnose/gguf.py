@@ -149,7 +149,7 @@ def _hf_config(cfg: dict):
     return AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
 
 
-def _stock_wall() -> str | None:
+def stock_wall() -> str | None:
     """vLLM's own GGUF support, as registered by vLLM itself (not by a plugin): None where it has a loader."""
     import vllm
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
@@ -196,7 +196,7 @@ def gguf_wall(info: dict, with_plugin: bool) -> dict[str, Any]:
     """``{"stock", "vllm_gguf_plugin", "with_plugin": reason or "ok", "blocker": the reason that applies or None}``
     for the GGUF ``info`` (:func:`read_gguf`): without ``--with-plugin`` vLLM is stock, plus vllm-gguf-plugin where
     it is installed; with it, our adapter in vllm-gguf-plugin."""
-    stock = _stock_wall()
+    stock = stock_wall()
     plugin = _plugin_wall(info, ours=False)
     ours = _plugin_wall(info, ours=True)
     try:

@@ -202,9 +202,40 @@ def proof_table(args: list[str], base: Path) -> str:
                                                          f"(`sparse-mla records check`)."])
 
 
-#: The tables of ``sparse-mla records table``: those that read records, and ``proof``.
+def what_to_run_table(args: list[str], base: Path) -> str:
+    """``what-to-run FILE MACHINE``: the configurations of ``MACHINE`` (a label of
+    :data:`sparse_mla.diagnose.what_to_run.MACHINES`) that start, from a written what-to-run table (``sparse-mla
+    diagnose --what-to-run``): weights, KV dtype, vLLM stock or with the plugin, backend + indexer, the ``vllm serve``
+    line, what the answer rests on."""
+    from ..diagnose import what_to_run as wtr
+    from ..errors import UserInputError
+    from ..records.common import check_args
+
+    check_args(args, "what-to-run FILE MACHINE", 2)
+    machine = " ".join(args[1:])          # a label such as "8x RTX PRO 6000", whatever the splitting of the words
+    path = Path(base) / args[0]
+    if not path.is_file():
+        raise UserInputError(f"what-to-run table {args[0]!r} ({path}) is not a file; accepted: the CSV that "
+                             f"`sparse-mla diagnose --what-to-run` writes (results/what_to_run.csv)")
+    df = wtr.read(path)
+    if list(df.columns) != list(wtr.COLUMNS):
+        raise UserInputError(f"{args[0]!r} is not a what-to-run table (its columns are not {', '.join(wtr.COLUMNS)}); "
+                             f"accepted: the CSV of `sparse-mla diagnose --what-to-run`")
+    if machine not in set(df["machine"]):
+        raise UserInputError(f"machine {machine!r} is not in {args[0]!r}; accepted: "
+                             f"{', '.join(dict.fromkeys(df['machine']))}")
+    rows = [[a["weights"], a["kv_cache_dtype"], a["vllm"], f"{a['backend']} + {a['indexer']}", a["engine_starts"],
+             f"`{a['serve']}`", a["rests_on"]] for a in wtr.answer(df.replace({"": None}), machine)]
+    return markdown(["weights", "KV cache", "vLLM", "backend + indexer", "engine starts", "command", "rests on"],
+                    rows, [f"From `{args[0]}` (`sparse-mla diagnose --what-to-run`, vLLM's own path on the diagnosis's "
+                           f"probe platform; the checkpoint paths are placeholders)."])
+
+
+#: The tables of ``sparse-mla records table``: those that read records, ``proof`` and ``what-to-run``.
 TABLES = {**tables.TABLES, "proof": Table("proof [PATH ...]", "the verdict of `records check` on every run record",
-                                          proof_table)}
+                                          proof_table),
+          "what-to-run": Table("what-to-run FILE MACHINE", "the configurations of a machine that start, from the "
+                                                            "diagnosis's what-to-run table", what_to_run_table)}
 
 
 def add_cli(sub) -> None:

@@ -1,0 +1,239 @@
+"""What to run: for a machine of several GPUs, every weights format x KV-cache dtype, stock vLLM and with the plugin
+-- the attention backend and the DSA indexer vLLM picks, whether the engine starts, what fits in memory, and the
+``vllm serve`` line to type. Every answer is a :func:`~sparse_mla.diagnose.path.diagnose` record; nothing here is
+typed by hand but the machines asked about (:data:`MACHINES`) and the placeholder checkpoint paths of the commands.
+
+An answer rests on a run only where a run made it (the H200 records in ``results/h200/``: our backend and indexer,
+FLASHMLA_SPARSE and FLASH_ATTN_MLA_SPARSE at 9.0, our kernels at simulated 8.0/8.9/12.0); elsewhere it rests on
+vLLM's own claims, and the ``rests_on`` column says which: vLLM's ``support_deep_gemm()`` for DeepGEMM's indexer on
+SM12x, FlashInfer's SM120 sparse MLA kernel (a host-dependent import; upstream reports garbled output on vLLM 0.26,
+vllm issue 49886), a quantization's ``get_min_capability()`` where the GPU has no native path for it.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserInputError
+from ..files import atomic_write, atomic_write_text
+from .request import GPU_PRESETS, QUANTIZATIONS
+
+#: The machines the workbook answers for: label -> (GPU preset, GPUs). The first is the user's.
+MACHINES: dict[str, tuple[str, int]] = {"8x RTX PRO 6000": ("rtx-pro-6000", 8), "8x A100 80 GB": ("a100", 8),
+                                        "8x RTX 4090": ("rtx-4090", 8), "8x H200": ("h200", 8)}
+WEIGHTS: tuple[str, ...] = ("bf16", "fp8", "nvfp4", "gguf-q4_k")
+#: vLLM's --kv-cache-dtype choices for a sparse MLA model: the model dtype's cache, and fp8 (stored as fp8_ds_mla)
+KV_CACHE_DTYPES: tuple[str, ...] = ("bfloat16", "fp8")
+#: Placeholder checkpoints of the ``vllm serve`` lines (replace with your own path)
+CHECKPOINTS = {"bf16": "/models/GLM-5", "fp8": "/models/GLM-5-FP8", "nvfp4": "/models/GLM-5-NVFP4",
+               "gguf-q4_k": "/models/GLM-5-GGUF/GLM-5-Q4_K_M-00001-of-00010.gguf"}
+COLUMNS: tuple[str, ...] = ("machine", "weights", "kv_cache_dtype", "vllm", "backend", "indexer", "kv_cache",
+                            "engine_starts", "fits", "max_model_len", "kv_cache_tokens", "blocked_at", "fix",
+                            "rests_on", "serve", "why")
+STEM = "what_to_run"
+OURS = "TRITON_MLA_SPARSE"
+#: GPU capabilities (major, minor) whose engines ran on a GPU, read in the engines' workers (records check: proven)
+RAN = {(9, 0): "the H200 records (results/h200/)"}
+SIMULATED = {(8, 0), (8, 9), (12, 0)}
+
+
+def check_request(machines, weights, kv_cache_dtypes) -> tuple[list[str], list[str], list[str]]:
+    """The three lists, checked before any probe: one :class:`UserInputError` naming a value that is not accepted."""
+    out = []
+    for name, values, accepted in (("machines", machines, MACHINES), ("weights", weights, QUANTIZATIONS),
+                                   ("kv_cache_dtypes", kv_cache_dtypes, ("auto", "bfloat16", "fp8", "fp8_ds_mla"))):
+        if isinstance(values, str):
+            raise UserInputError(f"{name} {values!r} is one string; accepted: a list of them, e.g. [{values!r}]")
+        values = list(values)
+        bad = [v for v in values if v not in accepted]
+        if bad or not values:
+            raise UserInputError(f"{name} {bad or values!r} not accepted; accepted: one or more of "
+                                 f"{', '.join(map(str, accepted))}")
+        out.append(values)
+    return out[0], out[1], out[2]
+
+
+def serve_line(rec: dict[str, Any], weights: str, kv_cache_dtype: str, tp: int, forced: bool = False) -> str:
+    """The ``vllm serve`` command of a configuration whose engine starts (``"-"`` otherwise): the checkpoint
+    (:data:`CHECKPOINTS`, a placeholder), tensor parallelism, the KV-cache dtype, the longest ``--max-model-len``
+    the memory stage found room for, and for a GGUF its folder as the tokenizer (vllm-gguf-plugin reads the
+    config.json beside the file; ``sparse-mla launch`` serves a GGUF the same way). With the
+    plugin installed (``pip install``, its ``vllm.general_plugins`` entry point) no flag is needed: vLLM's own
+    selection picks ``TRITON_MLA_SPARSE`` where it has nothing; ``forced`` adds ``--attention-backend CUSTOM`` (the
+    plugin's slot), which takes ours where vLLM has a backend of its own."""
+    if rec.get("engine_starts") is False or not (rec.get("memory") or {}).get("fits"):
+        return "-"
+    model = CHECKPOINTS.get(weights, f"/models/GLM-5-{weights}")
+    parts = ["vllm serve", model, f"--tensor-parallel-size {tp}", f"--kv-cache-dtype {kv_cache_dtype}",
+             f"--max-model-len {rec['memory']['max_model_len']}"] + (["--attention-backend CUSTOM"] if forced else [])
+    if weights.startswith("gguf"):
+        parts.insert(2, f"--tokenizer {Path(model).parent}")
+    return " ".join(parts)
+
+
+def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugin: bool) -> str:
+    """What the answer of one configuration rests on: a GPU run (:data:`RAN`), our kernels' compiles and the
+    simulated-capability engines, or vLLM's claims (module docstring)."""
+    claims = []
+    if cap in RAN:
+        claims.append(f"runs: {RAN[cap]}")
+    elif with_plugin and rec.get("selected") == "TRITON_MLA_SPARSE":
+        sim = " and an engine at simulated capability" if cap in SIMULATED else ""
+        claims.append(f"ours: Triton compiled for sm_{cap[0]}{cap[1]} ahead of time{sim} on the H200; no "
+                      f"{cap[0]}.{cap[1]} GPU ran it")
+    if rec.get("selected") == "FLASHINFER_MLA_SPARSE_SM120":
+        claims.append("vLLM's claim: FlashInfer's SM120 sparse MLA kernel (host-dependent import; upstream reports "
+                      "garbled output on vLLM 0.26, vllm issue 49886)")
+    ix = rec.get("indexer") or {}
+    if (ix.get("with_plugin") if with_plugin else ix.get("stock")) == "DEEPGEMM" and cap[0] == 12:
+        claims.append("vLLM's claim: DeepGEMM's SM12x indexer (support_deep_gemm() is True for 12.x)")
+    if weights.startswith("gguf"):
+        claims.append("GGUF: needs vllm-gguf-plugin and this plugin's glm-dsa adapter (the gguf extra); loaded so "
+                      "on the H200 for Q8_0 (results/h200/launch_h200_gguf_q8_0.json)" + ("" if with_plugin else
+                                                                                        "; stock vLLM 0.26 has no "
+                                                                                        "GGUF loader"))
+    if weights in ("fp8", "nvfp4") and cap < ((8, 9) if weights == "fp8" else (10, 0)):
+        claims.append(f"vLLM's claim: {weights} weights without native support on {cap[0]}.{cap[1]} (vLLM's "
+                      f"get_min_capability() is 75: a Marlin weight-only path)")
+    return "; ".join(claims) or "-"
+
+
+def _gguf_stock(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` of a GGUF checkpoint on stock vLLM: the diagnosis of a preset sizes GGUF weights but has no file to
+    load, so the GGUF wall (vLLM's own loader registry, :func:`sparse_mla.diagnose.gguf.stock_wall`) is put first
+    here, as the diagnosis of a ``.gguf`` file puts it."""
+    from .gguf import stock_wall
+
+    wall = stock_wall()
+    if wall is None:
+        return rec
+    return {**rec, "engine_starts": False, "blockers": [{"stage": "config", "reason": wall},
+                                                        *(rec.get("blockers") or [])]}
+
+
+def _row(rec: dict[str, Any], machine: str, weights: str, kv: str, with_plugin: bool, tp: int,
+         forced: bool = False) -> dict[str, Any]:
+    if weights.startswith("gguf") and not with_plugin:
+        rec = _gguf_stock(rec)
+    mem = rec.get("memory") or {}
+    ix = rec.get("indexer") or {}
+    fixes = mem.get("fixes") or []
+    cap = tuple(int(x) for x in rec["capability"].split("."))
+    starts = rec.get("engine_starts")
+    return {"machine": machine, "weights": weights, "kv_cache_dtype": kv,
+            "vllm": "with the plugin, --attention-backend CUSTOM" if forced else "with the plugin" if with_plugin
+            else "stock",
+            "backend": rec.get("selected") or "none",
+            "indexer": (ix.get("with_plugin") if with_plugin else ix.get("stock")) or "none",
+            "kv_cache": rec.get("effective_kv_cache_dtype") or "-",
+            "engine_starts": {True: "yes", False: "no", None: "host-dependent"}[starts],
+            "fits": "yes" if mem.get("fits") else "no" if mem else "not reached",
+            "max_model_len": mem.get("max_model_len") if mem.get("fits") else None,
+            "kv_cache_tokens": mem.get("max_tokens"),
+            "blocked_at": rec["blockers"][0]["stage"] if rec.get("blockers") else "-",
+            "fix": "; ".join(f["change"] for f in fixes) if fixes else "-",
+            "rests_on": rests_on(rec, cap, weights, with_plugin),
+            "serve": serve_line(rec, weights, kv, tp, forced),
+            "why": " | ".join(b["reason"] for b in rec.get("blockers") or []) or "-"}
+
+
+def what_to_run(model: str = "glm-5", machines: Iterable[str] | None = None, weights: Iterable[str] | None = None,
+                kv_cache_dtypes: Iterable[str] | None = None, progress: bool = False):
+    """One :func:`diagnose` per machine x weights x KV dtype x (stock, with the plugin) -- and with the plugin asked
+    for by name (``--attention-backend CUSTOM``) where vLLM selects a backend of its own --, as a ``pandas.DataFrame`` of
+    :data:`COLUMNS`: ``backend`` and ``indexer`` as vLLM selects them (``none``), ``kv_cache`` the dtype vLLM
+    allocates, ``engine_starts`` (``yes``/``no``/``host-dependent``), ``fits`` and the longest ``max_model_len`` with
+    ``kv_cache_tokens`` of room, ``blocked_at`` (the first stage that stops the engine) and ``fix`` (what the memory
+    stage found would fit), ``rests_on`` (:func:`rests_on`), ``serve`` (:func:`serve_line`), ``why`` (vLLM's reasons,
+    whole). ``machines``: labels of :data:`MACHINES` (default all); ``weights``: :data:`~sparse_mla.diagnose.request.
+    QUANTIZATIONS` names (default :data:`WEIGHTS`); ``kv_cache_dtypes`` (default :data:`KV_CACHE_DTYPES`). Raises
+    :class:`UserInputError` before any probe for a value not accepted. About 1.5 s per probe on a CPU."""
+    import pandas as pd
+
+    from .path import diagnose
+
+    machines, weights, kvs = check_request(list(MACHINES) if machines is None else machines,
+                                           list(WEIGHTS) if weights is None else weights,
+                                           list(KV_CACHE_DTYPES) if kv_cache_dtypes is None else kv_cache_dtypes)
+    cells = [(m, w, kv, p) for m in machines for w in weights for kv in kvs for p in (False, True)]
+    if progress:
+        from tqdm.auto import tqdm
+
+        cells = tqdm(cells, desc="diagnose", leave=False)
+    rows = []
+    for machine, w, kv, plugin in cells:
+        gpu, tp = MACHINES[machine]
+        rec = diagnose(model, gpu, kv, tp=tp, with_plugin=plugin, quantization=w)
+        rows.append(_row(rec, machine, w, kv, plugin, tp))
+        if plugin and rec.get("selected") not in (None, OURS):   # vLLM has its own: ours only when asked for
+            rec = diagnose(model, gpu, kv, tp=tp, with_plugin=True, quantization=w, backend=OURS)
+            rows.append(_row(rec, machine, w, kv, True, tp, forced=True))
+    df = pd.DataFrame(rows, columns=list(COLUMNS)).astype({"max_model_len": "Int64", "kv_cache_tokens": "Int64"})
+    df.attrs.update(model=model)
+    return df
+
+
+def answer(df, machine: str) -> list[dict[str, Any]]:
+    """The configurations of ``machine`` in a :func:`what_to_run` frame whose engine starts: ``[{"weights",
+    "kv_cache_dtype", "vllm", "backend", "indexer", "max_model_len", "serve", "rests_on"}]`` (host-dependent ones
+    after the others)."""
+    g = df[(df["machine"] == machine) & df["engine_starts"].isin(["yes", "host-dependent"])]
+    g = g.sort_values("engine_starts", key=lambda c: c != "yes", kind="stable")
+    keys = ("weights", "kv_cache_dtype", "vllm", "backend", "indexer", "engine_starts", "max_model_len", "serve",
+            "rests_on")
+    return [{k: r[k] for k in keys} for r in g.to_dict(orient="records")]
+
+
+def markdown(df) -> str:
+    """A :func:`what_to_run` frame as Markdown: one table per machine (the ``why`` column left out: vLLM's reasons
+    follow each table whole, once per distinct text)."""
+    import pandas as pd
+    import vllm
+
+    out = [f"What to run: {df.attrs.get('model', 'glm-5')}, generated by `sparse-mla diagnose --what-to-run` "
+           f"(`sparse_mla.diagnose.what_to_run`) from vLLM {vllm.__version__}'s own path, on the diagnosis's probe "
+           f"platform. Checkpoint paths in the `vllm serve` lines are placeholders. `rests_on` says what each "
+           f"answer rests on: a GPU run, or vLLM's claim.", ""]
+    shown = [c for c in COLUMNS if c not in ("machine", "why")]
+    for machine, g in df.groupby("machine", sort=False):
+        gpu, tp = MACHINES.get(machine, (None, None))
+        out += [f"### {machine} (compute capability {GPU_PRESETS[gpu] if gpu else '?'}, TP {tp})", "",
+                "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+        for r in g.itertuples(index=False):
+            row = r._asdict()
+            out.append("| " + " | ".join("-" if pd.isna(row[c]) else
+                                         (f"`{row[c]}`" if c == "serve" and row[c] != "-" else str(row[c]))
+                                         for c in shown) + " |")
+        whys = [w for w in dict.fromkeys(g["why"]) if w != "-"]
+        if whys:
+            out += ["", "vLLM's reasons, whole:", ""] + [f"* {w}" for w in whys]
+        out.append("")
+    return "\n".join(out)
+
+
+def read(path: str | os.PathLike):
+    """A written table (``what_to_run.csv``) as text cells, missing values as ``""``: the form :func:`as_written`
+    gives a live frame, to compare the two."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def as_written(df):
+    """A :func:`what_to_run` frame as :func:`read` gives it back from its CSV (text cells, missing values ``""``)."""
+    import io
+
+    import pandas as pd
+
+    return pd.read_csv(io.StringIO(df.to_csv(index=False)), dtype=str, keep_default_na=False)
+
+
+def write(df, out_dir: str | os.PathLike = "results") -> dict[str, Path]:
+    """``<out_dir>/what_to_run.csv`` and ``.md``, each written atomically. Returns ``{"csv": path, "md": path}``."""
+    out = Path(out_dir)
+    paths = {"csv": out / f"{STEM}.csv", "md": out / f"{STEM}.md"}
+    atomic_write(paths["csv"], lambda tmp: df.to_csv(tmp, index=False))
+    atomic_write_text(paths["md"], markdown(df))
+    return paths

@@ -1,0 +1,132 @@
+"""``sparse_mla.diagnose.what_to_run``: the "what to run" table -- each row as its diagnosis says, the selection
+against a reading of vLLM's source, the ``vllm serve`` lines, the GGUF wall on stock vLLM, the forced row where
+vLLM has a backend of its own, vLLM's reasons whole, and bad input refused before any probe."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from sparse_mla.diagnose import what_to_run as wtr
+from sparse_mla.errors import UserInputError
+from vllm_oracles import from_vllm_source
+
+USER = "8x RTX PRO 6000"
+
+
+@pytest.fixture(scope="module")
+def table():
+    return wtr.what_to_run(machines=[USER, "8x A100 80 GB"], weights=["nvfp4", "gguf-q4_k"],
+                           kv_cache_dtypes=["bfloat16", "fp8"])
+
+
+def _row(df, machine, weights, kv, vllm):
+    g = df[(df["machine"] == machine) & (df["weights"] == weights) & (df["kv_cache_dtype"] == kv)
+           & (df["vllm"] == vllm)]
+    assert len(g) == 1, (machine, weights, kv, vllm)
+    return g.iloc[0].to_dict()
+
+
+def test_the_users_configuration(table):
+    """8x RTX PRO 6000, NVFP4 weights, a bf16 cache: stock vLLM has no backend (as a reading of vLLM's source
+    says); with the plugin vLLM's own selection takes TRITON_MLA_SPARSE, the engine starts, and the serve line is
+    the one to type (no backend flag: vLLM selects ours)."""
+    stock = _row(table, USER, "nvfp4", "bfloat16", "stock")
+    assert from_vllm_source("glm-5", 12, "bfloat16", 8)[0] is None
+    assert stock["backend"] == "none" and stock["engine_starts"] == "no" and stock["blocked_at"] == "attention"
+    assert stock["serve"] == "-" and "No valid attention backend found" in stock["why"]
+    ours = _row(table, USER, "nvfp4", "bfloat16", "with the plugin")
+    assert ours["backend"] == "TRITON_MLA_SPARSE" and ours["engine_starts"] == "yes" and ours["fits"] == "yes"
+    assert ours["serve"] == (f"vllm serve {wtr.CHECKPOINTS['nvfp4']} --tensor-parallel-size 8 --kv-cache-dtype "
+                             f"bfloat16 --max-model-len {ours['max_model_len']}")
+    assert ours["max_model_len"] > 0 and ours["kv_cache_tokens"] >= ours["max_model_len"]
+    assert "no 12.0 GPU ran it" in ours["rests_on"] and "DeepGEMM's SM12x indexer" in ours["rests_on"]
+    assert wtr.answer(table, USER)[0]["serve"] == ours["serve"]          # what starts, ours first
+
+
+def test_vllms_own_backend_and_ours_asked_for_by_name(table):
+    """fp8 on SM120: vLLM selects its own backend where this host has FlashInfer's SM120 API (a claim, said so);
+    the plugin's backend then only by name, --attention-backend CUSTOM, in its own row."""
+    want, _ = from_vllm_source("glm-5", 12, "fp8", 8)
+    stock = _row(table, USER, "nvfp4", "fp8", "stock")
+    assert stock["backend"] == (want or "none")
+    forced = table[(table["machine"] == USER) & (table["vllm"] == "with the plugin, --attention-backend CUSTOM")]
+    if want is None:
+        assert forced.empty
+    else:
+        assert "FlashInfer's SM120 sparse MLA kernel" in stock["rests_on"] and "49886" in stock["rests_on"]
+        row = _row(table, USER, "nvfp4", "fp8", "with the plugin, --attention-backend CUSTOM")
+        assert row["backend"] == "TRITON_MLA_SPARSE" and row["kv_cache"] == "fp8_ds_mla"
+        assert row["serve"].endswith("--attention-backend CUSTOM")
+
+
+def test_gguf_on_stock_vllm_stops_at_its_loader(table):
+    """Stock vLLM 0.26 has no GGUF loader (its own loader registry says so): the GGUF rows stop at the config stage
+    whatever the attention; with the plugin (the gguf extra) the serve line takes the GGUF and its folder."""
+    from sparse_mla.diagnose.gguf import stock_wall
+
+    stock = _row(table, USER, "gguf-q4_k", "bfloat16", "stock")
+    assert stock["blocked_at"] == "config" and stock["engine_starts"] == "no" and stock["serve"] == "-"
+    assert stock_wall() in stock["why"]
+    ours = _row(table, USER, "gguf-q4_k", "bfloat16", "with the plugin")
+    path = wtr.CHECKPOINTS["gguf-q4_k"]
+    assert ours["serve"].startswith(f"vllm serve {path} --tokenizer {path.rsplit('/', 1)[0]} ")
+    assert "vllm-gguf-plugin" in ours["rests_on"]
+
+
+def test_a100_needs_the_plugins_indexer_too(table):
+    """SM80: no stock backend and no DeepGEMM indexer; with the plugin both are ours, and where the weights do not
+    fit the memory stage's fix is in the row, not a serve line."""
+    stock = _row(table, "8x A100 80 GB", "nvfp4", "bfloat16", "stock")
+    assert stock["backend"] == "none" and stock["indexer"] == "none"
+    for kv in ("bfloat16", "fp8"):
+        ours = _row(table, "8x A100 80 GB", "nvfp4", kv, "with the plugin")
+        assert ours["backend"] == "TRITON_MLA_SPARSE" and ours["indexer"] == "TRITON_DSA_INDEXER"
+        assert (ours["serve"] != "-") == (ours["fits"] == "yes" and ours["engine_starts"] == "yes")
+        assert (ours["fix"] != "-") or ours["fits"] == "yes"
+
+
+def test_markdown_prints_vllms_reasons_whole_and_write_is_atomic(table, tmp_path):
+    md = wtr.markdown(table)
+    assert md.count("### ") == 2 and "| weights | kv_cache_dtype | vllm |" in md
+    for why in set(table["why"]) - {"-"}:
+        for part in why.split(" | "):
+            assert part in md                                          # whole, never cut
+    paths = wtr.write(table, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["what_to_run.csv", "what_to_run.md"]
+    assert paths["md"].read_text() == md
+
+
+@pytest.mark.parametrize("kw, says", [({"machines": USER}, "is one string"), ({"machines": ["8x B300"]}, "8x B300"),
+                                      ({"weights": ["int3"]}, "int3"), ({"kv_cache_dtypes": ["fp16x"]}, "fp16x"),
+                                      ({"machines": []}, "machines")])
+def test_bad_input_before_any_probe(kw, says, monkeypatch):
+    import sparse_mla.diagnose.path as path
+
+    monkeypatch.setattr(path, "diagnose", lambda *a, **k: pytest.fail("probed before checking"))
+    with pytest.raises(UserInputError, match=says):
+        wtr.what_to_run(**kw)
+
+
+def test_cli_what_to_run(run_cli, tmp_path, monkeypatch):
+    """``sparse-mla diagnose --what-to-run`` (on a smaller grid, to keep the test short): the Markdown on stdout and
+    both files in --out-dir; options it would ignore are refused in one line."""
+    monkeypatch.setattr(wtr, "what_to_run", functools.partial(wtr.what_to_run, machines=[USER], weights=["nvfp4"],
+                                                              kv_cache_dtypes=["bfloat16"]))
+    rc, out, _ = run_cli("--what-to-run", "--out-dir", str(tmp_path))
+    assert rc == 0 and "### 8x RTX PRO 6000" in out and "vllm serve /models/GLM-5-NVFP4" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["what_to_run.csv", "what_to_run.md"]
+    rc, _, err = run_cli("--what-to-run", "--tp", "4")
+    assert rc == 2 and "--tp would be ignored" in err
+    rc, _, err = run_cli("--what-to-run", "--matrix")
+    assert rc == 2 and "separate tables" in err
+
+
+@pytest.mark.slow
+def test_the_committed_table_is_what_the_diagnosis_says_now():
+    """``results/what_to_run.csv`` (notebooks 01 and 04 read it) recomputed whole: the same cells (about 1.5 minutes
+    on 2 cores). After a change to the diagnosis or vLLM, regenerate it: ``sparse-mla diagnose --what-to-run``."""
+    from pathlib import Path
+
+    committed = wtr.read(Path(__file__).resolve().parents[2] / "results" / "what_to_run.csv")
+    assert committed.equals(wtr.as_written(wtr.what_to_run()))
