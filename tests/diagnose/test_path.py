@@ -149,6 +149,14 @@ def test_effective_cache_dtype_is_vllms_rewrite(gpu, kv):
     assert rec["effective_kv_cache_dtype"] == want
 
 
+def test_effective_cache_dtype_resolves_auto_also_without_a_backend():
+    """No backend on an A100: the layers would hold "auto" (configured), which vLLM resolves to the model dtype -- the
+    dtype the memory stage sizes the cache with (a fresh-user run found "auto" left unresolved there)."""
+    rec = diagnose("glm-5", "a100", "auto", tp=8)
+    assert rec["selected"] is None and rec["configured_kv_cache_dtype"] == "auto"
+    assert rec["effective_kv_cache_dtype"] == rec["memory"]["kv_cache_dtype"] == "bfloat16"
+
+
 def test_deepseek_v32_without_index_topk_is_what_vllm_loads(tmp_path):
     """vLLM's config class for deepseek_v32 has no index_topk default: its architecture hook then refuses the config
     (DeepseekV32ForCausalLM asserts it); the same config under a DeepSeek-V3 architecture is dense MLA."""

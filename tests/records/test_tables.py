@@ -78,27 +78,34 @@ def test_kernel_matrix_holds_each_cases_figure(tmp_path):
 
 
 def test_kernel_variants_holds_each_variants_time(tmp_path):
-    """tests/harness/fp8_where_time_goes.py's record: every variant's median and the derived columns, per case; a
-    record without cases is refused."""
+    """tests/harness/fp8_where_time_goes.py's record: every variant's median and the figures derived from them, per
+    case, the caption's topk / cache / repeats from the record; a record without cases, or with a field of another
+    type, is refused naming the field."""
     rng = random.Random(SEED + 7)
     cases = []
     for h, t in ((8, 1), (16, 512)):
         us = {k: rng.uniform(2, 700) for k in ("gather", "loads", "decode", "scores", "full", "flashmla")}
-        cases.append({"H": h, "T": t, "block_h": 16, "block_n": 32, "num_warps": 4, "num_splits": rng.randint(1, 64),
-                      "us": us, "gathered_TBps": {"loads": rng.random() * 4, "full": rng.random() * 4},
-                      "flashmla_over_full": us["flashmla"] / us["full"]})
+        cases.append({"H": h, "T": t, "topk": 512, "cache_tokens": 4096, "block_h": 16, "block_n": 32, "num_warps": 4,
+                      "num_splits": rng.randint(1, 64), "us": us, "us_repeats": {k: [v] * 5 for k, v in us.items()}})
     f = write(tmp_path, "fp8_variants.json", {"environment": ENV, "copy_bandwidth_TBps": 4.25, "cases": cases})
     md = tables.render("kernel-variants", [f], tmp_path)
     assert columns(md)[:4] == ["H", "T", "tile", "splits"] and len(rows(md)) == 2
     for row, c in zip(rows(md), cases):
+        us, nbytes = c["us"], c["T"] * 512 * 656
         assert row[:4] == [str(c["H"]), str(c["T"]), "16x32 w4", str(c["num_splits"])]
-        assert row[4:10] == [f"{c['us'][k]:.1f}" for k in ("gather", "loads", "decode", "scores", "full", "flashmla")]
-        assert row[10:] == [f"{c['gathered_TBps']['loads']:.2f}", f"{c['gathered_TBps']['full']:.2f}",
-                            f"{c['flashmla_over_full']:.2f}x"], SEED
-    assert "copy bandwidth was 4.25 TB/s" in md and "Record: `fp8_variants.json`: NVIDIA H200" in md
-    empty = write(tmp_path, "empty.json", {"environment": ENV, "cases": []})
-    with pytest.raises(UserInputError, match="has no cases"):
-        tables.render("kernel-variants", [empty], tmp_path)
+        assert row[4:10] == [f"{us[k]:.1f}" for k in ("gather", "loads", "decode", "scores", "full", "flashmla")]
+        assert row[10:] == [f"{nbytes / (us['loads'] * 1e-6) / 1e12:.2f}", f"{nbytes / (us['full'] * 1e-6) / 1e12:.2f}",
+                            f"{us['flashmla'] / us['full']:.2f}x"], SEED
+    assert "medians of 5 repeats" in md and "topk 512, 4096-slot" in md and "copy bandwidth was 4.25 TB/s" in md
+    assert "Record: `fp8_variants.json`: NVIDIA H200" in md
+    for case, says in (([], "has no cases"), ({"x": 1}, "not a non-empty list"),
+                       ([{**cases[0], "H": "eight"}], r"cases\[0\]\.H is 'eight'"),
+                       ([{**cases[0], "us": [1, 2]}], r"cases\[0\]\.us"),
+                       ([{**cases[0], "us": {**cases[0]["us"], "full": "fast"}}], r"cases\[0\]\.us"),
+                       ([{**cases[0], "num_splits": True}], "num_splits is True"), (["a case"], r"cases\[0\]")):
+        bad = write(tmp_path, "bad.json", {"environment": ENV, "cases": case})
+        with pytest.raises(UserInputError, match=says):
+            tables.render("kernel-variants", [bad], tmp_path)
 
 
 def test_kernel_cases_and_errors(tmp_path):

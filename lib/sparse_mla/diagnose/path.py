@@ -196,16 +196,16 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
     by = {b["stage"]: b["reason"] for b in rec["blockers"]}
     lines: dict[str, str] = {}
     if "config" in by:
-        lines["config"] = f"BLOCKED: {_short(by['config'], 700)}"   # the GGUF wall's install hint comes last
+        lines["config"] = f"BLOCKED: {' '.join(by['config'].split())}"   # whole: the GGUF wall's install hint is last
         return lines
     notes = "; ".join(cfg.get("notes") or [])
     lines["config"] = (f"ok: {cfg.get('architecture')} ({cfg.get('model_type')}, {cfg.get('hf_config_type')}), "
                        f"{rec['mla']} MLA, dtype {cfg.get('dtype')}, kv_cache_dtype {cfg.get('cache_dtype')}"
                        + (f"; {notes}" if notes else ""))
     if "attention" in by:
-        # vLLM's text, with the selector configuration it repeats folded (the record's "verdict" keeps it whole)
+        # vLLM's text whole, with only the selector configuration it repeats folded (the record's "verdict" keeps it)
         text = re.sub(r"AttentionSelectorConfig\([^)]*\)", "AttentionSelectorConfig(...)", by["attention"])
-        lines["attention"] = f"BLOCKED: {_short(text, 600)}"
+        lines["attention"] = f"BLOCKED: {' '.join(text.split())}"
     else:
         forced = f" (forced: {rec['forced_backend']})" if rec["forced_backend"] else ""
         lines["attention"] = f"ok: {rec['selected']}{forced}"

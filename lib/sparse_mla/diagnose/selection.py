@@ -275,7 +275,7 @@ def _effective_kv_cache_dtype(vc, backend_cls, args, selected) -> tuple[str, str
             kv_note = (f"{selected} runs the cache as {effective} (vLLM's _canonicalize_sparse_mla_kv_cache_dtype, "
                        f"mla_attention.py: {kv} -> {effective})")
     configured = effective
-    if effective == "auto" and backend_cls is not None:
+    if effective == "auto":      # resolved as vLLM resolves it, also where no backend was selected (the memory stage)
         from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
 
         effective = str(kv_cache_dtype_str_to_dtype("auto", vc.model_config)).replace("torch.", "")

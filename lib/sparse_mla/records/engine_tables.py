@@ -192,8 +192,10 @@ def serve(args: list[str], base: Path) -> str:
                          *(_stat(s, keys, form) for keys, form in SERVE_METRICS.values()),
                          _agreement(rec, name), _acceptance(run),
                          f"failed: {run['error']}" if run.get("error") else None])
-        complete = "" if rec.get("complete", True) else " (marked incomplete: `complete` is false)"
-        method = rec.get("method") if isinstance(rec.get("method"), str) else "each repeat a fresh `vllm serve`"
+        complete = "" if rec.get("complete", True) is True else " (marked incomplete: `complete` is not true)"
+        method = rec.get("method") if isinstance(rec.get("method"), str) else (
+            "each repeat a fresh `vllm serve` (a record before 2026-12-04: no method field)" if "method" not in rec
+            else f"unreadable ({rec['method']!r} is not a text)")
         notes.append(source(arg, rec) + complete + f"; method: {method}")
     return markdown(["record", "run", "backend", "speculative", "repeats", *SERVE_METRICS,
                      "identical greedy outputs", "acceptance rate (%)", "error"], body,

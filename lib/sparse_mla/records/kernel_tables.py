@@ -153,35 +153,62 @@ def indexer_targets(args: list[str], base: Path) -> str:
     return markdown(["target", "goal", "min", "max", "cases that met it"], body, [f"Record: {source(args[0], rec)}"])
 
 
-VARIANTS = "kernel-variants record"
+VARIANTS = "kernel-variants"
 #: the variants of ``tests/harness/fp8_where_time_goes.py``, in the order each adds a stage
 VARIANT_ORDER = ("gather", "loads", "decode", "scores", "full", "flashmla")
+_NUMBER = (int, float)
+
+
+def _variant_case(arg: str, i: int, c) -> dict:
+    """Case ``i`` of a kernel-variants record, checked: an object whose ``H``, ``T``, ``topk``, ``cache_tokens``,
+    ``num_splits``, ``block_h``, ``block_n``, ``num_warps`` are integers and whose ``us`` holds a number per variant
+    (``flashmla`` may be missing); else one UserInputError naming the field."""
+    def bad(field, want):
+        raise UserInputError(f"record {arg!r}: cases[{i}].{field} is {c.get(field) if isinstance(c, dict) else c!r}; "
+                             f"accepted: {want} (a record of tests/harness/fp8_where_time_goes.py)")
+
+    if not isinstance(c, dict):
+        bad("(the case)", "an object")
+    for k in ("H", "T", "topk", "cache_tokens", "num_splits", "block_h", "block_n", "num_warps"):
+        if isinstance(c.get(k), bool) or not isinstance(c.get(k), int):
+            bad(k, "an integer")
+    us = c.get("us")
+    if not isinstance(us, dict) or any(isinstance(us.get(k), bool) or not isinstance(us.get(k), _NUMBER)
+                                       for k in VARIANT_ORDER if k != "flashmla" or k in us):
+        bad("us", f"an object of numbers ({', '.join(VARIANT_ORDER)}; flashmla may be missing)")
+    return c
 
 
 def kernel_variants(args: list[str], base: Path) -> str:
     """Where an fp8_ds_mla launch's time goes (``tests/harness/fp8_where_time_goes.py``): per case the planned tile and
     split count, each controlled variant's median time (µs), the full kernel's gathered bytes per second and
-    FlashMLA's fp8 decode against it."""
+    FlashMLA's fp8 decode against it; the caption's topk, cache size and repeats are read from the record."""
     check_args(args, VARIANTS_USAGE, 1, 1)
     rec = load(args[0], base, VARIANTS, ("cases",))
-    cases = [c for c in rec["cases"] if isinstance(c, dict)] if isinstance(rec["cases"], list) else []
-    if not cases:
-        raise UserInputError(f"record {args[0]!r} has no cases; accepted: a {VARIANTS} record with 'cases' rows")
+    if not isinstance(rec["cases"], list) or not rec["cases"]:
+        raise UserInputError(f"record {args[0]!r} has no cases ('cases' is {type(rec['cases']).__name__}, not a "
+                             f"non-empty list); accepted: a {VARIANTS} record")
+    cases = [_variant_case(args[0], i, c) for i, c in enumerate(rec["cases"])]
     body = []
     for c in cases:
-        us = c.get("us") if isinstance(c.get("us"), dict) else {}
-        tbps = c.get("gathered_TBps") if isinstance(c.get("gathered_TBps"), dict) else {}
-        body.append([c.get("H"), c.get("T"), f"{c.get('block_h')}x{c.get('block_n')} w{c.get('num_warps')}",
-                     c.get("num_splits"), *(fixed1(us.get(k)) for k in VARIANT_ORDER), fixed2(tbps.get("loads")),
-                     fixed2(tbps.get("full")), ratio(c.get("flashmla_over_full"))])
+        us, row8 = c["us"], 656
+        gathered = c["T"] * c["topk"] * row8
+        body.append([c["H"], c["T"], f"{c['block_h']}x{c['block_n']} w{c['num_warps']}", c["num_splits"],
+                     *(fixed1(us.get(k)) for k in VARIANT_ORDER), fixed2(gathered / (us["loads"] * 1e-6) / 1e12),
+                     fixed2(gathered / (us["full"] * 1e-6) / 1e12),
+                     ratio(us["flashmla"] / us["full"]) if "flashmla" in us else None])
+    reps = sorted({len(v) for c in cases for v in (c.get("us_repeats") or {}).values() if isinstance(v, list)})
     copy = rec.get("copy_bandwidth_TBps")
+    what = (f"CUDA-graph medians of {'/'.join(map(str, reps)) or 'an unrecorded number of'} repeats in alternating "
+            f"order, topk {'/'.join(map(str, sorted({c['topk'] for c in cases})))}, "
+            f"{'/'.join(map(str, sorted({c['cache_tokens'] for c in cases})))}-slot fp8_ds_mla cache. ")
     return markdown(["H", "T", "tile", "splits", *(f"{k} (µs)" for k in VARIANT_ORDER), "loads TB/s", "full TB/s",
                      "FlashMLA / full"], body,
-                    ["CUDA-graph medians of 3 repeats in alternating order, topk 2048, 128K-slot fp8_ds_mla cache. "
-                     "gather: `index_select` of the 656-byte rows (a copy); loads: the loop's loads only; decode: + "
-                     "the e4m3 decode; scores: + the score dots and online softmax; full: the kernel as launched "
-                     "(PV dots, re-read codes, split merge). TB/s: gathered bytes (T x 2048 x 656) per second"
-                     + (f"; the device copy bandwidth was {fixed2(copy)} TB/s (read + written)." if copy else "."),
+                    [what + "gather: `index_select` of the 656-byte rows (a copy); loads: the loop's loads only; "
+                     "decode: + the e4m3 decode; scores: + the score dots and online softmax; full: the kernel as "
+                     "launched (PV dots, re-read codes, split merge). TB/s: gathered bytes (T x topk x 656) per second"
+                     + (f"; the device copy bandwidth was {fixed2(copy)} TB/s (read + written)."
+                        if isinstance(copy, _NUMBER) and not isinstance(copy, bool) else "."),
                      "", f"Record: {source(args[0], rec)}"])
 
 
