@@ -121,6 +121,57 @@ def test_argparse_refusals_are_one_line_with_what_is_accepted(capsys, argv, says
     assert len(err) == 1 and says in err[0], err
 
 
+NON_ASCII_NUMBERS = [
+    (["make-checkpoint", "{out}", "--heads", "８"], "invalid int value: '８'"),
+    (["make-checkpoint", "{out}", "--index-topk", "２５６"], "invalid int value: '２５６'"),
+    (["make-checkpoint", "{out}", "--seed", "1_0"], "invalid int value: '1_0'"),
+    (["diagnose", "--tp", "８"], "invalid int value: '８'"),
+    (["diagnose", "--capability", "h200", "--gpu-memory-gib", "９５"], "--gpu-memory-gib '９５' is not a number"),
+    (["diagnose", "--capability", "h200", "--max-model-len", "²"], "--max-model-len '²' is not an integer"),
+    (["launch", "--model", "{ckpt}", "--prompt-lengths", "４８,900"], "--prompt-lengths '４８,900' is not accepted"),
+    (["bench", "serve", "--model", "{out}", "--num-prompts", "１"], "invalid int value: '１'"),
+    (["bench", "serve", "--model", "{out}", "--server-timeout", "nan"], "invalid float value: 'nan'"),
+    (["records", "table", "kernel-cases", "results/h200/bench_kernel_h200.json", "²:1"], "case '²:1' is not H:T"),
+    (["run", "--timeout", "５"], "invalid int value: '５'"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory):
+    from sparse_mla.launch.checkpoint import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("cli") / "ck", index_topk=128)
+
+
+@pytest.mark.parametrize("argv, says", NON_ASCII_NUMBERS)
+def test_numbers_from_the_command_line_are_ascii_digits_everywhere(capsys, tmp_path, monkeypatch, tiny_ckpt, argv,
+                                                                   says):
+    """One way to read a number from the command line (``errors.cli_int`` / ``cli_float``): Python's int() and
+    float() also take superscript, full-width and underscored digits (``int('²')`` raises, ``int('８')`` is 8); each
+    command refuses them in one line, exit 2, nothing written."""
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
+    out = tmp_path / "o"
+    argv = [a.replace("{out}", str(out)).replace("{ckpt}", str(tiny_ckpt)) for a in argv]
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:
+        rc = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says in err[0] and "accepted:" in err[0], err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option, value", [("--gpu-memory-gib", "1e308"), ("--gpu-memory-gib", "1e30"),
+                                           ("--gpu-memory-gib", "inf"), ("--cpu-offload-gb", "1e308"),
+                                           ("--cpu-offload-gb", "2e6"), ("--max-model-len", str(10 ** 20))])
+def test_sizes_no_gpu_has_are_refused_before_any_arithmetic(run_cli, option, value):
+    """A GPU memory or an offload past 1 PiB, a context past 2**40 tokens: one line with the accepted range (1e308
+    ended in OverflowError, 1e30 was answered)."""
+    rc, out, err = run_cli("--capability", "h200", "--tp", "8", option, value)
+    lines = err.strip().splitlines()
+    assert rc == 2 and out == "" and len(lines) == 1 and option in lines[0] and "accepted:" in lines[0], lines
+
+
 def test_a_reader_that_leaves_the_pipe_gets_no_traceback():
     """``sparse-mla records table ... | head``: the reader closes the pipe; the command ends with the shell's status
     for SIGPIPE (141) and nothing on stderr."""

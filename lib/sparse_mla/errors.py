@@ -10,6 +10,38 @@ class UserInputError(ValueError):
     """Bad input: the message names the offending value and what would be accepted."""
 
 
+# -- numbers from the command line: one way, ASCII digits (Python's int() and float() also take "²", "８", "1_0") -----
+_INT = r"[+-]?[0-9]+"
+_FLOAT = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+
+
+def is_ascii_int(text) -> bool:
+    """Whether ``text`` is an integer written in ASCII digits (an optional sign, surrounding blanks allowed)."""
+    import re
+
+    return isinstance(text, str) and re.fullmatch(_INT, text.strip()) is not None
+
+
+def cli_int(text: str) -> int:
+    """argparse ``type`` for an integer option: ASCII digits only (``ValueError`` otherwise, which argparse reports as
+    one line, "invalid int value")."""
+    if not is_ascii_int(text):
+        raise ValueError(text)
+    return int(text.strip())
+
+
+def cli_float(text: str) -> float:
+    """argparse ``type`` for a number option: ASCII decimal or exponent notation only; no inf or nan."""
+    import re
+
+    if not isinstance(text, str) or re.fullmatch(_FLOAT, text.strip()) is None:
+        raise ValueError(text)
+    return float(text.strip())
+
+
+cli_int.__name__, cli_float.__name__ = "int", "float"      # argparse names the type in its message
+
+
 def expand_path(path, what: str):
     """``Path(path).expanduser()``; a ``~user`` that names no user is a :class:`UserInputError`, not a RuntimeError,
     and so is a path the system cannot even look up (a name longer than the file system allows, a folder that may

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..extras import require
-from ..errors import UserInputError, writable_dir
+from ..errors import UserInputError, cli_int, writable_dir
 
 
 def add_cli(sub) -> None:
@@ -23,14 +23,14 @@ def add_cli(sub) -> None:
                                     "fp8_ds_mla cache written by vLLM's concat_and_cache_mla.")
     from .kernel import FP8_TOKENS, HEADS, TOKENS
 
-    k.add_argument("--heads", type=int, nargs="+", default=list(HEADS))
-    k.add_argument("--tokens", type=int, nargs="+", default=None,
+    k.add_argument("--heads", type=cli_int, nargs="+", default=list(HEADS))
+    k.add_argument("--tokens", type=cli_int, nargs="+", default=None,
                    help=f"query tokens per case (default {' '.join(map(str, TOKENS))}; with --kv-cache-dtype "
                         f"fp8_ds_mla {' '.join(map(str, FP8_TOKENS))})")
     k.add_argument("--kv-cache-dtype", default="auto", metavar="{auto,fp8_ds_mla}",
                    help="latent cache format: auto (bf16, 1152 B/token) or fp8_ds_mla (656 B/token; records "
                         "bench_kernel_fp8_ds_mla_<gpu>.*)")
-    k.add_argument("--cache-tokens", type=int, default=128 * 1024)
+    k.add_argument("--cache-tokens", type=cli_int, default=128 * 1024)
     k.add_argument("--sweep", action="store_true", help="also time a grid of launch configurations")
     k.add_argument("--quick", action="store_true", help="shorter timing repetitions")
     k.add_argument("--configs", default=None, metavar="BH,BN,BDV,WARPS,STAGES;...",
@@ -45,9 +45,9 @@ def add_cli(sub) -> None:
     i = what.add_parser("indexer", help="the Triton DSA indexer (logits) vs DeepGEMM's",
                         description="Correctness and CUDA-graph timings of the Triton DSA indexer logits (paged decode "
                                     "and prefill) against DeepGEMM's in the same run; GB/s, TFLOP/s, copy bandwidth.")
-    i.add_argument("--heads", type=int, nargs="+", default=list(ib.HEADS), help="index_n_heads (GLM-5 32, V3.2 64)")
-    i.add_argument("--batches", type=int, nargs="+", default=list(ib.BATCHES), help="decode batch sizes")
-    i.add_argument("--contexts", type=int, nargs="+", default=None,
+    i.add_argument("--heads", type=cli_int, nargs="+", default=list(ib.HEADS), help="index_n_heads (GLM-5 32, V3.2 64)")
+    i.add_argument("--batches", type=cli_int, nargs="+", default=list(ib.BATCHES), help="decode batch sizes")
+    i.add_argument("--contexts", type=cli_int, nargs="+", default=None,
                    help=f"decode context lengths (default {' '.join(map(str, ib.CONTEXTS))}; --quick: "
                         f"{' '.join(map(str, ib.QUICK_CONTEXTS))})")
     i.add_argument("--prefill", nargs="+", default=None, metavar="MxN",
@@ -129,7 +129,7 @@ def _kernel_cli(args) -> int:
     configs = None
     if args.configs:
         try:
-            configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c.strip()]
+            configs = [tuple(cli_int(v) for v in c.split(",")) for c in args.configs.split(";") if c.strip()]
             assert all(len(c) == 5 and min(c) > 0 for c in configs)
         except (ValueError, AssertionError):
             raise UserInputError(f"--configs {args.configs!r} is not accepted; accepted: "
@@ -164,7 +164,7 @@ def _indexer_cli(args) -> int:
     prefill = None
     if args.prefill:
         try:
-            prefill = [tuple(int(v) for v in p.lower().split("x")) for p in args.prefill]
+            prefill = [tuple(cli_int(v) for v in p.lower().split("x")) for p in args.prefill]
             assert all(len(p) == 2 and 1 <= p[0] <= p[1] for p in prefill)
         except (ValueError, AssertionError):
             raise UserInputError(f"--prefill {' '.join(args.prefill)!r} is not accepted; accepted: MxN shapes with "

@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserInputError
+from ..errors import UserInputError, cli_float, cli_int
 from ..files import atomic_write_text, read_json
 from ..models import text_config
 from . import ranking
@@ -550,9 +550,9 @@ def add_arguments(p) -> None:
                                 f"than {ranking.MIN_REPEATS} are not ranked"),
                     ("output_len", "new tokens per request (greedy, ignore_eos)")):
         quick = f", --quick: {QUICK[k]}" if k in QUICK else ""
-        p.add_argument(f"--{k.replace('_', '-')}", type=int, default=None,
+        p.add_argument(f"--{k.replace('_', '-')}", type=cli_int, default=None,
                        help=f"{what} (default {DEFAULTS[k]}{quick})")
-    p.add_argument("--seed", type=int, default=0, help="vllm bench serve's dataset seed (default 0)")
+    p.add_argument("--seed", type=cli_int, default=0, help="vllm bench serve's dataset seed (default 0)")
     p.add_argument("--dataset", default=None, metavar="{random,repeat}",
                    help="random: vLLM's random dataset, lengths index_topk/4..7 index_topk/4; repeat: prompts whose "
                         "text repeats (vLLM's custom dataset), for ngram speculation (default: repeat with "
@@ -562,7 +562,7 @@ def add_arguments(p) -> None:
                         f"{DEFAULTS['repeats']} repeats (fewer cannot rank)")
     p.add_argument("--eager", action="store_true", help="--enforce-eager (default: CUDA graphs, vLLM's default)")
     p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--tp", type=cli_int, default=1, help="tensor-parallel size")
     p.add_argument("--speculative", default=None, metavar="{" + ",".join(SPECULATIVE_PRESETS) + "}",
                    help="also serve every run spec with this speculative decoding: "
                         + "; ".join(f"{k} = '{json.dumps(v)}'" for k, v in SPECULATIVE_PRESETS.items())
@@ -570,8 +570,8 @@ def add_arguments(p) -> None:
     p.add_argument("--speculative-config", default=None, metavar="JSON",
                    help="as --speculative, any vLLM speculative config (e.g. '{\"method\": \"mtp\", "
                         "\"num_speculative_tokens\": 2}')")
-    p.add_argument("--server-timeout", type=float, default=300.0, help="seconds a server may take to be ready")
-    p.add_argument("--bench-timeout", type=float, default=600.0,
+    p.add_argument("--server-timeout", type=cli_float, default=300.0, help="seconds a server may take to be ready")
+    p.add_argument("--bench-timeout", type=cli_float, default=600.0,
                    help="seconds one vllm bench serve pass may take (then it is killed)")
 
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable
 
 from ..extras import require
-from ..errors import UserInputError, writable_dir, writable_file
+from ..errors import UserInputError, cli_int, writable_dir, writable_file
 from .matrix import MEMORY_MATRIX_GPUS, MEMORY_MATRIX_MODELS, MEMORY_MATRIX_QUANTIZATIONS
 from .report import format_record
 from .request import GPU_PRESETS, QUANTIZATIONS, resolve
@@ -54,7 +54,7 @@ def add_cli(subparsers) -> None:
                    help="major.minor (default 12.0), a GPU preset (" + ", ".join(GPU_PRESETS) + ") or local")
     p.add_argument("--kv-cache-dtype", default=None,
                    help="auto (default), bfloat16, fp8, fp8_ds_mla or another vLLM CacheDType")
-    p.add_argument("--tp", type=int, default=None,
+    p.add_argument("--tp", type=cli_int, default=None,
                    help="tensor-parallel size (heads per rank = heads / tp; default 1, with --memory-matrix 8)")
     p.add_argument("--backend", default=None, metavar="NAME",
                    help="what if vLLM is told --attention-backend NAME: a vLLM backend name, or TRITON_MLA_SPARSE "

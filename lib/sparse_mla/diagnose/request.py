@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..capability import as_capability
-from ..errors import UserInputError
+from ..errors import UserInputError, cli_float, cli_int
 from ..layouts import check_kv_cache_dtype
 
 
@@ -209,12 +209,32 @@ def _number(value, what: str, accepted: str, *, integer: bool = False) -> float:
     if isinstance(value, bool):
         raise UserInputError(f"{what} {value!r} is not a number; accepted: {accepted}")
     try:
-        number = int(str(value).strip(), 10) if integer and not isinstance(value, int) else float(value)
-    except (TypeError, ValueError):
+        if isinstance(value, str):       # command-line text: ASCII digits only (errors.cli_int / cli_float)
+            number = cli_int(value) if integer else cli_float(value)
+        else:
+            number = int(value) if integer and not isinstance(value, int) else float(value)
+    except (TypeError, ValueError, OverflowError):
         raise UserInputError(f"{what} {value!r} is not {'an integer' if integer else 'a number'}; "
                              f"accepted: {accepted}") from None
     if not math.isfinite(number):
         raise UserInputError(f"{what} {value!r} is not a finite number; accepted: {accepted}")
+    return number
+
+
+#: The largest memory size the diagnosis takes, GiB per GPU (1 PiB: no machine reaches it; past it the arithmetic
+#: of the memory stage would overflow before it answered) and the longest context (2**40 tokens).
+MAX_GIB = 1024.0 ** 2
+MAX_TOKENS = 2 ** 40
+
+
+def _size(value, what: str, unit: str, above_zero: bool = False) -> float:
+    """A memory size in GiB from the command line or a call: a finite number in (0 or [0, :data:`MAX_GIB`], else
+    one UserInputError line with the accepted range."""
+    low = "above 0" if above_zero else ">= 0"
+    accepted = f"{unit}, a number {low} and at most {MAX_GIB:.0f} (1 PiB; e.g. 95.6)"
+    number = _number(value, what, accepted)
+    if number < 0 or (above_zero and number == 0) or number > MAX_GIB:
+        raise UserInputError(f"{what} {value!r} is outside the accepted range; accepted: {accepted}")
     return number
 
 
@@ -225,10 +245,7 @@ def check_memory_settings(geometry, quantization=None, gpu_memory_gib=None, gpu_
     ``cpu_offload_gb`` >= 0 (vLLM's ``UVAOffloadConfig``); one UserInputError line naming the bad value."""
     gib = util = length = None
     if gpu_memory_gib is not None:
-        gib = _number(gpu_memory_gib, "--gpu-memory-gib", "GiB of one GPU, a number above 0 (e.g. 95.6)")
-        if gib <= 0:
-            raise UserInputError(f"--gpu-memory-gib {gpu_memory_gib!r} is not above 0; accepted: GiB of one GPU, a "
-                                 f"number above 0 (e.g. 95.6)")
+        gib = _size(gpu_memory_gib, "--gpu-memory-gib", "GiB of one GPU", above_zero=True)
     if gpu_memory_utilization is not None:
         util = _number(gpu_memory_utilization, "--gpu-memory-utilization", "a fraction in (0, 1], e.g. 0.92")
         if not 0 < util <= 1:
@@ -236,13 +253,10 @@ def check_memory_settings(geometry, quantization=None, gpu_memory_gib=None, gpu_
                                  f"a fraction in (0, 1], e.g. 0.92")
     if max_model_len is not None:
         length = int(_number(max_model_len, "--max-model-len", "a positive integer (tokens)", integer=True))
-        if length < 1:
-            raise UserInputError(f"--max-model-len {max_model_len!r} is not positive; accepted: a positive integer "
-                                 f"(tokens)")
-    offload = 0.0 if cpu_offload_gb is None else _number(cpu_offload_gb, "--cpu-offload-gb",
-                                                         "GiB per GPU, a number >= 0")
-    if offload < 0:
-        raise UserInputError(f"--cpu-offload-gb {cpu_offload_gb!r} is negative; accepted: GiB per GPU, a number >= 0")
+        if not 1 <= length <= MAX_TOKENS:
+            raise UserInputError(f"--max-model-len {max_model_len!r} is outside 1..{MAX_TOKENS}; accepted: a positive "
+                                 f"integer (tokens) up to {MAX_TOKENS}")
+    offload = 0.0 if cpu_offload_gb is None else _size(cpu_offload_gb, "--cpu-offload-gb", "GiB per GPU")
     return MemorySettings(checkpoint_quantization(geometry, quantization), gib, util, length, offload)
 
 
@@ -261,7 +275,7 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, **
         geometry = load_model(model)
     if isinstance(tp, bool) or not isinstance(tp, int):
         try:
-            tp = int(str(tp), 10)
+            tp = cli_int(str(tp))
         except ValueError:
             raise UserInputError(f"tensor-parallel size {tp!r} is not an integer; accepted: a positive divisor "
                                  f"of num_attention_heads {geometry.num_attention_heads}") from None

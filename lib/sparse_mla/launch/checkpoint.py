@@ -60,7 +60,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserInputError, expand_path, writable_dir
+from ..errors import UserInputError, cli_int, expand_path, writable_dir
 from ..layouts import INDEX_TOPK_MULTIPLE
 from ..models import PRESET_CONFIGS as MODEL_PRESETS
 from .gguf_writer import GGUF_TYPES, gguf_file_name
@@ -611,12 +611,12 @@ def add_cli(subparsers) -> None:
     p.add_argument("out", metavar="OUT", help="output directory (must be new or empty unless --overwrite)")
     p.add_argument("--preset", default="glm-5-tiny", help=f"config preset (default glm-5-tiny; accepted: "
                                                           f"{', '.join(PRESETS)})")
-    p.add_argument("--index-topk", type=int, default=2048,
+    p.add_argument("--index-topk", type=cli_int, default=2048,
                    help="indexer top-k, a positive multiple of 128 (default 2048 as GLM-5; e.g. 256 makes "
                         "sparsity bind on short prompts)")
-    p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
-    p.add_argument("--layers", type=int, default=None, help="number of layers (default: the preset's, 2)")
-    p.add_argument("--heads", type=int, default=None,
+    p.add_argument("--seed", type=cli_int, default=0, help="weight seed (default 0)")
+    p.add_argument("--layers", type=cli_int, default=None, help="number of layers (default: the preset's, 2)")
+    p.add_argument("--heads", type=cli_int, default=None,
                    help="attention heads (default: the preset's, GLM-5's 64); 8 is GLM-5's heads per rank at "
                         "tensor-parallel 8, served on one GPU")
     p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT")
@@ -631,12 +631,12 @@ def add_cli(subparsers) -> None:
                        help="GLM-5.2 top-k sharing as vLLM reads it: config index_topk_pattern, one letter per layer "
                             "(F: own indexer, S: reuse the previous full layer's top-k, no indexer weights); sets "
                             "--layers to its length")
-    share.add_argument("--index-topk-freq", type=int, metavar="N", default=None,
+    share.add_argument("--index-topk-freq", type=cli_int, metavar="N", default=None,
                        help="top-k sharing as config index_topk_freq (layer l full iff max(l - offset + 1, 0) %% N "
                             "== 0)")
     share.add_argument("--indexer-types", metavar="FS..", default=None,
                        help="GLM-5.2-style config: the sharing as indexer_types [\"full\", \"shared\", ...] only "
                             "(vLLM 0.26 does not read it: load it with the sparse_mla plugin)")
-    p.add_argument("--index-skip-topk-offset", type=int, metavar="M", default=None,
+    p.add_argument("--index-skip-topk-offset", type=cli_int, metavar="M", default=None,
                    help="with --index-topk-freq: config index_skip_topk_offset (vLLM's default 2)")
     p.set_defaults(func=_cmd_make_checkpoint)

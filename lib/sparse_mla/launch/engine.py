@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from ..files import atomic_write_text, parse_json, read_json
-from ..errors import UserInputError, expand_path, writable_file
+from ..errors import UserInputError, cli_int, expand_path, writable_file
 from .checkpoint import is_gguf_model
 from .first_token import first_token_criterion
 from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_port, served
@@ -680,7 +680,7 @@ def add_cli(sub) -> None:
     p.add_argument("--backend", default=OURS, help=f"run spec: {OURS} (default), auto, or a vLLM sparse MLA backend "
                                                    f"name, optionally +{TRITON_INDEXER}")
     p.add_argument("--kv-cache-dtype", default="auto", help=f"one of {', '.join(ENGINE_KV_CACHE_DTYPES)} (every engine of --parity)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--tp", type=cli_int, default=1, help="tensor-parallel size")
     p.add_argument("--serve", action="store_true", help="start `vllm serve` and query it with the openai client")
     p.add_argument("--parity", action="store_true",
                    help="the --backends run specs (CUDA graphs) + the first of ours eager, the server and the "
@@ -690,7 +690,7 @@ def add_cli(sub) -> None:
                    help=f"with --parity: comma-separated run specs, BACKEND or BACKEND+{TRITON_INDEXER} "
                         f"(default: {','.join((OURS, *PEERS))})")
     p.add_argument("--prompt-lengths", default="48", help="comma-separated prompt lengths in tokens")
-    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--max-tokens", type=cli_int, default=32)
     p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
     p.add_argument("--no-serve", action="store_true", help="--parity without the served check (vllm serve)")
     p.add_argument("--eager-only", action="store_true",
@@ -706,7 +706,7 @@ def add_cli(sub) -> None:
 def _cli(args) -> int:
     model = check_model(args.model)   # every argument is checked first: a wrong value is news on any machine
     try:
-        lengths = [int(x) for x in str(args.prompt_lengths).split(",") if x.strip()]
+        lengths = [cli_int(x) for x in str(args.prompt_lengths).split(",") if x.strip()]
     except ValueError:
         raise UserInputError(f"--prompt-lengths {args.prompt_lengths!r} is not accepted; accepted: e.g. 48,900") from None
     if not lengths or min(lengths) < 1:

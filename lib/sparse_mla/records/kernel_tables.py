@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UserInputError
+from ..errors import UserInputError, is_ascii_int
 from .common import Table, check_args, fixed0, fixed1, fixed2, load, markdown, ratio, registry, sci, source, span
 
 KERNEL = "kernel benchmark"
@@ -94,7 +94,7 @@ def kernel_cases(args: list[str], base: Path) -> str:
     body = []
     for case in args[1:]:
         h, _, t = case.partition(":")
-        if not (h.isdigit() and t.isdigit()):
+        if not (is_ascii_int(h) and is_ascii_int(t)):
             raise UserInputError(f"records table kernel-cases: case {case!r} is not H:T; accepted: e.g. 64:32")
         r = by_case.get((int(h), int(t)))
         if r is None:

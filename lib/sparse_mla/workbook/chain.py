@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from . import summary
-from ..errors import UserInputError, expand_path, writable_dir
+from ..errors import UserInputError, cli_int, expand_path, writable_dir
 
 NOTEBOOK_RE = summary.NOTEBOOK_RE
 
@@ -320,7 +320,7 @@ def add_cli(sub) -> None:
                    help="parameter profile: cpu or gpu (default: gpu if a CUDA GPU is visible, else cpu)")
     p.add_argument("--only", nargs="+", metavar="NB", help="notebook stems or prefixes (e.g. 01 02)")
     p.add_argument("--out-dir", default=None, help="where executed notebooks go (default results/<profile>/); outside results/, also where the notebooks write their own files (their out_dir parameter)")
-    p.add_argument("--timeout", type=int, default=3600, help="per-cell timeout in seconds (default 3600)")
+    p.add_argument("--timeout", type=cli_int, default=3600, help="per-cell timeout in seconds (default 3600)")
     p.set_defaults(func=_cli)
 
 
