@@ -77,3 +77,38 @@ def test_commands_refuse_json_the_decoder_refuses_in_one_line(tmp_path, capsys, 
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "is not valid JSON" in lines[0] and "Traceback" not in err, err[-2000:]
     assert sorted(p.name for p in tmp_path.rglob("*")) == before     # nothing written
+
+
+_LIMITED = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # a write past the limit then fails with EFBIG (errno 27)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+from sparse_mla import cli
+sys.exit(cli.main({argv!r}))
+"""
+
+
+@pytest.mark.parametrize("what", ["make-checkpoint", "make-checkpoint --gguf", "records table --update"])
+def test_a_write_the_system_refuses_is_one_line_and_leaves_nothing(tmp_path, what):
+    """A file-size limit (as a full disk, an OSError while writing): each writer gives one line naming the path and
+    the system's words, exit 2, no traceback, nothing half-written (safetensors' own error wraps the OSError)."""
+    import subprocess
+    import sys
+
+    if what.startswith("make-checkpoint"):
+        argv = ["make-checkpoint", str(tmp_path / "ck"), "--index-topk", "128"]
+        argv += ["--gguf", "Q8_0"] if "gguf" in what else []
+        limit = 100_000 if "gguf" not in what else 60_000_000
+    else:
+        doc = tmp_path / "doc.md"
+        doc.write_text("x\n" + "<!-- records-table: proof results -->\n<!-- /records-table -->\n")
+        (tmp_path / "results").mkdir()
+        argv, limit = ["records", "table", "--update", str(doc)], 10
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = subprocess.run([sys.executable, "-c", _LIMITED.format(limit=limit, argv=argv)], capture_output=True,
+                       text=True, timeout=600)
+    err = [ln for ln in r.stderr.strip().splitlines() if "Warning" not in ln and "warn(" not in ln]
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert len(err) == 1 and "failed:" in err[0] and "nothing was left behind" in err[0], err
+    assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before       # no checkpoint, no temporary file

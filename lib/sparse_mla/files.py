@@ -10,6 +10,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def write_failure(path, error: BaseException):
+    """The one line for a write that the system refused (a full disk, a file-size limit, a read-only file system;
+    an ``OSError``, or safetensors' own error wrapping one): a :class:`~sparse_mla.errors.UserInputError` naming the
+    path and the system's words; the caller has removed what it began."""
+    from .errors import UserInputError
+
+    why = getattr(error, "strerror", None) or str(error).strip().splitlines()[0][:300]
+    why = why.removeprefix("Error while serializing: ")
+    return UserInputError(f"writing {str(path)!r} failed: {why}; nothing was left behind; accepted: a folder with "
+                          f"room for it, where a file of that size may be written")
+
+
+def is_write_failure(error: BaseException) -> bool:
+    """An ``OSError`` of writing, or safetensors' ``SafetensorError`` around one (its text names the I/O error)."""
+    text = str(error)
+    return isinstance(error, OSError) or (type(error).__name__ == "SafetensorError" and any(
+        k in text for k in ("I/O error", "IoError", "os error")))
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:
     """Call ``write(tmp)`` on a temporary file in ``path``'s folder, then ``os.replace`` it onto ``path``.
 
@@ -26,9 +45,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Pat
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if is_write_failure(e):
+            raise write_failure(path, e) from None
         raise
     return path
 
@@ -36,6 +57,42 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Pat
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """:func:`atomic_write` of a text."""
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def read_text_keeping_newlines(path: str | os.PathLike) -> tuple[str, str]:
+    """``(text with "\\n" line ends, the file's own line end)``: ``"\\r\\n"`` where the file has CRLF line ends,
+    else ``"\\n"`` -- what :func:`rewrite_in_place` gives back. Raises OSError / UnicodeDecodeError as reading does."""
+    with open(path, encoding="utf-8", newline="") as f:      # (Path.read_text takes newline= only from 3.13)
+        raw = f.read()
+    newline = "\r\n" if "\r\n" in raw else "\n"
+    return raw.replace("\r\n", "\n"), newline
+
+
+def rewrite_in_place(path: str | os.PathLike, text: str, newline: str = "\n") -> Path:
+    """Replace a document's content the way editors and ``sed -i --follow-symlinks`` do: through a symbolic link to its
+    target (the link stays a link), keeping the target's permission bits (a read-only document stays read-only), with
+    ``newline`` as every line end of ``text`` (``"\\r\\n"`` for a CRLF document, :func:`read_text_keeping_newlines`);
+    atomically (:func:`atomic_write`). Returns the target written."""
+    target = Path(os.path.realpath(path))
+    mode = target.stat().st_mode & 0o7777
+    body = text.replace("\r\n", "\n").replace("\n", newline) if newline != "\n" else text
+
+    def write(tmp: str) -> None:
+        Path(tmp).write_text(body, encoding="utf-8", newline="")
+        os.chmod(tmp, mode)
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix, dir=target.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if is_write_failure(e):
+            raise write_failure(target, e) from None
+        raise
+    return target
 
 
 def parse_json(text: str, what: str, accepted: str = "JSON"):

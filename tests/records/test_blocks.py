@@ -66,6 +66,29 @@ def test_blocks_are_found_rendered_and_rewritten(tmp_path):
     assert blocks.update([str(doc)]) == [f"{doc}: 1 block(s), 1 rewritten"] and "| 8 | 3.00x |" in doc.read_text()
 
 
+@pytest.mark.parametrize("kind", ["read-only", "symlink", "crlf", "group-writable"])
+def test_documents_are_rewritten_in_place_as_editors_do(tmp_path, kind):
+    """``--update`` on a read-only document keeps it read-only, on a symbolic link writes the link's target (the link
+    stays a link), on a CRLF document keeps CRLF (the new table's lines too), on a 0664 document keeps 0664."""
+    record(tmp_path)
+    real = tmp_path / ("real.md" if kind == "symlink" else "doc.md")
+    real.write_bytes((DOC.replace("\n", "\r\n") if kind == "crlf" else DOC).encode())
+    mode = {"read-only": 0o444, "group-writable": 0o664}.get(kind, 0o644)
+    os.chmod(real, mode)
+    doc = tmp_path / "doc.md"
+    if kind == "symlink":
+        doc.symlink_to(real.name)
+    assert blocks.update([str(doc)]) == [f"{doc}: 1 block(s), 1 rewritten"]
+    assert (real.stat().st_mode & 0o777) == mode
+    assert doc.is_symlink() == (kind == "symlink") and os.path.realpath(doc) == str(real)
+    raw = real.read_bytes().decode()
+    table = render("kernel", ["r.json"], tmp_path)
+    want = DOC.replace("stale text", table)
+    assert raw == (want.replace("\n", "\r\n") if kind == "crlf" else want)
+    if kind == "crlf":
+        assert "\r\n" in raw and "\n" not in raw.replace("\r\n", "")       # every line end, the table's too
+
+
 @pytest.mark.parametrize("text,says", [
     ("<!-- records-table: kernel r.json -->\nx\n", "doc.md:1: the block is never closed"),
     ("<!-- /records-table -->\n", "doc.md:1: a closing marker outside any block"),

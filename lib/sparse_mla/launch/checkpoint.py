@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError, cli_int, expand_path, writable_dir
+from ..files import is_write_failure, write_failure
 from ..layouts import INDEX_TOPK_MULTIPLE
 from ..models import PRESET_CONFIGS as MODEL_PRESETS
 from .gguf_writer import GGUF_TYPES, gguf_file_name
@@ -498,8 +499,10 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.rename(tmp, out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_write_failure(e):         # a full disk, a file-size limit: one line, nothing left behind
+            raise write_failure(out, e) from None
         raise
     return out
 

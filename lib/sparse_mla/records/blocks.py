@@ -96,9 +96,10 @@ def rendered(text: str, base: Path, where: str, tables: dict[str, Table] | None 
 
 def update(files: list[str], tables: dict[str, Table] | None = None) -> list[str]:
     """Rewrite the blocks of each document in ``files``; one line per file (``"README.md: 7 blocks, 2 rewritten"``).
-    Every file is read and rendered before any is written, and each is written atomically."""
+    Every file is read and rendered before any is written, and each is rewritten in place atomically
+    (:func:`sparse_mla.files.rewrite_in_place`: through a symbolic link, with the document's mode and line ends)."""
     from ..errors import writable_file
-    from ..files import atomic_write_text
+    from ..files import read_text_keeping_newlines, rewrite_in_place
 
     done = []
     for f in files:
@@ -106,15 +107,15 @@ def update(files: list[str], tables: dict[str, Table] | None = None) -> list[str
         if not p.is_file():
             raise UserInputError(f"document {f!r} does not exist; accepted: a markdown file with records-table blocks")
         try:
-            text = p.read_text(encoding="utf-8")
+            text, newline = read_text_keeping_newlines(p)
         except (OSError, UnicodeDecodeError) as e:
             raise UserInputError(f"document {f!r} cannot be read as UTF-8 text ({type(e).__name__}); accepted: a "
                                  f"markdown file") from None
-        done.append((p, text, *rendered(text, p.parent, f, tables)))
+        done.append((p, text, newline, *rendered(text, p.parent, f, tables)))
     lines = []
-    for p, old, new, n, changed in done:
+    for p, old, newline, new, n, changed in done:
         if new != old:
-            atomic_write_text(p, new)
+            rewrite_in_place(p, new, newline)
         lines.append(f"{p}: " + (f"{n} block(s), {changed} rewritten" if n else "no records-table block"))
     return lines
 
