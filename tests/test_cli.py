@@ -185,3 +185,44 @@ def test_a_reader_that_leaves_the_pipe_gets_no_traceback():
     p.stdout.close()                                   # the reader is gone before the first write (as `head -0`)
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("argv", [["records", "check", "{long}.json"], ["records", "table", "proof", "{long}"],
+                                  ["records", "table", "kernel", "{long}.json"],
+                                  ["records", "table", "--update", "{long}.md"]])
+def test_names_the_file_system_refuses_are_one_line(capsys, tmp_path, argv):
+    """A path with a component longer than the file system allows (255 bytes): one line naming it, exit 2 (it ended
+    in "OSError: File name too long" in the records commands)."""
+    long = str(tmp_path / ("a" * 300))
+    try:
+        rc = cli.main([a.replace("{long}", long) for a in argv])
+    except SystemExit as e:
+        rc = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "accepted:" in err[0], err
+
+
+@pytest.mark.parametrize("argv, wants", [
+    (["records", "check", "{dir}"], "invalid: not readable JSON"),
+    (["records", "table", "kernel", "{dir}/bad\\udce9.json"], "error: record"),
+    (["diagnose", "--model", "{dir}/none\\udce9.json"], "error:"),
+    (["make-checkpoint", "{dir}/ck\\udce9", "--index-topk", "128"], "is not a UTF-8 path"),
+])
+def test_names_the_terminal_cannot_print_are_escaped(tmp_path, argv, wants):
+    """File names that are not UTF-8, printed to a stdout that encodes ASCII only: every command prints them escaped
+    (``\\\\udcff``) instead of ending in UnicodeEncodeError."""
+    import os
+    import subprocess
+    import sys
+
+    d = os.path.join(os.fsencode(tmp_path), b"r\xff")
+    os.makedirs(d)
+    with open(os.path.join(d, b"bad\xe9.json"), "w") as f:
+        f.write("{not json")
+    code = ("import os, sys; from sparse_mla import cli; "
+            f"sys.exit(cli.main([os.fsdecode(a) for a in {[a.replace('{dir}', '@') for a in argv]!r}]))")
+    code = code.replace("'@", "os.fsdecode(" + repr(d) + ") + '")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert "UnicodeEncodeError" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert wants in r.stdout + r.stderr and "\\udcff" in r.stdout + r.stderr, (r.stdout, r.stderr[-1000:])

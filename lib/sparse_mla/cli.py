@@ -44,7 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _printable_streams() -> None:
+    """Make every name printable: a path that is not UTF-8 (surrogate-escaped by Python) or a stdout that cannot encode
+    a character (``PYTHONIOENCODING=ascii``) prints escaped (``\\udcff``, ``\\xe9``) instead of ending in a
+    UnicodeEncodeError; the streams keep their encoding."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):        # a stream that cannot be reconfigured (detached, closed)
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _printable_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
     from .machine import check_environment

@@ -368,6 +368,11 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
     ``overwrite``, or -- even with ``overwrite`` -- a directory that is not an earlier ``make_checkpoint`` output
     (a ``config.json``, nothing but :data:`CHECKPOINT_FILES`, and a ``model.safetensors`` with
     :data:`CHECKPOINT_MARK`)."""
+    try:
+        os.fsencode(str(out)).decode("utf-8")
+    except UnicodeDecodeError:   # the tokenizer's writer (Rust) and vLLM's loader take UTF-8 paths only
+        raise UserInputError(f"checkpoint output {str(out)!r} is not a UTF-8 path; accepted: a path whose names are "
+                             f"UTF-8 text (the tokenizer library and vLLM read no other)") from None
     if out.exists() and not out.is_dir():
         raise UserInputError(f"checkpoint output {str(out)!r} exists and is not a directory; accepted: a new or "
                              f"empty directory path")

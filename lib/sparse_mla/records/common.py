@@ -90,7 +90,9 @@ def load(arg: str, base: Path, kind: str, needs: tuple[str, ...]) -> dict:
     :class:`UserInputError` naming the file and what is accepted."""
     from ..files import read_json
 
-    path = Path(base) / arg
+    from ..errors import expand_path
+
+    path = expand_path(Path(base) / arg, f"record {arg!r}")   # a name the file system refuses is one line
     accepted = f"a {kind} record (a JSON object with {', '.join(repr(k) for k in needs)})"
     if not path.is_file():
         why = "does not exist" if not path.exists() else "is not a regular file"

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserInputError
+from ..errors import UserInputError, expand_path
 from ..records import blocks, tables
 from ..records.common import Table, markdown
 from ..vllm_plugin.ran import contradictions
@@ -157,9 +157,9 @@ def record_files(paths: list[str]) -> list[Path]:
     file nor a folder."""
     out = []
     for raw in paths:
-        p = Path(raw)
         if not str(raw).strip():
             raise UserInputError("records path '' is empty; accepted: record files or folders")
+        p = expand_path(raw, "records path")     # a name the file system refuses (too long, a NUL) is one line
         if p.is_dir():
             out += sorted(f for f in p.rglob("*.json") if f.is_file())   # regular files only: a FIFO would block
         elif p.is_file():
