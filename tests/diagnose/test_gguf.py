@@ -104,3 +104,32 @@ def test_the_config_beside_the_gguf_is_what_vllm_gguf_plugin_builds_from(ckpt, t
     wall = gguf_wall(info, with_plugin=True)
     assert wall["with_plugin"] == (wall["blocker"])
     assert ("no config.json beside the GGUF" if PLUGIN else "vllm-gguf-plugin is not installed") in wall["blocker"]
+
+
+@pytest.mark.parametrize("key, value, write", [
+    ("attention.head_count", "64", "add_string"), ("attention.head_count", [64, 64], "add_array"),
+    ("attention.head_count", 64.0, "add_float32"), ("attention.indexer.top_k", "256", "add_string"),
+    ("expert_weights_scale", "2.5", "add_string")])
+@pytest.mark.parametrize("command", ["diagnose", "launch"])
+def test_gguf_metadata_of_another_type_is_refused_by_key(ckpt, tmp_path, monkeypatch, capsys, key, value, write,
+                                                         command):
+    """A glm-dsa GGUF whose metadata holds another type than llama.cpp writes (a string, an array, a float where an
+    integer goes): ``diagnose`` and ``launch`` refuse it in one line naming the key and the type expected (it ended
+    in ValueError/TypeError)."""
+    from sparse_mla import cli
+
+    cfg, state = load_checkpoint(ckpt)
+    setter = {"attention.head_count": "add_head_count", "attention.indexer.top_k": "add_indexer_top_k",
+              "expert_weights_scale": "add_expert_weights_scale"}[key]
+    full = f"glm-dsa.{key}"
+    monkeypatch.setattr(gguf.GGUFWriter, setter, lambda self, *_a: getattr(self, write)(full, value))
+    path = write_gguf(tmp_path / "model-Q8_0.gguf", cfg, state, ckpt, "Q8_0")
+    monkeypatch.undo()
+    (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
+    argv = {"diagnose": ["diagnose", "--model", str(path), "--capability", "9.0"],
+            "launch": ["launch", "--model", str(path)]}[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"GGUF metadata {full} is" in err[0] and "accepted:" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

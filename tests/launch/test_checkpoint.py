@@ -593,8 +593,10 @@ def test_sharing_cli(tmp_path, only_checkpoint_cli, capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--index-topk-pattern", "SF"], "layer 0 shared"),
+    (["--index-topk-pattern", "SF"], "--index-topk-pattern (index_topk_pattern) 'SF' makes layer 0 shared"),
     (["--index-topk-pattern", "FX"], "letters F"),
+    (["--indexer-types", "SFX"], "--indexer-types (indexer_types) 'SFX' is not accepted"),   # the flag typed
+    (["--indexer-types", "SF"], "--indexer-types (indexer_types) 'SF' makes layer 0 shared"),
     (["--indexer-types", "FS", "--layers", "3"], "2 letters for 3 layers"),
     (["--index-skip-topk-offset", "1"], "without index_topk_freq"),
     (["--index-topk-freq", "0"], "index_topk_freq 0"),
@@ -649,3 +651,29 @@ def test_v32_preset(tmp_path):
     weights = [(k[len("model."):], t) for k, t in sd.items() if k.startswith("model.")]
     assert dsv2.DeepseekV2Model.load_weights(StandIn(), iter(weights)) == set(shapes)
     rec.check(cfg, shapes)
+
+
+def test_the_next_run_clears_what_a_killed_run_left(tmp_path):
+    """SIGKILL during make-checkpoint leaves its hidden temporary folder (no time to clean up); the next
+    make-checkpoint into the same folder removes it -- and leaves alone the temporaries of a process that still
+    runs."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "ck"
+    p = subprocess.Popen([sys.executable, "-m", "sparse_mla", "make-checkpoint", str(out), "--index-topk", "128",
+                          "--gguf", "Q4_K"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(q.name.startswith(".ck.tmp-") for q in tmp_path.iterdir()):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    left = [q.name for q in tmp_path.iterdir()]
+    assert any(n.startswith(f".ck.tmp-{p.pid}-") for n in left), left     # what SIGKILL leaves
+    live = tmp_path / f".ck.tmp-{os.getpid()}-inuse"                         # a running process's own
+    live.mkdir()
+    ck.make_checkpoint(out, index_topk=128)
+    assert sorted(q.name for q in tmp_path.iterdir()) == sorted(["ck", live.name])

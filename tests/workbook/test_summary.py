@@ -291,7 +291,9 @@ def test_profile_files_with_odd_content(tmp_path, monkeypatch):
             ("dated", "01_a: {model: 2020-01-01}\n", "dated.yaml: parameters of '01_a' are not plain values"),
             ("mixed", "01: {}\nfoo: {}\n", "entries 1 are not accepted; accepted: notebook stems \\(strings\\)"),
             ("bomb", "a: &a [x, x]\nb: &b [*a, *a]\n01_a: {v: *b}\n", "bomb.yaml is not accepted YAML \\(YAML aliases"),
-            ("names", "01_a: {1: 2, not-a-name: 3, ok: 4}\n", "'01_a' has parameter names 1, 'not-a-name'")):
+            ("names", "01_a: {1: 2, not-a-name: 3, ok: 4}\n", "'01_a' has parameter names 1, 'not-a-name'"),
+            ("deep", "01_a: " + "[" * 5000 + "]" * 5000 + "\n", "deep.yaml is not accepted YAML \\(nested too deeply"),
+            ("deepmap", "01_a: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n", "deepmap.yaml is not accepted YAML")):
         (params / f"{name}.yaml").write_text(text)
         with pytest.raises(UserInputError, match=match):
             chain.load_profile(name, params)

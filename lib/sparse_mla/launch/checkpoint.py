@@ -437,6 +437,31 @@ def _check_gguf_layout(types: tuple[str, ...], preset: str, cfg: dict) -> None:
                              f"--index-topk-pattern, --index-topk-freq and --indexer-types")
 
 
+def clear_stale_temporaries(out: Path) -> list[Path]:
+    """Remove the hidden folders an earlier ``make_checkpoint`` into ``out`` left beside it when it was killed (SIGKILL
+    leaves no time to clean up): ``.{name}.tmp-{pid}-*`` and ``.{name}.old-{pid}-*`` whose process no longer runs.
+    A live process's temporaries (another make-checkpoint into the same folder) are left alone. Returns those
+    removed."""
+    import re
+
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(?:tmp|old)-(\d+)-")
+    removed = []
+    for p in out.parent.iterdir() if out.parent.is_dir() else ():
+        m = pattern.match(p.name)
+        if not m or not p.is_dir() or p.is_symlink():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                                   # its process still runs
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, OSError):
+            continue                                   # another user's process, or no answer: leave it
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
+
+
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
                     num_layers: int | None = None, overwrite: bool = False, mtp: bool = False,
                     gguf: tuple[str, ...] = (), *, index_topk_pattern: str | None = None,
@@ -472,9 +497,10 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     _check_out_dir(out, overwrite)
     writable_dir(out.parent, "checkpoint parent directory")
     out.parent.mkdir(parents=True, exist_ok=True)   # every check passed: the folder the checkpoint goes into
+    clear_stale_temporaries(out)
 
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     except OSError as e:
         raise UserInputError(f"checkpoint directory {str(out_dir)!r}: no folder can be made next to it ({e.strerror}); "
                              f"accepted: a shorter name in a writable directory") from None
@@ -498,7 +524,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         # Re-check right before the rename (another process may have created the directory meanwhile).
         _check_out_dir(out, overwrite)
         if out.is_dir():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
             os.rename(out, trash / out.name)
             os.rename(tmp, out)
             shutil.rmtree(trash, ignore_errors=True)

@@ -72,7 +72,9 @@ def sharing_config(style: str, pattern: str, num_layers: int, freq: int | None =
     """The ``config.json`` keys that declare ``pattern`` in ``style`` (:data:`STYLES`): ``{"index_topk_pattern":
     pattern}``, ``{"index_topk_freq": freq[, "index_skip_topk_offset": offset]}`` (which must give ``pattern``) or
     ``{"indexer_types": ["full", "shared", ...]}`` (GLM-5.2 style)."""
-    pattern = check_pattern(pattern, num_layers)
+    flag = {"pattern": "--index-topk-pattern (index_topk_pattern)", "indexer_types": "--indexer-types (indexer_types)",
+            "freq": "the pattern of --index-topk-freq / --index-skip-topk-offset"}.get(style, "index_topk_pattern")
+    pattern = check_pattern(pattern, num_layers, flag)       # named as the user typed it
     if style == "pattern":
         return {"index_topk_pattern": pattern}
     if style == "indexer_types":

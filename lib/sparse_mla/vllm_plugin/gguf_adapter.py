@@ -157,57 +157,79 @@ def _field(reader, key: str, default: Any = None) -> Any:
     return v
 
 
+_MISSING = object()
+_KINDS = {int: "an integer", float: "a number", bool: "a boolean"}
+
+
+def _typed(reader, key: str, kind: type, default: Any = _MISSING) -> Any:
+    """The GGUF metadata value ``key`` as ``kind`` (int, float or bool), read as llama.cpp writes it: an integer type
+    for ``int`` (no float, string, array or bool), an integer or float for ``float``, a bool or an integer for
+    ``bool``. A missing key gives ``default`` (none given: refused). Raises :class:`UserInputError` naming the key,
+    what it holds and the type expected."""
+    v = _field(reader, key, _MISSING)
+    if v is _MISSING:
+        if default is _MISSING:
+            raise UserInputError(f"GGUF metadata has no {key}; accepted: a glm-dsa GGUF as llama.cpp's converter "
+                                 f"writes it")
+        return default
+    ok = (isinstance(v, int) and not isinstance(v, bool) if kind is int else
+          isinstance(v, (int, float)) and not isinstance(v, bool) if kind is float else isinstance(v, (bool, int)))
+    if not ok:
+        raise UserInputError(f"GGUF metadata {key} is {v!r} ({type(v).__name__}); accepted: {_KINDS[kind]}, as "
+                             f"llama.cpp's converter writes it")
+    return kind(v)
+
+
 def config_from_gguf(reader) -> dict[str, Any]:
     """The Hugging Face ``glm_moe_dsa`` config a ``glm-dsa`` GGUF's metadata describes (``gguf.GGUFReader``).
 
-    Raises :class:`UserInputError` for another architecture or a missing key the config needs."""
+    Raises :class:`UserInputError` for another architecture, a missing key the config needs, or a key of another
+    type than llama.cpp writes (:func:`_typed`)."""
     arch = _field(reader, "general.architecture")
     if arch != GLM_DSA:
         raise UserInputError(f"GGUF architecture {arch!r} is not {GLM_DSA!r}; accepted: a GLM-5 GGUF (glm-dsa)")
 
-    def need(key: str):
-        v = _field(reader, f"{GLM_DSA}.{key}")
-        if v is None:
-            raise UserInputError(f"GGUF metadata has no {GLM_DSA}.{key}; accepted: a glm-dsa GGUF as llama.cpp's "
-                                 f"converter writes it")
-        return v
+    def need(key: str, kind: type = int):
+        return _typed(reader, f"{GLM_DSA}.{key}", kind)
 
-    nextn = int(_field(reader, f"{GLM_DSA}.nextn_predict_layers", 0))
-    rope = int(need("rope.dimension_count"))
+    def opt(key: str, default, kind: type = int):
+        return _typed(reader, f"{GLM_DSA}.{key}", kind, default)
+
+    nextn = opt("nextn_predict_layers", 0)
+    rope = need("rope.dimension_count")
     names = {t.name for t in reader.tensors}
     cfg = {
         "architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "dtype": "bfloat16",
-        "vocab_size": int(need("vocab_size")), "hidden_size": int(need("embedding_length")),
-        "intermediate_size": int(need("feed_forward_length")),
-        "moe_intermediate_size": int(need("expert_feed_forward_length")),
-        "num_hidden_layers": int(need("block_count")) - nextn, "num_nextn_predict_layers": nextn,
-        "num_attention_heads": int(need("attention.head_count")),
-        "num_key_value_heads": int(need("attention.head_count")),
-        "q_lora_rank": int(need("attention.q_lora_rank")), "kv_lora_rank": int(need("attention.kv_lora_rank")),
-        "qk_nope_head_dim": int(need("attention.key_length_mla")) - rope, "qk_rope_head_dim": rope,
-        "v_head_dim": int(need("attention.value_length_mla")),
-        "n_routed_experts": int(need("expert_count")), "n_shared_experts": int(need("expert_shared_count")),
-        "num_experts_per_tok": int(need("expert_used_count")),
-        "first_k_dense_replace": int(need("leading_dense_block_count")), "moe_layer_freq": 1,
-        "n_group": int(_field(reader, f"{GLM_DSA}.expert_group_count", 1)),
-        "topk_group": int(_field(reader, f"{GLM_DSA}.expert_group_used_count", 1)),
+        "vocab_size": need("vocab_size"), "hidden_size": need("embedding_length"),
+        "intermediate_size": need("feed_forward_length"),
+        "moe_intermediate_size": need("expert_feed_forward_length"),
+        "num_hidden_layers": need("block_count") - nextn, "num_nextn_predict_layers": nextn,
+        "num_attention_heads": need("attention.head_count"),
+        "num_key_value_heads": need("attention.head_count"),
+        "q_lora_rank": need("attention.q_lora_rank"), "kv_lora_rank": need("attention.kv_lora_rank"),
+        "qk_nope_head_dim": need("attention.key_length_mla") - rope, "qk_rope_head_dim": rope,
+        "v_head_dim": need("attention.value_length_mla"),
+        "n_routed_experts": need("expert_count"), "n_shared_experts": need("expert_shared_count"),
+        "num_experts_per_tok": need("expert_used_count"),
+        "first_k_dense_replace": need("leading_dense_block_count"), "moe_layer_freq": 1,
+        "n_group": opt("expert_group_count", 1), "topk_group": opt("expert_group_used_count", 1),
         "topk_method": "noaux_tc" if any(n.endswith("exp_probs_b.bias") for n in names) else "greedy",
-        "scoring_func": "sigmoid" if int(_field(reader, f"{GLM_DSA}.expert_gating_func", 2)) == 2 else "softmax",
-        "norm_topk_prob": bool(_field(reader, f"{GLM_DSA}.expert_weights_norm", False)),
-        "routed_scaling_factor": float(_field(reader, f"{GLM_DSA}.expert_weights_scale", 1.0)),
-        "hidden_act": "silu", "rms_norm_eps": float(need("attention.layer_norm_rms_epsilon")),
-        "max_position_embeddings": int(need("context_length")),
-        "rope_parameters": {"rope_theta": float(need("rope.freq_base")), "rope_type": "default"},
+        "scoring_func": "sigmoid" if opt("expert_gating_func", 2) == 2 else "softmax",
+        "norm_topk_prob": opt("expert_weights_norm", False, bool),
+        "routed_scaling_factor": opt("expert_weights_scale", 1.0, float),
+        "hidden_act": "silu", "rms_norm_eps": need("attention.layer_norm_rms_epsilon", float),
+        "max_position_embeddings": need("context_length"),
+        "rope_parameters": {"rope_theta": need("rope.freq_base", float), "rope_type": "default"},
         "rope_interleave": True, "indexer_rope_interleave": True,
-        "index_topk": int(need("attention.indexer.top_k")), "index_head_dim": int(need("attention.indexer.key_length")),
-        "index_n_heads": int(need("attention.indexer.head_count")),
+        "index_topk": need("attention.indexer.top_k"), "index_head_dim": need("attention.indexer.key_length"),
+        "index_n_heads": need("attention.indexer.head_count"),
         "tie_word_embeddings": "output.weight" not in names, "attention_bias": False,
     }
     for key, tok in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
                      ("pad_token_id", "padding_token_id")):
-        v = _field(reader, f"tokenizer.ggml.{tok}")
+        v = _typed(reader, f"tokenizer.ggml.{tok}", int, None)
         if v is not None:
-            cfg[key] = int(v)
+            cfg[key] = v
     return cfg
 
 

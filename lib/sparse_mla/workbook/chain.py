@@ -65,6 +65,9 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
 
     try:
         data = yaml.load(path.read_text(), Loader=NoAliasLoader) or {}
+    except RecursionError:           # nested past the parser's recursion (a few thousand levels)
+        raise UserInputError(f"profile file {path.name} is not accepted YAML (nested too deeply for the parser); "
+                             f"accepted: a mapping of notebook stems to parameter dicts, without aliases") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
         raise UserInputError(f"profile file {path.name} is not accepted YAML ({first}); accepted: a mapping of "
