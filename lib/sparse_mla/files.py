@@ -29,11 +29,12 @@ def is_write_failure(error: BaseException) -> bool:
         k in text for k in ("I/O error", "IoError", "os error")))
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[str], object], mode: int | None = None) -> Path:
     """Call ``write(tmp)`` on a temporary file in ``path``'s folder, then ``os.replace`` it onto ``path``.
 
     The temporary file has ``path``'s suffix (so writers that infer a format from it work) and gets the usual
-    permissions (``mkstemp`` creates 0600); on any failure it is removed and ``path`` is left as it was.
+    permissions (``mkstemp`` creates 0600), or ``mode`` where given; on any failure it is removed and ``path`` is left
+    as it was (a write the system refuses is :func:`write_failure`'s one line).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -41,9 +42,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Pat
     os.close(fd)
     try:
         write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        if mode is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):
@@ -74,25 +77,9 @@ def rewrite_in_place(path: str | os.PathLike, text: str, newline: str = "\n") ->
     ``newline`` as every line end of ``text`` (``"\\r\\n"`` for a CRLF document, :func:`read_text_keeping_newlines`);
     atomically (:func:`atomic_write`). Returns the target written."""
     target = Path(os.path.realpath(path))
-    mode = target.stat().st_mode & 0o7777
     body = text.replace("\r\n", "\n").replace("\n", newline) if newline != "\n" else text
-
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(body, encoding="utf-8", newline="")
-        os.chmod(tmp, mode)
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix, dir=target.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if is_write_failure(e):
-            raise write_failure(target, e) from None
-        raise
-    return target
+    return atomic_write(target, lambda tmp: Path(tmp).write_text(body, encoding="utf-8", newline=""),
+                        mode=target.stat().st_mode & 0o7777)
 
 
 def parse_json(text: str, what: str, accepted: str = "JSON"):
