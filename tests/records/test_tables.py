@@ -98,7 +98,7 @@ def test_kernel_variants_holds_each_variants_time(tmp_path):
                             f"{us['flashmla'] / us['full']:.2f}x"], SEED
     assert "medians of 5 repeats" in md and "topk 512, 4096-slot" in md and "copy bandwidth was 4.25 TB/s" in md
     assert "Record: `fp8_variants.json`: NVIDIA H200" in md
-    for case, says in (([], "has no cases"), ({"x": 1}, "not a non-empty list"),
+    for case, says in (([], r"cases is \[\]; accepted: at least 1 entry"), ({"x": 1}, r"cases is \{'x': 1\}; accepted: a list"),
                        ([{**cases[0], "H": "eight"}], r"cases\[0\]\.H is 'eight'"),
                        ([{**cases[0], "us": [1, 2]}], r"cases\[0\]\.us"),
                        ([{**cases[0], "us": {**cases[0]["us"], "full": "fast"}}], r"cases\[0\]\.us"),
@@ -175,6 +175,7 @@ def test_indexer_tables(tmp_path):
 
 def engine_record(rng: random.Random) -> dict:
     ran = {"capability": "9.0", "indexer": {"triton": rng.randrange(1, 500), "deepgemm": 0},
+           "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
            "attention": {"TRITON_MLA_SPARSE": 2}, "indexer_cache": {"DEEPSEEK_V32_INDEXER": 2}}
     layers = {"l0.attn": {"backend": "FLASHMLA_SPARSE"}, "l0.indexer.k_cache": {"backend": "DEEPSEEK_V32_INDEXER"},
               "l1.attn": {"backend": "FLASHMLA_SPARSE"}}

@@ -115,3 +115,75 @@ def test_out_dir_in_the_repositorys_code_tests_or_git_is_refused(project, folder
     with pytest.raises(UserInputError, match=f"is (\\(inside\\) )?(the )?{says}"):
         chain.run_chain("cpu", notebooks_dir=nbs, out_dir=root / folder, progress=False)
     assert _tree(root) == before
+
+
+def test_the_default_output_is_the_checkouts_results_wherever_the_command_runs(project, monkeypatch, capsys):
+    """The workbook is its checkout: run from another folder, its executed notebooks go to the checkout's
+    results/<profile>/; a relative --out-dir is read from the current folder; the checkout's own folders are refused
+    from there too; --help names the checkout."""
+    root, nbs = project
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    chain.run_chain("cpu", notebooks_dir=nbs, progress=False)
+    assert (root / "results" / "cpu" / "01_a.ipynb").exists() and not any(elsewhere.iterdir())
+    chain.run_chain("cpu", notebooks_dir=nbs, out_dir="mine", progress=False)
+    assert (elsewhere / "mine" / "01_a.ipynb").exists()
+    for rel in ("../notebooks", "../results/h200", ".."):
+        with pytest.raises(UserInputError, match="output directory"):
+            chain.run_chain("cpu", notebooks_dir=nbs, out_dir=rel, progress=False)
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    assert f"installedfrom({root})" in "".join(capsys.readouterr().out.split())     # argparse wraps at hyphens
+
+
+KILLED_RUN = """
+import sys
+from pathlib import Path
+from sparse_mla import cli
+from sparse_mla.workbook import chain
+root = Path(sys.argv[1])
+chain.project_root = lambda: root
+chain.load_profile = lambda p: {}
+sys.exit(cli.main(["run", "--profile", "cpu"]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_run_stopped_mid_cell_prints_one_line_and_leaves_no_kernel(project, sig):
+    """SIGTERM (a time limit, a kill) or SIGINT (Ctrl-C) while a cell runs: exit 130, the one line, no traceback of
+    the dying kernel or of nbclient's abandoned task, the partial notebook kept as *.failed.ipynb, the kernel gone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root, nbs = project
+    marker = root / "kernel.pid"
+    write_notebook(nbs / "02_long.ipynb", f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+                                          "time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(root)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (marker.exists() and marker.read_text()) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), proc.communicate(timeout=60)
+    kernel = int(marker.read_text())
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=120)
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("Executing")]
+    assert proc.returncode == 130, err[-3000:]
+    assert lines == ["sparse-mla run: interrupted; nothing half-written was left in place"], lines
+    assert (root / "results" / "cpu" / "02_long.failed.ipynb").exists()
+    assert not (root / "results" / "cpu" / ".02_long.running.ipynb").exists()
+    for _ in range(50):                                  # the kernel is shut down with the run
+        try:
+            os.kill(kernel, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(kernel, signal.SIGKILL)
+        pytest.fail(f"the kernel {kernel} outlived the run")

@@ -109,12 +109,16 @@ def test_malformed_ran_blocks_and_requests_are_invalid_never_proven(tmp_path, ch
     assert v.status == "invalid", v.line()
 
 
-@pytest.mark.parametrize("env", [["a"], 5, "text", {"command": 1, "date": True, "torch": [0]}])
-def test_headers_of_other_types_are_gaps_not_crashes(tmp_path, env):
+@pytest.mark.parametrize("env,says", [(["a"], "environment is ['a']; accepted: an object"),
+                                      (5, "environment is 5; accepted: an object"),
+                                      ("text", "environment is 'text'; accepted: an object"),
+                                      ({"command": 1, "date": True, "torch": [0]},
+                                       "environment.date is True; accepted: a text (and 2 more)")])
+def test_headers_of_other_types_are_invalid_naming_the_field_not_crashes(tmp_path, env, says):
     rec = record()
     rec["environment"] = env
     v = verdict(tmp_path, rec)
-    assert v.status == "invalid" and "no command" in v.reason, v.line()
+    assert v.status == "invalid" and v.reason == f"not a record as the project writes it: {says}", v.line()
 
 
 def test_paths_and_files_that_are_not_records(tmp_path, capsys):

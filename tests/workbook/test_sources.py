@@ -42,3 +42,22 @@ def test_checked_cell_missing_from_the_executed_copy(tmp_path):
     with pytest.raises(ValueError, match="checked cell 0 has no executed counterpart"):
         refresh_source(src, done)
     assert src.read_text() == before
+
+
+def test_the_chains_notebooks_are_valid_nbformat_with_cell_ids():
+    """Every notebook of the chain validates as nbformat 4.5 as saved, cell ids included (nbformat otherwise warns on
+    every read, and `sparse-mla run` printed that warning for notebook 01)."""
+    import json
+    import warnings
+    from pathlib import Path
+
+    import nbformat
+
+    notebooks = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        raw = json.loads(path.read_text())
+        assert all(isinstance(c.get("id"), str) and c["id"] for c in raw["cells"]), path.name
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            nbformat.validate(nbformat.reads(path.read_text(), as_version=4))

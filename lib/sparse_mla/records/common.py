@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError
+from .schema import require
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,9 @@ def missing(v) -> bool:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and not missing(v)
+    """A number a float holds (an integer past 1.8e308 is none: formatting it would raise OverflowError)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not missing(v) and \
+        (isinstance(v, float) or abs(v) < 2 ** 1023)
 
 
 def fmt(spec: str, suffix: str = "") -> Callable[[object], str | None]:
@@ -86,8 +89,9 @@ def span(values, form: Callable[[object], str | None]) -> str | None:
 # -- reading records --------------------------------------------------------------------------------------------------
 
 def load(arg: str, base: Path, kind: str, needs: tuple[str, ...]) -> dict:
-    """The JSON object in ``base / arg``: a record of ``kind`` holding every key of ``needs``; else one
-    :class:`UserInputError` naming the file and what is accepted."""
+    """The JSON object in ``base / arg``: a record of ``kind`` (a key of :data:`sparse_mla.records.schema.KINDS`)
+    holding every key of ``needs``, each field of the type the project writes; else one :class:`UserInputError`
+    naming the file, the field and what is accepted."""
     from ..files import read_json
 
     from ..errors import expand_path
@@ -103,6 +107,7 @@ def load(arg: str, base: Path, kind: str, needs: tuple[str, ...]) -> dict:
     if lacks:
         raise UserInputError(f"record {arg!r} is not a {kind} record: it has no {', '.join(map(repr, lacks))}; "
                              f"accepted: {accepted}")
+    require(rec, kind, arg)              # every field the tables read of the type the project writes
     return rec
 
 

@@ -31,7 +31,8 @@ every worker's block.
 from __future__ import annotations
 
 import importlib
-import re
+
+from ..records import schema
 
 #: Modules whose ``@triton.jit`` kernels are ours.
 KERNEL_MODULES = ("sparse_mla.kernels.attention", "sparse_mla.kernels.fp8", "sparse_mla.kernels.indexer",
@@ -190,48 +191,11 @@ SERVE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 def shape_errors(ran) -> list[str]:
-    """What in ``ran`` is not the shape :func:`collect` writes, one line each (``[]``: none): a capability ``"M.m"``,
-    ``triton_targets`` ``{str: [str, ...]}``, ``indexer`` ``{"triton": int >= 0, "deepgemm": int >= 0}``,
-    ``attention`` ``{str: int > 0}`` (non-empty: a ``ran`` without a worker's layers proves no engine);
-    ``indexer_cache`` and ``draft_attention`` of that shape, ``device_capability`` ``"M.m"``, ``triton_binaries``
-    ``[str]`` and ``launch_plan`` ``{"M.m": {"from": str, ...}}`` where present (records made before these fields
-    existed lack them)."""
-    if not isinstance(ran, dict):
-        return [f"ran block is {type(ran).__name__}, not an object"]
-    out = []
-    cap = ran.get("capability")
-    if not (isinstance(cap, str) and re.fullmatch(r"\d{1,2}\.\d", cap)):
-        out.append(f"capability {cap!r} is not what vLLM's platform reports ('M.m')")
-    targets = ran.get("triton_targets")
-    if not (isinstance(targets, dict) and all(isinstance(k, str) and isinstance(v, list) and v and
-                                              all(isinstance(x, str) for x in v) for k, v in targets.items())):
-        out.append(f"triton_targets {str(targets)[:80]} is not {{kernel: [target, ...]}}")
-    calls = ran.get("indexer")
-    if not (isinstance(calls, dict) and set(calls) == {"triton", "deepgemm"} and
-            all(type(v) is int and v >= 0 for v in calls.values())):
-        out.append(f"indexer {str(calls)[:80]} is not {{'triton': calls, 'deepgemm': calls}}")
-    dev = ran.get("device_capability")
-    if dev is not None and not (isinstance(dev, str) and re.fullmatch(r"\d{1,2}\.\d", dev)):
-        out.append(f"device_capability {dev!r} is not what torch reports ('M.m')")
-    binaries = ran.get("triton_binaries")
-    if binaries is not None and not (isinstance(binaries, list) and all(isinstance(x, str) for x in binaries)):
-        out.append(f"triton_binaries {str(binaries)[:80]} is not [architecture, ...]")
-    plan = ran.get("launch_plan")
-    if plan is not None and not (isinstance(plan, dict) and all(
-            isinstance(k, str) and re.fullmatch(r"\d{1,2}\.\d", k) and isinstance(v, dict) and
-            isinstance(v.get("from"), str) for k, v in plan.items())):
-        out.append(f"launch_plan {str(plan)[:80]} is not {{'M.m': {{'from': ..., ...}}}}")
-    sp = ran.get("speculative")
-    if sp is not None and not (isinstance(sp, dict) and all(
-            type(sp.get(k)) is int and sp[k] >= 0 for k in ("drafts", "draft_tokens", "accepted_tokens"))):
-        out.append(f"speculative {str(sp)[:80]} is not {{'drafts': n, 'draft_tokens': n, 'accepted_tokens': n, ...}}")
-    for key in ("attention", "indexer_cache", "draft_attention", "mla_prefill"):
-        v = ran.get(key)
-        if (v is not None or key == "attention") and not (
-                isinstance(v, dict) and (v or key != "attention") and
-                all(isinstance(b, str) and type(n) is int and n > 0 for b, n in v.items())):
-            out.append(f"{key} {str(v)[:80]} is not {{backend: layers}}")
-    return out
+    """What in ``ran`` is not the shape :func:`collect` writes, one line each (``[]``: none): the record shape
+    :class:`sparse_mla.records.schema.Ran` (a capability ``"M.m"``, ``triton_targets`` ``{str: [str, ...]}``,
+    ``indexer`` ``{"triton": int >= 0, "deepgemm": int >= 0}``, ``attention`` ``{str: int > 0}``, non-empty; the later
+    fields where present)."""
+    return [f"ran.{line}" for line in schema.problems(ran, schema.Ran)]
 
 
 def contradictions(asked: dict, ran: dict | None) -> list[str]:

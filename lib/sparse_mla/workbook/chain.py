@@ -186,11 +186,20 @@ def _execute(nb: Path, tmp: Path, target: Path, parameters: dict, notebooks_dir:
              timeout, root: Path) -> None:
     """papermill on one notebook into ``tmp``; a failure keeps its partial output as ``*.failed.ipynb`` and becomes
     one :class:`NotebookFailed` naming the notebook, the cell and the error."""
+    import warnings
+
     import papermill as pm
+    from nbformat.validator import MissingIDFieldWarning
+
+    from .quiet_kernel import QuietKernelManager, interruptible
 
     try:
-        pm.execute_notebook(str(nb), str(tmp), parameters=parameters, cwd=str(notebooks_dir),
-                            kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout)
+        with interruptible(), warnings.catch_warnings():
+            # papermill writes the notebook as it goes; nbformat warns that cells of the 4.4 format have no id
+            warnings.simplefilter("ignore", MissingIDFieldWarning)
+            pm.execute_notebook(str(nb), str(tmp), parameters=parameters, cwd=str(notebooks_dir),
+                                kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout,
+                                kernel_manager_class=QuietKernelManager)
     except BaseException as e:
         failed = target.parent / f"{nb.stem}.failed.ipynb"
         if tmp.exists():
@@ -316,13 +325,21 @@ def _finalize(path: Path, source: Path, target: Path, root: Path, profile: str) 
 
 
 def add_cli(sub) -> None:
+    root = project_root()
     p = sub.add_parser("run", help="execute the notebooks in order with papermill into results/<profile>/",
-                       description="Execute notebooks/NN_*.ipynb in order with papermill into results/<profile>/, "
-                                   "with the parameters of params/<profile>.yaml.")
+                       description=f"Execute the workbook's notebooks/NN_*.ipynb in order with papermill, with the "
+                                   f"parameters of params/<profile>.yaml. The workbook is the checkout this command "
+                                   f"was installed from ({root}), wherever you run it: its notebooks run, its "
+                                   f"results/<profile>/ receives them by default (the folder the README, the "
+                                   f"notebooks and the summaries read). --out-dir names another folder; a relative "
+                                   f"one is read from the current folder, as every path on the command line. Either "
+                                   f"way the checkout's own folders are refused as output folders: its top level, "
+                                   f"notebooks/, lib/, tests/, params/, .git/, results/ itself, the records of other "
+                                   f"profiles and every other folder under results/ (results/h200/).")
     p.add_argument("--profile", default=None,
                    help="parameter profile: cpu or gpu (default: gpu if a CUDA GPU is visible, else cpu)")
     p.add_argument("--only", nargs="+", metavar="NB", help="notebook stems or prefixes (e.g. 01 02)")
-    p.add_argument("--out-dir", default=None, help="where executed notebooks go (default results/<profile>/); outside results/, also where the notebooks write their own files (their out_dir parameter)")
+    p.add_argument("--out-dir", default=None, help="where executed notebooks go (default: results/<profile>/ of the checkout named above, not of the current folder); outside results/, also where the notebooks write their own files (their out_dir parameter)")
     p.add_argument("--timeout", type=cli_int, default=3600, help="per-cell timeout in seconds (default 3600)")
     p.set_defaults(func=_cli)
 

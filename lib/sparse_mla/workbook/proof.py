@@ -9,8 +9,9 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
   (torch, Triton, vLLM) and a git revision;
 * ``unproven: REASON``: no ``ran`` block (every record made before the block existed, the 2026-12-01 ones included;
   benchmark records of single kernels, which start no engine); gaps in its header are listed too;
-* ``invalid: REASON``: a record that claims proof (a ``ran`` block) with a header gap, a request that cannot be read,
-  a ``ran`` of another shape than the engine writes or one that contradicts what was asked
+* ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
+  :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line), a record that claims proof (a ``ran``
+  block) with a header gap, a request that cannot be read, a ``ran`` that contradicts what was asked
   (:func:`sparse_mla.vllm_plugin.ran.contradictions`), or a file that is not readable JSON.
 
 The command exits 1 if any record is invalid. A file named on the command line must be a ``*.json`` file; a folder
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError, expand_path
-from ..records import blocks, tables
+from ..records import blocks, schema, tables
 from ..records.common import Table, markdown
 from ..vllm_plugin.ran import contradictions
 
@@ -118,6 +119,10 @@ def judge(path: str, obj) -> Verdict:
 
 
 def _judge(path: str, obj) -> Verdict:
+    shape = schema.problems_of_any_kind(obj)     # every field a table reads, refused as the table refuses it
+    if shape:
+        more = f" (and {len(shape) - 1} more)" if len(shape) > 1 else ""
+        return Verdict(path, "invalid", f"not a record as the project writes it: {shape[0]}{more}")
     gaps = header_gaps(obj)
     runs = engine_runs(obj)
     failed = [r for r in runs.values() if r.get("error")]

@@ -1,0 +1,373 @@
+"""The shape of every record kind, in one place: the fields the tables and ``sparse-mla records check`` read, with
+the types the project's writers give them (pydantic models, strict: ``"yes"`` is no boolean, ``"3"`` no number, a
+list no mapping; fields the readers do not use may be anything).
+
+Records are files a user may have edited, merged or truncated. :func:`problems` lists what in a record is not its
+kind's shape, one line each (``"runs.X.summary.output_throughput.median is 'yes'; accepted: a number"``);
+:func:`require` turns the first into one :class:`~sparse_mla.errors.UserInputError` naming the file, the field's path
+and the type expected. Every field is optional here (records made before a field existed lack it); which fields a
+table needs, it says itself (:func:`sparse_mla.records.common.load`'s ``needs``).
+
+Kinds (:data:`KINDS`): the attention-kernel benchmark (``bench_kernel_*.json``), the indexer benchmark
+(``bench_indexer_*.json``), the fp8 kernel variants (``fp8_where_time_goes_*.json``), an engine record
+(``launch_*.json``: parity runs, one engine, a served check) and the serving benchmark (``bench_serve_*.json``). The
+``ran`` block an engine writes (:mod:`sparse_mla.vllm_plugin.ran`) is :class:`Ran`.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from ..errors import UserInputError
+
+Text = Optional[str]
+Int = Optional[int]
+Num = Optional[float]          # strict: an int or a float (NaN is a record's "not measured"), never a bool
+Flag = Optional[bool]
+_CAPABILITY = r"^\d{1,2}\.\d$"
+Capability = Annotated[str, StringConstraints(pattern=_CAPABILITY)]
+Layers = Annotated[int, Field(gt=0)]
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+# -- the header -------------------------------------------------------------------------------------------------------
+
+class Header(_Shape):
+    """``environment`` (:func:`sparse_mla.records.environment`): what ran, where, when."""
+    gpu: Text = None
+    date: Text = None
+    command: Text = None
+    revision: Text = None
+    peer: Text = None
+    torch: Text = None
+    triton: Text = None
+    vllm: Text = None
+
+
+class Record(_Shape):
+    """What every record may hold: the header, at the top level too where the earliest records kept it."""
+    environment: Optional[Header] = None
+    gpu: Text = None
+    date: Text = None
+    command: Text = None
+    revision: Text = None
+    note: Text = None
+
+
+# -- kernel benchmarks ------------------------------------------------------------------------------------------------
+
+class KernelRow(_Shape):
+    H: Int = None
+    T: Int = None
+    topk: Int = None
+    cache_tokens: Int = None
+    triton_graph_us: Num = None
+    flashmla_graph_us: Num = None
+    old_graph_us: Num = None
+    speedup_vs_flashmla_graph: Num = None
+    speedup_new_vs_old: Num = None
+    speedup_default_vs_alt: Num = None
+    frac_of_copy_bw: Num = None
+    triton_TFLOPs: Num = None
+    flashmla_TFLOPs: Num = None
+
+
+class KernelCheck(_Shape):
+    out_rel_err: Num = None
+    lse_max_abs_err: Num = None
+    nan: Int = None
+    flashmla_out_rel_err: Num = None
+    flashmla_lse_err_if_natural: Num = None
+
+
+class KernelBench(Record):
+    bench: Optional[list[KernelRow]] = None
+    checks: Optional[list[KernelCheck]] = None
+
+
+class IndexerRow(_Shape):
+    kind: Text = None
+    H: Int = None
+    M: Int = None
+    N: Int = None
+    B: Int = None
+    context: Int = None
+    next_n: Int = None
+    triton_us: Num = None
+    deepgemm_us: Num = None
+    speed_vs_deepgemm: Num = None
+    frac_of_copy_bw: Num = None
+    triton_TFLOPs: Num = None
+    deepgemm_TFLOPs: Num = None
+    sm80_path_us: Num = None
+
+
+class IndexerTarget(_Shape):
+    target: Text = None
+    goal: Num = None
+    min: Num = None
+    max: Num = None
+    met: Int = None
+    cases: Int = None
+
+
+class IndexerBench(Record):
+    bench: Optional[list[IndexerRow]] = None
+    targets: Optional[list[IndexerTarget]] = None
+
+
+class VariantTimes(_Shape):
+    """Median µs per variant of ``tests/harness/fp8_where_time_goes.py`` (``flashmla`` where FlashMLA ran)."""
+    gather: float
+    loads: float
+    decode: float
+    scores: float
+    full: float
+    flashmla: float = None        # may be absent, never null
+
+
+class VariantCase(_Shape):
+    H: int
+    T: int
+    topk: int
+    cache_tokens: int
+    num_splits: int
+    block_h: int
+    block_n: int
+    num_warps: int
+    us: VariantTimes
+    us_repeats: Optional[dict[str, list[float]]] = None
+
+
+class KernelVariants(Record):
+    cases: Annotated[list[VariantCase], Field(min_length=1)] = None     # may be absent, never null
+    copy_bandwidth_TBps: Num = None
+
+
+# -- engines ----------------------------------------------------------------------------------------------------------
+
+class IndexerCalls(_Shape):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    triton: Annotated[int, Field(ge=0)]
+    deepgemm: Annotated[int, Field(ge=0)]
+
+
+class PlanLimits(_Shape):
+    from_: str = Field(alias="from")
+
+
+class SpeculativeCounts(_Shape):
+    drafts: Annotated[int, Field(ge=0)]
+    draft_tokens: Annotated[int, Field(ge=0)]
+    accepted_tokens: Annotated[int, Field(ge=0)]
+
+
+class Ran(_Shape):
+    """What ran, read inside the engine (:func:`sparse_mla.vllm_plugin.ran.collect`): ``capability`` ``"M.m"``,
+    ``triton_targets`` ``{kernel: [target, ...]}``, ``indexer`` ``{"triton": calls, "deepgemm": calls}``,
+    ``attention`` ``{backend: layers}`` (non-empty: a ``ran`` without a worker's layers proves no engine); the later
+    fields where present."""
+    capability: Capability
+    triton_targets: dict[str, Annotated[list[str], Field(min_length=1)]]
+    indexer: IndexerCalls
+    attention: Annotated[dict[str, Layers], Field(min_length=1)]
+    indexer_cache: Optional[dict[str, Layers]] = None
+    draft_attention: Optional[dict[str, Layers]] = None
+    mla_prefill: Optional[dict[str, Layers]] = None
+    device_capability: Optional[Capability] = None
+    triton_binaries: Optional[list[str]] = None
+    launch_plan: Optional[dict[Capability, PlanLimits]] = None
+    speculative: Optional[SpeculativeCounts] = None
+
+
+class Simulated(_Shape):
+    capability: str
+
+
+class SpeculativeConfig(_Shape):
+    method: str
+
+
+class Layer(_Shape):
+    backend: Text = None
+
+
+class Throughput(_Shape):
+    output_tokens_per_s: Num = None
+
+
+class EngineRun(_Shape):
+    """One engine's run: what was asked, what it read inside (``ran``), how it ended."""
+    run: Text = None
+    backend_requested: Text = None
+    indexer: Text = None
+    kv_cache_dtype: Text = None
+    simulated_capability: Text = None
+    simulated: Optional[Simulated] = None
+    speculative_config: Optional[SpeculativeConfig] = None
+    enforce_eager: Flag = None
+    cuda_graphs: Flag = None
+    matches_offline: Flag = None
+    ran: Optional[Ran] = None
+    layers: Optional[dict[str, Layer]] = None
+    attention_backends: Optional[list[str]] = None
+    backend_log_lines: Optional[list[str]] = None
+    error: Text = None
+    ran_contradictions: Optional[list] = None
+    throughput: Optional[Throughput] = None
+
+
+class PromptParity(_Shape):
+    prompt_len: Int = None
+    identical: Flag = None
+    first_divergence: Int = None
+    max_abs_logprob_diff: Num = None
+
+
+class Pair(_Shape):
+    a: Text = None
+    b: Text = None
+    per_prompt: Optional[list[PromptParity]] = None
+
+
+class FirstToken(_Shape):
+    same_first_token: Flag = None
+
+
+class Engine(Record, EngineRun):
+    """An engine record: parity runs (``runs``, a served check ``serve``), or one engine's record at the top level."""
+    runs: Optional[dict[str, EngineRun]] = None
+    serve: Optional[EngineRun] = None
+    parity_pairs: Optional[list[Pair]] = None
+    parity_vs_ours: Optional[dict[str, Pair]] = None
+    parity_baseline: Text = None
+    reference_first_token: Optional[dict[str, list[FirstToken]]] = None
+    throughput_tokens_per_s: Optional[dict[str, Num]] = None
+
+
+# -- serving benchmark ------------------------------------------------------------------------------------------------
+
+class Stat(_Shape):
+    median: Num = None
+    min: Num = None
+    max: Num = None
+    n: Int = None
+
+
+class AcceptanceRate(_Shape):
+    acceptance_rate: Num = None
+
+
+class Summary(_Shape):
+    """Statistics over repeats under vLLM's ``vllm bench serve`` names, or the 2026-12-01 client's."""
+    output_throughput: Optional[Stat] = None
+    median_ttft_ms: Optional[Stat] = None
+    median_tpot_ms: Optional[Stat] = None
+    spec_decode_acceptance_rate: Optional[Stat] = None
+    output_tokens_per_s: Optional[Stat] = None
+    ttft_ms_median: Optional[Stat] = None
+    tpot_ms_median: Optional[Stat] = None
+
+
+class ServeRun(EngineRun):
+    summary: Optional[Summary] = None
+    spec_decode: Optional[AcceptanceRate] = None
+
+
+class Agreement(_Shape):
+    identical: Int = None
+    compared: Int = None
+    baseline: Text = None
+    plain: Text = None
+
+
+class Serve(Record):
+    runs: Optional[dict[str, ServeRun]] = None
+    agreement_vs_baseline: Optional[dict[str, Agreement]] = None
+    speculative_vs_plain: Optional[dict[str, Agreement]] = None
+    complete: Flag = None
+    method: Text = None
+
+
+#: kind (the name the tables use) -> its shape
+KINDS: dict[str, type[_Shape]] = {
+    "kernel benchmark": KernelBench, "indexer benchmark": IndexerBench, "kernel-variants": KernelVariants,
+    "engine (launch)": Engine, "serving benchmark": Serve,
+}
+
+_EXPECTED = {"float_type": "a number", "int_type": "an integer", "bool_type": "true or false",
+             "string_type": "a text", "dict_type": "an object", "model_type": "an object",
+             "model_attributes_type": "an object", "list_type": "a list", "missing": "present",
+             "extra_forbidden": "absent", "none_required": "null"}
+
+
+def _expected(err: dict) -> str:
+    """What pydantic's error ``err`` accepts, in the records' words."""
+    ctx = err.get("ctx") or {}
+    by_constraint = {"too_short": lambda: f"at least {ctx.get('min_length')} entry",
+                     "greater_than": lambda: f"a number above {ctx.get('gt')}",
+                     "greater_than_equal": lambda: f"a number of at least {ctx.get('ge')}",
+                     "string_pattern_mismatch": lambda: "a capability 'M.m'" if ctx.get("pattern") == _CAPABILITY
+                     else f"a text matching {ctx.get('pattern')}"}
+    if err["type"] in by_constraint:
+        return by_constraint[err["type"]]()
+    return _EXPECTED.get(err["type"], err["msg"][0].lower() + err["msg"][1:])
+
+
+def _path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(the record)"
+
+
+def _value(rec, loc: tuple):
+    for part in loc:
+        try:
+            rec = rec[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return rec
+
+
+def problems(obj, shape: type[_Shape]) -> list[str]:
+    """What in ``obj`` is not ``shape``, one line per field (``[]``: none): ``"PATH is VALUE; accepted: TYPE"``."""
+    try:
+        shape.model_validate(obj)
+        return []
+    except ValidationError as e:
+        seen, out = set(), []
+        for err in e.errors(include_url=False):
+            key = err["loc"][-1:] == ("[key]",)          # a mapping's key, not its value
+            loc = err["loc"][:-1] if key else err["loc"]
+            if loc in seen:
+                continue
+            seen.add(loc)
+            want = _expected(err)
+            got = "missing" if err["type"] == "missing" else repr(loc[-1] if key else _value(obj, loc))[:60]
+            out.append(f"{_path(loc)}{' (a key)' if key else ''} is {got}; accepted: {want}")
+        return out
+
+
+def problems_of_any_kind(obj) -> list[str]:
+    """:func:`problems` against every kind's shape at once (each field a kind reads, wherever a record has it), once
+    each: what ``sparse-mla records check`` refuses without knowing which table a record is for."""
+    out = []
+    for shape in KINDS.values():
+        out += [line for line in problems(obj, shape) if line not in out]
+    return out
+
+
+def require(rec, kind: str, name: str) -> None:
+    """Raise one :class:`UserInputError` naming record ``name``, the first field of ``rec`` that is not ``kind``'s
+    shape (:data:`KINDS`) and the type expected (and how many more there are)."""
+    found = problems(rec, KINDS[kind])
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise UserInputError(f"record {name!r} is not {article} {kind} record as the project writes it: "
+                             f"{found[0]}{more}")

@@ -1,0 +1,136 @@
+"""sparse_mla.records.schema: every committed record has its kind's shape; a field of another type than the project
+writes (a list where a mapping is, a text where a number or a boolean is, a list where a number is, a number past
+what a float holds, a mapping's key that is no capability) is one line naming the file, the field's path and the
+type expected -- the same line from every table that reads the record (exit 2) and from ``records check`` (invalid,
+exit 1); nothing is rendered from it."""
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from sparse_mla import cli
+from sparse_mla.records import schema
+from sparse_mla.workbook import proof
+
+from test_tables import SEED, engine_record, kernel_record
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+#: committed record files -> their kind, by the name their writer gives them
+KIND_OF = {"bench_kernel_": "kernel benchmark", "bench_indexer_": "indexer benchmark",
+           "fp8_where_time_goes_": "kernel-variants", "launch_": "engine (launch)", "bench_serve_": "serving benchmark"}
+
+
+def committed() -> list[tuple[Path, str]]:
+    out = []
+    for f in sorted(RESULTS.rglob("*.json")):
+        kind = next((k for prefix, k in KIND_OF.items() if f.name.startswith(prefix)), None)
+        if kind:
+            out.append((f, kind))
+    return out
+
+
+def test_every_committed_record_has_its_kinds_shape():
+    found = committed()
+    assert {k for _, k in found} == set(schema.KINDS), found      # each kind has committed records
+    for f, kind in found:
+        rec = json.loads(f.read_text())
+        assert schema.problems(rec, schema.KINDS[kind]) == [], f
+        assert schema.problems_of_any_kind(rec) == [], f
+
+
+def serve_record(rng: random.Random) -> dict:
+    stat = lambda: {"median": rng.uniform(1, 900), "min": 0.5, "max": 1000.0, "n": 5}   # noqa: E731
+    run = {"backend_requested": "TRITON_MLA_SPARSE", "summary": {"output_throughput": stat(), "median_ttft_ms": stat(),
+                                                                  "median_tpot_ms": stat()}}
+    return {"environment": {"gpu": "NVIDIA H200", "date": "2026-12-04", "command": "sparse-mla bench serve"},
+            "method": "live warmed servers", "complete": True, "runs": {"TRITON_MLA_SPARSE": run},
+            "agreement_vs_baseline": {"TRITON_MLA_SPARSE": {"identical": 8, "compared": 8, "baseline": "X"}}}
+
+
+def variants_record(rng: random.Random) -> dict:
+    us = {k: rng.uniform(2, 700) for k in ("gather", "loads", "decode", "scores", "full")}
+    case = {"H": 8, "T": 512, "topk": 512, "cache_tokens": 4096, "num_splits": 4, "block_h": 16, "block_n": 32,
+            "num_warps": 4, "us": us}
+    return {"environment": {"gpu": "NVIDIA H200", "command": "fp8_where_time_goes"}, "cases": [case]}
+
+
+def indexer_record(rng: random.Random) -> dict:
+    row = {"kind": "decode", "H": 64, "B": 8, "context": 8192, "next_n": 1, "triton_us": rng.uniform(5, 90),
+           "deepgemm_us": rng.uniform(5, 90)}
+    return {"environment": {"gpu": "NVIDIA H200"}, "bench": [row],
+            "targets": [{"target": "decode", "goal": 0.7, "min": 0.5, "max": 0.9, "met": 1, "cases": 1}]}
+
+
+# (table, record maker, field path as a list, bad value, the line's "PATH is VALUE; accepted: TYPE")
+CASES = [
+    ("serve", serve_record, ["runs"], [1, 2], "runs is [1, 2]; accepted: an object"),
+    ("serve", serve_record, ["runs", "TRITON_MLA_SPARSE", "summary", "output_throughput", "median"], "fast",
+     "runs.TRITON_MLA_SPARSE.summary.output_throughput.median is 'fast'; accepted: a number"),
+    ("serve", serve_record, ["complete"], "yes", "complete is 'yes'; accepted: true or false"),
+    ("serve", serve_record, ["agreement_vs_baseline", "TRITON_MLA_SPARSE", "identical"], [8],
+     "agreement_vs_baseline.TRITON_MLA_SPARSE.identical is [8]; accepted: an integer"),
+    ("parity", engine_record, ["parity_pairs", 0, "per_prompt", 1, "identical"], "yes",
+     "parity_pairs[0].per_prompt[1].identical is 'yes'; accepted: true or false"),
+    ("parity", engine_record, ["parity_pairs", 0, "per_prompt", 0, "max_abs_logprob_diff"], 10 ** 400,
+     "parity_pairs[0].per_prompt[0].max_abs_logprob_diff is 1000000000"),
+    ("engines", engine_record, ["runs", "ours", "ran", "attention"], ["TRITON_MLA_SPARSE"],
+     "runs.ours.ran.attention is ['TRITON_MLA_SPARSE']; accepted: an object"),
+    ("engines", engine_record, ["runs", "ours", "ran", "launch_plan"], {"nine": {"from": "x"}},
+     "runs.ours.ran.launch_plan.nine (a key) is 'nine'; accepted: a capability 'M.m'"),
+    ("engines", engine_record, ["throughput_tokens_per_s", "ours"], "9000",
+     "throughput_tokens_per_s.ours is '9000'; accepted: a number"),
+    ("engines", engine_record, ["environment", "gpu"], ["H200"], "environment.gpu is ['H200']; accepted: a text"),
+    ("kernel", kernel_record, ["bench", 2, "triton_graph_us"], [3.5], "bench[2].triton_graph_us is [3.5]; accepted: "
+                                                                      "a number"),
+    ("kernel", kernel_record, ["bench", 0, "H"], True, "bench[0].H is True; accepted: an integer"),
+    ("kernel-errors", kernel_record, ["checks", 1, "nan"], "0", "checks[1].nan is '0'; accepted: an integer"),
+    ("indexer", indexer_record, ["bench", 0, "deepgemm_us"], {"us": 3}, "bench[0].deepgemm_us is {'us': 3}; "
+                                                                        "accepted: a number"),
+    ("indexer-targets", indexer_record, ["targets", 0, "met"], 0.5, "targets[0].met is 0.5; accepted: an integer"),
+    ("kernel-variants", variants_record, ["cases", 0, "us", "full"], None, "cases[0].us.full is None; accepted: a "
+                                                                          "number"),
+    ("kernel-variants", variants_record, ["cases", 0, "num_warps"], "4", "cases[0].num_warps is '4'; accepted: an "
+                                                                        "integer"),
+]
+
+
+def planted(make, path, value) -> dict:
+    rec = copy.deepcopy(make(random.Random(SEED)))
+    node = rec
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return rec
+
+
+@pytest.mark.parametrize("table,make,path,value,says", CASES, ids=[f"{c[0]}-{c[2][-1]}" for c in CASES])
+def test_a_field_of_another_type_is_one_line_from_the_table_and_the_check(tmp_path, capsys, table, make, path,
+                                                                           value, says):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(make(random.Random(SEED))))
+    assert cli.main(["records", "table", table, str(good)]) == 0            # the record renders before the change
+    assert "as the project writes it" not in proof.check([str(good)])[0].reason     # (its header may have gaps)
+    capsys.readouterr()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(planted(make, path, value)))
+    assert cli.main(["records", "table", table, str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"record {str(bad)!r} is not a" in err and says in err and "Traceback" not in err, err
+    [v] = proof.check([str(bad)])
+    assert v.status == "invalid" and says in v.reason, v.line()
+    assert cli.main(["records", "check", str(bad)]) == 1
+    assert says in capsys.readouterr().out
+
+
+def test_a_record_of_many_bad_fields_names_the_first_and_counts_the_rest():
+    rec = planted(serve_record, ["complete"], "yes")
+    rec["method"] = 4
+    found = schema.problems(rec, schema.Serve)
+    assert found == ["complete is 'yes'; accepted: true or false", "method is 4; accepted: a text"]
+    with pytest.raises(Exception, match=r"complete is 'yes'; accepted: true or false \(and 1 more\)$"):
+        schema.require(rec, "serving benchmark", "r.json")
