@@ -3,7 +3,8 @@
 It computes the same function as :func:`sparse_mla.kernels.reference.sparse_mla_attention_ref` with an online softmax
 over tiles of ``BLOCK_N`` selected slots, but each program handles a single head, so every head re-reads the
 token's selected cache rows (H times the bytes of the real kernel) and the dots run as elementwise
-multiply-and-sum instead of ``tl.dot``. Notebook 02 builds it first, then :mod:`sparse_mla.kernels.attention`.
+multiply-and-sum instead of ``tl.dot`` (notebook 02 writes its own stages 1-2 of the same idea in cells); the tests
+keep it as a second, independent kernel to cross-check :mod:`sparse_mla.kernels.attention`.
 """
 from __future__ import annotations
 
