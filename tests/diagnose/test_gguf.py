@@ -65,7 +65,7 @@ def test_gguf_wall_with_our_adapter(ckpt):
 
 def test_gguf_without_indexer_is_refused_by_name(ckpt, tmp_path):
     cfg, state = load_checkpoint(ckpt)
-    p = write_gguf(tmp_path / "dense-Q8_0.gguf", cfg, {k: v for k, v in state.items() if ".indexer." not in k},
+    [p] = write_gguf(tmp_path / "dense-Q8_0.gguf", cfg, {k: v for k, v in state.items() if ".indexer." not in k},
                    ckpt, "Q8_0")
     assert is_gguf_file(p) and not is_gguf_file(ckpt / "config.json")
     with pytest.raises(UserInputError, match=r"no DSA indexer tensors \(blk\.0\.indexer"):
@@ -123,7 +123,7 @@ def test_gguf_metadata_of_another_type_is_refused_by_key(ckpt, tmp_path, monkeyp
               "expert_weights_scale": "add_expert_weights_scale"}[key]
     full = f"glm-dsa.{key}"
     monkeypatch.setattr(gguf.GGUFWriter, setter, lambda self, *_a: getattr(self, write)(full, value))
-    path = write_gguf(tmp_path / "model-Q8_0.gguf", cfg, state, ckpt, "Q8_0")
+    [path] = write_gguf(tmp_path / "model-Q8_0.gguf", cfg, state, ckpt, "Q8_0")
     monkeypatch.undo()
     (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
     argv = {"diagnose": ["diagnose", "--model", str(path), "--capability", "9.0"],

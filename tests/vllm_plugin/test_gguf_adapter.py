@@ -63,7 +63,7 @@ def test_config_from_gguf_is_the_checkpoint_config(ckpt):
 def test_gguf_without_indexer_tensors_is_refused_by_name(ckpt, tmp_path):
     out, cfg, state, _ = ckpt
     dense = {k: v for k, v in state.items() if ".indexer." not in k}
-    p = write_gguf(tmp_path / "dense.gguf", cfg, dense, out, "Q8_0")
+    [p] = write_gguf(tmp_path / "dense.gguf", cfg, dense, out, "Q8_0")
     names = [t.name for t in gguf.GGUFReader(str(p)).tensors]
     with pytest.raises(UserInputError, match=r"no DSA indexer tensors \(blk\.0\.indexer\.attn_q_b\.weight.*refused"):
         ga.check_indexer_tensors(names, cfg["num_hidden_layers"], str(p))

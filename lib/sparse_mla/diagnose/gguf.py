@@ -15,7 +15,8 @@ Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), as
 * with ours (``--with-plugin``): :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter` maps every tensor.
 
 The record's ``checkpoint`` is ``{"format": "safetensors" | "gguf", "quantization": ...}`` plus, for a GGUF, its
-file, file type, tensor types and the wall.
+first file, every file (a split model's shards, :mod:`sparse_mla.diagnose.gguf_files`), file type, tensor types and
+the wall.
 """
 from __future__ import annotations
 
@@ -27,7 +28,13 @@ from ..errors import UserInputError, expand_path
 
 
 def is_gguf_file(model) -> bool:
-    """True for an existing file named ``*.gguf`` or starting with the GGUF magic ``b"GGUF"``."""
+    """True for a ``--model`` that names a GGUF: an existing file named ``*.gguf`` (a split model's shard too) or
+    starting with the GGUF magic ``b"GGUF"``, or vllm-gguf-plugin's ``DIR:QUANT`` for an existing folder
+    (:func:`sparse_mla.diagnose.gguf_files.reference`)."""
+    from .gguf_files import reference
+
+    if reference(model) is not None:
+        return True
     try:
         p = expand_path(str(model), "model")
     except UserInputError:
@@ -85,33 +92,58 @@ def config_beside(path: Path, metadata_config: dict) -> dict | None:
     return cfg
 
 
+def _reader(path: Path, model):
+    import gguf
+
+    try:
+        return gguf.GGUFReader(str(path))
+    except Exception as e:  # noqa: BLE001 - gguf-py raises ValueError, struct errors, ...
+        raise UserInputError(f"model {str(model)!r}: {path.name} is not a GGUF file gguf-py can read "
+                             f"({type(e).__name__}: {str(e)[:120]}); accepted: a GGUF file, a preset, a config.json "
+                             f"or a checkpoint directory") from None
+
+
+def _check_split(readers: list, files: list[Path]) -> None:
+    """Each shard's ``split.no`` / ``split.count`` (gguf-py's split writer writes them into every shard) agree with
+    its name: a shard of another split is refused by name."""
+    from ..vllm_plugin.gguf_adapter import metadata_field
+
+    for i, (r, f) in enumerate(zip(readers, files)):
+        no, count = metadata_field(r, "split.no", None), metadata_field(r, "split.count", None)
+        if (no, count) != (i, len(files)):
+            raise UserInputError(f"GGUF shard {str(f)!r} says it is split.no {no!r} of split.count {count!r}, its "
+                                 f"name shard {i + 1} of {len(files)}: a shard of another split; accepted: the shards "
+                                 f"of one model, as llama.cpp's gguf-split or gguf-py's split writer wrote them")
+
+
 def read_gguf(path: str | os.PathLike) -> dict[str, Any]:
-    """``{"path", "file_type", "tensor_types": {type: count}, "tensors": [names], "config": HF config dict from the
-    metadata, "config_beside": the config.json in its folder or None}`` of a ``glm-dsa`` GGUF. Raises
-    :class:`UserInputError` for a file gguf-py cannot read, another architecture, missing metadata, missing indexer
-    tensors, or a config.json beside it that describes another model (:func:`config_beside`)."""
+    """``{"path": the first file, "files": every file's name, "discovery", "file_type", "tensor_types": {type:
+    count}, "tensors": [names], "config": HF config dict from the metadata, "config_beside": the config.json in its
+    folder or None}`` of a ``glm-dsa`` GGUF ``--model`` (a file, any shard of a split model, or ``DIR:QUANT``),
+    read as vllm-gguf-plugin reads it (:mod:`sparse_mla.diagnose.gguf_files`): the metadata from the first shard,
+    the tensors from all. Raises :class:`UserInputError` for a missing shard or file, a file gguf-py cannot read,
+    another architecture, missing metadata, missing indexer tensors (over all shards), or a config.json beside it
+    that describes another model (:func:`config_beside`)."""
     from ..extras import require
 
     require("diagnose --model FILE.gguf", "gguf")
-    import gguf
-
     from ..vllm_plugin.gguf_adapter import check_indexer_tensors, config_from_gguf
+    from .gguf_files import model_files
 
-    p = expand_path(str(path), "model")
-    try:
-        reader = gguf.GGUFReader(str(p))
-    except Exception as e:  # noqa: BLE001 - gguf-py raises ValueError, struct errors, ...
-        raise UserInputError(f"model {str(path)!r} is not a GGUF file gguf-py can read ({type(e).__name__}: "
-                             f"{str(e)[:120]}); accepted: a GGUF file, a preset, a config.json or a checkpoint "
-                             f"directory") from None
-    cfg = config_from_gguf(reader)
-    names = [t.name for t in reader.tensors]
+    files, discovery = model_files(path)
+    readers = [_reader(f, path) for f in files]
+    if len(files) > 1:
+        _check_split(readers, files)
+    tensors = [t for r in readers for t in r.tensors]
+    names = [t.name for t in tensors]
+    cfg = config_from_gguf(readers[0], names)   # the metadata: the first shard's; the tensors: every shard's
     check_indexer_tensors(names, cfg["num_hidden_layers"], str(path))
     types: dict[str, int] = {}
-    for t in reader.tensors:
+    for t in tensors:
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
-    return {"path": str(p), "file_type": file_type(reader), "tensor_types": dict(sorted(types.items())),
-            "tensors": names, "config": cfg, "config_beside": config_beside(p, cfg)}
+    return {"path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
+            "file_type": file_type(readers[0]), "tensor_types": dict(sorted(types.items())), "tensors": names,
+            "config": cfg, "config_beside": config_beside(files[0], cfg)}
 
 
 def load_gguf(model, quantization: str | None = None):
@@ -222,4 +254,5 @@ def checkpoint_record(req) -> dict[str, Any]:
         q = req.memory.quantization.name if req.memory is not None else "bf16"
         return {"format": "safetensors", "quantization": q}
     return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,
-            "tensor_types": info["tensor_types"], "wall": gguf_wall(info, req.with_plugin)}
+            "files": info["files"], "discovery": info["discovery"], "tensor_types": info["tensor_types"],
+            "wall": gguf_wall(info, req.with_plugin)}

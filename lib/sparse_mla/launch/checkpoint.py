@@ -466,7 +466,8 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
                     num_layers: int | None = None, overwrite: bool = False, mtp: bool = False,
                     gguf: tuple[str, ...] = (), *, index_topk_pattern: str | None = None,
                     index_topk_freq: int | None = None, index_skip_topk_offset: int | None = None,
-                    indexer_types: str | None = None, num_heads: int | None = None) -> Path:
+                    indexer_types: str | None = None, num_heads: int | None = None,
+                    gguf_split_max_tensors: int = 0) -> Path:
     """Write a random-weight GLM-5-architecture Hugging Face checkpoint to ``out_dir`` and return its path.
 
     Everything is written into a temporary directory next to ``out_dir`` and renamed into place at the end, so a
@@ -474,7 +475,8 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     (see the module docstring); without it the files are those of earlier versions for the same seed. ``gguf``
     (``--gguf TYPE``, repeatable): also write the checkpoint as ``model-{TYPE}.gguf`` in llama.cpp's ``glm-dsa`` layout
     for each TYPE of :data:`~sparse_mla.launch.gguf_writer.GGUF_TYPES` (:func:`~sparse_mla.launch.gguf_writer.write_gguf`;
-    needs gguf-py, the ``gguf`` extra).
+    needs gguf-py, the ``gguf`` extra); ``gguf_split_max_tensors`` > 0 writes each split as GGUFs of large models
+    ship, ``model-{TYPE}-00001-of-0000N.gguf`` ... (gguf-py's split writer).
 
     Raises :class:`UserInputError` for an unknown preset, a bad ``index_topk`` (not a positive multiple of 128) or
     ``num_layers``, or an existing non-empty ``out_dir`` without ``overwrite=True``.
@@ -487,6 +489,10 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
                         indexer_types=indexer_types)
     gguf = _check_gguf_types(gguf)
     _check_gguf_layout(gguf, preset, cfg)
+    if isinstance(gguf_split_max_tensors, bool) or not isinstance(gguf_split_max_tensors, int) \
+            or gguf_split_max_tensors < 0 or (gguf_split_max_tensors and not gguf):
+        raise UserInputError(f"--gguf-split-max-tensors {gguf_split_max_tensors!r} is not accepted; accepted: a "
+                             f"positive integer (tensors per shard) together with --gguf TYPE")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
     if str(out_dir).strip() == "":
@@ -518,7 +524,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
             from .gguf_writer import write_gguf
 
             for t in gguf:
-                write_gguf(tmp / gguf_file_name(t), cfg, sd, tmp, t)
+                write_gguf(tmp / gguf_file_name(t), cfg, sd, tmp, t, split_max_tensors=gguf_split_max_tensors)
         del sd
         os.chmod(tmp, 0o755)
         # Re-check right before the rename (another process may have created the directory meanwhile).
@@ -539,9 +545,12 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
 
 
 def is_gguf_model(model: str | os.PathLike) -> bool:
-    """A ``--model`` that names a GGUF file (``*.gguf``): vLLM loads it through vllm-gguf-plugin, the reference from
-    its dequantized weights."""
-    return str(model).lower().endswith(".gguf")
+    """A ``--model`` that names a GGUF: a ``*.gguf`` file (any shard of a split model) or vllm-gguf-plugin's
+    ``DIR:QUANT`` (:func:`sparse_mla.diagnose.gguf_files.reference`); vLLM loads it through vllm-gguf-plugin, the
+    reference from its dequantized weights."""
+    from ..diagnose.gguf_files import reference
+
+    return str(model).lower().endswith(".gguf") or reference(model) is not None
 
 
 def load_weights(path: str | os.PathLike) -> tuple[dict, dict]:
@@ -626,7 +635,7 @@ def _cmd_make_checkpoint(args) -> int:
                           num_layers=args.layers, overwrite=args.overwrite, mtp=args.mtp, gguf=tuple(args.gguf or ()),
                           index_topk_pattern=args.index_topk_pattern, index_topk_freq=args.index_topk_freq,
                           index_skip_topk_offset=args.index_skip_topk_offset, indexer_types=args.indexer_types,
-                          num_heads=args.heads)
+                          num_heads=args.heads, gguf_split_max_tensors=args.gguf_split_max_tensors)
     s = checkpoint_summary(out)
     print(f"wrote {s['path']}")
     print(f"  parameters: {s['num_parameters']:,} ({s['num_parameters'] / 1e6:.1f} M)")
@@ -660,6 +669,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--gguf", action="append", metavar="TYPE",
                    help=f"also write OUT/model-TYPE.gguf in llama.cpp's glm-dsa layout (repeatable; accepted: "
                         f"{', '.join(GGUF_TYPES)}; needs the gguf extra)")
+    p.add_argument("--gguf-split-max-tensors", type=cli_int, metavar="N", default=0,
+                   help="with --gguf: split each GGUF as large models ship, at most N tensors per shard "
+                        "(OUT/model-TYPE-00001-of-0000K.gguf ..., gguf-py's split writer)")
     share = p.add_mutually_exclusive_group()
     share.add_argument("--index-topk-pattern", metavar="FS..", default=None,
                        help="GLM-5.2 top-k sharing as vLLM reads it: config index_topk_pattern, one letter per layer "

@@ -14,28 +14,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import UserInputError, expand_path
+from ..errors import UserInputError
 
 def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
-    """``(GGUF file, config dict)``: the ``config.json`` in the GGUF's folder, after checking that the file is a
-    ``glm-dsa`` GGUF with the DSA indexer tensors and that its metadata describes that config
-    (:data:`sparse_mla.diagnose.gguf.AGREE`).
+    """``(the GGUF's first file, config dict)``: the ``config.json`` in the GGUF's folder, after checking that
+    ``path`` (a file, any shard of a split model, or vllm-gguf-plugin's ``DIR:QUANT``;
+    :mod:`sparse_mla.diagnose.gguf_files`) is a ``glm-dsa`` GGUF with every shard present, the DSA indexer tensors,
+    and metadata that describes that config (:data:`sparse_mla.diagnose.gguf.AGREE`).
 
-    Raises :class:`UserInputError` for a missing file or ``config.json``, a file gguf-py cannot read, another
+    Raises :class:`UserInputError` for a missing file, shard or ``config.json``, a file gguf-py cannot read, another
     architecture, missing indexer tensors, or a config the GGUF contradicts (naming the key and both values)."""
     from ..diagnose.gguf import read_gguf
 
-    p = expand_path(path, "GGUF model")
-    if not p.is_file():
-        raise UserInputError(f"GGUF model {str(path)!r} is not a file; accepted: a .gguf file in a folder with the "
-                             f"model's config.json and tokenizer (sparse-mla make-checkpoint OUT --gguf Q8_0)")
-    info = read_gguf(p)     # architecture, metadata, indexer tensors, a config.json of another model: refused there
+    info = read_gguf(path)     # files, architecture, metadata, indexer tensors, another model's config: refused there
     if info["config_beside"] is None:
         raise UserInputError(f"GGUF model {str(path)!r} has no config.json beside it: vllm-gguf-plugin reads the "
                              f"model's config from the GGUF's folder; accepted: a .gguf file in a folder with the "
                              f"model's config.json and tokenizer (sparse-mla make-checkpoint OUT --gguf Q8_0)")
-    cfg = info["config_beside"]
-    return p, cfg
+    return Path(info["path"]), info["config_beside"]
 
 
 def from_converter_tensors(cfg: dict, items) -> dict:
@@ -74,14 +70,18 @@ def load_gguf_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
 
     from ..vllm_plugin.gguf_adapter import dequantize, gguf_to_hf_names
 
+    from ..diagnose.gguf_files import model_files
+
     p, cfg = gguf_config(path)
     names = gguf_to_hf_names(cfg)
-    reader = gguf.GGUFReader(str(p))
-    return cfg, from_converter_tensors(cfg, ((names[t.name], dequantize(t)) for t in reader.tensors))
+    tensors = (t for f in model_files(p)[0] for t in gguf.GGUFReader(str(f)).tensors)    # every shard's
+    return cfg, from_converter_tensors(cfg, ((names[t.name], dequantize(t)) for t in tensors))
 
 
 def gguf_tensor_types(path: str | os.PathLike) -> dict[str, str]:
-    """``{GGUF tensor name: GGML type name}`` as stored in the file."""
+    """``{GGUF tensor name: GGML type name}`` as stored in the model's files (every shard of a split model)."""
     import gguf
 
-    return {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
+    from ..diagnose.gguf_files import model_files
+
+    return {t.name: t.tensor_type.name for f in model_files(path)[0] for t in gguf.GGUFReader(str(f)).tensors}

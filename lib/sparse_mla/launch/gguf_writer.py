@@ -29,6 +29,7 @@ Q4_K's quantizer is :func:`sparse_mla.launch.gguf_quant.quantize_q4_k` (gguf-py 
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 from collections.abc import Iterator
@@ -175,10 +176,13 @@ def write_vocab(writer, tokenizer_dir: Path, vocab_size: int) -> None:
 
 
 def write_gguf(path: str | os.PathLike, cfg: dict, state: dict, tokenizer_dir: str | os.PathLike,
-               gguf_type: str) -> Path:
+               gguf_type: str, split_max_tensors: int = 0) -> list[Path]:
     """Write ``state`` (a GLM-5 state dict, :func:`~sparse_mla.launch.checkpoint.make_state_dict`) with config
-    ``cfg`` to the GGUF file ``path`` as type ``gguf_type`` (a :data:`GGUF_TYPES` key). The caller writes into a
-    temporary folder and renames it into place (``make_checkpoint`` does), so nothing is half-written.
+    ``cfg`` to the GGUF file ``path`` as type ``gguf_type`` (a :data:`GGUF_TYPES` key); returns the files written.
+    ``split_max_tensors`` > 0: split as GGUFs of large models ship, by gguf-py's own split writer
+    (``GGUFWriter(split_max_tensors=...)``: ``PATHSTEM-00001-of-0000N.gguf`` ..., the metadata in the first shard,
+    ``split.*`` keys in all). The caller writes into a temporary folder and renames it into place
+    (``make_checkpoint`` does), so nothing is half-written.
 
     Raises ValueError for an unknown ``gguf_type`` or a tensor gguf-py has no glm-dsa name for.
     """
@@ -189,7 +193,7 @@ def write_gguf(path: str | os.PathLike, cfg: dict, state: dict, tokenizer_dir: s
     if gguf_type not in GGUF_TYPES:
         raise ValueError(f"unknown GGUF type {gguf_type!r}; accepted: {', '.join(GGUF_TYPES)}")
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM_DSA, block_count(cfg))
-    writer = gguf.GGUFWriter(str(path), GLM_DSA)
+    writer = gguf.GGUFWriter(str(path), GLM_DSA, split_max_tensors=split_max_tensors)
     write_metadata(writer, cfg, gguf_type)
     write_vocab(writer, Path(tokenizer_dir), cfg["vocab_size"])
     for hf_name, a in converter_tensors(cfg, state):
@@ -200,5 +204,8 @@ def write_gguf(path: str | os.PathLike, cfg: dict, state: dict, tokenizer_dir: s
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    os.chmod(path, 0o644)
-    return Path(path)
+    path = Path(path)
+    files = [path] if path.exists() else sorted(path.parent.glob(f"{glob.escape(path.stem)}-*-of-*.gguf"))
+    for f in files:
+        os.chmod(f, 0o644)
+    return files

@@ -149,7 +149,8 @@ def check_indexer_tensors(tensor_names, n_layers: int, source: str) -> None:
                              f"with DSA support, or sparse-mla make-checkpoint --gguf)")
 
 
-def _field(reader, key: str, default: Any = None) -> Any:
+def metadata_field(reader, key: str, default: Any = None) -> Any:
+    """The GGUF metadata value ``key`` as gguf-py reads it (``default`` where the file has no such key)."""
     f = reader.get_field(key)
     if f is None:
         return default
@@ -166,7 +167,7 @@ def _typed(reader, key: str, kind: type, default: Any = _MISSING) -> Any:
     for ``int`` (no float, string, array or bool), an integer or float for ``float``, a bool or an integer for
     ``bool``. A missing key gives ``default`` (none given: refused). Raises :class:`UserInputError` naming the key,
     what it holds and the type expected."""
-    v = _field(reader, key, _MISSING)
+    v = metadata_field(reader, key, _MISSING)
     if v is _MISSING:
         if default is _MISSING:
             raise UserInputError(f"GGUF metadata has no {key}; accepted: a glm-dsa GGUF as llama.cpp's converter "
@@ -180,12 +181,14 @@ def _typed(reader, key: str, kind: type, default: Any = _MISSING) -> Any:
     return kind(v)
 
 
-def config_from_gguf(reader) -> dict[str, Any]:
+def config_from_gguf(reader, tensor_names=None) -> dict[str, Any]:
     """The Hugging Face ``glm_moe_dsa`` config a ``glm-dsa`` GGUF's metadata describes (``gguf.GGUFReader``).
+    ``tensor_names``: the model's tensors, where they are not all in ``reader`` (a split model: the metadata is in
+    the first shard, the tensors -- which say whether the router has a bias and the head is tied -- in all).
 
     Raises :class:`UserInputError` for another architecture, a missing key the config needs, or a key of another
     type than llama.cpp writes (:func:`_typed`)."""
-    arch = _field(reader, "general.architecture")
+    arch = metadata_field(reader, "general.architecture")
     if arch != GLM_DSA:
         raise UserInputError(f"GGUF architecture {arch!r} is not {GLM_DSA!r}; accepted: a GLM-5 GGUF (glm-dsa)")
 
@@ -197,7 +200,7 @@ def config_from_gguf(reader) -> dict[str, Any]:
 
     nextn = opt("nextn_predict_layers", 0)
     rope = need("rope.dimension_count")
-    names = {t.name for t in reader.tensors}
+    names = set(tensor_names) if tensor_names is not None else {t.name for t in reader.tensors}
     cfg = {
         "architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "dtype": "bfloat16",
         "vocab_size": need("vocab_size"), "hidden_size": need("embedding_length"),

@@ -1,0 +1,117 @@
+"""Which files a GGUF ``--model`` is: one file, a split model's shards, or vllm-gguf-plugin's ``DIR:QUANT``.
+
+GGUFs of a model GLM-5's size ship split (a Q4 GLM-5 is 400 GB or more, the hub's file limit 50 GB), named as
+llama.cpp's ``llama_split_path`` and gguf-py's split writer (``GGUFWriter(split_max_tensors=...)``) name them:
+``PREFIX-00001-of-00009.gguf`` ... The metadata (the config) is in the first shard only; the others carry
+``split.no`` / ``split.count`` and tensors. vllm-gguf-plugin 0.0.5 reads a model the same way, and the diagnosis and
+launch read it as the plugin will, using the plugin's own code where it is importable:
+
+* ``DIR:QUANT`` (a folder and a quant type): the plugin's ``weight_utils.resolve_local_gguf`` -- the first of
+  ``*-QUANT.gguf``, ``*-QUANT-*.gguf`` in the folder, fewest dashes first, then by name (the first shard of a split
+  model);
+* the shards of a split file: the plugin's ``GGUFWeightsAdapter._get_all_gguf_files`` -- from any shard's name,
+  every ``PREFIX-i-of-N`` that exists. The plugin skips a missing shard silently (the engine would then fail on a
+  missing tensor, or worse); here a missing shard is refused by name.
+
+Where vllm-gguf-plugin is not installed (it is the ``gguf`` extra), the same two rules are applied here, and
+:func:`model_files` says which code resolved the files (``discovery``).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from pathlib import Path
+
+from ..errors import UserInputError, expand_path
+
+#: A shard's name: ``PREFIX-%05d-of-%05d.gguf`` (llama.cpp's ``llama_split_path``; gguf-py's ``format_shard_names``).
+SPLIT = re.compile(r"-(\d+)-of-(\d+)\.gguf$")
+PLUGIN = "vllm-gguf-plugin"
+OURS = "llama.cpp's split naming (vllm-gguf-plugin not installed)"
+ACCEPTED = ("a .gguf file (any shard of a split model) or DIR:QUANT (vllm-gguf-plugin's form, e.g. "
+            "/models/glm-5:Q8_0), with the model's config.json and tokenizer in its folder")
+
+
+def reference(model) -> tuple[Path, str] | None:
+    """``(folder, quant type)`` where ``model`` is vllm-gguf-plugin's ``DIR:QUANT`` for an existing folder (and not
+    itself an existing path), else None."""
+    text = str(model)
+    if ":" not in text or os.path.exists(text):
+        return None
+    folder, quant = text.rsplit(":", 1)
+    try:
+        folder_path = expand_path(folder, "model")
+    except UserInputError:
+        return None
+    return (folder_path, quant) if quant and folder_path.is_dir() else None
+
+
+def _plugin(module: str, name: str):
+    """vllm-gguf-plugin's ``module.name``, or None where the plugin (or what it imports) cannot be imported."""
+    try:
+        import importlib
+
+        obj = importlib.import_module(f"vllm_gguf_plugin.{module}")
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj
+    except Exception:  # noqa: BLE001 - not installed, or its compiled part does not load: use the same rule here
+        return None
+
+
+def _resolve_local(folder: Path, quant: str) -> tuple[Path, str]:
+    """The plugin's ``resolve_local_gguf(folder, quant)``, or the same rule here; ``(file, discovery)``."""
+    resolve = _plugin("weight_utils", "resolve_local_gguf")
+    if resolve is not None:
+        try:
+            return Path(resolve(str(folder), quant)), PLUGIN
+        except ValueError:
+            found = None
+    else:
+        matches = [m for pat in (f"*-{quant}.gguf", f"*-{quant}-*.gguf")
+                   for m in glob.glob(os.path.join(glob.escape(str(folder)), pat))]
+        found = sorted(matches, key=lambda x: (x.count("-"), x))[0] if matches else None
+        if found is not None:
+            return Path(found), OURS
+    there = sorted(p.name for p in folder.glob("*.gguf"))[:6]
+    raise UserInputError(f"model {f'{folder}:{quant}'!r}: no GGUF file of type {quant!r} in {str(folder)!r} (names "
+                         f"*-{quant}.gguf or *-{quant}-NNNNN-of-NNNNN.gguf; there: {', '.join(there) or 'no .gguf'}); "
+                         f"accepted: {ACCEPTED}")
+
+
+def shards(path: Path) -> tuple[list[Path], str]:
+    """``(every shard of the model, discovery)`` for a GGUF file: ``[path]`` for an unsplit file; for a shard, all
+    ``PREFIX-i-of-N`` in order (from any shard). Raises :class:`UserInputError` naming the missing shards and the
+    folder."""
+    m = SPLIT.search(path.name)
+    if not m:
+        return [path], PLUGIN if _plugin("weights_adapter.default", "GGUFWeightsAdapter") else OURS
+    total, digits = int(m.group(2)), len(m.group(1))
+    prefix, suffix = path.name[:m.start(1)], path.name[m.end(2):]
+    expected = [path.parent / f"{prefix}{i:0{digits}d}-of-{total:0{digits}d}{suffix}" for i in range(1, total + 1)]
+    discover = _plugin("weights_adapter.default", "GGUFWeightsAdapter._get_all_gguf_files")
+    if discover is not None:
+        found, how = [Path(f) for f in discover(str(path))], PLUGIN
+    else:
+        found, how = [f for f in expected if f.is_file()], OURS
+    missing = [f.name for f in expected if f not in found]
+    if missing or total < 1:
+        raise UserInputError(f"GGUF model {str(path)!r} is split into {total} shards; missing in {str(path.parent)!r}: "
+                             f"{', '.join(missing[:4])}{f' ... ({len(missing)} in all)' if len(missing) > 4 else ''}; "
+                             f"accepted: every shard of the model in one folder")
+    return expected, how
+
+
+def model_files(model) -> tuple[list[Path], str]:
+    """``(the model's GGUF files, the first holding the metadata; discovery)`` for a ``--model`` that names a GGUF:
+    a file (any shard of a split model) or ``DIR:QUANT``. Raises :class:`UserInputError` for a path that is not a
+    file, a ``DIR:QUANT`` with no matching file, or a missing shard."""
+    ref = reference(model)
+    if ref is not None:
+        path, _ = _resolve_local(*ref)
+    else:
+        path = expand_path(str(model), "model")
+        if not path.is_file():
+            raise UserInputError(f"GGUF model {str(model)!r} is not a file; accepted: {ACCEPTED}")
+    return shards(path)

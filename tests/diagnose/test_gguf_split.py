@@ -1,0 +1,129 @@
+"""GGUF as people download it (issue 39 items 1-2): a split model, written by gguf-py's own split writer
+(``GGUFWriter(split_max_tensors=...)`` through ``make-checkpoint --gguf-split-max-tensors``), is read whole from any
+shard and from vllm-gguf-plugin's ``DIR:QUANT`` -- the metadata from the first shard, the tensors (and the indexer
+check, and what the config derives from the tensors) from all -- the same as the unsplit file of the same weights;
+a missing shard, a shard of another split, and a ``DIR:QUANT`` that matches nothing are one line naming them, in
+diagnose and in launch's checks."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf and test extras bring it)")
+
+from sparse_mla import cli  # noqa: E402
+from sparse_mla.diagnose import diagnose, gguf_files  # noqa: E402
+from sparse_mla.diagnose.gguf import is_gguf_file, read_gguf  # noqa: E402
+from sparse_mla.errors import UserInputError  # noqa: E402
+from sparse_mla.launch.checkpoint import is_gguf_model, make_checkpoint  # noqa: E402
+from sparse_mla.launch.gguf_reader import gguf_config, load_gguf_checkpoint  # noqa: E402
+
+SHARDS = [f"model-Q8_0-{i:05d}-of-00004.gguf" for i in range(1, 5)]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """(split checkpoint folder, unsplit checkpoint folder): the same seed, so the same weights."""
+    root = tmp_path_factory.mktemp("split")
+    split = make_checkpoint(root / "split", index_topk=256, seed=3, gguf=("Q8_0",), gguf_split_max_tensors=12)
+    whole = make_checkpoint(root / "whole", index_topk=256, seed=3, gguf=("Q8_0",))
+    return split, whole
+
+
+def test_gguf_pys_split_writer_puts_the_metadata_in_the_first_shard_and_indexer_tensors_in_later_ones(models):
+    split, _ = models
+    assert sorted(p.name for p in split.glob("*.gguf")) == SHARDS
+    readers = [gguf.GGUFReader(str(split / n)) for n in SHARDS]
+    assert "glm-dsa.block_count" in readers[0].fields and all("glm-dsa.block_count" not in r.fields
+                                                                 for r in readers[1:])
+    assert not any("indexer" in t.name for t in readers[0].tensors if t.name.startswith("blk.1."))
+    assert any("indexer" in t.name for r in readers[1:] for t in r.tensors)      # the fixture tests what it says
+
+
+@pytest.mark.parametrize("ref", [SHARDS[0], SHARDS[2], SHARDS[3], ":Q8_0"])
+def test_any_shard_or_dir_quant_reads_the_whole_model(models, ref):
+    split, whole = models
+    model = f"{split}{ref}" if ref.startswith(":") else str(split / ref)
+    assert is_gguf_file(model) and is_gguf_model(model)
+    got, want = read_gguf(model), read_gguf(whole / "model-Q8_0.gguf")
+    assert got["files"] == SHARDS and Path(got["path"]).name == SHARDS[0]
+    assert got["config"] == want["config"] and sorted(got["tensors"]) == sorted(want["tensors"])
+    assert got["tensor_types"] == want["tensor_types"] and got["file_type"] == want["file_type"] == "Q8_0"
+    assert got["discovery"] in (gguf_files.PLUGIN, gguf_files.OURS)
+    rec = diagnose(model, "8.0", "auto", with_plugin=True)
+    ck = rec["checkpoint"]
+    assert ck["files"] == SHARDS and ck["file"] == SHARDS[0] and ck["tensor_types"] == want["tensor_types"]
+    first, cfg = gguf_config(model)                                 # launch's check: the first shard, the config
+    assert first == split / SHARDS[0] and cfg == want["config_beside"]
+
+
+def test_the_weights_of_a_split_model_are_those_of_the_unsplit_file(models):
+    import torch
+
+    split, whole = models
+    cfg_a, a = load_gguf_checkpoint(str(split / SHARDS[1]))
+    cfg_b, b = load_gguf_checkpoint(str(whole / "model-Q8_0.gguf"))
+    assert cfg_a == cfg_b and a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _copy(models, tmp_path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(models[0], out)
+    return out
+
+
+def test_a_missing_shard_is_refused_by_name_in_diagnose_launch_and_the_cli(models, tmp_path, capsys):
+    folder = _copy(models, tmp_path)
+    (folder / SHARDS[2]).unlink()
+    for model in (str(folder / SHARDS[0]), str(folder / SHARDS[3]), f"{folder}:Q8_0"):
+        for check in (read_gguf, gguf_config):
+            with pytest.raises(UserInputError, match=f"split into 4 shards; missing in '{folder}': {SHARDS[2]};"):
+                check(model)
+    assert cli.main(["diagnose", "--model", str(folder / SHARDS[1]), "--capability", "8.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and SHARDS[2] in err[0] and "Traceback" not in err[0], err
+
+
+def test_a_shard_of_another_split_is_refused(models, tmp_path):
+    folder = _copy(models, tmp_path)
+    shutil.copyfile(folder / SHARDS[2], folder / SHARDS[1])         # shard 3's bytes under shard 2's name
+    with pytest.raises(UserInputError, match=f"{SHARDS[1]}' says it is split.no 2 of split.count 4, its name shard 2"):
+        read_gguf(str(folder / SHARDS[0]))
+
+
+def test_dir_quant_that_matches_nothing_names_what_is_there(models):
+    split, _ = models
+    with pytest.raises(UserInputError, match=f"no GGUF file of type 'Q4_K' in '{split}'.*there: {SHARDS[0]}"):
+        read_gguf(f"{split}:Q4_K")
+    assert not is_gguf_file(f"{split}/nowhere:Q8_0") and gguf_files.reference(f"{split}:Q8_0") == (split, "Q8_0")
+
+
+def test_the_plugins_own_discovery_is_used_where_it_is_importable(models, tmp_path, monkeypatch):
+    """With vllm-gguf-plugin importable its functions answer (here stand-ins recording their calls); a shard it
+    skips silently (as the plugin does) is still refused here by name."""
+    folder = _copy(models, tmp_path)
+    calls = []
+
+    def discover(path):
+        calls.append(path)
+        return [str(folder / n) for n in SHARDS if n != SHARDS[1]]       # the plugin lists what exists
+
+    def resolve(local_dir, quant):
+        calls.append((local_dir, quant))
+        return str(folder / SHARDS[0])
+
+    fakes = {("weights_adapter.default", "GGUFWeightsAdapter._get_all_gguf_files"): discover,
+             ("weight_utils", "resolve_local_gguf"): resolve}
+    monkeypatch.setattr(gguf_files, "_plugin", lambda module, name: fakes.get((module, name)))
+    with pytest.raises(UserInputError, match=f"missing in '{folder}': {SHARDS[1]};"):
+        gguf_files.model_files(f"{folder}:Q8_0")
+    assert calls == [(str(folder), "Q8_0"), str(folder / SHARDS[0])]
+
+
+def test_make_checkpoint_refuses_a_split_without_a_gguf(tmp_path, capsys):
+    assert cli.main(["make-checkpoint", str(tmp_path / "x"), "--gguf-split-max-tensors", "4"]) == 2
+    assert "--gguf-split-max-tensors 4 is not accepted" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
