@@ -131,6 +131,7 @@ NON_ASCII_NUMBERS = [
     (["launch", "--model", "{ckpt}", "--prompt-lengths", "４８,900"], "--prompt-lengths '４８,900' is not accepted"),
     (["bench", "serve", "--model", "{out}", "--num-prompts", "１"], "invalid int value: '１'"),
     (["bench", "serve", "--model", "{out}", "--server-timeout", "nan"], "invalid float value: 'nan'"),
+    (["records", "table", "kernel-cases", "results/h200/bench_kernel_h200.json", "9" * 5000 + ":1"], "is not H:T"),
     (["records", "table", "kernel-cases", "results/h200/bench_kernel_h200.json", "²:1"], "case '²:1' is not H:T"),
     (["run", "--timeout", "５"], "invalid int value: '５'"),
 ]

@@ -112,3 +112,16 @@ def test_a_write_the_system_refuses_is_one_line_and_leaves_nothing(tmp_path, wha
     assert len(err) == 1 and "failed:" in err[0] and "nothing was left behind" in err[0], err
     assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before       # no checkpoint, no temporary file
+
+
+def test_a_command_that_cannot_start_for_a_file_size_limit_is_one_line():
+    """``ulimit -f 0``: importing the commands asks for a temporary folder (torch's dependencies), which the system
+    refuses; ``sparse-mla --help`` gives one line naming it, exit 2, no traceback."""
+    import subprocess
+    import sys
+
+    code = _LIMITED.format(limit=0, argv=["--help"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith("sparse-mla: error: cannot start:") and "Traceback" not in out.stderr, lines

@@ -59,7 +59,12 @@ def _printable_streams() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _printable_streams()
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except OSError as e:     # importing the commands needs a temporary folder (torch's dependencies ask for one)
+        print(f"sparse-mla: error: cannot start: {type(e).__name__}: {e} (a full disk or a file-size limit?); "
+              f"accepted: a writable temporary folder ($TMPDIR)", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     from .machine import check_environment
 

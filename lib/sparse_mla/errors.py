@@ -11,7 +11,7 @@ class UserInputError(ValueError):
 
 
 # -- numbers from the command line: one way, ASCII digits (Python's int() and float() also take "²", "８", "1_0") -----
-_INT = r"[+-]?[0-9]+"
+_INT = r"[+-]?[0-9]{1,30}"       # (past 30 digits no size or count here means anything; int() refuses 4300)
 _FLOAT = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 
 

@@ -144,3 +144,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, argv, s
     assert cli.main(["records", "table", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and says in err and err.count("\n") == 1, err
+
+
+def test_a_linked_document_reads_its_records_from_its_own_folder_and_keeps_its_byte_order_mark(tmp_path):
+    """A document reached through a link in another folder is rendered with the paths of the document itself (its
+    target's folder), as the document's author wrote them; a UTF-8 byte-order mark before the first line stays."""
+    record(tmp_path, peer=2.0)
+    other = tmp_path / "other"
+    other.mkdir()
+    record(other, peer=9.0)                               # a record of the same name beside the link: not the one
+    doc = tmp_path / "doc.md"
+    doc.write_text("\ufeff" + DOC)
+    (other / "link.md").symlink_to("../doc.md")
+    assert blocks.update([str(other / "link.md")]) == [f"{other / 'link.md'}: 1 block(s), 1 rewritten"]
+    text = doc.read_text()
+    assert text.startswith("\ufeff# notes") and "| 8 | 2.00x |" in text and "9.00x" not in text
+    assert (other / "link.md").is_symlink()

@@ -95,6 +95,22 @@ CASES = [
                                                                           "number"),
     ("kernel-variants", variants_record, ["cases", 0, "num_warps"], "4", "cases[0].num_warps is '4'; accepted: an "
                                                                         "integer"),
+    # values of the right type that no writer makes and the tables cannot use: a time of 0 (divided by), infinities,
+    # counts past what a float holds or below 0, null where the tables iterate or format
+    ("kernel-variants", variants_record, ["cases", 0, "us", "loads"], 0, "cases[0].us.loads is 0; accepted: a number "
+                                                                         "above 0"),
+    ("kernel-variants", variants_record, ["cases", 0, "T"], 10 ** 60, "cases[0].T is 1000000000000000000000000000000"),
+    ("kernel-variants", variants_record, ["cases", 0, "H"], -1, "cases[0].H is -1; accepted: a number of at least 0"),
+    ("kernel-variants", variants_record, ["copy_bandwidth_TBps"], float("nan"), "copy_bandwidth_TBps is nan; "
+                                                                                "accepted: a number above 0"),
+    ("kernel-errors", kernel_record, ["checks", 0, "out_rel_err"], float("inf"), "checks[0].out_rel_err is inf; "
+                                                                                 "accepted: a finite number"),
+    ("indexer-targets", indexer_record, ["targets"], None, "targets is None; accepted: a list"),
+    ("serve", serve_record, ["runs"], None, "runs is None; accepted: an object"),
+    ("serve", serve_record, ["runs", "TRITON_MLA_SPARSE", "summary", "output_throughput", "n"], None,
+     "runs.TRITON_MLA_SPARSE.summary.output_throughput.n is None; accepted: an integer"),
+    ("serve", serve_record, ["runs", "TRITON_MLA_SPARSE", "summary", "median_tpot_ms", "min"], None,
+     "runs.TRITON_MLA_SPARSE.summary.median_tpot_ms.min is None; accepted: a number"),
 ]
 
 
@@ -107,7 +123,7 @@ def planted(make, path, value) -> dict:
     return rec
 
 
-@pytest.mark.parametrize("table,make,path,value,says", CASES, ids=[f"{c[0]}-{c[2][-1]}" for c in CASES])
+@pytest.mark.parametrize("table,make,path,value,says", CASES, ids=[f"{c[0]}-{c[2][-1]}-{i}" for i, c in enumerate(CASES)])
 def test_a_field_of_another_type_is_one_line_from_the_table_and_the_check(tmp_path, capsys, table, make, path,
                                                                            value, says):
     good = tmp_path / "good.json"
@@ -134,3 +150,10 @@ def test_a_record_of_many_bad_fields_names_the_first_and_counts_the_rest():
     assert found == ["complete is 'yes'; accepted: true or false", "method is 4; accepted: a text"]
     with pytest.raises(Exception, match=r"complete is 'yes'; accepted: true or false \(and 1 more\)$"):
         schema.require(rec, "serving benchmark", "r.json")
+
+
+def test_a_file_name_that_is_not_utf8_is_written_escaped_in_a_table():
+    from sparse_mla.records.common import markdown
+
+    md = markdown(["record"], [["k\udcff.json"]], ["from k\udcff.json"])
+    assert "k\\udcff.json" in md and md.encode("utf-8")                   # writable as UTF-8, the name visible

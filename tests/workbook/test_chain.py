@@ -105,11 +105,12 @@ def test_out_dir_outside_results_is_where_notebooks_write(project, tmp_path):
 
 
 @pytest.mark.parametrize("folder, says", [("", "the repository itself"), ("lib", "repository's lib/"),
+                                          (".ci", "repository's .ci/"), (".venv/x", "repository's .venv/"),
                                           ("lib/sparse_mla", "repository's lib/"), ("tests/x", "repository's tests/"),
                                           (".git", "repository's .git/"), ("params", "repository's params/")])
 def test_out_dir_in_the_repositorys_code_tests_or_git_is_refused(project, folder, says):
     root, nbs = project
-    for d in ("lib/sparse_mla", "tests", ".git"):
+    for d in ("lib/sparse_mla", "tests", ".git", ".ci", ".venv"):
         (root / d).mkdir(parents=True, exist_ok=True)
     before = _tree(root)
     with pytest.raises(UserInputError, match=f"is (\\(inside\\) )?(the )?{says}"):

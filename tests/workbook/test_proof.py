@@ -185,7 +185,13 @@ def test_the_what_to_run_table_renders_what_starts_and_refuses_bad_input(tmp_pat
     assert len(body) == 2 and "TRITON_MLA_SPARSE + DEEPGEMM | yes | `vllm serve /m --max-model-len 4096`" in body[0]
     assert "OTHER + DEEPGEMM | host-dependent" in body[1]
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00a,b\n")
+    (tmp_path / "quote.csv").write_text('machine,"weights\n8x M,a\n')
     for args, says in ((["w.csv", "8x", "N"], "machine '8x N' is not in"), (["x.csv", "8x", "M"], "not a what-to-run"),
+                       (["empty.csv", "8x", "M"], "'empty.csv' cannot be read as a what-to-run table \\(EmptyDataError"),
+                       (["bin.csv", "8x", "M"], "'bin.csv' cannot be read as a what-to-run table \\(UnicodeDecodeError"),
+                       (["quote.csv", "8x", "M"], "'quote.csv' cannot be read as a what-to-run table \\(ParserError"),
                        (["gone.csv", "8x", "M"], "is not a file"), (["w.csv"], "accepted: what-to-run FILE MACHINE")):
         with pytest.raises(UserInputError, match=says):
             proof.TABLES["what-to-run"].render(args, tmp_path)

@@ -293,7 +293,11 @@ def test_profile_files_with_odd_content(tmp_path, monkeypatch):
             ("bomb", "a: &a [x, x]\nb: &b [*a, *a]\n01_a: {v: *b}\n", "bomb.yaml is not accepted YAML \\(YAML aliases"),
             ("names", "01_a: {1: 2, not-a-name: 3, ok: 4}\n", "'01_a' has parameter names 1, 'not-a-name'"),
             ("deep", "01_a: " + "[" * 5000 + "]" * 5000 + "\n", "deep.yaml is not accepted YAML \\(nested too deeply"),
-            ("deepmap", "01_a: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n", "deepmap.yaml is not accepted YAML")):
+            ("deepmap", "01_a: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n", "deepmap.yaml is not accepted YAML"),
+            ("digits", "01_a: {x: " + "9" * 5000 + "}\n", "digits.yaml is not accepted YAML \\(Exceeds the limit"),
+            ("keyword", "01_a: {class: 1, ok: 2}\n", "'01_a' has parameter names 'class'; accepted: Python "
+                                                       "identifiers that are not keywords"),
+            ("nested", "01_a: {x: " + "[" * 150 + "]" * 150 + "}\n", "parameters 'x' of '01_a' nest deeper than 100")):
         (params / f"{name}.yaml").write_text(text)
         with pytest.raises(UserInputError, match=match):
             chain.load_profile(name, params)

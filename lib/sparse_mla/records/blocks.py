@@ -15,6 +15,7 @@ block left open is malformed: one :class:`~sparse_mla.errors.UserInputError` nam
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -111,11 +112,13 @@ def update(files: list[str], tables: dict[str, Table] | None = None) -> list[str
         except (OSError, UnicodeDecodeError) as e:
             raise UserInputError(f"document {f!r} cannot be read as UTF-8 text ({type(e).__name__}); accepted: a "
                                  f"markdown file") from None
-        done.append((p, text, newline, *rendered(text, p.parent, f, tables)))
+        bom = "\ufeff" if text.startswith("\ufeff") else ""    # a byte-order mark before the first line stays
+        # paths in the blocks are read from the document's own folder: a link's target's, where it is a link
+        done.append((p, text, newline, bom, *rendered(text[len(bom):], Path(os.path.realpath(p)).parent, f, tables)))
     lines = []
-    for p, old, newline, new, n, changed in done:
-        if new != old:
-            rewrite_in_place(p, new, newline)
+    for p, old, newline, bom, new, n, changed in done:
+        if bom + new != old:
+            rewrite_in_place(p, bom + new, newline)
         lines.append(f"{p}: " + (f"{n} block(s), {changed} rewritten" if n else "no records-table block"))
     return lines
 

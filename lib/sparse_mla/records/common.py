@@ -47,7 +47,9 @@ def markdown(columns: list[str], rows: list[list], notes: list[str] = ()) -> str
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines + ([""] + list(notes) if notes else []))
+    text = "\n".join(lines + ([""] + list(notes) if notes else []))
+    # a file name that is not UTF-8 (lone surrogates) is written escaped, as the commands print it
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def missing(v) -> bool:
@@ -56,9 +58,9 @@ def missing(v) -> bool:
 
 
 def _number(v) -> bool:
-    """A number a float holds (an integer past 1.8e308 is none: formatting it would raise OverflowError)."""
+    """A finite number a float holds (an integer past 1.8e308 is none: formatting it would raise OverflowError)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and not missing(v) and \
-        (isinstance(v, float) or abs(v) < 2 ** 1023)
+        (math.isfinite(v) if isinstance(v, float) else abs(v) < 2 ** 1023)
 
 
 def fmt(spec: str, suffix: str = "") -> Callable[[object], str | None]:

@@ -153,7 +153,8 @@ def _stat(summary: dict, keys: tuple[str, ...], form) -> str | None:
     s = next((summary[k] for k in keys if isinstance(summary.get(k), dict)), None)
     if s is None or form(s.get("median")) is None:
         return None
-    spread = f" ({form(s.get('min'))}–{form(s.get('max'))})" if s.get("n", 1) > 1 else ""
+    lo, hi = form(s.get("min")), form(s.get("max"))
+    spread = f" ({lo}–{hi})" if (s.get("n") or 1) > 1 and lo is not None and hi is not None else ""
     return form(s["median"]) + spread
 
 

@@ -100,7 +100,7 @@ def kernel_cases(args: list[str], base: Path) -> str:
         if r is None:
             raise UserInputError(f"record {args[0]!r} has no case H = {h}, T = {t}; accepted: "
                                  f"{', '.join(f'{a}:{b}' for a, b in sorted(by_case, key=_case_key))}")
-        body.append([h, t] + [form(r.get(key)) for _, key, form in cols])
+        body.append([int(h), int(t)] + [form(r.get(key)) for _, key, form in cols])
     return markdown(["H", "T"] + [c for c, _, _ in cols], body,
                     ["CUDA-graph medians. " + " ".join(_peer_line(rec)), "", f"Record: {source(args[0], rec)}"])
 

@@ -15,15 +15,28 @@ Kinds (:data:`KINDS`): the attention-kernel benchmark (``bench_kernel_*.json``),
 """
 from __future__ import annotations
 
+import math
 from typing import Annotated, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..errors import UserInputError
 
+def _finite_or_nan(v: float) -> float:
+    if math.isinf(v):
+        raise ValueError("infinite")
+    return v
+
+
+#: A figure: an int or a float (strict: never a bool or a text), finite, or NaN (a record's "not measured").
+Figure = Annotated[float, AfterValidator(_finite_or_nan)]
+#: A count or a size: an integer from 0 to 2**53 (what a float still holds exactly).
+Count = Annotated[int, Field(ge=0, le=2 ** 53)]
+#: A time or a rate that the tables divide by: a finite number above 0.
+Positive = Annotated[float, Field(gt=0), AfterValidator(_finite_or_nan)]
 Text = Optional[str]
-Int = Optional[int]
-Num = Optional[float]          # strict: an int or a float (NaN is a record's "not measured"), never a bool
+Int = Optional[Count]
+Num = Optional[Figure]
 Flag = Optional[bool]
 _CAPABILITY = r"^\d{1,2}\.\d$"
 Capability = Annotated[str, StringConstraints(pattern=_CAPABILITY)]
@@ -85,8 +98,8 @@ class KernelCheck(_Shape):
 
 
 class KernelBench(Record):
-    bench: Optional[list[KernelRow]] = None
-    checks: Optional[list[KernelCheck]] = None
+    bench: list[KernelRow] = None          # (each: may be absent, never null)
+    checks: list[KernelCheck] = None
 
 
 class IndexerRow(_Shape):
@@ -116,36 +129,36 @@ class IndexerTarget(_Shape):
 
 
 class IndexerBench(Record):
-    bench: Optional[list[IndexerRow]] = None
-    targets: Optional[list[IndexerTarget]] = None
+    bench: list[IndexerRow] = None
+    targets: list[IndexerTarget] = None
 
 
 class VariantTimes(_Shape):
     """Median µs per variant of ``tests/harness/fp8_where_time_goes.py`` (``flashmla`` where FlashMLA ran)."""
-    gather: float
-    loads: float
-    decode: float
-    scores: float
-    full: float
-    flashmla: float = None        # may be absent, never null
+    gather: Positive
+    loads: Positive
+    decode: Positive
+    scores: Positive
+    full: Positive
+    flashmla: Positive = None        # may be absent, never null
 
 
 class VariantCase(_Shape):
-    H: int
-    T: int
-    topk: int
-    cache_tokens: int
-    num_splits: int
-    block_h: int
-    block_n: int
-    num_warps: int
+    H: Count
+    T: Count
+    topk: Count
+    cache_tokens: Count
+    num_splits: Count
+    block_h: Count
+    block_n: Count
+    num_warps: Count
     us: VariantTimes
-    us_repeats: Optional[dict[str, list[float]]] = None
+    us_repeats: Optional[dict[str, list[Figure]]] = None
 
 
 class KernelVariants(Record):
     cases: Annotated[list[VariantCase], Field(min_length=1)] = None     # may be absent, never null
-    copy_bandwidth_TBps: Num = None
+    copy_bandwidth_TBps: Positive = None     # may be absent, never null
 
 
 # -- engines ----------------------------------------------------------------------------------------------------------
@@ -240,7 +253,7 @@ class FirstToken(_Shape):
 
 class Engine(Record, EngineRun):
     """An engine record: parity runs (``runs``, a served check ``serve``), or one engine's record at the top level."""
-    runs: Optional[dict[str, EngineRun]] = None
+    runs: dict[str, EngineRun] = None        # may be absent, never null
     serve: Optional[EngineRun] = None
     parity_pairs: Optional[list[Pair]] = None
     parity_vs_ours: Optional[dict[str, Pair]] = None
@@ -252,10 +265,11 @@ class Engine(Record, EngineRun):
 # -- serving benchmark ------------------------------------------------------------------------------------------------
 
 class Stat(_Shape):
-    median: Num = None
-    min: Num = None
-    max: Num = None
-    n: Int = None
+    """A figure over repeats: each may be absent, none null (the table prints median (min-max) over n)."""
+    median: Figure = None
+    min: Figure = None
+    max: Figure = None
+    n: Count = None
 
 
 class AcceptanceRate(_Shape):
@@ -286,7 +300,7 @@ class Agreement(_Shape):
 
 
 class Serve(Record):
-    runs: Optional[dict[str, ServeRun]] = None
+    runs: dict[str, ServeRun] = None         # may be absent, never null
     agreement_vs_baseline: Optional[dict[str, Agreement]] = None
     speculative_vs_plain: Optional[dict[str, Agreement]] = None
     complete: Flag = None
@@ -299,7 +313,7 @@ KINDS: dict[str, type[_Shape]] = {
     "engine (launch)": Engine, "serving benchmark": Serve,
 }
 
-_EXPECTED = {"float_type": "a number", "int_type": "an integer", "bool_type": "true or false",
+_EXPECTED = {"float_type": "a number", "value_error": "a finite number (or NaN: not measured)", "int_type": "an integer", "bool_type": "true or false",
              "string_type": "a text", "dict_type": "an object", "model_type": "an object",
              "model_attributes_type": "an object", "list_type": "a list", "missing": "present",
              "extra_forbidden": "absent", "none_required": "null"}
@@ -311,6 +325,7 @@ def _expected(err: dict) -> str:
     by_constraint = {"too_short": lambda: f"at least {ctx.get('min_length')} entry",
                      "greater_than": lambda: f"a number above {ctx.get('gt')}",
                      "greater_than_equal": lambda: f"a number of at least {ctx.get('ge')}",
+                     "less_than_equal": lambda: f"a number up to {ctx.get('le')}",
                      "string_pattern_mismatch": lambda: "a capability 'M.m'" if ctx.get("pattern") == _CAPABILITY
                      else f"a text matching {ctx.get('pattern')}"}
     if err["type"] in by_constraint:

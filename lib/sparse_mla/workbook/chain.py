@@ -15,6 +15,7 @@ as ``NN_*.failed.ipynb`` beside it for inspection).
 """
 from __future__ import annotations
 
+import keyword
 import os
 import re
 import time
@@ -46,6 +47,18 @@ def discover(notebooks_dir: Path) -> list[Path]:
     return sorted(p for p in notebooks_dir.iterdir() if NOTEBOOK_RE.match(p.name) and p.is_file())
 
 
+#: Deepest list/mapping nesting of a parameter value: papermill writes values as Python literals, and CPython's
+#: parser refuses ~200 nested brackets ("too many nested parentheses").
+MAX_DEPTH = 100
+
+
+def _depth(v, level: int = 0) -> int:
+    if level > MAX_DEPTH or not isinstance(v, (list, dict)):
+        return level
+    items = v.values() if isinstance(v, dict) else v
+    return max((_depth(x, level + 1) for x in items), default=level + 1)
+
+
 def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict]:
     import yaml
 
@@ -68,7 +81,7 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
     except RecursionError:           # nested past the parser's recursion (a few thousand levels)
         raise UserInputError(f"profile file {path.name} is not accepted YAML (nested too deeply for the parser); "
                              f"accepted: a mapping of notebook stems to parameter dicts, without aliases") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as e:   # ValueError: an integer past 4300 digits
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
         raise UserInputError(f"profile file {path.name} is not accepted YAML ({first}); accepted: a mapping of "
                              f"notebook stems to parameter dicts, without aliases") from None
@@ -81,10 +94,16 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
     import json
 
     for stem, values in data.items():
-        bad = [k for k in values if not (isinstance(k, str) and k.isidentifier())]
+        bad = [k for k in values if not (isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k))]
         if bad:
             raise UserInputError(f"profile file {path.name}: {stem!r} has parameter names {', '.join(map(repr, bad))}; "
-                                 f"accepted: Python identifiers (the notebook's parameters cell variables)")
+                                 f"accepted: Python identifiers that are not keywords (the notebook's parameters "
+                                 f"cell variables)")
+        deep = [k for k, v in values.items() if _depth(v) > MAX_DEPTH]
+        if deep:
+            raise UserInputError(f"profile file {path.name}: parameters {', '.join(map(repr, deep))} of {stem!r} nest "
+                                 f"deeper than {MAX_DEPTH} levels, past what Python's parser reads back in the "
+                                 f"notebook; accepted: values nested at most {MAX_DEPTH} deep")
         try:
             json.dumps(values)
         except (TypeError, ValueError) as e:
@@ -248,8 +267,11 @@ def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: P
         raise UserInputError(f"output directory {str(out_dir)!r} is (inside) the notebooks' own folder; accepted: "
                              f"another directory (default results/<profile>/): executed notebooks would overwrite "
                              f"their sources or join the chain")
+    # the code, tests, profiles, and every hidden folder of the checkout (.git, .ci, .venv, .dev ...)
+    top = sorted({"lib", "tests", ".git", "params"} | {d.name for d in root.iterdir() if d.is_dir()
+                                                       and d.name.startswith(".")})
     own = [(root.resolve(), "the repository itself (its top level)")] + [
-        ((root / d).resolve(), f"(inside) the repository's {d}/") for d in ("lib", "tests", ".git", "params")] + [
+        ((root / d).resolve(), f"(inside) the repository's {d}/") for d in top] + [
         (Path(__file__).resolve().parents[1], "(inside) the installed sparse_mla package")]
     for folder, what in own:
         if where == folder or (what.startswith("(inside)") and where.is_relative_to(folder)):
@@ -334,8 +356,9 @@ def add_cli(sub) -> None:
                                    f"notebooks and the summaries read). --out-dir names another folder; a relative "
                                    f"one is read from the current folder, as every path on the command line. Either "
                                    f"way the checkout's own folders are refused as output folders: its top level, "
-                                   f"notebooks/, lib/, tests/, params/, .git/, results/ itself, the records of other "
-                                   f"profiles and every other folder under results/ (results/h200/).")
+                                   f"notebooks/, lib/, tests/, params/, its hidden folders (.git/, .ci/, .venv/ ...), "
+                                   f"results/ itself, the records of other profiles and every other folder under "
+                                   f"results/ (results/h200/).")
     p.add_argument("--profile", default=None,
                    help="parameter profile: cpu or gpu (default: gpu if a CUDA GPU is visible, else cpu)")
     p.add_argument("--only", nargs="+", metavar="NB", help="notebook stems or prefixes (e.g. 01 02)")

@@ -222,7 +222,12 @@ def what_to_run_table(args: list[str], base: Path) -> str:
     if not path.is_file():
         raise UserInputError(f"what-to-run table {args[0]!r} ({path}) is not a file; accepted: the CSV that "
                              f"`sparse-mla diagnose --what-to-run` writes (results/what_to_run.csv)")
-    df = wtr.read(path)
+    try:
+        df = wtr.read(path)
+    except Exception as e:  # noqa: BLE001 - pandas' EmptyDataError / ParserError, UnicodeDecodeError, OSError
+        raise UserInputError(f"{args[0]!r} cannot be read as a what-to-run table ({type(e).__name__}: "
+                             f"{str(e).strip()[:120]}); accepted: the CSV of `sparse-mla diagnose --what-to-run`") \
+            from None
     if list(df.columns) != list(wtr.COLUMNS):
         raise UserInputError(f"{args[0]!r} is not a what-to-run table (its columns are not {', '.join(wtr.COLUMNS)}); "
                              f"accepted: the CSV of `sparse-mla diagnose --what-to-run`")
