@@ -6,6 +6,7 @@ a missing shard, a shard of another split, and a ``DIR:QUANT`` that matches noth
 diagnose and in launch's checks."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -127,3 +128,38 @@ def test_make_checkpoint_refuses_a_split_without_a_gguf(tmp_path, capsys):
     assert cli.main(["make-checkpoint", str(tmp_path / "x"), "--gguf-split-max-tensors", "4"]) == 2
     assert "--gguf-split-max-tensors 4 is not accepted" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("name, says", [
+    ("model-Q8_0-00000-of-00004.gguf", "'00000-of-00004.gguf' is not a shard's number"),
+    ("model-Q8_0-00005-of-00004.gguf", "'00005-of-00004.gguf' is not a shard's number"),
+    ("model-Q8_0-1-of-00004.gguf", "'1-of-00004.gguf' is not a shard's number"),
+    ("model-Q8_0-00001-of-999999999999.gguf", "is not a shard's number; accepted: PREFIX-i-of-N.gguf with 1 <= i <= N"),
+])
+def test_shard_names_that_are_no_shard_numbers_are_refused_before_anything_is_listed(models, tmp_path, name, says):
+    """A total past llama.cpp's five digits once listed a shard name per number (MemoryError); 0-of-N and 5-of-4
+    read other files than the one named."""
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / name).symlink_to(models[0] / SHARDS[0])
+    with pytest.raises(UserInputError, match=says):
+        read_gguf(str(folder / name))
+
+
+def test_a_lone_file_that_is_a_shard_and_a_quant_with_pattern_characters_are_refused(models, tmp_path):
+    folder = tmp_path / "solo"
+    folder.mkdir()
+    shutil.copyfile(models[0] / SHARDS[0], folder / "model-Q8_0.gguf")      # shard 1 of 4 under an unsplit name
+    shutil.copyfile(models[0] / "config.json", folder / "config.json")
+    with pytest.raises(UserInputError, match="says it is split.no 0 of split.count 4, its name shard 1 of 1"):
+        read_gguf(f"{folder}:Q8_0")
+    for quant in ("*", "0000[2]-of-00004", "Q8_0?"):
+        with pytest.raises(UserInputError, match=re.escape(f"{quant!r} is not a GGUF quant type")):
+            read_gguf(f"{models[0]}:{quant}")
+    assert gguf_files.reference(f"{folder}/nowhere:*") is None         # not a folder: no DIR:QUANT, no refusal
+
+
+def test_make_checkpoint_overwrites_its_own_split_output(models, tmp_path):
+    folder = _copy(models, tmp_path)
+    make_checkpoint(folder, index_topk=256, seed=3, gguf=("Q8_0",), gguf_split_max_tensors=17, overwrite=True)
+    assert sorted(p.name for p in folder.glob("*.gguf")) == [f"model-Q8_0-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]

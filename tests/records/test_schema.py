@@ -97,8 +97,8 @@ CASES = [
                                                                         "integer"),
     # values of the right type that no writer makes and the tables cannot use: a time of 0 (divided by), infinities,
     # counts past what a float holds or below 0, null where the tables iterate or format
-    ("kernel-variants", variants_record, ["cases", 0, "us", "loads"], 0, "cases[0].us.loads is 0; accepted: a number "
-                                                                         "above 0"),
+    ("kernel-variants", variants_record, ["cases", 0, "us", "loads"], 0, "cases[0].us.loads is 0; accepted: a time in µs "
+                                                                         "from 0.001"),
     ("kernel-variants", variants_record, ["cases", 0, "T"], 10 ** 60, "cases[0].T is 1000000000000000000000000000000"),
     ("kernel-variants", variants_record, ["cases", 0, "H"], -1, "cases[0].H is -1; accepted: a number of at least 0"),
     ("kernel-variants", variants_record, ["copy_bandwidth_TBps"], float("nan"), "copy_bandwidth_TBps is nan; "
@@ -111,6 +111,19 @@ CASES = [
      "runs.TRITON_MLA_SPARSE.summary.output_throughput.n is None; accepted: an integer"),
     ("serve", serve_record, ["runs", "TRITON_MLA_SPARSE", "summary", "median_tpot_ms", "min"], None,
      "runs.TRITON_MLA_SPARSE.summary.median_tpot_ms.min is None; accepted: a number"),
+    # round 2: subnormal and astronomical times, negative figures, a stat out of order, more identical than compared
+    ("kernel-variants", variants_record, ["cases", 0, "us", "loads"], 5e-324, "cases[0].us.loads is 5e-324; "
+                                                                              "accepted: a time in µs from 0.001"),
+    ("kernel-variants", variants_record, ["cases", 0, "us", "full"], 1e308, "cases[0].us.full is 1e+308; accepted: "
+                                                                            "a time in µs from 0.001 to 1e12"),
+    ("kernel", kernel_record, ["bench", 1, "speedup_vs_flashmla_graph"], -2.4,
+     "bench[1].speedup_vs_flashmla_graph is -2.4; accepted: a ratio from 1e-12 to 1e12"),
+    ("serve", serve_record, ["runs", "TRITON_MLA_SPARSE", "summary", "output_throughput", "median"], -3.0,
+     "runs.TRITON_MLA_SPARSE.summary.output_throughput.median is -3.0; accepted: a finite number of at least 0"),
+    ("serve", serve_record, ["runs", "TRITON_MLA_SPARSE", "summary", "median_ttft_ms", "min"], 5000.0,
+     "runs.TRITON_MLA_SPARSE.summary.median_ttft_ms is {"),
+    ("serve", serve_record, ["agreement_vs_baseline", "TRITON_MLA_SPARSE", "identical"], 9,
+     "agreement_vs_baseline.TRITON_MLA_SPARSE is {"),
 ]
 
 

@@ -110,6 +110,8 @@ def _check_split(readers: list, files: list[Path]) -> None:
 
     for i, (r, f) in enumerate(zip(readers, files)):
         no, count = metadata_field(r, "split.no", None), metadata_field(r, "split.count", None)
+        if len(files) == 1 and (no, count) in ((None, None), (0, 1)):
+            continue                                   # an unsplit file (gguf-py writes no split keys then)
         if (no, count) != (i, len(files)):
             raise UserInputError(f"GGUF shard {str(f)!r} says it is split.no {no!r} of split.count {count!r}, its "
                                  f"name shard {i + 1} of {len(files)}: a shard of another split; accepted: the shards "
@@ -132,8 +134,7 @@ def read_gguf(path: str | os.PathLike) -> dict[str, Any]:
 
     files, discovery = model_files(path)
     readers = [_reader(f, path) for f in files]
-    if len(files) > 1:
-        _check_split(readers, files)
+    _check_split(readers, files)
     tensors = [t for r in readers for t in r.tensors]
     names = [t.name for t in tensors]
     cfg = config_from_gguf(readers[0], names)   # the metadata: the first shard's; the tensors: every shard's

@@ -27,6 +27,10 @@ from ..errors import UserInputError, expand_path
 
 #: A shard's name: ``PREFIX-%05d-of-%05d.gguf`` (llama.cpp's ``llama_split_path``; gguf-py's ``format_shard_names``).
 SPLIT = re.compile(r"-(\d+)-of-(\d+)\.gguf$")
+#: The most shards a split model has here (llama.cpp's names hold five digits).
+MAX_SHARDS = 99999
+#: A quant type as GGUF file names carry it (vllm-gguf-plugin globs for it: no pattern characters).
+QUANT = re.compile(r"[A-Za-z0-9_.+-]+")
 PLUGIN = "vllm-gguf-plugin"
 OURS = "llama.cpp's split naming (vllm-gguf-plugin not installed)"
 ACCEPTED = ("a .gguf file (any shard of a split model) or DIR:QUANT (vllm-gguf-plugin's form, e.g. "
@@ -35,7 +39,8 @@ ACCEPTED = ("a .gguf file (any shard of a split model) or DIR:QUANT (vllm-gguf-p
 
 def reference(model) -> tuple[Path, str] | None:
     """``(folder, quant type)`` where ``model`` is vllm-gguf-plugin's ``DIR:QUANT`` for an existing folder (and not
-    itself an existing path), else None."""
+    itself an existing path), else None. Raises :class:`UserInputError` for a QUANT with characters no GGUF file name
+    carries (``*``, ``[``: the plugin would glob them)."""
     text = str(model)
     if ":" not in text or os.path.exists(text):
         return None
@@ -44,7 +49,12 @@ def reference(model) -> tuple[Path, str] | None:
         folder_path = expand_path(folder, "model")
     except UserInputError:
         return None
-    return (folder_path, quant) if quant and folder_path.is_dir() else None
+    if not (quant and folder_path.is_dir()):
+        return None
+    if not QUANT.fullmatch(quant):          # vllm-gguf-plugin globs for it: no pattern characters
+        raise UserInputError(f"model {text!r}: {quant!r} is not a GGUF quant type; accepted: a type as GGUF file names "
+                             f"carry it (letters, digits, _ . + -: Q8_0, Q4_K_M, UD-Q4_K_XL) after DIR:")
+    return folder_path, quant
 
 
 def _plugin(module: str, name: str):
@@ -87,7 +97,11 @@ def shards(path: Path) -> tuple[list[Path], str]:
     m = SPLIT.search(path.name)
     if not m:
         return [path], PLUGIN if _plugin("weights_adapter.default", "GGUFWeightsAdapter") else OURS
-    total, digits = int(m.group(2)), len(m.group(1))
+    total, digits, number = int(m.group(2)), len(m.group(1)), int(m.group(1))
+    if len(m.group(2)) != digits or not 1 <= number <= total <= MAX_SHARDS:
+        raise UserInputError(f"GGUF model {str(path)!r}: {m.group(0)[1:]!r} is not a shard's number; accepted: "
+                             f"PREFIX-i-of-N.gguf with 1 <= i <= N <= {MAX_SHARDS}, i and N of the same width "
+                             f"(llama.cpp's PREFIX-00001-of-00004.gguf)")
     prefix, suffix = path.name[:m.start(1)], path.name[m.end(2):]
     expected = [path.parent / f"{prefix}{i:0{digits}d}-of-{total:0{digits}d}{suffix}" for i in range(1, total + 1)]
     discover = _plugin("weights_adapter.default", "GGUFWeightsAdapter._get_all_gguf_files")
@@ -96,7 +110,7 @@ def shards(path: Path) -> tuple[list[Path], str]:
     else:
         found, how = [f for f in expected if f.is_file()], OURS
     missing = [f.name for f in expected if f not in found]
-    if missing or total < 1:
+    if missing:
         raise UserInputError(f"GGUF model {str(path)!r} is split into {total} shards; missing in {str(path.parent)!r}: "
                              f"{', '.join(missing[:4])}{f' ... ({len(missing)} in all)' if len(missing) > 4 else ''}; "
                              f"accepted: every shard of the model in one folder")

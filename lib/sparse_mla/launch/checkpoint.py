@@ -53,6 +53,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 import os
 import shutil
 import tempfile
@@ -339,6 +340,13 @@ CHECKPOINT_FILES = frozenset({"config.json", "generation_config.json", "model.sa
 CHECKPOINT_MARK = {"sparse_mla_make_checkpoint": True}
 
 
+def _checkpoint_file(name: str) -> bool:
+    """A file name ``make_checkpoint`` writes: :data:`CHECKPOINT_FILES`, or a shard of one of its split GGUFs
+    (``model-TYPE-NNNNN-of-NNNNN.gguf``, ``--gguf-split-max-tensors``)."""
+    m = re.fullmatch(r"(model-[A-Za-z0-9_]+)-\d{5}-of-\d{5}(\.gguf)", name)
+    return name in CHECKPOINT_FILES or (m is not None and m.group(1) + m.group(2) in CHECKPOINT_FILES)
+
+
 def _marked(out: Path) -> bool:
     """True if ``out/config.json`` carries :data:`CHECKPOINT_MARK`, or ``out`` is a checkpoint of this workbook made
     before the mark (2026-11-29/30): a ``config.json`` of the glm-5-tiny preset's architecture, ``hidden_size`` and
@@ -387,7 +395,7 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
     if not overwrite:
         raise UserInputError(f"checkpoint directory {str(out)!r} exists and is not empty; accepted: a new or empty "
                              f"directory, or --overwrite (overwrite=True in Python) for an earlier checkpoint")
-    others = sorted(p.name for p in out.iterdir() if p.name not in CHECKPOINT_FILES or not p.is_file())
+    others = sorted(p.name for p in out.iterdir() if not _checkpoint_file(p.name) or not p.is_file())
     if others or not (out / "config.json").is_file():
         what = f"holds {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}" if others else "has no config.json"
         raise UserInputError(f"checkpoint directory {str(out)!r} {what}: --overwrite replaces only an earlier "
@@ -492,7 +500,8 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     if isinstance(gguf_split_max_tensors, bool) or not isinstance(gguf_split_max_tensors, int) \
             or gguf_split_max_tensors < 0 or (gguf_split_max_tensors and not gguf):
         raise UserInputError(f"--gguf-split-max-tensors {gguf_split_max_tensors!r} is not accepted; accepted: a "
-                             f"positive integer (tensors per shard) together with --gguf TYPE")
+                             f"positive integer (tensors per shard) together with --gguf TYPE (0, the default: no "
+                             f"split)")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
     if str(out_dir).strip() == "":

@@ -18,14 +18,24 @@ from __future__ import annotations
 import math
 from typing import Annotated, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError,
+                      model_validator)
 
 from ..errors import UserInputError
 
 def _finite_or_nan(v: float) -> float:
     if math.isinf(v):
-        raise ValueError("infinite")
+        raise ValueError("a finite number (or NaN: not measured)")
     return v
+
+
+def _within(low: float, high: float, what: str):
+    """A validator: ``low <= v <= high`` (NaN passes: a record's "not measured"), else ``what`` is accepted."""
+    def check(v: float) -> float:
+        if not math.isnan(v) and not low <= v <= high:
+            raise ValueError(what)
+        return v
+    return check
 
 
 #: A figure: an int or a float (strict: never a bool or a text), finite, or NaN (a record's "not measured").
@@ -34,6 +44,12 @@ Figure = Annotated[float, AfterValidator(_finite_or_nan)]
 Count = Annotated[int, Field(ge=0, le=2 ** 53)]
 #: A time or a rate that the tables divide by: a finite number above 0.
 Positive = Annotated[float, Field(gt=0), AfterValidator(_finite_or_nan)]
+#: A kernel time in µs: no GPU kernel takes less than a nanosecond, and none of ours a week (or NaN: not measured).
+Time = Annotated[float, AfterValidator(_within(1e-3, 1e12, "a time in µs from 0.001 to 1e12 (or NaN: not measured)"))]
+#: A ratio of two times or throughputs: above 0, finite (or NaN).
+Ratio = Annotated[float, AfterValidator(_within(1e-12, 1e12, "a ratio from 1e-12 to 1e12 (or NaN: not measured)"))]
+#: A throughput, an error, a share: 0 or more, finite (or NaN).
+NonNeg = Annotated[float, AfterValidator(_within(0.0, 1e300, "a finite number of at least 0 (or NaN: not measured)"))]
 Text = Optional[str]
 Int = Optional[Count]
 Num = Optional[Figure]
@@ -78,23 +94,23 @@ class KernelRow(_Shape):
     T: Int = None
     topk: Int = None
     cache_tokens: Int = None
-    triton_graph_us: Num = None
-    flashmla_graph_us: Num = None
-    old_graph_us: Num = None
-    speedup_vs_flashmla_graph: Num = None
-    speedup_new_vs_old: Num = None
-    speedup_default_vs_alt: Num = None
-    frac_of_copy_bw: Num = None
-    triton_TFLOPs: Num = None
-    flashmla_TFLOPs: Num = None
+    triton_graph_us: Optional[Time] = None
+    flashmla_graph_us: Optional[Time] = None
+    old_graph_us: Optional[Time] = None
+    speedup_vs_flashmla_graph: Optional[Ratio] = None
+    speedup_new_vs_old: Optional[Ratio] = None
+    speedup_default_vs_alt: Optional[Ratio] = None
+    frac_of_copy_bw: Optional[NonNeg] = None
+    triton_TFLOPs: Optional[NonNeg] = None
+    flashmla_TFLOPs: Optional[NonNeg] = None
 
 
 class KernelCheck(_Shape):
-    out_rel_err: Num = None
-    lse_max_abs_err: Num = None
+    out_rel_err: Optional[NonNeg] = None
+    lse_max_abs_err: Optional[NonNeg] = None
     nan: Int = None
-    flashmla_out_rel_err: Num = None
-    flashmla_lse_err_if_natural: Num = None
+    flashmla_out_rel_err: Optional[NonNeg] = None
+    flashmla_lse_err_if_natural: Optional[NonNeg] = None
 
 
 class KernelBench(Record):
@@ -110,13 +126,13 @@ class IndexerRow(_Shape):
     B: Int = None
     context: Int = None
     next_n: Int = None
-    triton_us: Num = None
-    deepgemm_us: Num = None
-    speed_vs_deepgemm: Num = None
-    frac_of_copy_bw: Num = None
-    triton_TFLOPs: Num = None
-    deepgemm_TFLOPs: Num = None
-    sm80_path_us: Num = None
+    triton_us: Optional[Time] = None
+    deepgemm_us: Optional[Time] = None
+    speed_vs_deepgemm: Optional[Ratio] = None
+    frac_of_copy_bw: Optional[NonNeg] = None
+    triton_TFLOPs: Optional[NonNeg] = None
+    deepgemm_TFLOPs: Optional[NonNeg] = None
+    sm80_path_us: Optional[Time] = None
 
 
 class IndexerTarget(_Shape):
@@ -135,12 +151,12 @@ class IndexerBench(Record):
 
 class VariantTimes(_Shape):
     """Median µs per variant of ``tests/harness/fp8_where_time_goes.py`` (``flashmla`` where FlashMLA ran)."""
-    gather: Positive
-    loads: Positive
-    decode: Positive
-    scores: Positive
-    full: Positive
-    flashmla: Positive = None        # may be absent, never null
+    gather: Time
+    loads: Time
+    decode: Time
+    scores: Time
+    full: Time
+    flashmla: Time = None        # may be absent, never null
 
 
 class VariantCase(_Shape):
@@ -265,11 +281,19 @@ class Engine(Record, EngineRun):
 # -- serving benchmark ------------------------------------------------------------------------------------------------
 
 class Stat(_Shape):
-    """A figure over repeats: each may be absent, none null (the table prints median (min-max) over n)."""
-    median: Figure = None
-    min: Figure = None
-    max: Figure = None
-    n: Count = None
+    """A throughput or latency over repeats: each may be absent, none null, none below 0 (the table prints
+    median (min-max) over n repeats, n >= 1, min <= median <= max)."""
+    median: NonNeg = None
+    min: NonNeg = None
+    max: NonNeg = None
+    n: Annotated[int, Field(ge=1, le=2 ** 53)] = None
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        vals = [v for v in (self.min, self.median, self.max) if v is not None and not math.isnan(v)]
+        if vals != sorted(vals):
+            raise ValueError("min <= median <= max")
+        return self
 
 
 class AcceptanceRate(_Shape):
@@ -298,6 +322,12 @@ class Agreement(_Shape):
     baseline: Text = None
     plain: Text = None
 
+    @model_validator(mode="after")
+    def _at_most_compared(self):
+        if self.identical is not None and self.compared is not None and self.identical > self.compared:
+            raise ValueError("identical <= compared")
+        return self
+
 
 class Serve(Record):
     runs: dict[str, ServeRun] = None         # may be absent, never null
@@ -313,7 +343,7 @@ KINDS: dict[str, type[_Shape]] = {
     "engine (launch)": Engine, "serving benchmark": Serve,
 }
 
-_EXPECTED = {"float_type": "a number", "value_error": "a finite number (or NaN: not measured)", "int_type": "an integer", "bool_type": "true or false",
+_EXPECTED = {"float_type": "a number", "int_type": "an integer", "bool_type": "true or false",
              "string_type": "a text", "dict_type": "an object", "model_type": "an object",
              "model_attributes_type": "an object", "list_type": "a list", "missing": "present",
              "extra_forbidden": "absent", "none_required": "null"}
@@ -330,6 +360,8 @@ def _expected(err: dict) -> str:
                      else f"a text matching {ctx.get('pattern')}"}
     if err["type"] in by_constraint:
         return by_constraint[err["type"]]()
+    if err["type"] == "value_error":          # this module's validators say what they accept
+        return str(err["msg"]).removeprefix("Value error, ")
     return _EXPECTED.get(err["type"], err["msg"][0].lower() + err["msg"][1:])
 
 
