@@ -52,7 +52,7 @@ def test_any_shard_or_dir_quant_reads_the_whole_model(models, ref):
     assert got["files"] == SHARDS and Path(got["path"]).name == SHARDS[0]
     assert got["config"] == want["config"] and sorted(got["tensors"]) == sorted(want["tensors"])
     assert got["tensor_types"] == want["tensor_types"] and got["file_type"] == want["file_type"] == "Q8_0"
-    assert got["discovery"] in (gguf_files.PLUGIN, gguf_files.OURS)
+    assert got["discovery"] in (gguf_files.PLUGIN, gguf_files.OURS) and want["discovery"] == gguf_files.SINGLE
     rec = diagnose(model, "8.0", "auto", with_plugin=True)
     ck = rec["checkpoint"]
     assert ck["files"] == SHARDS and ck["file"] == SHARDS[0] and ck["tensor_types"] == want["tensor_types"]

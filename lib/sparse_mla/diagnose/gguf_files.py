@@ -33,6 +33,7 @@ MAX_SHARDS = 99999
 QUANT = re.compile(r"[A-Za-z0-9_.+-]+")
 PLUGIN = "vllm-gguf-plugin"
 OURS = "llama.cpp's split naming (vllm-gguf-plugin not installed)"
+SINGLE = "one file (not split)"
 ACCEPTED = ("a .gguf file (any shard of a split model) or DIR:QUANT (vllm-gguf-plugin's form, e.g. "
             "/models/glm-5:Q8_0), with the model's config.json and tokenizer in its folder")
 
@@ -96,7 +97,7 @@ def shards(path: Path) -> tuple[list[Path], str]:
     folder."""
     m = SPLIT.search(path.name)
     if not m:
-        return [path], PLUGIN if _plugin("weights_adapter.default", "GGUFWeightsAdapter") else OURS
+        return [path], SINGLE          # nothing to discover: no import of the plugin (it imports vLLM) for a label
     total, digits, number = int(m.group(2)), len(m.group(1)), int(m.group(1))
     if len(m.group(2)) != digits or not 1 <= number <= total <= MAX_SHARDS:
         raise UserInputError(f"GGUF model {str(path)!r}: {m.group(0)[1:]!r} is not a shard's number; accepted: "
