@@ -162,6 +162,15 @@ run_stage() {
                 --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
                 --json-out "results/h200/launch_h200_gguf_${t,,}.json"
           done ;;
+    # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
+    # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
+    # results/<profile>/ there), so each notebook's own files (the live launch record, the quick benchmarks) land
+    # beside it; what comes back is session/workbook/ without the checkpoint nb05 writes (tmp/glm5-tiny)
+    chain) local C=$W/chain_h200
+           for nb in 01:300 02:420 03:300 04:300 05:600; do
+             stage "chain_${nb%%:*}" "${nb#*:}" python3 -m sparse_mla run --profile gpu --only ${nb%%:*} --out-dir $C
+             mkdir -p $R/workbook && tar cf - -C $C --exclude=./tmp/glm5-tiny . | tar xf - -C $R/workbook
+           done ;;
     *) echo "unknown stage $1" ;;
   esac
 }
