@@ -167,7 +167,7 @@ run_stage() {
     # results/<profile>/ there), so each notebook's own files (the live launch record, the quick benchmarks) land
     # beside it; what comes back is session/workbook/ without the checkpoint nb05 writes (tmp/glm5-tiny)
     chain) local C=$W/chain_h200
-           for nb in 01:300 02:420 03:300 04:300 05:600; do
+           for nb in 01:300 02:420 03:300 04:300 05:1200; do
              stage "chain_${nb%%:*}" "${nb#*:}" python3 -m sparse_mla run --profile gpu --only ${nb%%:*} --out-dir $C
              mkdir -p $R/workbook && tar cf - -C $C --exclude=./tmp/glm5-tiny . | tar xf - -C $R/workbook
            done ;;
