@@ -40,7 +40,8 @@ def test_the_users_configuration(table):
     assert ours["serve"] == (f"vllm serve {wtr.CHECKPOINTS['nvfp4']} --tensor-parallel-size 8 --kv-cache-dtype "
                              f"bfloat16 --max-model-len {ours['max_model_len']}")
     assert ours["max_model_len"] > 0 and ours["kv_cache_tokens"] >= ours["max_model_len"]
-    assert "no engine ran at this capability, simulated or real" in ours["rests_on"] and "DeepGEMM's SM12x indexer" in ours["rests_on"]
+    assert (f"an engine at simulated capability on the H200 ({wtr.SIMULATED_RECORD}); no 12.0 GPU ran it"
+            in ours["rests_on"] and "DeepGEMM's SM12x indexer" in ours["rests_on"])
     assert wtr.answer(table, USER)[0]["serve"] == ours["serve"]          # what starts, ours first
 
 
@@ -130,3 +131,30 @@ def test_the_committed_table_is_what_the_diagnosis_says_now():
 
     committed = wtr.read(Path(__file__).resolve().parents[2] / "results" / "what_to_run.csv")
     assert committed.equals(wtr.as_written(wtr.what_to_run()))
+
+
+def test_the_simulated_capabilities_are_the_proven_records():
+    """SIMULATED names exactly the capabilities at which its record's engines ran ours with the Triton indexer: the
+    record is proven (each engine's ``ran`` read in its worker), vLLM saw the capability, Triton generated that
+    GPU's code for every kernel, our indexer ran and DeepGEMM's did not, and every first token passed the
+    reference's criterion."""
+    import json
+
+    from sparse_mla.workbook.chain import project_root
+    from sparse_mla.workbook import proof
+
+    path = project_root() / wtr.SIMULATED_RECORD
+    [verdict] = proof.check([str(path)])
+    assert verdict.status == "proven", verdict
+    rec = json.loads(path.read_text())
+    seen = set()
+    for run in rec["runs"].values():
+        ran = run["ran"]
+        if ran["capability"] == ran["device_capability"]:
+            continue
+        cap = tuple(int(x) for x in ran["capability"].split("."))
+        assert set(ran["attention"]) == {"TRITON_MLA_SPARSE"} and ran["indexer"]["deepgemm"] == 0 < ran["indexer"]["triton"]
+        assert {t for ts in ran["triton_targets"].values() for t in ts} == {f"sm{cap[0]}{cap[1]}"}
+        seen.add(cap)
+    assert rec["failures"] == [] and rec["first_token_criterion"]["failures"] == []
+    assert seen == set(wtr.SIMULATED)

@@ -36,10 +36,12 @@ STEM = "what_to_run"
 OURS = "TRITON_MLA_SPARSE"
 #: GPU capabilities (major, minor) whose engines ran on a GPU, read in the engines' workers (records check: proven)
 RAN = {(9, 0): "the H200 records (results/h200/)"}
-#: Capabilities at which a *proven* engine record of a simulated GPU exists (records check): none yet -- the
-#: 2026-12-01 simulated 8.0 record has no ran block, the 2026-12-02 one is invalid (Triton compiled for sm_90), the
-#: 2026-12-03 engines died in vLLM's dense prefill before our code ran; the harness stage sim_parity is queued.
-SIMULATED: frozenset = frozenset()
+#: Capabilities at which a *proven* engine record of a simulated GPU exists (records check), with that record: ours with
+#: the Triton indexer, vLLM seeing the capability and Triton compiling for it (the binaries ran as sm_90a on the H200).
+#: tests/diagnose/test_what_to_run.py holds this to the record. (Older attempts: the 2026-12-01 record has no ran
+#: block, the 2026-12-02 one is invalid, the 2026-12-03 engines died in vLLM's dense prefill.)
+SIMULATED_RECORD = "results/h200/launch_h200_simulated.json"
+SIMULATED: frozenset = frozenset({(8, 0), (8, 9), (12, 0)})
 
 
 def check_request(machines, weights, kv_cache_dtypes) -> tuple[list[str], list[str], list[str]]:
@@ -83,7 +85,7 @@ def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugi
     if cap in RAN:
         claims.append(f"runs: {RAN[cap]}")
     elif with_plugin and rec.get("selected") == "TRITON_MLA_SPARSE":
-        sim = (" and an engine at simulated capability on the H200" if cap in SIMULATED else
+        sim = (f" and an engine at simulated capability on the H200 ({SIMULATED_RECORD})" if cap in SIMULATED else
                "; no engine ran at this capability, simulated or real")
         claims.append(f"ours: Triton compiled for sm_{cap[0]}{cap[1]} ahead of time{sim}" +
                       (f"; no {cap[0]}.{cap[1]} GPU ran it" if cap in SIMULATED else ""))
