@@ -1,7 +1,7 @@
 """A GGUF's config and tokenizer from where vLLM users put them (issue 39 item 3): beside the file, or named by
 ``--hf-config-path`` / ``--tokenizer`` as ``vllm serve`` takes them. A config elsewhere is diagnosed as the same
-config beside the file is (the same verdicts, the same wall) and checked against the GGUF's metadata the same way;
-a flag's bad value is one line naming it (exit 2)."""
+config beside the file is (the same verdicts, the same wall), checked against the GGUF's metadata the same way, and
+the ``vllm serve`` line carries the flags as given; a flag's bad value is one line naming it (exit 2)."""
 from __future__ import annotations
 
 import json
@@ -75,20 +75,26 @@ def test_a_config_elsewhere_is_diagnosed_as_the_config_beside_the_gguf(setup, be
     rec = json.loads(capsys.readouterr().out)
     assert {k: rec[k] for k in SAME} == {k: beside[k] for k in SAME}
     got, want = rec["checkpoint"], beside["checkpoint"]
-    paths = ("config_source", "tokenizer")
+    paths = ("config_source", "tokenizer", "serve")
     assert {k: v for k, v in got.items() if k not in paths} == {k: v for k, v in want.items() if k not in paths}
     assert want["config_source"] == {"folder": str(ck), "flag": gguf_config.BESIDE, "decided_by": gguf_config.NO_FLAG}
     assert got["config_source"]["folder"] == str(config) and got["config_source"]["flag"] == flag
     assert got["config_source"]["decided_by"] == (gguf_files.PLUGIN if PLUGIN else gguf_config.RULE_HERE)
     assert got["tokenizer"] == str(config) and want["tokenizer"] == str(ck)
+    # the serve line: the one of the config beside the file, with the flag as given in place of its folder
+    assert got["serve"] == want["serve"].replace(f"{ck / 'model-Q8_0.gguf'} --tokenizer {ck}",
+                                                 f"{model} {flag} {config}")
 
 
-def test_the_text_report_prints_the_config_source(setup, capsys):
+def test_the_text_report_prints_the_config_source_and_the_serve_line(setup, capsys):
     _, alone, config = setup
     model = str(alone / "model-Q8_0.gguf")
     assert cli.main(["diagnose", "--model", model, "--hf-config-path", str(config), "--tokenizer", str(config),
-                     "--capability", "9.0"]) == 0
-    assert f"config.json from {config} (--hf-config-path), tokenizer from {config}" in capsys.readouterr().out
+                     "--capability", "9.0", "--tp", "2", "--kv-cache-dtype", "fp8", "--max-model-len", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert f"config.json from {config} (--hf-config-path), tokenizer from {config}" in out
+    assert (f"vllm serve line: vllm serve {model} --hf-config-path {config} --tokenizer {config} "
+            f"--tensor-parallel-size 2 --kv-cache-dtype fp8 --max-model-len 4096\n") in out
 
 
 def test_a_config_elsewhere_that_contradicts_the_gguf_is_refused_naming_the_key(setup, tmp_path, capsys):
@@ -188,3 +194,5 @@ def test_a_split_gguf_from_any_shard_with_its_config_elsewhere(tmp_path):
     base = diagnose(str(ck / SHARDS[3]), "8.0", "auto", with_plugin=True)
     assert {k: rec[k] for k in SAME} == {k: base[k] for k in SAME}
     assert rec["checkpoint"]["files"] == SHARDS and rec["checkpoint"]["wall"] == base["checkpoint"]["wall"]
+    assert rec["checkpoint"]["serve"] == base["checkpoint"]["serve"].replace(
+        f"{ck / SHARDS[3]} --tokenizer {ck}", f"{alone / SHARDS[3]} --hf-config-path {config}")

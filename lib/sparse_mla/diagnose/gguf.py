@@ -16,8 +16,8 @@ Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), as
 
 The record's ``checkpoint`` is ``{"format": "safetensors" | "gguf", "quantization": ...}`` plus, for a GGUF, its
 first file, every file (a split model's shards, :mod:`sparse_mla.diagnose.gguf_files`), file type, tensor types,
-the wall, and where vLLM reads the config and tokenizer from (beside the file, or ``--hf-config-path`` /
-``--tokenizer``: :mod:`sparse_mla.diagnose.gguf_config`).
+the wall, where vLLM reads the config and tokenizer from (beside the file, or ``--hf-config-path`` / ``--tokenizer``:
+:mod:`sparse_mla.diagnose.gguf_config`) and the ``vllm serve`` line diagnosed.
 """
 from __future__ import annotations
 
@@ -248,13 +248,22 @@ def checkpoint_record(req) -> dict[str, Any]:
     """The record's ``checkpoint``: ``format`` (``gguf`` for a GGUF ``--model``, else ``safetensors``) and
     ``quantization`` (the GGUF's file type; else the memory stage's quantization name), and for a GGUF its
     ``file``, ``files``, ``discovery``, ``tensor_types``, ``wall`` (:func:`gguf_wall`), ``config_source`` (the folder
-    vLLM reads config.json from, the flag that named it) and ``tokenizer`` (the folder vLLM loads it from)."""
+    vLLM reads config.json from, the flag that named it), ``tokenizer`` (the folder vLLM loads it from) and ``serve``
+    (the ``vllm serve`` line diagnosed: :func:`sparse_mla.diagnose.serve.serve_command` with the config flags as
+    given)."""
+    from .serve import serve_command
+
     src = req.geometry.source
     info = GGUF_FILES.get(str(src)) if src is not None else None
     if info is None:
         q = req.memory.quantization.name if req.memory is not None else "bf16"
         return {"format": "safetensors", "quantization": q}
+    mem = req.memory
+    asked = {} if mem is None else {"max_model_len": mem.max_model_len, "cpu_offload_gb": mem.cpu_offload_gb,
+                                    "gpu_memory_utilization": mem.gpu_memory_utilization}
+    serve = serve_command(info["model"], req.tp, req.kv_cache_dtype, gguf_flags=info["serve_flags"],
+                          attention_backend=req.backend, **asked)
     return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,
             "files": info["files"], "discovery": info["discovery"], "tensor_types": info["tensor_types"],
             "wall": gguf_wall(info, req.with_plugin), "config_source": info["config_source"],
-            "tokenizer": info["tokenizer"]}
+            "tokenizer": info["tokenizer"], "serve": serve}

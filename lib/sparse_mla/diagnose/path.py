@@ -297,7 +297,8 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         a checkpoint folder lacking one of those layers' indexer tensors is an ``indexer`` blocker,
         :func:`sparse_mla.diagnose.config.indexer_layers_stage`); ``stages`` (one verdict line per stage);
         ``headline``; ``simulated``; ``plugin``; ``checkpoint`` (:func:`sparse_mla.diagnose.gguf.checkpoint_record`:
-        for a GGUF the files, the GGUF wall, where the config and tokenizer are read from).
+        for a GGUF the files, the GGUF wall, where the config and tokenizer are read from and the ``vllm serve``
+        line).
 
     Raises:
         UserInputError: unknown preset / capability / KV-cache dtype / backend, unreadable or non-MLA config, a config
