@@ -100,7 +100,7 @@ def test_the_config_beside_the_gguf_is_what_vllm_gguf_plugin_builds_from(ckpt, t
     assert len(err) == 1 and "has index_topk = 256 and the config.json beside it 512" in err[0], err
     (other / "config.json").unlink()
     info = read_gguf(other / "m.gguf")
-    assert info["config_beside"] is None
+    assert info["config_json"] is None
     wall = gguf_wall(info, with_plugin=True)
     assert wall["with_plugin"] == (wall["blocker"])
     assert ("no config.json beside the GGUF" if PLUGIN else "vllm-gguf-plugin is not installed") in wall["blocker"]

@@ -57,7 +57,7 @@ def test_any_shard_or_dir_quant_reads_the_whole_model(models, ref):
     ck = rec["checkpoint"]
     assert ck["files"] == SHARDS and ck["file"] == SHARDS[0] and ck["tensor_types"] == want["tensor_types"]
     first, cfg = gguf_config(model)                                 # launch's check: the first shard, the config
-    assert first == split / SHARDS[0] and cfg == want["config_beside"]
+    assert first == split / SHARDS[0] and cfg == want["config_json"]
 
 
 def test_the_weights_of_a_split_model_are_those_of_the_unsplit_file(models):

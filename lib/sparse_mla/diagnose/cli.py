@@ -16,6 +16,8 @@ from .request import GPU_PRESETS, QUANTIZATIONS, resolve
 from .path import diagnose
 
 _MEMORY_OPTIONS = ("quantization", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "cpu_offload_gb")
+#: A GGUF model's config and tokenizer folders: one probe only (the tables take the config beside the GGUF).
+_GGUF_OPTIONS = ("hf_config_path", "tokenizer")
 
 
 @contextlib.contextmanager
@@ -49,7 +51,14 @@ def add_cli(subparsers) -> None:
                     "and the KV-cache dtype it allocates, the DSA indexer's kernels, the top-k index conversion; one "
                     "verdict line per stage, every MLA backend's priority and vLLM's reasons, vLLM's own texts.")
     p.add_argument("--model", default=None,
-                   help="preset (glm-5, deepseek-v3.2), config.json or checkpoint directory (default glm-5)")
+                   help="preset (glm-5, deepseek-v3.2), config.json, checkpoint directory or GGUF (FILE.gguf, any "
+                        "shard, DIR:QUANT) (default glm-5)")
+    p.add_argument("--hf-config-path", default=None, metavar="DIR",
+                   help="with a GGUF --model: the folder holding its config.json, as vllm serve takes it (default: "
+                        "the GGUF's folder)")
+    p.add_argument("--tokenizer", default=None, metavar="DIR",
+                   help="with a GGUF --model: its tokenizer's folder, as vllm serve takes it (vllm-gguf-plugin also "
+                        "reads the config from it without --hf-config-path)")
     p.add_argument("--capability", default=None,
                    help="major.minor (default 12.0), a GPU preset (" + ", ".join(GPU_PRESETS) + ") or local")
     p.add_argument("--kv-cache-dtype", default=None,
@@ -119,7 +128,7 @@ def _cli(args) -> int:
                        capability="12.0" if args.capability is None else args.capability,
                        kv_cache_dtype="auto" if args.kv_cache_dtype is None else args.kv_cache_dtype,
                        tp=1 if args.tp is None else args.tp, with_plugin=args.with_plugin, backend=args.backend,
-                       **memory)
+                       hf_config_path=args.hf_config_path, tokenizer=args.tokenizer, **memory)
     print(json.dumps(rec, indent=2) if args.json else format_record(rec))
     return 0
 
@@ -128,7 +137,7 @@ def _matrix(args, quiet) -> int:
     require("sparse-mla diagnose --matrix", "pandas", "matplotlib")
     from .matrix import diagnose_matrix, write_matrix
 
-    given = _given(args, ("capability", "kv_cache_dtype", "backend", *_MEMORY_OPTIONS))
+    given = _given(args, ("capability", "kv_cache_dtype", "backend", *_MEMORY_OPTIONS, *_GGUF_OPTIONS))
     if given:
         raise UserInputError(f"--matrix probes every GPU preset and KV-cache dtype, so {' and '.join(given)} would "
                              f"be ignored; accepted: --matrix without them, or {' and '.join(given)} without "
@@ -160,7 +169,7 @@ def _memory_matrix(args, quiet) -> int:
     require("sparse-mla diagnose --memory-matrix", "pandas")
     from .matrix import MEMORY_MATRIX_STEM, memory_matrix, write_memory_matrix
 
-    given = _given(args, ("capability", "backend", "gpu_memory_gib", "cpu_offload_gb"))
+    given = _given(args, ("capability", "backend", "gpu_memory_gib", "cpu_offload_gb", *_GGUF_OPTIONS))
     if given:
         raise UserInputError(f"--memory-matrix takes its GPUs from the presets {', '.join(MEMORY_MATRIX_GPUS)} with no "
                              f"offload, so {' and '.join(given)} would be ignored; accepted: --memory-matrix without "
@@ -184,7 +193,8 @@ def _what_to_run(args, quiet) -> int:
     require("sparse-mla diagnose --what-to-run", "pandas")
     from . import what_to_run as wtr
 
-    given = _given(args, ("capability", "kv_cache_dtype", "backend", "tp", "with_plugin", *_MEMORY_OPTIONS))
+    given = _given(args, ("capability", "kv_cache_dtype", "backend", "tp", "with_plugin", *_MEMORY_OPTIONS,
+                           *_GGUF_OPTIONS))
     if given:
         raise UserInputError(f"--what-to-run asks every machine, weights format and KV dtype, stock and with the "
                              f"plugin, so {' and '.join(given)} would be ignored; accepted: --what-to-run with only "

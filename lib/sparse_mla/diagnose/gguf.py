@@ -15,8 +15,9 @@ Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), as
 * with ours (``--with-plugin``): :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter` maps every tensor.
 
 The record's ``checkpoint`` is ``{"format": "safetensors" | "gguf", "quantization": ...}`` plus, for a GGUF, its
-first file, every file (a split model's shards, :mod:`sparse_mla.diagnose.gguf_files`), file type, tensor types and
-the wall.
+first file, every file (a split model's shards, :mod:`sparse_mla.diagnose.gguf_files`), file type, tensor types,
+the wall, where vLLM reads the config and tokenizer from (beside the file, or ``--hf-config-path`` / ``--tokenizer``:
+:mod:`sparse_mla.diagnose.gguf_config`) and the ``vllm serve`` line diagnosed.
 """
 from __future__ import annotations
 
@@ -62,34 +63,11 @@ def file_type(reader) -> str:
         return "unknown"
 
 
-#: Config keys a GGUF's metadata and the ``config.json`` beside it must agree on (else the file is another model's).
-AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
-         "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
-         "index_head_dim")
-
-#: Why vllm-gguf-plugin cannot build a GGUF's config without a ``config.json`` beside it.
-NO_CONFIG_BESIDE = ("no config.json beside the GGUF: vllm-gguf-plugin reads the model's config from the file's folder "
-                    "(GGUFConfigParser: HFConfigParser on the folder, then the GGUF's metadata on top); accepted: a "
-                    ".gguf file in a folder with the model's config.json and tokenizer (sparse-mla make-checkpoint "
-                    "OUT --gguf Q8_0)")
-
-
-def config_beside(path: Path, metadata_config: dict) -> dict | None:
-    """The ``config.json`` in the GGUF's folder -- the config vllm-gguf-plugin builds the model from -- or None where
-    there is none. Raises :class:`UserInputError` where it contradicts the GGUF's metadata on a key of
-    :data:`AGREE`, naming the key and both values."""
-    from ..files import read_json
-
-    f = path.parent / "config.json"
-    if not f.is_file():
-        return None
-    cfg = read_json(f, accepted="a Hugging Face config.json")
-    for k in AGREE:
-        if not isinstance(cfg, dict) or cfg.get(k) != metadata_config.get(k):
-            raise UserInputError(f"GGUF model {str(path)!r} has {k} = {metadata_config.get(k)!r} and the config.json "
-                                 f"beside it {cfg.get(k) if isinstance(cfg, dict) else cfg!r}: another model's file; "
-                                 f"accepted: the GGUF of the checkpoint in its folder")
-    return cfg
+#: Why vllm-gguf-plugin cannot build a GGUF's config without a ``config.json`` beside it or named by a flag.
+NO_CONFIG_BESIDE = ("no config.json beside the GGUF and no --hf-config-path: vllm-gguf-plugin reads the model's config "
+                    "from the GGUF's folder where neither --hf-config-path nor --tokenizer names another; accepted: a "
+                    ".gguf file in a folder with the model's config.json and tokenizer (sparse-mla make-checkpoint OUT "
+                    "--gguf Q8_0), or --hf-config-path DIR (and --tokenizer DIR) for the folder that has them")
 
 
 def _reader(path: Path, model):
@@ -118,14 +96,34 @@ def _check_split(readers: list, files: list[Path]) -> None:
                                  f"of one model, as llama.cpp's gguf-split or gguf-py's split writer wrote them")
 
 
-def read_gguf(path: str | os.PathLike) -> dict[str, Any]:
+def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
+    """``{"config_json": the config.json vLLM builds the model from (None: none beside the GGUF), "config_source":
+    {"folder", "flag", "decided_by"}, "tokenizer": the folder vLLM loads the tokenizer from, "serve_flags": the
+    vllm serve arguments for them}`` of a GGUF whose first file is ``first_file``
+    (:mod:`sparse_mla.diagnose.gguf_config`); ``hf_config_path`` / ``tokenizer`` as given (folders). Raises
+    :class:`UserInputError` for a flag's value that is no folder here or holds no config.json it must, and a
+    config.json that describes another model than the metadata."""
+    from .gguf_config import HF_CONFIG_PATH, TOKENIZER, check_folder, config_json, config_source, serve_flags
+
+    given = {HF_CONFIG_PATH: hf_config_path, TOKENIZER: tokenizer}
+    hf_dir, tok_dir = (None if v is None else check_folder(v, flag) for flag, v in given.items())
+    folder, flag, how = config_source(first_file, hf_dir, tok_dir)
+    return {"config_json": config_json(first_file, folder, flag, given.get(flag), metadata_config),
+            "config_source": {"folder": str(folder), "flag": flag, "decided_by": how},
+            "tokenizer": str(tok_dir if tok_dir is not None else folder),
+            "serve_flags": serve_flags(first_file.parent, hf_config_path, tokenizer)}
+
+
+def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
     """``{"path": the first file, "files": every file's name, "discovery", "file_type", "tensor_types": {type:
-    count}, "tensors": [names], "config": HF config dict from the metadata, "config_beside": the config.json in its
-    folder or None}`` of a ``glm-dsa`` GGUF ``--model`` (a file, any shard of a split model, or ``DIR:QUANT``),
-    read as vllm-gguf-plugin reads it (:mod:`sparse_mla.diagnose.gguf_files`): the metadata from the first shard,
-    the tensors from all. Raises :class:`UserInputError` for a missing shard or file, a file gguf-py cannot read,
-    another architecture, missing metadata, missing indexer tensors (over all shards), or a config.json beside it
-    that describes another model (:func:`config_beside`)."""
+    count}, "tensors": [names], "config": HF config dict from the metadata, "config_json", "config_source",
+    "tokenizer", "serve_flags"}`` (:func:`config_record`: the config.json beside the file, or in the folder
+    ``hf_config_path`` / ``tokenizer`` name, as ``vllm serve --hf-config-path`` / ``--tokenizer`` take them) of a
+    ``glm-dsa`` GGUF ``--model`` (a file, any shard of a split model, or ``DIR:QUANT``), read as vllm-gguf-plugin
+    reads it (:mod:`sparse_mla.diagnose.gguf_files`): the metadata from the first shard, the tensors from all. Raises
+    :class:`UserInputError` for a missing shard or file, a file gguf-py cannot read, another architecture, missing
+    metadata, missing indexer tensors (over all shards), a flag's folder that is missing or has no config.json, or a
+    config.json that describes another model (:func:`config_record`)."""
     from ..extras import require
 
     require("diagnose --model FILE.gguf", "gguf")
@@ -142,21 +140,22 @@ def read_gguf(path: str | os.PathLike) -> dict[str, Any]:
     types: dict[str, int] = {}
     for t in tensors:
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
-    return {"path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
+    return {"model": str(path), "path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
             "file_type": file_type(readers[0]), "tensor_types": dict(sorted(types.items())), "tensors": names,
-            "config": cfg, "config_beside": config_beside(files[0], cfg)}
+            "config": cfg, **config_record(files[0], cfg, hf_config_path, tokenizer)}
 
 
-def load_gguf(model, quantization: str | None = None):
-    """``(geometry, quantization)`` for ``diagnose --model FILE.gguf``: the geometry of the config the GGUF's
-    metadata describes (``source`` the file, ``gguf`` the :func:`read_gguf` record) and, where ``--quantization`` is
-    not given, the memory stage's ``gguf-<type>`` for the file's weight type (where it sizes that type)."""
+def load_gguf(model, quantization: str | None = None, hf_config_path=None, tokenizer=None):
+    """``(geometry, quantization)`` for ``diagnose --model FILE.gguf [--hf-config-path DIR] [--tokenizer DIR]``: the
+    geometry of the config the GGUF's metadata describes (``source`` the file; the :func:`read_gguf` record kept in
+    :data:`GGUF_FILES`) and, where ``--quantization`` is not given, the memory stage's ``gguf-<type>`` for the file's
+    weight type (where it sizes that type)."""
     from dataclasses import replace
 
     from ..models import geometry_from_config
     from .request import QUANTIZATIONS
 
-    info = read_gguf(model)
+    info = read_gguf(model, hf_config_path, tokenizer)
     geometry = replace(geometry_from_config(info["config"], str(model)), source=info["path"])
     GGUF_FILES[info["path"]] = info
     base = info["file_type"].split("_")
@@ -209,7 +208,7 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
                 "'sparse-mla-workbook[gguf]'")
     from ..vllm_plugin.gguf_adapter import adapter_class
 
-    if info.get("config_beside") is None:
+    if info.get("config_json") is None:
         return NO_CONFIG_BESIDE
     hf = _hf_config(info["config"])
     mine = adapter_class()
@@ -248,12 +247,23 @@ def gguf_wall(info: dict, with_plugin: bool) -> dict[str, Any]:
 def checkpoint_record(req) -> dict[str, Any]:
     """The record's ``checkpoint``: ``format`` (``gguf`` for a GGUF ``--model``, else ``safetensors``) and
     ``quantization`` (the GGUF's file type; else the memory stage's quantization name), and for a GGUF its
-    ``file``, ``tensor_types`` and ``wall`` (:func:`gguf_wall`)."""
+    ``file``, ``files``, ``discovery``, ``tensor_types``, ``wall`` (:func:`gguf_wall`), ``config_source`` (the folder
+    vLLM reads config.json from, the flag that named it), ``tokenizer`` (the folder vLLM loads it from) and ``serve``
+    (the ``vllm serve`` line diagnosed: :func:`sparse_mla.diagnose.serve.serve_command` with the config flags as
+    given)."""
+    from .serve import serve_command
+
     src = req.geometry.source
     info = GGUF_FILES.get(str(src)) if src is not None else None
     if info is None:
         q = req.memory.quantization.name if req.memory is not None else "bf16"
         return {"format": "safetensors", "quantization": q}
+    mem = req.memory
+    asked = {} if mem is None else {"max_model_len": mem.max_model_len, "cpu_offload_gb": mem.cpu_offload_gb,
+                                    "gpu_memory_utilization": mem.gpu_memory_utilization}
+    serve = serve_command(info["model"], req.tp, req.kv_cache_dtype, gguf_flags=info["serve_flags"],
+                          attention_backend=req.backend, **asked)
     return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,
             "files": info["files"], "discovery": info["discovery"], "tensor_types": info["tensor_types"],
-            "wall": gguf_wall(info, req.with_plugin)}
+            "wall": gguf_wall(info, req.with_plugin), "config_source": info["config_source"],
+            "tokenizer": info["tokenizer"], "serve": serve}

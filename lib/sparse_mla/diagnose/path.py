@@ -254,7 +254,9 @@ def headline(rec: dict[str, Any]) -> str:
 def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_cache_dtype: str = "auto",
              tp: int = 1, with_plugin: bool = False, backend: str | None = None, *, quantization: str | None = None,
              gpu_memory_gib: float | None = None, gpu_memory_utilization: float | None = None,
-             max_model_len: int | None = None, cpu_offload_gb: float | None = None) -> dict[str, Any]:
+             max_model_len: int | None = None, cpu_offload_gb: float | None = None,
+             hf_config_path: str | os.PathLike | None = None,
+             tokenizer: str | os.PathLike | None = None) -> dict[str, Any]:
     """What vLLM 0.26.0 would do with ``model`` on a GPU, from ``config.json`` to a running engine, in vLLM's words.
 
     Args:
@@ -274,6 +276,11 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         gpu_memory_utilization: vLLM's ``--gpu-memory-utilization`` (default: vLLM's ``CacheConfig`` default).
         max_model_len: ``--max-model-len`` (default: vLLM's, from the config; vLLM refuses more than the config allows).
         cpu_offload_gb: vLLM's ``--cpu-offload-gb`` (GiB of weights per GPU kept in host memory).
+        hf_config_path: for a GGUF ``model``, ``vllm serve --hf-config-path``: the folder holding the model's
+            ``config.json`` (default: the GGUF's folder); checked against the GGUF's metadata as the config beside it
+            is (:mod:`sparse_mla.diagnose.gguf_config`).
+        tokenizer: for a GGUF ``model``, ``vllm serve --tokenizer``: the tokenizer's folder (vllm-gguf-plugin also
+            reads the config from it where ``hf_config_path`` is not given).
 
     Returns:
         A JSON-serialisable record: ``model, capability, gpu, kv_cache_dtype, tp, forced_backend, vllm_version``;
@@ -289,15 +296,19 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         built on the meta device: GLM-5.2's shared top-k layers build none; ``[]`` dense, None when vLLM refused;
         a checkpoint folder lacking one of those layers' indexer tensors is an ``indexer`` blocker,
         :func:`sparse_mla.diagnose.config.indexer_layers_stage`); ``stages`` (one verdict line per stage);
-        ``headline``; ``simulated``; ``plugin``.
+        ``headline``; ``simulated``; ``plugin``; ``checkpoint`` (:func:`sparse_mla.diagnose.gguf.checkpoint_record`:
+        for a GGUF the files, the GGUF wall, where the config and tokenizer are read from and the ``vllm serve``
+        line).
 
     Raises:
         UserInputError: unknown preset / capability / KV-cache dtype / backend, unreadable or non-MLA config, a config
             vLLM cannot load, ``tp`` not dividing the heads, ``local`` without a GPU, ``with_plugin`` without the
             step 4 plugin, an unknown quantization, a GPU memory, utilization, ``max_model_len`` or offload that is
-            not a number in range.
+            not a number in range; ``hf_config_path`` / ``tokenizer`` that is no folder here, lacks the config.json
+            it must hold or holds another model's, or is given with a model that is no GGUF.
     """
-    req = resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend, quantization=quantization,
+    req = resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend, hf_config_path=hf_config_path,
+                  tokenizer=tokenizer, quantization=quantization,
                   gpu_memory_gib=gpu_memory_gib, gpu_memory_utilization=gpu_memory_utilization,
                   max_model_len=max_model_len, cpu_offload_gb=cpu_offload_gb)
     with pr.quiet_logs():

@@ -73,8 +73,8 @@ def memory_line(mem: Mapping[str, Any]) -> str:
 
 def format_record(rec: Mapping[str, Any]) -> str:
     """A :func:`diagnose` record as text: the request, one verdict line per stage of vLLM's path (config, attention,
-    KV cache, indexer, kernel, engine), the table of MLA backends with vLLM's reasons, vLLM's own selection text, and
-    what was simulated."""
+    KV cache, indexer, kernel, engine), for a GGUF its config source and ``vllm serve`` line (:func:`gguf_lines`),
+    the table of MLA backends with vLLM's reasons, vLLM's own selection text, and what was simulated."""
     forced = f", --attention-backend {rec['forced_backend']}" if rec.get("forced_backend") else ""
     lines = [f"model {rec['model']} ({rec['mla'] or '?'} MLA, {rec['dtype']}, {rec['heads_per_rank']} heads/rank at "
              f"tp={rec['tp']}), capability {rec['capability']}" + (f" [{rec['gpu']}]" if rec.get("gpu") else "")
@@ -85,6 +85,7 @@ def format_record(rec: Mapping[str, Any]) -> str:
     w = max(len(k) for k in rec["stages"])
     for stage, line in rec["stages"].items():
         lines.append(f"{stage:<{w}}  {line}")
+    lines += gguf_lines(rec.get("checkpoint") or {})
     if rec["backends"]:
         rows = sorted(rec["backends"].items(),
                       key=lambda kv: (kv[1]["priority"] is None, kv[1]["priority"] if kv[1]["priority"] is not None
@@ -100,6 +101,16 @@ def format_record(rec: Mapping[str, Any]) -> str:
         lines.append(f"Plugin: {p.get('called')} " + (f"overrides {p.get('overrides') or '{}'}" if p.get("registered", True)
                                                       else "registered nothing"))
     return "\n".join(lines)
+
+
+def gguf_lines(checkpoint: Mapping[str, Any]) -> list[str]:
+    """For a GGUF record's ``checkpoint``: where vLLM reads the config and tokenizer from, and the ``vllm serve``
+    line diagnosed (a blank line first); ``[]`` for another checkpoint."""
+    if checkpoint.get("format") != "gguf":
+        return []
+    src = checkpoint["config_source"]
+    return ["", f"GGUF {checkpoint['file']} ({len(checkpoint['files'])} file(s)): config.json from {src['folder']} "
+                f"({src['flag']}), tokenizer from {checkpoint['tokenizer']}", f"vllm serve line: {checkpoint['serve']}"]
 
 
 def format_stages(rec: Mapping[str, Any], width: int | None = None) -> str:

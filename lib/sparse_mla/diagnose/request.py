@@ -260,8 +260,10 @@ def check_memory_settings(geometry, quantization=None, gpu_memory_gib=None, gpu_
     return MemorySettings(checkpoint_quantization(geometry, quantization), gib, util, length, offload)
 
 
-def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, **memory) -> Request:
-    """The checked :class:`Request`; ``memory``: the keyword arguments of :func:`check_memory_settings`
+def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, *, hf_config_path=None,
+            tokenizer=None, **memory) -> Request:
+    """The checked :class:`Request`; ``hf_config_path`` / ``tokenizer``: a GGUF model's config and tokenizer folders
+    (:func:`check_gguf_flags`); ``memory``: the keyword arguments of :func:`check_memory_settings`
     (``quantization``, ``gpu_memory_gib``, ``gpu_memory_utilization``, ``max_model_len``, ``cpu_offload_gb``)."""
     from ..models import load_model
 
@@ -270,9 +272,10 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, **
     from .gguf import is_gguf_file, load_gguf
 
     if is_gguf_file(model):     # the config its metadata describes; its weight type sizes the memory stage
-        geometry, memory["quantization"] = load_gguf(model, memory.get("quantization"))
+        geometry, memory["quantization"] = load_gguf(model, memory.get("quantization"), hf_config_path, tokenizer)
     else:
         geometry = load_model(model)
+        check_gguf_flags(model, hf_config_path, tokenizer)
     if isinstance(tp, bool) or not isinstance(tp, int):
         try:
             tp = cli_int(str(tp))
@@ -288,6 +291,20 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, **
     return Request(geometry=geometry, capability=cap, gpu=gpu, kv_cache_dtype=kv, tp=tp, heads_per_rank=heads,
                     dtype=_model_dtype(geometry), with_plugin=bool(with_plugin),
                     backend=check_backend(backend, with_plugin), memory=settings)
+
+
+def check_gguf_flags(model, hf_config_path=None, tokenizer=None) -> None:
+    """``--hf-config-path`` and ``--tokenizer`` are taken with a GGUF ``--model`` only: a preset, ``config.json`` or
+    checkpoint directory is itself the config the diagnosis reads (pass the folder holding the config as ``--model``),
+    and the diagnosis loads no tokenizer (vLLM's ``skip_tokenizer_init``), so either would be ignored. Raises
+    :class:`UserInputError` naming the flag given with a model that is no GGUF."""
+    given = [f"{flag} {v!r}" for flag, v in (("--hf-config-path", hf_config_path), ("--tokenizer", tokenizer))
+             if v is not None]
+    if given:
+        raise UserInputError(f"{' and '.join(given)} would be ignored: --model {str(model)!r} is no GGUF (a preset, "
+                             f"config.json or checkpoint directory is its own config, and the diagnosis loads no "
+                             f"tokenizer); accepted: {' and '.join(g.split()[0] for g in given)} with a GGUF --model "
+                             f"(FILE.gguf, any shard, DIR:QUANT), or the folder holding the config.json as --model")
 
 
 def check_backend(backend, with_plugin: bool) -> str | None:

@@ -68,14 +68,15 @@ def serve_line(rec: dict[str, Any], weights: str, kv_cache_dtype: str, tp: int, 
     plugin installed (``pip install``, its ``vllm.general_plugins`` entry point) no flag is needed: vLLM's own
     selection picks ``TRITON_MLA_SPARSE`` where it has nothing; ``forced`` adds ``--attention-backend CUSTOM`` (the
     plugin's slot), which takes ours where vLLM has a backend of its own."""
+    from .gguf_config import serve_flags
+    from .serve import serve_command
+
     if rec.get("engine_starts") is False or not (rec.get("memory") or {}).get("fits"):
         return "-"
     model = CHECKPOINTS.get(weights, f"/models/GLM-5-{weights}")
-    parts = ["vllm serve", model, f"--tensor-parallel-size {tp}", f"--kv-cache-dtype {kv_cache_dtype}",
-             f"--max-model-len {rec['memory']['max_model_len']}"] + (["--attention-backend CUSTOM"] if forced else [])
-    if weights.startswith("gguf"):
-        parts.insert(2, f"--tokenizer {Path(model).parent}")
-    return " ".join(parts)
+    return serve_command(model, tp, kv_cache_dtype, max_model_len=rec["memory"]["max_model_len"],
+                         gguf_flags=serve_flags(Path(model).parent) if weights.startswith("gguf") else (),
+                         attention_backend="CUSTOM" if forced else None)
 
 
 def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugin: bool) -> str:

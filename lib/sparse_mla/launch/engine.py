@@ -350,7 +350,9 @@ def serve_command(model: str | os.PathLike, spec: RunSpec, port: int, *, kv_cach
     backend through ``--attention-backend`` (``CUSTOM`` for ours), ``--speculative-config`` as JSON (an MTP drafter on
     the run's backend: :func:`~sparse_mla.launch.specs.with_drafter_backend`), and the worker extension that answers
     the ``ran`` block (:data:`sparse_mla.vllm_plugin.ran.SERVE_OPTIONS`)."""
-    cmd = ["vllm", "serve", str(model), *(["--tokenizer", str(Path(model).parent)] if is_gguf_model(model) else []),
+    from ..diagnose.gguf_config import serve_flags
+
+    cmd = ["vllm", "serve", str(model), *(serve_flags(Path(model).parent) if is_gguf_model(model) else []),
            "--host", HOST, "--port", str(port), "--served-model-name", SERVED_NAME,
            "--max-model-len", str(max_model_len), "--gpu-memory-utilization", str(gpu_memory_utilization),
            "--seed", "0", "--kv-cache-dtype", kv_cache_dtype, "--tensor-parallel-size", str(tp)]

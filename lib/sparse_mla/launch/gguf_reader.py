@@ -20,18 +20,18 @@ def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
     """``(the GGUF's first file, config dict)``: the ``config.json`` in the GGUF's folder, after checking that
     ``path`` (a file, any shard of a split model, or vllm-gguf-plugin's ``DIR:QUANT``;
     :mod:`sparse_mla.diagnose.gguf_files`) is a ``glm-dsa`` GGUF with every shard present, the DSA indexer tensors,
-    and metadata that describes that config (:data:`sparse_mla.diagnose.gguf.AGREE`).
+    and metadata that describes that config (:data:`sparse_mla.diagnose.gguf_config.AGREE`).
 
     Raises :class:`UserInputError` for a missing file, shard or ``config.json``, a file gguf-py cannot read, another
     architecture, missing indexer tensors, or a config the GGUF contradicts (naming the key and both values)."""
     from ..diagnose.gguf import read_gguf
 
     info = read_gguf(path)     # files, architecture, metadata, indexer tensors, another model's config: refused there
-    if info["config_beside"] is None:
+    if info["config_json"] is None:
         raise UserInputError(f"GGUF model {str(path)!r} has no config.json beside it: vllm-gguf-plugin reads the "
                              f"model's config from the GGUF's folder; accepted: a .gguf file in a folder with the "
                              f"model's config.json and tokenizer (sparse-mla make-checkpoint OUT --gguf Q8_0)")
-    return Path(info["path"]), info["config_beside"]
+    return Path(info["path"]), info["config_json"]
 
 
 def from_converter_tensors(cfg: dict, items) -> dict:

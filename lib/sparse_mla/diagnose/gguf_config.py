@@ -1,0 +1,112 @@
+"""Where vLLM reads a GGUF model's config and tokenizer: beside the file, or ``--hf-config-path`` / ``--tokenizer``.
+
+A GGUF carries the weights; vLLM 0.26 takes the model's ``config.json`` and tokenizer from a Hugging Face folder. Which
+folder is decided by vllm-gguf-plugin 0.0.5's patch of ``EngineArgs.create_model_config`` (``plugin.
+_get_gguf_config_source``): ``--hf-config-path`` where given, else ``--tokenizer`` (a folder, not a GGUF), else the
+GGUF's own folder. vLLM's ``ModelConfig`` then reads ``config.json`` from that folder (``get_config(hf_config_path or
+model)``; a folder -- a path to the ``config.json`` file itself is refused, ``OSError: Repo id must be in the form
+...``) and, where no ``--tokenizer`` is given, the tokenizer from it too (``tokenizer = model``). Checked with the
+plugin's 0.0.5 code: ``EngineArgs(model=FILE.gguf, hf_config_path=DIR).create_model_config()`` reads ``DIR``'s
+config and tokenizer, ``EngineArgs(model=FILE.gguf, tokenizer=DIR)`` too.
+
+:func:`config_source` asks the plugin's function where it is importable and a flag is given (without a flag the
+answer for a local file is its folder; the plugin, which imports vLLM, is not imported for that), else applies the same
+rule here; :func:`config_json` reads that folder's ``config.json`` and refuses one that describes another model than
+the GGUF's metadata (:data:`AGREE`); :func:`serve_flags` gives a ``vllm serve`` line the same folders.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserInputError, expand_path
+from . import gguf_files
+from .gguf_files import PLUGIN
+
+HF_CONFIG_PATH = "--hf-config-path"
+TOKENIZER = "--tokenizer"
+#: Where the config comes from when neither flag is given.
+BESIDE = "beside the GGUF"
+#: Who decided the config's folder (besides :data:`~sparse_mla.diagnose.gguf_files.PLUGIN`, the plugin's own code).
+RULE_HERE = "vllm-gguf-plugin's rule, applied here (the plugin is not importable)"
+NO_FLAG = "no flag: the GGUF's folder (vllm-gguf-plugin's rule for a local file)"
+
+#: Config keys a GGUF's metadata and the ``config.json`` vLLM reads must agree on (else the file is another model's).
+AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
+         "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
+         "index_head_dim")
+
+_WHAT = {HF_CONFIG_PATH: "the folder holding the model's config.json", TOKENIZER: "the folder holding the model's "
+         "tokenizer files"}
+
+
+def check_folder(value, flag: str) -> Path:
+    """``value`` of ``--hf-config-path`` or ``--tokenizer`` (``flag``) as an existing local folder. Raises
+    :class:`UserInputError` naming the value for a path that does not exist here (a hub repository id too: the
+    diagnosis downloads nothing) and for a file (vLLM reads ``config.json`` and the tokenizer from a folder)."""
+    if value is None or str(value).strip() == "":
+        raise UserInputError(f"{flag} {value!r} is empty; accepted: {_WHAT[flag]}, or no {flag}")
+    p = expand_path(str(value), flag)
+    if p.is_file():
+        raise UserInputError(f"{flag} {str(value)!r} is a file; accepted: {_WHAT[flag]} (vLLM reads it from a "
+                             f"folder, not from a file path)")
+    if not p.is_dir():
+        raise UserInputError(f"{flag} {str(value)!r} is not a folder here; accepted: {_WHAT[flag]}, on this machine "
+                             f"(the diagnosis downloads nothing: fetch a hub repository's config.json and tokenizer "
+                             f"files into a folder first)")
+    return p
+
+
+def config_source(first_file: Path, hf_config_path: Path | None = None,
+                  tokenizer: Path | None = None) -> tuple[Path, str, str]:
+    """``(folder, flag, decided by)``: the folder vLLM reads a GGUF model's ``config.json`` from, the flag that named
+    it (:data:`HF_CONFIG_PATH`, :data:`TOKENIZER` or :data:`BESIDE`), and whose code decided
+    (:data:`~sparse_mla.diagnose.gguf_files.PLUGIN`; :data:`RULE_HERE` where vllm-gguf-plugin is not importable;
+    :data:`NO_FLAG` where no flag is given). ``first_file``: the model's first GGUF file;
+    ``hf_config_path`` / ``tokenizer``: folders checked by :func:`check_folder`."""
+    if hf_config_path is None and tokenizer is None:
+        return first_file.parent, BESIDE, NO_FLAG
+    decide = gguf_files._plugin("plugin", "_get_gguf_config_source")
+    if decide is not None:
+        folder, how = Path(decide(str(first_file), None if tokenizer is None else str(tokenizer),
+                                  None if hf_config_path is None else str(hf_config_path))), PLUGIN
+    else:
+        folder, how = hf_config_path if hf_config_path is not None else tokenizer, RULE_HERE
+    flag = HF_CONFIG_PATH if folder == hf_config_path else TOKENIZER if folder == tokenizer else BESIDE
+    return folder, flag, how
+
+
+def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dict) -> dict | None:
+    """The ``config.json`` in ``folder`` (from :func:`config_source`; ``given``: the flag's value as given) -- the
+    config vLLM builds the GGUF model ``path`` from -- or None where there is none beside the GGUF. Raises
+    :class:`UserInputError` where a folder named by a flag has no ``config.json``, and where the config contradicts
+    the GGUF's metadata on a key of :data:`AGREE`, naming the key and both values."""
+    from ..files import read_json
+
+    f = folder / "config.json"
+    where = "the config.json beside it" if flag == BESIDE else f"the config.json of {flag} {str(given)!r}"
+    if not f.is_file():
+        if flag == BESIDE:
+            return None
+        why = ("" if flag == HF_CONFIG_PATH else ": vllm-gguf-plugin reads the model's config from the --tokenizer "
+               "folder where no --hf-config-path is given")
+        raise UserInputError(f"{flag} {str(given)!r} has no config.json{why}; accepted: "
+                             + ("the folder holding the model's config.json" if flag == HF_CONFIG_PATH else
+                                "--hf-config-path DIR for the folder with the model's config.json, or a --tokenizer "
+                                "folder that holds it"))
+    cfg = read_json(f, accepted="a Hugging Face config.json")
+    for k in AGREE:
+        if not isinstance(cfg, dict) or cfg.get(k) != metadata_config.get(k):
+            raise UserInputError(f"GGUF model {str(path)!r} has {k} = {metadata_config.get(k)!r} and {where} "
+                                 f"{cfg.get(k) if isinstance(cfg, dict) else cfg!r}: another model's file; "
+                                 f"accepted: the config.json of the model the GGUF was made from")
+    return cfg
+
+
+def serve_flags(folder: str | Path, hf_config_path=None, tokenizer=None) -> list[str]:
+    """The ``vllm serve`` arguments that give vLLM a GGUF model's config and tokenizer: ``--hf-config-path`` and
+    ``--tokenizer`` exactly as given where either is, else ``--tokenizer FOLDER``, the GGUF's own folder ``folder``
+    (vllm-gguf-plugin then reads the config from it too). Arguments, not shell text (``shlex.join`` makes a line)."""
+    if hf_config_path is None and tokenizer is None:
+        return [TOKENIZER, str(folder)]
+    return [a for flag, v in ((HF_CONFIG_PATH, hf_config_path), (TOKENIZER, tokenizer)) if v is not None
+            for a in (flag, str(v))]

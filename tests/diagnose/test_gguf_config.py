@@ -1,0 +1,198 @@
+"""A GGUF's config and tokenizer from where vLLM users put them (issue 39 item 3): beside the file, or named by
+``--hf-config-path`` / ``--tokenizer`` as ``vllm serve`` takes them. A config elsewhere is diagnosed as the same
+config beside the file is (the same verdicts, the same wall), checked against the GGUF's metadata the same way, and
+the ``vllm serve`` line carries the flags as given; a flag's bad value is one line naming it (exit 2)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf and test extras bring it)")
+
+from sparse_mla import cli  # noqa: E402
+from sparse_mla.diagnose import diagnose, gguf_config, gguf_files  # noqa: E402
+from sparse_mla.diagnose.gguf import NO_CONFIG_BESIDE, gguf_wall, read_gguf  # noqa: E402
+from sparse_mla.errors import UserInputError  # noqa: E402
+from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
+
+try:
+    import vllm_gguf_plugin  # noqa: F401
+    PLUGIN = True
+except ImportError:
+    PLUGIN = False
+
+SHARDS = [f"model-Q8_0-{i:05d}-of-00004.gguf" for i in range(1, 5)]
+#: What a record of the same GGUF and the same config says wherever the config is (the paths aside).
+SAME = ("mla", "dtype", "heads_per_rank", "selected", "valid", "backends", "verdict", "configured_kv_cache_dtype",
+        "effective_kv_cache_dtype", "indexer", "blockers", "engine_starts", "stages", "memory", "indexer_layers",
+        "config", "headline")
+
+
+def _alone(src: Path, names, folder: Path) -> Path:
+    """``folder`` holding only the GGUF files ``names`` of the checkpoint ``src`` (hard links where possible)."""
+    folder.mkdir()
+    for n in names:
+        try:
+            os.link(src / n, folder / n)
+        except OSError:
+            shutil.copyfile(src / n, folder / n)
+    return folder
+
+
+def _config_dir(src: Path, folder: Path) -> Path:
+    """``folder`` holding the checkpoint's config.json and tokenizer files, without weights."""
+    folder.mkdir()
+    for f in src.iterdir():
+        if f.suffix not in (".gguf", ".safetensors"):
+            shutil.copyfile(f, folder / f.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """(checkpoint with its GGUF beside the config, the GGUF alone in a folder, the config and tokenizer elsewhere)."""
+    root = tmp_path_factory.mktemp("cfg")
+    ck = make_checkpoint(root / "ck", index_topk=256, seed=7, gguf=("Q8_0",))
+    return ck, _alone(ck, ["model-Q8_0.gguf"], root / "alone"), _config_dir(ck, root / "config")
+
+
+@pytest.fixture(scope="module")
+def beside(setup):
+    """The record of the unchanged path: the config beside the GGUF."""
+    return diagnose(str(setup[0] / "model-Q8_0.gguf"), "9.0", "auto", with_plugin=True)
+
+
+@pytest.mark.parametrize("flag", ["--hf-config-path", "--tokenizer"])
+def test_a_config_elsewhere_is_diagnosed_as_the_config_beside_the_gguf(setup, beside, capsys, flag):
+    ck, alone, config = setup
+    model = str(alone / "model-Q8_0.gguf")
+    assert cli.main(["diagnose", "--model", model, flag, str(config), "--capability", "9.0", "--with-plugin",
+                     "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert {k: rec[k] for k in SAME} == {k: beside[k] for k in SAME}
+    got, want = rec["checkpoint"], beside["checkpoint"]
+    paths = ("config_source", "tokenizer", "serve")
+    assert {k: v for k, v in got.items() if k not in paths} == {k: v for k, v in want.items() if k not in paths}
+    assert want["config_source"] == {"folder": str(ck), "flag": gguf_config.BESIDE, "decided_by": gguf_config.NO_FLAG}
+    assert got["config_source"]["folder"] == str(config) and got["config_source"]["flag"] == flag
+    assert got["config_source"]["decided_by"] == (gguf_files.PLUGIN if PLUGIN else gguf_config.RULE_HERE)
+    assert got["tokenizer"] == str(config) and want["tokenizer"] == str(ck)
+    # the serve line: the one of the config beside the file, with the flag as given in place of its folder
+    assert got["serve"] == want["serve"].replace(f"{ck / 'model-Q8_0.gguf'} --tokenizer {ck}",
+                                                 f"{model} {flag} {config}")
+
+
+def test_the_text_report_prints_the_config_source_and_the_serve_line(setup, capsys):
+    _, alone, config = setup
+    model = str(alone / "model-Q8_0.gguf")
+    assert cli.main(["diagnose", "--model", model, "--hf-config-path", str(config), "--tokenizer", str(config),
+                     "--capability", "9.0", "--tp", "2", "--kv-cache-dtype", "fp8", "--max-model-len", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert f"config.json from {config} (--hf-config-path), tokenizer from {config}" in out
+    assert (f"vllm serve line: vllm serve {model} --hf-config-path {config} --tokenizer {config} "
+            f"--tensor-parallel-size 2 --kv-cache-dtype fp8 --max-model-len 4096\n") in out
+
+
+def test_a_config_elsewhere_that_contradicts_the_gguf_is_refused_naming_the_key(setup, tmp_path, capsys):
+    """As the same config beside the GGUF is refused: the key, the GGUF's value and the config's."""
+    ck, alone, _ = setup
+    cfg = json.loads((ck / "config.json").read_text())
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({**cfg, "index_topk": 512}))
+    assert cli.main(["diagnose", "--model", str(alone / "model-Q8_0.gguf"), "--hf-config-path", str(other),
+                     "--capability", "9.0"]) == 2
+    elsewhere = capsys.readouterr().err.strip().splitlines()
+    shutil.copyfile(alone / "model-Q8_0.gguf", other / "model-Q8_0.gguf")
+    assert cli.main(["diagnose", "--model", str(other / "model-Q8_0.gguf"), "--capability", "9.0"]) == 2
+    here = capsys.readouterr().err.strip().splitlines()
+    assert len(elsewhere) == len(here) == 1, (elsewhere, here)
+    assert (f"has index_topk = 256 and the config.json of --hf-config-path '{other}' 512: another model's"
+            in elsewhere[0])
+    assert "has index_topk = 256 and the config.json beside it 512: another model's" in here[0]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--hf-config-path", "{root}/nowhere"], "--hf-config-path '{root}/nowhere' is not a folder here; accepted: the "
+                                             "folder holding the model's config.json"),
+    (["--hf-config-path", "{config}/config.json"], "--hf-config-path '{config}/config.json' is a file; accepted: the "
+                                                   "folder holding the model's config.json"),
+    (["--hf-config-path", "{root}/alone"], "--hf-config-path '{root}/alone' has no config.json; accepted: the "
+                                           "folder holding the model's config.json"),
+    (["--tokenizer", "{root}/alone"], "--tokenizer '{root}/alone' has no config.json: vllm-gguf-plugin reads the "
+                                      "model's config from the --tokenizer folder"),
+    (["--tokenizer", "{root}/nowhere"], "--tokenizer '{root}/nowhere' is not a folder here; accepted: the folder "
+                                        "holding the model's tokenizer files"),
+    (["--hf-config-path", ""], "--hf-config-path '' is empty; accepted:"),
+])
+def test_bad_flag_values_are_one_line_naming_them(setup, capsys, args, says):
+    _, alone, config = setup
+    root = alone.parent
+    args = [a.format(root=root, config=config) for a in args]
+    assert cli.main(["diagnose", "--model", str(alone / "model-Q8_0.gguf"), *args, "--capability", "9.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says.format(root=root, config=config) in err[0], err
+
+
+@pytest.mark.parametrize("model", ["glm-5", "{ck}", "{ck}/config.json"])
+def test_the_flags_with_a_model_that_is_no_gguf_are_refused(setup, capsys, model):
+    """A preset, a config.json or a checkpoint folder is its own config and the diagnosis loads no tokenizer."""
+    ck, _, config = setup
+    model = model.format(ck=ck)
+    assert cli.main(["diagnose", "--model", model, "--hf-config-path", str(config), "--capability", "9.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--hf-config-path '{config}' would be ignored: --model '{model}' is no GGUF" in err[0]
+    for table in ("--matrix", "--memory-matrix", "--what-to-run"):
+        assert cli.main(["diagnose", table, "--tokenizer", str(config)]) == 2
+        assert "--tokenizer" in capsys.readouterr().err
+
+
+def test_a_gguf_alone_without_flags_has_no_config_and_the_wall_names_the_flag(setup):
+    _, alone, _ = setup
+    info = read_gguf(alone / "model-Q8_0.gguf")
+    assert info["config_json"] is None and info["config_source"]["flag"] == gguf_config.BESIDE
+    assert info["serve_flags"] == ["--tokenizer", str(alone)]
+    wall = gguf_wall(info, with_plugin=True)
+    assert "--hf-config-path DIR" in NO_CONFIG_BESIDE
+    assert (wall["blocker"] == NO_CONFIG_BESIDE) if PLUGIN else ("vllm-gguf-plugin is not installed" in wall["blocker"])
+
+
+def test_the_plugins_own_rule_decides_where_it_is_importable(setup, monkeypatch):
+    """With vllm-gguf-plugin importable its ``_get_gguf_config_source`` answers (a stand-in recording its calls)."""
+    ck, alone, config = setup
+    calls = []
+
+    def decide(model, tokenizer, hf_config_path):
+        calls.append((model, tokenizer, hf_config_path))
+        return hf_config_path or tokenizer
+
+    monkeypatch.setattr(gguf_files, "_plugin", lambda module, name: decide if (module, name) == (
+        "plugin", "_get_gguf_config_source") else None)
+    first = alone / "model-Q8_0.gguf"
+    assert gguf_config.config_source(first, None, config) == (config, "--tokenizer", gguf_files.PLUGIN)
+    assert gguf_config.config_source(first, config, ck) == (config, "--hf-config-path", gguf_files.PLUGIN)
+    assert gguf_config.config_source(first) == (alone, gguf_config.BESIDE, gguf_config.NO_FLAG)   # not asked
+    assert calls == [(str(first), str(config), None), (str(first), str(ck), str(config))]
+
+
+def test_a_split_gguf_from_any_shard_with_its_config_elsewhere(tmp_path):
+    ck = make_checkpoint(tmp_path / "split", index_topk=256, seed=3, gguf=("Q8_0",), gguf_split_max_tensors=12)
+    alone, config = _alone(ck, SHARDS, tmp_path / "alone"), _config_dir(ck, tmp_path / "config")
+    want = read_gguf(ck / SHARDS[2])          # the unchanged path: the config beside the shards
+    for model in (str(alone / SHARDS[0]), str(alone / SHARDS[2]), f"{alone}:Q8_0"):
+        got = read_gguf(model, hf_config_path=str(config))
+        assert got["files"] == SHARDS and got["config_json"] == want["config_json"] is not None
+        assert got["config_source"]["folder"] == str(config) and got["serve_flags"] == ["--hf-config-path",
+                                                                                        str(config)]
+        with pytest.raises(UserInputError, match="no config.json beside|has no config.json"):
+            read_gguf(model, tokenizer=str(alone))
+    rec = diagnose(str(alone / SHARDS[3]), "8.0", "auto", with_plugin=True, hf_config_path=str(config))
+    base = diagnose(str(ck / SHARDS[3]), "8.0", "auto", with_plugin=True)
+    assert {k: rec[k] for k in SAME} == {k: base[k] for k in SAME}
+    assert rec["checkpoint"]["files"] == SHARDS and rec["checkpoint"]["wall"] == base["checkpoint"]["wall"]
+    assert rec["checkpoint"]["serve"] == base["checkpoint"]["serve"].replace(
+        f"{ck / SHARDS[3]} --tokenizer {ck}", f"{alone / SHARDS[3]} --hf-config-path {config}")
