@@ -18,7 +18,7 @@ CKM=/tmp/ck512mtp
 # first (timings); issue 34's simulated-GPU parity (the 2026-12-04 run lost its record to the time limit), the GPU
 # tests beside it; the serving benchmark at 64 heads and on fp8_ds_mla (8 heads, bf16 ran on 2026-12-04); speculative
 # decoding; the GGUF Q4_K, indexer_types and DeepSeek-V3.2 engines; then the whole suite)
-ALL="checkpoint fp8_profile parity_and_tests bench_serve64 bench_serve8_fp8 spec_mtp spec_ngram gguf patterns records_check whole_suite diagnose_local bench_serve8 bench_kernel_fp8 bench_indexer bench_kernel"
+ALL="checkpoint chain fp8_profile parity_and_tests bench_serve64 bench_serve8_fp8 spec_mtp spec_ngram gguf patterns records_check whole_suite diagnose_local bench_serve8 bench_kernel_fp8 bench_indexer bench_kernel"
 NGRAM='{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
 MTP='{"method": "mtp", "num_speculative_tokens": 1}'
 

@@ -14,7 +14,7 @@ python3 -m pip download -q $plat -d "$tmp/suite" papermill nbval pytest-xdist nb
 python3 -m pip download -q $plat -d "$tmp/base" hypothesis
 have="numpy pytest pluggy iniconfig packaging click requests charset_normalizer idna urllib3 certifi \
   typing_extensions jsonschema jsonschema_specifications referencing rpds_py pyzmq tqdm pyyaml attrs psutil pygments \
-  rich markdown_it_py mdurl coverage python_dateutil tzdata six"
+  rich markdown_it_py mdurl coverage python_dateutil tzdata six debugpy"   # debugpy: optional to ipykernel, 5 MB of the 64 MiB carry
 for d in suite base; do
   for w in "$tmp/$d"/*.whl; do
     name=$(basename "$w" | cut -d- -f1 | tr 'A-Z' 'a-z')
