@@ -26,6 +26,32 @@ and :func:`converter_tensors` / :func:`write_metadata` do the same:
 Q4_K's quantizer is :func:`sparse_mla.launch.gguf_quant.quantize_q4_k` (gguf-py has none); the file type key is then
 ``MOSTLY_Q4_K_S`` (Q4_K for the weights, with llama.cpp's fallbacks). Needs gguf-py (``pip install
 'sparse-mla-workbook[gguf]'``).
+
+``Q4_K_M`` is a mixed recipe (file type key ``MOSTLY_Q4_K_M``), the per-tensor types ``llama-quantize ... Q4_K_M``
+gives (``src/llama-quant.cpp``: ``llama_tensor_get_type_impl``, ``tensor_type_fallback``; read at ggml-org/llama.cpp
+007dbbf) as its rules apply to GLM-5 (:func:`q4_k_m_type`):
+
+* F32 as in every file: 1-D tensors, ``*_norm.weight``, the router ``ffn_gate_inp``, ``exp_probs_b.bias``;
+* Q6_K: ``output.weight`` (llama.cpp: Q8_0 where its row is not a multiple of 256);
+* Q6_K: every tensor whose name holds ``ffn_down`` (the dense ``ffn_down``, ``ffn_down_exps``, ``ffn_down_shexp``)
+  in a "use_more_bits" block ``i`` of ``n`` = the GGUF's block count (main + MTP layers, llama.cpp's ``n_layer_all``;
+  a MoE model's layer is read from the name ``blk.{i}.``): ``i < n/8 or i >= 7n/8 or (i - n/8) % 3 == 2`` (integer
+  division; 2 layers + MTP: only block 2);
+* Q4_K for every other 2-D weight (``token_embd`` too: the output is not tied), then llama.cpp's fallback where a
+  row is not a multiple of 256: Q4_K -> Q5_0 (``attn_k_b``, rows of qk_nope 192), Q6_K -> Q8_0; F16 where the
+  fallback's 32 does not divide it either.
+
+Where it departs from llama.cpp, or where llama.cpp's rules do not reach a GLM-5 tensor:
+
+* llama.cpp's attn_v-like category (Q6_K in use_more_bits layers) is ``attn_v``, ``attn_qkv`` and ``attn_kv_b``; the
+  glm-dsa converter writes ``attn_k_b`` / ``attn_v_b`` instead, which match none of them (``attn_v_b.weight`` does
+  not contain ``attn_v.weight``), so llama-quantize leaves ``attn_v_b`` at Q4_K, and so does this recipe;
+* llama.cpp has Mixtral branches for exactly 8 experts (``n_expert == 8``: ``attn_output`` Q5_K, ``attn_k`` -- which
+  matches ``indexer.attn_k`` -- and attn_v-like Q8_0). GLM-5 has 256 routed experts, so they do not fire for it;
+  ``glm-5-tiny`` has 8, where llama-quantize would take them and this recipe does not (it writes the types GLM-5's
+  own Q4_K_M has; there is no Q5_K quantizer here);
+* the quantizers are ours (:mod:`sparse_mla.launch.gguf_quant`: max-based scales, not llama.cpp's search, no
+  importance matrix); the types and byte layouts are llama.cpp's.
 """
 from __future__ import annotations
 
@@ -42,13 +68,14 @@ GGUF_TYPES: dict[str, tuple[str, str]] = {
     "F16": ("F16", "MOSTLY_F16"),
     "Q8_0": ("Q8_0", "MOSTLY_Q8_0"),
     "Q4_K": ("Q4_K", "MOSTLY_Q4_K_S"),
+    "Q4_K_M": ("Q4_K", "MOSTLY_Q4_K_M"),   # mixed: per-tensor types by :func:`q4_k_m_type`
 }
 
 #: gguf-py's architecture name of GLM-5 (``MODEL_ARCH_NAMES[MODEL_ARCH.GLM_DSA]``).
 GLM_DSA = "glm-dsa"
 
 #: llama.cpp's fallback where a row is not a multiple of a k-quant's 256 values (``llama_tensor_get_type``).
-_K_FALLBACK = {"Q4_K": "Q5_0"}
+_K_FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
 
 
 def gguf_file_name(gguf_type: str) -> str:
@@ -94,13 +121,37 @@ def gguf_tensor_name(name_map, hf_name: str) -> str:
     return out
 
 
-def tensor_type(gguf_name: str, shape: tuple[int, ...], gguf_type: str) -> str:
-    """The GGML type llama.cpp's converter gives ``gguf_name`` in a ``gguf_type`` file (see the module docstring)."""
+def use_more_bits(i: int, n: int) -> bool:
+    """llama.cpp's ``use_more_bits(i_layer, n_layers)`` (``src/llama-quant.cpp``): the first eighth of ``n`` blocks,
+    the last eighth, and every third block between (integer division, as in C++)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def q4_k_m_type(gguf_name: str, n_blocks: int) -> str:
+    """The type of the 2-D weight ``gguf_name`` in a ``Q4_K_M`` file of ``n_blocks`` GGUF blocks, before the row
+    fallback (see the module docstring): ``Q6_K`` for ``output.weight`` and for ``ffn_down*`` in a
+    :func:`use_more_bits` block, else ``Q4_K``."""
+    if gguf_name == "output.weight":
+        return "Q6_K"
+    if "ffn_down" in gguf_name and gguf_name.startswith("blk.") \
+            and use_more_bits(int(gguf_name.split(".")[1]), n_blocks):
+        return "Q6_K"
+    return "Q4_K"
+
+
+def tensor_type(gguf_name: str, shape: tuple[int, ...], gguf_type: str, n_blocks: int = 0) -> str:
+    """The GGML type llama.cpp's converter (and, for the mixed ``Q4_K_M``, ``llama-quantize``) gives ``gguf_name`` of
+    numpy ``shape`` in a ``gguf_type`` file (see the module docstring); ``n_blocks``: the GGUF's block count
+    (:func:`block_count`), which ``Q4_K_M`` needs. Raises ValueError for ``Q4_K_M`` without ``n_blocks``."""
     if len(shape) <= 1 or gguf_name.endswith("_norm.weight") or not gguf_name.endswith(".weight") \
             or ".ffn_gate_inp." in gguf_name:
         return "F32"
     qtype = GGUF_TYPES[gguf_type][0]
-    if qtype == "Q4_K" and shape[-1] % 256:
+    if gguf_type == "Q4_K_M":
+        if n_blocks <= 0:
+            raise ValueError(f"Q4_K_M types depend on the block count; got n_blocks={n_blocks!r}, accepted: >= 1")
+        qtype = q4_k_m_type(gguf_name, n_blocks)
+    if qtype in _K_FALLBACK and shape[-1] % 256:
         qtype = _K_FALLBACK[qtype]
     if qtype not in ("F16", "F32") and shape[-1] % 32:
         qtype = "F16"
@@ -198,7 +249,7 @@ def write_gguf(path: str | os.PathLike, cfg: dict, state: dict, tokenizer_dir: s
     write_vocab(writer, Path(tokenizer_dir), cfg["vocab_size"])
     for hf_name, a in converter_tensors(cfg, state):
         name = gguf_tensor_name(name_map, hf_name)
-        qtype = tensor_type(name, a.shape, gguf_type)
+        qtype = tensor_type(name, a.shape, gguf_type, block_count(cfg))
         writer.add_tensor(name, quantize(a, qtype), raw_dtype=gguf.GGMLQuantizationType[qtype])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
