@@ -149,7 +149,9 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
     """``(geometry, quantization)`` for ``diagnose --model FILE.gguf [--hf-config-path DIR] [--tokenizer DIR]``: the
     geometry of the config the GGUF's metadata describes (``source`` the file; the :func:`read_gguf` record kept in
     :data:`GGUF_FILES`) and, where ``--quantization`` is not given, the memory stage's ``gguf-<type>`` for the file's
-    weight type (where it sizes that type)."""
+    weight type (where it sizes that type). A mixed file is sized as its default type (``Q4_K_M`` and ``Q4_K_S`` as
+    ``gguf-q4_k``): a ``Q4_K_M`` file's Q6_K tensors (``output``, some ``ffn_down``) and Q5_0 ``attn_k_b`` are larger
+    than that; the memory stage sizes one type per file."""
     from dataclasses import replace
 
     from ..models import geometry_from_config
