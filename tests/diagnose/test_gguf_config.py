@@ -194,5 +194,32 @@ def test_a_split_gguf_from_any_shard_with_its_config_elsewhere(tmp_path):
     base = diagnose(str(ck / SHARDS[3]), "8.0", "auto", with_plugin=True)
     assert {k: rec[k] for k in SAME} == {k: base[k] for k in SAME}
     assert rec["checkpoint"]["files"] == SHARDS and rec["checkpoint"]["wall"] == base["checkpoint"]["wall"]
+    # the serve line names the first shard whichever shard was given (vllm serve is given the first)
+    assert f"vllm serve {ck / SHARDS[0]} --tokenizer {ck} " in base["checkpoint"]["serve"]
     assert rec["checkpoint"]["serve"] == base["checkpoint"]["serve"].replace(
-        f"{ck / SHARDS[3]} --tokenizer {ck}", f"{alone / SHARDS[3]} --hf-config-path {config}")
+        f"{ck / SHARDS[0]} --tokenizer {ck}", f"{alone / SHARDS[0]} --hf-config-path {config}")
+    dq = diagnose(f"{alone}:Q8_0", "8.0", "auto", with_plugin=True, hf_config_path=str(config))
+    assert f"vllm serve {alone}:Q8_0 --hf-config-path {config} " in dq["checkpoint"]["serve"]   # DIR:QUANT as given
+
+
+@pytest.mark.parametrize("content, says", [
+    ("[1, 2]", r"holds a JSON list, not an object; accepted: a Hugging Face config.json"),
+    ("{}", r"has no num_hidden_layers \(the GGUF model .* has num_hidden_layers = 2\)"),
+])
+def test_a_config_that_is_no_object_or_lacks_a_key_is_named_so(setup, tmp_path, content, says):
+    ck, alone, _ = setup
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(content)
+    with pytest.raises(UserInputError, match=says):
+        read_gguf(alone / "model-Q8_0.gguf", hf_config_path=str(bad))
+
+
+def test_a_tilde_in_a_flag_is_expanded_in_the_serve_line(setup, monkeypatch):
+    """vLLM expands no ``~`` in --hf-config-path / --tokenizer, and a quoted ``~`` stays literal in a shell: the
+    serve line carries the folder the diagnosis read."""
+    ck, alone, config = setup
+    monkeypatch.setenv("HOME", str(config.parent))
+    info = read_gguf(alone / "model-Q8_0.gguf", hf_config_path=f"~/{config.name}", tokenizer=f"~/{config.name}")
+    assert info["config_source"]["folder"] == str(config)
+    assert info["serve_flags"] == ["--hf-config-path", str(config), "--tokenizer", str(config)]

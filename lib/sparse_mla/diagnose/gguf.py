@@ -251,8 +251,8 @@ def checkpoint_record(req) -> dict[str, Any]:
     ``quantization`` (the GGUF's file type; else the memory stage's quantization name), and for a GGUF its
     ``file``, ``files``, ``discovery``, ``tensor_types``, ``wall`` (:func:`gguf_wall`), ``config_source`` (the folder
     vLLM reads config.json from, the flag that named it), ``tokenizer`` (the folder vLLM loads it from) and ``serve``
-    (the ``vllm serve`` line diagnosed: :func:`sparse_mla.diagnose.serve.serve_command` with the config flags as
-    given)."""
+    (the ``vllm serve`` line diagnosed: :func:`sparse_mla.diagnose.serve.serve_command` of the first shard, or the
+    ``DIR:QUANT`` given, with the config flags as given, ``~`` expanded)."""
     from .serve import serve_command
 
     src = req.geometry.source
@@ -263,7 +263,10 @@ def checkpoint_record(req) -> dict[str, Any]:
     mem = req.memory
     asked = {} if mem is None else {"max_model_len": mem.max_model_len, "cpu_offload_gb": mem.cpu_offload_gb,
                                     "gpu_memory_utilization": mem.gpu_memory_utilization}
-    serve = serve_command(info["model"], req.tp, req.kv_cache_dtype, gguf_flags=info["serve_flags"],
+    # the first shard, as vllm serve is given a split model (a shard's path given here names the whole model;
+    # vllm-gguf-plugin's DIR:QUANT stays as given)
+    model = info["path"] if Path(info["model"]).is_file() else info["model"]
+    serve = serve_command(model, req.tp, req.kv_cache_dtype, gguf_flags=info["serve_flags"],
                           attention_backend=req.backend, **asked)
     return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,
             "files": info["files"], "discovery": info["discovery"], "tensor_types": info["tensor_types"],

@@ -16,6 +16,7 @@ the GGUF's metadata (:data:`AGREE`); :func:`serve_flags` gives a ``vllm serve`` 
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..errors import UserInputError, expand_path
@@ -94,8 +95,15 @@ def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dic
                                 "--hf-config-path DIR for the folder with the model's config.json, or a --tokenizer "
                                 "folder that holds it"))
     cfg = read_json(f, accepted="a Hugging Face config.json")
+    if not isinstance(cfg, dict):
+        raise UserInputError(f"{where[0].upper() + where[1:]} ({f}) holds a JSON {type(cfg).__name__}, not an object; "
+                             f"accepted: a Hugging Face config.json (a JSON object of the model's settings)")
     for k in AGREE:
-        if not isinstance(cfg, dict) or cfg.get(k) != metadata_config.get(k):
+        if k not in cfg and metadata_config.get(k) is not None:
+            raise UserInputError(f"{where[0].upper() + where[1:]} ({f}) has no {k} (the GGUF model {str(path)!r} has "
+                                 f"{k} = {metadata_config[k]!r}); accepted: the config.json of the model the GGUF "
+                                 f"was made from")
+        if cfg.get(k) != metadata_config.get(k):
             raise UserInputError(f"GGUF model {str(path)!r} has {k} = {metadata_config.get(k)!r} and {where} "
                                  f"{cfg.get(k) if isinstance(cfg, dict) else cfg!r}: another model's file; "
                                  f"accepted: the config.json of the model the GGUF was made from")
@@ -104,9 +112,10 @@ def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dic
 
 def serve_flags(folder: str | Path, hf_config_path=None, tokenizer=None) -> list[str]:
     """The ``vllm serve`` arguments that give vLLM a GGUF model's config and tokenizer: ``--hf-config-path`` and
-    ``--tokenizer`` exactly as given where either is, else ``--tokenizer FOLDER``, the GGUF's own folder ``folder``
+    ``--tokenizer`` as given (``~`` expanded: vLLM does not expand it, and ``shlex`` quotes it) where either is,
+    else ``--tokenizer FOLDER``, the GGUF's own folder ``folder``
     (vllm-gguf-plugin then reads the config from it too). Arguments, not shell text (``shlex.join`` makes a line)."""
     if hf_config_path is None and tokenizer is None:
         return [TOKENIZER, str(folder)]
     return [a for flag, v in ((HF_CONFIG_PATH, hf_config_path), (TOKENIZER, tokenizer)) if v is not None
-            for a in (flag, str(v))]
+            for a in (flag, os.path.expanduser(str(v)))]   # vLLM expands no "~", and a quoted one stays literal
