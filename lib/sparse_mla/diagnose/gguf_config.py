@@ -95,18 +95,19 @@ def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dic
                                 "--hf-config-path DIR for the folder with the model's config.json, or a --tokenizer "
                                 "folder that holds it"))
     cfg = read_json(f, accepted="a Hugging Face config.json")
+    named = f"{where[0].upper()}{where[1:]} ({f})"
     if not isinstance(cfg, dict):
-        raise UserInputError(f"{where[0].upper() + where[1:]} ({f}) holds a JSON {type(cfg).__name__}, not an object; "
-                             f"accepted: a Hugging Face config.json (a JSON object of the model's settings)")
+        raise UserInputError(f"{named} holds a JSON {type(cfg).__name__}, not an object; accepted: a Hugging Face "
+                             f"config.json (a JSON object of the model's settings)")
     for k in AGREE:
         if k not in cfg and metadata_config.get(k) is not None:
-            raise UserInputError(f"{where[0].upper() + where[1:]} ({f}) has no {k} (the GGUF model {str(path)!r} has "
-                                 f"{k} = {metadata_config[k]!r}); accepted: the config.json of the model the GGUF "
-                                 f"was made from")
+            raise UserInputError(f"{named} has no {k} (the GGUF model {str(path)!r} has {k} = "
+                                 f"{metadata_config[k]!r}); accepted: the config.json of the model the GGUF was made "
+                                 f"from")
         if cfg.get(k) != metadata_config.get(k):
             raise UserInputError(f"GGUF model {str(path)!r} has {k} = {metadata_config.get(k)!r} and {where} "
-                                 f"{cfg.get(k) if isinstance(cfg, dict) else cfg!r}: another model's file; "
-                                 f"accepted: the config.json of the model the GGUF was made from")
+                                 f"{cfg.get(k)!r}: another model's file; accepted: the config.json of the model the "
+                                 f"GGUF was made from")
     return cfg
 
 
