@@ -77,7 +77,8 @@ def test_a_config_elsewhere_is_diagnosed_as_the_config_beside_the_gguf(setup, be
     got, want = rec["checkpoint"], beside["checkpoint"]
     paths = ("config_source", "tokenizer", "serve")
     assert {k: v for k, v in got.items() if k not in paths} == {k: v for k, v in want.items() if k not in paths}
-    assert want["config_source"] == {"folder": str(ck), "flag": gguf_config.BESIDE, "decided_by": gguf_config.NO_FLAG}
+    assert want["config_source"] == {"folder": str(ck), "flag": gguf_config.BESIDE, "decided_by": gguf_config.NO_FLAG,
+                                     "config_json": True}
     assert got["config_source"]["folder"] == str(config) and got["config_source"]["flag"] == flag
     assert got["config_source"]["decided_by"] == (gguf_files.PLUGIN if PLUGIN else gguf_config.RULE_HERE)
     assert got["tokenizer"] == str(config) and want["tokenizer"] == str(ck)
@@ -151,14 +152,55 @@ def test_the_flags_with_a_model_that_is_no_gguf_are_refused(setup, capsys, model
         assert "--tokenizer" in capsys.readouterr().err
 
 
-def test_a_gguf_alone_without_flags_has_no_config_and_the_wall_names_the_flag(setup):
+def test_a_gguf_alone_without_flags_has_no_config_and_the_wall_names_the_flag(setup, capsys):
+    """A GGUF downloaded alone: the wall names the missing config.json and tokenizer after the loader (whether or not
+    vllm-gguf-plugin is installed), and the report says the folder lacks them rather than reading from it."""
     _, alone, _ = setup
     info = read_gguf(alone / "model-Q8_0.gguf")
     assert info["config_json"] is None and info["config_source"]["flag"] == gguf_config.BESIDE
     assert info["serve_flags"] == ["--tokenizer", str(alone)]
+    assert info["tokenizer_error"] and "ValueError" in info["tokenizer_error"]        # vLLM's own refusal
     wall = gguf_wall(info, with_plugin=True)
     assert "--hf-config-path DIR" in NO_CONFIG_BESIDE
-    assert (wall["blocker"] == NO_CONFIG_BESIDE) if PLUGIN else ("vllm-gguf-plugin is not installed" in wall["blocker"])
+    assert NO_CONFIG_BESIDE in wall["blocker"] and f"vLLM loads no tokenizer from {alone}" in wall["blocker"]
+    assert PLUGIN or wall["blocker"].startswith("vllm-gguf-plugin is not installed")
+    assert cli.main(["diagnose", "--model", str(alone / "model-Q8_0.gguf"), "--capability", "9.0",
+                     "--with-plugin"]) == 0
+    out = capsys.readouterr().out
+    assert f"no config.json in {alone} (beside the GGUF), no tokenizer vLLM can load in {alone}" in out
+    assert "vllm serve line (fails until the folder has them): vllm serve" in out
+
+
+def test_a_flag_folder_without_a_tokenizer_is_refused(setup, tmp_path, capsys):
+    """vLLM loads the tokenizer from --tokenizer, else from --hf-config-path: a folder named so that holds none is
+    one line (exit 2), in vLLM's words."""
+    _, alone, config = setup
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copyfile(config / "config.json", bare / "config.json")
+    model = str(alone / "model-Q8_0.gguf")
+    for argv, says in ((["--tokenizer", str(bare)], f"--tokenizer '{bare}' holds no tokenizer vLLM can load: "),
+                       (["--hf-config-path", str(bare)], f"--hf-config-path '{bare}' holds no tokenizer vLLM can load "
+                                                         f"(vLLM loads the tokenizer from the --hf-config-path")):
+        assert cli.main(["diagnose", "--model", model, *argv, "--capability", "9.0"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0] and "accepted:" in err[0]
+    assert cli.main(["diagnose", "--model", model, "--hf-config-path", str(bare), "--tokenizer", str(config),
+                     "--capability", "9.0"]) == 0                                  # the tokenizer from elsewhere
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("key, value", [("model_type", "deepseek_v32"),
+                                        ("architectures", ["DeepseekV32ForCausalLM"])])
+def test_a_config_of_another_architecture_with_the_same_sizes_is_refused(setup, tmp_path, key, value):
+    _, alone, config = setup
+    other = _config_dir(config, tmp_path / "other")
+    cfg = json.loads((other / "config.json").read_text())
+    cfg[key] = value
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserInputError, match=f"has {key} = .* and the config.json of --hf-config-path .*another "
+                                             f"model's file"):
+        read_gguf(alone / "model-Q8_0.gguf", hf_config_path=str(other))
 
 
 def test_the_plugins_own_rule_decides_where_it_is_importable(setup, monkeypatch):

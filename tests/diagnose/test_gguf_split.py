@@ -130,6 +130,22 @@ def test_make_checkpoint_refuses_a_split_without_a_gguf(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("limit", [44, 1000])
+def test_make_checkpoint_refuses_a_split_that_would_not_split(tmp_path, capsys, limit):
+    """glm-5-tiny without MTP has 44 GGUF tensors (read from the split fixture): a limit at or above that would
+    write one unsplit file, which is not what was asked; nothing is left behind."""
+    assert cli.main(["make-checkpoint", str(tmp_path / "x"), "--gguf", "Q8_0", "--gguf-split-max-tensors",
+                     str(limit)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--gguf-split-max-tensors {limit} is not below the model's 44 GGUF tensors" in err[0]
+    assert "accepted: 1 to 43" in err[0]
+    assert not (tmp_path / "x").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_split_fixture_has_the_tensor_count_the_refusal_names(models):
+    assert sum(len(gguf.GGUFReader(str(models[0] / n)).tensors) for n in SHARDS) == 44
+
+
 @pytest.mark.parametrize("name, says", [
     ("model-Q8_0-00000-of-00004.gguf", "'00000-of-00004.gguf' is not a shard's number"),
     ("model-Q8_0-00005-of-00004.gguf", "'00005-of-00004.gguf' is not a shard's number"),

@@ -18,7 +18,7 @@ CKM=/tmp/ck512mtp
 # first (timings); issue 34's simulated-GPU parity (the 2026-12-04 run lost its record to the time limit), the GPU
 # tests beside it; the serving benchmark at 64 heads and on fp8_ds_mla (8 heads, bf16 ran on 2026-12-04); speculative
 # decoding; the GGUF Q4_K, indexer_types and DeepSeek-V3.2 engines; then the whole suite)
-ALL="checkpoint chain fp8_profile parity_and_tests bench_serve64 bench_serve8_fp8 spec_mtp spec_ngram gguf patterns records_check whole_suite diagnose_local bench_serve8 bench_kernel_fp8 bench_indexer bench_kernel"
+ALL="checkpoint chain gguf_split fp8_profile parity_and_tests bench_serve64 bench_serve8_fp8 spec_mtp spec_ngram gguf patterns records_check whole_suite diagnose_local bench_serve8 bench_kernel_fp8 bench_indexer bench_kernel"
 NGRAM='{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
 MTP='{"method": "mtp", "num_speculative_tokens": 1}'
 
@@ -162,6 +162,20 @@ run_stage() {
                 --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
                 --json-out "results/h200/launch_h200_gguf_${t,,}.json"
           done ;;
+    # issue 39 item 5: a split, mixed-type GGUF as people download one (llama.cpp's Q4_K_M per-tensor types: Q4_K,
+    # Q6_K, Q5_0, F32; four shards from gguf-py's split writer), diagnosed from vllm-gguf-plugin's DIR:QUANT and run
+    # from its second shard: our backend and FLASHMLA_SPARSE through vllm-gguf-plugin, against the reference forward
+    # on the dequantized weights (the gguf wheels as for the gguf stage)
+    gguf_split) local G=/tmp/gguf_site
+          python3 -m pip install -q --no-index --no-deps --target $G .dev/gguf_wheels/*.whl > $R/gguf_install.log 2>&1
+          stage gguf_split_checkpoint 240 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla make-checkpoint \
+              /tmp/ckq4km --index-topk 512 --overwrite --gguf Q4_K_M --gguf-split-max-tensors 12
+          stage gguf_split_diagnose 300 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla diagnose \
+              --model /tmp/ckq4km:Q4_K_M --capability local --with-plugin --json
+          stage gguf_split_parity 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
+              --model /tmp/ckq4km/model-Q4_K_M-00002-of-00004.gguf --parity --eager-only --no-serve \
+              --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
+              --json-out results/h200/launch_h200_gguf_q4_k_m_split.json ;;
     # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
     # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
     # results/<profile>/ there), so each notebook's own files (the live launch record, the quick benchmarks) land

@@ -98,27 +98,31 @@ def _check_split(readers: list, files: list[Path]) -> None:
 
 def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
     """``{"config_json": the config.json vLLM builds the model from (None: none beside the GGUF), "config_source":
-    {"folder", "flag", "decided_by"}, "tokenizer": the folder vLLM loads the tokenizer from, "serve_flags": the
-    vllm serve arguments for them}`` of a GGUF whose first file is ``first_file``
+    {"folder", "flag", "decided_by"}, "tokenizer": the folder vLLM loads the tokenizer from, "tokenizer_error":
+    vLLM's refusal to load a tokenizer from the GGUF's own folder (None: it loads one, or a flag named the folder),
+    "serve_flags": the vllm serve arguments for them}`` of a GGUF whose first file is ``first_file``
     (:mod:`sparse_mla.diagnose.gguf_config`); ``hf_config_path`` / ``tokenizer`` as given (folders). Raises
-    :class:`UserInputError` for a flag's value that is no folder here or holds no config.json it must, and a
-    config.json that describes another model than the metadata."""
-    from .gguf_config import HF_CONFIG_PATH, TOKENIZER, check_folder, config_json, config_source, serve_flags
+    :class:`UserInputError` for a flag's value that is no folder here or holds no config.json or tokenizer it must,
+    and a config.json that describes another model than the metadata."""
+    from .gguf_config import (HF_CONFIG_PATH, TOKENIZER, check_folder, check_tokenizer, config_json, config_source,
+                              serve_flags)
 
     given = {HF_CONFIG_PATH: hf_config_path, TOKENIZER: tokenizer}
     hf_dir, tok_dir = (None if v is None else check_folder(v, flag) for flag, v in given.items())
     folder, flag, how = config_source(first_file, hf_dir, tok_dir)
-    return {"config_json": config_json(first_file, folder, flag, given.get(flag), metadata_config),
-            "config_source": {"folder": str(folder), "flag": flag, "decided_by": how},
-            "tokenizer": str(tok_dir if tok_dir is not None else folder),
+    cfg = config_json(first_file, folder, flag, given.get(flag), metadata_config)
+    tok_folder, tok_flag = (tok_dir, TOKENIZER) if tok_dir is not None else (folder, flag)
+    return {"config_json": cfg, "config_source": {"folder": str(folder), "flag": flag, "decided_by": how},
+            "tokenizer": str(tok_folder), "tokenizer_error": check_tokenizer(tok_folder, tok_flag, given.get(tok_flag)),
             "serve_flags": serve_flags(first_file.parent, hf_config_path, tokenizer)}
 
 
 def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
     """``{"path": the first file, "files": every file's name, "discovery", "file_type", "tensor_types": {type:
-    count}, "tensors": [names], "config": HF config dict from the metadata, "config_json", "config_source",
-    "tokenizer", "serve_flags"}`` (:func:`config_record`: the config.json beside the file, or in the folder
-    ``hf_config_path`` / ``tokenizer`` name, as ``vllm serve --hf-config-path`` / ``--tokenizer`` take them) of a
+    count}, "tensors": [names], "tensor_sizes": [(name, type, values, bytes)] as gguf-py reads them, "config": HF
+    config dict from the metadata, "config_json", "config_source", "tokenizer", "tokenizer_error", "serve_flags"}``
+    (:func:`config_record`: the config.json beside the file, or in the folder ``hf_config_path`` / ``tokenizer``
+    name, as ``vllm serve --hf-config-path`` / ``--tokenizer`` take them) of a
     ``glm-dsa`` GGUF ``--model`` (a file, any shard of a split model, or ``DIR:QUANT``), read as vllm-gguf-plugin
     reads it (:mod:`sparse_mla.diagnose.gguf_files`): the metadata from the first shard, the tensors from all. Raises
     :class:`UserInputError` for a missing shard or file, a file gguf-py cannot read, another architecture, missing
@@ -142,6 +146,7 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
     return {"model": str(path), "path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
             "file_type": file_type(readers[0]), "tensor_types": dict(sorted(types.items())), "tensors": names,
+            "tensor_sizes": [(t.name, t.tensor_type.name, int(t.n_elements), int(t.n_bytes)) for t in tensors],
             "config": cfg, **config_record(files[0], cfg, hf_config_path, tokenizer)}
 
 
@@ -149,9 +154,9 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
     """``(geometry, quantization)`` for ``diagnose --model FILE.gguf [--hf-config-path DIR] [--tokenizer DIR]``: the
     geometry of the config the GGUF's metadata describes (``source`` the file; the :func:`read_gguf` record kept in
     :data:`GGUF_FILES`) and, where ``--quantization`` is not given, the memory stage's ``gguf-<type>`` for the file's
-    weight type (where it sizes that type). A mixed file is sized as its default type (``Q4_K_M`` and ``Q4_K_S`` as
-    ``gguf-q4_k``): a ``Q4_K_M`` file's Q6_K tensors (``output``, some ``ffn_down``) and Q5_0 ``attn_k_b`` are larger
-    than that; the memory stage sizes one type per file."""
+    weight type (``Q4_K_M`` and ``Q4_K_S`` as ``gguf-q4_k``; a file type that names no tensor type, ``IQ3_M``, as
+    the type holding most of its bytes). The memory stage sizes each tensor of the file at its own type
+    (:mod:`.gguf_memory`); the name is the record's label."""
     from dataclasses import replace
 
     from ..models import geometry_from_config
@@ -162,6 +167,8 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
     GGUF_FILES[info["path"]] = info
     base = info["file_type"].split("_")
     name = "gguf-" + "_".join(base[:2] if len(base) > 2 else base).lower()
+    if name not in QUANTIZATIONS:
+        name = _main_type(info)
     if quantization is None and name in QUANTIZATIONS:
         quantization = name
     elif quantization is not None and (str(quantization).lower() != name if name in QUANTIZATIONS
@@ -171,6 +178,18 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
                              f"{name if name in QUANTIZATIONS else 'a gguf-<type> quantization'}, or no --quantization "
                              f"(the file's type is read from it)")
     return geometry, quantization
+
+
+def _main_type(info: dict[str, Any]) -> str:
+    """``gguf-<type>`` of the tensor type that holds most of the bytes of a :func:`read_gguf` record, among the
+    memory stage's types (``request.GGUF_TYPES``) other than F16/BF16; ``gguf-f16`` where none is."""
+    from .request import GGUF_TYPES
+
+    held: dict[str, int] = {}
+    for _, kind, _, nbytes in info["tensor_sizes"]:
+        if kind in GGUF_TYPES and kind not in ("F16", "BF16"):
+            held[kind] = held.get(kind, 0) + nbytes
+    return "gguf-" + (max(held, key=held.get) if held else "F16").lower()
 
 
 #: GGUF records read in this process, by path (:func:`load_gguf` -> :func:`checkpoint_record`).
@@ -210,8 +229,6 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
                 "'sparse-mla-workbook[gguf]'")
     from ..vllm_plugin.gguf_adapter import adapter_class
 
-    if info.get("config_json") is None:
-        return NO_CONFIG_BESIDE
     hf = _hf_config(info["config"])
     mine = adapter_class()
     cls = next((c for c in ([mine] if ours else []) + [c for c in _ADAPTER_REGISTRY if c is not mine]
@@ -227,9 +244,10 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
 
 
 def gguf_wall(info: dict, with_plugin: bool) -> dict[str, Any]:
-    """``{"stock", "vllm_gguf_plugin", "with_plugin": reason or "ok", "blocker": the reason that applies or None}``
-    for the GGUF ``info`` (:func:`read_gguf`): without ``--with-plugin`` vLLM is stock, plus vllm-gguf-plugin where
-    it is installed; with it, our adapter in vllm-gguf-plugin."""
+    """``{"stock", "vllm_gguf_plugin", "with_plugin", "folder": reason or "ok", "blocker": the reasons that apply or
+    None}`` for the GGUF ``info`` (:func:`read_gguf`): the loader -- without ``--with-plugin`` vLLM is stock, plus
+    vllm-gguf-plugin where it is installed; with it, our adapter in vllm-gguf-plugin -- then what the GGUF's folder
+    lacks (:func:`folder_wall`)."""
     stock = stock_wall()
     plugin = _plugin_wall(info, ours=False)
     ours = _plugin_wall(info, ours=True)
@@ -238,12 +256,21 @@ def gguf_wall(info: dict, with_plugin: bool) -> dict[str, Any]:
         installed = True
     except ImportError:
         installed = False
-    if with_plugin:
-        blocker = ours
-    else:
-        blocker = plugin if installed else (stock or plugin)
+    loader = ours if with_plugin else plugin if installed else (stock or plugin)
+    folder = folder_wall(info)
     return {"stock": stock or "ok", "vllm_gguf_plugin": plugin or "ok", "with_plugin": ours or "ok",
-            "vllm_gguf_plugin_installed": installed, "blocker": blocker}
+            "vllm_gguf_plugin_installed": installed, "folder": folder or "ok",
+            "blocker": "; then: ".join(w for w in (loader, folder) if w) or None}
+
+
+def folder_wall(info: dict) -> str | None:
+    """What the GGUF's own folder lacks that vLLM reads from it where no flag names another (a GGUF downloaded
+    alone): the config.json (:data:`NO_CONFIG_BESIDE`) and a tokenizer vLLM can load; None where it lacks neither."""
+    missing = [NO_CONFIG_BESIDE] if info.get("config_json") is None else []
+    if info.get("tokenizer_error"):
+        missing.append(f"vLLM loads no tokenizer from {info['tokenizer']} ({info['tokenizer_error']}); accepted: the "
+                       f"model's tokenizer files beside the GGUF, or --tokenizer DIR for the folder that has them")
+    return "; ".join(missing) or None
 
 
 def checkpoint_record(req) -> dict[str, Any]:
@@ -270,5 +297,7 @@ def checkpoint_record(req) -> dict[str, Any]:
                           attention_backend=req.backend, **asked)
     return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,
             "files": info["files"], "discovery": info["discovery"], "tensor_types": info["tensor_types"],
-            "wall": gguf_wall(info, req.with_plugin), "config_source": info["config_source"],
+            "wall": gguf_wall(info, req.with_plugin),
+            "config_source": {**info["config_source"], "config_json": info["config_json"] is not None},
+            "tokenizer_error": info["tokenizer_error"],
             "tokenizer": info["tokenizer"], "serve": serve}

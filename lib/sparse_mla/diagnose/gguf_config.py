@@ -34,7 +34,7 @@ NO_FLAG = "no flag: the GGUF's folder (vllm-gguf-plugin's rule for a local file)
 #: Config keys a GGUF's metadata and the ``config.json`` vLLM reads must agree on (else the file is another model's).
 AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
          "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
-         "index_head_dim")
+         "index_head_dim", "model_type", "architectures")
 
 _WHAT = {HF_CONFIG_PATH: "the folder holding the model's config.json", TOKENIZER: "the folder holding the model's "
          "tokenizer files"}
@@ -55,6 +55,35 @@ def check_folder(value, flag: str) -> Path:
                              f"(the diagnosis downloads nothing: fetch a hub repository's config.json and tokenizer "
                              f"files into a folder first)")
     return p
+
+
+def tokenizer_error(folder: Path) -> str | None:
+    """vLLM's own refusal to load a tokenizer from ``folder`` (``vllm.tokenizers.registry.cached_get_tokenizer``, what
+    the engine calls on ``ModelConfig.tokenizer`` at start-up), one line; None where it loads one."""
+    from vllm.tokenizers.registry import cached_get_tokenizer
+
+    from .probe import quiet_logs
+
+    try:
+        with quiet_logs():
+            cached_get_tokenizer(str(folder))
+    except Exception as e:  # noqa: BLE001 - vLLM's (or transformers') refusal, in its words
+        return f"{type(e).__name__}: {' '.join(str(e).split())[:320]}"
+    return None
+
+
+def check_tokenizer(folder: Path, flag: str, given) -> str | None:
+    """:func:`tokenizer_error` of the folder vLLM loads the tokenizer from, named by ``flag`` (``given``: the flag's
+    value as given). Raises :class:`UserInputError` where a flag named it; returns the refusal for the GGUF's own
+    folder (:data:`BESIDE`: a GGUF downloaded alone), which the GGUF wall reports."""
+    why = tokenizer_error(folder)
+    if why is None or flag == BESIDE:
+        return why
+    via = "" if flag == TOKENIZER else " (vLLM loads the tokenizer from the --hf-config-path folder where no " \
+                                      "--tokenizer is given)"
+    raise UserInputError(f"{flag} {str(given)!r} holds no tokenizer vLLM can load{via}: {why}; accepted: "
+                         f"{_WHAT[TOKENIZER]} (tokenizer.json, tokenizer_config.json)"
+                         + ("" if flag == TOKENIZER else ", or --tokenizer DIR for the folder that has them"))
 
 
 def config_source(first_file: Path, hf_config_path: Path | None = None,

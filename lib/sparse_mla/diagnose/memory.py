@@ -9,8 +9,9 @@ without a GPU:
   ``W_UK_T``/``W_UV`` copies of ``kv_b_proj`` vLLM makes after loading. GGUF, which vLLM 0.26 loads only through an
   out-of-tree plugin, is sized from the same model: the layers vLLM hands a checkpoint's quantization config (the
   linear layers it builds with ``quant_config``, the MoE experts) and the embeddings and ``lm_head`` -- what
-  vllm-gguf-plugin's ``GGUFConfig`` quantizes -- at the GGUF type's bytes per value
-  (:data:`~sparse_mla.diagnose.request.GGUF_TYPES`), the rest as vLLM holds it.
+  vllm-gguf-plugin's ``GGUFConfig`` quantizes -- a GGUF file's each from the tensors it loads, at their own types
+  (:mod:`.gguf_memory`), a ``--quantization gguf-<type>`` at that type's bytes per value
+  (:data:`~sparse_mla.diagnose.request.GGUF_TYPES`); the rest as vLLM holds it.
 * **KV cache per token per rank**: the KV-cache specs vLLM's layers hand the engine (the MLA latent cache and the DSA
   indexer's cache, one head each, on every rank: ``MLAAttentionSpec.page_size_bytes / block_size``).
 * **memory for the KV cache per rank** = vLLM's ``request_memory`` (``ceil(total x gpu_memory_utilization)``,
@@ -35,6 +36,7 @@ import types
 from dataclasses import dataclass, replace
 from typing import Any
 
+from . import gguf_memory
 from .meta_model import RankModel, rank_model
 from .request import GGUF_TYPES, GPUS, Request
 
@@ -106,10 +108,13 @@ def apply_max_model_len(vc, max_model_len: int | None) -> str | None:
 
 def param_bytes(rank: RankModel, quant) -> list[tuple[int | None, int]]:
     """``(decoder layer or None, bytes)`` of every parameter of ``rank`` under ``quant``
-    (:class:`~sparse_mla.diagnose.request.Quantization`), in vLLM's order; buffers are not included."""
+    (:class:`~sparse_mla.diagnose.request.Quantization`), in vLLM's order; buffers are not included. A GGUF file's
+    parameters at each tensor's own type (:mod:`.gguf_memory`), a ``--quantization gguf-<type>`` at that type."""
     if quant.gguf_type is None:
         return [(p.layer, p.nbytes) for p in rank.params]
     values, size = GGUF_TYPES[quant.gguf_type]
+    if quant.gguf_tensors is not None:
+        return gguf_memory.param_bytes(rank, quant.gguf_tensors, (values, size))[0]
     return [(p.layer, p.numel * size // values if p.quantized or p.embedding else p.nbytes) for p in rank.params]
 
 
@@ -219,7 +224,8 @@ def fixes(base: Setting, quant, build, heads: int, sparse: bool) -> list[dict[st
             out.append({"change": f"--tensor-parallel-size {t}", "fits": False,
                         "reason": f"vLLM's model code refuses it: {type(e).__name__}: {why}"})
             break
-        rank = replace(base.rank, tp=t, params=w.params, buffer_bytes=w.buffer_bytes, absorbed_bytes=w.absorbed_bytes)
+        rank = replace(base.rank, tp=t, params=w.params, buffer_bytes=w.buffer_bytes, absorbed_bytes=w.absorbed_bytes,
+                       renames=w.renames)
         r = evaluate(replace(base, rank=rank), quant)
         if r["fits"]:
             out.append(_fix(f"--tensor-parallel-size {t}", r, gpus=t))
@@ -275,7 +281,9 @@ def _assumptions(req: Request, quant, source: str, rank: RankModel) -> list[str]
     if quant.source == "--quantization" and quant.name != "bf16":
         out.insert(1, f"--quantization {quant.name}: vLLM's quantization config for it (request.QUANTIZATIONS) is used "
                       f"for the weights only; the other stages ran on the config as given, without it")
-    if quant.gguf_type:
+    if quant.gguf_tensors is not None:
+        out.insert(1, _gguf_file_assumption(quant, rank))
+    elif quant.gguf_type:
         values, size = GGUF_TYPES[quant.gguf_type]
         out.insert(1, f"GGUF {quant.gguf_type}: {size} bytes per {values} values for the linear layers vLLM builds "
                       f"with a quantization config, the MoE experts, the embeddings and lm_head, all in one type "
@@ -285,6 +293,22 @@ def _assumptions(req: Request, quant, source: str, rank: RankModel) -> list[str]
         out.append(f"--cpu-offload-gb {req.memory.cpu_offload_gb:g}: vLLM's UVA offloading of whole decoder-layer "
                    f"parameters, that much pinned host memory per GPU")
     return out
+
+
+def _gguf_file_assumption(quant, rank: RankModel) -> str:
+    """The assumption line of a GGUF file sized tensor by tensor (:mod:`.gguf_memory`)."""
+    types: dict[str, int] = {}
+    for t in quant.gguf_tensors:
+        types[t.type] = types.get(t.type, 0) + 1
+    _, missing = gguf_memory.param_bytes(rank, quant.gguf_tensors, GGUF_TYPES[quant.gguf_type])
+    text = (f"GGUF file: each tensor at its own type ({', '.join(f'{k} {v}' for k, v in sorted(types.items()))}) "
+            f"as vllm-gguf-plugin holds it: quantized blocks as in the file, F32/F16/BF16 tensors and those our "
+            f"adapter dequantizes (kv_b, the indexer's) in the model dtype, sharded as vLLM shards them; the MTP "
+            f"block's tensors are not counted; vLLM 0.26 loads GGUF only through vllm-gguf-plugin")
+    if missing:
+        text += (f"; {len(missing)} parameters load no GGUF tensor and are sized at {quant.gguf_type}: "
+                 f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    return text
 
 
 def _per_token(rank: RankModel) -> dict[str, int]:
@@ -306,6 +330,15 @@ def _cache_dtype(rank: RankModel) -> str:
     return str(rank.vllm_config.cache_config.cache_dtype)
 
 
+def _with_gguf_tensors(req: Request, quant):
+    """``quant`` with the GGUF file's tensors (:func:`.gguf_memory.gguf_tensors`) where the model is a GGUF file read
+    in this process (:data:`~sparse_mla.diagnose.gguf.GGUF_FILES`) and sized as GGUF."""
+    from .gguf import GGUF_FILES
+
+    info = GGUF_FILES.get(str(req.geometry.source)) if quant.gguf_type and req.geometry.source else None
+    return quant if info is None else replace(quant, gguf_tensors=gguf_memory.gguf_tensors(info))
+
+
 def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict[str, Any]:
     """Stage 5 for the diagnosis' engine configuration ``vc`` and attention stage ``att`` (the probe platform is
     current). Returns the record's ``"memory"`` entry (see the module docstring): ``gpu_memory_gib`` (None: unknown,
@@ -316,7 +349,7 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
     from .request import MemorySettings, checkpoint_quantization
 
     mem = req.memory or MemorySettings(checkpoint_quantization(req.geometry))
-    quant, backend = mem.quantization, att.get("backend_cls")
+    quant, backend = _with_gguf_tensors(req, mem.quantization), att.get("backend_cls")
     qc = _quant_config(vc, quant)
     key = (json.dumps(req.geometry.raw_config, sort_keys=True, default=str),
            "gguf" if quant.gguf_type else quant.name, None if qc is None else capability)

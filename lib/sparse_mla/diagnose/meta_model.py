@@ -60,6 +60,7 @@ class RankModel:
     params: tuple[Param, ...]       # parameters, in vLLM's module order
     buffer_bytes: int               # registered buffers (e.g. the rotary cos/sin cache)
     absorbed_bytes: int             # the bf16 W_UK_T / W_UV copies MLAAttention makes after loading (_absorbed_bytes)
+    renames: tuple[tuple[str, str], ...]   # checkpoint-name fragment -> parameter-name fragment (checkpoint_renames)
     kv_specs: dict[str, Any] | None   # layer name -> vLLM KVCacheSpec (MLAAttentionSpec: MLA and the indexer cache)
     kv_layers: dict[str, str] | None  # layer name -> its class (MLAAttention, DeepseekV32IndexerCache)
     vllm_config: Any                  # the configuration copy the KV specs were built under (block size, cache dtype)
@@ -151,6 +152,19 @@ def _params(model) -> tuple[Param, ...]:
     return tuple(out)
 
 
+def checkpoint_renames(model) -> tuple[tuple[str, str], ...]:
+    """``(checkpoint fragment, parameter fragment)`` pairs by which vLLM's ``load_weights`` loads a checkpoint tensor
+    into a parameter of another name, experts first: the model's expert mapping (``get_expert_mapping``, expert 0:
+    ``experts.0.gate_proj.`` -> ``experts.routed_experts.w13_``) and its ``packed_modules_mapping`` (``.q_a_proj.`` ->
+    ``.fused_qkv_a_proj.``, ``.gate_proj.`` -> ``.gate_up_proj.``). The first pair whose fragment a name holds
+    applies."""
+    experts = [(ckpt, param) for param, ckpt, expert, _ in getattr(model, "get_expert_mapping", list)()
+               if expert == 0]
+    packed = [(f".{part}.", f".{whole}.") for whole, parts in getattr(model, "packed_modules_mapping", {}).items()
+              for part in parts]
+    return tuple(experts + packed)
+
+
 def _absorbed_bytes(vc) -> int:
     """Bytes of ``W_UK_T`` and ``W_UV``, which ``MLAAttention.process_weights_after_loading``
     (``vllm/model_executor/layers/attention/mla_attention.py``) makes from ``kv_b_proj`` on every MLA layer, in the
@@ -217,7 +231,8 @@ def _build(vc, tp: int, quant_config, backend_cls, cache_dtype: str | None) -> t
         model = initialize_model(vc)
         specs = _kv_specs(vc)
         layers = vc.compilation_config.static_forward_context
-        weights = (_params(model), sum(b.numel() * b.element_size() for b in model.buffers()), _absorbed_bytes(vc))
+        weights = (_params(model), sum(b.numel() * b.element_size() for b in model.buffers()), _absorbed_bytes(vc),
+                   checkpoint_renames(model))
         kv = (specs, {n: type(layers[n]).__name__ for n in specs}, vc)
     vc.compilation_config.static_forward_context.clear()   # the layers are no longer needed
     return weights, kv

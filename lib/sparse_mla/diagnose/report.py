@@ -109,8 +109,14 @@ def gguf_lines(checkpoint: Mapping[str, Any]) -> list[str]:
     if checkpoint.get("format") != "gguf":
         return []
     src = checkpoint["config_source"]
-    return ["", f"GGUF {checkpoint['file']} ({len(checkpoint['files'])} file(s)): config.json from {src['folder']} "
-                f"({src['flag']}), tokenizer from {checkpoint['tokenizer']}", f"vllm serve line: {checkpoint['serve']}"]
+    config = (f"config.json from {src['folder']} ({src['flag']})" if src.get("config_json", True) else
+              f"no config.json in {src['folder']} ({src['flag']})")
+    tok = (f"tokenizer from {checkpoint['tokenizer']}" if not checkpoint.get("tokenizer_error") else
+           f"no tokenizer vLLM can load in {checkpoint['tokenizer']}")
+    serve = "vllm serve line" + (" (fails until the folder has them)" if config.startswith("no")
+                                 or tok.startswith("no") else "")
+    return ["", f"GGUF {checkpoint['file']} ({len(checkpoint['files'])} file(s)): {config}, {tok}",
+            f"{serve}: {checkpoint['serve']}"]
 
 
 def format_stages(rec: Mapping[str, Any], width: int | None = None) -> str:

@@ -75,6 +75,9 @@ _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp
 GGUF_TYPES: dict[str, tuple[int, int]] = {
     "F16": (1, 2), "BF16": (1, 2), "Q8_0": (32, 34), "Q6_K": (256, 210), "Q5_K": (256, 176), "Q5_0": (32, 22),
     "Q4_K": (256, 144), "Q4_0": (32, 18), "Q3_K": (256, 110), "Q2_K": (256, 84),
+    "Q5_1": (32, 24), "Q4_1": (32, 20), "IQ4_XS": (256, 136), "IQ4_NL": (32, 18), "IQ3_S": (256, 110),
+    "IQ3_XXS": (256, 98), "IQ2_S": (256, 82), "IQ2_XS": (256, 74), "IQ2_XXS": (256, 66), "IQ1_M": (256, 56),
+    "IQ1_S": (256, 50), "MXFP4": (32, 17),
 }
 
 #: ``--quantization`` of a checkpoint whose config.json has no ``quantization_config`` (the presets): name ->
@@ -103,6 +106,7 @@ class Quantization:
     config: dict[str, Any] | None    #   by vLLM itself from the checkpoint's config.json)
     gguf_type: str | None            # a GGUF_TYPES key
     source: str                      # "--quantization", "config.json quantization_config" or "unquantized"
+    gguf_tensors: tuple | None = None   # a GGUF file's tensors (gguf_memory.GGUFTensor): each sized at its own type
 
 
 @dataclass(frozen=True)

@@ -530,8 +530,13 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
         _train_tokenizer(cfg["vocab_size"]).save_pretrained(str(tmp))
         if gguf:
-            from .gguf_writer import write_gguf
+            from .gguf_writer import converter_tensors, write_gguf
 
+            count = sum(1 for _ in converter_tensors(cfg, sd))
+            if gguf_split_max_tensors and gguf_split_max_tensors >= count:
+                raise UserInputError(f"--gguf-split-max-tensors {gguf_split_max_tensors} is not below the model's "
+                                     f"{count} GGUF tensors: gguf-py would write one unsplit file; accepted: 1 to "
+                                     f"{count - 1}, or no --gguf-split-max-tensors for one file")
             for t in gguf:
                 write_gguf(tmp / gguf_file_name(t), cfg, sd, tmp, t, split_max_tensors=gguf_split_max_tensors)
         del sd

@@ -47,6 +47,9 @@ INDEXER_TENSORS = ("indexer.attn_q_b.weight", "indexer.attn_k.weight", "indexer.
 #: "file": the GGUF's file name}`` (read by the ``ran`` block, :func:`sparse_mla.vllm_plugin.ran.weights_loaded`).
 USED: dict[str, str] = {}
 
+#: The parameter suffix under which the joined ``attn_k_b``/``attn_v_b`` halves are handed to vLLM.
+KV_B = ".kv_b_proj.weight"
+
 #: GGUF tensors the adapter dequantizes and hands over unquantized (see the module docstring).
 DEQUANTIZED = ("attn_k_b.weight", "attn_v_b.weight", "indexer.attn_k.weight", "indexer.proj.weight",
                "indexer.attn_q_b.weight")
@@ -115,6 +118,15 @@ def gguf_to_vllm_names(cfg: dict) -> dict[str, str]:
     (``attn_k_b``/``attn_v_b`` -> ``k_b_proj``/``v_b_proj``, which :class:`GlmDsaGGUFAdapter` joins into
     ``kv_b_proj``)."""
     return {g: _vllm_name(h) for g, h in gguf_to_hf_names(cfg).items()}
+
+
+def joined_name(loaded_as: str) -> str:
+    """The name of the parameter vLLM loads ``loaded_as`` into after :class:`GlmDsaGGUFAdapter` joins the halves
+    (``...self_attn.k_b_proj.weight`` / ``v_b_proj`` -> ``...self_attn.kv_b_proj.weight``); other names as given."""
+    for half in (".k_b_proj.weight", ".v_b_proj.weight"):
+        if loaded_as.endswith(half):
+            return loaded_as.removesuffix(half) + KV_B
+    return loaded_as
 
 
 def join_kv_b(k_b, v_b, num_heads: int):
@@ -302,7 +314,7 @@ def dequantized_weights(files, names: dict[str, str], cfg: dict, dtype):
             yield hf, torch.from_numpy(np.ascontiguousarray(w)).to(dtype)
     for prefix, kv in halves.items():
         kv_b = join_kv_b(kv["k"], kv["v"], cfg["num_attention_heads"])
-        yield prefix + ".kv_b_proj.weight", torch.from_numpy(kv_b).to(dtype)
+        yield prefix + KV_B, torch.from_numpy(kv_b).to(dtype)
 
 
 def register_adapter() -> bool:
