@@ -1,0 +1,23 @@
+"""``sparse_mla.vllm_lines``: which tested vLLM line a version belongs to."""
+from __future__ import annotations
+
+import pytest
+
+from sparse_mla.vllm_lines import TESTED_LINES, current_line, line_of, tested_text
+
+
+@pytest.mark.parametrize("version, line", [("0.26.0", "0.26"), ("0.26.3", "0.26"), ("0.33.0", "0.33"),
+                                           ("0.33.1rc1", "0.33"), ("0.27.0", None), ("0.32.9", None),
+                                           ("0.34.0", None), ("0.25.2", None), ("not-a-version", None)])
+def test_line_of(version, line):
+    assert line_of(version) == line
+
+
+def test_the_installed_vllm_is_on_a_tested_line():
+    import vllm
+
+    assert current_line() == line_of(vllm.__version__) and current_line() in TESTED_LINES
+
+
+def test_tested_text_names_every_line():
+    assert tested_text() == "vLLM " + ", ".join(f"{k}.x" for k in TESTED_LINES) and "0.33.x" in tested_text()
