@@ -48,13 +48,19 @@ def _requirements(meta):
 
 
 def test_core_requirements_hold_no_jupyter_stack_and_no_torch_pin(wheel_metadata):
-    from sparse_mla.vllm_plugin.register import SUPPORTED_VLLM
+    from packaging.specifiers import SpecifierSet
+
+    from sparse_mla.vllm_lines import TESTED_LINES
 
     reqs = _requirements(wheel_metadata[0])
     core = reqs[None]
     assert not set(WORKBOOK_ONLY) & set(core), sorted(set(WORKBOOK_ONLY) & set(core))
     assert core["torch"] == "" and core["triton"] == ""          # vLLM's pins rule
-    assert core["vllm"] == str(Requirement("vllm" + SUPPORTED_VLLM).specifier)   # the line the plugin supports
+    spec = SpecifierSet(core["vllm"])                             # spans the tested lines, and no line past them
+    lines = sorted(TESTED_LINES, key=lambda v: tuple(map(int, v.split("."))))
+    assert all(f"{line}.0" in spec for line in lines) and f"{lines[0]}.0" == min(s.version for s in spec)
+    last = tuple(map(int, lines[-1].split(".")))
+    assert f"{last[0]}.{last[1] + 1}.0" not in spec and f"{last[0]}.{last[1]}.9" in spec
     assert {"jupyterlab", "papermill", "nbval", "pandas", "matplotlib"} <= set(reqs["workbook"])
     assert not {"vllm", "torch", "triton"} & set(reqs["workbook"])   # the hint to install it never re-pins vLLM
     assert reqs["pinned"] == {"vllm": "==0.26.0", "torch": "==2.11.0", "triton": "==3.6.0"}

@@ -49,14 +49,23 @@ def mixed_batch(H=8, topk=128, block_size=64, device="cpu", dtype=torch.float32,
 
 def make_impl(H, topk_indices_buffer, kv_cache_dtype="auto"):
     """TritonMLASparseImpl with GLM-5 dims, built as MLAAttention builds it (keyword arguments)."""
+    from types import SimpleNamespace as ns
+
+    from vllm.config import set_current_vllm_config
+
+    from sparse_mla.diagnose.meta_model import _process_groups
     from sparse_mla.vllm_plugin.backend import TritonMLASparseImpl
 
-    return TritonMLASparseImpl(
-        num_heads=H, head_size=DL + DR, scale=(192 + DR) ** -0.5, num_kv_heads=1, alibi_slopes=None,
-        sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None, attn_type="decoder",
-        kv_sharing_target_layer_name=None, q_lora_rank=2048, kv_lora_rank=DL, qk_nope_head_dim=192,
-        qk_rope_head_dim=DR, qk_head_dim=192 + DR, v_head_dim=256, kv_b_proj=None, indexer=None,
-        topk_indices_buffer=topk_indices_buffer)
+    # what vLLM 0.33's impl reads of the engine's configuration (DCP size; the index group: no HiSparse)
+    config = ns(parallel_config=ns(decode_context_parallel_size=1, prefill_context_parallel_size=1),
+                attention_config=ns(hisparse_config=None), compilation_config=ns(custom_ops=[], mode=0))
+    with set_current_vllm_config(config), _process_groups(1):     # (0.33 asks the TP group's size)
+        return TritonMLASparseImpl(
+            num_heads=H, head_size=DL + DR, scale=(192 + DR) ** -0.5, num_kv_heads=1, alibi_slopes=None,
+            sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None, attn_type="decoder",
+            kv_sharing_target_layer_name=None, q_lora_rank=2048, kv_lora_rank=DL, qk_nope_head_dim=192,
+            qk_rope_head_dim=DR, qk_head_dim=192 + DR, v_head_dim=256, kv_b_proj=None, indexer=None,
+            topk_indices_buffer=topk_indices_buffer)
 
 
 #: The arguments of ``AttentionBackend.validate_configuration`` for GLM-5's sparse MLA layer (dtype, KV dtype and
@@ -78,7 +87,7 @@ def generic_backend():
         supported_kv_cache_dtypes = list(TritonMLASparseBackend.supported_kv_cache_dtypes)
 
         @staticmethod
-        def get_supported_kernel_block_sizes():
+        def get_supported_kernel_block_sizes(kv_cache_spec=None):
             return [64]
 
         @classmethod

@@ -18,7 +18,13 @@ def _device():
 
 @pytest.mark.parametrize("block_size", [16, 64])
 def test_index_conversion_matches_plain_pytorch(block_size):
-    from sparse_mla.vllm_plugin.backend import convert_to_global_slots
+    """vLLM 0.26: the impl converts the top-k itself (on 0.33 vLLM's base class does, and the forward tests below
+    check the result)."""
+    from sparse_mla.vllm_lines import current_line
+
+    if current_line() != "0.26":
+        pytest.skip("vLLM 0.33 converts the top-k in its own SparseMLACommonImpl.forward_mqa")
+    from sparse_mla.vllm_plugin.lines.v0_26 import convert_to_global_slots
 
     b = mixed_batch(topk=128, block_size=block_size, seed=block_size, device=_device())
     # a position past the request's block table must become -1 too
@@ -40,19 +46,27 @@ def _metadata(b):
         num_decodes=1, num_prefills=2, num_decode_tokens=1)
 
 
-def _forward_mqa(impl, b, cache, monkeypatch):
-    """``impl.forward_mqa`` on batch ``b``, the kernel launch it makes recorded: ``(out, lse, cfg)`` -- ``lse`` as the
-    kernel wrote it (vLLM's sparse MLA path returns ``(out, None)``; the kernel's lse is what a split merge would use)
-    and the launch configuration the planner chose."""
+def _forward_mqa(impl, b, cache, monkeypatch, drop: bool = False):
+    """``impl.forward_mqa`` on batch ``b`` (vLLM 0.33: vLLM's own, which calls ours), the kernel launch it makes
+    recorded: ``(out, lse, cfg)`` -- ``lse`` as the kernel wrote it (vLLM's sparse MLA path returns ``(out, None)``;
+    the kernel's lse is what a split merge would use) and the launch configuration the planner chose. ``drop``: every
+    other valid slot of the first (decode) token set to -1 on its way to the kernel (a planted fault)."""
     import sparse_mla.kernels as kernels
 
     real, seen = kernels.launch, {}
 
     def launch(q_nope, q_pe, kv, slots, scale, out, lse, cfg, **kw):
         seen.update(lse=lse, cfg=cfg)
+        if drop:
+            slots = slots.clone()
+            slots[0, (slots[0] >= 0).nonzero()[::2, 0]] = -1
         return real(q_nope, q_pe, kv, slots, scale, out, lse, cfg, **kw)
 
     monkeypatch.setattr(kernels, "launch", launch)
+    if not torch.cuda.is_available() and getattr(impl, "index_group", None) is not None:
+        # vLLM 0.33 converts a group's top-k once, on a CUDA side stream; on the CPU, the per-layer conversion (the
+        # same vLLM kernel, the path of backends that convert per layer) is taken
+        monkeypatch.setattr(impl, "group_conversion_decode_only", True, raising=False)
     out, none = impl.forward_mqa((b.q_nope, b.q_pe), cache, _metadata(b), layer=None)
     assert none is None and out.shape == (b.T, b.H, 512) and out.dtype == b.q_nope.dtype and out.is_contiguous()
     return out, seen["lse"], seen["cfg"]
@@ -121,8 +135,6 @@ def test_forward_mqa_checks_catch_a_planted_fault(fault, kv, monkeypatch):
     """The checks above fail on a wrong kernel: the impl's softmax scale off by 10 %, or every other valid top-k slot
     of one token dropped (-1) on its way to the kernel (one slot of 128 moves that token's output by about 1/128 of
     its size, within bf16 limits on a GPU; half of them cannot hide). Run on the CPU here and in the GPU pass."""
-    import sparse_mla.vllm_plugin.backend as backend
-
     dev = _device()
     if kv == "auto":
         b = mixed_batch(H=8, topk=128, dtype=torch.bfloat16 if dev == "cuda" else torch.float32, device=dev, seed=7)
@@ -132,16 +144,7 @@ def test_forward_mqa_checks_catch_a_planted_fault(fault, kv, monkeypatch):
     impl = make_impl(8, b.topk_indices.clone(), kv_cache_dtype=kv)
     if fault == "sm_scale":
         impl.scale *= 1.1
-    else:
-        real = backend.convert_to_global_slots
-
-        def drop_one(*a):
-            slots = real(*a).clone()
-            slots[0, (slots[0] >= 0).nonzero()[::2, 0]] = -1       # every other valid slot of the decode token
-            return slots
-
-        monkeypatch.setattr(backend, "convert_to_global_slots", drop_one)
-    out, lse, cfg = _forward_mqa(impl, b, cache, monkeypatch)
+    out, lse, cfg = _forward_mqa(impl, b, cache, monkeypatch, drop=fault == "dropped slot")
     c = _check(b, cache, out, lse, cfg)
     assert not c.ok, f"a planted fault ({fault}) passed: {c.explain()}"
 
@@ -194,8 +197,14 @@ def test_fp8_needs_the_fp8_ds_mla_dims():
 
 def test_kv_cache_shape_follows_vllms_page_size():
     """656 bytes per token for fp8_ds_mla, as vLLM's own MLAAttentionSpec sizes the page (``real_page_size_bytes``)
-    and allocates uint8 (``STR_DTYPE_TO_TORCH_DTYPE``); 576 elements otherwise."""
+    and allocates uint8 (``STR_DTYPE_TO_TORCH_DTYPE``); 576 elements otherwise (vLLM 0.26: the backend states the
+    shape; 0.33 builds it from the spec, below)."""
     import math
+
+    from sparse_mla.vllm_lines import current_line
+
+    if current_line() != "0.26":
+        pytest.skip("vLLM 0.33 builds the cache shape from the layer's spec (no get_kv_cache_shape)")
 
     from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
     from vllm.v1.kv_cache_interface import MLAAttentionSpec
@@ -299,3 +308,23 @@ def test_register_installs_the_canonicalization(monkeypatch):
     monkeypatch.setattr(registry, "register_backend", lambda *a, **k: None)
     monkeypatch.setattr(backend, "install_fp8_ds_mla_canonicalization", lambda: calls.append(1) or True)
     assert register.register() is True and calls == [1]
+
+
+def test_blocks_are_whole_rows_apart_on_0_33():
+    """vLLM 0.33 may put other layers' pages between a cache's blocks; the kernel reads the cache as flat rows, so the
+    backend asks, through vLLM's own ``customize_spec`` hook, for blocks whole rows apart (``align_blocks_to_rows``,
+    as FLASHMLA_SPARSE off SM100) -- for the bf16 and the fp8_ds_mla rows."""
+    from sparse_mla.vllm_lines import current_line
+
+    if current_line() != "0.33":
+        pytest.skip("vLLM 0.26 has no customize_spec hook (the backend states the cache shape)")
+    from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseBackend
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend as B
+
+    for kv, dtype in (("auto", torch.bfloat16), ("bfloat16", torch.bfloat16)):
+        spec = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype=dtype, cache_dtype_str=kv)
+        ours = B.customize_spec(spec)
+        assert ours.block_stride_alignment == spec.state_content_size_bytes == 576 * 2
+        assert ours == FlashMLASparseBackend.customize_spec(spec)     # the in-tree peer's answer for a bf16 cache

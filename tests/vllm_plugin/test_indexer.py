@@ -62,15 +62,18 @@ def test_install_patches_loaded_and_later_modules_and_undoes(vi):
 
     cap = vi.vllm_capability()
     soft = cap is None or not has_fp8_conversion(cap)
-    assert (model.fused_indexer_q_rope_quant is vi.fused_indexer_q_rope_quant) == soft
+    ours = {"q_rope_quant": "fused_indexer_q_rope_quant", "pack_seq": "pack_seq_triton"}
+    soft_hooks = {f"{m}.{a}": f"sparse_mla.vllm_plugin.indexer.{ours[role]}"         # the line's fp8-store sites
+                  for (m, a), role in vi.LINE.FP8_STORE_HOOKS.items()}
+    assert f"{SAI}.pack_seq_triton" in soft_hooks                              # on every line
+    assert (model.fused_indexer_q_rope_quant is vi.fused_indexer_q_rope_quant) == (
+        soft and f"{MODEL}.fused_indexer_q_rope_quant" in soft_hooks)
     assert inspect.getsource(model.Indexer.forward)                            # the wrapped loader still serves source
     assert vi.hooked() == {
         f"{SAI}.fp8_fp4_mqa_logits": "sparse_mla.vllm_plugin.indexer.fp8_fp4_mqa_logits",
         f"{SAI}.fp8_fp4_paged_mqa_logits": "sparse_mla.vllm_plugin.indexer.fp8_fp4_paged_mqa_logits",
         f"{SAI}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.deep_gemm_stand_in",
-        **({f"{SAI}.pack_seq_triton": "sparse_mla.vllm_plugin.indexer.pack_seq_triton",
-            f"{MODEL}.fused_indexer_q_rope_quant": "sparse_mla.vllm_plugin.indexer.fused_indexer_q_rope_quant"}
-           if soft else {}),
+        **(soft_hooks if soft else {}),
         f"{BUILDER}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.no_deep_gemm"}
     vi.uninstall_indexer_hook()
     assert vi._FINDER not in sys.meta_path and vi.hooked() == {}
@@ -141,6 +144,11 @@ def _fp8(*shape, g):
     return (torch.randn(*shape, generator=g) * 2).to(torch.float8_e4m3fn)
 
 
+def _line(vi) -> str:
+    """The vLLM line whose adapter the hook uses (``0.26``, ``0.33``)."""
+    return vi.LINE.__name__.rsplit(".v", 1)[-1].replace("_", ".")
+
+
 def _within(logits, want, magnitude, heads):
     """In-window logits within the derived limit of the fp32 kernels under the interpreter (kernels.error_bounds)."""
     ratio = eb.indexer_error_ratio(logits, want, eb.indexer_limit(magnitude, heads=heads))
@@ -160,10 +168,20 @@ def test_adapters_compute_through_our_kernels(vi):
     k_scale, w = torch.rand(N, generator=g) + 0.5, torch.randn(M, H, generator=g)
     ks = torch.tensor([0, 3, 10, 69, 4], dtype=torch.int32)
     ke = torch.tensor([70, 3, 50, 70, 5], dtype=torch.int32)
-    logits = sai.fp8_fp4_mqa_logits((q, None), (k, k_scale), w, ks, ke, clean_logits=True)
     want = ref.indexer_logits_prefill_ref(q, k, k_scale, w, ks, ke)
-    assert torch.equal(torch.isneginf(logits), torch.isneginf(want))
-    _within(logits, want, eb.indexer_magnitude_prefill(q, k, k_scale, w, ks, ke), H)
+    magnitude = eb.indexer_magnitude_prefill(q, k, k_scale, w, ks, ke)
+    if _line(vi) == "0.26":          # logits at absolute key columns, -inf outside each window
+        logits = sai.fp8_fp4_mqa_logits((q, None), (k, k_scale), w, ks, ke, clean_logits=True)
+        assert torch.equal(torch.isneginf(logits), torch.isneginf(want))
+        _within(logits, want, magnitude, H)
+    else:                            # 0.33: compressed, row i holds keys [ks[i], ke[i]) from column 0, tail unread
+        width = int((ke - ks).max())
+        logits = sai.fp8_fp4_mqa_logits((q, None), (k, k_scale), w, ks, ke, width)
+        cols = (ks.long()[:, None] + torch.arange(width)[None]).clamp(max=N - 1)
+        inside = torch.arange(width)[None] < (ke - ks)[:, None]
+        assert logits.shape == (M, width) and not torch.isneginf(logits[inside]).any()
+        _within(torch.where(inside, logits, 0.0), torch.where(inside, want.gather(1, cols), 0.0),
+                magnitude.gather(1, cols), H)
 
     B, next_n, bs, nb, max_len = 2, 2, 16, 8, 64
     kv = torch.zeros(nb, bs, D + 4, dtype=torch.uint8)
@@ -172,13 +190,14 @@ def test_adapters_compute_through_our_kernels(vi):
     ctx = torch.tensor([[20, 21], [47, 48]], dtype=torch.int32)
     bt = torch.tensor([[3, 5, 0, 1], [7, 6, 2, 4]], dtype=torch.int32)
     schedule = torch.empty(9, 2, dtype=torch.int32)               # DeepGEMM's schedule: not read
+    clean = {"clean_logits": False} if _line(vi) == "0.26" else {}         # 0.33 has no clean_logits
     logits = sai.fp8_fp4_paged_mqa_logits((qd, None), kv.unsqueeze(-2), wd, ctx, bt, schedule,
-                                          max_model_len=max_len, clean_logits=False)
+                                          max_model_len=max_len, **clean)
     want = ref.indexer_logits_paged_ref(qd, kv, wd, ctx, bt, max_len)
     assert logits.shape == (B * next_n, max_len)
     _within(logits, want, eb.indexer_magnitude_paged(qd, kv, wd, ctx, bt, max_len), H)
     with pytest.raises(NotImplementedError, match="fp8 indexer cache only"):
-        sai.fp8_fp4_mqa_logits((q, torch.zeros(M, H, dtype=torch.int32)), (k, k_scale), w, ks, ke, clean_logits=False)
+        sai.fp8_fp4_mqa_logits((q, torch.zeros(M, H, dtype=torch.int32)), (k, k_scale), w, ks, ke, False)
     assert vi.indexer_calls()["triton"] == calls + 2           # the refused call is not counted
 
 
@@ -208,6 +227,8 @@ def test_deepgemm_calls_are_counted_where_asked_and_the_triton_hook_replaces_the
 
 @pytest.mark.interpreter
 def test_q_quant_and_pack_replacements(vi):
+    """The replacements, called where vLLM looks them up (the q quant in the model code on vLLM 0.26, whose CUDA
+    path it is; the module's own function on 0.33, where the model code no longer calls it)."""
     vi.install_indexer_hook()
     model = importlib.import_module(MODEL)
     sai = importlib.import_module(SAI)
@@ -215,7 +236,8 @@ def test_q_quant_and_pack_replacements(vi):
     T, H = 3, 4
     q = torch.randn(T, H, D, generator=g).to(torch.bfloat16)
     cos_sin, pos, w = torch.randn(16, 64, generator=g), torch.tensor([0, 7, 15]), torch.randn(T, H, generator=g)
-    got = model.fused_indexer_q_rope_quant(pos, q, cos_sin, w, D ** -0.5, H ** -0.5, False)
+    quant = model.fused_indexer_q_rope_quant if _line(vi) == "0.26" else vi.fused_indexer_q_rope_quant
+    got = quant(pos, q, cos_sin, w, D ** -0.5, H ** -0.5, False)
     want = ref.indexer_q_rope_quant_ref(pos, q, cos_sin, w, D ** -0.5, H ** -0.5, False)
     assert torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(got[1], want[1])
     # MTP with uneven decode lengths: vLLM packs fp8 q per request (the stock kernel would store an fp32 pad in fp8)

@@ -53,12 +53,16 @@ def test_fix_sets_the_pattern_only_where_vllm_would_not_see_the_sharing(caplog):
 
 def test_hook_entries_in_vllms_config_map(config_map):
     """Installed for both DSA architectures (idempotent); DeepseekV32ForCausalLM keeps vLLM's own hook (its bf16 ->
-    auto KV-cache rule still runs, under its name); uninstalling puts vLLM's entries back exactly."""
+    auto KV-cache rule still runs, under its name), and so does GlmMoeDsaForCausalLM where vLLM has one (0.33);
+    uninstalling puts vLLM's entries back exactly."""
     from vllm.model_executor.models.config import DeepseekV32ForCausalLM as vllm_hook
 
     it.uninstall_indexer_types_hook()           # as vLLM ships it (an earlier test may have called register())
-    assert it.hooked() == [] and "GlmMoeDsaForCausalLM" not in config_map
+    shipped = dict(config_map)
+    assert it.hooked() == []
     assert it.install_indexer_types_hook() == list(it.ARCHITECTURES)
+    if "GlmMoeDsaForCausalLM" in shipped:       # vLLM 0.33's own GLM-5 hook stays the base of ours
+        assert issubclass(config_map["GlmMoeDsaForCausalLM"], shipped["GlmMoeDsaForCausalLM"])
     glm, v32 = config_map["GlmMoeDsaForCausalLM"], config_map["DeepseekV32ForCausalLM"]
     assert it.install_indexer_types_hook() and config_map["GlmMoeDsaForCausalLM"] is glm
     assert issubclass(v32, vllm_hook) and v32.__name__ == "DeepseekV32ForCausalLM"
@@ -73,7 +77,7 @@ def test_hook_entries_in_vllms_config_map(config_map):
         assert it.hooked() == [] and config_map["DeepseekV32ForCausalLM"] is vllm_hook
     assert it.hooked() == list(it.ARCHITECTURES)
     it.uninstall_indexer_types_hook()
-    assert config_map["DeepseekV32ForCausalLM"] is vllm_hook and "GlmMoeDsaForCausalLM" not in config_map
+    assert config_map["DeepseekV32ForCausalLM"] is vllm_hook and dict(config_map) == shipped
 
 
 # ------------------------------------------------------------------ through vLLM's construction and loader

@@ -1,10 +1,11 @@
-"""``TRITON_MLA_SPARSE``: a vLLM 0.26.0 sparse MLA (DSA) attention backend on the portable Triton kernel.
+"""``TRITON_MLA_SPARSE``: a vLLM sparse MLA (DSA) attention backend on the portable Triton kernel (vLLM 0.26 and
+0.33: what differs between them is in :mod:`sparse_mla.vllm_plugin.lines`).
 
 Follows the shape of vLLM's own sparse backends (``vllm/v1/attention/backends/mla/flashattn_mla_sparse.py``,
 ``flashmla_sparse.py``): a Backend class that only declares, a metadata builder that only prepares tensors (vLLM's
-``SparseMLACommonMetadataBuilder``), and an Impl (on vLLM's ``SparseMLACommonImpl``) whose ``forward_mqa`` converts
-the indexer's request-local top-k positions to global cache slots with vLLM's own
-``triton_convert_req_index_to_global_index`` and calls :func:`sparse_mla.kernels.launch`.
+``SparseMLACommonMetadataBuilder``), and an Impl (on vLLM's ``SparseMLACommonImpl``) whose entry point converts the
+indexer's request-local top-k positions to cache rows with vLLM's own ``triton_convert_req_index_to_global_index``
+(on 0.33 vLLM's base class does, with the block stride) and calls :func:`sparse_mla.kernels.launch`.
 
 Accepted: head size 576 (``kv_lora_rank 512 + qk_rope_head_dim 64``), model dtype bf16/fp16, KV cache
 ``auto``/``bfloat16``/``float16`` or ``fp8``/``fp8_e4m3``/``fp8_ds_mla`` (stored as vLLM's 656-byte ``fp8_ds_mla``
@@ -27,12 +28,10 @@ CUDA graphs: ``UNIFORM_BATCH`` (the launch depends only on shapes; no host sync)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from vllm.config.cache import CacheDType
-from vllm.model_executor.layers.attention.mla_attention import MLACommonPrefillMetadata
 from vllm.model_executor.layers.attention.sparse_mla_attention import (
     SparseMLACommonImpl,
     SparseMLACommonMetadataBuilder,
@@ -41,14 +40,16 @@ from vllm.platforms.interface import DeviceCapability
 from vllm.v1.attention.backend import (
     AttentionBackend,
     AttentionCGSupport,
-    AttentionLayer,
-    AttentionMetadata,
     MLAAttentionImpl,
 )
 
 from ..capability import vllm_capability
 from ..layouts import (BACKEND_KV_CACHE_DTYPES, FP8_DS_MLA_DIMS, FP8_DS_MLA_ROW_BYTES, FP8_KV_CACHE_DTYPES,
                        IMPL_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, PATCH_MARK)
+from .lines import adapter
+
+#: The installed vLLM line's adapter (:mod:`sparse_mla.vllm_plugin.lines`): metadata class, impl entry point, spec.
+LINE = adapter()
 
 BACKEND_NAME = "TRITON_MLA_SPARSE"
 KERNEL_BLOCK_SIZES = [64]
@@ -66,8 +67,13 @@ class TritonMLASparseBackend(AttentionBackend):
         return BACKEND_NAME
 
     @staticmethod
-    def get_supported_kernel_block_sizes() -> list[int]:
-        return list(KERNEL_BLOCK_SIZES)
+    def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list[int]:
+        return list(KERNEL_BLOCK_SIZES)     # any spec (vLLM 0.33 passes the layer's; 0.26 none)
+
+    @classmethod
+    def customize_spec(cls, spec):
+        """vLLM 0.33's hook on the layer's KV-cache spec (the line adapter's; 0.26 never calls it)."""
+        return LINE.customize_spec(spec)
 
     @staticmethod
     def get_builder_cls() -> type["TritonMLASparseMetadataBuilder"]:
@@ -123,27 +129,8 @@ class TritonMLASparseBackend(AttentionBackend):
         return (num_blocks, block_size, head_size)
 
 
-@dataclass
-class TritonMLASparseMetadata(AttentionMetadata):
-    """The fields ``SparseMLACommonMetadataBuilder.build`` fills and ``MLAAttention.forward_impl`` reads."""
-
-    num_reqs: int
-    max_query_len: int
-    max_seq_len: int
-    num_actual_tokens: int
-    query_start_loc: torch.Tensor
-    slot_mapping: torch.Tensor
-    block_table: torch.Tensor
-    req_id_per_token: torch.Tensor
-    seq_lens: torch.Tensor
-    block_size: int = 64
-    topk_tokens: int = 2048
-    num_decodes: int = 0
-    num_prefills: int = 0
-    num_decode_tokens: int = 0
-    prefill_max_seq_len: int = 0
-    prefill: MLACommonPrefillMetadata | None = None
-    cp_kv_cache_interleave_size: int = 1
+#: The metadata vLLM's sparse MLA builder fills: the line adapter's (ours on 0.26, vLLM's own on 0.33).
+TritonMLASparseMetadata = LINE.SparseMetadata
 
 
 class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASparseMetadata]):
@@ -158,22 +145,13 @@ class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASpa
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
 
 
-def convert_to_global_slots(req_id_per_token: torch.Tensor, block_table: torch.Tensor, topk_indices: torch.Tensor,
-                            block_size: int) -> torch.Tensor:
-    """Request-local top-k positions ``[T, topk]`` (``-1`` = none) to global cache slots, by vLLM's own kernel
-    (``vllm/v1/attention/backends/mla/sparse_utils.py``): ``block_table[req, pos // bs] * bs + pos % bs``; ``-1``
-    stays ``-1``, a position past the request's block table becomes ``-1``. ``topk`` must be a multiple of 128."""
-    from vllm.v1.attention.backends.mla.sparse_utils import triton_convert_req_index_to_global_index
-
-    return triton_convert_req_index_to_global_index(
-        req_id_per_token, block_table, topk_indices, BLOCK_SIZE=block_size, NUM_TOPK_TOKENS=topk_indices.shape[1])
-
-
-class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
-    """Sparse MLA on the Triton kernel. ``forward_mqa`` receives ``(ql_nope [T, H, 512], q_pe [T, H, 64])``
-    strided views in the model dtype and the layer's ``[num_blocks, block_size, 576]`` cache (``uint8 [num_blocks,
-    block_size, 656]`` for fp8_ds_mla; the kernel decodes e4m3 for vLLM's device capability), and returns
-    ``out [T, H, 512]`` (q dtype). LSE is natural-log (``lse_base_on_e``) but not returned (no DCP)."""
+class TritonMLASparseImpl(LINE.ImplForward, SparseMLACommonImpl[TritonMLASparseMetadata]):
+    """Sparse MLA on the Triton kernel. vLLM's MLA layer calls the line adapter's entry point
+    (:mod:`sparse_mla.vllm_plugin.lines`) with ``(ql_nope [T, H, 512], q_pe [T, H, 64])`` strided views in the model
+    dtype and the layer's cache -- ``[num_blocks, block_size, 576]`` (``uint8 [num_blocks, block_size, 656]`` for
+    fp8_ds_mla; the kernel decodes e4m3 for vLLM's device capability) -- which turns the indexer's top-k into cache
+    rows and calls :meth:`attend`; ``out [T, H, 512]`` (q dtype) is returned. LSE is natural-log (``lse_base_on_e``)
+    but not returned (no DCP)."""
 
     can_return_lse_for_decode: bool = False
     supports_dcp: bool = False
@@ -198,24 +176,25 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         self.kernel_kv_cache_dtype = "fp8_ds_mla" if kv_cache_dtype == "fp8_ds_mla" else "auto"
         self.capability = vllm_capability()
 
-    def forward_mqa(self, q, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: TritonMLASparseMetadata,
-                    layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def split_q(self, q) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(q_nope [T, H, kv_lora_rank], q_pe [T, H, qk_rope_head_dim])`` from vLLM's tuple or one ``[T, H, 576]``."""
+        if isinstance(q, tuple):
+            return q
+        return q.split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+
+    def attend(self, q_nope: torch.Tensor, q_pe: torch.Tensor, cache: torch.Tensor,
+               slots: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """The kernel (:func:`sparse_mla.kernels.launch`) over ``slots`` ``[T, topk]`` int32 rows of ``cache`` read
+        flat (row ``s`` at ``s x row bytes``; ``-1`` = none): ``(out [T, H, 512] in q's dtype, None)``."""
         from ..kernels import choose_config, launch
 
-        if isinstance(q, tuple):
-            q_nope, q_pe = q
-        else:
-            q_nope, q_pe = q.split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
         T, H = q_pe.shape[:2]
-        topk_indices = self.topk_indices_buffer[:T]
-        slots = convert_to_global_slots(attn_metadata.req_id_per_token[:T], attn_metadata.block_table,
-                                        topk_indices, attn_metadata.block_size)
         out = torch.empty((T, H, self.kv_lora_rank), dtype=q_nope.dtype, device=q_nope.device)
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
         if T:
             cfg = choose_config(T, H, slots.shape[1], q_nope.dtype, q_nope.device,
                                 kv_cache_dtype=self.kernel_kv_cache_dtype, capability=self.capability)
-            launch(q_nope, q_pe, kv_c_and_k_pe_cache, slots, self.scale, out, lse, cfg)
+            launch(q_nope, q_pe, cache, slots, self.scale, out, lse, cfg)
         return out, None
 
 

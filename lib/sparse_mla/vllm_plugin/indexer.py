@@ -1,4 +1,7 @@
-"""``TRITON_DSA_INDEXER``: the Triton lightning indexer in place of DeepGEMM's, inside vLLM 0.26.0, no vLLM file edited.
+"""``TRITON_DSA_INDEXER``: the Triton lightning indexer in place of DeepGEMM's, inside vLLM, no vLLM file edited.
+
+Written for vLLM 0.26; what differs on 0.33 (DeepGEMM's signatures and prefill layout, where fp8 stores are called)
+is in the line adapter (:mod:`sparse_mla.vllm_plugin.lines`). On 0.26:
 
 vLLM's DSA indexer (``vllm/model_executor/layers/sparse_attn_indexer.py``, ``sparse_attn_indexer``) computes its logits
 with DeepGEMM, which has kernels for SM90/100/120 only; on SM80/86/89 the first prefill dies in ``fp8_fp4_mqa_logits``
@@ -43,6 +46,10 @@ from ..capability import as_capability, vllm_capability
 from ..layouts import PATCH_MARK
 from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill
 from ..kernels.indexer_quant import launch_q_rope_quant
+from .lines import adapter
+
+#: The installed vLLM line's adapter (:mod:`sparse_mla.vllm_plugin.lines`): DeepGEMM signatures, fp8-store hooks.
+LINE = adapter()
 
 INDEXER_NAME = "TRITON_DSA_INDEXER"
 FORCE_ENV = "SPARSE_MLA_TRITON_INDEXER"
@@ -69,17 +76,10 @@ _CALLS = {"triton": 0, "deepgemm": 0}
 # The adapters (DeepGEMM's call signatures, ``vllm/utils/deep_gemm.py``)
 # ----------------------------------------------------------------------------------------------------------------
 
-def fp8_fp4_mqa_logits(
-    q: tuple[torch.Tensor, torch.Tensor | None],
-    kv: tuple[torch.Tensor, torch.Tensor],
-    weights: torch.Tensor,
-    cu_seqlen_ks: torch.Tensor,
-    cu_seqlen_ke: torch.Tensor,
-    clean_logits: bool,
-) -> torch.Tensor:
+def _prefill_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits):
     """DeepGEMM's ``fp8_fp4_mqa_logits`` (fp8 q only) through :func:`sparse_mla.kernels.indexer.indexer_logits_prefill`:
     ``q = (q_fp8 [M, H, D], None)``, ``kv = (k_fp8 [N, D], k_scale [N] fp32)``, ``weights [M, H]``, windows
-    ``[ks, ke)`` -> ``[M, N]`` float32 logits."""
+    ``[ks, ke)`` -> ``[M, N]`` float32 logits at absolute key columns."""
     q_values, q_scale = _split_q(q)
     _CALLS["triton"] += 1
     k, k_scale = kv
@@ -87,24 +87,32 @@ def fp8_fp4_mqa_logits(
                                   clean_logits=clean_logits, capability=_STATE["capability"])
 
 
-def fp8_fp4_paged_mqa_logits(
-    q: tuple[torch.Tensor, torch.Tensor | None],
-    kv_cache: torch.Tensor,
-    weights: torch.Tensor,
-    context_lens: torch.Tensor,
-    block_tables: torch.Tensor,
-    schedule_metadata: torch.Tensor,
-    max_model_len: int,
-    clean_logits: bool,
-) -> torch.Tensor:
+def _paged_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, clean_logits):
     """DeepGEMM's ``fp8_fp4_paged_mqa_logits`` (fp8 q only) through
     :func:`sparse_mla.kernels.indexer.indexer_logits_paged`: ``q = (q_fp8 [B, next_n, H, D], None)``, the paged index
     cache, ``weights [B * next_n, H]``, ``context_lens [B, next_n]`` (or ``[B]``), ``block_tables [B, max_blocks]``
-    -> ``[B * next_n, max_model_len]`` float32 logits. ``schedule_metadata`` (DeepGEMM's SM schedule) is not needed."""
+    -> ``[B * next_n, max_model_len]`` float32 logits. DeepGEMM's SM schedule metadata is not needed."""
     q_values, q_scale = _split_q(q)
     _CALLS["triton"] += 1
     return indexer_logits_paged(q_values, kv_cache, weights, context_lens, block_tables, int(max_model_len),
                                 clean_logits=clean_logits, capability=_STATE["capability"])
+
+
+def _named(fn, name: str, doc: str):
+    fn.__module__, fn.__name__, fn.__qualname__, fn.__doc__ = __name__, name, name, doc
+    return fn
+
+
+#: The adapters vLLM's indexer calls in place of DeepGEMM's wrappers (``vllm/utils/deep_gemm.py``), in the installed
+#: vLLM line's signatures and output layout (:mod:`sparse_mla.vllm_plugin.lines`), on our kernels.
+fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits = (
+    _named(f, n, d) for f, n, d in zip(
+        LINE.deepgemm_adapters(_prefill_logits, _paged_logits),
+        ("fp8_fp4_mqa_logits", "fp8_fp4_paged_mqa_logits"),
+        (f"DeepGEMM's ``fp8_fp4_mqa_logits`` of vLLM {LINE.__name__.rsplit('.', 1)[-1]} on the Triton indexer "
+         f"(:func:`_prefill_logits`; the line adapter's layout).",
+         f"DeepGEMM's ``fp8_fp4_paged_mqa_logits`` of vLLM {LINE.__name__.rsplit('.', 1)[-1]} on the Triton "
+         f"indexer (:func:`_paged_logits`).")))
 
 
 def _split_q(q):
@@ -326,8 +334,12 @@ def install_indexer_hook() -> bool:
                 (SPARSE_MOD, "has_deep_gemm"): deep_gemm_stand_in,
                 (BUILDER_MOD, "has_deep_gemm"): no_deep_gemm}
         if cap is None or not has_fp8_conversion(cap):
-            plan[(MODEL_MOD, "fused_indexer_q_rope_quant")] = fused_indexer_q_rope_quant
-            plan[(SPARSE_MOD, "pack_seq_triton")] = pack_seq_triton
+            ours = {"q_rope_quant": fused_indexer_q_rope_quant, "pack_seq": pack_seq_triton}
+            plan.update({key: ours[role] for key, role in LINE.FP8_STORE_HOOKS.items()})
+            if LINE.UNREPLACED_FP8_STORES:
+                logger.warning("sparse_mla: on this vLLM line the DSA path's %s store fp8, which this GPU (%s) "
+                               "cannot compile; %s does not replace them yet", ", ".join(LINE.UNREPLACED_FP8_STORES),
+                               "?" if cap is None else f"{cap[0]}.{cap[1]}", INDEXER_NAME)
         _install(plan, dict(capability=cap, q_hw=cap is not None and has_fp8_conversion(cap) and not interpreting(),
                             soft_bf16=interpreting()))
     except Exception as e:  # noqa: BLE001

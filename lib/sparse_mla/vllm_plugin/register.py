@@ -32,41 +32,35 @@ from __future__ import annotations
 
 import logging
 
+from ..vllm_lines import TESTED_LINES, installed_vllm, line_of, tested_text
 from .selector import BACKEND_PATH, custom_slot_holder, install_selector_fallback
 
 
 logger = logging.getLogger(__name__)
 
-#: The vLLM releases the plugin is built and tested for (every GPU run of the workbook used 0.26.0). vLLM 0.27-0.33
-#: need a newer torch than the lent GPU image has, so no GPU run has shown the plugin there.
-SUPPORTED_VLLM = ">=0.26.0,<0.27"
+#: The vLLM releases the plugin is built and tested for: its lines (:data:`sparse_mla.vllm_lines.TESTED_LINES`).
+#: Every GPU run of the workbook used 0.26.0; 0.33 is tested on the CPU (its torch 2.14 runs on no GPU lent here).
+SUPPORTED_VLLM = " || ".join(TESTED_LINES.values())
 _WARNED: set[str] = set()
 
 
 def vllm_supported(version: str | None = None) -> tuple[bool, str]:
-    """``(supported, one line)`` for a vLLM version (default: the installed one) against :data:`SUPPORTED_VLLM`."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
+    """``(supported, one line)`` for a vLLM version (default: the installed one): supported on a tested line
+    (:func:`sparse_mla.vllm_lines.line_of`)."""
     if version is None:
-        import vllm
-
-        version = str(vllm.__version__)
-    try:
-        ok = SpecifierSet(SUPPORTED_VLLM).contains(Version(version), prereleases=True)
-    except InvalidVersion:
-        ok = False
-    line = (f"sparse_mla supports vLLM {SUPPORTED_VLLM} (0.26.x); this is vLLM {version}" +
-            ("" if ok else ": TRITON_MLA_SPARSE is not registered and nothing in vLLM is changed"))
-    return ok, line
+        version = installed_vllm()
+    line = line_of(version)
+    text = (f"sparse_mla supports {tested_text()}; this is vLLM {version}" +
+            (f" (line {line})" if line else ": TRITON_MLA_SPARSE is not registered and nothing in vLLM is changed"))
+    return line is not None, text
 
 
 def register() -> bool:
     """Register ``TRITON_MLA_SPARSE`` as vLLM's CUSTOM backend and install the selector fallback (idempotent).
 
-    Returns False and changes nothing, with one warning line, when vLLM is outside :data:`SUPPORTED_VLLM` (vLLM 0.33
-    calls backend methods with other signatures: a registration there would fail deep inside the engine) or when
-    another plugin's backend already holds vLLM's ``CUSTOM`` slot."""
+    Returns False and changes nothing, with one warning line, when vLLM is on no tested line (another line's backend,
+    builder and indexer interfaces differ: a registration there could fail deep inside the engine) or when another
+    plugin's backend already holds vLLM's ``CUSTOM`` slot."""
     ok, line = vllm_supported()
     if not ok:
         if line not in _WARNED:     # once per process (vLLM calls register() in every process it starts)
