@@ -32,15 +32,14 @@ from __future__ import annotations
 
 import logging
 
-from ..vllm_lines import TESTED_LINES, installed_vllm, line_of, tested_text
+from ..vllm_lines import installed_vllm, line_of, tested_text
 from .selector import BACKEND_PATH, custom_slot_holder, install_selector_fallback
 
 
 logger = logging.getLogger(__name__)
 
-#: The vLLM releases the plugin is built and tested for: its lines (:data:`sparse_mla.vllm_lines.TESTED_LINES`).
+#: The vLLM releases the plugin is built and tested for are its lines (:data:`sparse_mla.vllm_lines.TESTED_LINES`).
 #: Every GPU run of the workbook used 0.26.0; 0.33 is tested on the CPU (its torch 2.14 runs on no GPU lent here).
-SUPPORTED_VLLM = " || ".join(TESTED_LINES.values())
 _WARNED: set[str] = set()
 
 
