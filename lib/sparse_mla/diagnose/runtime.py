@@ -61,10 +61,10 @@ def indexer_stage(vc, cap, with_plugin: bool) -> dict[str, Any]:
                               f"(vLLM's CudaPlatform.support_deep_gemm() is False)")
     if not has_fp8_conversion((cap.major, cap.minor)):
         stock_ok = False
-        out["reasons"] += [f"vLLM's {name} ({where}) stores fp8e4nv, which Triton compiles only from SM89 (compute "
-                           f"capability {c}; Triton's rule, checked against vLLM's kernels by tests/kernels/"
-                           f"test_indexer_fit.py and tests/diagnose/test_lines.py)"
-                           for name, where in adapter().INDEXER_FP8_KERNELS]
+        out["reasons"] += [f"vLLM's {name} ({module}, called by {role}) stores fp8e4nv, which Triton compiles "
+                           f"only from SM89 (compute capability {c}; Triton's rule, checked against vLLM's kernels by "
+                           f"tests/kernels/test_indexer_fit.py and tests/diagnose/test_lines.py)"
+                           for name, module, role in adapter().INDEXER_FP8_KERNELS]
     out["stock"] = DEEPGEMM_INDEXER if stock_ok else None
     if with_plugin:
         ix = _plugin_indexer()

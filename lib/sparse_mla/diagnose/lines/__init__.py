@@ -12,8 +12,10 @@ Every adapter defines the same names (``tests/diagnose/test_lines.py`` checks it
   :data:`sparse_mla.diagnose.probe.PATCHABLE_MODULES`);
 * ``PLATFORM_DEPENDENT_CACHES`` -- ``(module, function)`` pairs of ``functools.cache``'d helpers of this line whose
   answer depends on ``current_platform`` (added to the probe's list);
-* ``INDEXER_FP8_KERNELS`` -- ``(name, where)`` of the Triton kernels of the line's CUDA DSA path that store
-  ``fp8e4nv`` for the indexer (where in vLLM, for the reasons the indexer stage gives);
+* ``INDEXER_FP8_KERNELS`` -- ``(function, module, caller and role)`` of the line's CUDA DSA path's Triton kernels
+  that store ``fp8e4nv`` for the indexer (named in the reasons the indexer stage gives), and
+  ``indexer_fp8_build()``, the first of them as vLLM launches it, ready for ``triton.compile`` for any GPU target
+  (so the tests hear from Triton, for vLLM's own kernel, which GPUs it builds for);
 * ``resolve_kv_cache_layout(vc, specs)`` -- what the engine core does with the workers' KV-cache specs before any
   planning (a no-op where the line has no layout to resolve);
 * ``kv_cache_groups(vc, specs)``, ``kv_cache_config_from_groups(vc, groups, available)`` and

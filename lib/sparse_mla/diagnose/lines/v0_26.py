@@ -11,9 +11,9 @@ PATCHABLE_MODULES: tuple[str, ...] = ()
 
 PLATFORM_DEPENDENT_CACHES: tuple[tuple[str, str], ...] = ()
 
-INDEXER_FP8_KERNELS: tuple[tuple[str, str], ...] = (
-    ("fused_indexer_q_rope_quant", "vllm/model_executor/layers/sparse_attn_indexer.py, called by deepseek_v2.py's "
-                                   "Indexer: the indexer query's RoPE and fp8 quantization"),
+INDEXER_FP8_KERNELS: tuple[tuple[str, str, str], ...] = (
+    ("fused_indexer_q_rope_quant", "vllm.model_executor.layers.sparse_attn_indexer",
+     "deepseek_v2.py's Indexer: the indexer query's RoPE and fp8 quantization"),
 )
 
 
@@ -40,3 +40,18 @@ def check_kv_cache_configs(vc, specs: dict[str, Any], available: int) -> None:
     from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
 
     get_kv_cache_configs(vc, [specs], [available])
+
+
+def indexer_fp8_build() -> tuple[Any, dict[str, str], dict[str, Any], dict[str, Any]]:
+    """``(kernel, signature, constexprs, options)``: vLLM's ``_fused_indexer_q_rope_quant_kernel`` (the Triton kernel
+    of ``fused_indexer_q_rope_quant``) as vLLM launches it (one warp), for ``triton.compile`` with a ``GPUTarget``
+    (``tests/diagnose/test_lines.py``, ``tests/kernels/test_indexer_fit.py``). Needs a real Triton in vLLM (call the
+    probe's ``load_vllm_extensions`` first)."""
+    import vllm.model_executor.layers.sparse_attn_indexer as sai
+
+    kernel = sai._fused_indexer_q_rope_quant_kernel
+    consts = dict(fp8_min=-448.0, fp8_max=448.0, is_neox=False)
+    sig = {n: "i32" for n in kernel.arg_names}
+    sig.update(positions="*i64", q="*bf16", cos_sin_cache="*bf16", q_fp8="*fp8e4nv", weights="*bf16",
+               weights_out="*fp32", softmax_scale="fp32", head_scale="fp32", **{n: "constexpr" for n in consts})
+    return kernel, sig, consts, {"num_warps": 1}

@@ -23,11 +23,11 @@ PLATFORM_DEPENDENT_CACHES: tuple[tuple[str, str], ...] = (
     ("vllm.model_executor.layers.indexer_topk", "get_indexer_topk"),
 )
 
-INDEXER_FP8_KERNELS: tuple[tuple[str, str], ...] = (
-    ("fused_q", "vllm/models/deepseek_v32/common/kernels.py, called by deepseek_v32/attention.py: the indexer "
-                "query's RoPE and fp8 quantization"),
-    ("fused_norm_rope", "vllm/models/deepseek_v32/common/kernels.py, called by deepseek_v32/attention.py: the "
-                        "indexer key's norm, RoPE, fp8 quantization and cache insert"),
+INDEXER_FP8_KERNELS: tuple[tuple[str, str, str], ...] = (
+    ("fused_q", "vllm.models.deepseek_v32.common.kernels",
+     "deepseek_v32/attention.py: the indexer query's RoPE and fp8 quantization"),
+    ("fused_norm_rope", "vllm.models.deepseek_v32.common.kernels",
+     "deepseek_v32/attention.py: the indexer key's norm, RoPE, fp8 quantization and cache insert"),
 )
 
 
@@ -63,3 +63,22 @@ def check_kv_cache_configs(vc, specs: dict[str, Any], available: int) -> None:
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
 
     get_kv_cache_configs(vc, [specs], [available], get_global_kv_cache_groups(vc, [specs]))
+
+
+def indexer_fp8_build() -> tuple[Any, dict[str, str], dict[str, Any], dict[str, Any]]:
+    """``(kernel, signature, constexprs, options)``: vLLM's ``_fused_q_kernel`` (the Triton kernel of ``fused_q``) as
+    ``fused_q`` launches it for GLM-5 (64 heads, a 64-wide rotary half of 32, the indexer's 32 heads of 128, a
+    512-wide latent, the bf16 MQA query, no PDL, one warp), for ``triton.compile`` with a ``GPUTarget``: whether it
+    builds for a GPU is Triton's answer (``tests/diagnose/test_lines.py``). Needs a real Triton in vLLM (not its
+    placeholder: call the probe's ``load_vllm_extensions`` first)."""
+    from vllm.models.deepseek_v32.common import kernels
+
+    kernel = kernels._fused_q_kernel
+    consts = dict(NUM_Q_HEADS=64, Q_PE_HALF_ROT_DIM=32, NUM_INDEX_Q_HEADS=32, INDEX_Q_HALF_ROT_DIM=32,
+                  INDEX_Q_HEAD_DIM=128, QL_NOPE_DIM=512, QL_NOPE_BLOCK=512, HAS_INDEXER=True,
+                  INDEX_ROPE_INTERLEAVE=False, QUANTIZE_MQA=False, USE_PDL=False, FP8_MAX=448.0, USE_FNUZ=False)
+    pointers = {"pos_ptr": "*i64", "index_q_fp8_ptr": "*fp8e4nv", "mqa_q_fp8_ptr": "*fp8e4nv", "q_scale_ptr": "*fp32",
+                "index_weights_out_ptr": "*fp32"}
+    sig = {n: "constexpr" if n in consts else pointers.get(n, "*bf16") if n.endswith("_ptr")
+           else "fp32" if n.endswith("_scale") else "i32" for n in kernel.arg_names}
+    return kernel, sig, consts, {"num_warps": 1}
