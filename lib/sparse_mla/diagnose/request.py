@@ -56,6 +56,7 @@ GPU_PRESETS: dict[str, str] = {name: gpu.capability for name, gpu in GPUS.items(
 #: The KV-cache dtypes the workbook diagnoses (``--kv-cache-dtype``; the matrix's columns).
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "fp8", "fp8_ds_mla")
 
+
 def vllm_cache_dtypes() -> tuple[str, ...]:
     """The installed vLLM's own ``--kv-cache-dtype`` values: ``typing.get_args`` of its ``vllm.config.cache.CacheDType``
     literal (imports that module, and so vLLM, on the first call; also reachable as ``VLLM_CACHE_DTYPES``)."""
