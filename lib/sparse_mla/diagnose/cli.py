@@ -46,10 +46,11 @@ def add_cli(subparsers) -> None:
     """Add ``sparse-mla diagnose``."""
     p = subparsers.add_parser(
         "diagnose", help="what vLLM would do with a DSA model on a GPU: config, attention, KV cache, indexer, kernel",
-        description="Run vLLM 0.26.0's own path for an MLA model on any target GPU (also without a GPU: a probe "
-                    "platform stands in): the engine configuration as `vllm serve` builds it, the attention backend "
-                    "and the KV-cache dtype it allocates, the DSA indexer's kernels, the top-k index conversion; one "
-                    "verdict line per stage, every MLA backend's priority and vLLM's reasons, vLLM's own texts.")
+        description="Run the installed vLLM's own path (0.26.x or 0.33.x) for an MLA model on any target GPU "
+                    "(also without a GPU: a probe platform stands in): the engine configuration as `vllm serve` "
+                    "builds it, the attention backend and the KV-cache dtype it allocates, the DSA indexer's kernels, "
+                    "the top-k index conversion; one verdict line per stage, every MLA backend's priority and "
+                    "vLLM's reasons, vLLM's own texts.")
     p.add_argument("--model", default=None,
                    help="preset (glm-5, deepseek-v3.2), config.json, checkpoint directory or GGUF (FILE.gguf, any "
                         "shard, DIR:QUANT) (default glm-5)")

@@ -133,17 +133,19 @@ def offloaded_bytes(sizes: list[tuple[int | None, int]], cpu_offload_gb: float) 
 
 def _kv_groups(rank: RankModel, available: int, max_model_len: int):
     """vLLM's KV-cache plan for ``available`` bytes: ``(fits, max_tokens, vLLM's refusal or None)``."""
-    from vllm.v1.core.kv_cache_utils import (get_kv_cache_capacity, get_kv_cache_config_from_groups,
-                                             get_kv_cache_configs, get_kv_cache_groups)
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
+    from .lines import adapter
+
+    line = adapter()        # where the line keeps vLLM's planning functions and how its engine core calls them
     vc = rank.vllm_config
     vc.model_config.max_model_len = max_model_len
     tokens = 0
     if available > 0:
-        groups = get_kv_cache_groups(vc, dict(rank.kv_specs))
-        tokens = int(get_kv_cache_capacity(vc, get_kv_cache_config_from_groups(vc, groups, available))[0])
+        groups = line.kv_cache_groups(vc, dict(rank.kv_specs))
+        tokens = int(get_kv_cache_capacity(vc, line.kv_cache_config_from_groups(vc, groups, available))[0])
     try:
-        get_kv_cache_configs(vc, [dict(rank.kv_specs)], [available])
+        line.check_kv_cache_configs(vc, dict(rank.kv_specs), available)
     except ValueError as e:
         return False, tokens, " ".join(str(e).split())
     return True, tokens, None

@@ -90,13 +90,27 @@ def _process_groups(tp: int) -> Iterable[None]:
             setattr(ps, k, v)
 
 
+def _no_impl():
+    """A kernel-free impl: vLLM's own ``MLAAttentionImpl`` (``vllm/v1/attention/backend.py``), whose base gives every
+    attribute ``MLAAttention.__init__`` reads of an impl (the context-parallel ranks, ``supports_dense_mha_prefill``,
+    ``lse_base_on_e``, ``supports_quant_query_input``, ``process_weights_after_loading``, ... as the line defines
+    them), with an ``__init__`` that keeps only ``is_sparse`` (sparse layers pass a ``topk_indices_buffer``) and no
+    abstract method left (nothing here runs a forward)."""
+    from vllm.v1.attention.backend import MLAAttentionImpl
+
+    class NoImpl(MLAAttentionImpl):
+        def __init__(self, **kwargs):
+            self.is_sparse = "topk_indices_buffer" in kwargs
+
+    NoImpl.__abstractmethods__ = frozenset()
+    return NoImpl
+
+
 def _backend_without_kernels(backend_cls):
     """The selected backend class with a kernel-free impl (``None``: a nameless MLA backend that rewrites nothing)."""
     from vllm.v1.attention.backend import AttentionBackend
 
-    class NoImpl:
-        def __init__(self, **kwargs):
-            self.is_sparse = "topk_indices_buffer" in kwargs
+    NoImpl = _no_impl()
 
     base = backend_cls if backend_cls is not None else AttentionBackend
     attrs = {"get_impl_cls": staticmethod(lambda: NoImpl)}
@@ -185,13 +199,18 @@ def _kv_specs(vc) -> dict[str, Any]:
     ``GPUModelRunner.get_kv_cache_spec`` (``vllm/v1/worker/gpu_model_runner.py``) on the layers just built: each
     layer's ``get_kv_cache_spec`` with the backend's ``indexes_kv_by_block_stride``. The method reads only the
     runner's ``vllm_config`` and ``shared_kv_cache_layers`` (KV-sharing ``Attention`` layers, which MLA models do not
-    have), so it is called on a namespace holding those two."""
+    have), so it is called on a namespace holding those two. Then, on a line whose engine core resolves one KV-cache
+    layout before planning (0.33), that layout, from the layers' backends, onto ``vc`` (:mod:`.lines`)."""
     from vllm.platforms import current_platform
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+    from .lines import adapter
+
     current_platform.update_block_size_for_backend(vc)
     runner = types.SimpleNamespace(vllm_config=vc, shared_kv_cache_layers={})
-    return dict(GPUModelRunner.get_kv_cache_spec(runner))
+    specs = dict(GPUModelRunner.get_kv_cache_spec(runner))
+    adapter().resolve_kv_cache_layout(vc, specs)    # the engine core's step before planning, where the line has it
+    return specs
 
 
 _WEIGHTS: OrderedDict[tuple, tuple] = OrderedDict()     # key + tp -> (params, buffer bytes, absorbed bytes)

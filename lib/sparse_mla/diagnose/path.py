@@ -1,5 +1,6 @@
-"""What vLLM 0.26.0 would really do with a checkpoint on a given GPU: :func:`diagnose`, stage by stage, in vLLM's own
-words, for any GPU (a probe platform stands in for one that is not there).
+"""What the installed vLLM (a tested line: 0.26.x, 0.33.x) would really do with a checkpoint on a given GPU:
+:func:`diagnose`, stage by stage, in vLLM's own words, for any GPU (a probe platform stands in for one that is not
+there).
 
 The stages, in the order a ``vllm serve`` start meets them:
 
@@ -257,7 +258,7 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
              max_model_len: int | None = None, cpu_offload_gb: float | None = None,
              hf_config_path: str | os.PathLike | None = None,
              tokenizer: str | os.PathLike | None = None) -> dict[str, Any]:
-    """What vLLM 0.26.0 would do with ``model`` on a GPU, from ``config.json`` to a running engine, in vLLM's words.
+    """What the installed vLLM would do with ``model`` on a GPU, from ``config.json`` to a running engine, in its words.
 
     Args:
         model: a preset of :data:`sparse_mla.models.PRESETS` (``glm-5``, ``deepseek-v3.2``), a ``config.json`` path

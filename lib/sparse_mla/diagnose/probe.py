@@ -272,8 +272,16 @@ def probe_platform_cls():
     return _PROBE_CLS
 
 
+def platform_dependent_caches() -> tuple[tuple[str, str], ...]:
+    """:data:`_PLATFORM_DEPENDENT_CACHES` plus the installed vLLM line's own (its adapter's
+    ``PLATFORM_DEPENDENT_CACHES``, :mod:`sparse_mla.diagnose.lines`)."""
+    from .lines import adapter
+
+    return _PLATFORM_DEPENDENT_CACHES + adapter().PLATFORM_DEPENDENT_CACHES
+
+
 def _clear_platform_caches() -> None:
-    for mod_name, attr in _PLATFORM_DEPENDENT_CACHES:
+    for mod_name, attr in platform_dependent_caches():
         fn = getattr(sys.modules.get(mod_name), attr, None)
         if hasattr(fn, "cache_clear"):
             fn.cache_clear()
@@ -458,6 +466,14 @@ PATCHABLE_MODULES: tuple[str, ...] = (
     "vllm.v1.attention.backends.mla.indexer",
     "vllm.model_executor.models.deepseek_v2",
 )
+
+
+def patchable_modules() -> tuple[str, ...]:
+    """:data:`PATCHABLE_MODULES` plus the installed vLLM line's own (its adapter's ``PATCHABLE_MODULES``: on 0.33 the
+    ``deepseek_v32`` model tree the CUDA DSA path runs through, :mod:`sparse_mla.diagnose.lines`)."""
+    from .lines import adapter
+
+    return PATCHABLE_MODULES + adapter().PATCHABLE_MODULES
 #: Attribute that the workbook's own patches carry (with ``__wrapped__`` = vLLM's original).
 
 
@@ -473,11 +489,11 @@ def stock_selection() -> Iterable[None]:
 
     On entry, vLLM's own loading of ``vllm.general_plugins`` is marked done (so ``EngineArgs`` does not register our
     plugin behind the probe's back), backend overrides (``register_backend``) are set aside, selector methods of ``CudaPlatformBase`` that
-    carry a ``__wrapped__`` original (a plugin's wrapper) are unwrapped, and globals of :data:`PATCHABLE_MODULES` that
+    carry a ``__wrapped__`` original (a plugin's wrapper) are unwrapped, and globals of :func:`patchable_modules` that
     carry :data:`PATCH_MARK` are set back to vLLM's originals; on exit every global of those modules, the overrides,
     the selector methods and ``sys.meta_path`` are put back exactly as they were (also in those modules first
-    imported during the probe, which get vLLM's originals). So ``with_plugin=False`` always diagnoses stock vLLM
-    0.26.0, and ``with_plugin=True`` sees exactly what the plugin's ``register()`` adds to it.
+    imported during the probe, which get vLLM's originals). So ``with_plugin=False`` always diagnoses the installed
+    stock vLLM, and ``with_plugin=True`` sees exactly what the plugin's ``register()`` adds to it.
     """
     import vllm.platforms.cuda as cuda_mod
     import vllm.plugins as vllm_plugins
@@ -498,7 +514,8 @@ def stock_selection() -> Iterable[None]:
     if hook_was_on:
         hook.uninstall_indexer_hook()
     meta_path = list(sys.meta_path)
-    snapshots = {name: dict(vars(sys.modules[name])) for name in PATCHABLE_MODULES if name in sys.modules}
+    patchable = patchable_modules()
+    snapshots = {name: dict(vars(sys.modules[name])) for name in patchable if name in sys.modules}
     registry._ATTN_OVERRIDES.clear()
     for k, v in cls_attrs.items():
         fn = v.__func__ if isinstance(v, classmethod) else v
@@ -524,7 +541,7 @@ def stock_selection() -> Iterable[None]:
         for k, v in cls_attrs.items():
             setattr(base, k, v)
         sys.meta_path[:] = meta_path
-        for name in PATCHABLE_MODULES:
+        for name in patchable:
             mod = sys.modules.get(name)
             if mod is None:
                 continue

@@ -1,6 +1,7 @@
 """What is diagnosed: the target GPU (a compute capability or a GPU preset, its memory), the KV-cache dtype, the
 tensor-parallel size, the model and its checkpoint's quantization, and the memory stage's settings (GPU memory,
-``gpu_memory_utilization``, ``max_model_len``, ``cpu_offload_gb``), checked before vLLM is imported.
+``gpu_memory_utilization``, ``max_model_len``, ``cpu_offload_gb``), checked before vLLM is imported (the KV-cache
+dtype excepted: it is checked against the installed vLLM's own ``CacheDType``, read from ``vllm.config.cache``).
 
 :func:`parse_capability` and :func:`resolve` turn user input into a :class:`Request` or raise
 :class:`sparse_mla.errors.UserInputError` with one line naming the bad value and what is accepted.
@@ -55,13 +56,24 @@ GPU_PRESETS: dict[str, str] = {name: gpu.capability for name, gpu in GPUS.items(
 #: The KV-cache dtypes the workbook diagnoses (``--kv-cache-dtype``; the matrix's columns).
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "fp8", "fp8_ds_mla")
 
-#: vLLM 0.26.0's ``vllm.config.cache.CacheDType`` literal, copied so that input is validated before vLLM is
-#: imported (tests/diagnose/test_selection.py checks it against the installed vLLM).
-VLLM_CACHE_DTYPES: tuple[str, ...] = (
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "turboquant_k8v4",
-    "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "int4_per_token_head",
-    "int8_per_token_head", "fp8_per_token_head", "nvfp4",
-)
+
+def vllm_cache_dtypes() -> tuple[str, ...]:
+    """The installed vLLM's own ``--kv-cache-dtype`` values: ``typing.get_args`` of its ``vllm.config.cache.CacheDType``
+    literal (imports that module, and so vLLM, on the first call; also reachable as ``VLLM_CACHE_DTYPES``)."""
+    import typing
+
+    from vllm.config.cache import CacheDType
+
+    return tuple(typing.get_args(CacheDType))
+
+
+def __getattr__(name: str):
+    """``VLLM_CACHE_DTYPES``: :func:`vllm_cache_dtypes`, read when first asked for (so importing this module does not
+    import vLLM)."""
+    if name == "VLLM_CACHE_DTYPES":
+        return vllm_cache_dtypes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Name under which the step 4 plugin's backend is reported.
 PLUGIN_BACKEND_NAME = "TRITON_MLA_SPARSE"
@@ -168,9 +180,9 @@ def parse_capability(capability: str | float | tuple[int, int]) -> tuple[tuple[i
 
 
 def check_cache_dtype(kv_cache_dtype: str) -> str:
-    """``kv_cache_dtype`` if it is one of vLLM's own ``CacheDType`` values (:data:`VLLM_CACHE_DTYPES`: the diagnosis
-    asks vLLM about any of them), else one UserInputError line."""
-    return check_kv_cache_dtype(kv_cache_dtype, VLLM_CACHE_DTYPES)
+    """``kv_cache_dtype`` if it is one of the installed vLLM's own ``CacheDType`` values (:func:`vllm_cache_dtypes`:
+    the diagnosis asks vLLM about any of them), else one UserInputError line."""
+    return check_kv_cache_dtype(kv_cache_dtype, vllm_cache_dtypes())
 
 
 def _model_dtype(geometry) -> str:

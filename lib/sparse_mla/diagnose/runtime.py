@@ -5,12 +5,14 @@
   ``fp8_fp4_paged_mqa_logits``, ``get_paged_mqa_logits_metadata``). vLLM's own answer to "does DeepGEMM run on this
   GPU" is ``current_platform.support_deep_gemm()`` (``vllm/platforms/cuda.py``: 9.0, 10.x, 12.x) together with
   ``has_deep_gemm()`` (``vllm/utils/import_utils.py``); the indexer itself only checks the latter and dies inside
-  DeepGEMM on the first forward elsewhere. Its query quantization (``fused_indexer_q_rope_quant``, a Triton kernel
-  that stores ``fp8e4nv``) compiles only where Triton converts fp8 in hardware (SM89 and up): that rule is Triton's,
-  applied here through :func:`sparse_mla.kernels.fp8.has_fp8_conversion` (``tests/kernels/test_fp8.py`` compiles a
-  kernel that stores fp8e4nv for sm_80/86/89/120 and checks the rule). With the step 4 plugin, its indexer hook
-  (:mod:`sparse_mla.vllm_plugin.indexer`) replaces those calls where DeepGEMM has no kernel; what the hook patched
-  in this probe is read back, not assumed.
+  DeepGEMM on the first forward elsewhere. The line's Triton kernels that store the indexer's ``fp8e4nv`` (0.26:
+  ``fused_indexer_q_rope_quant``; 0.33: ``fused_q`` and ``fused_norm_rope``; named by the line's adapter,
+  :mod:`.lines`) compile only where Triton converts fp8 in hardware (SM89 and up): that rule is Triton's, applied
+  here through :func:`sparse_mla.kernels.fp8.has_fp8_conversion` (``tests/kernels/test_fp8.py`` compiles a kernel
+  that stores fp8e4nv for sm_80/86/89/120 and checks the rule; ``tests/kernels/test_indexer_fit.py`` and
+  ``tests/diagnose/test_lines.py`` compile vLLM's own kernels of the installed line for those targets). With the
+  step 4 plugin, its indexer hook (:mod:`sparse_mla.vllm_plugin.indexer`) replaces those calls where DeepGEMM has
+  no kernel; what the hook patched in this probe is read back, not assumed.
 * **kernel** -- every vLLM sparse MLA backend (and ours) converts the indexer's top-k positions to cache slots with
   ``triton_convert_req_index_to_global_index`` (``vllm/v1/attention/backends/mla/sparse_utils.py``), which asserts
   ``NUM_TOPK_TOKENS % 128 == 0`` when the first forward runs. That assertion is vLLM's; :func:`kernel_stage` runs
@@ -39,6 +41,7 @@ def indexer_stage(vc, cap, with_plugin: bool) -> dict[str, Any]:
     from vllm.utils.import_utils import has_deep_gemm
 
     from ..kernels.fp8 import has_fp8_conversion
+    from .lines import adapter
 
     hf = vc.model_config.hf_config
     out: dict[str, Any] = {"needed": hasattr(hf, "index_topk"), "stock": None, "with_plugin": None, "reasons": [],
@@ -58,8 +61,10 @@ def indexer_stage(vc, cap, with_plugin: bool) -> dict[str, Any]:
                               f"(vLLM's CudaPlatform.support_deep_gemm() is False)")
     if not has_fp8_conversion((cap.major, cap.minor)):
         stock_ok = False
-        out["reasons"].append(f"vLLM's fused_indexer_q_rope_quant stores fp8e4nv, which Triton compiles only from "
-                              f"SM89 (compute capability {c}; Triton's rule, checked by our kernels/fp8 tests)")
+        out["reasons"] += [f"vLLM's {name} ({module}, called by {role}) stores fp8e4nv, which Triton compiles "
+                           f"only from SM89 (compute capability {c}; Triton's rule, checked against vLLM's kernels by "
+                           f"tests/kernels/test_indexer_fit.py and tests/diagnose/test_lines.py)"
+                           for name, module, role in adapter().INDEXER_FP8_KERNELS]
     out["stock"] = DEEPGEMM_INDEXER if stock_ok else None
     if with_plugin:
         ix = _plugin_indexer()

@@ -96,9 +96,11 @@ def _select(vc, args: dict[str, Any]) -> dict[str, Any]:
     captured: dict[str, Any] = {}
     original = selector_mod._cached_get_attn_backend
 
-    def capture(backend, attn_selector_config, num_heads=None):
+    def capture(backend, attn_selector_config, num_heads=None, **line_keywords):
+        # line_keywords: what a line's get_attn_backend passes on besides (0.33: _run_kv_cache_dtype), unchanged
         captured.update(backend=backend, config=attn_selector_config, num_heads=num_heads)
-        return original(backend=backend, attn_selector_config=attn_selector_config, num_heads=num_heads)
+        return original(backend=backend, attn_selector_config=attn_selector_config, num_heads=num_heads,
+                        **line_keywords)
 
     original.cache_clear()
     selector_mod._cached_get_attn_backend = capture
