@@ -21,3 +21,16 @@ def test_the_installed_vllm_is_on_a_tested_line():
 
 def test_tested_text_names_every_line():
     assert tested_text() == "vLLM " + ", ".join(f"{k}.x" for k in TESTED_LINES) and "0.33.x" in tested_text()
+
+
+def test_the_environment_keeps_the_torch_its_vllm_pins():
+    """Installing this package beside a vLLM leaves vLLM's torch: the installed torch is the one vLLM's own metadata
+    pins (``Requires-Dist: torch==...``), on either line."""
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
+
+    pins = [Requirement(r) for r in requires("vllm") or [] if Requirement(r).name == "torch" and Requirement(r).marker
+            is None]
+    assert pins, "vLLM declares no torch requirement"
+    assert all(version("torch").split("+")[0] in p.specifier for p in pins), (version("torch"), pins)

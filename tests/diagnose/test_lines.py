@@ -171,3 +171,23 @@ def test_vllms_indexer_fp8_kernel_builds_where_the_rule_says():
         assert builds == has_fp8_conversion(divmod(int(cap), 10)), (cap, answer)
         if not builds:
             assert "fp8e4nv not supported" in answer
+
+
+@pytest.mark.parametrize("cap", ["8.0", "8.9"])
+def test_with_the_plugin_the_indexer_wall_follows_what_the_plugin_replaces(cap):
+    """With the plugin on a GPU DeepGEMM lacks: TRITON_MLA_SPARSE is selected and the Triton indexer serves, unless a
+    kernel of the line's indexer path stores fp8 on a GPU that cannot compile it (SM80) and the plugin's line adapter
+    does not replace it (vLLM 0.33's fused_q / fused_norm_rope): then the indexer stage names each such kernel."""
+    from sparse_mla.vllm_plugin.lines import adapter as plugin_adapter
+
+    rec = diagnose("glm-5", cap, "auto", with_plugin=True)
+    assert rec["selected"] == "TRITON_MLA_SPARSE"
+    unreplaced = [name for name, _, _ in lines.adapter().INDEXER_FP8_KERNELS
+                  if any(s.endswith(f".{name}") for s in plugin_adapter().UNREPLACED_FP8_STORES)]
+    if has_fp8_conversion(tuple(int(x) for x in cap.split("."))) or not unreplaced:
+        assert rec["indexer"]["with_plugin"] == "TRITON_DSA_INDEXER" and rec["engine_starts"] is True
+    else:
+        assert rec["indexer"]["with_plugin"] is None and "indexer" in [b["stage"] for b in rec["blockers"]]
+        text = rec["stages"]["indexer"]
+        assert all(f"vLLM's {name} " in text and "the plugin does not replace it" in text for name in unreplaced)
+    assert (current_line() == "0.33") == bool(unreplaced)      # 0.26's fp8 stores are all replaced, 0.33's not

@@ -477,8 +477,14 @@ def patchable_modules() -> tuple[str, ...]:
 #: Attribute that the workbook's own patches carry (with ``__wrapped__`` = vLLM's original).
 
 
+def _marked(value) -> bool:
+    """Whether ``value`` is one of the workbook's patches: a plain function carrying :data:`PATCH_MARK` (asked of
+    functions only: vLLM 0.33's platform object logs every attribute it lacks)."""
+    return isinstance(value, types.FunctionType) and bool(getattr(value, PATCH_MARK, False))
+
+
 def _unwrap_marked(value):
-    while getattr(value, PATCH_MARK, False) and hasattr(value, "__wrapped__"):
+    while _marked(value) and hasattr(value, "__wrapped__"):
         value = value.__wrapped__
     return value
 
@@ -527,7 +533,7 @@ def stock_selection() -> Iterable[None]:
     for name in snapshots:
         mod = sys.modules[name]
         for attr, value in list(vars(mod).items()):
-            if getattr(value, PATCH_MARK, False):
+            if _marked(value):
                 setattr(mod, attr, _unwrap_marked(value))
     try:
         yield
@@ -552,7 +558,7 @@ def stock_selection() -> Iterable[None]:
                 d.update(snapshots[name])
             else:
                 for attr, value in list(d.items()):
-                    if getattr(value, PATCH_MARK, False):
+                    if _marked(value):
                         d[attr] = _unwrap_marked(value)
         selector_mod._cached_get_attn_backend.cache_clear()
         if hook_was_on:

@@ -73,6 +73,11 @@ def indexer_stage(vc, cap, with_plugin: bool) -> dict[str, Any]:
         if hooked:
             ours = list(ix.indexer_reasons(getattr(hf, "index_n_heads", None), getattr(hf, "index_head_dim", None),
                                            (cap.major, cap.minor)))
+            if not has_fp8_conversion((cap.major, cap.minor)):      # vLLM's fp8 stores the plugin leaves in place
+                ours += [f"vLLM's {name} ({module}, called by {role}) stores fp8e4nv, which Triton compiles only "
+                         f"from SM89 (compute capability {c}), and the plugin does not replace it on this vLLM line"
+                         for name, module, role in adapter().INDEXER_FP8_KERNELS
+                         if not any(k.endswith(f".{name}") for k in hooked)]
             out["with_plugin"] = ix.INDEXER_NAME if not ours else None
             out["plugin_reasons"] = ours
         else:
