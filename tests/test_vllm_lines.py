@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparse_mla.vllm_lines import TESTED_LINES, current_line, line_of, tested_text
+from sparse_mla import vllm_lines
+from sparse_mla.vllm_lines import TESTED_LINES, current_line, line_of
 
 
 @pytest.mark.parametrize("version, line", [("0.26.0", "0.26"), ("0.26.3", "0.26"), ("0.33.0", "0.33"),
@@ -20,7 +21,8 @@ def test_the_installed_vllm_is_on_a_tested_line():
 
 
 def test_tested_text_names_every_line():
-    assert tested_text() == "vLLM " + ", ".join(f"{k}.x" for k in TESTED_LINES) and "0.33.x" in tested_text()
+    text = vllm_lines.tested_text()
+    assert text == "vLLM " + ", ".join(f"{k}.x" for k in TESTED_LINES) and "0.33.x" in text
 
 
 def test_the_environment_keeps_the_torch_its_vllm_pins():

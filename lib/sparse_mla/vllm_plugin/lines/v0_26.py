@@ -8,34 +8,49 @@
 return logits at absolute key columns.
 """
 # No ``from __future__ import annotations``: the DeepGEMM adapters' signatures must equal vLLM's, annotations included.
-from dataclasses import dataclass
-
 import torch
-from vllm.model_executor.layers.attention.mla_attention import MLACommonPrefillMetadata
-from vllm.v1.attention.backend import AttentionMetadata
 
 
-@dataclass
-class SparseMetadata(AttentionMetadata):
-    """The fields 0.26's ``SparseMLACommonMetadataBuilder.build`` fills and ``MLAAttention.forward_impl`` reads."""
+def _sparse_metadata():
+    """The metadata dataclass, built on first use (vLLM's attention modules log on import: the indexer hook, which
+    imports this module, stays quiet until vLLM is used)."""
+    from dataclasses import dataclass
 
-    num_reqs: int
-    max_query_len: int
-    max_seq_len: int
-    num_actual_tokens: int
-    query_start_loc: torch.Tensor
-    slot_mapping: torch.Tensor
-    block_table: torch.Tensor
-    req_id_per_token: torch.Tensor
-    seq_lens: torch.Tensor
-    block_size: int = 64
-    topk_tokens: int = 2048
-    num_decodes: int = 0
-    num_prefills: int = 0
-    num_decode_tokens: int = 0
-    prefill_max_seq_len: int = 0
-    prefill: MLACommonPrefillMetadata | None = None
-    cp_kv_cache_interleave_size: int = 1
+    from vllm.model_executor.layers.attention.mla_attention import MLACommonPrefillMetadata
+    from vllm.v1.attention.backend import AttentionMetadata
+
+    @dataclass
+    class SparseMetadata(AttentionMetadata):
+        """The fields 0.26's ``SparseMLACommonMetadataBuilder.build`` fills and ``MLAAttention.forward_impl``
+        reads."""
+
+        num_reqs: int
+        max_query_len: int
+        max_seq_len: int
+        num_actual_tokens: int
+        query_start_loc: torch.Tensor
+        slot_mapping: torch.Tensor
+        block_table: torch.Tensor
+        req_id_per_token: torch.Tensor
+        seq_lens: torch.Tensor
+        block_size: int = 64
+        topk_tokens: int = 2048
+        num_decodes: int = 0
+        num_prefills: int = 0
+        num_decode_tokens: int = 0
+        prefill_max_seq_len: int = 0
+        prefill: MLACommonPrefillMetadata | None = None
+        cp_kv_cache_interleave_size: int = 1
+
+    SparseMetadata.__module__, SparseMetadata.__qualname__ = __name__, "SparseMetadata"
+    return SparseMetadata
+
+
+def __getattr__(name: str):
+    if name == "SparseMetadata":
+        globals()[name] = cls = _sparse_metadata()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def convert_to_global_slots(req_id_per_token: torch.Tensor, block_table: torch.Tensor, topk_indices: torch.Tensor,

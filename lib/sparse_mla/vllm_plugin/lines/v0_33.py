@@ -16,8 +16,6 @@ that store fp8: not replaced here (:data:`UNREPLACED_FP8_STORES`), so on SM80/86
 """
 # No ``from __future__ import annotations``: the DeepGEMM adapters' signatures must equal vLLM's, annotations included.
 import torch
-from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonMetadata as SparseMetadata
-from vllm.v1.attention.backends.mla.sparse_utils import align_blocks_to_rows, flat_kv_row_view
 
 __all__ = ["SparseMetadata", "ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS",
            "UNREPLACED_FP8_STORES"]
@@ -30,6 +28,8 @@ class ImplForward:
 
     def _forward_mqa_kernel(self, q, kv_cache: torch.Tensor, topk_indices: torch.Tensor, valid_counts, *, layer,
                             block_size: int, is_decode: bool):
+        from vllm.v1.attention.backends.mla.sparse_utils import flat_kv_row_view
+
         q_nope, q_pe = self.split_q(q)
         rows, _ = flat_kv_row_view(kv_cache, block_size)
         return self.attend(q_nope, q_pe, rows, topk_indices)
@@ -38,7 +38,20 @@ class ImplForward:
 def customize_spec(spec):
     """Blocks whole cache rows apart (vLLM's ``align_blocks_to_rows``): the kernel reads row ``slot`` of the flat
     view."""
+    from vllm.v1.attention.backends.mla.sparse_utils import align_blocks_to_rows
+
     return align_blocks_to_rows(spec)
+
+
+def __getattr__(name: str):
+    """``SparseMetadata``: vLLM's own ``SparseMLACommonMetadata``, imported on first use (vLLM's attention modules log
+    on import)."""
+    if name == "SparseMetadata":
+        from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonMetadata
+
+        globals()[name] = SparseMLACommonMetadata
+        return SparseMLACommonMetadata
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def compress_logits(full: torch.Tensor, cu_seqlen_ks: torch.Tensor, max_seqlen_k: int) -> torch.Tensor:
