@@ -8,7 +8,7 @@ from sparse_mla.vllm_lines import TESTED_LINES, current_line, line_of
 
 
 @pytest.mark.parametrize("version, line", [("0.26.0", "0.26"), ("0.26.3", "0.26"), ("0.33.0", "0.33"),
-                                           ("0.33.1rc1", "0.33"), ("0.27.0", None), ("0.32.9", None),
+                                           ("0.33.1rc1", "0.33"), ("0.33.0rc1", None), ("0.27.0", None), ("0.32.9", None),
                                            ("0.34.0", None), ("0.25.2", None), ("not-a-version", None)])
 def test_line_of(version, line):
     assert line_of(version) == line
@@ -21,8 +21,7 @@ def test_the_installed_vllm_is_on_a_tested_line():
 
 
 def test_tested_text_names_every_line():
-    text = vllm_lines.tested_text()
-    assert text == "vLLM " + ", ".join(f"{k}.x" for k in TESTED_LINES) and "0.33.x" in text
+    assert vllm_lines.tested_text() == "vLLM 0.26.x, 0.33.x"
 
 
 def test_the_environment_keeps_the_torch_its_vllm_pins():

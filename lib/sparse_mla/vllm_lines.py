@@ -20,8 +20,8 @@ def installed_vllm() -> str:
 
 
 def line_of(version: str) -> str | None:
-    """The tested line (a :data:`TESTED_LINES` key) ``version`` belongs to, or None (pre-releases of a line count:
-    ``0.33.1rc1`` is 0.33's; an unparsable version is None)."""
+    """The tested line (a :data:`TESTED_LINES` key) ``version`` belongs to, or None (pre-releases after a line's first
+    release count: ``0.33.1rc1`` is 0.33's, ``0.33.0rc1`` is not; an unparsable version is None)."""
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 

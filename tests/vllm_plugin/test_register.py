@@ -393,3 +393,17 @@ def test_register_outside_the_supported_range_changes_nothing(vllm_state, monkey
     with pytest.raises(UserInputError, match=r"vLLM 0\.30\.0 is installed; the diagnosis runs on vLLM 0\.26\.x, "
                                              r"0\.33\.x"):
         dg.diagnose("glm-5", "12.0", "bfloat16", with_plugin=True)        # one line, not a traceback
+
+
+def test_every_plugin_line_adapter_defines_the_same_names():
+    """The backend and the indexer hook are written once against these names (``vllm_plugin/lines/__init__.py``);
+    each line's module imports without its vLLM (its vLLM imports are on first use)."""
+    from sparse_mla.vllm_lines import TESTED_LINES
+    from sparse_mla.vllm_plugin import lines
+
+    names = ("ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS", "UNREPLACED_FP8_STORES")
+    for line in TESTED_LINES:
+        mod = importlib.import_module(f"sparse_mla.vllm_plugin.lines.{lines.module_name(line)}")
+        assert all(hasattr(mod, n) for n in names), (line, [n for n in names if not hasattr(mod, n)])
+    current = lines.module_name(lines.current_line())
+    assert lines.adapter() is importlib.import_module(f"sparse_mla.vllm_plugin.lines.{current}")

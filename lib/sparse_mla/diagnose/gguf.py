@@ -169,14 +169,12 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
     name = "gguf-" + "_".join(base[:2] if len(base) > 2 else base).lower()
     if name not in QUANTIZATIONS:
         name = _main_type(info)
-    if quantization is None and name in QUANTIZATIONS:
-        quantization = name
-    elif quantization is not None and (str(quantization).lower() != name if name in QUANTIZATIONS
-                                       else not str(quantization).lower().startswith("gguf-")):
+    if quantization is None:
+        quantization = name                                  # a QUANTIZATIONS name either way (_main_type's too)
+    elif str(quantization).lower() != name:
         raise UserInputError(f"--quantization {quantization!r} contradicts the GGUF's own weight type "
-                             f"{info['file_type']} ({info['path']!r}); accepted: "
-                             f"{name if name in QUANTIZATIONS else 'a gguf-<type> quantization'}, or no --quantization "
-                             f"(the file's type is read from it)")
+                             f"{info['file_type']} ({info['path']!r}); accepted: {name}, or no --quantization (the "
+                             f"file's type is read from it)")
     return geometry, quantization
 
 

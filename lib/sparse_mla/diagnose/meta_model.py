@@ -213,7 +213,7 @@ def _kv_specs(vc) -> dict[str, Any]:
     return specs
 
 
-_WEIGHTS: OrderedDict[tuple, tuple] = OrderedDict()     # key + tp -> (params, buffer bytes, absorbed bytes)
+_WEIGHTS: OrderedDict[tuple, tuple] = OrderedDict()     # key + tp -> (params, buffer/absorbed bytes, renames)
 _KV: OrderedDict[tuple, tuple] = OrderedDict()          # key + backend + cache dtype -> (specs, layers, vllm_config)
 _CACHE_SIZE = 64
 

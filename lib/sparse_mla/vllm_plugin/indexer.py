@@ -59,7 +59,6 @@ COUNT_ENV = "SPARSE_MLA_COUNT_INDEXER_CALLS"
 
 SPARSE_MOD = "vllm.model_executor.layers.sparse_attn_indexer"
 BUILDER_MOD = "vllm.v1.attention.backends.mla.indexer"
-MODEL_MOD = "vllm.model_executor.models.deepseek_v2"
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +335,7 @@ def install_indexer_hook() -> bool:
         if cap is None or not has_fp8_conversion(cap):
             ours = {"q_rope_quant": fused_indexer_q_rope_quant, "pack_seq": pack_seq_triton}
             plan.update({key: ours[role] for key, role in LINE.FP8_STORE_HOOKS.items()})
-            if LINE.UNREPLACED_FP8_STORES:
+            if LINE.UNREPLACED_FP8_STORES and cap is not None:
                 logger.warning("sparse_mla: on this vLLM line the DSA path's %s store fp8, which this GPU (%s) "
                                "cannot compile; %s does not replace them yet", ", ".join(LINE.UNREPLACED_FP8_STORES),
                                "?" if cap is None else f"{cap[0]}.{cap[1]}", INDEXER_NAME)

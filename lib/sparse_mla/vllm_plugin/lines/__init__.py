@@ -8,8 +8,10 @@
   calls with physical rows, after the block-stride, index-group and DCP conversions), both ending in the impl's
   ``attend``;
 * ``customize_spec(spec)``: the backend's say on its KV-cache spec (0.33 only; 0.26 has no such hook);
-* ``DEEPGEMM``: the indexer hook's DeepGEMM stand-ins, in this line's call signatures
-  (:mod:`sparse_mla.vllm_plugin.indexer`).
+* ``deepgemm_adapters(prefill, paged)``: the indexer hook's DeepGEMM stand-ins, in this line's call signatures and
+  output layout (:mod:`sparse_mla.vllm_plugin.indexer`);
+* ``FP8_STORE_HOOKS`` / ``UNREPLACED_FP8_STORES``: where the line's indexer path stores fp8 (which SM80/86 cannot
+  compile) and the hook has a stand-in, and where it has none.
 
 The backend, indexer and registration are written once against these names.
 """
