@@ -12,6 +12,11 @@ from __future__ import annotations
 TESTED_LINES: dict[str, str] = {"0.26": ">=0.26.0,<0.27", "0.33": ">=0.33.0,<0.34"}
 
 
+def module_name(line: str) -> str:
+    """The name of ``line``'s adapter module in each ``lines`` package (``"0.33"`` -> ``v0_33``)."""
+    return "v" + line.replace(".", "_")
+
+
 def installed_vllm() -> str:
     """The installed vLLM's version (``vllm.__version__``); raises ImportError where none is installed."""
     import vllm

@@ -27,8 +27,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from ...vllm_lines import TESTED_LINES, module_name
+
 #: tested line (:data:`sparse_mla.vllm_lines.TESTED_LINES`) -> its adapter module here.
-MODULES: dict[str, str] = {"0.26": "v0_26", "0.33": "v0_33"}
+MODULES: dict[str, str] = {line: module_name(line) for line in TESTED_LINES}
 
 
 def adapter(line: str | None = None) -> ModuleType:

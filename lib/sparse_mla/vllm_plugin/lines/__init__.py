@@ -20,12 +20,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ...vllm_lines import TESTED_LINES, current_line, installed_vllm, tested_text
-
-
-def module_name(line: str) -> str:
-    """The adapter module of ``line`` (``"0.33"`` -> ``v0_33``)."""
-    return "v" + line.replace(".", "_")
+from ...vllm_lines import TESTED_LINES, current_line, installed_vllm, module_name, tested_text
 
 
 def adapter() -> ModuleType:
