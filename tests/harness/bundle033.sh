@@ -167,6 +167,8 @@ exit 0
 #   VLLM_USE_FLASHINFER_SAMPLER=0 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 # command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
 # [ -n "${CUDA_HOME:-}" ] || export CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
-# if [ -f pyproject.toml ] && [ ! -f "$SITE033/.project_installed" ]; then
+# # B033_NO_INSTALL=1: the calls that only carry pieces leave the project as h200_session.sh installed it (from
+# # /tmp/work, the committed tree the records name)
+# if [ -z "${B033_NO_INSTALL:-}" ] && [ -f pyproject.toml ] && [ ! -f "$SITE033/.project_installed" ]; then
 #   python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . && touch "$SITE033/.project_installed"
 # fi
