@@ -179,7 +179,7 @@ run_stage() {
     # issue 36 item 5: vLLM 0.33.0 (torch 2.14, triton 3.8) from /tmp/site033, which the back-to-back calls of
     # tests/harness/bundle033.sh carry in pieces and unpack (this waits for it, at most 15 min), in place of the 0.26
     # bundle on PYTHONPATH; the project stays the editable install of /tmp/work (the committed tree, REVISION).
-    # Records first (parity at 9.0, then the simulated 12.0 against FLASHMLA_SPARSE), then the GPU tests, MTP, SM80
+    # Records first (parity at 9.0, the simulated 8.0 and 12.0, each beside FLASHMLA_SPARSE), then the GPU tests, MTP
     v033) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0; t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
           local E=(env "PYTHONPATH=$P033" "PATH=/tmp/site033/bin:$PATH" VLLM_CACHE_ROOT=/tmp/vllmcache033
@@ -194,7 +194,12 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
           stage v033_parity 540 "${E[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 \
               --max-tokens 16 --json-out results/h200/launch_h200_vllm033.json
-          stage v033_sim_parity 600 "${ES[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
+          # SM80 as Triton builds it (TRITON_OVERRIDE_ARCH=sm80): the hook's stand-ins for 0.33's fp8-storing fused_q
+          # and fused_norm_rope run; then SM120 (bf16 cache, where 0.33 has no sparse backend)
+          stage v033_sim_sm80 420 "${ES[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
+              --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0,FLASHMLA_SPARSE --prompt-lengths 48,560,900 \
+              --max-tokens 16 --json-out results/h200/launch_h200_vllm033_simulated_sm80.json
+          stage v033_sim_parity 420 "${ES[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@12.0,FLASHMLA_SPARSE \
               --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/h200/launch_h200_vllm033_simulated.json
           stage v033_gpu_tests 480 "${E[@]}" python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA tests/kernels \
@@ -203,12 +208,7 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
               tests/vllm_plugin/test_backend.py tests/vllm_plugin/test_builder.py
           stage v033_mtp 540 "${E[@]}" python3 -m sparse_mla launch --model $CKM --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$MTP" --prompt-lengths 48,900 \
-              --max-tokens 64 --json-out results/h200/launch_h200_vllm033_mtp.json
-          # last: SM80 as the diagnosis expects it to fail on 0.33 (fused_q and fused_norm_rope store fp8, which Triton
-          # does not compile for sm80; the indexer hook does not replace them yet)
-          stage v033_sim_sm80 300 "${ES[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
-              --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0 --prompt-lengths 48,900 --max-tokens 16 \
-              --json-out results/h200/launch_h200_vllm033_simulated_sm80.json ;;
+              --max-tokens 64 --json-out results/h200/launch_h200_vllm033_mtp.json ;;
     # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
     # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
     # results/<profile>/ there), so each notebook's own files (the live launch record, the quick benchmarks) land

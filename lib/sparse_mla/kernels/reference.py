@@ -326,3 +326,46 @@ def indexer_q_rope_quant_ref(positions, q, cos_sin_cache, weights, softmax_scale
     codes = (rot / scale[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
     w = weights.to(f32) * scale * torch.tensor(softmax_scale, dtype=f32) * torch.tensor(head_scale, dtype=f32)
     return codes, w
+
+
+def fused_q_ref(positions, q_pe, q_pe_cos_sin_cache, index_q, index_q_cos_sin_cache, index_weights,
+                softmax_scale: float, head_scale: float, interleave: bool) -> tuple[torch.Tensor, ...]:
+    """The arithmetic of vLLM 0.33's ``_fused_q_kernel`` programs 0 and 1 (``vllm/models/deepseek_v32/common/
+    kernels.py``; the bf16 MLA query) in PyTorch, op for op in float32, so that the outputs come out bit for bit as
+    Triton's interpreter computes them (a GPU build may fuse a rotation into an FMA and round differently):
+
+    * ``q_pe``: interleaved pairs, ``r1 = x1 cos - x2 sin``, ``r2 = x2 cos + x1 sin``, cast to ``q_pe``'s dtype;
+    * the indexer query: RoPE on the first ``2 * half`` of 128 dims as ``x cos + sign * partner * sin`` (interleaved
+      pairs or NeoX halves), never rounded to bf16; ``s = 2 ** ceil(log2(max(amax, 1e-4) / 448))``; codes
+      ``e4m3(x / s)``; ``weights * s * softmax_scale * head_scale`` (multiplied in that order).
+
+    Returns:
+        ``(codes [T, H_idx, 128] float8_e4m3fn, weights_out [T, H_idx] float32, q_pe_roped [T, H, 64])``.
+    """
+    f32 = torch.float32
+    pos = positions.long()
+    half = q_pe_cos_sin_cache.shape[-1] // 2
+    cos, sin = (q_pe_cos_sin_cache[pos, :half].to(f32)[:, None], q_pe_cos_sin_cache[pos, half:2 * half].to(f32)[:, None])
+    x1, x2 = q_pe[..., 0::2].to(f32), q_pe[..., 1::2].to(f32)
+    q_out = torch.empty_like(q_pe)
+    q_out[..., 0::2], q_out[..., 1::2] = (x1 * cos - x2 * sin).to(q_pe.dtype), (x2 * cos + x1 * sin).to(q_pe.dtype)
+    ih = index_q_cos_sin_cache.shape[-1] // 2
+    block = torch.arange(index_q.shape[-1], device=index_q.device)
+    in_rope = block < 2 * ih
+    if interleave:
+        cos_idx, partner, sign = block // 2, torch.where(in_rope, block ^ 1, block), (block % 2 == 0)
+    else:
+        cos_idx, partner, sign = block % ih, torch.where(in_rope, block ^ ih, block), block < ih
+    sign = torch.where(sign, -1.0, 1.0).to(f32)
+    rows = index_q_cos_sin_cache[pos].to(f32)
+    cos_full = torch.where(in_rope, rows[:, cos_idx.clamp(max=ih - 1)], torch.ones((), dtype=f32))[:, None]
+    sin_full = torch.where(in_rope, rows[:, ih + cos_idx.clamp(max=ih - 1)], torch.zeros((), dtype=f32))[:, None]
+    x = index_q.to(f32)
+    x = torch.where(in_rope, x * cos_full + sign * x[..., partner] * sin_full, x)
+    scale = x.abs().amax(-1).clamp_min(1e-4) / 448.0
+    scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    codes = (x / scale[..., None]).to(torch.float8_e4m3fn)
+    w = index_weights.to(f32) * scale
+    w = w * torch.tensor(softmax_scale, dtype=f32)
+    w = w * torch.tensor(head_scale, dtype=f32)
+    return codes, w, q_out

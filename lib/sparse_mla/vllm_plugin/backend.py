@@ -44,6 +44,7 @@ from vllm.v1.attention.backend import (
 )
 
 from ..capability import vllm_capability
+from ..kernels.fp8 import has_fp8_conversion
 from ..layouts import (BACKEND_KV_CACHE_DTYPES, FP8_DS_MLA_DIMS, FP8_DS_MLA_ROW_BYTES, FP8_KV_CACHE_DTYPES,
                        IMPL_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, PATCH_MARK)
 from .lines import adapter
@@ -119,6 +120,11 @@ class TritonMLASparseBackend(AttentionBackend):
                 if dims != FP8_DS_MLA_DIMS:
                     return (f"{BACKEND_NAME} stores an fp8 KV cache as fp8_ds_mla, which needs kv_lora_rank 512 and "
                             f"qk_rope_head_dim 64; got {dims[0]} and {dims[1]}")
+        if (LINE.TRITON_FP8_MLA_CACHE_WRITE and kv_cache_dtype in FP8_KV_CACHE_DTYPES and device_capability is not None
+                and not has_fp8_conversion((device_capability.major, device_capability.minor))):
+            return (f"{BACKEND_NAME}: this vLLM writes a {kv_cache_dtype} MLA cache in fused_norm_rope's Triton kernel, "
+                    f"which needs fp8 conversions (compute capability 8.9+, this is "
+                    f"{device_capability.major}.{device_capability.minor}); a bf16 cache (kv_cache_dtype auto) works")
         return None
 
     @staticmethod

@@ -333,12 +333,9 @@ def install_indexer_hook() -> bool:
                 (SPARSE_MOD, "has_deep_gemm"): deep_gemm_stand_in,
                 (BUILDER_MOD, "has_deep_gemm"): no_deep_gemm}
         if cap is None or not has_fp8_conversion(cap):
-            ours = {"q_rope_quant": fused_indexer_q_rope_quant, "pack_seq": pack_seq_triton}
+            ours = {"q_rope_quant": fused_indexer_q_rope_quant, "pack_seq": pack_seq_triton,
+                    **LINE.FP8_STORE_STAND_INS}
             plan.update({key: ours[role] for key, role in LINE.FP8_STORE_HOOKS.items()})
-            if LINE.UNREPLACED_FP8_STORES and cap is not None:
-                logger.warning("sparse_mla: on this vLLM line the DSA path's %s store fp8, which this GPU (%s) "
-                               "cannot compile; %s does not replace them yet", ", ".join(LINE.UNREPLACED_FP8_STORES),
-                               "?" if cap is None else f"{cap[0]}.{cap[1]}", INDEXER_NAME)
         _install(plan, dict(capability=cap, q_hw=cap is not None and has_fp8_conversion(cap) and not interpreting(),
                             soft_bf16=interpreting()))
     except Exception as e:  # noqa: BLE001

@@ -10,8 +10,11 @@
 * ``customize_spec(spec)``: the backend's say on its KV-cache spec (0.33 only; 0.26 has no such hook);
 * ``deepgemm_adapters(prefill, paged)``: the indexer hook's DeepGEMM stand-ins, in this line's call signatures and
   output layout (:mod:`sparse_mla.vllm_plugin.indexer`);
-* ``FP8_STORE_HOOKS`` / ``UNREPLACED_FP8_STORES``: where the line's indexer path stores fp8 (which SM80/86 cannot
-  compile) and the hook has a stand-in, and where it has none.
+* ``FP8_STORE_HOOKS``: every place the line's DSA path calls a Triton kernel that stores fp8 (which SM80/86 cannot
+  compile), with the hook's stand-in; ``FP8_STORE_STAND_INS``: the stand-ins the adapter provides itself (0.33's
+  ``fused_q`` and ``fused_norm_rope``);
+* ``TRITON_FP8_MLA_CACHE_WRITE``: whether the line writes a quantized MLA cache in Triton (0.33), which the backend
+  then refuses below SM89.
 
 The backend, indexer and registration are written once against these names.
 """

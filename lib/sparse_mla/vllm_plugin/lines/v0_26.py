@@ -117,5 +117,8 @@ def deepgemm_adapters(prefill, paged):
 FP8_STORE_HOOKS = {("vllm.model_executor.models.deepseek_v2", "fused_indexer_q_rope_quant"): "q_rope_quant",
                    ("vllm.model_executor.layers.sparse_attn_indexer", "pack_seq_triton"): "pack_seq"}
 
-#: fp8-storing Triton kernels of this line's indexer path that the hook does not replace (none on 0.26).
-UNREPLACED_FP8_STORES: tuple[str, ...] = ()
+#: Stand-ins of this adapter's own among :data:`FP8_STORE_HOOKS` (none: both are the hook's).
+FP8_STORE_STAND_INS: dict = {}
+
+#: 0.26 writes a quantized MLA cache with vLLM's CUDA op ``concat_and_cache_mla`` (built for SM80 too), not in Triton.
+TRITON_FP8_MLA_CACHE_WRITE = False

@@ -12,13 +12,18 @@ DeepGEMM's wrappers (``vllm/utils/deep_gemm.py``) lost ``clean_logits``: the pre
 returns *compressed* logits (row ``i`` holds keys ``[ks[i], ke[i])`` from column 0), the paged one takes ``indices``
 (the varlen form, SM100 only). On CUDA, GLM-5 and DeepSeek-V3.2 run through ``vllm/models/deepseek_v32/``, whose
 indexer q quant (``fused_q``) and K insert (``fused_norm_rope``, which also writes the MLA cache) are Triton kernels
-that store fp8: not replaced here (:data:`UNREPLACED_FP8_STORES`), so on SM80/86 they stand in the way.
+that store fp8, which SM80/86 cannot compile: the hook puts :func:`fused_q` and :func:`fused_norm_rope` in their place
+there (:data:`FP8_STORE_STAND_INS`). An fp8 MLA cache stays out of reach below SM89 on this line
+(:data:`TRITON_FP8_MLA_CACHE_WRITE`).
 """
 # No ``from __future__ import annotations``: the DeepGEMM adapters' signatures must equal vLLM's, annotations included.
 import torch
 
+from ...kernels.fused_q import launch_fused_q
+from ...kernels.indexer_k_cache import launch_indexer_k_cache
+
 __all__ = ["SparseMetadata", "ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS",
-           "UNREPLACED_FP8_STORES"]
+           "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE"]
 
 
 class ImplForward:
@@ -98,11 +103,108 @@ def deepgemm_adapters(prefill, paged):
     return fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits
 
 
-#: Where 0.33 calls a Triton kernel that stores fp8 on the DSA indexer's path and the hook has a stand-in: the decode
-#: q packing (``sparse_attn_indexer.pack_seq_triton``; 0.26's q quant in ``deepseek_v2`` is off the CUDA path now).
-FP8_STORE_HOOKS = {("vllm.model_executor.layers.sparse_attn_indexer", "pack_seq_triton"): "pack_seq"}
+#: Where 0.33 calls Triton kernels that store fp8 on the DSA path (which SM80/86 cannot compile), and the hook's
+#: stand-in for each: the decode q packing (``sparse_attn_indexer.pack_seq_triton``; 0.26's q quant in ``deepseek_v2``
+#: is off the CUDA path now), and ``fused_q`` / ``fused_norm_rope`` as ``DeepseekV32Attention.forward`` looks them up.
+FP8_STORE_HOOKS = {("vllm.model_executor.layers.sparse_attn_indexer", "pack_seq_triton"): "pack_seq",
+                   ("vllm.models.deepseek_v32.attention", "fused_q"): "fused_q",
+                   ("vllm.models.deepseek_v32.attention", "fused_norm_rope"): "fused_norm_rope"}
 
-#: fp8-storing Triton kernels of 0.33's CUDA DSA path that the hook does not replace: on a GPU without fp8
-#: conversions (SM80/86) they do not compile (``vllm/models/deepseek_v32/common/kernels.py``).
-UNREPLACED_FP8_STORES = ("vllm.models.deepseek_v32.attention.fused_q",
-                         "vllm.models.deepseek_v32.attention.fused_norm_rope")
+#: 0.33 writes the MLA cache inside ``fused_norm_rope``'s Triton kernel: a quantized cache (fp8, fp8_ds_mla) needs
+#: Triton's fp8 conversions, SM89 and up (the backend refuses it below; 0.26 writes it with a CUDA op).
+TRITON_FP8_MLA_CACHE_WRITE = True
+
+
+def fused_q(
+    positions: torch.Tensor,
+    q_pe: torch.Tensor,
+    q_pe_cos_sin_cache: torch.Tensor,
+    index_q: torch.Tensor | None,
+    index_q_cos_sin_cache: torch.Tensor | None,
+    ql_nope: torch.Tensor,
+    q_scale: torch.Tensor,
+    index_weights: torch.Tensor | None,
+    index_weights_softmax_scale: float,
+    index_weights_head_scale: float,
+    has_indexer: bool = True,
+    index_rope_interleave: bool = False,
+    quantize_mqa: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """vLLM 0.33's ``fused_q`` (``vllm/models/deepseek_v32/common/kernels.py``; same signature, outputs and numbers)
+    for GPUs without fp8 conversions: :func:`sparse_mla.kernels.fused_q.launch_fused_q`. Returns ``(index_q_fp8,
+    index_weights_out, q_pe_roped)``. Raises NotImplementedError for ``quantize_mqa`` (the fp8 MLA query of
+    FlashInfer's sparse backends, which ``TRITON_MLA_SPARSE`` never asks for)."""
+    if quantize_mqa:
+        raise NotImplementedError("sparse_mla's fused_q makes the bf16 MLA query only (quantize_mqa=False): the fp8 "
+                                  "query pack is for backends with supports_quant_query_input")
+    return launch_fused_q(positions, q_pe, q_pe_cos_sin_cache, index_q, index_q_cos_sin_cache, index_weights,
+                          index_weights_softmax_scale, index_weights_head_scale, has_indexer=has_indexer,
+                          index_rope_interleave=index_rope_interleave, hw=False)
+
+
+def fused_norm_rope(
+    positions: torch.Tensor,
+    q_c: torch.Tensor,
+    q_rms_norm_w: torch.Tensor,
+    q_rms_eps: float,
+    kv_c: torch.Tensor,
+    kv_rms_norm_w: torch.Tensor,
+    kv_rms_eps: float,
+    k_pe: torch.Tensor,
+    k_rope_cos_sin_cache: torch.Tensor,
+    index_k: torch.Tensor | None,
+    index_k_layer_norm_w: torch.Tensor | None,
+    index_k_layer_norm_bias: torch.Tensor | None,
+    index_k_layer_norm_eps: float,
+    index_k_rope_cos_sin_cache: torch.Tensor | None,
+    topk_indices_buffer: torch.Tensor,
+    slot_mapping: torch.Tensor | None = None,
+    indexer_slot_mapping: torch.Tensor | None = None,
+    indexer_k_cache: torch.Tensor | None = None,
+    indexer_cache_shuffled: bool = False,
+    mla_kv_cache: torch.Tensor | None = None,
+    mla_kv_cache_dtype: str = "auto",
+    mla_k_scale: torch.Tensor | None = None,
+    has_indexer: bool = True,
+    index_rope_interleave: bool = False,
+    q_c_out: torch.Tensor | None = None,
+    kv_c_out: torch.Tensor | None = None,
+    k_pe_out: torch.Tensor | None = None,
+    index_k_out: torch.Tensor | None = None,
+    skip_scale: bool = False,
+) -> torch.Tensor:
+    """vLLM 0.33's ``fused_norm_rope`` (same signature, outputs and numbers) for GPUs without fp8 conversions: vLLM's
+    own function with no indexer cache and an fp32 ``index_k_out`` (its kernel then stores no fp8 and builds for
+    SM80), followed by the indexer-key insert (:func:`sparse_mla.kernels.indexer_k_cache.launch_indexer_k_cache`).
+    Returns the normalized ``q_c``. Raises NotImplementedError for a quantized MLA cache, the shuffled (ROCm) indexer
+    layout, or an ``index_k_out`` beside an indexer cache (vLLM passes it only under PCP, without a cache)."""
+    from vllm.models.deepseek_v32.common import kernels
+
+    args = dict(slot_mapping=slot_mapping, indexer_slot_mapping=indexer_slot_mapping, mla_kv_cache=mla_kv_cache,
+                mla_kv_cache_dtype=mla_kv_cache_dtype, mla_k_scale=mla_k_scale, has_indexer=has_indexer,
+                index_rope_interleave=index_rope_interleave, q_c_out=q_c_out, kv_c_out=kv_c_out, k_pe_out=k_pe_out,
+                skip_scale=skip_scale)
+    head = (positions, q_c, q_rms_norm_w, q_rms_eps, kv_c, kv_rms_norm_w, kv_rms_eps, k_pe, k_rope_cos_sin_cache,
+            index_k, index_k_layer_norm_w, index_k_layer_norm_bias, index_k_layer_norm_eps,
+            index_k_rope_cos_sin_cache, topk_indices_buffer)
+    if mla_kv_cache is not None and kernels.is_quantized_kv_cache(mla_kv_cache_dtype):
+        raise NotImplementedError(f"kv_cache_dtype {mla_kv_cache_dtype!r}: vLLM 0.33 writes it in fused_norm_rope's "
+                                  f"Triton kernel, which needs fp8 conversions (SM89+); accepted here: 'auto', "
+                                  f"'bfloat16'")
+    if indexer_k_cache is None or not has_indexer:
+        return kernels.fused_norm_rope(*head, indexer_k_cache=indexer_k_cache, index_k_out=index_k_out,
+                                       indexer_cache_shuffled=indexer_cache_shuffled, **args)
+    if slot_mapping is None:
+        raise ValueError("fused_norm_rope: an indexer cache needs slot_mapping (vLLM asserts the same)")
+    if indexer_cache_shuffled or index_k_out is not None:
+        raise NotImplementedError("sparse_mla's indexer-key insert writes vLLM's CUDA layout (unshuffled) and takes "
+                                  "no index_k_out beside the cache")
+    rows = torch.empty(index_k.shape, dtype=torch.float32, device=index_k.device)
+    q_c = kernels.fused_norm_rope(*head, indexer_k_cache=None, index_k_out=rows, **args)
+    launch_indexer_k_cache(rows, slot_mapping, slot_mapping if indexer_slot_mapping is None else indexer_slot_mapping,
+                           indexer_k_cache, hw=False)
+    return q_c
+
+
+#: The hook's stand-ins named in :data:`FP8_STORE_HOOKS` that this adapter provides.
+FP8_STORE_STAND_INS = {"fused_q": fused_q, "fused_norm_rope": fused_norm_rope}
