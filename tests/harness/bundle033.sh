@@ -38,10 +38,12 @@ build() {
   local t
   for t in manylinux_2_35 manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_24 \
            manylinux_2_18 manylinux_2_17 manylinux2014 manylinux1; do P="$P --platform ${t}_x86_64"; done
-  ls "$DL"/torch-2.14.0-*.whl "$DL"/triton-3.8.0-*.whl "$DL"/vllm-0.33.0-*.whl >/dev/null 2>&1 \
-    || python3 -m pip download -q $P -d "$DL" torch==2.14.0 triton==3.8.0 vllm==0.33.0
+  # torchvision travels too: transformers imports it whenever it is installed (image_utils), and the image's build
+  # for torch 2.11 fails under 2.14 ("operator torchvision::nms does not exist", H200, 2026-12-05)
+  ls "$DL"/torch-2.14.0-*.whl "$DL"/triton-3.8.0-*.whl "$DL"/vllm-0.33.0-*.whl "$DL"/torchvision-0.29.0-*.whl \
+    >/dev/null 2>&1 || python3 -m pip download -q $P -d "$DL" torch==2.14.0 triton==3.8.0 vllm==0.33.0 torchvision==0.29.0
   local w
-  for w in "$DL"/torch-2.14.0-*.whl "$DL"/triton-3.8.0-*.whl "$DL"/vllm-0.33.0-*.whl; do
+  for w in "$DL"/torch-2.14.0-*.whl "$DL"/triton-3.8.0-*.whl "$DL"/vllm-0.33.0-*.whl "$DL"/torchvision-0.29.0-*.whl; do
     nice -n 19 unzip -q "$w" -d "$SITE"
   done
 
@@ -57,6 +59,19 @@ build() {
          triton/backends/nvidia/lib/cupti triton/backends/nvidia/lib/cupti-blackwell triton/_C/libproton.so \
          triton/backends/nvidia/bin/ptxas-blackwell triton/instrumentation/libGPUInstrumentationTestLib.so \
          triton/plugins/libTritonPluginsTestLib.so
+  # vLLM's CUDA fused_q imports its CuTeDSL variant, whose module imports nvidia-cutlass-dsl (not carried, as for 0.26):
+  # every engine whose fused_q is vLLM's died on "No module named 'cutlass'" (H200, 2026-12-05). A stub that reports
+  # the CuTeDSL path unsupported makes vLLM run its Triton fused_q, its fallback where CuTeDSL does not apply. A change
+  # to vLLM in this bundle only (the harness'), never in the product; the session notes say which runs had it
+  cat > vllm/models/deepseek_v32/nvidia/ops/fused_q_cutedsl.py <<'STUB'
+# harness stub (tests/harness/bundle033.sh): the carried bundle has no nvidia-cutlass-dsl, so the CuTeDSL fused_q is
+# reported unsupported and vLLM runs its Triton fused_q
+def is_fused_q_cutedsl_supported(*args, **kwargs):
+    return False
+
+
+fused_q_cutedsl = None
+STUB
   # 2. only sm_90 machine code in every fatbin (libtorch_cuda.so alone holds 332 MB of cubins for 9 archs; FA3 is
   # sm_90-only already). --drop-ptx as 0.26's recipe: kernels that exist only as sm_80 PTX (Marlin) are lost
   local f
