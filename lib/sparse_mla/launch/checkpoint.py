@@ -64,7 +64,7 @@ from typing import Any
 from ..errors import UserInputError, cli_int, expand_path, writable_dir
 from ..files import is_write_failure, write_failure
 from ..layouts import INDEX_TOPK_MULTIPLE
-from ..models import PRESET_CONFIGS as MODEL_PRESETS
+from ..models import PRESET_CONFIGS as MODEL_PRESETS, require_vllm_model
 from .glm5next_config import PRESET as GLM5_NEXT_PRESET
 from .gguf_writer import GGUF_TYPES, gguf_file_name
 from .index_sharing import own_indexer, sharing_keys
@@ -506,6 +506,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         refuse_weight_options(mtp=mtp, gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors or None,
                               **sharing)
         cfg = glm5next_config(index_topk, num_layers, num_heads)
+        require_vllm_model(cfg, preset)       # a config for vLLM 0.33: refused where vLLM has no GLM-5.3-Flash
     else:
         cfg = preset_config(preset, index_topk, num_layers, mtp, num_heads, **sharing)
     gguf = _check_gguf_types(gguf)

@@ -14,8 +14,9 @@ layer count, so ``--layers`` keeps its schedule.
 
 vLLM 0.33's model code (``vllm/models/glm5next/common/``) also reads keys transformers' class does not define (an
 attribute only where ``config.json`` has it): :data:`VLLM_KEYS`, each with where vLLM reads it and why its value is
-GLM-5.3-Flash's. Refused, in one line: a transformers without ``glm5_next``, and a vLLM whose model registry lacks
-GLM-5.3-Flash (:func:`sparse_mla.models.require_vllm_model`: vLLM 0.26).
+GLM-5.3-Flash's. Refused, in one line: a transformers without ``glm5_next`` (here), and -- by ``make-checkpoint``,
+before writing -- a vLLM whose model registry lacks GLM-5.3-Flash (:func:`sparse_mla.models.require_vllm_model`: vLLM
+0.26).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from ..errors import UserInputError
 from ..layouts import INDEX_TOPK_MULTIPLE
-from ..models import GLM5_NEXT_ARCHITECTURES, GLM5_NEXT_VLLM_LINE, require_vllm_model
+from ..models import GLM5_NEXT_ARCHITECTURES, GLM5_NEXT_VLLM_LINE
 
 #: make-checkpoint's name for it.
 PRESET = "glm-5.3-flash"
@@ -92,8 +93,7 @@ def glm5next_config(index_topk: int = 2048, num_layers: int | None = None,
     ``index_topk``, ``num_hidden_layers`` and ``num_attention_heads`` = ``num_key_value_heads`` (None: its defaults),
     in the flat ``glm5_next`` form, ``dtype`` bfloat16, plus :data:`VLLM_KEYS`.
 
-    Raises :class:`UserInputError` (one line): a transformers without ``glm5_next``, a vLLM whose registry lacks
-    GLM-5.3-Flash, an ``index_topk`` that is not a positive multiple of 128, a layer count outside
+    Raises :class:`UserInputError` (one line): a transformers without ``glm5_next``, an ``index_topk`` that is not a positive multiple of 128, a layer count outside
     :data:`MIN_LAYERS`..:data:`MAX_LAYERS`, a head count outside 1..:data:`MAX_HEADS`, or what transformers' own
     validation refuses (e.g. an ``index_topk`` ``index_kpool`` does not divide), in its words.
     """
@@ -106,7 +106,6 @@ def glm5next_config(index_topk: int = 2048, num_layers: int | None = None,
                              f"accepted: make-checkpoint's defaults for --preset {PRESET}") from None
     cfg = {k: v for k, v in text.to_dict().items() if k not in _NOT_WRITTEN}
     cfg.update(model_type="glm5_next", architectures=[GLM5_NEXT_ARCHITECTURES[0]], dtype="bfloat16", **VLLM_KEYS)
-    require_vllm_model(cfg, PRESET)
     return cfg
 
 
