@@ -232,7 +232,7 @@ def check_config(cfg, name: str) -> dict[str, Any]:
 
 
 def _nope(text: dict[str, Any], cfg: dict[str, Any]) -> bool:
-    """Whether the config is of a NoPE MLA model type (:data:`GLM5_NEXT_MODEL_TYPES`), whose ``qk_rope_head_dim`` is 0."""
+    """Whether the config is of a NoPE MLA model type (:data:`GLM5_NEXT_MODEL_TYPES`): ``qk_rope_head_dim`` 0."""
     return text.get("model_type", cfg.get("model_type")) in GLM5_NEXT_MODEL_TYPES
 
 

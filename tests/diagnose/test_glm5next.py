@@ -291,7 +291,8 @@ def test_kda_prefill_is_vllms_choice_on_its_own_platform(flash_dir, cap):
     with _own_platform(cap):
         want = kda._resolve_kda_prefill_backend("auto", 128, torch.bfloat16, -5.0)
     assert rec["glm5next"]["kda"]["prefill"] == want
-    assert rec["stages"]["kda"].startswith(f"{len(rec['glm5next']['kda']['layers'])} linear-attention layers on GDN_ATTN")
+    layers = len(rec["glm5next"]["kda"]["layers"])
+    assert rec["stages"]["kda"].startswith(f"{layers} linear-attention layers on GDN_ATTN")
 
 
 @flash_line

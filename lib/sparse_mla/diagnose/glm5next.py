@@ -1,6 +1,6 @@
 """GLM-5.3-Flash (``glm5_next``) on vLLM 0.33's own path: what its indexer and its KDA layers would run on a GPU,
-asked of vLLM's code (``vllm/models/glm5next/``; only vLLM 0.33 has the model: :func:`sparse_mla.models.require_vllm_model`
-refuses it elsewhere before anything here runs).
+asked of vLLM's code (``vllm/models/glm5next/``; only vLLM 0.33 has the model:
+:func:`sparse_mla.models.require_vllm_model` refuses it elsewhere before anything here runs).
 
 The attention backend is the common stage's (:mod:`.selection`, vLLM's selector with the MLA layer's arguments: head
 ``kv_lora_rank + qk_rope_head_dim`` = 512, sparse). What differs from GLM-5's path, and is asked here:

@@ -65,15 +65,16 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
            ("kv cache", (f"the selected backend's {kv} cache" if kv else
                          "no backend selected (the memory stage sizes the model dtype's cache)")
                         + (f", {row} B per token and MLA layer as vLLM's spec sizes it" if row else "")
-                        + f"; ours reads {layouts.LATENT_DIM}-wide bf16/fp16 rows or {layouts.FP8_DS_MLA_ROW_BYTES}-byte "
-                          f"fp8_ds_mla rows (512 fp8 + 4 scales + 64 bf16 rope)"),
+                        + f"; ours reads {layouts.LATENT_DIM}-wide bf16/fp16 rows or "
+                          f"{layouts.FP8_DS_MLA_ROW_BYTES}-byte fp8_ds_mla rows (512 fp8 + 4 scales + 64 bf16 rope)"),
            ("top-k", f"rows of {kpool['topk_width']} indices (vLLM's get_sparse_topk_buffer_width: index_topk "
                      f"{kpool['index_topk']} + index_kpool {kpool['index_kpool']} - 1, rounded up to 128): the "
                      f"{kpool['pools_selected']} selected pools expanded to tokens plus the incomplete tail pool"),
            ("indexer", f"a KPool indexer: an index cache of one Hadamard-rotated fp8 key per {kpool['index_kpool']} "
                        f"tokens (block sizes {kpool['kernel_block_sizes']}), logits over pools, top-"
-                       f"{kpool['pools_selected']} pools, the tail cache; ours (TRITON_DSA_INDEXER) computes token-level "
-                       f"logits over a token-level fp8 cache (index_head_dim {HEAD_DIM}) and has none of these")]
+                       f"{kpool['pools_selected']} pools, the tail cache; ours (TRITON_DSA_INDEXER) computes "
+                       f"token-level logits over a token-level fp8 cache (index_head_dim {HEAD_DIM}) and has none of "
+                       f"these")]
     if not has_fp8_conversion((cap.major, cap.minor)):
         out.append(("fp8 stores", f"on compute capability {cap.major}.{cap.minor} Triton cannot compile the KPool "
                                   f"path's fp8 stores ({', '.join(n for n, _, _ in KPOOL_FP8_KERNELS)}): each needs a "

@@ -206,7 +206,7 @@ def _glm5next_section(vc, cap, att, ix, mem) -> dict[str, Any] | None:
     if vc is None or not glm5next.applies(vc):
         return None
     kda = glm5next.kda_stage(vc)
-    kv = att["configured_kv_cache_dtype"] if att["selected"] else None
+    kv = att["effective_kv_cache_dtype"] if att["selected"] else None
     return {"model": "GLM-5.3-Flash", "kpool": ix["kpool"], "kda": kda,
             "ours": needs(vc, cap, att["args"], kv, ix["kpool"], kda, mem)}
 
@@ -329,7 +329,9 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         :func:`sparse_mla.diagnose.config.indexer_layers_stage`); ``stages`` (one verdict line per stage);
         ``headline``; ``simulated``; ``plugin``; ``checkpoint`` (:func:`sparse_mla.diagnose.gguf.checkpoint_record`:
         for a GGUF the files, the GGUF wall, where the config and tokenizer are read from and the ``vllm serve``
-        line).
+        line); for GLM-5.3-Flash only (vLLM 0.33), ``glm5next``: ``kpool`` (the KPool indexer's numbers),
+        ``kda`` (its linear-attention layers) and ``ours`` (what our kernels would need; ``supported`` False), see
+        :mod:`sparse_mla.diagnose.glm5next` and :mod:`sparse_mla.diagnose.glm5next_needs`.
 
     Raises:
         UserInputError: unknown preset / capability / KV-cache dtype / backend, unreadable or non-MLA config, a config

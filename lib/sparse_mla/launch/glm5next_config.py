@@ -93,7 +93,8 @@ def glm5next_config(index_topk: int = 2048, num_layers: int | None = None,
     ``index_topk``, ``num_hidden_layers`` and ``num_attention_heads`` = ``num_key_value_heads`` (None: its defaults),
     in the flat ``glm5_next`` form, ``dtype`` bfloat16, plus :data:`VLLM_KEYS`.
 
-    Raises :class:`UserInputError` (one line): a transformers without ``glm5_next``, an ``index_topk`` that is not a positive multiple of 128, a layer count outside
+    Raises :class:`UserInputError` (one line): a transformers without ``glm5_next``, an ``index_topk`` that is not a
+    positive multiple of 128, a layer count outside
     :data:`MIN_LAYERS`..:data:`MAX_LAYERS`, a head count outside 1..:data:`MAX_HEADS`, or what transformers' own
     validation refuses (e.g. an ``index_topk`` ``index_kpool`` does not divide), in its words.
     """
