@@ -6,8 +6,13 @@ head is ``kv_lora_rank + qk_rope_head_dim = 512 + 64 = 576`` wide, plus a lightn
 ``index_topk`` cache entries per query token. vLLM turns ``use_sparse`` on when the config has ``index_topk``
 (``vllm/model_executor/models/deepseek_v2.py``: ``self.is_v32 = hasattr(config, "index_topk")``).
 
+GLM-5.3-Flash (``glm5_next``, :data:`GLM5_NEXT_MODEL_TYPES`) is read too, for the diagnosis only: its MLA layers have
+no RoPE part (``qk_rope_head_dim`` 0, absorbed head ``kv_lora_rank`` = 512) and only vLLM 0.33's model registry has it
+(``vllm/models/glm5next/``); :func:`require_vllm_model` refuses it, in one line, under a vLLM that does not.
+
 Sources: transformers ``configuration_glm_moe_dsa.py`` (defaults are zai-org/GLM-5), DeepSeek-V3.2-Exp
-``inference/config_671B_v3.2.json``.
+``inference/config_671B_v3.2.json``, transformers ``configuration_glm5_next.py`` (``Glm5NextTextConfig``:
+``qk_rope_head_dim`` 0, "Expecting NoPE for the DSA attention layers").
 """
 from __future__ import annotations
 
@@ -104,6 +109,16 @@ PRESET_CONFIGS: dict[str, dict[str, Any]] = {
 
 PRESETS = tuple(PRESET_CONFIGS)
 
+#: GLM-5.3-Flash's model types: the flat (text-only) config and a multimodal config's ``text_config``
+#: (transformers ``Glm5NextConfig`` / ``Glm5NextTextConfig``). Their MLA is NoPE: ``qk_rope_head_dim`` 0 is allowed
+#: for them only.
+GLM5_NEXT_MODEL_TYPES = ("glm5_next", "glm5_next_text")
+#: Its architectures, as vLLM's model registry names them (``vllm/model_executor/models/registry.py`` of 0.33).
+GLM5_NEXT_ARCHITECTURES = ("Glm5NextForCausalLM", "Glm5NextForConditionalGeneration")
+#: The tested vLLM line (:data:`sparse_mla.vllm_lines.TESTED_LINES`) whose registry has them (``tests/test_models.py``
+#: holds it to the installed registry); the workbook diagnoses the model there and does not run it.
+GLM5_NEXT_VLLM_LINE = "0.33"
+
 #: Keys an MLA config must have for vLLM to build MLA attention from it.
 _MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "num_attention_heads")
 
@@ -188,7 +203,8 @@ def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 def check_config(cfg, name: str) -> dict[str, Any]:
     """The text config (``text_config`` if there is one) of a Hugging Face config dict, after the one validation
     ``diagnose``, ``make-checkpoint`` and ``launch`` share: a JSON object; each of :data:`POSITIVE_DIMENSIONS` it has
-    a positive integer; ``model_type`` a string; ``architectures`` a non-empty list of class names. Raises
+    a positive integer (``qk_rope_head_dim`` may be 0 for GLM-5.3-Flash's NoPE MLA, :data:`GLM5_NEXT_MODEL_TYPES`);
+    ``model_type`` a string; ``architectures`` a non-empty list of class names. Raises
     :class:`UserInputError` naming the config, the field and what is accepted."""
     if not isinstance(cfg, dict):
         raise UserInputError(f"config {name!r} is not a JSON object; accepted: a Hugging Face config.json")
@@ -198,6 +214,8 @@ def check_config(cfg, name: str) -> dict[str, Any]:
     text = text_config(cfg)
     for k in POSITIVE_DIMENSIONS:
         v = text.get(k)
+        if k == "qk_rope_head_dim" and v == 0 and _nope(text, cfg):
+            continue
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31):
             glm5 = PRESET_CONFIGS["glm-5"].get(k)
             raise UserInputError(f"config {name!r} has {k} = {_short(v)}, which must be a positive integer; accepted: "
@@ -211,6 +229,36 @@ def check_config(cfg, name: str) -> dict[str, Any]:
         raise UserInputError(f"config {name!r} has architectures = {_short(archs)}; accepted: a list of class names, "
                              f"e.g. [\"GlmMoeDsaForCausalLM\"]")
     return text
+
+
+def _nope(text: dict[str, Any], cfg: dict[str, Any]) -> bool:
+    """Whether the config is of a NoPE MLA model type (:data:`GLM5_NEXT_MODEL_TYPES`): ``qk_rope_head_dim`` 0."""
+    return text.get("model_type", cfg.get("model_type")) in GLM5_NEXT_MODEL_TYPES
+
+
+def is_glm5_next(cfg: dict[str, Any]) -> bool:
+    """Whether a Hugging Face config dict (or its text part) is GLM-5.3-Flash's (:data:`GLM5_NEXT_MODEL_TYPES`)."""
+    return isinstance(cfg, dict) and _nope(text_config(cfg), cfg)
+
+
+def require_vllm_model(cfg: dict[str, Any], name: str) -> None:
+    """For a GLM-5.3-Flash config (:func:`is_glm5_next`): :class:`UserInputError` (one line naming the model type,
+    the installed vLLM and the line that knows it, :data:`GLM5_NEXT_VLLM_LINE`) unless the installed vLLM's model
+    registry (``ModelRegistry.get_supported_archs()``) has its architecture. Any other config: nothing to check."""
+    if not is_glm5_next(cfg):
+        return
+    import vllm
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    text = text_config(cfg)
+    archs = list(text.get("architectures") or cfg.get("architectures") or GLM5_NEXT_ARCHITECTURES[:1])
+    if all(a in ModelRegistry.get_supported_archs() for a in archs):
+        return
+    mt = text.get("model_type", cfg.get("model_type"))
+    raise UserInputError(f"config {name!r} is GLM-5.3-Flash (model_type {mt!r}, {', '.join(archs)}), which the "
+                         f"installed vLLM {vllm.__version__} has no model for; vLLM {GLM5_NEXT_VLLM_LINE} has it "
+                         f"(vllm/models/glm5next/); accepted: run this under vLLM {GLM5_NEXT_VLLM_LINE}.x, or a "
+                         f"GLM-5 / DeepSeek-V3.2 config")
 
 
 def _short(v) -> str:
@@ -240,6 +288,8 @@ def geometry_from_config(cfg: dict[str, Any], name: str) -> ModelGeometry:
     text = check_config(cfg, name)
     for k in _MLA_KEYS:
         v = text.get(k)
+        if k == "qk_rope_head_dim" and v == 0 and _nope(text, cfg):
+            continue
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise UserInputError(f"config {name!r} has {k} = {v!r}, which must be a positive integer; accepted: a "
                                  f"DeepSeek-V2/V3/V3.2- or GLM-5-style MLA config (GLM-5: kv_lora_rank 512, "

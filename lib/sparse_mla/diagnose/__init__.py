@@ -9,7 +9,9 @@ Modules, in the order a probe runs:
 * :mod:`.path` -- vLLM's whole path for one record (:func:`diagnose`): :mod:`.config` (engine configuration, as
   ``vllm serve`` builds it), :mod:`.selection` (the attention backend and KV-cache dtype), :mod:`.runtime` (the DSA
   indexer's kernels, the top-k index conversion), :mod:`.memory` (weights per rank, the KV cache, whether
-  ``max_model_len`` fits, on vLLM's model built by :mod:`.meta_model` on the meta device);
+  ``max_model_len`` fits, on vLLM's model built by :mod:`.meta_model` on the meta device); for GLM-5.3-Flash (vLLM
+  0.33 only) :mod:`.glm5next` (its KPool indexer and KDA layers on vLLM's path) and :mod:`.glm5next_needs` (what our
+  kernels would need: a diagnosis, not support);
 * :mod:`.matrix` -- every GPU x KV-cache dtype at once (table, heatmap, CSV); what fits in memory (CSV, Markdown);
 * :mod:`.report` -- reading a record (verdicts, tables, text);
 * :mod:`.lines` -- what differs between the tested vLLM lines (one adapter module per line);

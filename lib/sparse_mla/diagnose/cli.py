@@ -53,7 +53,8 @@ def add_cli(subparsers) -> None:
                     "vLLM's reasons, vLLM's own texts.")
     p.add_argument("--model", default=None,
                    help="preset (glm-5, deepseek-v3.2), config.json, checkpoint directory or GGUF (FILE.gguf, any "
-                        "shard, DIR:QUANT) (default glm-5)")
+                        "shard, DIR:QUANT) (default glm-5); GLM-5.3-Flash (make-checkpoint --preset glm-5.3-flash) is "
+                        "diagnosed under vLLM 0.33, not supported")
     p.add_argument("--hf-config-path", default=None, metavar="DIR",
                    help="with a GGUF --model: the folder holding its config.json, as vllm serve takes it (default: "
                         "the GGUF's folder)")

@@ -268,7 +268,8 @@ def rank_model(vc, *, tp: int, quant_config, backend_cls, key: tuple, cache_dtyp
         backend_cls: the attention backend class vLLM selected, or None.
         key: what makes two builds' weights equal besides ``tp`` (model config, quantization, and the GPU where the
             quantization's layout may depend on it); results are kept for the process. The KV-cache specs are kept
-            under ``key``, the backend and the cache dtype, not ``tp``: an MLA cache has one head on every rank.
+            under ``key``, the backend and the cache dtype, not ``tp``: an MLA cache has one head on every rank
+            (a hybrid model's, vLLM's ``ModelConfig.is_hybrid`` -- GLM-5.3-Flash's KDA state -- also under ``tp``).
         cache_dtype: ``--kv-cache-dtype`` to build with instead of the configuration's (vLLM's layers may still
             rewrite it for the backend).
         weights_only: the KV-cache fields may be None (no build just for them).
@@ -278,7 +279,9 @@ def rank_model(vc, *, tp: int, quant_config, backend_cls, key: tuple, cache_dtyp
         quantization's block does not divide at this TP).
     """
     backend = None if backend_cls is None else f"{backend_cls.__module__}.{backend_cls.__qualname__}"
-    wkey, kkey = (*key, tp), (*key, backend, cache_dtype or vc.cache_config.cache_dtype)
+    # a hybrid model's linear-attention state is split by TP (and vLLM sizes the block to it): its specs are per TP
+    per_tp = (tp,) if getattr(vc.model_config, "is_hybrid", False) else ()
+    wkey, kkey = (*key, tp), (*key, backend, cache_dtype or vc.cache_config.cache_dtype, *per_tp)
     weights, kv = _cached(_WEIGHTS, wkey), _cached(_KV, kkey)
     if weights is None or (kv is None and not weights_only):
         weights, kv = _build(vc, tp, quant_config, backend_cls, cache_dtype)

@@ -77,7 +77,7 @@ def _stages(req: Request, vc, cfg: dict, platform_cls, cap, local: bool):
     """The attention, indexer and kernel stages on vLLM's engine config ``vc`` (None: vLLM refused the config, whose
     reason becomes the one blocker). Returns ``(attention, indexer, kernel, other, blockers)``: ``other`` is the
     backend a host with the other answer to the host-dependent check would select."""
-    from . import runtime, selection
+    from . import glm5next, runtime, selection
 
     if vc is None:
         att = {"selected": None, "valid": [], "backends": {}, "verdict": "(not reached: vLLM refused the "
@@ -91,12 +91,13 @@ def _stages(req: Request, vc, cfg: dict, platform_cls, cap, local: bool):
     if att["error"] is not None:
         blockers.append({"stage": "attention", "reason": att["error"]})
     other = None if local else selection.flip_host_check(vc, selection.layer_arguments(vc))
-    ix = runtime.indexer_stage(vc, cap, req.with_plugin)
+    kpool = glm5next.applies(vc)       # GLM-5.3-Flash: vLLM 0.33's KPool indexer, wider top-k rows
+    ix = (glm5next.indexer_stage if kpool else runtime.indexer_stage)(vc, cap, req.with_plugin)
     chosen_ix = ix["with_plugin"] if req.with_plugin else ix["stock"]
     if ix["needed"] and chosen_ix is None:
         reasons = ix.get("plugin_reasons") or ix["reasons"] if req.with_plugin else ix["reasons"]
         blockers.append({"stage": "indexer", "reason": "; ".join(reasons)})
-    kern = runtime.kernel_stage(vc, att)
+    kern = runtime.kernel_stage(vc, att, ix["kpool"]["topk_width"] if kpool else None)
     blockers += [{"stage": "kernel", "reason": r} for r in kern["reasons"]]
     return att, ix, kern, other, blockers
 
@@ -130,6 +131,7 @@ def _probe(req: Request) -> dict[str, Any]:
                 blockers.insert(at, {"stage": "indexer", "reason": ixl["blocker"]})
             mem = None if vc is None else memory.memory_stage(req, vc, att, f"{cap.major}.{cap.minor}")
             blockers += [b for b in [memory.blocker(mem)] if b]
+            flash = _glm5next_section(vc, cap, att, ix, mem)
             from .gguf import checkpoint_record
             checkpoint = checkpoint_record(req)     # a GGUF's wall comes first: vLLM meets it loading the config
             if (checkpoint.get("wall") or {}).get("blocker"):
@@ -181,6 +183,8 @@ def _probe(req: Request) -> dict[str, Any]:
         "indexer_layers": ixl["layers"],
         "checkpoint": checkpoint,
     }
+    if flash is not None:           # GLM-5.3-Flash only: what vLLM 0.33's path runs and what our kernels would need
+        record["glm5next"] = flash
     from ..vllm_plugin.register import vllm_supported
 
     ok, line = vllm_supported(vllm.__version__)
@@ -190,6 +194,21 @@ def _probe(req: Request) -> dict[str, Any]:
     if plugin_info is not None:
         record["plugin"] = plugin_info
     return record
+
+
+def _glm5next_section(vc, cap, att, ix, mem) -> dict[str, Any] | None:
+    """GLM-5.3-Flash's part of the record (None for another model or where vLLM refused the configuration): ``kpool``
+    (the indexer's numbers, :func:`.glm5next.kpool_geometry`), ``kda`` (:func:`.glm5next.kda_stage`) and ``ours``
+    (what our kernels would need, :func:`.glm5next_needs.needs`: not supported)."""
+    from . import glm5next
+    from .glm5next_needs import needs
+
+    if vc is None or not glm5next.applies(vc):
+        return None
+    kda = glm5next.kda_stage(vc)
+    kv = att["effective_kv_cache_dtype"] if att["selected"] else None
+    return {"model": "GLM-5.3-Flash", "kpool": ix["kpool"], "kda": kda,
+            "ours": needs(vc, cap, att["args"], kv, ix["kpool"], kda, mem)}
 
 
 def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
@@ -223,9 +242,16 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
             extra = "" if stock == name else f" (stock vLLM: {why})"
             lines["indexer"] = f"ok: {name}{extra}"
         if kern["checked"]:
+            rows = (f"top-k rows of {kern['num_topk_tokens']} (index_topk {cfg.get('index_topk')} and its KPool tail)"
+                    if kern.get("num_topk_tokens") not in (None, cfg.get("index_topk")) else
+                    f"index_topk {cfg.get('index_topk')}")
             lines["kernel"] = (f"BLOCKED: {by['kernel']}" if "kernel" in by else
-                               f"ok: index_topk {cfg.get('index_topk')} passes vLLM's top-k index conversion "
-                               f"(a multiple of {INDEX_TOPK_MULTIPLE})")
+                               f"ok: {rows} passes vLLM's top-k index conversion (a multiple of {INDEX_TOPK_MULTIPLE})")
+    if rec.get("glm5next"):
+        kda = rec["glm5next"]["kda"]
+        lines["kda"] = (f"{len(kda['layers'])} linear-attention layers on {kda['mamba_backend']}, prefill "
+                        f"{kda['prefill'] or 'refused: ' + str(kda['prefill_error'])}, state per request "
+                        + ", ".join(f"{k} {v['shape']} {v['dtype']}" for k, v in kda["state"].items()))
     if rec.get("memory"):
         lines["memory"] = memory_line(rec["memory"])
     starts = rec["engine_starts"]
@@ -234,6 +260,10 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
                        None: "no blocker found, but the answer depends on this host's software (FlashInfer's SM120 "
                              f"API); with it answering the other way vLLM would select "
                              f"{rec['host_dependent']['selected_if_host_differs'] or 'no backend'}"}[starts]
+    if rec.get("glm5next"):
+        why = "; ".join(rec["glm5next"]["ours"]["attention_reasons"])
+        lines["ours"] = ("not supported by the plugin (a diagnosis, not support): "
+                         + (f"TRITON_MLA_SPARSE's validate_configuration: {why}" if why else "see the needs below"))
     return lines
 
 
@@ -299,7 +329,9 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         :func:`sparse_mla.diagnose.config.indexer_layers_stage`); ``stages`` (one verdict line per stage);
         ``headline``; ``simulated``; ``plugin``; ``checkpoint`` (:func:`sparse_mla.diagnose.gguf.checkpoint_record`:
         for a GGUF the files, the GGUF wall, where the config and tokenizer are read from and the ``vllm serve``
-        line).
+        line); for GLM-5.3-Flash only (vLLM 0.33), ``glm5next``: ``kpool`` (the KPool indexer's numbers),
+        ``kda`` (its linear-attention layers) and ``ours`` (what our kernels would need; ``supported`` False), see
+        :mod:`sparse_mla.diagnose.glm5next` and :mod:`sparse_mla.diagnose.glm5next_needs`.
 
     Raises:
         UserInputError: unknown preset / capability / KV-cache dtype / backend, unreadable or non-MLA config, a config

@@ -86,6 +86,7 @@ def format_record(rec: Mapping[str, Any]) -> str:
     for stage, line in rec["stages"].items():
         lines.append(f"{stage:<{w}}  {line}")
     lines += gguf_lines(rec.get("checkpoint") or {})
+    lines += glm5next_lines(rec.get("glm5next"))
     if rec["backends"]:
         rows = sorted(rec["backends"].items(),
                       key=lambda kv: (kv[1]["priority"] is None, kv[1]["priority"] if kv[1]["priority"] is not None
@@ -117,6 +118,23 @@ def gguf_lines(checkpoint: Mapping[str, Any]) -> list[str]:
                                  or tok.startswith("no") else "")
     return ["", f"GGUF {checkpoint['file']} ({len(checkpoint['files'])} file(s)): {config}, {tok}",
             f"{serve}: {checkpoint['serve']}"]
+
+
+def glm5next_lines(section: Mapping[str, Any] | None) -> list[str]:
+    """For a GLM-5.3-Flash record's ``glm5next`` section (:func:`sparse_mla.diagnose.path.diagnose`): vLLM 0.33's KPool
+    indexer (its numbers and kernels), the KDA layers' kernels, and what our kernels would need, after the statement
+    that this is a diagnosis, not support (a blank line first); ``[]`` for another model."""
+    if not section:
+        return []
+    kp, kda, ours = section["kpool"], section["kda"], section["ours"]
+    out = ["", f"{section['model']} on vLLM 0.33's path (vllm/models/glm5next/):",
+           f"  indexer: {kp['backend']} with KPool: one fp8 key per {kp['index_kpool']} tokens (kernel block sizes "
+           f"{kp['kernel_block_sizes']}), top-{kp['pools_selected']} pools of index_topk {kp['index_topk']} expanded to "
+           f"rows of {kp['topk_width']} with the tail pool; MLA (DSA) layers {kp['mla_layers']}",
+           f"  KDA: layers {kda['layers'][:3]}... ({len(kda['layers'])}); kernels: "
+           + "; ".join(f"{k} {v}" for k, v in kda["kernels"].items()),
+           f"What our kernels would need ({ours['statement']}):"]
+    return out + [f"  {n['part']}: {n['need']}" for n in ours["needs"]]
 
 
 def format_stages(rec: Mapping[str, Any], width: int | None = None) -> str:

@@ -281,7 +281,7 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, *,
     """The checked :class:`Request`; ``hf_config_path`` / ``tokenizer``: a GGUF model's config and tokenizer folders
     (:func:`check_gguf_flags`); ``memory``: the keyword arguments of :func:`check_memory_settings`
     (``quantization``, ``gpu_memory_gib``, ``gpu_memory_utilization``, ``max_model_len``, ``cpu_offload_gb``)."""
-    from ..models import load_model
+    from ..models import load_model, require_vllm_model
 
     cap, gpu = parse_capability(capability)
     kv = check_cache_dtype(str(kv_cache_dtype))
@@ -291,6 +291,7 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, *,
         geometry, memory["quantization"] = load_gguf(model, memory.get("quantization"), hf_config_path, tokenizer)
     else:
         geometry = load_model(model)
+        require_vllm_model(geometry.raw_config, geometry.name)    # GLM-5.3-Flash: vLLM 0.33's registry only
         check_gguf_flags(model, hf_config_path, tokenizer)
     if isinstance(tp, bool) or not isinstance(tp, int):
         try:

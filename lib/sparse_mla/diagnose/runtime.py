@@ -85,16 +85,17 @@ def indexer_stage(vc, cap, with_plugin: bool) -> dict[str, Any]:
     return out
 
 
-def kernel_stage(vc, attention: dict[str, Any]) -> dict[str, Any]:
-    """Stage 4: vLLM's top-k index conversion for the model's ``index_topk`` (only for a sparse model whose layer got
-    a backend). Returns ``{"checked": bool, "reasons": [vLLM's assertion text]}``."""
+def kernel_stage(vc, attention: dict[str, Any], num_topk_tokens: int | None = None) -> dict[str, Any]:
+    """Stage 4: vLLM's top-k index conversion for rows of ``num_topk_tokens`` indices (default the model's
+    ``index_topk``; GLM-5.3-Flash's rows are wider, :func:`.glm5next.kpool_geometry`), only for a sparse model whose
+    layer got a backend. Returns ``{"checked": bool, "reasons": [vLLM's assertion text], "num_topk_tokens"}``."""
     hf = vc.model_config.hf_config
     if not hasattr(hf, "index_topk") or attention.get("backend_cls") is None:
-        return {"checked": False, "reasons": []}
+        return {"checked": False, "reasons": [], "num_topk_tokens": None}
     import torch
     from vllm.v1.attention.backends.mla.sparse_utils import triton_convert_req_index_to_global_index
 
-    topk = int(hf.index_topk)
+    topk = int(hf.index_topk if num_topk_tokens is None else num_topk_tokens)
     i32 = torch.int32
     try:
         triton_convert_req_index_to_global_index(torch.empty(0, dtype=i32), torch.empty((0, 1), dtype=i32),
@@ -103,7 +104,7 @@ def kernel_stage(vc, attention: dict[str, Any]) -> dict[str, Any]:
     except AssertionError as e:
         return {"checked": True, "reasons": [f"vLLM's triton_convert_req_index_to_global_index (sparse_utils.py), "
                                              f"called by every sparse MLA backend at the first forward, asserts: "
-                                             f"{str(e).strip() or 'assertion failed'}"]}
+                                             f"{str(e).strip() or 'assertion failed'}"], "num_topk_tokens": topk}
     except Exception:  # noqa: BLE001 - the assertions passed; launching on empty inputs is not the question
         pass
-    return {"checked": True, "reasons": []}
+    return {"checked": True, "reasons": [], "num_topk_tokens": topk}

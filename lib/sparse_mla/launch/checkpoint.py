@@ -64,7 +64,8 @@ from typing import Any
 from ..errors import UserInputError, cli_int, expand_path, writable_dir
 from ..files import is_write_failure, write_failure
 from ..layouts import INDEX_TOPK_MULTIPLE
-from ..models import PRESET_CONFIGS as MODEL_PRESETS
+from ..models import PRESET_CONFIGS as MODEL_PRESETS, require_vllm_model
+from .glm5next_config import PRESET as GLM5_NEXT_PRESET
 from .gguf_writer import GGUF_TYPES, gguf_file_name
 from .index_sharing import own_indexer, sharing_keys
 
@@ -105,7 +106,9 @@ PRESET_CONFIGS: dict[str, dict[str, Any]] = {
     "deepseek-v3.2-tiny": {**copy.deepcopy(MODEL_PRESETS["deepseek-v3.2"]), **DSV32_TINY_OVERRIDES},
 }
 
-PRESETS = tuple(PRESET_CONFIGS)
+#: Every ``--preset``: the weight presets above, and GLM-5.3-Flash's config-only one (:mod:`.glm5next_config`: a
+#: ``config.json`` for the diagnosis under vLLM 0.33, no weights).
+PRESETS = (*PRESET_CONFIGS, GLM5_NEXT_PRESET)
 
 
 #: Tokenizer special tokens (ids 0 and 1 in the trained vocabulary).
@@ -136,7 +139,8 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
     :func:`sharing_keys` refuses.
     """
     if preset not in PRESET_CONFIGS:
-        raise UserInputError(f"unknown checkpoint preset {preset!r}; accepted: {', '.join(PRESETS)}")
+        what = " (config only: make_checkpoint writes it, with glm5next_config)" if preset == GLM5_NEXT_PRESET else ""
+        raise UserInputError(f"unknown checkpoint preset {preset!r}{what}; accepted: {', '.join(PRESET_CONFIGS)}")
     if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk <= 0 \
             or index_topk % INDEX_TOPK_MULTIPLE or index_topk > MAX_INDEX_TOPK:
         raise UserInputError(
@@ -486,15 +490,25 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     needs gguf-py, the ``gguf`` extra); ``gguf_split_max_tensors`` > 0 writes each split as GGUFs of large models
     ship, ``model-{TYPE}-00001-of-0000N.gguf`` ... (gguf-py's split writer).
 
+    ``preset`` ``glm-5.3-flash`` writes ``config.json`` only (:mod:`.glm5next_config`: GLM-5.3-Flash for the diagnosis
+    under vLLM 0.33; ``index_topk``, ``num_layers``, ``num_heads`` and ``overwrite`` apply, the weight options are
+    refused).
+
     Raises :class:`UserInputError` for an unknown preset, a bad ``index_topk`` (not a positive multiple of 128) or
     ``num_layers``, or an existing non-empty ``out_dir`` without ``overwrite=True``.
     """
-    import torch
-    from safetensors.torch import save_file
+    sharing = dict(index_topk_pattern=index_topk_pattern, index_topk_freq=index_topk_freq,
+                   index_skip_topk_offset=index_skip_topk_offset, indexer_types=indexer_types)
+    config_only = preset == GLM5_NEXT_PRESET
+    if config_only:
+        from .glm5next_config import glm5next_config, refuse_weight_options
 
-    cfg = preset_config(preset, index_topk, num_layers, mtp, num_heads, index_topk_pattern=index_topk_pattern,
-                        index_topk_freq=index_topk_freq, index_skip_topk_offset=index_skip_topk_offset,
-                        indexer_types=indexer_types)
+        refuse_weight_options(mtp=mtp, gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors or None,
+                              **sharing)
+        cfg = glm5next_config(index_topk, num_layers, num_heads)
+        require_vllm_model(cfg, preset)       # a config for vLLM 0.33: refused where vLLM has no GLM-5.3-Flash
+    else:
+        cfg = preset_config(preset, index_topk, num_layers, mtp, num_heads, **sharing)
     gguf = _check_gguf_types(gguf)
     _check_gguf_layout(gguf, preset, cfg)
     if isinstance(gguf_split_max_tensors, bool) or not isinstance(gguf_split_max_tensors, int) \
@@ -520,26 +534,9 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         raise UserInputError(f"checkpoint directory {str(out_dir)!r}: no folder can be made next to it ({e.strerror}); "
                              f"accepted: a shorter name in a writable directory") from None
     try:
-        with torch.no_grad():
-            sd = make_state_dict(cfg, seed)
-        save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it 0600; other users' servers read it
         (tmp / "config.json").write_text(json.dumps({**cfg, **CHECKPOINT_MARK}, indent=2, sort_keys=True) + "\n")
-        gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
-               "pad_token_id": cfg["pad_token_id"]}
-        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
-        _train_tokenizer(cfg["vocab_size"]).save_pretrained(str(tmp))
-        if gguf:
-            from .gguf_writer import converter_tensors, write_gguf
-
-            count = sum(1 for _ in converter_tensors(cfg, sd))
-            if gguf_split_max_tensors and gguf_split_max_tensors >= count:
-                raise UserInputError(f"--gguf-split-max-tensors {gguf_split_max_tensors} is not below the model's "
-                                     f"{count} GGUF tensors: gguf-py would write one unsplit file; accepted: 1 to "
-                                     f"{count - 1}, or no --gguf-split-max-tensors for one file")
-            for t in gguf:
-                write_gguf(tmp / gguf_file_name(t), cfg, sd, tmp, t, split_max_tensors=gguf_split_max_tensors)
-        del sd
+        if not config_only:
+            _write_weights(tmp, cfg, seed, gguf, gguf_split_max_tensors)
         os.chmod(tmp, 0o755)
         # Re-check right before the rename (another process may have created the directory meanwhile).
         _check_out_dir(out, overwrite)
@@ -556,6 +553,32 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
             raise write_failure(out, e) from None
         raise
     return out
+
+
+def _write_weights(tmp: Path, cfg: dict, seed: int, gguf: tuple[str, ...], gguf_split_max_tensors: int) -> None:
+    """Into ``tmp``: the seeded weights (``model.safetensors``), ``generation_config.json``, the tokenizer and each
+    GGUF of ``gguf`` (see :func:`make_checkpoint`)."""
+    import torch
+    from safetensors.torch import save_file
+
+    with torch.no_grad():
+        sd = make_state_dict(cfg, seed)
+    save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it 0600; other users' servers read it
+    gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
+           "pad_token_id": cfg["pad_token_id"]}
+    (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
+    _train_tokenizer(cfg["vocab_size"]).save_pretrained(str(tmp))
+    if gguf:
+        from .gguf_writer import converter_tensors, write_gguf
+
+        count = sum(1 for _ in converter_tensors(cfg, sd))
+        if gguf_split_max_tensors and gguf_split_max_tensors >= count:
+            raise UserInputError(f"--gguf-split-max-tensors {gguf_split_max_tensors} is not below the model's "
+                                 f"{count} GGUF tensors: gguf-py would write one unsplit file; accepted: 1 to "
+                                 f"{count - 1}, or no --gguf-split-max-tensors for one file")
+        for t in gguf:
+            write_gguf(tmp / gguf_file_name(t), cfg, sd, tmp, t, split_max_tensors=gguf_split_max_tensors)
 
 
 def is_gguf_model(model: str | os.PathLike) -> bool:
@@ -652,7 +675,10 @@ def _cmd_make_checkpoint(args) -> int:
                           num_heads=args.heads, gguf_split_max_tensors=args.gguf_split_max_tensors)
     s = checkpoint_summary(out)
     print(f"wrote {s['path']}")
-    print(f"  parameters: {s['num_parameters']:,} ({s['num_parameters'] / 1e6:.1f} M)")
+    if args.preset == GLM5_NEXT_PRESET:
+        print(f"  GLM-5.3-Flash's config only, no weights: `sparse-mla diagnose --model {s['path']}` under vLLM 0.33")
+    else:
+        print(f"  parameters: {s['num_parameters']:,} ({s['num_parameters'] / 1e6:.1f} M)")
     for name, size in s["files"].items():
         print(f"  {name:<28} {size:>14,} B")
     print(f"  total: {s['total_bytes'] / 2**20:.1f} MiB")
@@ -667,7 +693,8 @@ def add_cli(subparsers) -> None:
                     "config.json, model.safetensors (bf16, vLLM weight names), generation_config.json, tokenizer.")
     p.add_argument("out", metavar="OUT", help="output directory (must be new or empty unless --overwrite)")
     p.add_argument("--preset", default="glm-5-tiny", help=f"config preset (default glm-5-tiny; accepted: "
-                                                          f"{', '.join(PRESETS)})")
+                                                          f"{', '.join(PRESETS)}; {GLM5_NEXT_PRESET}: GLM-5.3-Flash's "
+                                                          f"config.json only, for `diagnose` under vLLM 0.33)")
     p.add_argument("--index-topk", type=cli_int, default=2048,
                    help="indexer top-k, a positive multiple of 128 (default 2048 as GLM-5; e.g. 256 makes "
                         "sparsity bind on short prompts)")

@@ -41,7 +41,7 @@ from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_p
 from ..vllm_plugin.indexer import COUNT_ENV
 from ..vllm_plugin.ran import RAN_METHOD, SERVE_ENV, SERVE_OPTIONS, collect, contradictions, layer_backends
 from ..layouts import ENGINE_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, check_kv_cache_dtype
-from ..models import check_config, known_model_type, text_config
+from ..models import GLM5_NEXT_VLLM_LINE, check_config, is_glm5_next, known_model_type, text_config
 from .specs import (MTP_EXAMPLE, OURS, PEERS, TRITON_INDEXER, RunSpec, attention_config,
                     check_speculative_config, drafter_backend, normalize_backends, parse_run_spec, patched_environ,
                     simulated, with_drafter_backend, with_simulated)
@@ -69,7 +69,14 @@ def check_model_dir(model: str | os.PathLike) -> Path:
         raise UserInputError(f"model directory {str(model)!r} has no config.json; accepted: a Hugging Face checkpoint "
                              f"directory (e.g. from `sparse-mla make-checkpoint`, or a real GLM-5 download)")
     name = str(p / "config.json")
-    cfg = check_config(read_json(p / "config.json", accepted="a Hugging Face config.json"), name)
+    raw = read_json(p / "config.json", accepted="a Hugging Face config.json")
+    cfg = check_config(raw, name)
+    if is_glm5_next(raw):
+        raise UserInputError(f"{name!r} is GLM-5.3-Flash (model_type {cfg.get('model_type')!r}), which the workbook "
+                             f"diagnoses but does not run: its NoPE MLA head is 512 and its indexer pools keys "
+                             f"(KPool), and the plugin's kernels take head 576 and a token-level indexer; accepted: a "
+                             f"GLM-5 / DeepSeek-V3.2 checkpoint, or `sparse-mla diagnose --model {str(p)}` under vLLM "
+                             f"{GLM5_NEXT_VLLM_LINE}")
     missing = [k for k in ("index_topk", "kv_lora_rank", "num_attention_heads") if k not in cfg]
     if missing:
         arch = ", ".join(map(str, cfg.get("architectures") or [])) or cfg.get("model_type") or "unknown architecture"

@@ -1,0 +1,87 @@
+"""What the workbook's kernels would need to run GLM-5.3-Flash (``glm5_next``) -- a diagnosis, not support: the plugin
+does not support the model yet, and :func:`needs` says so first.
+
+Each need sets vLLM 0.33's numbers for the model (read by :mod:`.glm5next` and the common stages from vLLM's code)
+against the workbook's own: the attention backend's ``validate_configuration`` for the MLA layer's arguments, in its
+words (``TritonMLASparseBackend``: head 576 only, ``fp8_ds_mla`` needs a 64-wide rope part), the latent layout
+(:mod:`sparse_mla.layouts`: 512 latent + 64 rope values), the token-level Triton indexer
+(:mod:`sparse_mla.kernels.indexer`), and Triton's fp8 rule (:func:`sparse_mla.kernels.fp8.has_fp8_conversion`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+#: The record's first word on it.
+STATEMENT = ("the sparse_mla plugin does not support GLM-5.3-Flash yet: this is a diagnosis of what vLLM 0.33 would "
+             "do and what our kernels would need, not support")
+
+
+def our_attention_reasons(vc, cap, args: dict[str, Any]) -> list[str]:
+    """``TritonMLASparseBackend.validate_configuration`` (the plugin's backend, not registered by this call) for the
+    MLA layer's selector arguments ``args`` (:func:`sparse_mla.diagnose.selection.layer_arguments`) under ``vc``;
+    ``[]``: it would accept them."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    from ..vllm_plugin.backend import TritonMLASparseBackend
+
+    sel = AttentionSelectorConfig(head_size=args["head_size"], dtype=vc.model_config.dtype,
+                                  kv_cache_dtype=args["kv_cache_dtype"], block_size=None, use_mla=args["use_mla"],
+                                  use_sparse=args["use_sparse"])
+    with set_current_vllm_config(vc):
+        return [str(r) for r in TritonMLASparseBackend.validate_configuration(device_capability=cap, **sel._asdict())]
+
+
+def _mla_row_bytes(mem: dict[str, Any] | None, mla_layers: int) -> int | None:
+    """Bytes per token of one MLA layer's cache as vLLM's spec sizes it (the memory stage's ``MLAAttention`` sum over
+    the layers, divided by their number), or None where the memory stage did not run."""
+    by = (mem or {}).get("kv_cache_bytes_per_token_by_layer") or {}
+    return by["MLAAttention"] // mla_layers if by.get("MLAAttention") and mla_layers else None
+
+
+def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], kda: dict[str, Any],
+          mem: dict[str, Any] | None) -> dict[str, Any]:
+    """``{"supported": False, "statement", "attention_reasons", "needs": [{"part", "need"}]}``: :data:`STATEMENT`, our
+    backend's reasons (:func:`our_attention_reasons`) and one need per part -- attention, KV cache (``kv``: the cache
+    dtype the selected backend runs, None where none was selected), top-k rows, indexer, fp8 stores (on a GPU
+    without fp8 conversions), KDA -- each with vLLM's number for the model (``kpool``:
+    :func:`.glm5next.kpool_geometry`; ``kda``: :func:`.glm5next.kda_stage`; ``mem``: the memory stage) and ours."""
+    from .. import layouts
+    from ..kernels.fp8 import has_fp8_conversion
+    from ..kernels.indexer import HEAD_DIM
+    from ..vllm_plugin.backend import TritonMLASparseBackend
+    from .glm5next import KPOOL_FP8_KERNELS
+
+    text = vc.model_config.hf_text_config
+    reasons = our_attention_reasons(vc, cap, args)
+    head, nope = args["head_size"], int(text.qk_nope_head_dim)
+    row = _mla_row_bytes(mem, len(kpool["mla_layers"]))
+    out = [("attention", f"a sparse MLA kernel over a {head}-wide latent with no RoPE part (kv_lora_rank "
+                         f"{text.kv_lora_rank} + qk_rope_head_dim {text.qk_rope_head_dim}; V the latent, softmax scale "
+                         f"qk_head_dim^-0.5 = {nope}^-0.5 as vLLM's Glm5NextMLAAttention); ours is "
+                         f"{layouts.LATENT_DIM} = {layouts.KV_LORA_RANK} latent + {layouts.ROPE_DIM} rope (head sizes "
+                         f"{TritonMLASparseBackend.get_supported_head_sizes()}): "
+                         + ("; ".join(reasons) or "accepted by our validate_configuration")),
+           ("kv cache", (f"the selected backend's {kv} cache" if kv else
+                         "no backend selected (the memory stage sizes the model dtype's cache)")
+                        + (f", {row} B per token and MLA layer as vLLM's spec sizes it" if row else "")
+                        + f"; ours reads {layouts.LATENT_DIM}-wide bf16/fp16 rows or "
+                          f"{layouts.FP8_DS_MLA_ROW_BYTES}-byte fp8_ds_mla rows (512 fp8 + 4 scales + 64 bf16 rope)"),
+           ("top-k", f"rows of {kpool['topk_width']} indices (vLLM's get_sparse_topk_buffer_width: index_topk "
+                     f"{kpool['index_topk']} + index_kpool {kpool['index_kpool']} - 1, rounded up to 128): the "
+                     f"{kpool['pools_selected']} selected pools expanded to tokens plus the incomplete tail pool"),
+           ("indexer", f"a KPool indexer: an index cache of one Hadamard-rotated fp8 key per {kpool['index_kpool']} "
+                       f"tokens (block sizes {kpool['kernel_block_sizes']}), logits over pools, top-"
+                       f"{kpool['pools_selected']} pools, the tail cache; ours (TRITON_DSA_INDEXER) computes "
+                       f"token-level logits over a token-level fp8 cache (index_head_dim {HEAD_DIM}) and has none of "
+                       f"these")]
+    if not has_fp8_conversion((cap.major, cap.minor)):
+        out.append(("fp8 stores", f"on compute capability {cap.major}.{cap.minor} Triton cannot compile the KPool "
+                                  f"path's fp8 stores ({', '.join(n for n, _, _ in KPOOL_FP8_KERNELS)}): each needs a "
+                                  f"byte-storing replacement, as the plugin gives 0.26's fused_indexer_q_rope_quant"))
+    out.append(("KDA", f"{len(kda['layers'])} linear-attention layers on vLLM's own kernels (prefill "
+                       f"{kda['prefill'] or kda['prefill_error']}: {kda['kernels']['prefill']}; decode "
+                       f"{kda['kernels']['decode']}); no attention backend of ours is involved, and whether Triton "
+                       f"compiles vLLM's KDA kernels for this GPU is not checked here"))
+    return {"supported": False, "statement": STATEMENT, "attention_reasons": reasons,
+            "needs": [{"part": p, "need": n} for p, n in out]}

@@ -1,0 +1,364 @@
+"""GLM-5.3-Flash (``glm5_next``): make-checkpoint's config-only preset and the diagnosis of it, on both tested lines.
+
+On vLLM 0.33 (the line whose registry has it) the diagnosis' answers are held to vLLM's own code called here: the
+engine-config path and selector on vLLM's own CUDA platform class (:func:`test_path._vllm_selects`), the KV-cache specs
+vLLM's own layers returned in the diagnosis' meta build (layer kinds, the MLA head, the KDA state), vLLM's
+``support_deep_gemm``, ``get_sparse_topk_buffer_width``, the indexer backend's block sizes by its spec path,
+``_resolve_kda_prefill_backend`` on vLLM's own platform class, and Triton compiling vLLM's own fp8-storing KPool kernel
+(``_fwht_quant_kernel``) per GPU target; the config against transformers' ``Glm5NextTextConfig``. On vLLM 0.26 (no
+GLM-5.3-Flash in its registry): one-line refusals naming the model type and the line that has it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from sparse_mla.errors import UserInputError
+from sparse_mla.kernels.fp8 import has_fp8_conversion
+from sparse_mla.models import (GLM5_NEXT_ARCHITECTURES, GLM5_NEXT_VLLM_LINE, PRESET_CONFIGS, check_config,
+                               geometry_from_config)
+from sparse_mla.vllm_lines import TESTED_LINES, current_line
+
+ON_FLASH_LINE = current_line() == GLM5_NEXT_VLLM_LINE
+flash_line = pytest.mark.skipif(not ON_FLASH_LINE, reason=f"vLLM {GLM5_NEXT_VLLM_LINE} has GLM-5.3-Flash")
+other_line = pytest.mark.skipif(ON_FLASH_LINE, reason="the refusal of a vLLM without GLM-5.3-Flash")
+
+#: the GPUs asked, one of each answer family: SM80 (no backend, no DeepGEMM, fp8 stores, Triton KDA), SM90
+#: (FlashInfer's SM90 sparse MLA, FlashKDA), SM100 (vLLM's Glm5NextModelConfig hook: auto -> fp8), SM120 (FlashInfer's
+#: SM120 backend on fp8_ds_mla, host-dependent; DeepGEMM's 64-entry pages only)
+CAPS = ("8.0", "9.0", "10.0", "12.0")
+TP = 8
+
+
+def _flash_config() -> dict:
+    """GLM-5.3-Flash's config.json as make-checkpoint writes it (on 0.26 too, where transformers has glm5_next; else
+    the keys the refusal reads)."""
+    from sparse_mla.launch.glm5next_config import glm5next_config
+
+    try:
+        return glm5next_config()
+    except UserInputError:      # a transformers without glm5_next: what the models rule and the refusal read
+        return {"architectures": [GLM5_NEXT_ARCHITECTURES[0]], "model_type": "glm5_next", "kv_lora_rank": 512,
+                "qk_rope_head_dim": 0, "qk_nope_head_dim": 256, "v_head_dim": 256, "num_attention_heads": 64,
+                "index_topk": 2048}
+
+
+@pytest.fixture(scope="module")
+def flash_dir(tmp_path_factory):
+    """A folder with GLM-5.3-Flash's config.json: make-checkpoint's on the line that has it, written here elsewhere."""
+    d = tmp_path_factory.mktemp("flash") / "glm53"
+    if ON_FLASH_LINE:
+        from sparse_mla.launch.checkpoint import make_checkpoint
+
+        make_checkpoint(d, preset="glm-5.3-flash")
+    else:
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(_flash_config()))
+    return d
+
+
+def _cli(capsys, *argv) -> tuple[int, list[str]]:
+    from sparse_mla import cli
+
+    rc = cli.main(list(argv))
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+# ---- both lines --------------------------------------------------------------------------------------------------
+
+def test_the_line_that_has_it_is_the_installed_registrys():
+    """:data:`GLM5_NEXT_VLLM_LINE` is a tested line, and the installed vLLM's registry has GLM-5.3-Flash exactly when
+    the installed vLLM is of that line."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    assert GLM5_NEXT_VLLM_LINE in TESTED_LINES
+    archs = ModelRegistry.get_supported_archs()
+    assert all(a in archs for a in GLM5_NEXT_ARCHITECTURES) == ON_FLASH_LINE
+    assert any(a in archs for a in GLM5_NEXT_ARCHITECTURES) == ON_FLASH_LINE
+
+
+def test_rope_0_is_allowed_for_glm5_next_only():
+    cfg = _flash_config()
+    assert check_config(cfg, "flash")["qk_rope_head_dim"] == 0
+    g = geometry_from_config(cfg, "flash")
+    assert (g.head_size, g.qk_head_dim) == (512, 256)
+    with pytest.raises(UserInputError, match="qk_rope_head_dim = 0, which must be a positive integer"):
+        check_config({**PRESET_CONFIGS["glm-5"], "qk_rope_head_dim": 0}, "glm5")
+
+
+def test_launch_refuses_it_in_one_line(flash_dir, capsys, monkeypatch):
+    import sparse_mla.machine
+
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: True)   # refused before any engine, GPU or not
+    monkeypatch.setattr("sparse_mla.launch.engine.run_offline", lambda *a, **k: pytest.fail("an engine was started"))
+    rc, err = _cli(capsys, "launch", "--model", str(flash_dir), "--no-serve")
+    assert rc == 2 and len(err) == 1, err
+    assert "GLM-5.3-Flash" in err[0] and "diagnoses but does not run" in err[0] and "Traceback" not in err[0]
+
+
+# ---- a vLLM without GLM-5.3-Flash (0.26) ------------------------------------------------------------------------
+
+@other_line
+def test_diagnose_refuses_in_one_line_naming_the_line(flash_dir, capsys):
+    import vllm
+
+    from sparse_mla.diagnose import diagnose
+
+    rc, err = _cli(capsys, "diagnose", "--model", str(flash_dir), "--capability", "8.0")
+    assert rc == 2 and len(err) == 1, err
+    assert "'glm5_next'" in err[0] and f"vLLM {vllm.__version__} has no model for" in err[0]
+    assert f"vLLM {GLM5_NEXT_VLLM_LINE} has it (vllm/models/glm5next/)" in err[0]
+    with pytest.raises(UserInputError, match="GLM-5.3-Flash"):
+        diagnose(str(flash_dir), "9.0")
+
+
+@other_line
+def test_make_checkpoint_refuses_in_one_line(tmp_path, capsys):
+    rc, err = _cli(capsys, "make-checkpoint", str(tmp_path / "o"), "--preset", "glm-5.3-flash")
+    assert rc == 2 and len(err) == 1 and "glm5_next" in err[0] and GLM5_NEXT_VLLM_LINE in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+# ---- vLLM 0.33: the config ---------------------------------------------------------------------------------------
+
+@flash_line
+def test_the_preset_is_transformers_config_as_vllm_loads_it(flash_dir):
+    """The written config is transformers' Glm5NextTextConfig (every field it defines, read back by transformers'
+    AutoConfig), and vLLM's own config loader finds in it every key vLLM's glm5next code reads beyond those."""
+    from transformers import AutoConfig, Glm5NextTextConfig
+    from vllm.transformers_utils.config import get_config
+
+    from sparse_mla.launch.glm5next_config import VLLM_KEYS
+
+    want = Glm5NextTextConfig().to_dict()
+    got = AutoConfig.from_pretrained(str(flash_dir)).text_config.to_dict()
+    for k in ("qk_rope_head_dim", "qk_nope_head_dim", "kv_lora_rank", "v_head_dim", "num_attention_heads",
+              "index_topk", "index_kpool", "index_n_heads", "index_head_dim", "layer_types", "indexer_types",
+              "linear_num_heads", "linear_head_dim", "hc_mult", "num_hidden_layers", "hidden_size"):
+        assert got[k] == want[k], k
+    text = get_config(str(flash_dir), trust_remote_code=False).text_config
+    assert {k: getattr(text, k) for k in VLLM_KEYS} == VLLM_KEYS
+
+
+@flash_line
+@pytest.mark.parametrize("argv, needle", [(["--mtp"], "--mtp with --preset glm-5.3-flash"),
+                                          (["--index-topk-pattern", "FSSF"], "--index-topk-pattern with"),
+                                          (["--layers", "3"], "num_layers 3"),
+                                          (["--index-topk", "2056"], "index_topk 2056")])
+def test_the_preset_refuses_what_it_cannot_write(tmp_path, capsys, argv, needle):
+    rc, err = _cli(capsys, "make-checkpoint", str(tmp_path / "o"), "--preset", "glm-5.3-flash", *argv)
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+# ---- vLLM 0.33: the diagnosis against vLLM's own code --------------------------------------------------------------
+
+_RECORDS: dict = {}
+
+
+def _record(flash_dir, cap: str, with_plugin: bool = False) -> dict:
+    from sparse_mla.diagnose import diagnose
+
+    key = (cap, with_plugin)
+    if key not in _RECORDS:
+        _RECORDS[key] = diagnose(str(flash_dir), cap, "auto", tp=TP, with_plugin=with_plugin)
+    return _RECORDS[key]
+
+
+def _own_platform(cap: str):
+    """vLLM's own CUDA platform class at ``cap`` (:func:`vllm_oracles.vllms_own_cuda_platform`) made current."""
+    import contextlib
+
+    from vllm_oracles import vllms_own_cuda_platform
+
+    from sparse_mla.diagnose import probe as pr
+
+    stack = contextlib.ExitStack()
+    platform = stack.enter_context(vllms_own_cuda_platform(tuple(int(x) for x in cap.split(".")), TP))
+    stack.enter_context(pr.use_platform(platform))
+    return stack
+
+
+@flash_line
+@pytest.mark.parametrize("cap", CAPS)
+def test_attention_is_what_vllm_selects(flash_dir, cap):
+    from test_path import _vllm_selects
+
+    rec = _record(flash_dir, cap)
+    selected, cache_dtype = _vllm_selects(str(flash_dir), tuple(int(x) for x in cap.split(".")), "auto", TP)
+    assert rec["selected"] == selected and rec["config"]["cache_dtype"] == cache_dtype
+    assert (selected is None) == any(b["stage"] == "attention" for b in rec["blockers"])
+    assert rec["config"]["architecture"] == "Glm5NextForCausalLM" and rec["mla"] == "sparse (DSA)"
+
+
+@flash_line
+@pytest.mark.parametrize("cap", CAPS)
+def test_indexer_verdict_is_vllms_deepgemm_rule_and_tritons(flash_dir, cap):
+    """Stock vLLM's KPool indexer runs (``DEEPGEMM``) exactly where vLLM's own platform class says DeepGEMM runs and
+    Triton compiles fp8 stores; below SM89 every fp8-storing KPool kernel is named."""
+    import vllm.platforms as plat
+    from vllm.utils.import_utils import has_deep_gemm
+
+    from sparse_mla.diagnose.glm5next import KPOOL_FP8_KERNELS
+
+    rec = _record(flash_dir, cap)
+    with _own_platform(cap):
+        assert type(plat.current_platform).__module__ == "vllm.platforms.cuda"
+        runs = has_deep_gemm() and plat.current_platform.support_deep_gemm()
+    major, minor = (int(x) for x in cap.split("."))
+    fp8 = has_fp8_conversion((major, minor))
+    assert (rec["indexer"]["stock"] == "DEEPGEMM") == (runs and fp8)
+    reasons = " ".join(rec["indexer"]["reasons"])
+    assert all((f"vLLM's {fn} ({mod}" in reasons) == (not fp8) for fn, mod, _ in KPOOL_FP8_KERNELS)
+    assert ("support_deep_gemm() is False" in reasons) == (not runs)
+
+
+@flash_line
+@pytest.mark.parametrize("cap", CAPS)
+def test_kpool_numbers_are_vllms(flash_dir, cap):
+    """The top-k row width is vLLM's ``get_sparse_topk_buffer_width`` and is what the kernel stage checked; the
+    indexer backend's kernel block sizes are vLLM's answer by its spec path (the worker's), on vLLM's own platform."""
+    from vllm.models.glm5next.common.model import get_sparse_topk_buffer_width
+    from vllm.transformers_utils.config import get_config
+    from vllm.v1.attention.backends.mla.indexer import Glm5NextIndexerBackend
+
+    rec = _record(flash_dir, cap)
+    kp = rec["glm5next"]["kpool"]
+    text = get_config(str(flash_dir), trust_remote_code=False).text_config
+    width = get_sparse_topk_buffer_width(text)
+    assert kp["topk_width"] == width and (kp["index_topk"], kp["index_kpool"]) == (text.index_topk, text.index_kpool)
+    if rec["selected"] is not None:
+        assert f"top-k rows of {width} " in rec["stages"]["kernel"]
+    with _own_platform(cap):
+        sizes = Glm5NextIndexerBackend.get_supported_kernel_block_sizes(
+            types.SimpleNamespace(tokens_per_state=text.index_kpool))
+    assert kp["kernel_block_sizes"] == [int(s) for s in sizes]
+
+
+def _specs_of(rec) -> tuple[dict, dict]:
+    """The KV-cache specs (and layer classes) vLLM's own layers returned in the diagnosis' meta build for ``rec``'s
+    backend, cache dtype and TP (kept by :mod:`sparse_mla.diagnose.meta_model` under ``(..., backend class path,
+    cache dtype, tp)`` for a hybrid model)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from sparse_mla.diagnose import meta_model
+
+    backend = None if rec["selected"] is None else AttentionBackendEnum[rec["selected"]].get_path()
+    builds = [(specs, layers) for key, (specs, layers, vc) in meta_model._KV.items()
+              if key[-3:] == (backend, rec["config"]["cache_dtype"], TP)
+              and "Glm5NextLinearAttention" in layers.values()]
+    assert builds, "the diagnosis' build is kept"
+    return builds[-1]
+
+
+@flash_line
+@pytest.mark.parametrize("cap", CAPS)
+def test_layers_mla_head_and_kda_state_are_vllms_layers(flash_dir, cap):
+    """From vLLM's own layers (their KV-cache specs): the MLA layers and their head (512: no rope), the KDA layers and
+    their per-request state (conv, recurrent), as the record gives them."""
+    import torch
+
+    rec = _record(flash_dir, cap)
+    specs, layers = _specs_of(rec)
+
+    def index(name):
+        return int(name.split("layers.")[1].split(".")[0])
+
+    mla = sorted(index(n) for n, c in layers.items() if c == "MLAAttention")
+    kda = sorted(index(n) for n, c in layers.items() if c == "Glm5NextLinearAttention")
+    g = rec["glm5next"]
+    assert g["kpool"]["mla_layers"] == mla == rec["indexer_layers"] and g["kda"]["layers"] == kda
+    assert {specs[n].head_size for n, c in layers.items() if c == "MLAAttention"} == {512}
+    one = next(n for n, c in layers.items() if c == "Glm5NextLinearAttention")
+    state = [{"shape": list(s), "dtype": str(d).replace("torch.", "")}
+             for s, d in zip(specs[one].shapes, specs[one].dtypes)]
+    assert [g["kda"]["state"]["conv"], g["kda"]["state"]["recurrent"]] == state
+    assert isinstance(specs[one].dtypes[1], torch.dtype)
+
+
+@flash_line
+@pytest.mark.parametrize("cap", CAPS)
+def test_kda_prefill_is_vllms_choice_on_its_own_platform(flash_dir, cap):
+    import torch
+    from vllm.models.glm5next.common import kda
+
+    rec = _record(flash_dir, cap)
+    with _own_platform(cap):
+        want = kda._resolve_kda_prefill_backend("auto", 128, torch.bfloat16, -5.0)
+    assert rec["glm5next"]["kda"]["prefill"] == want
+    layers = len(rec["glm5next"]["kda"]["layers"])
+    assert rec["stages"]["kda"].startswith(f"{layers} linear-attention layers on GDN_ATTN")
+
+
+@flash_line
+@pytest.mark.parametrize("cap", CAPS)
+def test_says_not_supported_and_what_our_kernels_would_need(flash_dir, cap):
+    """Every record says the plugin does not support it; our backend's own refusal is of the head vLLM's MLA layer
+    would pass (its spec's 512), which is not among our head sizes."""
+    from sparse_mla.diagnose import format_record
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    rec = _record(flash_dir, cap)
+    ours = rec["glm5next"]["ours"]
+    assert ours["supported"] is False and "does not support GLM-5.3-Flash" in ours["statement"]
+    assert 512 not in TritonMLASparseBackend.get_supported_head_sizes()
+    assert "head_size not supported" in ours["attention_reasons"]
+    parts = [n["part"] for n in ours["needs"]]
+    assert parts[:4] == ["attention", "kv cache", "top-k", "indexer"] and parts[-1] == "KDA"
+    assert ("fp8 stores" in parts) == (not has_fp8_conversion(tuple(int(x) for x in cap.split("."))))
+    text = format_record(rec)
+    assert "What our kernels would need" in text and rec["stages"]["ours"].startswith("not supported by the plugin")
+
+
+BUILD_SCRIPT = """
+import json, triton
+import sparse_mla
+from sparse_mla.diagnose.probe import load_vllm_extensions
+load_vllm_extensions()
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from vllm.models.glm5next.nvidia.ops import kpool_compress as ops
+K = ops._fwht_quant_kernel
+sig = {"q_ptr": "*bf16", "qout_ptr": "*fp8e4nv", "sout_ptr": "*fp32", "n_rows": "i32", "BLOCK_R": "constexpr"}
+assert list(sig) == list(K.arg_names), K.arg_names
+out = {}
+for cap in (80, 86, 89, 90):
+    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index("BLOCK_R"),): 32})
+    try:
+        triton.compile(src, target=GPUTarget("cuda", cap, 32), options={"num_warps": 2, "arch": f"sm{cap}"})
+        out[cap] = "ok"
+    except Exception as e:
+        out[cap] = str(e).strip().splitlines()[-1]
+print(json.dumps(out))
+"""
+
+
+@flash_line
+def test_vllms_kpool_fp8_kernel_builds_where_the_rule_says():
+    """Triton's answer for vLLM 0.33's own ``_fwht_quant_kernel`` (``fwht128_quant_fp8``, the KPool indexer's query
+    quantization, as vLLM launches it: BLOCK_R 32, two warps) is the rule the indexer stage applies."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    r = subprocess.run([sys.executable, "-c", BUILD_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for cap, answer in got.items():
+        assert (answer == "ok") == has_fp8_conversion(divmod(int(cap), 10)), (cap, answer)
+        if answer != "ok":
+            assert "fp8e4nv not supported" in answer
+
+
+@flash_line
+def test_with_the_plugin_the_kpool_indexer_stays_vllms(flash_dir):
+    """The plugin's hook rebinds the DSA path, not the KPool indexer's module: at SM80 its Triton indexer does not
+    serve GLM-5.3-Flash, and the reason says so; our backend is offered and refuses the 512 head."""
+    from sparse_mla.diagnose.glm5next import KPOOL_MODULE
+
+    rec = _record(flash_dir, "8.0", with_plugin=True)
+    assert rec["indexer"]["with_plugin"] is None and rec["selected"] is None
+    assert f"rebinds nothing in {KPOOL_MODULE}" in rec["stages"]["indexer"]
+    assert rec["backends"]["TRITON_MLA_SPARSE"]["reasons"][0] == "head_size not supported"
