@@ -440,13 +440,19 @@ def capture_selector_log() -> Iterable[list[str]]:
 @contextlib.contextmanager
 def quiet_logs() -> Iterable[None]:
     """vLLM and torch log at INFO/WARNING (and packages warn) while backend modules import; keep that off the
-    caller's output."""
+    caller's output. The installed line's adapter names its loggers that log, even at ERROR, what the diagnosis
+    reports itself or what is no news to its user (``QUIET_LOGGERS``, :mod:`sparse_mla.diagnose.lines`): silenced
+    too."""
+    from .lines import adapter
+
     importlib.import_module("vllm.logger")   # configures the "vllm" logger first, so the level set below sticks
 
-    loggers = [logging.getLogger(n) for n in ("vllm", "torch.utils.cpp_extension")]
+    levels = {"vllm": logging.ERROR, "torch.utils.cpp_extension": logging.ERROR,
+              **{n: logging.CRITICAL for n in adapter().QUIET_LOGGERS}}
+    loggers = [logging.getLogger(n) for n in levels]
     old = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.ERROR)
+        lg.setLevel(levels[lg.name])
     try:
         with warnings.catch_warnings():     # import-time Deprecation/Tqdm warnings of third-party packages
             warnings.simplefilter("ignore")
