@@ -367,6 +367,32 @@ def test_stale_extension_flag_is_refreshed(monkeypatch, sm90_auto):
     assert flashmla_ops._flashmla_C_AVAILABLE is False
 
 
+def test_module_imported_under_another_platform_is_imported_again(monkeypatch, sm90_auto):
+    """vLLM's ``fa_utils`` binds ``flash_attn_varlen_func`` only where it is imported under a CUDA platform; imported
+    first on this machine's platform (vLLM's attention layers import it, and importing the plugin imports those), it
+    lacks the name, and vLLM 0.33's FLASH_ATTN_MLA, which imports the name from there, failed to import in the probe:
+    an ImportError as its reason. The stale module here is vLLM's own, executed under vLLM's UnspecifiedPlatform;
+    the probe must import it (and the backend) again under the probe platform and give the same record."""
+    import importlib.util
+    import sys
+    from unittest import mock
+
+    import vllm.platforms as plat
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    name = "vllm.v1.attention.backends.fa_utils"
+    spec = importlib.util.find_spec(name)
+    stale = importlib.util.module_from_spec(spec)
+    with mock.patch.object(plat, "_current_platform", UnspecifiedPlatform()):
+        spec.loader.exec_module(stale)
+    assert not hasattr(stale, "flash_attn_varlen_func")
+    monkeypatch.setitem(sys.modules, name, stale)
+    monkeypatch.delitem(sys.modules, "vllm.v1.attention.backends.mla.flashattn_mla", raising=False)
+    rec = diagnose("glm-5", "9.0", "auto")
+    assert rec["backends"] == sm90_auto["backends"]
+    _no_machine_reasons(rec)
+
+
 def test_backend_verdicts_in_table_and_frame(sm90_auto):
     """The CLI table and the notebook's frame say the same per backend: SELECTED, valid (noting a backend that is not
     on the GPU's priority list, which the selector never tries), or vLLM's reasons."""

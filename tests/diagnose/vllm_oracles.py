@@ -33,8 +33,9 @@ def vllms_selection(model, cap, kv, tp):
     never the probe platform: the engine configuration from ``EngineArgs(...).create_engine_config()``, then
     ``get_attn_backend`` with the MLA layer's arguments read off it, and, for the ``AttentionSelectorConfig`` and head
     count vLLM's selector built there, vLLM's ``get_valid_backends`` on that class: every backend on the GPU's priority
-    list with its priority and reasons. The diagnosis' stock-selection guard (no plugin override) and model folder are
-    reused.
+    list with its priority and reasons. The diagnosis' stock-selection guard (no plugin override), its refresh of
+    extension flags a module imported before vLLM's extensions were loaded holds stale (a fact of this machine, not
+    of the GPU) and model folder are reused.
 
     Returns ``SimpleNamespace(selected, cache_dtype, order, reasons)``: the backend's name (None: vLLM raises), the
     cache dtype vLLM configures (after the architecture hooks), the priority list's names in order and
@@ -52,7 +53,8 @@ def vllms_selection(model, cap, kv, tp):
     pr.load_vllm_extensions()
     req = resolve(model, f"{cap[0]}.{cap[1]}", kv, tp, False)
     with vllms_own_cuda_platform(cap, tp) as platform, pr.quiet_logs(), pr.use_platform(platform), \
-            pr.stock_selection(), stage_config.model_dir(req) as path, stage_config._in_process_inspection():
+            pr.stock_selection(), pr.extension_flags([]), stage_config.model_dir(req) as path, \
+            stage_config._in_process_inspection():
         assert type(platform).__module__ == "vllm.platforms.cuda"
         assert platform.get_device_capability().to_int() == cap[0] * 10 + cap[1]
         vc = EngineArgs(model=str(path), skip_tokenizer_init=True, load_format="dummy", kv_cache_dtype=kv,
