@@ -40,6 +40,21 @@ def test_refusal_names_the_users_file_not_the_temporary_copy(tmp_path, capsys):
     assert len(err) == 1 and f"Unrecognized model in {cfg}" in err[0] and "sparse_mla_model_" not in err[0], err
 
 
+def test_refusal_in_a_fresh_process_is_one_line(tmp_path):
+    """The command in its own process, where vLLM is first imported: stderr is the one error line. vLLM 0.33 logs each
+    failed attempt to parse the config at ERROR, and its first import makes torch 2.14 log three deprecations; the
+    diagnosis keeps both off (``QUIET_LOGGERS`` of the line's adapter, :mod:`sparse_mla.diagnose.lines`)."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({k: v for k, v in PRESET_CONFIGS["glm-5"].items() if k != "model_type"}))
+    r = subprocess.run([sys.executable, "-m", "sparse_mla", "diagnose", "--model", str(cfg)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("sparse-mla diagnose: error: "), r.stderr[-2000:]
+
+
 # ------------------------------------------------------------------ indexer_layers: GLM-5.2's shared top-k in vLLM
 def _tiny_config(tmp_path, name, layers, **keys):
     """glm-5-tiny's config.json (sizes of make-checkpoint's preset) with ``layers`` layers and ``keys``."""

@@ -24,8 +24,9 @@ from sparse_mla.models import PRESET_CONFIGS
 from sparse_mla.vllm_lines import TESTED_LINES, current_line
 
 #: what every adapter defines (lines/__init__.py lists them)
-ADAPTER_NAMES = ("PATCHABLE_MODULES", "PLATFORM_DEPENDENT_CACHES", "INDEXER_FP8_KERNELS", "resolve_kv_cache_layout",
-                 "kv_cache_groups", "kv_cache_config_from_groups", "check_kv_cache_configs", "indexer_fp8_build")
+ADAPTER_NAMES = ("PATCHABLE_MODULES", "PLATFORM_DEPENDENT_CACHES", "QUIET_LOGGERS", "INDEXER_FP8_KERNELS",
+                 "resolve_kv_cache_layout", "kv_cache_groups", "kv_cache_config_from_groups", "check_kv_cache_configs",
+                 "indexer_fp8_build")
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +63,10 @@ def test_unknown_line_is_one_line_error():
 
 
 def test_adapter_names_exist_in_installed_vllm():
-    """Every module, cached helper and kernel function the installed line's adapter names is in the installed vLLM."""
+    """Every module, cached helper and kernel function the installed line's adapter names is in the installed vLLM
+    (or its torch: a logger is named after its module, ``logging.getLogger(__name__)``)."""
     line = lines.adapter()
-    for name in line.PATCHABLE_MODULES:
+    for name in line.PATCHABLE_MODULES + line.QUIET_LOGGERS:
         assert importlib.util.find_spec(name) is not None, name
     for mod, attr in line.PLATFORM_DEPENDENT_CACHES:
         assert hasattr(getattr(importlib.import_module(mod), attr), "cache_clear"), (mod, attr)

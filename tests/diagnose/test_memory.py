@@ -88,23 +88,27 @@ def test_sharding_tp1_vs_tp8(name):
         assert any(split in n for n in a.keys() - replicated), split
 
 
+def _subclass_names(cls) -> set[str]:
+    """``cls``'s name and those of all its subclasses (vLLM's classes as this process has imported them)."""
+    return {cls.__name__}.union(*(_subclass_names(c) for c in cls.__subclasses__()))
+
+
 @pytest.mark.parametrize("kv, mla_bytes", [("bfloat16", 576 * 2), ("fp8_ds_mla", 656)])
-def test_kv_bytes_per_token_are_vllms_specs(kv, mla_bytes):
-    """Per rank and token: layers x (the latent row + the indexer's 128 fp8 values and one fp32 scale), each from
-    vLLM's ``MLAAttentionSpec`` built here, and from the notes' arithmetic."""
-    import torch
-    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+def test_kv_bytes_per_token_by_layer_class(kv, mla_bytes):
+    """Per rank and token, by the class of vLLM's layer: layers x the latent row (576 bf16 values, or FlashMLA's
+    fp8_ds_mla row: 512 fp8 values, 4 fp32 scales, 64 bf16 RoPE values = 656 B) in vLLM's ``MLAAttention`` layers
+    (on 0.33 its subclass ``DeepseekV32Attention``) and layers x (the indexer's 128 fp8 values and one fp32 scale) in
+    its ``DeepseekV32IndexerCache`` layers. The page sizes of vLLM's own specs: tests/diagnose/test_lines.py."""
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+    from vllm.model_executor.models.deepseek_v2 import DeepseekV32IndexerCache
 
     rec = diagnose("glm-5", "8.0", kv, tp=8, with_plugin=True)      # TRITON_MLA_SPARSE keeps either cache
     mem = rec["memory"]
     layers = PRESET_CONFIGS["glm-5"]["num_hidden_layers"]
-    block = mem["kv_cache_block_size"]
-    dtype = torch.uint8 if kv == "fp8_ds_mla" else torch.bfloat16
-    latent = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=576, dtype=dtype, cache_dtype_str=kv)
-    indexer = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=128 + 4, dtype=torch.uint8)
-    assert mem["kv_cache_bytes_per_token_by_layer"] == {
-        "MLAAttention": layers * latent.page_size_bytes // block,
-        "DeepseekV32IndexerCache": layers * indexer.page_size_bytes // block}
+    by_layer = dict(mem["kv_cache_bytes_per_token_by_layer"])
+    assert by_layer.pop(DeepseekV32IndexerCache.__name__) == layers * (128 + 4)
+    [(latent, latent_bytes)] = by_layer.items()
+    assert latent in _subclass_names(MLAAttention) and latent_bytes == layers * mla_bytes
     assert mem["kv_cache_bytes_per_token"] == layers * (mla_bytes + 128 + 4)
     assert mem["kv_cache_dtype"] == kv
 

@@ -11,7 +11,7 @@ import pytest
 from sparse_mla.diagnose import GPU_PRESETS, diagnose
 from sparse_mla.errors import UserInputError
 from sparse_mla.models import PRESET_CONFIGS
-from vllm_oracles import from_vllm_source, stock_indexer, vllms_own_cuda_platform
+from vllm_oracles import from_vllm_source, stock_indexer, vllms_selection
 
 
 def _config(tmp_path, name, **changes):
@@ -27,37 +27,10 @@ def _config(tmp_path, name, **changes):
 
 
 def _vllm_selects(model, cap, kv, tp):
-    """``get_attn_backend`` with the MLA layer's arguments read off ``create_engine_config()``, both on vLLM's own
-    CUDA platform class (:func:`vllms_own_cuda_platform`); None = vLLM raises. The diagnosis's stock-selection guard
-    (no plugin override) and model folder are reused; its probe platform is not."""
-    import vllm.v1.attention.selector as selector_mod
-    from vllm.config import set_current_vllm_config
-    from vllm.engine.arg_utils import EngineArgs
-
-    from sparse_mla.diagnose import config as stage_config
-    from sparse_mla.diagnose import probe as pr
-    from sparse_mla.diagnose.request import resolve
-
-    pr.load_vllm_extensions()
-    req = resolve(model, f"{cap[0]}.{cap[1]}", kv, tp, False)
-    with vllms_own_cuda_platform(cap, tp) as platform, pr.quiet_logs(), pr.use_platform(platform), \
-            pr.stock_selection(), stage_config.model_dir(req) as path, stage_config._in_process_inspection():
-        assert type(platform).__module__ == "vllm.platforms.cuda"
-        assert platform.get_device_capability().to_int() == cap[0] * 10 + cap[1]
-        vc = EngineArgs(model=str(path), skip_tokenizer_init=True, load_format="dummy", kv_cache_dtype=kv,
-                        tensor_parallel_size=tp).create_engine_config()
-        mc = vc.model_config
-        selector_mod._cached_get_attn_backend.cache_clear()
-        with set_current_vllm_config(vc):
-            try:
-                b = selector_mod.get_attn_backend(mc.get_head_size(), mc.dtype, vc.cache_config.cache_dtype,
-                                                  use_mla=mc.use_mla, use_sparse=hasattr(mc.hf_config, "index_topk"),
-                                                  num_heads=mc.get_num_attention_heads(vc.parallel_config))
-            except ValueError:
-                return None, vc.cache_config.cache_dtype
-            finally:
-                selector_mod._cached_get_attn_backend.cache_clear()
-        return b.get_name(), vc.cache_config.cache_dtype
+    """``(selected backend, cache dtype vLLM configures)`` from :func:`vllm_oracles.vllms_selection` (vLLM's
+    engine-config path and selector on vLLM's own CUDA platform class); None = vLLM raises."""
+    vllm = vllms_selection(model, cap, kv, tp)
+    return vllm.selected, vllm.cache_dtype
 
 
 #: Every model x GPU x KV dtype x TP: the slow tier; the default tier runs :data:`FAST_CELLS`, one cell of each
@@ -99,6 +72,13 @@ def test_the_oracle_catches_a_planted_fault_in_the_capability_simulation(monkeyp
 
 @pytest.mark.parametrize("model, gpu, kv, tp", TABLE)
 def test_selection_equals_a_reading_of_vllm_source(model, gpu, kv, tp):
+    """The same table against :func:`vllm_oracles.from_vllm_source`, a reading of vLLM 0.26.0's source that calls no
+    vLLM code: an oracle of that line only (a reading of another line's source would be a second copy of its
+    answers; there the table above, vLLM's own path, is the oracle)."""
+    from sparse_mla.vllm_lines import current_line
+
+    if current_line() != "0.26":
+        pytest.skip(f"a reading of vLLM 0.26.0's source; vLLM {current_line()}.x is installed")
     rec = diagnose(model, gpu, kv, tp=tp)
     major = int(GPU_PRESETS[gpu].split(".")[0])
     assert (rec["selected"], rec["config"]["cache_dtype"]) == from_vllm_source(model, major, kv, tp)

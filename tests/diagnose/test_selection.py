@@ -71,16 +71,11 @@ def test_sm89_has_no_backend(sm89_auto):
     _no_machine_reasons(rec)
 
 
-# ---- verdicts read off vLLM 0.26.0's source, not computed by the probe's code ---------------------------------
-# vllm/platforms/cuda.py _get_backend_priorities (use_mla): major 10 lists FLASHINFER_MLA, TOKENSPEED_MLA,
-# CUTLASS_MLA, FLASH_ATTN_MLA, FLASHMLA, TRITON_MLA, then the sparse pair -- FLASHINFER_MLA_SPARSE first when
-# num_heads <= 16 (bf16 cache), FLASHMLA_SPARSE first otherwise; majors other than 10 and 12 list FLASH_ATTN_MLA,
-# FLASHMLA, FLASHINFER_MLA, TRITON_MLA, FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE. FlashAttnMLASparseBackend
-# .supports_compute_capability is major == 9, FlashMLASparseBackend's major in (9, 10); TritonMLABackend has no
-# sparse support. GLM-5 has 64 heads (8 per rank at tp 8).
-
-SM80_ORDER = ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"]
-SM100_DENSE = ["FLASHINFER_MLA", "TOKENSPEED_MLA", "CUTLASS_MLA", "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA"]
+# ---- orders and verdicts against vLLM's own selector ----------------------------------------------------------
+# vllm_oracles.vllms_selection: vLLM's engine-config path, get_attn_backend and get_valid_backends on vLLM's own CUDA
+# platform class (not the probe), on whichever line is installed: the priority list (vllm/platforms/cuda.py
+# _get_backend_priorities, which 0.33 extends by FLASHINFER_MLA_SPARSE_SM90 and, on SM100, FLASH_ATTN_MLA_SPARSE_FA4)
+# and every listed backend's reasons. GLM-5 has 64 heads (8 per rank at tp 8).
 
 
 def _priorities(rec):
@@ -88,23 +83,36 @@ def _priorities(rec):
                                  is not None else 99) if b["priority"] is not None]
 
 
-def test_sm80_verdict_from_vllm_source():
+def _assert_vllms_order_and_reasons(rec, vllm):
+    assert _priorities(rec) == vllm.order
+    assert {n: rec["backends"][n]["reasons"] for n in vllm.order} == vllm.reasons
+    assert rec["selected"] == vllm.selected
+    assert rec["valid"] == [n for n in vllm.order if not vllm.reasons[n]]
+
+
+def test_sm80_verdict_is_vllms():
+    from vllm_oracles import vllms_selection
+
     rec = diagnose("glm-5", "8.0", "bfloat16")
-    assert _priorities(rec) == SM80_ORDER
+    _assert_vllms_order_and_reasons(rec, vllms_selection("glm-5", (8, 0), "bfloat16", 1))
     assert rec["selected"] is None and rec["valid"] == []
+    # on every tested line: both sparse backends vLLM lists for SM80 refuse it by capability, TRITON_MLA is dense only
     assert "compute capability not supported" in rec["backends"]["FLASH_ATTN_MLA_SPARSE"]["reasons"]
     assert rec["backends"]["FLASHMLA_SPARSE"]["reasons"] == ["compute capability not supported"]
     assert rec["backends"]["TRITON_MLA"]["reasons"] == ["sparse not supported"]
 
 
-@pytest.mark.parametrize("tp, sparse_order", [(1, ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]),
-                                              (8, ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"])])
-def test_sm100_bf16_order_and_choice_from_vllm_source(tp, sparse_order):
-    rec = diagnose("glm-5", "10.0", "bfloat16", tp=tp)
-    assert _priorities(rec) == SM100_DENSE + sparse_order
-    # the dense six refuse sparse; both sparse backends take GLM-5 on major 10 (FlashInfer's sparse kernel accepts
-    # qk_nope_head_dim 128 and 192, flashinfer_mla_sparse.py supports_combination), so the first listed is chosen
-    assert rec["selected"] == sparse_order[0]
+def test_sm100_bf16_order_and_choice_are_vllms():
+    """SM100 with a bf16 cache orders the sparse backends by the heads per rank (vllm/platforms/cuda.py): at tp 1
+    (64 heads) and tp 8 (8 heads) vLLM's lists differ, and the record holds vLLM's list and choice at each."""
+    from vllm_oracles import vllms_selection
+
+    recs = {tp: diagnose("glm-5", "10.0", "bfloat16", tp=tp) for tp in (1, 8)}
+    vllm = {tp: vllms_selection("glm-5", (10, 0), "bfloat16", tp) for tp in (1, 8)}
+    assert vllm[1].order != vllm[8].order               # the case tells whether the heads per rank reach vLLM
+    for tp, rec in recs.items():
+        _assert_vllms_order_and_reasons(rec, vllm[tp])
+        assert rec["selected"] is not None
 
 
 # ---- the reasons are vLLM's ------------------------------------------------------------------------------------
@@ -160,14 +168,18 @@ def test_record_json_shape(sm120_bf16):
 
 # ---- inputs -----------------------------------------------------------------------------------------------------
 
-def test_tp_changes_sm100_sparse_order():
-    """vllm/platforms/cuda.py: with a bf16 KV cache, SM100 prefers FLASHINFER_MLA_SPARSE at <= 16 heads per rank."""
-    tp1, tp4 = diagnose("glm-5", "b200", "auto", tp=1), diagnose("glm-5", "b200", "auto", tp=4)
-    assert tp1["heads_per_rank"] == 64 and tp4["heads_per_rank"] == 16
-    p1, p4 = tp1["backends"], tp4["backends"]
-    assert p1["FLASHMLA_SPARSE"]["priority"] < p1["FLASHINFER_MLA_SPARSE"]["priority"]
-    assert p4["FLASHINFER_MLA_SPARSE"]["priority"] < p4["FLASHMLA_SPARSE"]["priority"]
-    assert tp1["selected"] == "FLASHMLA_SPARSE" and tp4["selected"] == "FLASHINFER_MLA_SPARSE"
+def test_sm100_order_at_each_tp_is_vllms():
+    """A B200 at tp 1 and tp 4 (64 and 16 heads per rank, the edge of vLLM's "<= 16 heads" rule for a bf16 cache)
+    with the default cache: the record's heads per rank, cache dtype, order and choice are vLLM's at each TP (on 0.33
+    GLM-5's architecture hook makes "auto" fp8 on SM10x, whose order does not depend on the heads)."""
+    from vllm_oracles import vllms_selection
+
+    for tp, heads in ((1, 64), (4, 16)):
+        rec = diagnose("glm-5", "b200", "auto", tp=tp)
+        vllm = vllms_selection("glm-5", (10, 0), "auto", tp)
+        assert rec["heads_per_rank"] == heads
+        assert rec["config"]["cache_dtype"] == vllm.cache_dtype
+        _assert_vllms_order_and_reasons(rec, vllm)
 
 
 def test_dense_config_is_dense_mla(tmp_path):
@@ -355,6 +367,32 @@ def test_stale_extension_flag_is_refreshed(monkeypatch, sm90_auto):
     assert flashmla_ops._flashmla_C_AVAILABLE is False
 
 
+def test_module_imported_under_another_platform_is_imported_again(monkeypatch, sm90_auto):
+    """vLLM's ``fa_utils`` binds ``flash_attn_varlen_func`` only where it is imported under a CUDA platform; imported
+    first on this machine's platform (vLLM's attention layers import it, and importing the plugin imports those), it
+    lacks the name, and vLLM 0.33's FLASH_ATTN_MLA, which imports the name from there, failed to import in the probe:
+    an ImportError as its reason. The stale module here is vLLM's own, executed under vLLM's UnspecifiedPlatform;
+    the probe must import it (and the backend) again under the probe platform and give the same record."""
+    import importlib.util
+    import sys
+    from unittest import mock
+
+    import vllm.platforms as plat
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    name = "vllm.v1.attention.backends.fa_utils"
+    spec = importlib.util.find_spec(name)
+    stale = importlib.util.module_from_spec(spec)
+    with mock.patch.object(plat, "_current_platform", UnspecifiedPlatform()):
+        spec.loader.exec_module(stale)
+    assert not hasattr(stale, "flash_attn_varlen_func")
+    monkeypatch.setitem(sys.modules, name, stale)
+    monkeypatch.delitem(sys.modules, "vllm.v1.attention.backends.mla.flashattn_mla", raising=False)
+    rec = diagnose("glm-5", "9.0", "auto")
+    assert rec["backends"] == sm90_auto["backends"]
+    _no_machine_reasons(rec)
+
+
 def test_backend_verdicts_in_table_and_frame(sm90_auto):
     """The CLI table and the notebook's frame say the same per backend: SELECTED, valid (noting a backend that is not
     on the GPU's priority list, which the selector never tries), or vLLM's reasons."""
@@ -382,9 +420,13 @@ def test_sm100_probe_in_a_fresh_process():
     import subprocess
     import sys
 
+    from vllm_oracles import vllms_selection
+
     # 10.0, not the b200 preset: a preset brings its memory, and GLM-5 in bf16 does not fit one B200 (memory stage)
     r = subprocess.run([sys.executable, "-m", "sparse_mla", "diagnose", "--capability", "10.0", "--json"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     rec = json.loads(r.stdout)
-    assert rec["selected"] == "FLASHMLA_SPARSE" and rec["engine_starts"] is True, rec["headline"]
+    diagnose("glm-5", "10.0")       # here too, so that vLLM's selector below finds cutlass_mla imported
+    selected = vllms_selection("glm-5", (10, 0), "auto", 1).selected
+    assert selected is not None and rec["selected"] == selected and rec["engine_starts"] is True, rec["headline"]

@@ -1,8 +1,10 @@
 """Oracles of the diagnosis that are not the diagnosis: vLLM's own CUDA platform class with the capability set where
-that class reads it, and a reading of vLLM 0.26.0's source (no probe, no vLLM call) for the sparse MLA selection."""
+that class reads it, vLLM's own engine-config path and selector on that class (:func:`vllms_selection`, whichever vLLM
+line is installed), and a reading of vLLM 0.26.0's source (no probe, no vLLM call) for the sparse MLA selection."""
 from __future__ import annotations
 
 import contextlib
+import types
 
 
 @contextlib.contextmanager
@@ -24,6 +26,67 @@ def vllms_own_cuda_platform(cap, device_count):
             yield own()
         finally:
             own.get_device_capability.cache_clear()
+
+
+def vllms_selection(model, cap, kv, tp):
+    """vLLM's own answer for the attention stage, on vLLM's own CUDA platform class (:func:`vllms_own_cuda_platform`),
+    never the probe platform: the engine configuration from ``EngineArgs(...).create_engine_config()``, then
+    ``get_attn_backend`` with the MLA layer's arguments read off it, and, for the ``AttentionSelectorConfig`` and head
+    count vLLM's selector built there, vLLM's ``get_valid_backends`` on that class: every backend on the GPU's priority
+    list with its priority and reasons. The diagnosis' stock-selection guard (no plugin override), its refresh of
+    extension flags a module imported before vLLM's extensions were loaded holds stale (a fact of this machine, not
+    of the GPU) and model folder are reused.
+
+    Returns ``SimpleNamespace(selected, cache_dtype, order, reasons)``: the backend's name (None: vLLM raises), the
+    cache dtype vLLM configures (after the architecture hooks), the priority list's names in order and
+    ``{name: reasons}`` (``[]`` for a valid backend)."""
+    from unittest import mock
+
+    import vllm.v1.attention.selector as selector_mod
+    from vllm.config import set_current_vllm_config
+    from vllm.engine.arg_utils import EngineArgs
+
+    from sparse_mla.diagnose import config as stage_config
+    from sparse_mla.diagnose import probe as pr
+    from sparse_mla.diagnose.request import resolve
+
+    pr.load_vllm_extensions()
+    req = resolve(model, f"{cap[0]}.{cap[1]}", kv, tp, False)
+    with vllms_own_cuda_platform(cap, tp) as platform, pr.quiet_logs(), pr.use_platform(platform), \
+            pr.stock_selection(), pr.extension_flags([]), stage_config.model_dir(req) as path, \
+            stage_config._in_process_inspection():
+        assert type(platform).__module__ == "vllm.platforms.cuda"
+        assert platform.get_device_capability().to_int() == cap[0] * 10 + cap[1]
+        vc = EngineArgs(model=str(path), skip_tokenizer_init=True, load_format="dummy", kv_cache_dtype=kv,
+                        tensor_parallel_size=tp).create_engine_config()
+        mc = vc.model_config
+        out = types.SimpleNamespace(selected=None, cache_dtype=vc.cache_config.cache_dtype)
+        asked = {}
+        selector_mod._cached_get_attn_backend.cache_clear()
+        cached = selector_mod._cached_get_attn_backend
+
+        def capture(backend, attn_selector_config, num_heads=None, **line_keywords):
+            asked.update(config=attn_selector_config, num_heads=num_heads)
+            return cached(backend, attn_selector_config, num_heads, **line_keywords)
+
+        with set_current_vllm_config(vc), mock.patch.object(selector_mod, "_cached_get_attn_backend", capture):
+            try:
+                out.selected = selector_mod.get_attn_backend(
+                    mc.get_head_size(), mc.dtype, vc.cache_config.cache_dtype, use_mla=mc.use_mla,
+                    use_sparse=hasattr(mc.hf_config, "index_topk"),
+                    num_heads=mc.get_num_attention_heads(vc.parallel_config)).get_name()
+            except ValueError:
+                pass
+            finally:
+                cached.cache_clear()
+            valid, invalid = type(platform).get_valid_backends(
+                device_capability=platform.get_device_capability(), attn_selector_config=asked["config"],
+                num_heads=asked["num_heads"])
+        listed = {m.name: (prio, list(reasons)) for m, (prio, reasons) in invalid.items()}
+        listed.update({c.backend.name: (c.priority, []) for c in valid})
+        out.order = sorted(listed, key=lambda n: listed[n][0])
+        out.reasons = {n: listed[n][1] for n in out.order}
+        return out
 
 
 # The sparse MLA selection, from a reading of vLLM 0.26.0's source:

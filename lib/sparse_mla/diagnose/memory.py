@@ -322,11 +322,26 @@ def _per_token(rank: RankModel) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def _mla_layer_classes() -> set[str]:
+    """The names of vLLM's ``MLAAttention`` and of each of its subclasses imported so far (on 0.33 the GLM-5 /
+    DeepSeek-V3.2 layer ``DeepseekV32Attention``): the classes :attr:`RankModel.kv_layers` names for the layers of the
+    MLA latent cache (a built model's classes are imported)."""
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+    names, todo = set(), [MLAAttention]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo += cls.__subclasses__()
+    return names
+
+
 def _cache_dtype(rank: RankModel) -> str:
     """The MLA latent cache's dtype as vLLM allocates it: the layers' cache dtype after vLLM's rewrite for the backend
     (``fp8_ds_mla`` ...), ``auto`` named by the dtype it means (the model's)."""
+    latent = _mla_layer_classes()
     for name, spec in rank.kv_specs.items():
-        if rank.kv_layers[name] == "MLAAttention":
+        if rank.kv_layers[name] in latent:
             return spec.cache_dtype_str if spec.cache_dtype_str not in (None, "auto") else \
                 str(spec.dtype).replace("torch.", "")
     return str(rank.vllm_config.cache_config.cache_dtype)

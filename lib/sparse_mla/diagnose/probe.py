@@ -182,6 +182,10 @@ def load_vllm_extensions() -> dict[str, Any]:
         iface = sys.modules.get("vllm.vllm_flash_attn.flash_attn_interface")
         if iface is not None and not (getattr(iface, "FA2_AVAILABLE", True) or getattr(iface, "FA3_AVAILABLE", True)):
             del sys.modules["vllm.vllm_flash_attn.flash_attn_interface"]
+    for mod_name, name in _CUDA_ONLY_NAMES:     # imported earlier under another platform: import again in the probe
+        mod = sys.modules.get(mod_name)
+        if mod is not None and not hasattr(mod, name):
+            del sys.modules[mod_name]
     return dict(DRIVER)
 
 
@@ -206,6 +210,16 @@ def _load_extension(name: str) -> str | None:
     sys.modules[name] = mod
     return None
 
+
+#: vLLM modules that bind a CUDA-only name at import only where ``current_platform.is_cuda()``, with that name.
+#: Imported before the probe under another platform (this machine's: vLLM's attention layers, which the plugin imports,
+#: import ``fa_utils``), they lack it, and a backend that imports the name from them fails to import in the probe
+#: (vLLM 0.33's ``flashattn_mla.py`` imports ``flash_attn_varlen_func`` from ``fa_utils``: FLASH_ATTN_MLA got an
+#: ImportError as its reason and a dense model at 9.0 FLASHMLA). :func:`load_vllm_extensions` drops such a module, so
+#: the backends import it again under the probe platform.
+_CUDA_ONLY_NAMES: tuple[tuple[str, str], ...] = (
+    ("vllm.v1.attention.backends.fa_utils", "flash_attn_varlen_func"),
+)
 
 #: Module-level "extension loaded" flags vLLM computes at import; a module imported before the probe (without the
 #: stubs, or under the CPU-less UnspecifiedPlatform) holds False although the extension is now importable.
@@ -440,13 +454,19 @@ def capture_selector_log() -> Iterable[list[str]]:
 @contextlib.contextmanager
 def quiet_logs() -> Iterable[None]:
     """vLLM and torch log at INFO/WARNING (and packages warn) while backend modules import; keep that off the
-    caller's output."""
+    caller's output. The installed line's adapter names its loggers that log, even at ERROR, what the diagnosis
+    reports itself or what is no news to its user (``QUIET_LOGGERS``, :mod:`sparse_mla.diagnose.lines`): silenced
+    too."""
+    from .lines import adapter
+
     importlib.import_module("vllm.logger")   # configures the "vllm" logger first, so the level set below sticks
 
-    loggers = [logging.getLogger(n) for n in ("vllm", "torch.utils.cpp_extension")]
+    levels = {"vllm": logging.ERROR, "torch.utils.cpp_extension": logging.ERROR,
+              **{n: logging.CRITICAL for n in adapter().QUIET_LOGGERS}}
+    loggers = [logging.getLogger(n) for n in levels]
     old = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.ERROR)
+        lg.setLevel(levels[lg.name])
     try:
         with warnings.catch_warnings():     # import-time Deprecation/Tqdm warnings of third-party packages
             warnings.simplefilter("ignore")

@@ -59,10 +59,14 @@ KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "fp8", "fp8_ds_mla")
 
 def vllm_cache_dtypes() -> tuple[str, ...]:
     """The installed vLLM's own ``--kv-cache-dtype`` values: ``typing.get_args`` of its ``vllm.config.cache.CacheDType``
-    literal (imports that module, and so vLLM, on the first call; also reachable as ``VLLM_CACHE_DTYPES``)."""
+    literal (imports that module, and so vLLM, on the first call, under :func:`.probe.quiet_logs`: vLLM's first
+    import logs, on 0.33 torch 2.14's deprecations; also reachable as ``VLLM_CACHE_DTYPES``)."""
     import typing
 
-    from vllm.config.cache import CacheDType
+    from .probe import quiet_logs
+
+    with quiet_logs():
+        from vllm.config.cache import CacheDType
 
     return tuple(typing.get_args(CacheDType))
 

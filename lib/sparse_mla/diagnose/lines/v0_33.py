@@ -23,6 +23,16 @@ PLATFORM_DEPENDENT_CACHES: tuple[tuple[str, str], ...] = (
     ("vllm.model_executor.layers.indexer_topk", "get_indexer_topk"),
 )
 
+#: vLLM's ``with_retry`` (``transformers_utils/repo_utils.py``) logs each failed attempt to parse a config at ERROR
+#: (and sleeps before the retry): the diagnosis reports the final refusal as one line. vLLM's ``utils/torch_utils.py``
+#: imports ``torch._opaque_base`` and calls ``register_opaque_type(..., typ="value")``, which torch 2.14 (0.33's pin)
+#: logs as deprecated on first import.
+QUIET_LOGGERS: tuple[str, ...] = (
+    "vllm.transformers_utils.repo_utils",
+    "torch._opaque_base",
+    "torch._library.opaque_object",
+)
+
 INDEXER_FP8_KERNELS: tuple[tuple[str, str, str], ...] = (
     ("fused_q", "vllm.models.deepseek_v32.common.kernels",
      "deepseek_v32/attention.py: the indexer query's RoPE and fp8 quantization"),
