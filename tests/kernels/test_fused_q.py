@@ -89,31 +89,10 @@ def test_indexer_k_cache_writes_at_the_indexer_slot():
 
 
 BUILD = """
-import json, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from sparse_mla.kernels.fused_q import _fused_q_kernel
-from sparse_mla.kernels.indexer_k_cache import _indexer_k_cache_kernel
-from sparse_mla.kernels.fp8 import has_fp8_conversion
-
-def build(K, ptrs, consts, cap):
-    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in K.arg_names}
-    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(n),): v for n, v in consts.items()})
-    c = triton.compile(src, target=GPUTarget("cuda", cap, 32), options={"arch": f"sm{cap}", "num_warps": 1})
-    return "e4m3" in c.asm["ptx"]
-
-q_ptrs = {n: "*bf16" for n in ("q_pe", "q_pe_cos_sin", "q_pe_out", "index_q", "index_q_cos_sin")}
-q_ptrs.update(positions="*i64", codes="*u8", weights="*fp32", weights_out="*fp32", softmax_scale="fp32",
-              head_scale="fp32")
-k_ptrs = {"k": "*fp32", "slot_mapping": "*i64", "indexer_slot_mapping": "*i64", "cache": "*u8", "cache_scale": "*fp32"}
-out = {}
-for cap in (80, 86, 89, 90, 120):
-    hw = has_fp8_conversion(divmod(cap, 10))
-    out[cap] = [build(_fused_q_kernel, q_ptrs, dict(NUM_Q_HEADS=64, Q_PE_HALF_ROT_DIM=32, NUM_INDEX_Q_HEADS=32,
-                      INDEX_Q_HALF_ROT_DIM=32, INDEX_Q_HEAD_DIM=128, HAS_INDEXER=True, INDEX_ROPE_INTERLEAVE=True,
-                      FP8_MAX=448.0, HW=hw), cap),
-                build(_indexer_k_cache_kernel, k_ptrs, dict(HEAD_DIM=128, FP8_MAX=448.0, HW=hw), cap)]
-print(json.dumps(out))
+import json
+from sparse_mla.kernels.indexer_build import compile_stand_in
+print(json.dumps({cap: ["e4m3" in compile_stand_in(k, divmod(cap, 10)).asm["ptx"] for k in ("fused_q", "k_cache")]
+                  for cap in (80, 86, 89, 90, 120)}))
 """
 
 

@@ -40,6 +40,8 @@ built["indexer._prefill_logits_kernel"] = indexer_build.compile_for(
 built["indexer._paged_logits_kernel"] = indexer_build.compile_for(
     "paged", live, paged_config(32, 1, 32, 64, 131072, cpu, gen), generate_for=gen)
 built["indexer_quant._indexer_q_rope_quant_kernel"] = indexer_build.compile_for("q_quant", live, generate_for=gen)
+built["fused_q._fused_q_kernel"] = indexer_build.compile_stand_in("fused_q", live, generate_for=gen)
+built["indexer_k_cache._indexer_k_cache_kernel"] = indexer_build.compile_stand_in("k_cache", live, generate_for=gen)
 out = {}
 for name, k in built.items():
     ptx = k.asm["ptx"]
@@ -90,7 +92,8 @@ def test_every_engine_kernel_is_the_simulated_gpus_code_assembled_for_sm90a(gen,
         assert k["cubin"] > 0 and k["ptx_target"] == "sm_90a", (name, k)   # and assembled by ptxas for the H200
         assert not k["wgmma"], (name, k)                                # no Hopper MMA in an SM80/89/120 program
     fp8 = ["attention._sparse_mla_fp8_fwd_kernel", "attention._sparse_mla_fp8_registers_fwd_kernel",
-           "indexer_quant._indexer_q_rope_quant_kernel"]
+           "indexer_quant._indexer_q_rope_quant_kernel", "fused_q._fused_q_kernel",
+           "indexer_k_cache._indexer_k_cache_kernel"]
     assert all(got[n]["e4m3_cvt"] is (gen >= (8, 9)) for n in fp8), {n: got[n] for n in fp8}
     assert got["attention._sparse_mla_fwd_kernel"]["mma_sync"]
     # the ran block reports the generated architecture per kernel, and the architecture the cubins are for

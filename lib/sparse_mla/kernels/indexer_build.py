@@ -103,6 +103,43 @@ def compile_for(kernel: str, capability: tuple[int, int], cfg: IndexerConfig | N
                           options=compile_options(capability, generate_for, **options))
 
 
+#: vLLM 0.33's fp8-storing DSA kernels rebuilt for SM80/86 (:mod:`.fused_q`, :mod:`.indexer_k_cache`), as the
+#: plugin's stand-ins launch them for GLM-5: ``(pointer types, constexprs)`` by name.
+STAND_INS = {
+    "fused_q": ({"positions": "*i64", "q_pe": "*bf16", "q_pe_cos_sin": "*bf16", "q_pe_out": "*bf16",
+                 "index_q": "*bf16", "index_q_cos_sin": "*bf16", "codes": "*u8", "weights": "*fp32",
+                 "weights_out": "*fp32", "softmax_scale": "fp32", "head_scale": "fp32"},
+                dict(NUM_Q_HEADS=64, Q_PE_HALF_ROT_DIM=32, NUM_INDEX_Q_HEADS=32, INDEX_Q_HALF_ROT_DIM=32,
+                     INDEX_Q_HEAD_DIM=HEAD_DIM, HAS_INDEXER=True, INDEX_ROPE_INTERLEAVE=True)),
+    "k_cache": ({"k": "*fp32", "slot_mapping": "*i64", "indexer_slot_mapping": "*i64", "cache": "*u8",
+                 "cache_scale": "*fp32"}, dict(HEAD_DIM=HEAD_DIM)),
+}
+
+
+def compile_stand_in(kernel: str, capability: tuple[int, int], *, generate_for: tuple[int, int] | None = None):
+    """Compile a stand-in of :data:`STAND_INS` (``"fused_q"`` or ``"k_cache"``) for ``capability`` with the fp8
+    store path of the GPU generated for (hardware from SM89). Returns Triton's compiled kernel (``.asm["ptx"]``)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .fp8 import E4M3_MAX, has_fp8_conversion
+    from .fused_q import _fused_q_kernel
+    from .indexer_k_cache import _indexer_k_cache_kernel
+
+    if interpreting():
+        raise RuntimeError("compile_stand_in compiles for a GPU target; unset TRITON_INTERPRET (=0)")
+    if kernel not in STAND_INS:
+        raise ValueError(f"kernel {kernel!r}: one of {sorted(STAND_INS)}")
+    K = {"fused_q": _fused_q_kernel, "k_cache": _indexer_k_cache_kernel}[kernel]
+    ptrs, consts = STAND_INS[kernel]
+    consts = {**consts, "FP8_MAX": E4M3_MAX, "HW": has_fp8_conversion(generate_for or capability)}
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in K.arg_names}
+    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(n),): v for n, v in consts.items()})
+    major, minor = capability
+    return triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
+                          options=compile_options(capability, generate_for, num_warps=1))
+
+
 def resource_usage(compiled) -> dict | None:
     """``{"registers", "spill_bytes"}`` of a compiled kernel, read from its cubin with the ``cuobjdump`` bundled in
     Triton's NVIDIA backend; ``None`` where that tool is missing."""
