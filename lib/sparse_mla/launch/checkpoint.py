@@ -140,7 +140,8 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
     """
     if preset not in PRESET_CONFIGS:
         what = " (config only: make_checkpoint writes it, with glm5next_config)" if preset == GLM5_NEXT_PRESET else ""
-        raise UserInputError(f"unknown checkpoint preset {preset!r}{what}; accepted: {', '.join(PRESET_CONFIGS)}")
+        raise UserInputError(f"unknown checkpoint preset {preset!r}{what}; accepted: "
+                              f"{', '.join([*PRESET_CONFIGS, GLM5_NEXT_PRESET])}")
     if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk <= 0 \
             or index_topk % INDEX_TOPK_MULTIPLE or index_topk > MAX_INDEX_TOPK:
         raise UserInputError(
