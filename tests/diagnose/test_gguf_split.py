@@ -179,3 +179,85 @@ def test_make_checkpoint_overwrites_its_own_split_output(models, tmp_path):
     folder = _copy(models, tmp_path)
     make_checkpoint(folder, index_topk=256, seed=3, gguf=("Q8_0",), gguf_split_max_tensors=17, overwrite=True)
     assert sorted(p.name for p in folder.glob("*.gguf")) == [f"model-Q8_0-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
+
+
+try:
+    import vllm_gguf_plugin  # noqa: F401
+    NO_PLUGIN = None
+except ImportError as e:
+    NO_PLUGIN = f"vllm-gguf-plugin is not installed (pip install 'sparse-mla-workbook[gguf]'): {e}"
+
+
+def _plan(model):
+    """Our adapter's load plan for ``model`` as vllm-gguf-plugin's loader makes it: the file the loader is given, a
+    config built from the checkpoint's config.json (as vLLM builds it), then ``(adapter, model config)``."""
+    import json
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoConfig
+
+    from sparse_mla.vllm_plugin import gguf_adapter as ga
+
+    first = gguf_files.loader_file(model)
+    cfg = json.loads((first.parent / "config.json").read_text())
+    hf = AutoConfig.for_model("glm_moe_dsa", **{k: v for k, v in cfg.items() if k != "model_type"})
+    mc = SimpleNamespace(hf_config=hf, dtype=torch.float32, trust_remote_code=False)
+    adapter = ga.adapter_class()(hf)
+    adapter.plan(str(first), mc)
+    return adapter, mc
+
+
+def test_the_split_fixtures_lm_head_is_in_the_last_shard_only(models):
+    """The fixture tests what the LM-head tests below say: ``output.weight`` is in one shard, not the first."""
+    split, _ = models
+    holders = [n for n in SHARDS if any(t.name == "output.weight" for t in gguf.GGUFReader(str(split / n)).tensors)]
+    assert holders == [SHARDS[3]]
+
+
+@pytest.mark.skipif(NO_PLUGIN is not None, reason=NO_PLUGIN or "")
+@pytest.mark.parametrize("ref", [SHARDS[0], SHARDS[1], ":Q8_0"])
+def test_a_split_models_lm_head_is_loaded_from_whichever_shard_holds_it(models, ref):
+    """vllm-gguf-plugin 0.0.5 patches tie_word_embeddings from the one file its loader is given; our adapter asks
+    every shard, so output.weight (shard 4) is loaded as lm_head whichever shard or DIR:QUANT was given (the H200 run
+    of 2026-12-05 died on the empty LM head)."""
+    from sparse_mla.launch.checkpoint import expected_weight_shapes, load_checkpoint
+
+    split, _ = models
+    model = f"{split}{ref}" if ref.startswith(":") else str(split / ref)
+    adapter, mc = _plan(model)
+    assert mc.hf_config.tie_word_embeddings is False
+    assert adapter.load_spec.gguf_to_hf_name_map["output.weight"] == "lm_head.weight"
+    if ref == SHARDS[1]:                                  # every parameter once (slow part: dequantizes kv_b)
+        cfg, _ = load_checkpoint(split)
+        names = {n.replace(".qweight", ".weight") for n, _ in adapter.prepare_weights(mc) if "qweight_type" not in n}
+        assert names == set(expected_weight_shapes(cfg))
+    rec = diagnose(model, "8.0", "auto", with_plugin=True)
+    assert rec["checkpoint"]["wall"]["with_plugin"] == "ok"
+
+
+@pytest.mark.skipif(NO_PLUGIN is not None, reason=NO_PLUGIN or "")
+def test_the_plugins_one_file_rule_planted_is_refused_by_name_in_load_and_diagnosis(models, monkeypatch):
+    """A planted fault: our adapter patched by the plugin's own one-file rule. The load plan is refused naming
+    output.weight (nothing would load it), and the diagnosis with the plugin reports that wall at the config stage."""
+    from vllm_gguf_plugin.weights_adapter.default import GGUFWeightsAdapter
+
+    from sparse_mla.vllm_plugin import gguf_adapter as ga
+
+    split, _ = models
+    monkeypatch.setattr(ga.adapter_class(), "patch_hf_config", GGUFWeightsAdapter.patch_hf_config)
+    with pytest.raises(UserInputError, match=r"maps to no vLLM parameter: output\.weight; refused"):
+        _plan(str(split / SHARDS[0]))
+    rec = diagnose(str(split / SHARDS[0]), "8.0", "auto", with_plugin=True)
+    wall = rec["checkpoint"]["wall"]["with_plugin"]
+    assert "output.weight" in wall and rec["engine_starts"] is False
+    assert {"stage": "config", "reason": rec["checkpoint"]["wall"]["blocker"]} in rec["blockers"]
+
+
+def test_check_coverage_names_both_directions():
+    from sparse_mla.vllm_plugin.gguf_adapter import check_coverage
+
+    check_coverage(["a", "b"], {"a": "x", "b": "y"}, "m.gguf")
+    with pytest.raises(UserInputError, match=r"'m\.gguf': tensors the config maps to no vLLM parameter: c; tensors "
+                                             r"the config needs that no file holds: b; refused"):
+        check_coverage(["a", "c"], {"a": "x", "b": "y"}, "m.gguf")

@@ -118,7 +118,8 @@ def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, 
 
 
 def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
-    """``{"path": the first file, "files": every file's name, "discovery", "file_type", "tensor_types": {type:
+    """``{"path": the first file, "loader_file": the file vllm-gguf-plugin's loader is given, "files": every file's
+    name, "discovery", "file_type", "tensor_types": {type:
     count}, "tensors": [names], "tensor_sizes": [(name, type, values, bytes)] as gguf-py reads them, "config": HF
     config dict from the metadata, "config_json", "config_source", "tokenizer", "tokenizer_error", "serve_flags"}``
     (:func:`config_record`: the config.json beside the file, or in the folder ``hf_config_path`` / ``tokenizer``
@@ -132,9 +133,10 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
 
     require("diagnose --model FILE.gguf", "gguf")
     from ..vllm_plugin.gguf_adapter import check_indexer_tensors, config_from_gguf
-    from .gguf_files import model_files
+    from .gguf_files import loader_file, shards
 
-    files, discovery = model_files(path)
+    given = loader_file(path)
+    files, discovery = shards(given)
     readers = [_reader(f, path) for f in files]
     _check_split(readers, files)
     tensors = [t for r in readers for t in r.tensors]
@@ -144,7 +146,8 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
     types: dict[str, int] = {}
     for t in tensors:
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
-    return {"model": str(path), "path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
+    return {"model": str(path), "path": str(files[0]), "loader_file": str(given), "files": [f.name for f in files],
+            "discovery": discovery,
             "file_type": file_type(readers[0]), "tensor_types": dict(sorted(types.items())), "tensors": names,
             "tensor_sizes": [(t.name, t.tensor_type.name, int(t.n_elements), int(t.n_bytes)) for t in tensors],
             "config": cfg, **config_record(files[0], cfg, hf_config_path, tokenizer)}
@@ -217,7 +220,9 @@ def stock_wall() -> str | None:
 
 def _plugin_wall(info: dict, ours: bool) -> str | None:
     """vllm-gguf-plugin's weights adapter for the GGUF's config: its default (``ours`` False) or ours; None where
-    the adapter maps every tensor of the file, else its reason."""
+    the adapter maps every tensor of the file, else its reason. Ours is asked what it does at load time
+    (``GlmDsaGGUFAdapter.plan`` of the file the plugin's loader is given: the config patched as the plugin patches
+    it, every tensor of every shard loaded, none missing)."""
     from types import SimpleNamespace
 
     try:
@@ -231,8 +236,14 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
     mine = adapter_class()
     cls = next((c for c in ([mine] if ours else []) + [c for c in _ADAPTER_REGISTRY if c is not mine]
                 if c.matches(hf)), GGUFWeightsAdapter)
+    model_config = SimpleNamespace(hf_config=hf, trust_remote_code=False)
     try:
-        mapped = cls(hf).build_name_map(SimpleNamespace(hf_config=hf, trust_remote_code=False))
+        if cls is mine:
+            cls(hf).plan(info["loader_file"], model_config)
+            return None
+        mapped = cls(hf).build_name_map(model_config)
+    except UserInputError as e:                       # our adapter's refusal, whole
+        return f"{cls.__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - the plugin's own refusal, in its words
         return f"vllm-gguf-plugin's {cls.__name__}: {type(e).__name__}: {str(e)[:200]}"
     unmapped = [n for n in info["tensors"] if n not in mapped]

@@ -118,15 +118,22 @@ def shards(path: Path) -> tuple[list[Path], str]:
     return expected, how
 
 
-def model_files(model) -> tuple[list[Path], str]:
-    """``(the model's GGUF files, the first holding the metadata; discovery)`` for a ``--model`` that names a GGUF:
-    a file (any shard of a split model) or ``DIR:QUANT``. Raises :class:`UserInputError` for a path that is not a
-    file, a ``DIR:QUANT`` with no matching file, or a missing shard."""
+def loader_file(model) -> Path:
+    """The file vllm-gguf-plugin's loader hands its weights adapter for a ``--model`` that names a GGUF
+    (``GGUFModelLoader._prepare_weights``): the file given (any shard of a split model), or for ``DIR:QUANT`` the one
+    ``resolve_local_gguf`` picks. Raises :class:`UserInputError` for a path that is not a file or a ``DIR:QUANT``
+    with no matching file."""
     ref = reference(model)
     if ref is not None:
-        path, _ = _resolve_local(*ref)
-    else:
-        path = expand_path(str(model), "model")
-        if not path.is_file():
-            raise UserInputError(f"GGUF model {str(model)!r} is not a file; accepted: {ACCEPTED}")
-    return shards(path)
+        return _resolve_local(*ref)[0]
+    path = expand_path(str(model), "model")
+    if not path.is_file():
+        raise UserInputError(f"GGUF model {str(model)!r} is not a file; accepted: {ACCEPTED}")
+    return path
+
+
+def model_files(model) -> tuple[list[Path], str]:
+    """``(the model's GGUF files, the first holding the metadata; discovery)`` for a ``--model`` that names a GGUF:
+    a file (any shard of a split model) or ``DIR:QUANT`` (:func:`loader_file`). Raises :class:`UserInputError` for a
+    path that is not a file, a ``DIR:QUANT`` with no matching file, or a missing shard."""
+    return shards(loader_file(model))

@@ -24,7 +24,16 @@
   ("Tried to load weights of size torch.Size([4096, 544]) to a parameter of size torch.Size([0])", the H200,
   2026-12-03). The values are the GGUF's either way;
 * a GGUF without the DSA indexer tensors (llama.cpp's early GLM-5 conversions, mapped to ``glm4moe``) is refused by
-  :func:`check_indexer_tensors`, naming the missing tensors: it would otherwise run dense, silently.
+  :func:`check_indexer_tensors`, naming the missing tensors: it would otherwise run dense, silently;
+* a split model's LM head: vllm-gguf-plugin 0.0.5 patches the config from the one file the loader is given
+  (``maybe_patch_hf_config_from_gguf``: ``tie_word_embeddings`` is "that file has no ``output.weight``"), so a split
+  GGUF whose ``output.weight`` is in another shard was loaded as tied, ``output.weight`` skipped, and vLLM's
+  ``DeepseekV2ForCausalLM`` (which never ties) ran with an empty LM head: "size mismatch, got input (64), mat
+  (64x1024), vec (0)" in the sampler (the H200, 2026-12-05, ``results/h200/launch_h200_gguf_q4_k_m_split.json``;
+  vllm-gguf-plugin's closed PR 54 fixed the same rule in its ``update_tie_word_embeddings``, which this adapter does
+  not call). The adapter asks the plugin's own ``extract_lm_head_from_gguf`` of every shard (:func:`lm_head_in`);
+* every tensor of the files is mapped and every mapped tensor is in the files (:func:`check_coverage`), or the load is
+  refused naming them: a tensor the map skips would leave its parameter empty, silently.
 
 :func:`config_from_gguf` is the config mapping: the Hugging Face ``glm_moe_dsa`` config that a ``glm-dsa`` GGUF's
 metadata describes (the inverse of the converter's ``set_gguf_parameters``).
@@ -161,6 +170,32 @@ def check_indexer_tensors(tensor_names, n_layers: int, source: str) -> None:
                              f"with DSA support, or sparse-mla make-checkpoint --gguf)")
 
 
+def lm_head_in(files) -> bool:
+    """Whether any of a model's GGUF ``files`` (every shard) holds the LM head, by vllm-gguf-plugin's own test
+    (``gguf_utils.extract_lm_head_from_gguf``: an ``output.weight`` tensor), which the plugin asks of one file only."""
+    from vllm_gguf_plugin.gguf_utils import extract_lm_head_from_gguf
+
+    return any(extract_lm_head_from_gguf(f) for f in files)
+
+
+def check_coverage(file_tensors, mapped, source: str) -> None:
+    """Refuse a load whose name map (GGUF name -> vLLM name, ``mapped``) and the files' tensors (``file_tensors``,
+    every shard's) differ: :class:`UserInputError` naming the tensors in the files that nothing loads (their
+    parameters would stay empty) and the mapped tensors no file holds."""
+    have, want = set(file_tensors), set(mapped)
+    unloaded, absent = sorted(have - want), sorted(want - have)
+    if not (unloaded or absent):
+        return
+
+    def show(names):
+        return ", ".join(names[:4]) + (f" ... ({len(names)} in all)" if len(names) > 4 else "")
+
+    parts = ([f"tensors the config maps to no vLLM parameter: {show(unloaded)}"] if unloaded else []) + (
+        [f"tensors the config needs that no file holds: {show(absent)}"] if absent else [])
+    raise UserInputError(f"GGUF {source!r}: {'; '.join(parts)}; refused (vLLM would run with those parameters "
+                         f"empty). accepted: every shard of one glm-dsa model, as llama.cpp's converter writes it")
+
+
 def metadata_field(reader, key: str, default: Any = None) -> Any:
     """The GGUF metadata value ``key`` as gguf-py reads it (``default`` where the file has no such key)."""
     f = reader.get_field(key)
@@ -266,7 +301,17 @@ def adapter_class():
         def build_name_map(self, model_config) -> dict[str, str]:
             return gguf_to_vllm_names(model_config.hf_config.to_dict())
 
-        def prepare_loading(self, model_path: str, model_config) -> GGUFLoadSpec:
+        def patch_hf_config(self, model_path: str, hf_config):
+            """The plugin's patch (vocabulary, multimodal) from the first shard, which holds the metadata; the LM
+            head from every shard (:func:`lm_head_in`)."""
+            files = self._get_all_gguf_files(model_path)
+            hf_config = super().patch_hf_config(files[0], hf_config)
+            hf_config.get_text_config().update({"tie_word_embeddings": not lm_head_in(files)})
+            return hf_config
+
+        def plan(self, model_path: str, model_config) -> GGUFLoadSpec:
+            """What :meth:`prepare_loading` loads, with no record of it: the config patched, the tensors checked
+            (indexer, :func:`check_coverage`), the load spec. ``sparse-mla diagnose`` asks this too."""
             import gguf
 
             model_config.hf_config = self.patch_hf_config(model_path, model_config.hf_config)
@@ -274,16 +319,21 @@ def adapter_class():
             names = {t.name for f in files for t in gguf.GGUFReader(f).tensors}
             check_indexer_tensors(names, int(model_config.hf_config.num_hidden_layers), model_path)
             full = self.build_name_map(model_config)
+            check_coverage(names, full, model_path)
             passthrough = {g: h for g, h in full.items() if not g.endswith(DEQUANTIZED)}
             types = self.get_weight_type_map(model_path, passthrough)
             unquantized = self.get_unquantized_modules(types) + sorted(
                 {h.rsplit(".", 2)[0] + ".kv_b_proj" for g, h in full.items() if g.endswith("attn_k_b.weight")}
                 | {h.removesuffix(".weight") for g, h in full.items() if g.endswith("indexer.attn_q_b.weight")})
             self.dequantized = {g: h for g, h in full.items() if g.endswith(DEQUANTIZED)}
-            USED.update(adapter="GlmDsaGGUFAdapter", file=os.path.basename(str(files[0])))
             self.load_spec = GGUFLoadSpec(weights_source=files, gguf_to_hf_name_map=passthrough,
                                           unquantized_modules=unquantized)
             return self.load_spec
+
+        def prepare_loading(self, model_path: str, model_config) -> GGUFLoadSpec:
+            spec = self.plan(model_path, model_config)
+            USED.update(adapter="GlmDsaGGUFAdapter", file=os.path.basename(str(spec.weights_source[0])))
+            return spec
 
         def prepare_weights(self, model_config):
             yield from super().prepare_weights(model_config)
