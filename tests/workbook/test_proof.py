@@ -61,6 +61,13 @@ def test_unreadable_and_partial_records(tmp_path):
     rec["runs"]["FLASHMLA_SPARSE"] = {"backend_requested": "FLASHMLA_SPARSE", "error": "exit 1"}
     v = verdict(tmp_path, rec)
     assert v.status == "unproven" and "1 engine(s) failed" in v.reason, v.line()
+    del rec["runs"]["TRITON_MLA_SPARSE"]                                   # every engine died: said so, not "no ran"
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and v.reason == "1 engine(s) failed", v.line()
+    rec["runs"]["TRITON_MLA_SPARSE"] = dict(record()["runs"]["TRITON_MLA_SPARSE"])
+    del rec["runs"]["TRITON_MLA_SPARSE"]["ran"]                            # one died, one ran without a ran block
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and v.reason == "1 engine(s) failed; no ran block", v.line()
     (tmp_path / "summary.json").write_text(json.dumps({"notebooks": []}))
     [s] = proof.check([str(tmp_path / "summary.json")])                       # a generated summary is no record
     assert s.status == "skipped"
@@ -82,9 +89,11 @@ def test_the_committed_records(capsys):
     H200 indexer-in-engine record of 2026-12-02 proven."""
     assert cli.main(["records", "check", str(Path(__file__).resolve().parents[2] / "results")]) == 0
     out = capsys.readouterr().out
-    for name in ("launch_h200_simulated_sm80.json", "launch_h200_fp8_ds_mla.json",
-                 "launch_h200_triton_indexer_fork_failure.json"):
+    for name in ("launch_h200_simulated_sm80.json", "launch_h200_fp8_ds_mla.json"):
         assert f"/results/h200/{name}: unproven: no ran block" in out, out
+    assert "/results/h200/launch_h200_triton_indexer_fork_failure.json: unproven: 3 engine(s) failed; no ran block" \
+        in out, out
+    assert "/results/h200/launch_h200_gguf_q4_k_m_split.json: unproven: 2 engine(s) failed\n" in out, out
     assert "/results/h200/launch_h200_ran_indexer.json: proven" in out, out
 
 

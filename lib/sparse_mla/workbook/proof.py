@@ -8,7 +8,8 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
   engine) that nothing in its request contradicts, and the record's header has a command, a date, the versions
   (torch, Triton, vLLM) and a git revision;
 * ``unproven: REASON``: no ``ran`` block (every record made before the block existed, the 2026-12-01 ones included;
-  benchmark records of single kernels, which start no engine); gaps in its header are listed too;
+  benchmark records of single kernels, which start no engine), or engines that failed (counted: a record whose engines
+  all died proves nothing ran); gaps in its header are listed too;
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
   :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line), a record that claims proof (a ``ran``
   block) with a header gap, a request that cannot be read, a ``ran`` that contradicts what was asked
@@ -129,8 +130,9 @@ def _judge(path: str, obj) -> Verdict:
     live = {k: r for k, r in runs.items() if not r.get("error")}
     with_ran = {k: r for k, r in live.items() if "ran" in r}
     if not with_ran:
-        what = "no engine run" if not runs else "no ran block"
-        return Verdict(path, "unproven", "; ".join([what, *gaps]))
+        what = (["no engine run"] if not runs else
+                ([f"{len(failed)} engine(s) failed"] if failed else []) + (["no ran block"] if live else []))
+        return Verdict(path, "unproven", "; ".join([*what, *gaps]))
     if gaps:
         return Verdict(path, "invalid", "; ".join(gaps))
     _vllm_importable()
