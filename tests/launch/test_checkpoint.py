@@ -677,3 +677,16 @@ def test_the_next_run_clears_what_a_killed_run_left(tmp_path):
     live.mkdir()
     ck.make_checkpoint(out, index_topk=128)
     assert sorted(q.name for q in tmp_path.iterdir()) == sorted(["ck", live.name])
+
+
+def test_presets_match_whatever_their_case(tmp_path, capsys):
+    """As every other name of the command line (README: bad input): ``--preset GLM-5-TINY`` is glm-5-tiny's files."""
+    from sparse_mla import cli
+
+    assert cli.main(["make-checkpoint", str(tmp_path / "a"), "--preset", "GLM-5-Tiny", "--index-topk", "256",
+                     "--layers", "2"]) == 0
+    b = ck.make_checkpoint(tmp_path / "b", preset="glm-5-tiny", index_topk=256, num_layers=2)
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "a" / name).read_bytes() == (b / name).read_bytes(), name
+    assert cli.main(["make-checkpoint", str(tmp_path / "c"), "--preset", "GLM-6"]) == 2
+    assert "unknown checkpoint preset 'GLM-6'" in capsys.readouterr().err and not (tmp_path / "c").exists()

@@ -495,11 +495,14 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     under vLLM 0.33; ``index_topk``, ``num_layers``, ``num_heads`` and ``overwrite`` apply, the weight options are
     refused).
 
-    Raises :class:`UserInputError` for an unknown preset, a bad ``index_topk`` (not a positive multiple of 128) or
-    ``num_layers``, or an existing non-empty ``out_dir`` without ``overwrite=True``.
+    ``preset`` matches whatever its case. Raises :class:`UserInputError` for an unknown preset, a bad ``index_topk``
+    (not a positive multiple of 128) or ``num_layers``, or an existing non-empty ``out_dir`` without
+    ``overwrite=True``.
     """
     sharing = dict(index_topk_pattern=index_topk_pattern, index_topk_freq=index_topk_freq,
                    index_skip_topk_offset=index_skip_topk_offset, indexer_types=indexer_types)
+    if isinstance(preset, str) and preset.lower() in (*PRESET_CONFIGS, GLM5_NEXT_PRESET):
+        preset = preset.lower()                       # names match whatever their case (an unknown one: as given)
     config_only = preset == GLM5_NEXT_PRESET
     if config_only:
         from .glm5next_config import glm5next_config, refuse_weight_options
