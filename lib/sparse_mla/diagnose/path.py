@@ -102,6 +102,31 @@ def _stages(req: Request, vc, cfg: dict, platform_cls, cap, local: bool):
     return att, ix, kern, other, blockers
 
 
+def _host_dependence(vc, att: dict, other, blockers: list, local: bool) -> tuple[bool, bool | None]:
+    """``(host_dependent, engine_starts)``: whether the selection depends on the host (a GPU not simulated here:
+    ``other``, the backend selected where the host's optional kernels differ, is not the one selected), and whether
+    the engine starts (False with a blocker, None where it depends on the host, else True)."""
+    selected = att["selected"]
+    host_dependent = other is not None and other != (selected or None) if not local else False
+    if vc is not None and not local and (other or None) != (selected or None):
+        host_dependent = True
+    if blockers:
+        return host_dependent, False
+    return host_dependent, None if host_dependent else True
+
+
+def _note_simulation(simulated: dict, att: dict, refreshed: list[str], host) -> None:
+    """Add to the record's ``simulated`` what the probe changed to answer: the import shims of the backends asked,
+    the extension flags refreshed, the backends' import errors and the host-dependent checks."""
+    if pr.SHIMMED:
+        simulated["import_shims"] = {k: v for k, v in pr.SHIMMED.items() if k in att["backends"]}
+    if refreshed:
+        simulated["refreshed_flags"] = refreshed
+    if att["import_errors"]:
+        simulated["import_errors"] = att["import_errors"]
+    simulated["host_dependent"] = host
+
+
 def _probe(req: Request) -> dict[str, Any]:
     import vllm
 
@@ -139,21 +164,9 @@ def _probe(req: Request) -> dict[str, Any]:
         host = selection.host_dependent_checks()
 
     selected = att["selected"]
-    host_dependent = other is not None and other != (selected or None) if not local else False
-    if vc is not None and not local and (other or None) != (selected or None):
-        host_dependent = True
-    if blockers:
-        engine_starts = False
-    else:
-        engine_starts = None if host_dependent else True
+    host_dependent, engine_starts = _host_dependence(vc, att, other, blockers, local)
     sparse = vc is not None and hasattr(vc.model_config.hf_config, "index_topk")
-    if pr.SHIMMED:
-        simulated["import_shims"] = {k: v for k, v in pr.SHIMMED.items() if k in att["backends"]}
-    if refreshed:
-        simulated["refreshed_flags"] = refreshed
-    if att["import_errors"]:
-        simulated["import_errors"] = att["import_errors"]
-    simulated["host_dependent"] = host
+    _note_simulation(simulated, att, refreshed, host)
     record: dict[str, Any] = {
         "model": req.geometry.name,
         "capability": f"{cap.major}.{cap.minor}",
