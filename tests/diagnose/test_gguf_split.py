@@ -246,7 +246,8 @@ def test_the_plugins_one_file_rule_planted_is_refused_by_name_in_load_and_diagno
 
     split, _ = models
     monkeypatch.setattr(ga.adapter_class(), "patch_hf_config", GGUFWeightsAdapter.patch_hf_config)
-    with pytest.raises(UserInputError, match=r"maps to no vLLM parameter: output\.weight; refused"):
+    with pytest.raises(UserInputError, match=r"no output\.weight in any of its 4 file\(s\): vLLM's "
+                                             r"GlmMoeDsaForCausalLM \(DeepseekV2ForCausalLM\) never ties"):
         _plan(str(split / SHARDS[0]))
     rec = diagnose(str(split / SHARDS[0]), "8.0", "auto", with_plugin=True)
     wall = rec["checkpoint"]["wall"]["with_plugin"]
@@ -254,10 +255,91 @@ def test_the_plugins_one_file_rule_planted_is_refused_by_name_in_load_and_diagno
     assert {"stage": "config", "reason": rec["checkpoint"]["wall"]["blocker"]} in rec["blockers"]
 
 
-def test_check_coverage_names_both_directions():
-    from sparse_mla.vllm_plugin.gguf_adapter import check_coverage
 
-    check_coverage(["a", "b"], {"a": "x", "b": "y"}, "m.gguf")
-    with pytest.raises(UserInputError, match=r"'m\.gguf': tensors the config maps to no vLLM parameter: c; tensors "
-                                             r"the config needs that no file holds: b; refused"):
-        check_coverage(["a", "c"], {"a": "x", "b": "y"}, "m.gguf")
+
+def _folder_with(models, tmp_path, name, state_change=None, config_change=None, split=0) -> Path:
+    """A folder with the split fixture's config.json (changed by ``config_change``) and tokenizer, and a Q8_0 GGUF of
+    its weights written by our writer (``state_change`` applied to the state dict first; ``split`` > 0: split)."""
+    import json
+
+    from sparse_mla.launch.checkpoint import load_checkpoint
+    from sparse_mla.launch.gguf_writer import write_gguf
+
+    src = models[0]
+    out = tmp_path / name
+    out.mkdir()
+    for f in src.iterdir():
+        if not f.name.endswith((".gguf", ".safetensors")):
+            shutil.copy(f, out / f.name)
+    cfg, state = load_checkpoint(src)
+    if config_change:
+        (out / "config.json").write_text(json.dumps({**json.loads((src / "config.json").read_text()),
+                                                     **config_change}))
+    write_gguf(out / "model-Q8_0.gguf", cfg, state_change(state) if state_change else state, src, "Q8_0", split)
+    return out
+
+
+@pytest.mark.skipif(NO_PLUGIN is not None, reason=NO_PLUGIN or "")
+def test_a_gguf_with_no_lm_head_is_refused_not_tied(models, tmp_path):
+    """No output.weight in any file: the plugin's rule says "tied", and vLLM's GLM-5 model never ties its head
+    (read in vLLM's code by tests/vllm_plugin/test_gguf_adapter.py): refused in the load plan and the diagnosis."""
+    folder = _folder_with(models, tmp_path, "nohead", lambda st: {k: v for k, v in st.items() if k != "lm_head.weight"})
+    model = str(folder / "model-Q8_0.gguf")
+    with pytest.raises(UserInputError, match=r"no output\.weight in any of its 1 file\(s\).*empty LM head; refused"):
+        _plan(model)
+    rec = diagnose(model, "8.0", "auto", with_plugin=True)
+    assert "never ties its LM head" in rec["checkpoint"]["wall"]["with_plugin"] and rec["engine_starts"] is False
+    from sparse_mla.launch.engine import check_model
+
+    with pytest.raises(UserInputError, match=r"would not load: this plugin's GlmDsaGGUFAdapter: .*never ties"):
+        check_model(model)                                         # launch's check, before any engine starts
+
+
+@pytest.mark.skipif(NO_PLUGIN is not None, reason=NO_PLUGIN or "")
+def test_a_shard_missing_at_load_time_is_refused_by_the_plan(models, tmp_path):
+    """The plugin's discovery lists the shards that exist; the plan counts them against split.count (diagnose
+    refuses the same folder earlier, by name: test_a_missing_shard_is_refused_by_name...)."""
+    folder = _copy(models, tmp_path)
+    (folder / SHARDS[2]).unlink()
+    with pytest.raises(UserInputError, match=r"a split of 4 shards, found 3 .*the first is shard 1"):
+        _plan(str(folder / SHARDS[1]))
+    (folder / SHARDS[0]).unlink()
+    with pytest.raises(UserInputError, match=r"a split of 4 shards, found 2 .*the first is not shard 1"):
+        _plan(str(folder / SHARDS[1]))
+
+
+@pytest.mark.skipif(NO_PLUGIN is not None, reason=NO_PLUGIN or "")
+def test_a_config_json_of_another_layout_is_refused_naming_the_tensors(models, tmp_path):
+    """diagnose plans with the config.json vLLM reads, not the GGUF's metadata: a router without its bias
+    (topk_method greedy) would ignore blk.N.exp_probs_b.bias; a config.json with an MTP layer the GGUF lacks is
+    accepted (the model skips MTP weights; only MTP speculative decoding loads them)."""
+    folder = _folder_with(models, tmp_path, "greedy", config_change={"topk_method": "greedy"}, split=12)
+    first = str(folder / SHARDS[0])
+    with pytest.raises(UserInputError, match=r"no vLLM parameter \(their values would be ignored\): "
+                                             r"blk\.1\.exp_probs_b\.bias; refused"):
+        _plan(first)
+    wall = diagnose(first, "8.0", "auto", with_plugin=True)["checkpoint"]["wall"]
+    assert "blk.1.exp_probs_b.bias" in wall["with_plugin"] and wall["blocker"]
+    mtp = _folder_with(models, tmp_path, "mtp", config_change={"num_nextn_predict_layers": 1}, split=12)
+    adapter, mc = _plan(str(mtp / SHARDS[0]))                        # the MTP block mapped, in no file: accepted
+    held = {t.name for n in SHARDS for t in gguf.GGUFReader(str(mtp / n)).tensors}
+    assert mc.hf_config.num_nextn_predict_layers == 1 and not any(n.startswith("blk.2.") for n in held)
+    assert any(k.startswith("blk.2.") for k in adapter.load_spec.gguf_to_hf_name_map)
+
+
+@pytest.mark.skipif(NO_PLUGIN is not None, reason=NO_PLUGIN or "")
+@pytest.mark.parametrize("quant", ["q8_0", "UD-Q8_0"])
+def test_dir_quant_the_plugin_does_not_take_is_refused(models, quant):
+    """vllm-gguf-plugin's is_local_gguf_quant decides whether vLLM reads DIR:QUANT as a GGUF at all."""
+    with pytest.raises(UserInputError, match=f"vllm-gguf-plugin does not take '{quant}' for a GGUF quant type"):
+        read_gguf(f"{models[0]}:{quant}")
+
+
+def test_the_serve_line_carries_the_expanded_path(models, tmp_path, monkeypatch):
+    """Neither vLLM nor the plugin expands "~": the diagnosed vllm serve line names the folder or first shard
+    expanded, whatever form was given."""
+    monkeypatch.setenv("HOME", str(models[0].parent))
+    name = models[0].name
+    for given, serves in ((f"~/{name}:Q8_0", f"{models[0]}:Q8_0"), (f"~/{name}/{SHARDS[2]}", str(models[0] / SHARDS[0]))):
+        serve = diagnose(given, "8.0", "auto")["checkpoint"]["serve"]
+        assert serve.split()[2] in (serves, f"'{serves}'") and "~" not in serve, serve

@@ -145,3 +145,52 @@ def test_plugin_triton_dequant_equals_gguf_py(ckpt):
         got = got.numpy()
         # the same fp16 scales times the same integers, in fp32: a few roundings of the largest value apart
         assert np.allclose(got, ref, rtol=0, atol=4 * 2.0**-23 * np.abs(ref).max()), (t.name, typ)
+
+
+def test_vllms_glm5_model_never_ties_its_lm_head():
+    """The fact behind gguf_adapter.UNTIED_LM_HEAD, read in vLLM's code: GLM-5's model class is DeepseekV2ForCausalLM's
+    subclass, whose constructor builds its own ParallelLMHead and never reads tie_word_embeddings."""
+    import inspect
+
+    dsv2 = pytest.importorskip("vllm.model_executor.models.deepseek_v2")
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    cls = ModelRegistry._try_load_model_cls("GlmMoeDsaForCausalLM")
+    assert cls is not None and issubclass(cls, dsv2.DeepseekV2ForCausalLM)
+    for klass in cls.__mro__[:cls.__mro__.index(dsv2.DeepseekV2ForCausalLM) + 1]:
+        src = inspect.getsource(klass)
+        assert "tie_word_embeddings" not in src and "tie_weights" not in src, klass
+    assert "ParallelLMHead(" in inspect.getsource(dsv2.DeepseekV2ForCausalLM.__init__)
+
+
+def test_check_coverage_names_both_directions_for_the_models_own_tensors():
+    ok = {"token_embd.weight": "e", "output.weight": "h", "blk.0.attn_norm.weight": "n", "blk.2.eh_proj.weight": "m"}
+    ga.check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "output.bias",
+                       "blk.3.enorm.weight"], ok, "m.gguf", main_layers=2)      # MTP blocks and unknown extras pass
+    with pytest.raises(UserInputError, match=r"'m\.gguf': tensors the config gives no vLLM parameter \(their values "
+                                             r"would be ignored\): blk\.1\.x\.weight; tensors the config needs that no "
+                                             r"file holds \(their parameters would stay empty\): output\.weight; refused"):
+        ga.check_coverage(["token_embd.weight", "blk.0.attn_norm.weight", "blk.1.x.weight"], ok, "m.gguf", 2)
+
+
+class _Reader:
+    def __init__(self, names, no=None, count=None):
+        from types import SimpleNamespace
+
+        self.tensors = [SimpleNamespace(name=n) for n in names]
+        self._f = {"split.no": no, "split.count": count}
+
+    def get_field(self, key):
+        from types import SimpleNamespace
+
+        v = self._f.get(key)
+        return None if v is None else SimpleNamespace(contents=lambda: v)
+
+
+def test_check_shards_refuses_missing_shards_and_tensors_held_twice():
+    ga.check_shards([_Reader(["a"])], ["m.gguf"], "m.gguf")                      # an unsplit file
+    ga.check_shards([_Reader(["a"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")
+    with pytest.raises(UserInputError, match=r"a split of 3 shards, found 2 \(m-1, m-2\), the first is shard 1"):
+        ga.check_shards([_Reader(["a"], 0, 3), _Reader(["b"], 1, 3)], ["m-1", "m-2"], "m")
+    with pytest.raises(UserInputError, match=r"tensors held by more than one shard: b \(shards of different"):
+        ga.check_shards([_Reader(["a", "b"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")

@@ -232,20 +232,23 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
                 "'sparse-mla-workbook[gguf]'")
     from ..vllm_plugin.gguf_adapter import adapter_class
 
-    hf = _hf_config(info["config"])
+    # the config vLLM builds the model from: the config.json it reads (beside the GGUF or named by a flag), else the
+    # one the GGUF's metadata describes (a folder without one is the folder wall's)
+    hf = _hf_config(info.get("config_json") or info["config"])
     mine = adapter_class()
     cls = next((c for c in ([mine] if ours else []) + [c for c in _ADAPTER_REGISTRY if c is not mine]
                 if c.matches(hf)), GGUFWeightsAdapter)
     model_config = SimpleNamespace(hf_config=hf, trust_remote_code=False)
+    label = "this plugin's GlmDsaGGUFAdapter" if cls is mine else f"vllm-gguf-plugin's {cls.__name__}"
     try:
         if cls is mine:
             cls(hf).plan(info["loader_file"], model_config)
             return None
         mapped = cls(hf).build_name_map(model_config)
     except UserInputError as e:                       # our adapter's refusal, whole
-        return f"{cls.__name__}: {e}"
-    except Exception as e:  # noqa: BLE001 - the plugin's own refusal, in its words
-        return f"vllm-gguf-plugin's {cls.__name__}: {type(e).__name__}: {str(e)[:200]}"
+        return f"{label}: {e}"
+    except Exception as e:  # noqa: BLE001 - the plugin's own refusal (or what it called), in its words
+        return f"{label}: {type(e).__name__}: {str(e)[:200]}"
     unmapped = [n for n in info["tensors"] if n not in mapped]
     if unmapped:
         return f"{cls.__name__} maps no vLLM parameter to {len(unmapped)} GGUF tensors ({', '.join(unmapped[:3])})"
@@ -299,9 +302,12 @@ def checkpoint_record(req) -> dict[str, Any]:
     mem = req.memory
     asked = {} if mem is None else {"max_model_len": mem.max_model_len, "cpu_offload_gb": mem.cpu_offload_gb,
                                     "gpu_memory_utilization": mem.gpu_memory_utilization}
-    # the first shard, as vllm serve is given a split model (a shard's path given here names the whole model;
-    # vllm-gguf-plugin's DIR:QUANT stays as given)
-    model = info["path"] if Path(info["model"]).is_file() else info["model"]
+    # the first shard, as vllm serve is given a split model (a shard's path given here names the whole model), or
+    # vllm-gguf-plugin's DIR:QUANT with the folder's path expanded (neither the plugin nor vLLM expands "~")
+    from .gguf_files import reference
+
+    ref = reference(info["model"])
+    model = info["path"] if ref is None else f"{ref[0]}:{ref[1]}"
     serve = serve_command(model, req.tp, req.kv_cache_dtype, gguf_flags=info["serve_flags"],
                           attention_backend=req.backend, **asked)
     return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,

@@ -41,7 +41,8 @@ ACCEPTED = ("a .gguf file (any shard of a split model) or DIR:QUANT (vllm-gguf-p
 def reference(model) -> tuple[Path, str] | None:
     """``(folder, quant type)`` where ``model`` is vllm-gguf-plugin's ``DIR:QUANT`` for an existing folder (and not
     itself an existing path), else None. Raises :class:`UserInputError` for a QUANT with characters no GGUF file name
-    carries (``*``, ``[``: the plugin would glob them)."""
+    carries (``*``, ``[``: the plugin would glob them) and, where the plugin is installed, one its
+    ``is_local_gguf_quant`` does not take (``q8_0``, ``UD-Q4_K_XL``: not a GGUF to vLLM)."""
     text = str(model)
     if ":" not in text or os.path.exists(text):
         return None
@@ -55,6 +56,12 @@ def reference(model) -> tuple[Path, str] | None:
     if not QUANT.fullmatch(quant):          # vllm-gguf-plugin globs for it: no pattern characters
         raise UserInputError(f"model {text!r}: {quant!r} is not a GGUF quant type; accepted: a type as GGUF file names "
                              f"carry it (letters, digits, _ . + -: Q8_0, Q4_K_M, UD-Q4_K_XL) after DIR:")
+    takes = _plugin("gguf_utils", "is_local_gguf_quant")     # what vLLM's side asks (the plugin, where installed)
+    if takes is not None and not takes(f"{folder_path}:{quant}"):
+        raise UserInputError(f"model {text!r}: vllm-gguf-plugin does not take {quant!r} for a GGUF quant type "
+                             f"(is_local_gguf_quant: a GGUF type spelled as llama.cpp does, Q8_0, Q4_K_M, IQ3_M; "
+                             f"vLLM would look for a Hugging Face model of that name); accepted: such a type after "
+                             f"DIR:, or the path of the model's first .gguf file")
     return folder_path, quant
 
 

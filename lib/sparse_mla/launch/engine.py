@@ -103,7 +103,8 @@ def check_model(model: str | os.PathLike) -> Path:
     that the ``gguf`` extra (gguf-py, vllm-gguf-plugin: vLLM 0.26 has no GGUF loader of its own) is installed, that the
     file is a ``glm-dsa`` GGUF with the DSA indexer tensors whose metadata agrees with the ``config.json`` beside it
     (:func:`sparse_mla.launch.gguf_reader.gguf_config`; vllm-gguf-plugin reads the config from the file's folder),
-    and that the folder passes :func:`check_model_dir`. Raises :class:`UserInputError` naming what is wrong."""
+    that the folder passes :func:`check_model_dir`, and that our adapter's load plan takes the files (the engine's
+    own: :func:`sparse_mla.diagnose.gguf.gguf_wall`). Raises :class:`UserInputError` naming what is wrong."""
     if not is_gguf_model(model):
         return check_model_dir(model)
     from ..extras import require
@@ -115,6 +116,11 @@ def check_model(model: str | os.PathLike) -> Path:
     p, _ = gguf_config(model)      # the file first: importing vllm-gguf-plugin imports vLLM (seconds)
     check_model_dir(p.parent)
     require(what, "gguf", "vllm_gguf_plugin")
+    from ..diagnose.gguf import gguf_wall, read_gguf
+
+    plan = gguf_wall(read_gguf(model), with_plugin=True)["with_plugin"]   # our adapter's load plan, as the engine's
+    if plan != "ok":
+        raise UserInputError(f"GGUF model {str(model)!r} would not load: {plan}")
     return p
 
 

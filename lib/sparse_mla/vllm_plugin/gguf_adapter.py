@@ -32,8 +32,10 @@
   (64x1024), vec (0)" in the sampler (the H200, 2026-12-05, ``results/h200/launch_h200_gguf_q4_k_m_split.json``;
   vllm-gguf-plugin's closed PR 54 fixed the same rule in its ``update_tie_word_embeddings``, which this adapter does
   not call). The adapter asks the plugin's own ``extract_lm_head_from_gguf`` of every shard (:func:`lm_head_in`);
-* every tensor of the files is mapped and every mapped tensor is in the files (:func:`check_coverage`), or the load is
-  refused naming them: a tensor the map skips would leave its parameter empty, silently.
+* the load plan (``plan``) refuses by name what would otherwise load silently wrong: a missing shard or a tensor held
+  twice (:func:`check_shards`; the plugin's discovery skips a missing shard), no ``output.weight`` anywhere
+  (:data:`UNTIED_LM_HEAD`), and a config that disagrees with the files on the model's tensors
+  (:func:`check_coverage`: one the map skips would be ignored, one no file holds would leave its parameter empty).
 
 :func:`config_from_gguf` is the config mapping: the Hugging Face ``glm_moe_dsa`` config that a ``glm-dsa`` GGUF's
 metadata describes (the inverse of the converter's ``set_gguf_parameters``).
@@ -178,22 +180,65 @@ def lm_head_in(files) -> bool:
     return any(extract_lm_head_from_gguf(f) for f in files)
 
 
-def check_coverage(file_tensors, mapped, source: str) -> None:
-    """Refuse a load whose name map (GGUF name -> vLLM name, ``mapped``) and the files' tensors (``file_tensors``,
-    every shard's) differ: :class:`UserInputError` naming the tensors in the files that nothing loads (their
-    parameters would stay empty) and the mapped tensors no file holds."""
+#: The GGUF tensors outside the blocks that vLLM's GLM-5 model loads (gguf-py's glm-dsa names).
+TOP_LEVEL = ("token_embd.weight", "output_norm.weight", "output.weight")
+
+#: Why a glm-dsa GGUF without ``output.weight`` is refused: vLLM's ``GlmMoeDsaForCausalLM`` is
+#: ``DeepseekV2ForCausalLM``, which builds its own ``ParallelLMHead`` and never ties it to the embedding
+#: (``tests/vllm_plugin/test_gguf_adapter.py`` reads that in vLLM's code), so a tied config loads nothing into it.
+UNTIED_LM_HEAD = ("vLLM's GlmMoeDsaForCausalLM (DeepseekV2ForCausalLM) never ties its LM head to the embedding, so it "
+                  "would run with an empty LM head")
+
+
+def _show(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f" ... ({len(names)} in all)" if len(names) > 4 else "")
+
+
+def check_coverage(file_tensors, mapped, source: str, main_layers: int) -> None:
+    """Refuse a load whose name map (GGUF name -> vLLM name, ``mapped``, from the config vLLM loads) and the files'
+    tensors (``file_tensors``, every shard's) disagree on the model's own tensors -- :data:`TOP_LEVEL` and the blocks
+    ``blk.0`` .. ``blk.{main_layers - 1}``: :class:`UserInputError` naming the tensors the config gives no parameter
+    (the config and the GGUF describe different models: their values would be ignored) and the mapped tensors no file
+    holds (their parameters would stay empty). The MTP blocks (``blk.{main_layers}`` on) are left out: the model
+    skips them; only MTP speculative decoding loads them. Other tensors unknown to the map are ignored, as the plugin
+    ignores them."""
+    def own(name: str) -> bool:
+        if not name.startswith("blk."):
+            return name in TOP_LEVEL
+        block = name.split(".")[1]
+        return block.isdigit() and int(block) < main_layers
+
     have, want = set(file_tensors), set(mapped)
-    unloaded, absent = sorted(have - want), sorted(want - have)
-    if not (unloaded or absent):
+    ignored, absent = sorted(n for n in have - want if own(n)), sorted(n for n in want - have if own(n))
+    if not (ignored or absent):
         return
+    parts = ([f"tensors the config gives no vLLM parameter (their values would be ignored): {_show(ignored)}"]
+             if ignored else []) + (
+        [f"tensors the config needs that no file holds (their parameters would stay empty): {_show(absent)}"]
+        if absent else [])
+    raise UserInputError(f"GGUF {source!r}: {'; '.join(parts)}; refused. accepted: every shard of one glm-dsa model "
+                         f"as llama.cpp's converter writes it, with the config.json of the same model")
 
-    def show(names):
-        return ", ".join(names[:4]) + (f" ... ({len(names)} in all)" if len(names) > 4 else "")
 
-    parts = ([f"tensors the config maps to no vLLM parameter: {show(unloaded)}"] if unloaded else []) + (
-        [f"tensors the config needs that no file holds: {show(absent)}"] if absent else [])
-    raise UserInputError(f"GGUF {source!r}: {'; '.join(parts)}; refused (vLLM would run with those parameters "
-                         f"empty). accepted: every shard of one glm-dsa model, as llama.cpp's converter writes it")
+def check_shards(readers, files, source: str) -> None:
+    """Refuse what vllm-gguf-plugin's shard discovery (``_get_all_gguf_files``: the shards that exist) passes over
+    silently: a split whose first shard (``split.no`` 0, the metadata) or any other is missing (``split.count`` of
+    the first file found), and a tensor name held twice (shards of two splits mixed): :class:`UserInputError`
+    naming them."""
+    no, count = metadata_field(readers[0], "split.no", None), metadata_field(readers[0], "split.count", None)
+    if count is not None and (no != 0 or len(files) != count):
+        found = ", ".join(os.path.basename(str(f)) for f in files)
+        raise UserInputError(f"GGUF {source!r}: a split of {count} shards, found {len(files)} ({found}), the first "
+                             f"{'is' if no == 0 else 'is not'} shard 1 (split.no 0, the metadata); refused. accepted: "
+                             f"every shard of the model in one folder")
+    seen: dict[str, int] = {}
+    for r in readers:
+        for t in r.tensors:
+            seen[t.name] = seen.get(t.name, 0) + 1
+    twice = sorted(n for n, k in seen.items() if k > 1)
+    if twice:
+        raise UserInputError(f"GGUF {source!r}: tensors held by more than one shard: {_show(twice)} (shards of "
+                             f"different splits mixed?); refused. accepted: the shards of one model, as written")
 
 
 def metadata_field(reader, key: str, default: Any = None) -> Any:
@@ -310,16 +355,24 @@ def adapter_class():
             return hf_config
 
         def plan(self, model_path: str, model_config) -> GGUFLoadSpec:
-            """What :meth:`prepare_loading` loads, with no record of it: the config patched, the tensors checked
-            (indexer, :func:`check_coverage`), the load spec. ``sparse-mla diagnose`` asks this too."""
+            """What :meth:`prepare_loading` loads, with no record of it: the shards checked (:func:`check_shards`),
+            the config patched (a tied one refused: :data:`UNTIED_LM_HEAD`), the tensors checked (indexer,
+            :func:`check_coverage`), the load spec. ``sparse-mla diagnose`` asks this too."""
             import gguf
 
-            model_config.hf_config = self.patch_hf_config(model_path, model_config.hf_config)
             files = self._get_all_gguf_files(model_path)
-            names = {t.name for f in files for t in gguf.GGUFReader(f).tensors}
-            check_indexer_tensors(names, int(model_config.hf_config.num_hidden_layers), model_path)
+            readers = [gguf.GGUFReader(f) for f in files]
+            check_shards(readers, files, model_path)
+            model_config.hf_config = self.patch_hf_config(model_path, model_config.hf_config)
+            if model_config.hf_config.get_text_config().tie_word_embeddings:
+                raise UserInputError(f"GGUF {model_path!r}: no output.weight in any of its {len(files)} file(s): "
+                                     f"{UNTIED_LM_HEAD}; refused. accepted: a glm-dsa GGUF with output.weight (GLM-5 "
+                                     f"does not tie its embeddings; llama.cpp's converter writes it)")
+            names = {t.name for r in readers for t in r.tensors}
+            layers = int(model_config.hf_config.num_hidden_layers)
+            check_indexer_tensors(names, layers, model_path)
             full = self.build_name_map(model_config)
-            check_coverage(names, full, model_path)
+            check_coverage(names, full, model_path, layers)
             passthrough = {g: h for g, h in full.items() if not g.endswith(DEQUANTIZED)}
             types = self.get_weight_type_map(model_path, passthrough)
             unquantized = self.get_unquantized_modules(types) + sorted(
@@ -331,6 +384,7 @@ def adapter_class():
             return self.load_spec
 
         def prepare_loading(self, model_path: str, model_config) -> GGUFLoadSpec:
+            USED.clear()                          # a refused plan leaves no earlier load's record behind
             spec = self.plan(model_path, model_config)
             USED.update(adapter="GlmDsaGGUFAdapter", file=os.path.basename(str(spec.weights_source[0])))
             return spec
