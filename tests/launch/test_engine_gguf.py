@@ -26,9 +26,15 @@ def ck(tmp_path_factory):
 
 @pytest.fixture
 def with_plugin(monkeypatch):
-    """vllm-gguf-plugin importable (a stand-in module: the plugin is in the gguf extra, not the test extra)."""
-    if "vllm_gguf_plugin" not in sys.modules:
+    """vllm-gguf-plugin importable: the real one where the gguf extra is installed; else a stand-in module, and our
+    adapter's load plan (which needs the real one; tests/diagnose/test_gguf_split.py runs it) taken as passed."""
+    try:
+        import vllm_gguf_plugin.weights_adapter  # noqa: F401
+    except ImportError:
+        import sparse_mla.diagnose.gguf as dg
+
         monkeypatch.setitem(sys.modules, "vllm_gguf_plugin", types.ModuleType("vllm_gguf_plugin"))
+        monkeypatch.setattr(dg, "gguf_wall", lambda info, with_plugin: {"with_plugin": "ok"})
 
 
 def test_without_the_plugin_a_gguf_model_names_the_gguf_extra(ck, capsys, monkeypatch):
