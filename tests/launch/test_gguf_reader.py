@@ -80,3 +80,15 @@ def test_gguf_without_its_config_or_with_another_models_is_refused(ckpt, tmp_pat
         load_gguf_checkpoint(lone / "m.gguf")
     with pytest.raises(UserInputError, match=r"is not a file"):
         load_gguf_checkpoint(lone / "nothing.gguf")
+
+
+def test_a_tensor_the_config_maps_to_no_name_is_skipped_as_the_plugin_skips_it(ckpt, monkeypatch):
+    """A GGUF tensor the name map lacks (an extra one, e.g. output.bias from another converter) is not loaded, as
+    vllm-gguf-plugin does not load it; the rest reads back as before (no KeyError)."""
+    import sparse_mla.vllm_plugin.gguf_adapter as ga
+
+    out, cfg, state = ckpt
+    real = ga.gguf_to_hf_names
+    monkeypatch.setattr(ga, "gguf_to_hf_names", lambda c: {g: h for g, h in real(c).items() if g != "output.weight"})
+    _, got = load_gguf_checkpoint(out / "model-Q8_0.gguf")
+    assert set(got) == set(state) - {"lm_head.weight"}

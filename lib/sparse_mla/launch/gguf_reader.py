@@ -64,8 +64,8 @@ def from_converter_tensors(cfg: dict, items) -> dict:
 def load_gguf_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     """``(config dict, {Hugging Face name: float32 tensor})`` of a GLM-5 GGUF (see the module docstring): the names
     and shapes :func:`sparse_mla.launch.checkpoint.load_checkpoint` gives for the safetensors it was made from.
-    Needs gguf-py (``pip install 'sparse-mla-workbook[gguf]'``). Raises :class:`UserInputError` as
-    :func:`gguf_config` does."""
+    A tensor the config maps to no name is skipped, as vllm-gguf-plugin skips it. Needs gguf-py (``pip install
+    'sparse-mla-workbook[gguf]'``). Raises :class:`UserInputError` as :func:`gguf_config` does."""
     import gguf
 
     from ..vllm_plugin.gguf_adapter import dequantize, gguf_to_hf_names
@@ -75,7 +75,7 @@ def load_gguf_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     p, cfg = gguf_config(path)
     names = gguf_to_hf_names(cfg)
     tensors = (t for f in model_files(p)[0] for t in gguf.GGUFReader(str(f)).tensors)    # every shard's
-    return cfg, from_converter_tensors(cfg, ((names[t.name], dequantize(t)) for t in tensors))
+    return cfg, from_converter_tensors(cfg, ((names[t.name], dequantize(t)) for t in tensors if t.name in names))
 
 
 def gguf_tensor_types(path: str | os.PathLike) -> dict[str, str]:
