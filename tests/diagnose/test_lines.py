@@ -26,7 +26,7 @@ from sparse_mla.vllm_lines import TESTED_LINES, current_line
 #: what every adapter defines (lines/__init__.py lists them)
 ADAPTER_NAMES = ("PATCHABLE_MODULES", "PLATFORM_DEPENDENT_CACHES", "QUIET_LOGGERS", "INDEXER_FP8_KERNELS",
                  "resolve_kv_cache_layout", "kv_cache_groups", "kv_cache_config_from_groups", "check_kv_cache_configs",
-                 "indexer_fp8_build")
+                 "indexer_fp8_build", "settle_logging")
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +189,18 @@ def test_with_the_plugin_the_indexer_wall_follows_what_the_plugin_replaces(cap):
     if not has_fp8_conversion(tuple(int(x) for x in cap.split("."))):       # the stock path's kernels, still named
         for name, module, _ in lines.adapter().INDEXER_FP8_KERNELS:
             assert any(f"vLLM's {name} ({module}" in r for r in rec["indexer"]["reasons"]), name
+
+
+def test_the_diagnosis_prints_none_of_vllms_logging(capfd, monkeypatch):
+    """The Python API prints nothing of its own on either line: vLLM 0.33's create_engine_config re-applies its
+    logging configuration (the "vllm" logger back to INFO) on its first call in a process, which this test brings
+    back by forgetting the configuration applied so far; the line's settle_logging applies it first."""
+    import vllm.logger as vlog
+
+    if hasattr(vlog, "_last_configured_logging_config"):
+        monkeypatch.setattr(vlog, "_last_configured_logging_config", None)   # as in a fresh process
+    capfd.readouterr()
+    rec = diagnose("glm-5", "8.0", "auto", with_plugin=True)
+    out, err = capfd.readouterr()
+    assert rec["engine_starts"] is True
+    assert out == "" and err == "", (out + err)[:2000]

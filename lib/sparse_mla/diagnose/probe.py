@@ -465,8 +465,10 @@ def quiet_logs() -> Iterable[None]:
               **{n: logging.CRITICAL for n in adapter().QUIET_LOGGERS}}
     loggers = [logging.getLogger(n) for n in levels]
     old = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(levels[lg.name])
+    for settle in (adapter().settle_logging, lambda: None):   # where the line re-configures "vllm" later (0.33):
+        for lg in loggers:                                    # now, quietly, then the levels again
+            lg.setLevel(levels[lg.name])
+        settle()
     try:
         with warnings.catch_warnings():     # import-time Deprecation/Tqdm warnings of third-party packages
             warnings.simplefilter("ignore")

@@ -13,7 +13,8 @@ Every adapter defines the same names (``tests/diagnose/test_lines.py`` checks it
 * ``PLATFORM_DEPENDENT_CACHES`` -- ``(module, function)`` pairs of ``functools.cache``'d helpers of this line whose
   answer depends on ``current_platform`` (added to the probe's list);
 * ``QUIET_LOGGERS`` -- loggers of this line (vLLM's, or its torch's) that log, even at ERROR, what the diagnosis
-  reports itself or what is no news to its user; :func:`sparse_mla.diagnose.probe.quiet_logs` silences them;
+  reports itself or what is no news to its user; :func:`sparse_mla.diagnose.probe.quiet_logs` silences them, after
+  ``settle_logging()``, which applies the line's logging configuration where vLLM would re-apply it later;
 * ``INDEXER_FP8_KERNELS`` -- ``(function, module, caller and role)`` of the line's CUDA DSA path's Triton kernels
   that store ``fp8e4nv`` for the indexer (named in the reasons the indexer stage gives), and
   ``indexer_fp8_build()``, the first of them as vLLM launches it, ready for ``triton.compile`` for any GPU target

@@ -13,6 +13,10 @@ PLATFORM_DEPENDENT_CACHES: tuple[tuple[str, str], ...] = ()
 
 QUIET_LOGGERS: tuple[str, ...] = ()
 
+
+def settle_logging() -> None:
+    """Nothing: vLLM 0.26 configures its logger once, when ``vllm.logger`` is imported."""
+
 INDEXER_FP8_KERNELS: tuple[tuple[str, str, str], ...] = (
     ("fused_indexer_q_rope_quant", "vllm.model_executor.layers.sparse_attn_indexer",
      "deepseek_v2.py's Indexer: the indexer query's RoPE and fp8 quantization"),

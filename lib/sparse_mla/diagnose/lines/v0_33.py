@@ -33,6 +33,16 @@ QUIET_LOGGERS: tuple[str, ...] = (
     "torch._library.opaque_object",
 )
 
+def settle_logging() -> None:
+    """Apply vLLM 0.33's default logging configuration now, as ``EngineArgs.create_engine_config`` would apply it on
+    its first call (``configure_logging_if_needed``: a ``dictConfig`` that sets the ``vllm`` logger back to INFO), so
+    that the later call is a no-op and :func:`sparse_mla.diagnose.probe.quiet_logs` keeps the levels it set."""
+    from vllm.config.logging import LoggingConfig
+    from vllm.logger import configure_logging_if_needed
+
+    configure_logging_if_needed(LoggingConfig())
+
+
 INDEXER_FP8_KERNELS: tuple[tuple[str, str, str], ...] = (
     ("fused_q", "vllm.models.deepseek_v32.common.kernels",
      "deepseek_v32/attention.py: the indexer query's RoPE and fp8 quantization"),
