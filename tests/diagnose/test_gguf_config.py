@@ -191,12 +191,16 @@ def test_a_flag_folder_without_a_tokenizer_is_refused(setup, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("key, value", [("model_type", "deepseek_v32"),
-                                        ("architectures", ["DeepseekV32ForCausalLM"])])
+                                        ("architectures", ["DeepseekV32ForCausalLM"]),
+                                        ("moe_intermediate_size", "x2"), ("intermediate_size", "x2"),
+                                        ("n_shared_experts", "x2"), ("num_experts_per_tok", "x2"),
+                                        ("first_k_dense_replace", "x2")])
 def test_a_config_of_another_architecture_with_the_same_sizes_is_refused(setup, tmp_path, key, value):
+    """Another architecture, or sizes the tensors' shapes or the routing depend on (a fresh user's findings)."""
     _, alone, config = setup
     other = _config_dir(config, tmp_path / "other")
     cfg = json.loads((other / "config.json").read_text())
-    cfg[key] = value
+    cfg[key] = 2 * cfg[key] + 1 if value == "x2" else value
     (other / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UserInputError, match=f"has {key} = .* and the config.json of --hf-config-path .*another "
                                              f"model's file"):

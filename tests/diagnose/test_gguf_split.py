@@ -185,7 +185,7 @@ try:
     import vllm_gguf_plugin  # noqa: F401
     NO_PLUGIN = None
 except ImportError as e:
-    NO_PLUGIN = f"vllm-gguf-plugin is not installed (pip install 'sparse-mla-workbook[gguf]'): {e}"
+    NO_PLUGIN = f"vllm-gguf-plugin is not installed (pip install '.[gguf]'): {e}"
 
 
 def _plan(model):
@@ -239,15 +239,16 @@ def test_a_split_models_lm_head_is_loaded_from_whichever_shard_holds_it(models, 
 @pytest.mark.skipif(NO_PLUGIN is not None, reason=NO_PLUGIN or "")
 def test_the_plugins_one_file_rule_planted_is_refused_by_name_in_load_and_diagnosis(models, monkeypatch):
     """A planted fault: our adapter patched by the plugin's own one-file rule. The load plan is refused naming
-    output.weight (nothing would load it), and the diagnosis with the plugin reports that wall at the config stage."""
+    output.weight (the metadata describes it, the tied config loads nothing from it), and the diagnosis with the
+    plugin reports that wall."""
     from vllm_gguf_plugin.weights_adapter.default import GGUFWeightsAdapter
 
     from sparse_mla.vllm_plugin import gguf_adapter as ga
 
     split, _ = models
     monkeypatch.setattr(ga.adapter_class(), "patch_hf_config", GGUFWeightsAdapter.patch_hf_config)
-    with pytest.raises(UserInputError, match=r"no output\.weight in any of its 4 file\(s\): vLLM's "
-                                             r"GlmMoeDsaForCausalLM \(DeepseekV2ForCausalLM\) never ties"):
+    with pytest.raises(UserInputError, match=r"no vLLM parameter \(their values would be ignored\): output\.weight; "
+                                             r"refused"):
         _plan(str(split / SHARDS[0]))
     rec = diagnose(str(split / SHARDS[0]), "8.0", "auto", with_plugin=True)
     wall = rec["checkpoint"]["wall"]["with_plugin"]

@@ -83,8 +83,10 @@ def test_gguf_without_its_config_or_with_another_models_is_refused(ckpt, tmp_pat
 
 
 def test_a_tensor_the_config_maps_to_no_name_is_skipped_as_the_plugin_skips_it(ckpt, monkeypatch):
-    """A GGUF tensor the name map lacks (an extra one, e.g. output.bias from another converter) is not loaded, as
-    vllm-gguf-plugin does not load it; the rest reads back as before (no KeyError)."""
+    """A GGUF tensor the name map lacks is not loaded, as vllm-gguf-plugin does not load it; the rest reads back as
+    before (was a KeyError). Here output.weight is taken out of the map, the same path an extra tensor (output.bias
+    from another converter) takes; whether the model is whole is the adapter's load plan's question, not this
+    reader's; the reference refuses the missing head when built."""
     import sparse_mla.vllm_plugin.gguf_adapter as ga
 
     out, cfg, state = ckpt
@@ -92,3 +94,5 @@ def test_a_tensor_the_config_maps_to_no_name_is_skipped_as_the_plugin_skips_it(c
     monkeypatch.setattr(ga, "gguf_to_hf_names", lambda c: {g: h for g, h in real(c).items() if g != "output.weight"})
     _, got = load_gguf_checkpoint(out / "model-Q8_0.gguf")
     assert set(got) == set(state) - {"lm_head.weight"}
+    with pytest.raises(UserInputError, match="lacks 1 required tensor"):
+        Glm5Reference(cfg, got)

@@ -19,7 +19,7 @@ try:
     import vllm_gguf_plugin  # noqa: F401
     PLUGIN = None
 except ImportError as e:
-    PLUGIN = f"vllm-gguf-plugin is not installed (pip install 'sparse-mla-workbook[gguf]'): {e}"
+    PLUGIN = f"vllm-gguf-plugin is not installed (pip install '.[gguf]'): {e}"
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +148,10 @@ def test_plugin_triton_dequant_equals_gguf_py(ckpt):
 
 
 def test_vllms_glm5_model_never_ties_its_lm_head():
-    """The fact behind gguf_adapter.UNTIED_LM_HEAD, read in vLLM's code: GLM-5's model class is DeepseekV2ForCausalLM's
-    subclass, whose constructor builds its own ParallelLMHead and never reads tie_word_embeddings."""
+    """The fact behind gguf_adapter.UNTIED_LM_HEAD, read in vLLM's code: GLM-5's model class, as the registry resolves
+    it here (no CUDA), is DeepseekV2ForCausalLM's subclass, whose constructor builds its own ParallelLMHead and never
+    reads tie_word_embeddings. (vLLM 0.33 on a CUDA host resolves it to deepseek_v32's DeepseekV32ForCausalLM, not
+    importable here: not checked by this test.)"""
     import inspect
 
     dsv2 = pytest.importorskip("vllm.model_executor.models.deepseek_v2")
@@ -165,12 +167,18 @@ def test_vllms_glm5_model_never_ties_its_lm_head():
 
 def test_check_coverage_names_both_directions_for_the_models_own_tensors():
     ok = {"token_embd.weight": "e", "output.weight": "h", "blk.0.attn_norm.weight": "n", "blk.2.eh_proj.weight": "m"}
+    described = {*ok, "blk.1.exp_probs_b.bias"}
     ga.check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "output.bias",
-                       "blk.3.enorm.weight"], ok, "m.gguf", main_layers=2)      # MTP blocks and unknown extras pass
+                       "blk.3.enorm.weight", "blk.0.attn_kv_b.weight"], ok, "m.gguf", main_layers=2,
+                      described=described)      # MTP blocks and what the metadata does not describe pass
     with pytest.raises(UserInputError, match=r"'m\.gguf': tensors the config gives no vLLM parameter \(their values "
-                                             r"would be ignored\): blk\.1\.x\.weight; tensors the config needs that no "
-                                             r"file holds \(their parameters would stay empty\): output\.weight; refused"):
-        ga.check_coverage(["token_embd.weight", "blk.0.attn_norm.weight", "blk.1.x.weight"], ok, "m.gguf", 2)
+                                             r"would be ignored\): blk\.1\.exp_probs_b\.bias; tensors the config needs "
+                                             r"that no file holds \(their parameters would stay empty\): output\.weight; "
+                                             r"refused"):
+        ga.check_coverage(["token_embd.weight", "blk.0.attn_norm.weight", "blk.1.exp_probs_b.bias"], ok, "m.gguf", 2,
+                          described)
+    ga.check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "blk.1.exp_probs_b.bias"], ok,
+                      "m.gguf", 2, None)       # metadata that describes no config: only the missing are refused
 
 
 class _Reader:

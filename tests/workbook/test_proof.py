@@ -52,7 +52,7 @@ def test_header_gaps(tmp_path):
     assert v.status == "invalid" and v.reason == "no revision", v.line()     # claims proof: the header must be whole
     del rec["runs"]["TRITON_MLA_SPARSE"]["ran"]
     v = verdict(tmp_path, rec)
-    assert v.status == "unproven" and v.reason == "no ran block; no revision", v.line()
+    assert v.status == "unproven" and v.reason == "no ran block in TRITON_MLA_SPARSE; no revision", v.line()
 
 
 def test_unreadable_and_partial_records(tmp_path):
@@ -67,7 +67,7 @@ def test_unreadable_and_partial_records(tmp_path):
     rec["runs"]["TRITON_MLA_SPARSE"] = dict(record()["runs"]["TRITON_MLA_SPARSE"])
     del rec["runs"]["TRITON_MLA_SPARSE"]["ran"]                            # one died, one ran without a ran block
     v = verdict(tmp_path, rec)
-    assert v.status == "unproven" and v.reason == "1 engine(s) failed; no ran block", v.line()
+    assert v.status == "unproven" and v.reason == "no ran block in TRITON_MLA_SPARSE; 1 engine(s) failed", v.line()
     (tmp_path / "summary.json").write_text(json.dumps({"notebooks": []}))
     [s] = proof.check([str(tmp_path / "summary.json")])                       # a generated summary is no record
     assert s.status == "skipped"
@@ -91,8 +91,8 @@ def test_the_committed_records(capsys):
     out = capsys.readouterr().out
     for name in ("launch_h200_simulated_sm80.json", "launch_h200_fp8_ds_mla.json"):
         assert f"/results/h200/{name}: unproven: no ran block" in out, out
-    assert "/results/h200/launch_h200_triton_indexer_fork_failure.json: unproven: 3 engine(s) failed; no ran block" \
-        in out, out
+    assert "/results/h200/launch_h200_triton_indexer_fork_failure.json: unproven: no ran block in serve; 3 engine(s) " \
+           "failed" in out, out
     assert "/results/h200/launch_h200_gguf_q4_k_m_split.json: unproven: 2 engine(s) failed\n" in out, out
     assert "/results/h200/launch_h200_ran_indexer.json: proven" in out, out
 

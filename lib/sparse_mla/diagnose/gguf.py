@@ -12,7 +12,8 @@ Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), as
 * with ``vllm-gguf-plugin`` (installed, it is a vLLM general plugin and loads by itself): its own weights adapter for
   the config (``get_weights_adapter``; the default one raises "Unknown gguf model_type: glm_moe_dsa": gguf-py names
   the architecture ``glm-dsa``);
-* with ours (``--with-plugin``): :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter` maps every tensor.
+* with ours (``--with-plugin``): :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter`'s load plan, the
+  one the engine runs (shards, LM head, every tensor of the model mapped and present).
 
 The record's ``checkpoint`` is ``{"format": "safetensors" | "gguf", "quantization": ...}`` plus, for a GGUF, its
 first file, every file (a split model's shards, :mod:`sparse_mla.diagnose.gguf_files`), file type, tensor types,
@@ -118,8 +119,7 @@ def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, 
 
 
 def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
-    """``{"path": the first file, "loader_file": the file vllm-gguf-plugin's loader is given, "files": every file's
-    name, "discovery", "file_type", "tensor_types": {type:
+    """``{"path": the first file, "files": every file's name, "discovery", "file_type", "tensor_types": {type:
     count}, "tensors": [names], "tensor_sizes": [(name, type, values, bytes)] as gguf-py reads them, "config": HF
     config dict from the metadata, "config_json", "config_source", "tokenizer", "tokenizer_error", "serve_flags"}``
     (:func:`config_record`: the config.json beside the file, or in the folder ``hf_config_path`` / ``tokenizer``
@@ -135,8 +135,7 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
     from ..vllm_plugin.gguf_adapter import check_indexer_tensors, config_from_gguf
     from .gguf_files import loader_file, shards
 
-    given = loader_file(path)
-    files, discovery = shards(given)
+    files, discovery = shards(loader_file(path))
     readers = [_reader(f, path) for f in files]
     _check_split(readers, files)
     tensors = [t for r in readers for t in r.tensors]
@@ -146,8 +145,7 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
     types: dict[str, int] = {}
     for t in tensors:
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
-    return {"model": str(path), "path": str(files[0]), "loader_file": str(given), "files": [f.name for f in files],
-            "discovery": discovery,
+    return {"model": str(path), "path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
             "file_type": file_type(readers[0]), "tensor_types": dict(sorted(types.items())), "tensors": names,
             "tensor_sizes": [(t.name, t.tensor_type.name, int(t.n_elements), int(t.n_bytes)) for t in tensors],
             "config": cfg, **config_record(files[0], cfg, hf_config_path, tokenizer)}
@@ -203,6 +201,10 @@ def _hf_config(cfg: dict):
     return AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
 
 
+#: How a user installs vllm-gguf-plugin with this workbook (the package installs from its checkout, as the README's).
+INSTALL_GGUF = "pip install '.[gguf]' in this workbook's checkout"
+
+
 def stock_wall() -> str | None:
     """vLLM's own GGUF support, as registered by vLLM itself (not by a plugin): None where it has a loader."""
     import vllm
@@ -215,21 +217,20 @@ def stock_wall() -> str | None:
     formats = sorted(k for k, v in _LOAD_FORMAT_TO_MODEL_LOADER.items() if v.__module__.startswith("vllm."))
     return (f"vLLM {vllm.__version__} has no GGUF loader: load format 'gguf' is not among its own "
             f"({', '.join(formats)}) and 'gguf' is not a quantization method of its own (in-tree GGUF was removed, "
-            f"vllm-project/vllm#39583); accepted: vllm-gguf-plugin (pip install 'sparse-mla-workbook[gguf]')")
+            f"vllm-project/vllm#39583); accepted: vllm-gguf-plugin ({INSTALL_GGUF})")
 
 
 def _plugin_wall(info: dict, ours: bool) -> str | None:
     """vllm-gguf-plugin's weights adapter for the GGUF's config: its default (``ours`` False) or ours; None where
     the adapter maps every tensor of the file, else its reason. Ours is asked what it does at load time
-    (``GlmDsaGGUFAdapter.plan`` of the file the plugin's loader is given: the config patched as the plugin patches
-    it, every tensor of every shard loaded, none missing)."""
+    (``GlmDsaGGUFAdapter.plan`` of the first shard, the file the diagnosed ``vllm serve`` line and ``launch`` give
+    vLLM -- the plan reads every shard from any of them; with the config.json vLLM reads)."""
     from types import SimpleNamespace
 
     try:
         from vllm_gguf_plugin.weights_adapter import _ADAPTER_REGISTRY, GGUFWeightsAdapter
     except ImportError:
-        return ("vllm-gguf-plugin is not installed (vLLM 0.26 loads GGUF only through it); accepted: pip install "
-                "'sparse-mla-workbook[gguf]'")
+        return f"vllm-gguf-plugin is not installed (vLLM 0.26 loads GGUF only through it); accepted: {INSTALL_GGUF}"
     from ..vllm_plugin.gguf_adapter import adapter_class
 
     # the config vLLM builds the model from: the config.json it reads (beside the GGUF or named by a flag), else the
@@ -242,7 +243,7 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
     label = "this plugin's GlmDsaGGUFAdapter" if cls is mine else f"vllm-gguf-plugin's {cls.__name__}"
     try:
         if cls is mine:
-            cls(hf).plan(info["loader_file"], model_config)
+            cls(hf).plan(info["path"], model_config)
             return None
         mapped = cls(hf).build_name_map(model_config)
     except UserInputError as e:                       # our adapter's refusal, whole

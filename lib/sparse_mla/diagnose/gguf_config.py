@@ -34,7 +34,8 @@ NO_FLAG = "no flag: the GGUF's folder (vllm-gguf-plugin's rule for a local file)
 #: Config keys a GGUF's metadata and the ``config.json`` vLLM reads must agree on (else the file is another model's).
 AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
          "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
-         "index_head_dim", "model_type", "architectures")
+         "index_head_dim", "model_type", "architectures", "intermediate_size", "moe_intermediate_size",
+         "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace")
 
 _WHAT = {HF_CONFIG_PATH: "the folder holding the model's config.json", TOKENIZER: "the folder holding the model's "
          "tokenizer files"}

@@ -60,8 +60,8 @@ def reference(model) -> tuple[Path, str] | None:
     if takes is not None and not takes(f"{folder_path}:{quant}"):
         raise UserInputError(f"model {text!r}: vllm-gguf-plugin does not take {quant!r} for a GGUF quant type "
                              f"(is_local_gguf_quant: a GGUF type spelled as llama.cpp does, Q8_0, Q4_K_M, IQ3_M; "
-                             f"vLLM would look for a Hugging Face model of that name); accepted: such a type after "
-                             f"DIR:, or the path of the model's first .gguf file")
+                             f"vLLM would not read {text!r} as a local GGUF); accepted: such a type after DIR:, or "
+                             f"the path of the model's first .gguf file")
     return folder_path, quant
 
 

@@ -29,13 +29,16 @@
   (``maybe_patch_hf_config_from_gguf``: ``tie_word_embeddings`` is "that file has no ``output.weight``"), so a split
   GGUF whose ``output.weight`` is in another shard was loaded as tied, ``output.weight`` skipped, and vLLM's
   ``DeepseekV2ForCausalLM`` (which never ties) ran with an empty LM head: "size mismatch, got input (64), mat
-  (64x1024), vec (0)" in the sampler (the H200, 2026-12-05, ``results/h200/launch_h200_gguf_q4_k_m_split.json``;
-  vllm-gguf-plugin's closed PR 54 fixed the same rule in its ``update_tie_word_embeddings``, which this adapter does
-  not call). The adapter asks the plugin's own ``extract_lm_head_from_gguf`` of every shard (:func:`lm_head_in`);
+  (64x1024), vec (0)" in the profile run's sampler (the H200, 2026-12-05,
+  ``results/h200/launch_h200_gguf_q4_k_m_split.json``; that the empty head came from this rule is inferred from the
+  CPU, where the name map lacked ``output.weight``: no GPU has run the fix. vllm-gguf-plugin's PR 54, closed, proposed
+  a fix for the analogous per-shard rule in ``update_tie_word_embeddings``, which this adapter does not call). The
+  adapter asks the plugin's own ``extract_lm_head_from_gguf`` of every shard (:func:`lm_head_in`);
 * the load plan (``plan``) refuses by name what would otherwise load silently wrong: a missing shard or a tensor held
   twice (:func:`check_shards`; the plugin's discovery skips a missing shard), no ``output.weight`` anywhere
   (:data:`UNTIED_LM_HEAD`), and a config that disagrees with the files on the model's tensors
-  (:func:`check_coverage`: one the map skips would be ignored, one no file holds would leave its parameter empty).
+  (:func:`check_coverage`: one the metadata describes but the map skips would be ignored, one no file holds would
+  leave its parameter empty).
 
 :func:`config_from_gguf` is the config mapping: the Hugging Face ``glm_moe_dsa`` config that a ``glm-dsa`` GGUF's
 metadata describes (the inverse of the converter's ``set_gguf_parameters``).
@@ -186,6 +189,8 @@ TOP_LEVEL = ("token_embd.weight", "output_norm.weight", "output.weight")
 #: Why a glm-dsa GGUF without ``output.weight`` is refused: vLLM's ``GlmMoeDsaForCausalLM`` is
 #: ``DeepseekV2ForCausalLM``, which builds its own ``ParallelLMHead`` and never ties it to the embedding
 #: (``tests/vllm_plugin/test_gguf_adapter.py`` reads that in vLLM's code), so a tied config loads nothing into it.
+#: On a CUDA host vLLM 0.33 loads ``deepseek_v32``'s ``DeepseekV32ForCausalLM`` instead, a subclass with
+#: ``DeepseekV2ForCausalLM``'s head construction (read, not tested here: that module does not import without CUDA).
 UNTIED_LM_HEAD = ("vLLM's GlmMoeDsaForCausalLM (DeepseekV2ForCausalLM) never ties its LM head to the embedding, so it "
                   "would run with an empty LM head")
 
@@ -194,14 +199,16 @@ def _show(names: list[str]) -> str:
     return ", ".join(names[:4]) + (f" ... ({len(names)} in all)" if len(names) > 4 else "")
 
 
-def check_coverage(file_tensors, mapped, source: str, main_layers: int) -> None:
+def check_coverage(file_tensors, mapped, source: str, main_layers: int, described=None) -> None:
     """Refuse a load whose name map (GGUF name -> vLLM name, ``mapped``, from the config vLLM loads) and the files'
     tensors (``file_tensors``, every shard's) disagree on the model's own tensors -- :data:`TOP_LEVEL` and the blocks
     ``blk.0`` .. ``blk.{main_layers - 1}``: :class:`UserInputError` naming the tensors the config gives no parameter
-    (the config and the GGUF describe different models: their values would be ignored) and the mapped tensors no file
-    holds (their parameters would stay empty). The MTP blocks (``blk.{main_layers}`` on) are left out: the model
-    skips them; only MTP speculative decoding loads them. Other tensors unknown to the map are ignored, as the plugin
-    ignores them."""
+    although the GGUF's own metadata describes them (``described``: the GGUF names of :func:`config_from_gguf`'s map;
+    the config and the GGUF describe different models, e.g. a router bias that would be ignored) and the mapped
+    tensors no file holds (their parameters would stay empty). The MTP blocks (``blk.{main_layers}`` on) are left
+    out: the model skips them; only MTP speculative decoding loads them. Tensors the metadata's map does not name
+    either (``attn_kv_b`` beside ``attn_k_b``/``attn_v_b``, as some converters keep it) are ignored, as the plugin
+    ignores them; with ``described`` None, every unmapped tensor is."""
     def own(name: str) -> bool:
         if not name.startswith("blk."):
             return name in TOP_LEVEL
@@ -209,7 +216,8 @@ def check_coverage(file_tensors, mapped, source: str, main_layers: int) -> None:
         return block.isdigit() and int(block) < main_layers
 
     have, want = set(file_tensors), set(mapped)
-    ignored, absent = sorted(n for n in have - want if own(n)), sorted(n for n in want - have if own(n))
+    ignored = sorted(n for n in have - want if own(n) and n in set(described or ()))
+    absent = sorted(n for n in want - have if own(n))
     if not (ignored or absent):
         return
     parts = ([f"tensors the config gives no vLLM parameter (their values would be ignored): {_show(ignored)}"]
@@ -218,6 +226,16 @@ def check_coverage(file_tensors, mapped, source: str, main_layers: int) -> None:
         if absent else [])
     raise UserInputError(f"GGUF {source!r}: {'; '.join(parts)}; refused. accepted: every shard of one glm-dsa model "
                          f"as llama.cpp's converter writes it, with the config.json of the same model")
+
+
+def described_tensors(first_reader, names) -> set[str] | None:
+    """The GGUF names the model's own metadata maps (:func:`gguf_to_hf_names` of :func:`config_from_gguf`), or None
+    where the metadata lacks what that config needs (vLLM reads ``config.json``, not the metadata, so such a file is
+    not refused for it here)."""
+    try:
+        return set(gguf_to_hf_names(config_from_gguf(first_reader, names)))
+    except UserInputError:
+        return None
 
 
 def check_shards(readers, files, source: str) -> None:
@@ -363,16 +381,16 @@ def adapter_class():
             files = self._get_all_gguf_files(model_path)
             readers = [gguf.GGUFReader(f) for f in files]
             check_shards(readers, files, model_path)
-            model_config.hf_config = self.patch_hf_config(model_path, model_config.hf_config)
-            if model_config.hf_config.get_text_config().tie_word_embeddings:
+            names = {t.name for r in readers for t in r.tensors}
+            if "output.weight" not in names:
                 raise UserInputError(f"GGUF {model_path!r}: no output.weight in any of its {len(files)} file(s): "
                                      f"{UNTIED_LM_HEAD}; refused. accepted: a glm-dsa GGUF with output.weight (GLM-5 "
                                      f"does not tie its embeddings; llama.cpp's converter writes it)")
-            names = {t.name for r in readers for t in r.tensors}
+            model_config.hf_config = self.patch_hf_config(model_path, model_config.hf_config)
             layers = int(model_config.hf_config.num_hidden_layers)
             check_indexer_tensors(names, layers, model_path)
             full = self.build_name_map(model_config)
-            check_coverage(names, full, model_path, layers)
+            check_coverage(names, full, model_path, layers, described_tensors(readers[0], names))
             passthrough = {g: h for g, h in full.items() if not g.endswith(DEQUANTIZED)}
             types = self.get_weight_type_map(model_path, passthrough)
             unquantized = self.get_unquantized_modules(types) + sorted(

@@ -131,7 +131,8 @@ def _judge(path: str, obj) -> Verdict:
     with_ran = {k: r for k, r in live.items() if "ran" in r}
     if not with_ran:
         what = (["no engine run"] if not runs else
-                ([f"{len(failed)} engine(s) failed"] if failed else []) + (["no ran block"] if live else []))
+                ([f"no ran block in {', '.join(live)}"] if live else []) + ([f"{len(failed)} engine(s) failed"]
+                                                                            if failed else []))
         return Verdict(path, "unproven", "; ".join([*what, *gaps]))
     if gaps:
         return Verdict(path, "invalid", "; ".join(gaps))
