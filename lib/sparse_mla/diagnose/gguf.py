@@ -23,6 +23,7 @@ the wall, where vLLM reads the config and tokenizer from (beside the file, or ``
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -133,18 +134,16 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
 
     require("diagnose --model FILE.gguf", "gguf")
     from ..vllm_plugin.gguf_adapter import check_indexer_tensors, config_from_gguf
-    from .gguf_files import loader_file, shards
+    from .gguf_files import model_files
 
-    files, discovery = shards(loader_file(path))
+    files, discovery = model_files(path)
     readers = [_reader(f, path) for f in files]
     _check_split(readers, files)
     tensors = [t for r in readers for t in r.tensors]
     names = [t.name for t in tensors]
     cfg = config_from_gguf(readers[0], names)   # the metadata: the first shard's; the tensors: every shard's
     check_indexer_tensors(names, cfg["num_hidden_layers"], str(path))
-    types: dict[str, int] = {}
-    for t in tensors:
-        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    types = Counter(t.tensor_type.name for t in tensors)
     return {"model": str(path), "path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
             "file_type": file_type(readers[0]), "tensor_types": dict(sorted(types.items())), "tensors": names,
             "tensor_sizes": [(t.name, t.tensor_type.name, int(t.n_elements), int(t.n_bytes)) for t in tensors],

@@ -46,6 +46,7 @@ metadata describes (the inverse of the converter's ``set_gguf_parameters``).
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 from ..errors import UserInputError
@@ -249,10 +250,7 @@ def check_shards(readers, files, source: str) -> None:
         raise UserInputError(f"GGUF {source!r}: a split of {count} shards, found {len(files)} ({found}), the first "
                              f"{'is' if no == 0 else 'is not'} shard 1 (split.no 0, the metadata); refused. accepted: "
                              f"every shard of the model in one folder")
-    seen: dict[str, int] = {}
-    for r in readers:
-        for t in r.tensors:
-            seen[t.name] = seen.get(t.name, 0) + 1
+    seen = Counter(t.name for r in readers for t in r.tensors)
     twice = sorted(n for n, k in seen.items() if k > 1)
     if twice:
         raise UserInputError(f"GGUF {source!r}: tensors held by more than one shard: {_show(twice)} (shards of "
