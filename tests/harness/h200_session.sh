@@ -14,17 +14,31 @@ W=/tmp/work
 R=$W/session
 CK=/tmp/ck512
 CKM=/tmp/ck512mtp
-# the order of what the open issues still need (after 2026-12-04: issue 35's fp8 variants and sweep alone on the GPU
+# 2026-12-05b: issue 45's fp8 sweep (KEEP_CODES/VEC_SCALES never timed) first, then issue 46's split GGUF, long prompts,
+# ngram, the GPU tests.
+# Before, the order of what the open issues still need (after 2026-12-04: issue 35's fp8 variants and sweep alone on the GPU
 # first (timings); issue 34's simulated-GPU parity (the 2026-12-04 run lost its record to the time limit), the GPU
 # tests beside it; the serving benchmark at 64 heads and on fp8_ds_mla (8 heads, bf16 ran on 2026-12-04); speculative
 # decoding; the GGUF Q4_K, indexer_types and DeepSeek-V3.2 engines; then the whole suite)
-ALL="checkpoint chain gguf_split fp8_profile parity_and_tests bench_serve64 bench_serve8_fp8 spec_mtp spec_ngram gguf patterns records_check whole_suite diagnose_local bench_serve8 bench_kernel_fp8 bench_indexer bench_kernel"
+ALL="checkpoint fp8_profile gguf_split long spec_ngram parity_and_tests chain bench_serve64 bench_serve8_fp8 spec_mtp spec_ngram gguf patterns records_check whole_suite diagnose_local bench_serve8 bench_kernel_fp8 bench_indexer bench_kernel"
 NGRAM='{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
 MTP='{"method": "mtp", "num_speculative_tokens": 1}'
 
 
+# A newer committed tree carried by a later call of this lease (`tree` here, then any device call: its working tree
+# lands in the call's repo root, recorded at `start`) replaces /tmp/work's files between stages, this script aside:
+# a stage then runs the code, and names the REVISION, of the newest tree that reached the machine before it started
+refresh() {
+  local root t sum; root=$(cat $W/.root 2>/dev/null) || return 0
+  t=$root/.dev/tree.tgz; [ -f "$t" ] || return 0
+  sum=$(md5sum < "$t"); [ "$sum" = "$(cat $W/.tree_sum 2>/dev/null)" ] && return 0
+  tar xzf "$t" -C $W --exclude=./tests/harness/h200_session.sh && echo "$sum" > $W/.tree_sum \
+    && echo "=== [$(date -u +%T)] tree refreshed: $(cat $W/REVISION)"
+}
+
 stage() {
   local name=$1 limit=$2; shift 2
+  refresh
   local t0; t0=$(date +%s)
   echo "=== [$(date -u +%T)] $name (limit ${limit}s): $*"
   timeout "$limit" "$@" > "$R/$name.log" 2>&1
@@ -59,13 +73,22 @@ run_stage() {
     # issue 35 item 1: where the fp8_ds_mla kernel's time goes at 8-16 heads (variants, sweep, gather ceiling,
     # FlashMLA's fp8 decode, alternating repeats), then ncu on one planned launch (8 heads, 128 tokens) if it reads
     # the counters here
-    fp8_profile) stage fp8_profile 480 python3 tests/harness/fp8_where_time_goes.py \
+    fp8_profile) stage fp8_profile 420 python3 tests/harness/fp8_where_time_goes.py \
                      results/h200/fp8_where_time_goes_h200.json
                  local NCU; NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-                 stage fp8_ncu 150 "${NCU:-ncu}" --clock-control none --kernel-name regex:_sparse_mla_fp8 --launch-count 2 \
+                 stage fp8_ncu 60 "${NCU:-ncu}" --clock-control none --kernel-name regex:_sparse_mla_fp8 --launch-count 2 \
                      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
                      --section Occupancy --section LaunchStats --section SchedulerStats --section SourceCounters \
                      python3 tests/harness/fp8_where_time_goes.py --ncu-case 8 128 ;;
+    # issue 46 item 3: long prompts at GLM-5's index_topk 2048 (a 2048 checkpoint; max_model_len raised to hold them):
+    # ours with the Triton indexer and with DeepGEMM's against FLASHMLA_SPARSE, 16K and 64K tokens; the reference
+    # forward's first-token criterion where it is affordable (--reference-max-len), top-k log-prob agreement between
+    # engines beyond it; vLLM chunks the indexer's prefill (max_num_batched_tokens), so every chunk shape runs
+    long) stage long_checkpoint 120 python3 -m sparse_mla make-checkpoint /tmp/ck2048 --overwrite
+          stage long_parity 600 python3 -m sparse_mla launch --model /tmp/ck2048 --parity --eager-only --no-serve \
+              --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE,FLASHMLA_SPARSE \
+              --prompt-lengths 16384,65536 --max-tokens 8 --max-model-len 65600 --reference-max-len 16384 \
+              --json-out results/h200/launch_h200_long_prompts.json ;;
     # issue 34 item 3: the serving benchmark by the live-server method (bench/serve.py) at GLM-5's heads per rank at
     # TP 8 (8 heads), bf16 cache, CUDA graphs, ours vs FLASHMLA_SPARSE vs FLASH_ATTN_MLA_SPARSE, 5 repeats each
     bench_serve8) stage bench_serve8_checkpoint 120 python3 -m sparse_mla make-checkpoint /tmp/ck8 --index-topk 512 \
@@ -229,6 +252,7 @@ case "${1:-}" in
     # exactly what ran), else the working tree as copied to this machine
     rm -rf $W && mkdir -p $W
     if [ -f .dev/tree.tgz ]; then tar xzf .dev/tree.tgz -C $W && cp -a .dev $W/; else cp -a . $W/; fi
+    pwd > $W/.root; [ -f .dev/tree.tgz ] && md5sum < .dev/tree.tgz > $W/.tree_sum
     mkdir -p $R $W/results/h200
     cd $W && setsid nohup bash tests/harness/h200_session.sh run "${@:-}" > $R/session.log 2>&1 < /dev/null &
     sleep 20; cat $R/session.log ;;
