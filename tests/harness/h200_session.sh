@@ -84,7 +84,8 @@ run_stage() {
     # ours with the Triton indexer and with DeepGEMM's against FLASHMLA_SPARSE, 16K and 64K tokens; the reference
     # forward's first-token criterion where it is affordable (--reference-max-len), top-k log-prob agreement between
     # engines beyond it; vLLM chunks the indexer's prefill (max_num_batched_tokens), so every chunk shape runs
-    long) stage long_checkpoint 120 python3 -m sparse_mla make-checkpoint /tmp/ck2048 --overwrite
+    long) stage long_checkpoint 120 python3 -m sparse_mla make-checkpoint /tmp/ck2048 --overwrite \
+              --max-position-embeddings 202752
           stage long_parity 600 python3 -m sparse_mla launch --model /tmp/ck2048 --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE,FLASHMLA_SPARSE \
               --prompt-lengths 16384,65536 --max-tokens 8 --max-model-len 65600 --reference-max-len 16384 \

@@ -124,15 +124,19 @@ MAX_INDEX_TOPK = 2**20
 MAX_LAYERS = 128
 #: Upper bound of ``--heads`` (attention heads per rank: DeepSeek-V3.2 has 128, GLM-5 64).
 MAX_HEADS = 128
+#: Upper bound of ``--max-position-embeddings`` (GLM-5's is 202752; 2**20 leaves room for longer-context relatives).
+MAX_POSITIONS = 2**20
 
 
 def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers: int | None = None,
-                  mtp: bool = False, num_heads: int | None = None, **sharing) -> dict:
+                  mtp: bool = False, num_heads: int | None = None, max_position_embeddings: int | None = None,
+                  **sharing) -> dict:
     """The ``config.json`` dict of ``preset`` with ``index_topk``, ``num_hidden_layers``, (``num_heads``, default the
     preset's) ``num_attention_heads`` = ``num_key_value_heads`` and (``mtp``: GLM-5's 1, else 0)
     ``num_nextn_predict_layers`` filled in, plus the top-k sharing keys of ``sharing``
     (:func:`~sparse_mla.launch.index_sharing.sharing_keys`: ``index_topk_pattern``, ``index_topk_freq``,
     ``index_skip_topk_offset``, ``indexer_types``); a pattern sets the layer count where ``num_layers`` is None.
+    ``max_position_embeddings`` (default the preset's: 8192 for the tiny GLM-5) bounds the context vLLM accepts.
 
     Raises :class:`UserInputError` for an unknown preset, an ``index_topk`` that is not a positive multiple of
     128, a layer count that leaves no MoE layer, a head count outside 1..:data:`MAX_HEADS`, or a sharing
@@ -168,6 +172,12 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
             raise UserInputError(f"heads (num_attention_heads) {num_heads!r} is not accepted; accepted: an integer from 1 to {MAX_HEADS} "
                                  f"(e.g. 8: GLM-5's 64 heads per rank at tensor-parallel 8)")
         cfg["num_attention_heads"] = cfg["num_key_value_heads"] = num_heads
+    if max_position_embeddings is not None:
+        if isinstance(max_position_embeddings, bool) or not isinstance(max_position_embeddings, int) or not \
+                1 <= max_position_embeddings <= MAX_POSITIONS:
+            raise UserInputError(f"max_position_embeddings {max_position_embeddings!r} is not accepted; accepted: an "
+                                 f"integer from 1 to {MAX_POSITIONS} (GLM-5: 202752)")
+        cfg["max_position_embeddings"] = max_position_embeddings
     cfg["index_topk"] = index_topk
     cfg["num_nextn_predict_layers"] = MODEL_PRESETS["glm-5"]["num_nextn_predict_layers"] if mtp else 0
     cfg.update(sharing_keys(cfg["num_hidden_layers"], **sharing))
@@ -480,7 +490,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
                     gguf: tuple[str, ...] = (), *, index_topk_pattern: str | None = None,
                     index_topk_freq: int | None = None, index_skip_topk_offset: int | None = None,
                     indexer_types: str | None = None, num_heads: int | None = None,
-                    gguf_split_max_tensors: int = 0) -> Path:
+                    gguf_split_max_tensors: int = 0, max_position_embeddings: int | None = None) -> Path:
     """Write a random-weight GLM-5-architecture Hugging Face checkpoint to ``out_dir`` and return its path.
 
     Everything is written into a temporary directory next to ``out_dir`` and renamed into place at the end, so a
@@ -509,10 +519,13 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
 
         refuse_weight_options(mtp=mtp, gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors or None,
                               **sharing)
+        if max_position_embeddings is not None:
+            raise UserInputError(f"--max-position-embeddings {max_position_embeddings!r} applies to the weight presets "
+                                 f"({', '.join(PRESET_CONFIGS)}); {GLM5_NEXT_PRESET} keeps its own config's")
         cfg = glm5next_config(index_topk, num_layers, num_heads)
         require_vllm_model(cfg, preset)       # a config for vLLM 0.33: refused where vLLM has no GLM-5.3-Flash
     else:
-        cfg = preset_config(preset, index_topk, num_layers, mtp, num_heads, **sharing)
+        cfg = preset_config(preset, index_topk, num_layers, mtp, num_heads, max_position_embeddings, **sharing)
     gguf = _check_gguf_types(gguf)
     _check_gguf_layout(gguf, preset, cfg)
     if isinstance(gguf_split_max_tensors, bool) or not isinstance(gguf_split_max_tensors, int) \
@@ -676,7 +689,8 @@ def _cmd_make_checkpoint(args) -> int:
                           num_layers=args.layers, overwrite=args.overwrite, mtp=args.mtp, gguf=tuple(args.gguf or ()),
                           index_topk_pattern=args.index_topk_pattern, index_topk_freq=args.index_topk_freq,
                           index_skip_topk_offset=args.index_skip_topk_offset, indexer_types=args.indexer_types,
-                          num_heads=args.heads, gguf_split_max_tensors=args.gguf_split_max_tensors)
+                          num_heads=args.heads, gguf_split_max_tensors=args.gguf_split_max_tensors,
+                          max_position_embeddings=args.max_position_embeddings)
     s = checkpoint_summary(out)
     print(f"wrote {s['path']}")
     if args.preset == GLM5_NEXT_PRESET:
@@ -707,6 +721,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--heads", type=cli_int, default=None,
                    help="attention heads (default: the preset's, GLM-5's 64); 8 is GLM-5's heads per rank at "
                         "tensor-parallel 8, served on one GPU")
+    p.add_argument("--max-position-embeddings", type=cli_int, default=None, metavar="N",
+                   help="config max_position_embeddings, the longest context vLLM accepts (default: the preset's, "
+                        "8192 for glm-5-tiny; GLM-5's is 202752): raise it for long prompts")
     p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT")
     p.add_argument("--mtp", action="store_true",
                    help="add GLM-5's one MTP layer (num_nextn_predict_layers 1) for vLLM's speculative decoding "

@@ -36,6 +36,7 @@ from pathlib import Path
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, cli_int, expand_path, writable_file
 from .checkpoint import is_gguf_model
+from .agreement import first_token_agreement, only_prompts, split_prompts
 from .first_token import first_token_criterion
 from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_port, served
 from ..vllm_plugin.indexer import COUNT_ENV
@@ -161,7 +162,7 @@ def check_tp(model: str | os.PathLike, tp) -> int:
     return tp
 
 
-MAX_MODEL_LEN = 4096   # the engines' max_model_len (offline and served)
+MAX_MODEL_LEN = 4096   # the engines' max_model_len (offline and served) unless --max-model-len raises it
 DEFAULT_THROUGHPUT = {"num_seqs": 32, "prompt_len": 600, "max_tokens": 128}
 
 
@@ -178,12 +179,34 @@ def record_file(path, model: Path, what: str = "record file") -> Path:
     return writable_file(path, what)
 
 
-def check_generation(prompt_lengths, max_tokens, throughput=None):
-    """Prompt lengths, new tokens and the throughput batch, checked against the engines' ``max_model_len``
-    (:data:`MAX_MODEL_LEN`); returns them (lengths as a tuple). Raises :class:`UserInputError` naming the value."""
-    def pos_int(v):
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+def _pos_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
+
+def check_max_model_len(max_model_len, model: Path | None = None) -> int:
+    """The engines' ``max_model_len``: an integer >= 1 and, where ``model`` is given, at most its config.json's
+    ``max_position_embeddings`` (vLLM refuses a longer one). Raises :class:`UserInputError` naming the value."""
+    if not _pos_int(max_model_len):
+        raise UserInputError(f"max model len {max_model_len!r} is not accepted; accepted: an integer >= 1")
+    limit = (read_json(model_dir(model) / "config.json") or {}).get("max_position_embeddings") if model else None
+    if isinstance(limit, int) and max_model_len > limit:
+        raise UserInputError(f"max model len {max_model_len} exceeds the model's max_position_embeddings {limit}; "
+                             f"accepted: at most {limit}")
+    return max_model_len
+
+
+def check_reference_max_len(reference_max_len) -> int | None:
+    """``None`` (the reference judges every prompt) or an integer >= 1. Raises :class:`UserInputError`."""
+    if reference_max_len is not None and not _pos_int(reference_max_len):
+        raise UserInputError(f"reference max len {reference_max_len!r} is not accepted; accepted: an integer >= 1")
+    return reference_max_len
+
+
+def check_generation(prompt_lengths, max_tokens, throughput=None, max_model_len: int = MAX_MODEL_LEN):
+    """Prompt lengths, new tokens and the throughput batch, checked against the engines' ``max_model_len``
+    (:data:`MAX_MODEL_LEN` unless raised); returns them (lengths as a tuple). Raises :class:`UserInputError` naming
+    the value."""
+    pos_int = _pos_int
     if not pos_int(max_tokens):
         raise UserInputError(f"max tokens {max_tokens!r} is not accepted; accepted: an integer >= 1")
     try:
@@ -192,17 +215,18 @@ def check_generation(prompt_lengths, max_tokens, throughput=None):
         lengths = ()
     if not lengths or not all(pos_int(n) for n in lengths):
         raise UserInputError(f"prompt lengths {prompt_lengths!r} are not accepted; accepted: positive integers")
-    if max(lengths) + max_tokens > MAX_MODEL_LEN:
+    if max(lengths) + max_tokens > max_model_len:
         raise UserInputError(f"prompt length {max(lengths)} + max tokens {max_tokens} exceeds the engines' "
-                             f"max_model_len {MAX_MODEL_LEN}; accepted: a sum <= {MAX_MODEL_LEN}")
+                             f"max_model_len {max_model_len}; accepted: a sum <= {max_model_len} (--max-model-len "
+                             f"raises it)")
     if throughput is not None:
         keys = ("num_seqs", "prompt_len", "max_tokens")
         if not isinstance(throughput, dict) or not all(pos_int(throughput.get(k)) for k in keys):
             raise UserInputError(f"throughput {throughput!r} is not accepted; accepted: a dict (JSON) with positive "
                                  f"integers num_seqs, prompt_len, max_tokens")
-        if throughput["prompt_len"] + throughput["max_tokens"] > MAX_MODEL_LEN or throughput["num_seqs"] > 1024:
+        if throughput["prompt_len"] + throughput["max_tokens"] > max_model_len or throughput["num_seqs"] > 1024:
             raise UserInputError(f"throughput {throughput!r} is not accepted; accepted: prompt_len + max_tokens <= "
-                                 f"{MAX_MODEL_LEN} and num_seqs <= 1024")
+                                 f"{max_model_len} and num_seqs <= 1024")
         throughput = {k: throughput[k] for k in keys}
     return lengths, max_tokens, throughput
 
@@ -418,7 +442,7 @@ def served_ran(base_url: str, spec: RunSpec, speculative_config: dict | None = N
 def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] | None = None, max_tokens: int = 16,
               port: int | None = None, kv_cache_dtype: str = "auto", timeout_s: float = 300.0,
               log_path: str | os.PathLike | None = None, tp: int = 1,
-              speculative_config: dict | str | None = None) -> dict:
+              speculative_config: dict | str | None = None, max_model_len: int = MAX_MODEL_LEN) -> dict:
     """``vllm serve`` (eager) on 127.0.0.1 for the run spec ``backend``, one greedy completion through the ``openai``
     client.
 
@@ -432,7 +456,7 @@ def run_serve(model: str | os.PathLike, backend: str = OURS, prompt: list[int] |
     speculative_config = check_speculative_config(speculative_config, model_dir(model))
     port = port or free_port()
     cmd = serve_command(model, spec, port, kv_cache_dtype=kv_cache_dtype, tp=tp,
-                        speculative_config=speculative_config)
+                        speculative_config=speculative_config, max_model_len=max_model_len)
     log_path = Path(log_path or tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")[1])
     import openai
 
@@ -508,7 +532,8 @@ def _subprocess_offline(args: list[str], out_json: Path, log: Path, env: dict | 
 
 
 def _engine_runs(model: Path, plan: list, prompt_lengths, max_tokens: int, throughput: dict, tp: int,
-                 kv_cache_dtype: str, speculative_config: dict | None, log_dir: Path) -> tuple[dict, str | None]:
+                 kv_cache_dtype: str, speculative_config: dict | None, log_dir: Path,
+                 max_model_len: int = MAX_MODEL_LEN) -> tuple[dict, str | None]:
     """``(runs, interrupted)``: one offline engine per entry of ``plan`` (:func:`parity_plan`), each in its own
     process with its run spec's environment, ``runs[key]`` its record or ``{"error", "log_tail"}``. An interruption
     (Ctrl-C, SIGTERM: a time limit) stops the plan: the engine in flight is recorded ``"error": "interrupted"``, those
@@ -518,7 +543,8 @@ def _engine_runs(model: Path, plan: list, prompt_lengths, max_tokens: int, throu
     for i, (key, name, g, speculates) in enumerate(plan):
         spec = parse_run_spec(name)
         args = ["--model", str(model), "--backend", name, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
-                "--throughput", json.dumps(throughput), "--tp", str(tp), "--kv-cache-dtype", kv_cache_dtype]
+                "--throughput", json.dumps(throughput), "--tp", str(tp), "--kv-cache-dtype", kv_cache_dtype,
+                "--max-model-len", str(max_model_len)]
         args += ["--cuda-graphs"] if g else []
         args += ["--speculative-config", json.dumps(speculative_config)] if speculates else []
         file = key.replace("+", "_")
@@ -557,7 +583,8 @@ def parity_baseline(specs) -> str | None:
 def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths=(48, 900), max_tokens: int = 32,
                throughput: dict | None = None, serve: bool = True, graph: bool = True,
                out: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
-               tp: int = 1, kv_cache_dtype: str = "auto", speculative_config: dict | str | None = None) -> dict:
+               tp: int = 1, kv_cache_dtype: str = "auto", speculative_config: dict | str | None = None,
+               max_model_len: int = MAX_MODEL_LEN, reference_max_len: int | None = None) -> dict:
     """Offline runs per run spec (own processes, each with its spec's environment; CUDA graphs when ``graph``, plus
     an eager run of the baseline), the served check (eager) and the reference comparison; writes the JSON record
     atomically to ``out`` (default :func:`default_record_path`) and returns it.
@@ -568,12 +595,18 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     GPUs (``num_attention_heads // tp`` heads per rank); the reference forward runs on one GPU. A run that fails is
     recorded with its log tail under ``runs[key]["error"]`` and left out of the comparisons. The record compares
     every run with the baseline (``parity_vs_ours``) and every pair of runs (``parity_pairs``).
+
+    ``max_model_len`` (at most the config's ``max_position_embeddings``) bounds prompt + new tokens for every engine.
+    The reference forward judges the prompts of at most ``reference_max_len`` tokens (all when ``None``); for longer
+    ones the record holds ``engine_agreement`` (:mod:`sparse_mla.launch.agreement`), with no verdict of its own.
     """
     require_gpu()
     model = check_model(model)
     tp = check_tp(model, tp)
     backends = normalize_backends(backends)
-    prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput)
+    max_model_len = check_max_model_len(max_model_len, model)
+    prompt_lengths, max_tokens, throughput = check_generation(prompt_lengths, max_tokens, throughput, max_model_len)
+    reference_max_len = check_reference_max_len(reference_max_len)
     kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype, what="kv_cache_dtype")
     speculative_config = check_speculative_config(speculative_config, model_dir(model))
     out = record_file(out if out is not None else default_record_path(tp), model_dir(model))   # before the engines
@@ -582,7 +615,8 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     log_dir.mkdir(parents=True, exist_ok=True)
     throughput = throughput or DEFAULT_THROUGHPUT
     runs, interrupted = _engine_runs(model, parity_plan(backends, graph, bool(speculative_config)), prompt_lengths,
-                                     max_tokens, throughput, tp, kv_cache_dtype, speculative_config, log_dir)
+                                     max_tokens, throughput, tp, kv_cache_dtype, speculative_config, log_dir,
+                                     max_model_len)
     prompts = prompt_ids(model_dir(model), list(prompt_lengths))
     from ..records import environment
 
@@ -592,11 +626,13 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
                                                    "num_nextn_predict_layers": cfg.get("num_nextn_predict_layers")},
            "checkpoint": weights_asked(model), "tp": tp, "kv_cache_dtype": kv_cache_dtype,
            "speculative_config": speculative_config, "prompt_lengths": list(prompt_lengths),
+           "max_model_len": max_model_len, "reference_max_len": reference_max_len,
            "run_specs": {k: {x: v[x] for x in ("run", "backend_requested", "indexer", "kv_cache_dtype")}
                          for k, v in runs.items()}, "runs": runs}
     if not interrupted:
         try:
-            _judge_engines(rec, model, prompts, backends, kv_cache_dtype, serve, tp, speculative_config, log_dir)
+            _judge_engines(rec, model, prompts, backends, kv_cache_dtype, serve, tp, speculative_config, log_dir,
+                           reference_max_len)
         except KeyboardInterrupt:   # a time limit during the reference forward: the engines' records are kept
             interrupted = "interrupted after the engines ran, during the reference comparison or the served check"
     if interrupted:      # what ran before the interruption, written whole; then the interruption goes on up
@@ -612,10 +648,11 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
 
 
 def _judge_engines(rec: dict, model, prompts, backends, kv_cache_dtype: str, serve: bool, tp: int,
-                   speculative_config, log_dir: Path) -> None:
+                   speculative_config, log_dir: Path, reference_max_len: int | None = None) -> None:
     """What a parity record concludes from its engines' runs (``rec["runs"]``), written into ``rec``: the pairwise
-    comparisons, the reference forward's first tokens and the first-token criterion, the engines' throughput and
-    (``serve``) the served check of the baseline."""
+    comparisons, the reference forward's first tokens and the first-token criterion (prompts within
+    ``reference_max_len``), the engines' first-token agreement beyond it, the engines' throughput and (``serve``) the
+    served check of the baseline."""
     runs = rec["runs"]
     ok = {k: v for k, v in runs.items() if "error" not in v}
     base = parity_baseline(backends)
@@ -624,22 +661,28 @@ def _judge_engines(rec: dict, model, prompts, backends, kv_cache_dtype: str, ser
         rec["parity_vs_ours"] = {k: compare(ok[base], v) for k, v in ok.items() if k != base}
     keys = list(ok)
     rec["parity_pairs"] = [{"a": a, "b": b, **compare(ok[a], ok[b])} for i, a in enumerate(keys) for b in keys[i + 1:]]
-    if ok:
+    judged, beyond = split_prompts(prompts, reference_max_len)
+    if ok and beyond and base in ok:
+        rec["engine_agreement"] = first_token_agreement(ok, base, beyond)
+    if ok and judged:
+        ok_judged, prompts_judged = only_prompts(ok, judged), [prompts[i] for i in judged]
         try:
-            ref = reference_first_token(model, prompts)
-            rec["reference_first_token"] = {k: compare_reference(v, ref) for k, v in ok.items()}
+            ref = reference_first_token(model, prompts_judged)
+            rec["reference_first_token"] = {k: compare_reference(v, ref) for k, v in ok_judged.items()}
         except Exception as e:  # noqa: BLE001
             ref, rec["reference_first_token"] = None, {"error": f"{type(e).__name__}: {e}"}
         if ref is not None:
             try:
-                rec["first_token_criterion"] = first_token_criterion(model, prompts, ref, ok, kv_cache_dtype)
+                rec["first_token_criterion"] = first_token_criterion(model, prompts_judged, ref, ok_judged,
+                                                                     kv_cache_dtype)
             except Exception as e:  # noqa: BLE001
                 rec["first_token_criterion"] = {"error": f"{type(e).__name__}: {e}"}
     rec["throughput_tokens_per_s"] = {k: v.get("throughput", {}).get("output_tokens_per_s") for k, v in ok.items()}
     if serve and base:
         try:
             s = run_serve(model, base, prompt=prompts[0], max_tokens=16, log_path=log_dir / "serve.log", tp=tp,
-                          kv_cache_dtype=kv_cache_dtype, speculative_config=speculative_config)
+                          kv_cache_dtype=kv_cache_dtype, speculative_config=speculative_config,
+                          max_model_len=rec.get("max_model_len") or MAX_MODEL_LEN)
             # the server runs eager: compare with the baseline's offline eager run (graph runs may part at near-ties)
             same_mode = f"{base}+eager" if f"{base}+eager" in ok else base if base in ok else None
             if same_mode:
@@ -664,7 +707,11 @@ def parity_failures(rec: dict) -> list[str]:
                  for c in v.get("ran_contradictions", [])]
     ref = rec.get("reference_first_token")
     if ref is None or (isinstance(ref, dict) and "error" in ref):
-        failures.append("reference comparison: " + (ref or {}).get("error", "not made (no engine ran)"))
+        judged = [n for n in rec.get("prompt_lengths", []) if rec.get("reference_max_len") is None
+                  or n <= rec["reference_max_len"]]
+        why = "not made (no engine ran)" if judged or not rec.get("prompt_lengths") else \
+            f"not made (no prompt within reference_max_len {rec.get('reference_max_len')})"
+        failures.append("reference comparison: " + (ref or {}).get("error", why))
     crit = rec.get("first_token_criterion")
     if isinstance(crit, dict) and "error" in crit:
         failures.append(f"first-token criterion: {crit['error']}")
@@ -714,6 +761,12 @@ def add_cli(sub) -> None:
     p.add_argument("--speculative-config", default=None, metavar="JSON",
                    help=f"passed to vLLM unchanged (LLM(speculative_config=...), vllm serve --speculative-config), "
                         f"e.g. '{MTP_EXAMPLE}' (needs make-checkpoint --mtp)")
+    p.add_argument("--max-model-len", type=cli_int, default=MAX_MODEL_LEN,
+                   help=f"the engines' max_model_len (default {MAX_MODEL_LEN}; at most the config's "
+                        f"max_position_embeddings): raise it for long prompts")
+    p.add_argument("--reference-max-len", type=cli_int, default=None, metavar="N",
+                   help="with --parity: the reference forward judges prompts of at most N tokens (default: all); "
+                        "longer ones are compared engine against engine (engine_agreement)")
     p.add_argument("--json-out", default=None, help="write the record here (default: print it)")
     p.set_defaults(func=_cli)
 
@@ -731,9 +784,20 @@ def _cli(args) -> int:
         thr = parse_json(args.throughput, f"--throughput {args.throughput[:80]!r}",
                          f"e.g. {json.dumps(DEFAULT_THROUGHPUT)!r}")
     try:
-        lengths, _, thr = check_generation(lengths, args.max_tokens, thr)
+        max_model_len = check_max_model_len(args.max_model_len, model)
+    except UserInputError as e:
+        raise UserInputError(f"--max-model-len: {e}") from None
+    try:
+        lengths, _, thr = check_generation(lengths, args.max_tokens, thr, max_model_len)
     except UserInputError as e:
         raise UserInputError(f"{e} (--prompt-lengths, --max-tokens, --throughput)") from None
+    if args.reference_max_len is not None and not args.parity:
+        raise UserInputError(f"--reference-max-len {args.reference_max_len} takes effect with --parity only; "
+                             f"accepted: --parity --reference-max-len N")
+    try:
+        check_reference_max_len(args.reference_max_len)
+    except UserInputError as e:
+        raise UserInputError(f"--reference-max-len: {e}") from None
     args.kv_cache_dtype = check_kv_cache_dtype(args.kv_cache_dtype)
     spec = parse_run_spec(args.backend)   # unknown names fail here, before an engine starts
     if not args.parity and not args.serve:
@@ -754,14 +818,15 @@ def _cli(args) -> int:
         rec = run_parity(model, backends=backends, prompt_lengths=tuple(lengths), max_tokens=args.max_tokens,
                          throughput=thr, out=args.json_out or default_record_path(tp), tp=tp,
                          kv_cache_dtype=args.kv_cache_dtype, speculative_config=spec_cfg, serve=not args.no_serve,
-                         graph=not args.eager_only)
+                         graph=not args.eager_only, max_model_len=max_model_len,
+                         reference_max_len=args.reference_max_len)
     elif args.serve:
         rec = run_serve(model, args.backend, prompt=prompt_ids(model_dir(model), lengths[:1])[0], max_tokens=args.max_tokens,
                         kv_cache_dtype=args.kv_cache_dtype, tp=tp, speculative_config=spec_cfg)
     else:
         rec = run_offline(model, args.backend, args.kv_cache_dtype, tp, prompts=prompt_ids(model_dir(model), lengths),
                           max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr,
-                          speculative_config=spec_cfg)
+                          speculative_config=spec_cfg, max_model_len=max_model_len)
     if not args.parity:
         text = json.dumps(rec, indent=1, default=str)
         if args.json_out:
