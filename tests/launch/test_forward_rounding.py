@@ -50,3 +50,27 @@ def test_bad_arguments_are_refused_before_any_work(case, kw, says):
     cfg, sd, ids, _ = case
     with pytest.raises(ValueError, match=says):
         forward_limit(cfg, sd, ids, **kw)
+
+
+def test_attention_in_row_chunks_is_the_whole_gather(case, monkeypatch):
+    """The rounded forward gathers its sparse rows a chunk of query rows at a time (a 16K-token prompt at index_topk
+    2048 asked the H200 for 144 GiB at once): with no rounding, chunks of 5 rows and one chunk give the float64
+    gather's output and LSE."""
+    from sparse_mla.launch.forward_rounding import Arithmetic, _RoundedForward
+    from sparse_mla.launch.glm5_reference import gather_sparse_mla_attention
+
+    cfg, sd, _, _ = case
+    g = torch.Generator().manual_seed(11)
+    T, H, dc, dr, topk = 23, 4, 16, 8, 12
+    q_nope, q_pe = torch.randn(T, H, dc, generator=g, dtype=torch.float64), torch.randn(T, H, dr, generator=g,
+                                                                                          dtype=torch.float64)
+    kv = torch.randn(4, 16, dc + dr, generator=g, dtype=torch.float64)
+    slots = torch.randint(-1, 64, (T, topk), generator=g, dtype=torch.int32)
+    slots[:, 0] = torch.randint(0, 64, (T,), generator=g, dtype=torch.int32)    # every row attends to something
+    exact = _RoundedForward(cfg, sd, Arithmetic(0.0, 0.0))
+    want_out, want_lse = gather_sparse_mla_attention(q_nope, q_pe, kv, slots, 0.3)
+    for rows in (5, T):
+        monkeypatch.setattr(_RoundedForward, "CHUNK_ELEMENTS", rows * topk * (dc + dr))
+        out, lse = exact._attention(q_nope, q_pe, kv, slots, 0.3)
+        torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)

@@ -88,11 +88,12 @@ class _RoundedForward(Glm5Reference):
     def __init__(self, config: dict, state_dict: dict[str, torch.Tensor], arithmetic: Arithmetic = FLOAT32,
                  device: str | torch.device = "cpu"):
         super().__init__(config, state_dict, dtype=torch.float64, device=device, attention_fn=self._attention)
-        self.generator = torch.Generator().manual_seed(0)
+        # noise drawn on the model's device (drawn on the host, every noise tensor of a GPU forward crossed to it)
+        self.generator = torch.Generator(device=device).manual_seed(0)
         self.arithmetic = arithmetic
 
     def _err(self, y: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
-        noise = torch.randn(y.shape, generator=self.generator, dtype=y.dtype)
+        noise = torch.randn(y.shape, generator=self.generator, dtype=y.dtype, device=self.generator.device)
         return y + var.sqrt() * noise.to(y.device)
 
     def _dot(self, y: torch.Tensor, n: int, squares: torch.Tensor) -> torch.Tensor:
@@ -117,7 +118,8 @@ class _RoundedForward(Glm5Reference):
 
     def _rms(self, x: torch.Tensor, name: str) -> torch.Tensor:
         y = super()._rms(x, name)
-        row = torch.randn(y.shape[:-1] + (1,), generator=self.generator, dtype=y.dtype).to(y.device)
+        row = torch.randn(y.shape[:-1] + (1,), generator=self.generator, dtype=y.dtype,
+                          device=self.generator.device).to(y.device)
         y = y * (1.0 + 0.5 * math.sqrt(self.arithmetic.var_acc * x.shape[-1]) * row)
         return self._err(y, self.arithmetic.var_store * y * y)
 
@@ -130,8 +132,20 @@ class _RoundedForward(Glm5Reference):
             var = self.arithmetic.cache ** 2 / 3.0
             kv_cache = torch.cat([self._err(kv_cache[..., :dc], var * kv_cache[..., :dc] ** 2), kv_cache[..., dc:]],
                                  dim=-1)
-        k, valid = gather_rows_ref(kv_cache, slots)                         # [T, topk, D] float64
         q = torch.cat([q_nope, q_pe], dim=-1)                               # [T, H, D]
+        rows = max(1, self.CHUNK_ELEMENTS // max(1, slots.shape[-1] * q.shape[-1]))
+        parts = [self._attention_rows(q[t0:t0 + rows], kv_cache, slots[t0:t0 + rows], sm_scale, dc)
+                 for t0 in range(0, q.shape[0], rows)]
+        return torch.cat([o for o, _ in parts]), torch.cat([lse for _, lse in parts])
+
+    #: Elements of one chunk's gathered rows ``[rows, topk, D]`` (float64: 2 GiB): a 16K-token prompt at index_topk
+    #: 2048 gathers 154 GB at once otherwise (the H200, 2026-12-05: out of memory)
+    CHUNK_ELEMENTS = 2 ** 28
+
+    def _attention_rows(self, q: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor, sm_scale: float,
+                        dc: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_attention` for the query rows ``q [t, H, D]`` and their ``slots [t, topk]``."""
+        k, valid = gather_rows_ref(kv_cache, slots)                         # [t, topk, D] float64
         s = self._dot(torch.einsum("thd,tkd->thk", q, k), q.shape[-1], torch.einsum("thd,tkd->thk", q * q, k * k))
         s = (s * sm_scale).masked_fill(~valid[:, None, :], float("-inf"))
         lse = torch.logsumexp(s, dim=-1)
