@@ -142,6 +142,35 @@ def test_cli_launch_bad_prompt_lengths(tmp_path, capsys, fake_gpu):
         assert len(err) == 1 and "--prompt-lengths" in err[0]
 
 
+def test_cli_launch_max_model_len_and_reference_max_len(tmp_path, capsys, no_gpu):
+    """--max-model-len raises the engines' limit up to the config's max_position_embeddings (a longer one is named,
+    as vLLM would refuse it); the prompts are checked against it; --reference-max-len takes a positive integer and
+    only with --parity. Every refusal comes before the GPU check, in one line."""
+    d = _model_dir(tmp_path, max_position_embeddings=65600)
+    for argv, news in ((["--max-model-len", "70000"], "exceeds the model's max_position_embeddings 65600"),
+                       (["--max-model-len", "0"], "--max-model-len"),
+                       (["--prompt-lengths", "5000"], "max_model_len 4096"),
+                       (["--max-model-len", "65600", "--prompt-lengths", "65536", "--max-tokens", "65"],
+                        "exceeds the engines' max_model_len 65600"),
+                       (["--reference-max-len", "100"], "takes effect with --parity only"),
+                       (["--parity", "--reference-max-len", "0"], "--reference-max-len")):
+        assert cli.main(["launch", "--model", str(d), *argv]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and news in err[0] and "needs a CUDA GPU" not in err[0], (argv, err)
+    # within the limits the arguments pass and the GPU is what is missing
+    assert cli.main(["launch", "--model", str(d), "--parity", "--max-model-len", "65600", "--prompt-lengths",
+                     "16384,65536", "--max-tokens", "8", "--reference-max-len", "16384"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_parity_record_without_a_prompt_for_the_reference_fails():
+    rec = {"runs": {}, "prompt_lengths": [65536], "reference_max_len": 16384}
+    assert launch.parity_failures(rec) == [
+        "reference comparison: not made (no prompt within reference_max_len 16384)"]
+    assert launch.parity_failures({**rec, "reference_max_len": None}) == [
+        "reference comparison: not made (no engine ran)"]
+
+
 @pytest.mark.parametrize("fn", [launch.run_offline, launch.run_serve, launch.run_parity])
 def test_engine_entry_points_need_a_gpu(tmp_path, no_gpu, fn):
     with pytest.raises(UserInputError, match="needs a CUDA GPU"):

@@ -108,6 +108,31 @@ def test_kernel_variants_holds_each_variants_time(tmp_path):
             tables.render("kernel-variants", [bad], tmp_path)
 
 
+def test_kernel_sweep_picks_each_option_sets_fastest_against_the_planned(tmp_path):
+    """The variants record's sweep: per case the planned launch, each option set's fastest launch (its tile, warps,
+    splits, time and planned / it), failed launches (NaN) counted and never picked."""
+    rng = random.Random(SEED + 8)
+    opts = ("none", "VEC_SCALES", "KEEP_CODES", "KEEP_CODES+VEC_SCALES")
+    sweep = [{"H": 8, "T": 128, "block_h": 16, "block_n": bn, "num_warps": nw, "num_splits": sp, "options": o,
+              "us": rng.uniform(50, 300), "planned": (bn, nw, sp, o) == (32, 4, 3, "none"), "error": ""}
+             for bn in (16, 32) for nw in (4, 8) for sp in (3, 6) for o in opts]
+    sweep.append({**sweep[0], "us": float("nan"), "block_n": 64, "error": "OutOfResources"})
+    sweep.append({**sweep[1], "us": 0.5, "block_n": 64, "options": "KEEP_CODES"})   # a tile only one option set has
+    f = write(tmp_path, "fp8_variants.json", {"environment": ENV, "sweep": sweep})
+    md = tables.render("kernel-sweep", [f], tmp_path)
+    [row] = rows(md)
+    plan = next(r for r in sweep if r["planned"])
+    assert row[:3] == ["8", "128", f"16x32 w4 s3: {plan['us']:.1f}"]
+    for cell, o in zip(row[3:7], opts):
+        best = min((r for r in sweep if r["options"] == o and r["us"] == r["us"]), key=lambda r: r["us"])
+        assert cell == (f"16x{best['block_n']} w{best['num_warps']} s{best['num_splits']}: {best['us']:.1f} "
+                        f"({plan['us'] / best['us']:.2f}x)"), (cell, best)
+    assert row[7] == "1"
+    bad = write(tmp_path, "bad.json", {"environment": ENV, "sweep": [{**sweep[0], "planned": "yes"}]})
+    with pytest.raises(UserInputError, match=r"sweep\[0\]\.planned is 'yes'"):
+        tables.render("kernel-sweep", [bad], tmp_path)
+
+
 def test_kernel_cases_and_errors(tmp_path):
     rng = random.Random(SEED + 1)
     rec = kernel_record(rng)

@@ -118,7 +118,11 @@ SIM80 = {"capability": "8.0", "device_capability": "9.0", "triton_binaries": ["s
      ["triton_targets: vLLM saw capability 8.0", "indexer: the default asked, which at capability 8.0 is the Triton"]),
     (ASK, {"attention": {"TRITON_MLA_SPARSE": 3, "FLASH_ATTN_MLA_SPARSE": 1}}, ["attention: asked TRITON_MLA_SPARSE"]),
     (ASK, {"triton_targets": {}}, ["none of its attention kernels"]),
-    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {}, ["the Triton indexer made no call"]),
+    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {}, ["TRITON_DSA_INDEXER asked; the Triton indexer made 0 calls"]),
+    # ours asked beside DeepGEMM doing the work; no indexer at all
+    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 1, "deepgemm": 317}},
+     ["TRITON_DSA_INDEXER asked; the Triton indexer made 1 calls, DeepGEMM 317"]),
+    (ASK, {"indexer": {"triton": 0, "deepgemm": 0}}, ["which at capability 9.0 is DeepGEMM; the Triton indexer made 0 calls, DeepGEMM 0"]),
     (ASK, {"indexer": {"triton": 5, "deepgemm": 0}}, ["indexer: the default asked, which at capability 9.0 is DeepGEMM"]),
     # vLLM has no DeepGEMM at 8.0/8.6/8.9: there the default is the Triton indexer (the H200's simulated-SM80 run)
     (ASK, {"capability": "8.9", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm89"]},

@@ -36,7 +36,20 @@ def test_a_record_whose_ran_matches_its_request_is_proven(tmp_path):
 
 @pytest.mark.parametrize("changes,status,reason", [
     ({"simulated": {"capability": "8.0"}}, "invalid", "capability: asked 8.0, vLLM saw 9.0"),
-    ({"indexer": "TRITON_DSA_INDEXER"}, "invalid", "the Triton indexer made no call"),
+    ({"indexer": "TRITON_DSA_INDEXER"}, "invalid", "the Triton indexer made 0 calls, DeepGEMM 8"),
+    # the Triton indexer asked, one call of it beside vLLM's 317: DeepGEMM ran the engine's indexer
+    ({"indexer": "TRITON_DSA_INDEXER", "ran": {**RAN, "indexer": {"triton": 1, "deepgemm": 317}}}, "invalid",
+     "the Triton indexer made 1 calls, DeepGEMM 317"),
+    # a DSA engine in which no indexer ran
+    ({"ran": {**RAN, "indexer": {"triton": 0, "deepgemm": 0}}}, "invalid", "the Triton indexer made 0 calls, DeepGEMM 0"),
+    # a GGUF asked (the record's checkpoint), loaded by vllm-gguf-plugin's default adapter
+    ({"checkpoint": {"format": "gguf", "load_format": "gguf"},
+      "ran": {**RAN, "weights": {"load_format": "gguf", "gguf_adapter": "DeepseekV2GGUFAdapter"}}}, "invalid",
+     "a GGUF asked, the engine's weights adapter was DeepseekV2GGUFAdapter"),
+    ({"backend_requested": "TRITON_MLA_SPARSE_TURBO"}, "invalid", "backend 'TRITON_MLA_SPARSE_TURBO' is no vLLM backend"),
+    ({"ran": {**RAN, "attention": {"MAGIC_MLA": 4}}, "backend_requested": "auto"}, "invalid",
+     "backend 'MAGIC_MLA' is no vLLM backend"),
+    ({"indexer": "FAST_INDEXER"}, "invalid", "indexer 'FAST_INDEXER' is neither"),
     ({"ran": {**RAN, "attention": {"FLASH_ATTN_MLA_SPARSE": 4}}}, "invalid", "attention: asked TRITON_MLA_SPARSE"),
     ({"ran": None}, "invalid", "no ran block: nothing was read"),
 ])
@@ -93,7 +106,11 @@ def test_the_committed_records(capsys):
         assert f"/results/h200/{name}: unproven: no ran block" in out, out
     assert "/results/h200/launch_h200_triton_indexer_fork_failure.json: unproven: no ran block in serve; 3 engine(s) " \
            "failed" in out, out
-    assert "/results/h200/launch_h200_gguf_q4_k_m_split.json: unproven: 2 engine(s) failed\n" in out, out
+    # the split Q4_K_M GGUF: both engines died on 2026-12-05 (empty LM head), ran after the fix on 2026-12-05b
+    assert "/results/h200/launch_h200_gguf_q4_k_m_split.json: proven" in out, out
+    # its engines ran and agreed, but its first-token criterion died of memory: the record says so, so unproven
+    assert "/results/h200/launch_h200_long_prompts.json: unproven: it says it failed: first-token criterion: " \
+           "OutOfMemoryError" in out, out
     assert "/results/h200/launch_h200_ran_indexer.json: proven" in out, out
 
 
@@ -204,3 +221,53 @@ def test_the_what_to_run_table_renders_what_starts_and_refuses_bad_input(tmp_pat
                        (["gone.csv", "8x", "M"], "is not a file"), (["w.csv"], "accepted: what-to-run FILE MACHINE")):
         with pytest.raises(UserInputError, match=says):
             proof.TABLES["what-to-run"].render(args, tmp_path)
+
+
+@pytest.mark.parametrize("top,says", [
+    ({"failures": ["first-token criterion: OutOfMemoryError"]}, "it says it failed: first-token criterion"),
+    ({"interrupted": "interrupted during engine X"}, "it was interrupted"),
+    ({"complete": False}, "not complete"),
+])
+def test_a_record_that_says_it_failed_is_never_proven(tmp_path, top, says):
+    """Every engine ran and matches its request, but the record itself says the run failed (a parity verdict, a time
+    limit, a serving benchmark cut short): unproven, with the record's own words."""
+    v = verdict(tmp_path, {**record(), **top})
+    assert v.status == "unproven" and says in v.reason, v.line()
+
+
+def test_an_engine_whose_writer_found_contradictions_is_never_proven(tmp_path):
+    v = verdict(tmp_path, record(ran_contradictions=["weights: a GGUF asked, the adapter was another"]))
+    assert v.status == "unproven" and "says what ran contradicts what was asked: weights" in v.reason, v.line()
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(throughput={"output_tokens_per_s": -1090.0}),
+     "output_tokens_per_s"),
+    (lambda r: r.update(throughput_tokens_per_s={"TRITON_MLA_SPARSE": -5.0}), "throughput_tokens_per_s"),
+    (lambda r: r["environment"].update(date="yesterday"), "environment.date"),
+    (lambda r: r["environment"].update(revision="HEAD~1"), "environment.revision"),
+    (lambda r: r["environment"].update(gpu="  "), "environment.gpu"),
+    (lambda r: r["environment"].update(capability="9"), "environment.capability"),
+])
+def test_figures_and_headers_no_writer_makes_are_invalid(tmp_path, edit, says):
+    rec = record()
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_duplicated_keys_are_invalid(tmp_path):
+    text = json.dumps(record())
+    twice = text.replace('"runs": {', '"runs": {"TRITON_MLA_SPARSE": {"error": "exit 1"}, ', 1)
+    v = verdict(tmp_path, twice)
+    assert v.status == "invalid" and "'TRITON_MLA_SPARSE' appears twice" in v.reason, v.line()
+
+
+def test_a_header_gpu_that_is_not_the_engines_device_is_invalid(tmp_path):
+    rec = record(ran={**RAN, "device_capability": "8.0"})
+    rec["environment"].update(gpu="NVIDIA H200", capability="9.0")
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and "NVIDIA H200, capability 9.0) is not the device the engine read (8.0)" in \
+        v.reason, v.line()
+    rec["runs"]["TRITON_MLA_SPARSE"]["ran"]["device_capability"] = "9.0"
+    assert verdict(tmp_path, rec).status == "proven"

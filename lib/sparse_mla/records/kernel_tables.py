@@ -3,6 +3,7 @@
 :mod:`sparse_mla.bench.indexer`). Times are CUDA-graph medians (``*_graph_us``) as the record holds them."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..errors import UserInputError, is_ascii_int
@@ -186,7 +187,38 @@ def kernel_variants(args: list[str], base: Path) -> str:
                      "", f"Record: {source(args[0], rec)}"])
 
 
+SWEEP = "kernel-sweep"
+#: the option sets of the sweep (``tests/harness/fp8_where_time_goes.py`` ``SWEEP_OPTIONS``), as the record names them
+SWEEP_OPTIONS = ("none", "VEC_SCALES", "KEEP_CODES", "KEEP_CODES+VEC_SCALES")
+
+
+def kernel_sweep(args: list[str], base: Path) -> str:
+    """The launch sweep of an fp8_ds_mla variants record: per case (H, T) the planned launch's time, the fastest launch
+    of each option set (tile, warps, splits, µs, planned / it), and the fastest of all."""
+    check_args(args, SWEEP_USAGE, 1, 1)
+    rec = load(args[0], base, VARIANTS, ("sweep",))
+    body = []
+    for H, T in sorted({(r["H"], r["T"]) for r in rec["sweep"]}):
+        rows = [r for r in rec["sweep"] if (r["H"], r["T"]) == (H, T) and not math.isnan(r["us"])]
+        plan = next((r for r in rows if r["planned"]), None)
+        cells = []
+        for opt in SWEEP_OPTIONS:
+            best = min((r for r in rows if r["options"] == opt), key=lambda r: r["us"], default=None)
+            cells.append(None if best is None else
+                         f"{best['block_h']}x{best['block_n']} w{best['num_warps']} s{best['num_splits']}: "
+                         f"{fixed1(best['us'])}" + (f" ({ratio(plan['us'] / best['us'])})" if plan else ""))
+        failed = sum(1 for r in rec["sweep"] if (r["H"], r["T"]) == (H, T) and math.isnan(r["us"]))
+        body.append([H, T, None if plan is None else f"{plan['block_h']}x{plan['block_n']} w{plan['num_warps']} "
+                     f"s{plan['num_splits']}: {fixed1(plan['us'])}", *cells, failed])
+    return markdown(["H", "T", "planned (µs)", *(f"best {o} (µs, planned / it)" for o in SWEEP_OPTIONS),
+                     "failed launches"], body,
+                    ["CUDA-graph median of one pass per launch (the full kernel, split merge included), topk 2048; "
+                     "tile = heads x keys, w = warps, s = splits; each option set's fastest launch over the swept "
+                     "tiles and split counts (the planned one and twice it).", "", f"Record: {source(args[0], rec)}"])
+
+
 KERNEL_USAGE = "kernel FILE [METRIC]"
+SWEEP_USAGE = "kernel-sweep FILE"
 VARIANTS_USAGE = "kernel-variants FILE"
 CASES_USAGE = "kernel-cases FILE H:T [H:T ...]"
 ERRORS_USAGE = "kernel-errors FILE"
@@ -202,4 +234,6 @@ TABLES = registry(
     Table(TARGETS_USAGE, "the targets of an indexer benchmark", indexer_targets),
     Table(VARIANTS_USAGE, "where an fp8_ds_mla launch's time goes: controlled variants of the kernel",
           kernel_variants),
+    Table(SWEEP_USAGE, "an fp8_ds_mla variants record's launch sweep: the planned launch against each option "
+          "set's fastest", kernel_sweep),
 )

@@ -65,12 +65,33 @@ class _Shape(BaseModel):
 
 # -- the header -------------------------------------------------------------------------------------------------------
 
+def _iso_date(v: str) -> str:
+    import datetime
+
+    try:
+        datetime.datetime.fromisoformat(v)
+    except ValueError:
+        raise ValueError("an ISO 8601 date, e.g. 2026-12-05 or 2026-12-05T13:36:46+00:00") from None
+    return v
+
+
+#: A date as :func:`sparse_mla.records.environment` writes it (ISO 8601).
+Date = Optional[Annotated[str, AfterValidator(_iso_date)]]
+#: A git revision (7 to 40 hex digits, then anything: "(REVISION file: ...)"), or the writer's "unknown: ..." when it
+#: found none.
+Revision = Optional[Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{7,40}\b|unknown)")]]
+#: A GPU's name: some text.
+GpuName = Optional[Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]]
+
+
 class Header(_Shape):
-    """``environment`` (:func:`sparse_mla.records.environment`): what ran, where, when."""
-    gpu: Text = None
-    date: Text = None
+    """``environment`` (:func:`sparse_mla.records.environment`): what ran, where, when; ``capability`` the live
+    device's ``"M.m"``."""
+    gpu: GpuName = None
+    date: Date = None
     command: Text = None
-    revision: Text = None
+    revision: Revision = None
+    capability: Optional[Capability] = None
     peer: Text = None
     torch: Text = None
     triton: Text = None
@@ -80,10 +101,10 @@ class Header(_Shape):
 class Record(_Shape):
     """What every record may hold: the header, at the top level too where the earliest records kept it."""
     environment: Optional[Header] = None
-    gpu: Text = None
-    date: Text = None
+    gpu: GpuName = None
+    date: Date = None
     command: Text = None
-    revision: Text = None
+    revision: Revision = None
     note: Text = None
 
 
@@ -172,8 +193,24 @@ class VariantCase(_Shape):
     us_repeats: Optional[dict[str, list[Figure]]] = None
 
 
+class SweepRow(_Shape):
+    """One launch of the sweep (``tests/harness/fp8_where_time_goes.py``): its tile, warps, splits, option set, time
+    (NaN where it failed to launch, with ``error``) and whether it is the planned launch."""
+    H: Count
+    T: Count
+    block_h: Count
+    block_n: Count
+    num_warps: Count
+    num_splits: Count
+    options: str
+    us: Annotated[float, AfterValidator(_within(1e-3, 1e12, "a time in µs from 0.001 to 1e12 (or NaN: failed)"))]
+    planned: bool
+    error: Text = None
+
+
 class KernelVariants(Record):
     cases: Annotated[list[VariantCase], Field(min_length=1)] = None     # may be absent, never null
+    sweep: Optional[list[SweepRow]] = None
     copy_bandwidth_TBps: Positive = None     # may be absent, never null
 
 
@@ -226,7 +263,7 @@ class Layer(_Shape):
 
 
 class Throughput(_Shape):
-    output_tokens_per_s: Num = None
+    output_tokens_per_s: Optional[NonNeg] = None
 
 
 class EngineRun(_Shape):
@@ -275,7 +312,7 @@ class Engine(Record, EngineRun):
     parity_vs_ours: Optional[dict[str, Pair]] = None
     parity_baseline: Text = None
     reference_first_token: Optional[dict[str, list[FirstToken]]] = None
-    throughput_tokens_per_s: Optional[dict[str, Num]] = None
+    throughput_tokens_per_s: Optional[dict[str, Optional[NonNeg]]] = None
 
 
 # -- serving benchmark ------------------------------------------------------------------------------------------------

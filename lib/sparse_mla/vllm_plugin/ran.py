@@ -209,9 +209,9 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     through :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter`). Checked: the capability vLLM saw;
     every attention layer on the requested backend (the drafter's on ``draft_backend``); our Triton kernels generated for that capability's
     architecture only; the launch planned with that GPU's limits (its own where the device is that GPU, else its row
-    of ``DEVICE_LIMITS``); the Triton indexer called if it was asked for, and otherwise exactly where the plugin's
-    default puts it at the capability vLLM saw (:func:`sparse_mla.vllm_plugin.indexer.wanted_by_default`: where vLLM
-    has no DeepGEMM, SM80/86/89)."""
+    of ``DEVICE_LIMITS``); the indexer (:func:`_indexer_contradictions`): the Triton indexer alone if it was asked for,
+    and otherwise the one the plugin's default puts at the capability vLLM saw
+    (:func:`sparse_mla.vllm_plugin.indexer.wanted_by_default`: ours where vLLM has no DeepGEMM, SM80/86/89)."""
     if not ran:
         return ["no ran block: nothing was read inside the engine"]
     bad = shape_errors(ran)
@@ -219,7 +219,7 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
         return bad
     # from here the shape is collect()'s: a capability "M.m", the targets, indexer calls and attention as dicts
     out = []
-    cap, att, targets, calls = ran["capability"], ran["attention"], ran["triton_targets"], ran["indexer"]["triton"]
+    cap, att, targets = ran["capability"], ran["attention"], ran["triton_targets"]
     want_cap = asked.get("capability")
     if want_cap is not None and cap != want_cap:
         out.append(f"capability: asked {want_cap}, vLLM saw {cap} in the engine")
@@ -244,17 +244,25 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     if backend == "TRITON_MLA_SPARSE" and not any(k.startswith("attention.") for k in targets):
         out.append("triton_targets: TRITON_MLA_SPARSE asked, none of its attention kernels was compiled")
     out += _plan_contradictions(cap, ran)
-    if asked.get("indexer", "vllm") != "vllm":
-        if not calls:
-            out.append(f"indexer: {asked['indexer']} asked, the Triton indexer made no call")
-    else:
-        from .indexer import wanted_by_default
+    return out + _indexer_contradictions(asked, cap, ran["indexer"])
 
-        ours = wanted_by_default(cap)
-        if ours != bool(calls):
-            out.append(f"indexer: the default asked, which at capability {cap} is "
-                       f"{'the Triton indexer' if ours else 'DeepGEMM'}; the Triton indexer made {calls} calls")
-    return out
+
+def _indexer_contradictions(asked: dict, cap: str, calls: dict) -> list[str]:
+    """The indexer that ran against the one asked: the Triton indexer asked (or the plugin's default at ``cap``) must
+    have made calls and vLLM's DeepGEMM indexer none; DeepGEMM the default must have made calls and ours none (a DSA
+    model's engine calls its indexer in every full layer of every step: no call means no indexer ran)."""
+    from .indexer import wanted_by_default
+
+    ours_asked = asked.get("indexer", "vllm") != "vllm"
+    ours = ours_asked or wanted_by_default(cap)
+    triton, deepgemm = calls["triton"], calls["deepgemm"]
+    what = f"{asked['indexer']} asked" if ours_asked else \
+        f"the default asked, which at capability {cap} is {'the Triton indexer' if ours else 'DeepGEMM'}"
+    if ours and (not triton or deepgemm):
+        return [f"indexer: {what}; the Triton indexer made {triton} calls, DeepGEMM {deepgemm}"]
+    if not ours and (triton or not deepgemm):
+        return [f"indexer: {what}; the Triton indexer made {triton} calls, DeepGEMM {deepgemm}"]
+    return []
 
 
 def _plan_contradictions(cap: str, ran: dict) -> list[str]:

@@ -5,15 +5,24 @@ Every JSON object under the given paths (default ``results/``) with a header, en
 non-regular files inside a folder (a FIFO) are not opened. Each run record gets one verdict:
 
 * ``proven``: every engine run in it carries a ``ran`` block (:mod:`sparse_mla.vllm_plugin.ran`, read inside the
-  engine) that nothing in its request contradicts, and the record's header has a command, a date, the versions
-  (torch, Triton, vLLM) and a git revision;
+  engine) that nothing in its request contradicts (backend per layer, indexer kind and its calls, weights' load
+  format, simulated capability, speculation), nothing in the record itself says it failed, and the record's header
+  has a command, a date, the versions (torch, Triton, vLLM) and a git revision;
 * ``unproven: REASON``: no ``ran`` block (every record made before the block existed, the 2026-12-01 ones included;
-  benchmark records of single kernels, which start no engine), or engines that failed (counted: a record whose engines
-  all died proves nothing ran); gaps in its header are listed too;
+  benchmark records of single kernels, which start no engine), engines that failed (counted: a record whose engines
+  all died proves nothing ran), or a record that says it failed (:func:`said_failed`: its ``failures``, an engine's
+  ``ran_contradictions`` as the writer found them, ``interrupted``, a serving benchmark's ``complete: false``); gaps in
+  its header are listed too;
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
-  :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line), a record that claims proof (a ``ran``
-  block) with a header gap, a request that cannot be read, a ``ran`` that contradicts what was asked
-  (:func:`sparse_mla.vllm_plugin.ran.contradictions`), or a file that is not readable JSON.
+  :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line; a negative throughput, a date or
+  revision of another form), a record that claims proof (a ``ran`` block) with a header gap, a request that cannot
+  be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
+  that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
+  or a file that is not readable JSON (duplicated keys included: no writer makes them, and the last would win).
+
+What the check cannot catch: records are unsigned JSON, so a record edited by hand to look like a run that passed
+(its ``failures`` deleted, a ``ran`` block pasted from another run) is judged as written. The logs of the run, kept
+beside the records of a GPU session, are the evidence such an edit would have to forge too.
 
 The command exits 1 if any record is invalid. A file named on the command line must be a ``*.json`` file; a folder
 with no JSON file is named as such (nothing to check there is not an error).
@@ -59,6 +68,68 @@ def _known(value) -> bool:
     return isinstance(value, str) and bool(value.strip()) and not value.startswith(("unknown", "unavailable"))
 
 
+def said_failed(rec: dict) -> list[str]:
+    """What the record itself says went wrong, one line each: its ``failures`` (a parity run's verdict), each
+    engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
+    the run short) and a serving benchmark's ``complete: false``."""
+    out = [f"it says it failed: {str(f)[:160]}" for f in (rec.get("failures") or [])
+           if isinstance(rec.get("failures"), list)]
+    out += [f"{k} says what ran contradicts what was asked: {c}" for k, r in engine_runs(rec).items()
+            if isinstance(r.get("ran_contradictions"), list) for c in r["ran_contradictions"]]
+    if rec.get("interrupted"):
+        out.append(f"it was interrupted: {str(rec['interrupted'])[:120]}")
+    if rec.get("complete") is False:
+        out.append("it says it is not complete (complete: false)")
+    return out
+
+
+def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
+    """The header's GPU capability (``environment.capability``, the live device's) against the device capability
+    each ``ran`` block read inside its engine (``device_capability``; ``capability`` where no simulation was asked):
+    one line per disagreement."""
+    env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
+    cap = env.get("capability")
+    if not isinstance(cap, str):
+        return []
+    out = []
+    for k, r in with_ran.items():
+        ran = r["ran"] if isinstance(r.get("ran"), dict) else {}
+        device = ran.get("device_capability")
+        simulated = r.get("simulated_capability") or r.get("simulated") or rec.get("simulated")
+        if device is None and not simulated:
+            device = ran.get("capability")
+        if isinstance(device, str) and device != cap:
+            out.append(f"{k}: the header's GPU ({env.get('gpu')}, capability {cap}) is not the device the engine "
+                       f"read ({device})")
+    return out
+
+
+def unknown_names(run: dict) -> list[str]:
+    """Backend and indexer names in an engine run that no vLLM of ours has: the request's ``backend_requested`` and
+    ``indexer`` and the backends in ``ran.attention`` (:func:`known_backends`)."""
+    from ..launch.specs import TRITON_INDEXER
+
+    known = known_backends()
+    ran = run.get("ran") if isinstance(run.get("ran"), dict) else {}
+    names = [run.get("backend_requested"), *(ran.get("attention") or {}), *(ran.get("draft_attention") or {})]
+    out = [f"backend {n!r} is no vLLM backend" for n in names if isinstance(n, str) and n not in known]
+    ix = run.get("indexer", "vllm")
+    if isinstance(ix, str) and ix not in ("vllm", TRITON_INDEXER):
+        out.append(f"indexer {ix!r} is neither 'vllm' nor {TRITON_INDEXER!r}")
+    return out
+
+
+def known_backends() -> set[str]:
+    """The installed vLLM's attention backends (``AttentionBackendEnum``), ours and ``auto``."""
+    from ..diagnose.probe import quiet_logs
+    from ..launch.specs import OURS
+
+    _vllm_importable()
+    with quiet_logs():
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    return {*AttentionBackendEnum.__members__, OURS, "auto"}
+
+
 def engine_runs(rec: dict) -> dict[str, dict]:
     """``{name: run}`` of a record's engine runs: its ``runs`` (a parity or serving-benchmark record) and its served
     check (``serve``), or the record itself where it is one engine's record (an offline engine's ``layers`` or a
@@ -88,6 +159,9 @@ def asked(run: dict, rec: dict) -> dict | str:
     if cap is not None and not isinstance(cap, str):
         return f"simulated_capability {cap!r} is not 'M.m'"
     out = {"backend_requested": backend, "indexer": indexer, "capability": cap or (sim and sim["capability"])}
+    weights = run.get("checkpoint", rec.get("checkpoint"))
+    if isinstance(weights, dict) and isinstance(weights.get("load_format"), str):
+        out["load_format"] = weights["load_format"]     # a GGUF: through vllm-gguf-plugin with our adapter
     scfg = run.get("speculative_config")
     if scfg:
         if not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str):
@@ -139,14 +213,18 @@ def _judge(path: str, obj) -> Verdict:
     _vllm_importable()
     requests = {k: asked(r, obj) for k, r in with_ran.items()}
     bad = [f"{k}: {a}" for k, a in requests.items() if isinstance(a, str)]
+    bad += [f"{k}: {n}" for k, r in runs.items() for n in unknown_names(r)]
+    bad += header_problems(obj, with_ran)
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
             for c in contradictions(requests[k], r["ran"])]
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     missing = [k for k in live if k not in with_ran]
-    if missing or failed:
+    said = said_failed(obj)
+    if missing or failed or said:
         parts = ([f"no ran block in {', '.join(missing)}"] if missing else []) + \
-                ([f"{len(failed)} engine(s) failed"] if failed else [])
+                ([f"{len(failed)} engine(s) failed"] if failed else []) + said[:3] + \
+                ([f"(and {len(said) - 3} more)"] if len(said) > 3 else [])
         return Verdict(path, "unproven", "; ".join(parts))
     return Verdict(path, "proven", f"{len(with_ran)} engine run(s) with ran")
 
@@ -188,12 +266,28 @@ def check(paths: list[str]) -> list[Verdict]:
     verdicts = []
     for f in record_files(paths):
         try:
-            obj = json.loads(f.read_text())
+            obj = json.loads(f.read_text(), object_pairs_hook=_no_duplicate_keys)
+        except DuplicateKey as e:
+            verdicts.append(Verdict(str(f), "invalid", f"not a record as the project writes it: {e}"))
+            continue
         except (OSError, ValueError, RecursionError) as e:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
             verdicts.append(Verdict(str(f), "invalid", f"not readable JSON ({type(e).__name__})"))
             continue
         verdicts.append(judge(str(f), obj) if is_run_record(obj) else Verdict(str(f), "skipped", "not a run record"))
     return verdicts
+
+
+class DuplicateKey(ValueError):
+    """A JSON object with a key twice (no writer of ours makes one; ``json`` would keep the last)."""
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(f"the key {k!r} appears twice in one object (the last would silently win)")
+        out[k] = v
+    return out
 
 
 def _plural(n: int, word: str) -> str:
