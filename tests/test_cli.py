@@ -227,3 +227,29 @@ def test_names_the_terminal_cannot_print_are_escaped(tmp_path, argv, wants):
                        env={**os.environ, "PYTHONIOENCODING": "ascii"})
     assert "UnicodeEncodeError" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert wants in r.stdout + r.stderr and "\\udcff" in r.stdout + r.stderr, (r.stdout, r.stderr[-1000:])
+
+
+def test_the_parser_imports_neither_torch_nor_vllm():
+    """``sparse-mla --help`` and every refusal of an argument come before torch and vLLM load (seconds, and vLLM's
+    logging configuration, which fails on a bad ``VLLM_LOGGING_LEVEL`` with a traceback): a fresh process builds the
+    whole parser and has imported neither."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from sparse_mla import cli; cli.build_parser(); "
+            "print(sorted(m for m in ('torch', 'vllm', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr[-2000:])
+
+
+def test_a_bad_vllm_logging_level_in_a_fresh_process_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "NOPE"}
+    out = subprocess.run([sys.executable, "-m", "sparse_mla", "diagnose", "--model", "glm-5"], capture_output=True,
+                         text=True, timeout=300, env=env, cwd=tmp_path)
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1 and "VLLM_LOGGING_LEVEL='NOPE' is no logging level" in err[0], \
+        out.stderr[-2000:]

@@ -188,3 +188,28 @@ def test_a_run_stopped_mid_cell_prints_one_line_and_leaves_no_kernel(project, si
     else:
         os.kill(kernel, signal.SIGKILL)
         pytest.fail(f"the kernel {kernel} outlived the run")
+
+
+def test_a_profile_parameter_the_notebook_does_not_have_is_refused_by_name(project, monkeypatch, capsys):
+    """papermill only warns about a name the notebook's parameters cell does not have, and runs the default: a
+    misspelled key (``capabilty``) is refused before any notebook runs, naming it and the accepted names."""
+    root, nbs = project
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"01_a": {"x": 2, "capabilty": "h200"}})
+    real = chain.run_chain
+    monkeypatch.setattr(chain, "run_chain", lambda *a, **k: real(*a, **{**k, "notebooks_dir": nbs, "progress": False}))
+    before = _tree(root)
+    assert cli.main(["run", "--profile", "cpu", "--out-dir", str(root / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["sparse-mla run: error: profile 'cpu': 01_a has no parameter 'capabilty'; accepted: x (its "
+                   "parameters cell)"], err
+    assert _tree(root) == before
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"01_a": {"x": 2}})
+    [done] = chain.run_chain("cpu", notebooks_dir=nbs, out_dir=root / "out", progress=False)
+    assert done.is_file()
+
+
+def test_the_committed_profiles_name_only_parameters_the_notebooks_have():
+    root = chain.project_root()
+    nbs = chain.discover(root / "notebooks")
+    for profile in chain.profiles(root / "params"):
+        chain._check_parameter_names(profile, chain.load_profile(profile, root / "params"), nbs)

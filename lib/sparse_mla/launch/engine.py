@@ -39,7 +39,7 @@ from .checkpoint import is_gguf_model
 from .agreement import first_token_agreement, only_prompts, split_prompts
 from .first_token import first_token_criterion
 from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_port, served
-from ..vllm_plugin.indexer import COUNT_ENV
+from ..vllm_plugin.switches import COUNT_ENV
 from ..vllm_plugin.ran import RAN_METHOD, SERVE_ENV, SERVE_OPTIONS, collect, contradictions, layer_backends
 from ..layouts import ENGINE_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, check_kv_cache_dtype
 from ..models import GLM5_NEXT_VLLM_LINE, check_config, is_glm5_next, known_model_type, text_config

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError
+from ..vllm_plugin.switches import FORCE_ENV, INDEXER_NAME
 
 OURS = "TRITON_MLA_SPARSE"
 PEERS = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
 MLA_HEAD_SIZE = 576      # kv_lora_rank 512 + qk_rope_head_dim 64: GLM-5's and DeepSeek-V3.2's absorbed MLA head
-TRITON_INDEXER = "TRITON_DSA_INDEXER"      # run-spec suffix
-INDEXER_ENV = "SPARSE_MLA_TRITON_INDEXER"  # what the suffix sets to "1" in the engine's environment
+TRITON_INDEXER = INDEXER_NAME              # run-spec suffix
+INDEXER_ENV = FORCE_ENV                    # what the suffix sets to "1" in the engine's environment
 SIMULATED_ENV = "SPARSE_MLA_SIMULATED_CAPABILITY"
 MTP_EXAMPLE = '{"method": "mtp", "num_speculative_tokens": 1}'
 

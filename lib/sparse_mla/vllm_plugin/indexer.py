@@ -47,15 +47,11 @@ from ..layouts import PATCH_MARK
 from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill
 from ..kernels.indexer_quant import launch_q_rope_quant
 from .lines import adapter
+from .switches import COUNT_ENV, FORCE_ENV, INDEXER_NAME  # noqa: F401  (the switches' home; named here too)
 
 #: The installed vLLM line's adapter (:mod:`sparse_mla.vllm_plugin.lines`): DeepGEMM signatures, fp8-store hooks.
 LINE = adapter()
 
-INDEXER_NAME = "TRITON_DSA_INDEXER"
-FORCE_ENV = "SPARSE_MLA_TRITON_INDEXER"
-#: ``=1`` in an engine's environment (``sparse-mla launch`` sets it for its engines): vLLM's DeepGEMM logits calls are
-#: counted too, through pass-throughs (:func:`install_indexer_hook`), for the record's ``ran`` block.
-COUNT_ENV = "SPARSE_MLA_COUNT_INDEXER_CALLS"
 
 SPARSE_MOD = "vllm.model_executor.layers.sparse_attn_indexer"
 BUILDER_MOD = "vllm.v1.attention.backends.mla.indexer"

@@ -187,6 +187,7 @@ def _select(profile: str, only, timeout, notebooks_dir: Path) -> tuple[dict, lis
     if stray:
         raise UserInputError(f"profile {profile!r} has parameters for {', '.join(map(repr, stray))}, which is no "
                              f"notebook; accepted: {', '.join(nb.stem for nb in chain)}")
+    _check_parameter_names(profile, params, chain)
     if only is not None and (not only or any(not str(o).strip() for o in only)):
         raise UserInputError(f"--only {only!r} names an empty notebook; accepted: stems or prefixes such as 01 02")
     if only:
@@ -199,6 +200,24 @@ def _select(profile: str, only, timeout, notebooks_dir: Path) -> tuple[dict, lis
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
         raise UserInputError(f"timeout {timeout!r} is not accepted; accepted: seconds per cell, an integer >= 1")
     return params, chain, names
+
+
+def _check_parameter_names(profile: str, params: dict, chain: list[Path]) -> None:
+    """Every parameter a profile gives a notebook is a name of that notebook's ``parameters`` cell (papermill's
+    ``inspect_notebook``): papermill only warns about another name and runs the notebook with its default (a
+    misspelled ``capabilty`` would run the default GPU). Raises :class:`UserInputError` naming the key and the
+    accepted names."""
+    from papermill import inspect_notebook
+
+    for nb in chain:
+        given = params.get(nb.stem) or {}
+        if not given:
+            continue
+        declared = list(inspect_notebook(str(nb)))
+        unknown = [k for k in given if k not in declared]
+        if unknown:
+            raise UserInputError(f"profile {profile!r}: {nb.stem} has no parameter {', '.join(map(repr, unknown))}; "
+                                 f"accepted: {', '.join(declared)} (its parameters cell)")
 
 
 def _execute(nb: Path, tmp: Path, target: Path, parameters: dict, notebooks_dir: Path, kernel_name, progress: bool,
