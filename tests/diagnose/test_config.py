@@ -88,6 +88,25 @@ def test_indexer_layers_are_vllms_and_the_reference_mirrors_them(tmp_path, layer
     assert not [b for b in rec["blockers"] if "not initialized" in b["reason"]]
 
 
+@pytest.mark.parametrize("keys, plugin", [({"index_topk_pattern": "SF"}, False),
+                                          ({"indexer_types": ["shared", "full"]}, True)])
+def test_a_shared_layer_0_is_a_blocker_as_make_checkpoint_refuses_it(tmp_path, keys, plugin):
+    """One rule with make-checkpoint and the reference (index_sharing.own_indexer): vLLM builds layer 0 shared without
+    complaint (the pattern; indexer_types through the plugin's hook) and it then reads a top-k buffer no layer wrote,
+    so the diagnosis says the engine does not run as declared."""
+    from sparse_mla import diagnose as dg
+    from sparse_mla.errors import UserInputError
+    from sparse_mla.launch.index_sharing import own_indexer
+
+    d, cfg = _tiny_config(tmp_path, "m", 2, **keys)
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto", with_plugin=plugin)
+    assert rec["indexer_layers"] == [1] and rec["engine_starts"] is False
+    [b] = [b for b in rec["blockers"] if "layer 0 shared" in b["reason"]]
+    assert b["stage"] == "indexer" and "no layer has written" in b["reason"], b
+    with pytest.raises(UserInputError, match="layer 0 shared"):
+        own_indexer(cfg)
+
+
 def test_indexer_types_checkpoint_blocks_without_the_plugin(tmp_path):
     """A GLM-5.2-style checkpoint (only indexer_types; no layer-1 indexer tensors): vLLM builds an indexer in every
     layer, so its loader would stop -- said from the weight index alone (a folder with no weight file at all); with

@@ -258,6 +258,15 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
     them = "it" if len(declared_shared) == 1 else "them"
     why = (f" (config.json's indexer_types declares {them} shared, and vLLM 0.26 reads only index_topk_pattern / "
            f"index_topk_freq)" if declared_shared else "")
+    if layers is not None and hasattr(hf, "index_topk") and 0 not in layers:
+        # DeepseekV2MLAAttention.__init__ builds layer 0 shared without complaint; DeepseekV2Model allocates the top-k
+        # buffer with torch.empty, and layer 0 reads it before any layer has written it
+        out["blocker"] = ("the config's top-k sharing makes layer 0 shared (vLLM builds no DSA indexer there): vLLM "
+                          "builds the model, and layer 0 then attends to the token positions of a top-k buffer no "
+                          "layer has written yet (torch.empty in DeepseekV2Model), i.e. undefined ones; accepted: a "
+                          "sharing whose layer 0 is full (index_topk_pattern / indexer_types starting with F / "
+                          "\"full\"), as make-checkpoint and the reference forward require")
+        return out
     if missing:
         head = (f"vLLM builds a DSA indexer in {_layers(missing)}{why}, but the checkpoint has no indexer tensors for "
                 f"{'it' if len(missing) == 1 else 'them'}")
