@@ -123,3 +123,19 @@ def test_make_checkpoint_writes_through_a_link_to_a_folder(tmp_path, capsys):
     link.symlink_to(target)
     assert cli.main(["make-checkpoint", str(link)]) == 0
     assert link.is_symlink() and (target / "config.json").is_file() and (target / "model.safetensors").is_file()
+
+
+def test_writable_dir_refuses_a_folder_where_none_can_be_made(tmp_path, monkeypatch):
+    """os.access says yes where mkdir says no (/proc, no free inodes): one folder is made and removed to ask."""
+    import tempfile
+
+    def no_inodes(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_inodes)
+    with pytest.raises(UserInputError, match=r"--out-dir '.*/new/sub' cannot be written \('.*', where it would be "
+                                             r"made, refuses a new folder\): No space left on device"):
+        writable_dir(tmp_path / "new" / "sub", "--out-dir")
+    monkeypatch.undo()
+    assert writable_dir(tmp_path / "new" / "sub") == tmp_path / "new" / "sub"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []          # the question leaves nothing behind

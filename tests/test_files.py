@@ -115,13 +115,57 @@ def test_a_write_the_system_refuses_is_one_line_and_leaves_nothing(tmp_path, wha
 
 
 def test_a_command_that_cannot_start_for_a_file_size_limit_is_one_line():
-    """``ulimit -f 0``: importing the commands asks for a temporary folder (torch's dependencies), which the system
-    refuses; ``sparse-mla --help`` gives one line naming it, exit 2, no traceback."""
+    """``ulimit -f 0``: a command imports torch, whose dependencies ask for a temporary folder, which the system
+    refuses: one line naming it, exit 2, no traceback; ``sparse-mla --help`` imports neither and still answers."""
     import subprocess
     import sys
 
-    code = _LIMITED.format(limit=0, argv=["--help"])
+    code = _LIMITED.format(limit=0, argv=["diagnose", "--model", "glm-5"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert lines[-1].startswith("sparse-mla: error: cannot start:") and "Traceback" not in out.stderr, lines
+    out = subprocess.run([sys.executable, "-c", _LIMITED.format(limit=0, argv=["--help"])], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and "usage: sparse-mla" in out.stdout, out.stderr[-2000:]
+
+
+def test_make_dir_names_a_folder_the_system_refuses_and_leaves_nothing(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from sparse_mla.files import make_dir
+
+    assert make_dir(tmp_path / "a" / "b").is_dir()
+    real = Path.mkdir
+
+    def refuse_c(self, *a, **k):
+        if self.name == "c":
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "mkdir", lambda self, parents=False, exist_ok=False: (
+        [real(q, exist_ok=True) if q.name != "c" else refuse_c(q) for q in [*reversed(self.parents), self]
+         if not q.exists()] if parents else refuse_c(self)))
+    with pytest.raises(UserInputError, match=r"folder '.*/x/c' cannot be made \(No space left on device\); nothing "
+                                             r"was left behind"):
+        make_dir(tmp_path / "x" / "c")
+    assert not (tmp_path / "x").exists()
+
+
+def test_atomic_write_all_replaces_nothing_when_one_write_fails(tmp_path):
+    """A CSV and its plot: the plot's writer fails, so the CSV keeps its old content and no temporary file stays."""
+    from pathlib import Path
+
+    from sparse_mla.files import atomic_write_all
+
+    (tmp_path / "m.csv").write_text("old")
+
+    def plot(tmp):
+        raise RuntimeError("matplotlib could not draw")
+
+    with pytest.raises(RuntimeError, match="could not draw"):
+        atomic_write_all([(tmp_path / "m.csv", lambda t: Path(t).write_text("new")), (tmp_path / "m.png", plot)])
+    assert (tmp_path / "m.csv").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["m.csv"]
+    atomic_write_all([(tmp_path / "m.csv", lambda t: Path(t).write_text("new")),
+                      (tmp_path / "m.png", lambda t: Path(t).write_bytes(b"png"))])
+    assert (tmp_path / "m.csv").read_text() == "new" and (tmp_path / "m.png").read_bytes() == b"png"

@@ -61,11 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     _printable_streams()
     try:
         parser = build_parser()
-    except OSError as e:     # importing the commands needs a temporary folder (torch's dependencies ask for one)
+        args = parser.parse_args(argv)
+        if args.command:     # the commands import torch, whose dependencies ask for a temporary folder
+            import tempfile
+
+            tempfile.gettempdir()
+    except OSError as e:
         print(f"sparse-mla: error: cannot start: {type(e).__name__}: {e} (a full disk or a file-size limit?); "
               f"accepted: a writable temporary folder ($TMPDIR)", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
     from .machine import check_environment
 
     try:

@@ -95,8 +95,23 @@ def writable_dir(path, what: str = "output directory"):
             if not os.access(q, os.W_OK | os.X_OK):
                 where = "" if q == p else f" ({str(q)!r}, where it would be made, is not)"
                 raise UserInputError(f"{what} {str(path)!r} is not writable{where}; accepted: a writable directory")
+            _try_a_folder_in(q, p, path, what)
             break
     return p
+
+
+def _try_a_folder_in(q, p, path, what: str) -> None:
+    """Make and remove one empty folder in ``q``: what ``os.access`` cannot tell (``/proc``, a file system out of
+    inodes or mounted read-only) is refused here, before any long work."""
+    import os
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".sparse-mla-probe-", dir=q))
+    except OSError as e:
+        where = "" if q == p else f" ({str(q)!r}, where it would be made, refuses a new folder)"
+        raise UserInputError(f"{what} {str(path)!r} cannot be written{where}: {e.strerror or e}; accepted: a "
+                             f"writable directory") from None
 
 
 def _refuse_the_workbooks_own_folders(p, path, what: str) -> None:

@@ -29,6 +29,52 @@ def is_write_failure(error: BaseException) -> bool:
         k in text for k in ("I/O error", "IoError", "os error")))
 
 
+def make_dir(path: str | os.PathLike) -> Path:
+    """``mkdir -p path``, or one :class:`~sparse_mla.errors.UserInputError` line naming it where the system refuses
+    (``/proc/...``, no free inodes, a read-only file system): the folders it made before failing are removed."""
+    from .errors import UserInputError
+
+    path = Path(path)
+    made = [q for q in (path, *path.parents) if not q.exists()][::-1]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        for q in reversed(made):
+            with contextlib.suppress(OSError):
+                q.rmdir()
+        raise UserInputError(f"folder {str(path)!r} cannot be made ({e.strerror or e}); nothing was left behind; "
+                             f"accepted: a folder this user can create") from None
+    return path
+
+
+def atomic_write_all(writes: list[tuple[str | os.PathLike, Callable[[str], object]]]) -> list[Path]:
+    """Several :func:`atomic_write` as one: every ``write(tmp)`` first, then every temporary file renamed onto its
+    path; a failure in any write leaves every path as it was (a CSV is not replaced when its plot cannot be)."""
+    paths = [Path(p) for p, _ in writes]
+    for p in paths:
+        make_dir(p.parent)
+    tmps: list[str] = []
+    try:
+        for p, (_, write) in zip(paths, writes):
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=p.suffix, dir=p.parent)
+            os.close(fd)
+            tmps.append(tmp)
+            write(tmp)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+    except BaseException as e:
+        for tmp in tmps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if is_write_failure(e):
+            raise write_failure(paths[len(tmps) - 1], e) from None
+        raise
+    for tmp, p in zip(tmps, paths):
+        os.replace(tmp, p)
+    return paths
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object], mode: int | None = None) -> Path:
     """Call ``write(tmp)`` on a temporary file in ``path``'s folder, then ``os.replace`` it onto ``path``.
 
@@ -37,7 +83,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object], mode: 
     as it was (a write the system refuses is :func:`write_failure`'s one line).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:

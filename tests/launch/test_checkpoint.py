@@ -703,3 +703,27 @@ def test_max_position_embeddings_is_the_configs_and_bounded(tmp_path):
             preset_config("glm-5-tiny", max_position_embeddings=bad)
     with pytest.raises(UserInputError, match="applies to the weight presets"):
         make_checkpoint(tmp_path / "f", preset="glm-5.3-flash", max_position_embeddings=65536)
+
+
+@pytest.mark.parametrize("fails", ["moving OUT aside", "putting the new one in place"])
+def test_an_out_that_cannot_be_replaced_is_left_as_it_was_with_nothing_beside_it(tmp_path, monkeypatch, fails):
+    """--overwrite of a checkpoint OUT that cannot be renamed (a mount point, an immutable folder) or whose replacement
+    fails: OUT keeps its files, no hidden .OUT.tmp-* / .OUT.old-* is left beside it, and the first is one line naming
+    OUT."""
+    out = ck.make_checkpoint(tmp_path / "ck", index_topk=128, num_layers=2, seed=1)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = os.rename
+
+    def rename(src, dst):
+        if (fails == "moving OUT aside" and str(src) == str(out)) or \
+                (fails == "putting the new one in place" and str(dst) == str(out) and ".tmp-" in str(src)):
+            raise OSError(16, "Device or resource busy")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises((UserInputError, OSError)) as e:
+        ck.make_checkpoint(out, index_topk=128, num_layers=2, seed=2, overwrite=True)
+    if fails == "moving OUT aside":
+        assert isinstance(e.value, UserInputError) and "cannot be renamed (Device or resource busy" in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -114,6 +114,30 @@ def test_a_bad_block_leaves_every_file_as_it_was(tmp_path):
     assert good.read_text() == DOC and sorted(os.listdir(tmp_path)) == ["bad.md", "good.md", "r.json"]
 
 
+def test_a_file_that_refuses_the_write_leaves_every_file_as_it_was(tmp_path, monkeypatch):
+    """The second document's write fails (a full disk, an immutable file): the first, already rewritten, gets its old
+    text back, and the error says so."""
+    import sparse_mla.files as files
+
+    record(tmp_path)
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text(DOC)
+    b.write_text(DOC)
+    real = files.rewrite_in_place
+
+    def refuse_b(path, text, newline="\n"):
+        if os.path.basename(path) == "b.md":
+            raise OSError(28, "No space left on device")
+        return real(path, text, newline)
+
+    monkeypatch.setattr(files, "rewrite_in_place", refuse_b)
+    with pytest.raises(UserInputError, match=r"b\.md' cannot be rewritten \(OSError: No space left on device\); "
+                                             r".*a\.md restored as they were"):
+        blocks.update([str(a), str(b)])
+    assert a.read_text() == DOC and b.read_text() == DOC
+    assert sorted(os.listdir(tmp_path)) == ["a.md", "b.md", "r.json"]
+
+
 def test_the_command(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     record(tmp_path)

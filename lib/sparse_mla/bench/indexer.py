@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..files import atomic_write, atomic_write_text
+from ..files import atomic_write, atomic_write_text, make_dir
 from ..records import environment
 from .common import copy_bandwidth, require_cuda
 
@@ -116,7 +116,7 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
     prefill = tuple(prefill or (QUICK_PREFILL if quick else PREFILL))
     tag = gpu_slug() if tag is None else tag
     out_dir = gpu_record_dir() if out_dir is None else Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     env = environment()
     bw = copy_bandwidth()
     env["copy_bandwidth_GBps"] = round(bw / 1e9, 1)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..files import atomic_write, atomic_write_text
+from ..files import atomic_write, atomic_write_text, make_dir
 from ..layouts import FP8_DS_MLA_ROW_BYTES, KV_LORA_RANK, LN2, ROPE_DIM
 from ..records import environment
 from .common import copy_bandwidth, require_cuda
@@ -225,7 +225,7 @@ def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_ca
     tag = gpu_slug() if tag is None else tag
     stem = f"bench_kernel_fp8_ds_mla_{tag}" if fp8 else f"bench_kernel_{tag}"
     out_dir = gpu_record_dir() if out_dir is None else Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     env = environment()
     env["copy_bandwidth_GBps"] = round(copy_bandwidth() / 1e9, 1)
     env.update(kv_cache_dtype=kv_cache_dtype, peer=PEER_NAME[kv_cache_dtype])

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError, cli_float, cli_int
-from ..files import atomic_write_text, read_json
+from ..files import atomic_write_text, make_dir, read_json
 from ..models import text_config
 from . import ranking
 from . import vllm_client as vc
@@ -359,7 +359,7 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
     model, runs, kv_cache_dtype, tp, speculative_config, cfg, max_model_len = _check_session(
         model, runs, load, kv_cache_dtype, tp, speculative_config)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir)
     topk = cfg["index_topk"]
     prompts = write_repeat_prompts(out_dir / f"bench_serve_{tag}_prompts.jsonl", model, load, topk) \
         if load.dataset == "repeat" else None

@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write as _atomic_write
-from ..files import atomic_write_text
+from ..files import atomic_write_all
 from ..errors import UserInputError
 from .request import (GPU_PRESETS, GPUS, KV_CACHE_DTYPES, PLUGIN_BACKEND_NAME, check_cache_dtype, parse_capability,
                       resolve)
@@ -266,9 +265,9 @@ def write_matrix(df, out_dir: str | os.PathLike = "results", title: str | None =
     out = Path(out_dir)
     stem = "diagnose_matrix_plugin" if is_side_by_side(df) else "diagnose_matrix"
     csv_path, png_path = out / f"{stem}.csv", out / f"{stem}.png"
-    _atomic_write(csv_path, lambda tmp: df.to_csv(tmp, index=False))
     fig = plot_matrix(df, title=title)
-    _atomic_write(png_path, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))
+    atomic_write_all([(csv_path, lambda tmp: df.to_csv(tmp, index=False)),
+                      (png_path, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))])
     return {"csv": csv_path, "png": png_path}
 
 
@@ -393,6 +392,7 @@ def write_memory_matrix(df, out_dir: str | os.PathLike = "results") -> dict[str,
     Returns ``{"csv": path, "md": path}``."""
     out = Path(out_dir)
     csv_path, md_path = out / f"{MEMORY_MATRIX_STEM}.csv", out / f"{MEMORY_MATRIX_STEM}.md"
-    _atomic_write(csv_path, lambda tmp: df.to_csv(tmp, index=False))
-    atomic_write_text(md_path, memory_matrix_markdown(df))
+    md = memory_matrix_markdown(df)
+    atomic_write_all([(csv_path, lambda tmp: df.to_csv(tmp, index=False)),
+                      (md_path, lambda tmp: Path(tmp).write_text(md))])
     return {"csv": csv_path, "md": md_path}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError
-from ..files import atomic_write, atomic_write_text
+from ..files import atomic_write_all
 from .request import GPU_PRESETS, QUANTIZATIONS
 
 #: The machines the workbook answers for: label -> (GPU preset, GPUs). The first is the user's.
@@ -243,6 +243,7 @@ def write(df, out_dir: str | os.PathLike = "results") -> dict[str, Path]:
     """``<out_dir>/what_to_run.csv`` and ``.md``, each written atomically. Returns ``{"csv": path, "md": path}``."""
     out = Path(out_dir)
     paths = {"csv": out / f"{STEM}.csv", "md": out / f"{STEM}.md"}
-    atomic_write(paths["csv"], lambda tmp: df.to_csv(tmp, index=False))
-    atomic_write_text(paths["md"], markdown(df))
+    md = markdown(df)
+    atomic_write_all([(paths["csv"], lambda tmp: df.to_csv(tmp, index=False)),
+                      (paths["md"], lambda tmp: Path(tmp).write_text(md))])
     return paths

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError, cli_int, expand_path, writable_dir
-from ..files import is_write_failure, write_failure
+from ..files import is_write_failure, make_dir, write_failure
 from ..layouts import INDEX_TOPK_MULTIPLE
 from ..models import PRESET_CONFIGS as MODEL_PRESETS, require_vllm_model
 from .glm5next_config import PRESET as GLM5_NEXT_PRESET
@@ -542,7 +542,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         out = out.resolve()
     _check_out_dir(out, overwrite)
     writable_dir(out.parent, "checkpoint parent directory")
-    out.parent.mkdir(parents=True, exist_ok=True)   # every check passed: the folder the checkpoint goes into
+    make_dir(out.parent)   # every check passed: the folder the checkpoint goes into
     clear_stale_temporaries(out)
 
     try:
@@ -558,10 +558,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         # Re-check right before the rename (another process may have created the directory meanwhile).
         _check_out_dir(out, overwrite)
         if out.is_dir():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
-            os.rename(out, trash / out.name)
-            os.rename(tmp, out)
-            shutil.rmtree(trash, ignore_errors=True)
+            _replace_dir(out, tmp)
         else:
             os.rename(tmp, out)
     except BaseException as e:
@@ -570,6 +567,27 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
             raise write_failure(out, e) from None
         raise
     return out
+
+
+def _replace_dir(out: Path, new: Path) -> None:
+    """Put the folder ``new`` where the folder ``out`` is: ``out`` moved aside first, removed once ``new`` stands in its
+    place. Where ``out`` cannot be moved (a mount point, an immutable folder) nothing has changed and
+    :class:`UserInputError` says why; where ``new`` then cannot take its place, ``out`` is moved back first."""
+    trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
+    try:
+        os.rename(out, trash / out.name)
+    except OSError as e:
+        trash.rmdir()
+        raise UserInputError(f"checkpoint directory {str(out)!r} cannot be replaced: it cannot be renamed "
+                             f"({e.strerror}: a mount point, an immutable folder?); it was left as it was; accepted: "
+                             f"a folder this user may rename, or a new OUT") from None
+    try:
+        os.rename(new, out)
+    except BaseException:
+        os.rename(trash / out.name, out)
+        trash.rmdir()
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _write_weights(tmp: Path, cfg: dict, seed: int, gguf: tuple[str, ...], gguf_split_max_tensors: int) -> None:

@@ -98,7 +98,9 @@ def rendered(text: str, base: Path, where: str, tables: dict[str, Table] | None 
 def update(files: list[str], tables: dict[str, Table] | None = None) -> list[str]:
     """Rewrite the blocks of each document in ``files``; one line per file (``"README.md: 7 blocks, 2 rewritten"``).
     Every file is read and rendered before any is written, and each is rewritten in place atomically
-    (:func:`sparse_mla.files.rewrite_in_place`: through a symbolic link, with the document's mode and line ends)."""
+    (:func:`sparse_mla.files.rewrite_in_place`: through a symbolic link, with the document's mode and line ends);
+    a file that refuses the write gets the ones rewritten before it their old text back and raises
+    :class:`UserInputError` saying so."""
     from ..errors import writable_file
     from ..files import read_text_keeping_newlines, rewrite_in_place
 
@@ -115,10 +117,18 @@ def update(files: list[str], tables: dict[str, Table] | None = None) -> list[str
         bom = "\ufeff" if text.startswith("\ufeff") else ""    # a byte-order mark before the first line stays
         # paths in the blocks are read from the document's own folder: a link's target's, where it is a link
         done.append((p, text, newline, bom, *rendered(text[len(bom):], Path(os.path.realpath(p)).parent, f, tables)))
-    lines = []
+    lines, written = [], []
     for p, old, newline, bom, new, n, changed in done:
         if bom + new != old:
-            rewrite_in_place(p, bom + new, newline)
+            try:
+                rewrite_in_place(p, bom + new, newline)
+            except OSError as e:      # a later file refuses the write: the ones rewritten before it get their text back
+                for q, q_old, q_newline in reversed(written):
+                    rewrite_in_place(q, q_old, q_newline)
+                again = f"; {', '.join(str(q) for q, _, _ in written)} restored as they were" if written else ""
+                raise UserInputError(f"document {str(p)!r} cannot be rewritten ({type(e).__name__}: "
+                                     f"{e.strerror or e}){again}; accepted: documents this user may write") from None
+            written.append((p, old, newline))
         lines.append(f"{p}: " + (f"{n} block(s), {changed} rewritten" if n else "no records-table block"))
     return lines
 

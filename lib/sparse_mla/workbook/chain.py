@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import summary
 from ..errors import UserInputError, cli_int, expand_path, writable_dir
+from ..files import make_dir
 
 NOTEBOOK_RE = summary.NOTEBOOK_RE
 
@@ -150,7 +151,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
               f"{_shown(notebooks_dir, root)} (an earlier chain's names?): left as they are, not in the summary",
               flush=True)
     done = []
-    out_dir.mkdir(parents=True, exist_ok=True)   # every check passed (errors.writable_dir creates nothing)
+    make_dir(out_dir)   # every check passed (errors.writable_dir creates nothing)
     for nb in chain:
         target = out_dir / nb.name
         tmp = out_dir / f".{nb.stem}.running.ipynb"
