@@ -1,4 +1,4 @@
-"""The floors of the package (README "Architecture"), kept true: import-linter's layers contract from pyproject.toml
+"""The floors of the package (docs/architecture.md), kept true: import-linter's layers contract from pyproject.toml
 (each floor imports only the floors below it; function-level imports count), shown able to fail on a planted upward
 import, and no private name imported from another subpackage."""
 from __future__ import annotations

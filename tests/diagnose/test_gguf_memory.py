@@ -53,11 +53,33 @@ def _rank(model: str, tp: int):
                                           key=("test_gguf_memory", model))
 
 
+def _gguf_py_sizes(model: str) -> list[tuple[str, str, int, int]]:
+    """``(name, type, values, bytes)`` of every tensor of the split model ``DIR:QUANT``, from gguf-py's own reader
+    and its quant sizes (``GGML_QUANT_SIZES``: values per block, bytes per block) -- not from our GGUF reader, whose
+    sizes the memory stage uses."""
+    from pathlib import Path
+
+    folder, quant = model.rsplit(":", 1)
+    out = []
+    for f in sorted(Path(folder).glob(f"model-{quant}-*-of-*.gguf")):
+        for t in gguf.GGUFReader(str(f)).tensors:
+            block, type_size = gguf.GGML_QUANT_SIZES[t.tensor_type]
+            values = int(t.n_elements)
+            assert values % block == 0
+            out.append((t.name, t.tensor_type.name, values, values // block * type_size))
+    assert out
+    return out
+
+
+def test_our_reader_sizes_each_tensor_as_gguf_py_does(q4km):
+    """The memory stage's tensor sizes (our reader's) against gguf-py's reader and quant-size table."""
+    assert sorted(read_gguf(q4km)["tensor_sizes"]) == sorted(_gguf_py_sizes(q4km))
+
+
 def _by_hand(model: str, tp: int, layers: int) -> int:
     """Bytes the GGUF's own types add to a bf16 rank (module docstring), from the files as gguf-py reads them."""
-    info = read_gguf(model)
     total = 0
-    for name, kind, values, nbytes in info["tensor_sizes"]:
+    for name, kind, values, nbytes in _gguf_py_sizes(model):
         block = int(name.split(".")[1]) if name.startswith("blk.") else None
         if kind in ("F32", "F16", "BF16") or name.endswith(ADAPTER_DEQUANTIZED) or (block or 0) >= layers:
             continue

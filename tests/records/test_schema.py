@@ -170,3 +170,91 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped_in_a_table():
 
     md = markdown(["record"], [["k\udcff.json"]], ["from k\udcff.json"])
     assert "k\\udcff.json" in md and md.encode("utf-8")                   # writable as UTF-8, the name visible
+
+
+#: Text fields that always have a form, by the name the writers give them (sparse_mla.records.environment, ran.collect)
+SHAPED_NAMES = ("capability", "date", "revision", "gpu")
+
+
+def _wrong_values(shape, path=(), seen=()):
+    """``(path, value, record)`` for every field of ``shape`` and of every model inside it: a value of another type
+    than the field's (a number for a text, a text for a number or a flag, a list for a mapping, a mapping for a list,
+    a text for a model), placed at its path in an otherwise empty record (one ``"k"`` key for a mapping's values, one
+    item for a list's)."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    def constrained(t) -> bool:
+        """Whether an annotation carries constraints (a pattern, a validator) anywhere around its base type."""
+        origin = typing.get_origin(t)
+        if origin is typing.Annotated:
+            return True
+        if origin in (typing.Union, types.UnionType):
+            return any(constrained(a) for a in typing.get_args(t))
+        return False
+
+    def base(t):
+        while True:
+            origin = typing.get_origin(t)
+            if origin is typing.Annotated:
+                t = typing.get_args(t)[0]
+            elif origin in (typing.Union, types.UnionType):
+                args = [a for a in typing.get_args(t) if a is not type(None)]
+                t = args[0] if len(args) == 1 else t
+                if len(args) != 1:
+                    return t
+            else:
+                return t
+
+    def place(keys, value):
+        for k in reversed(keys):
+            value = [value] if k == 0 else {k: value}
+        return value
+
+    for name, field in shape.model_fields.items():
+        key = field.alias or name
+        t = base(field.annotation)
+        origin = typing.get_origin(t)
+        here = (*path, key)
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            yield here, "x", place(here, "x")
+            if t not in seen:
+                yield from _wrong_values(t, here, (*seen, t))
+        elif origin is dict:
+            yield here, [1], place(here, [1])
+            inner = base(typing.get_args(t)[1])
+            if isinstance(inner, type) and issubclass(inner, BaseModel) and inner not in seen:
+                yield from _wrong_values(inner, (*here, "k"), (*seen, inner))
+        elif origin is list:
+            yield here, {"a": 1}, place(here, {"a": 1})
+            inner = base(typing.get_args(t)[0])
+            if isinstance(inner, type) and issubclass(inner, BaseModel) and inner not in seen:
+                yield from _wrong_values(inner, (*here, 0), (*seen, inner))
+        elif t is str:
+            yield here, 12345, place(here, 12345)
+            # a pattern, a date: blank text is none of them; and fields named for a capability, a date, a revision or
+            # a GPU hold one whatever their annotation says (the writers' names: a field loosened to any text fails)
+            if constrained(field.annotation) or field.metadata or key.endswith(SHAPED_NAMES):
+                yield here, "  ", place(here, "  ")
+        elif t is bool:
+            yield here, "yes", place(here, "yes")
+        elif t in (int, float):
+            yield here, "x", place(here, "x")
+
+
+@pytest.mark.parametrize("kind", list(schema.KINDS))
+def test_a_wrong_type_in_any_field_of_any_kind_is_named(kind):
+    """Every field the schema declares, walked from the pydantic models themselves (not a hand-picked list): a value
+    of another type there is a problem naming that field's path -- so a field loosened to accept anything fails."""
+    shape = schema.KINDS[kind]
+    cases = list(_wrong_values(shape))
+    assert len(cases) > 5, cases
+    missed = []
+    for path, value, rec in cases:
+        dotted = ".".join(str(p) if p != 0 else "[0]" for p in path).replace(".[0]", "[0]")
+        lines = schema.problems(rec, shape)
+        if not any(line.startswith(dotted + " ") or line.startswith(dotted + "[") for line in lines):
+            missed.append((dotted, value, lines[:3]))
+    assert not missed, missed

@@ -98,11 +98,9 @@ def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugi
         claims.append("vLLM's claim: DeepGEMM's SM12x indexer (support_deep_gemm() is True for 12.x)")
     if weights.startswith("gguf"):
         claims.append("GGUF: needs vllm-gguf-plugin and this plugin's glm-dsa adapter (the gguf extra); loaded so "
-                      "on the H200 for Q8_0 (results/h200/launch_h200_gguf_q8_0.json); a split Q4_K_M died there on "
-                      "an empty LM head (results/h200/launch_h200_gguf_q4_k_m_split.json), the adapter fixed since on "
-                      "the CPU, no GPU has rerun it" + ("" if with_plugin else
-                                                                                        "; stock vLLM 0.26 has no "
-                                                                                        "GGUF loader"))
+                      "on the H200 for Q8_0 (results/h200/launch_h200_gguf_q8_0.json) and for a split Q4_K_M from its "
+                      "second shard (results/h200/launch_h200_gguf_q4_k_m_split.json)"
+                      + ("" if with_plugin else "; stock vLLM 0.26 has no GGUF loader"))
     if weights in ("fp8", "nvfp4") and cap < ((8, 9) if weights == "fp8" else (10, 0)):
         claims.append(f"vLLM's claim: {weights} weights without native support on {cap[0]}.{cap[1]} (vLLM's "
                       f"get_min_capability() is 75: a Marlin weight-only path)")

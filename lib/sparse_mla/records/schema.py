@@ -251,7 +251,7 @@ class Ran(_Shape):
 
 
 class Simulated(_Shape):
-    capability: str
+    capability: Capability
 
 
 class SpeculativeConfig(_Shape):
@@ -272,7 +272,7 @@ class EngineRun(_Shape):
     backend_requested: Text = None
     indexer: Text = None
     kv_cache_dtype: Text = None
-    simulated_capability: Text = None
+    simulated_capability: Optional[Capability] = None
     simulated: Optional[Simulated] = None
     speculative_config: Optional[SpeculativeConfig] = None
     enforce_eager: Flag = None

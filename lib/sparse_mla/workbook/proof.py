@@ -304,7 +304,7 @@ def proof_table(args: list[str], base: Path) -> str:
                                                          f"(`sparse-mla records check`)."])
 
 
-def what_to_run_table(args: list[str], base: Path) -> str:
+def what_to_run_table(args: list[str], base: Path, brief: bool = False) -> str:
     """``what-to-run FILE MACHINE``: the configurations of ``MACHINE`` (a label of
     :data:`sparse_mla.diagnose.what_to_run.MACHINES`) that start, from a written what-to-run table (``sparse-mla
     diagnose --what-to-run``): weights, KV dtype, vLLM stock or with the plugin, backend + indexer, the ``vllm serve``
@@ -331,18 +331,41 @@ def what_to_run_table(args: list[str], base: Path) -> str:
     if machine not in set(df["machine"]):
         raise UserInputError(f"machine {machine!r} is not in {args[0]!r}; accepted: "
                              f"{', '.join(dict.fromkeys(df['machine']))}")
+    answers = wtr.answer(df.replace({"": None}), machine)
+    caption = [f"From `{args[0]}` (`sparse-mla diagnose --what-to-run`, vLLM's own path on the diagnosis's probe "
+               f"platform; the checkpoint paths are placeholders)."]
+    if brief:
+        return markdown(["weights", "KV cache", "vLLM", "backend", "command"],
+                        [[a["weights"], a["kv_cache_dtype"], a["vllm"], a["backend"], f"`{a['serve']}`"]
+                         for a in answers if a["engine_starts"] == "yes"], caption)
     rows = [[a["weights"], a["kv_cache_dtype"], a["vllm"], f"{a['backend']} + {a['indexer']}", a["engine_starts"],
-             f"`{a['serve']}`", a["rests_on"]] for a in wtr.answer(df.replace({"": None}), machine)]
+             f"`{a['serve']}`", a["rests_on"]] for a in answers]
     return markdown(["weights", "KV cache", "vLLM", "backend + indexer", "engine starts", "command", "rests on"],
-                    rows, [f"From `{args[0]}` (`sparse-mla diagnose --what-to-run`, vLLM's own path on the diagnosis's "
-                           f"probe platform; the checkpoint paths are placeholders)."])
+                    rows, caption)
 
 
-#: The tables of ``sparse-mla records table``: those that read records, ``proof`` and ``what-to-run``.
+def what_to_run_commands(args: list[str], base: Path) -> str:
+    """``what-to-run-commands FILE MACHINE``: the ``vllm serve`` lines of :func:`what_to_run_table` whose engine
+    starts, without the evidence column (the README's short form; the full table names what each rests on)."""
+    return what_to_run_table(args, base, brief=True)
+
+
+def _status_table(args: list[str], base: Path) -> str:
+    from .status import status_table
+
+    return status_table(args, base)
+
+
+#: The tables of ``sparse-mla records table``: those that read records, ``proof``, ``status`` and ``what-to-run``.
 TABLES = {**tables.TABLES, "proof": Table("proof [PATH ...]", "the verdict of `records check` on every run record",
                                           proof_table),
+          "status": Table("status [PATH ...]", "what has run where, per machine we plan for, from the proven records",
+                          _status_table),
           "what-to-run": Table("what-to-run FILE MACHINE", "the configurations of a machine that start, from the "
-                                                            "diagnosis's what-to-run table", what_to_run_table)}
+                                                            "diagnosis's what-to-run table", what_to_run_table),
+          "what-to-run-commands": Table("what-to-run-commands FILE MACHINE", "the vllm serve lines of a machine "
+                                        "whose engine starts (what-to-run without its evidence column)",
+                                        what_to_run_commands)}
 
 
 def add_cli(sub) -> None:

@@ -1,0 +1,40 @@
+"""The front door and the rooms behind it: the README stays short, and every link in it and in docs/ leads to a file
+of the repository."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_the_readme_is_short():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, len(lines)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_leads_to_a_file(doc):
+    links = [m.group(1) for m in LINK.finditer(doc.read_text()) if "://" not in m.group(1)]
+    missing = [x for x in links if not (doc.parent / x).exists()]
+    assert not missing, missing
+
+
+def test_the_readme_links_every_doc():
+    text = (ROOT / "README.md").read_text()
+    assert [p.name for p in DOCS[1:] if f"docs/{p.name}" not in text] == []
+
+
+def test_the_layout_names_every_module():
+    """docs/architecture.md's layout block names every module of the package (its file name without .py)."""
+    pkg = ROOT / "lib" / "sparse_mla"
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    layout = doc[doc.index("```", doc.index("## Layout")):]
+    layout = layout[:layout.index("```", 3)]
+    modules = sorted(p.relative_to(pkg) for p in pkg.rglob("*.py") if p.name != "__init__.py")
+    missing = [str(m) for m in modules if not re.search(rf"(?<![\w.]){re.escape(m.stem)}(?!\w)", layout)]
+    assert not missing, missing
