@@ -38,3 +38,18 @@ def test_the_layout_names_every_module():
     modules = sorted(p.relative_to(pkg) for p in pkg.rglob("*.py") if p.name != "__init__.py")
     missing = [str(m) for m in modules if not re.search(rf"(?<![\w.]){re.escape(m.stem)}(?!\w)", layout)]
     assert not missing, missing
+
+
+def test_ci_runs_the_readmes_commands_read_from_the_readme():
+    """.ci/run takes the set-up and test commands from the README (one home: they cannot drift); the reader finds
+    them, set-up first, and refuses a README without them."""
+    import runpy
+
+    reader = runpy.run_path(str(ROOT / ".ci" / "readme_commands.py"))["commands"]
+    cmds = reader((ROOT / "README.md").read_text())
+    assert cmds[0].startswith("python3 -m venv .venv && .venv/bin/pip install") and len(cmds) >= 4, cmds
+    assert any("--nbval-lax tests notebooks" in c for c in cmds) and any("-m slow" in c for c in cmds)
+    assert all("#" not in c for c in cmds)
+    assert "readme_commands.py README.md" in (ROOT / ".ci" / "run").read_text()
+    with pytest.raises(SystemExit, match="no section '## Test'"):
+        reader("# x\n\n## Set up\n\n```bash\npip install .\n```\n")

@@ -72,8 +72,10 @@ def said_failed(rec: dict) -> list[str]:
     """What the record itself says went wrong, one line each: its ``failures`` (a parity run's verdict), each
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
     the run short) and a serving benchmark's ``complete: false``."""
+    died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
+    died.add(f"parity run {rec.get('interrupted')}")                                               # said below
     out = [f"it says it failed: {str(f)[:160]}" for f in (rec.get("failures") or [])
-           if isinstance(rec.get("failures"), list)]
+           if isinstance(rec.get("failures"), list) and f not in died]
     out += [f"{k} says what ran contradicts what was asked: {c}" for k, r in engine_runs(rec).items()
             if isinstance(r.get("ran_contradictions"), list) for c in r["ran_contradictions"]]
     if rec.get("interrupted"):
