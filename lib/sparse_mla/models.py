@@ -115,9 +115,11 @@ PRESETS = tuple(PRESET_CONFIGS)
 GLM5_NEXT_MODEL_TYPES = ("glm5_next", "glm5_next_text")
 #: Its architectures, as vLLM's model registry names them (``vllm/model_executor/models/registry.py`` of 0.33).
 GLM5_NEXT_ARCHITECTURES = ("Glm5NextForCausalLM", "Glm5NextForConditionalGeneration")
-#: The tested vLLM line (:data:`sparse_mla.vllm_lines.TESTED_LINES`) whose registry has them (``tests/test_models.py``
-#: holds it to the installed registry); the workbook diagnoses the model there and does not run it.
-GLM5_NEXT_VLLM_LINE = "0.33"
+#: The tested vLLM lines (:data:`sparse_mla.vllm_lines.TESTED_LINES`) whose registry has them
+#: (``tests/diagnose/test_glm5next.py`` holds them to the installed registry), and the first of them, which messages
+#: name; the workbook diagnoses the model there and does not run it.
+GLM5_NEXT_VLLM_LINES = ("0.33", "0.34")
+GLM5_NEXT_VLLM_LINE = GLM5_NEXT_VLLM_LINES[0]
 
 #: Keys an MLA config must have for vLLM to build MLA attention from it.
 _MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "num_attention_heads")

@@ -7,9 +7,23 @@ once. A vLLM outside :data:`TESTED_LINES` gets one warning naming them and no re
 """
 from __future__ import annotations
 
-#: line -> (version specifier, what was run on it). 0.26.0 is the GPU image's line (torch 2.11.0); 0.33.0 is the newest
-#: release on the package index (torch 2.14.0), tested on the CPU and run once on the H200 from a carried bundle.
-TESTED_LINES: dict[str, str] = {"0.26": ">=0.26.0,<0.27", "0.33": ">=0.33.0,<0.34"}
+#: line -> version specifier. 0.26.0 is the GPU image's line (torch 2.11.0), pinned; 0.34.0 the newest release on the
+#: package index (torch 2.14.0); 0.33.0 (torch 2.14.0) the line between, run once on the H200 from a carried bundle.
+#: Which environments test which line: :data:`CI_LINES` and :data:`NOT_IN_CI`.
+TESTED_LINES: dict[str, str] = {"0.26": ">=0.26.0,<0.27", "0.33": ">=0.33.0,<0.34", "0.34": ">=0.34.0,<0.35"}
+
+#: The line policy: CI (the README's test commands, ``.ci/run``) covers the pinned line and the newest release, each in
+#: an environment of its own; a line between them is not installed in CI (the time of another vLLM and torch install)
+#: and says why here. ``tests/test_vllm_lines.py`` holds this against TESTED_LINES and the README's commands.
+CI_LINES: dict[str, str] = {
+    "0.26": "the pinned line (.venv): every test and notebook",
+    "0.34": "the newest release (.venv034): the tests of what differs per line (plugin, diagnosis lines, selection, "
+            "path, memory, config, GLM-5.3-Flash)",
+}
+NOT_IN_CI: dict[str, str] = {
+    "0.33": "between the pinned line and the newest: its plugin and diagnosis adapters are 0.34's except DeepGEMM's "
+            "call signatures (no logits_dtype); in CI until revision a7d1725 (2026-12-05), run once on the H200",
+}
 
 
 def module_name(line: str) -> str:

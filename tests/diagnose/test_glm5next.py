@@ -20,11 +20,11 @@ import pytest
 
 from sparse_mla.errors import UserInputError
 from sparse_mla.kernels.fp8 import has_fp8_conversion
-from sparse_mla.models import (GLM5_NEXT_ARCHITECTURES, GLM5_NEXT_VLLM_LINE, PRESET_CONFIGS, check_config,
-                               geometry_from_config)
+from sparse_mla.models import (GLM5_NEXT_ARCHITECTURES, GLM5_NEXT_VLLM_LINE, GLM5_NEXT_VLLM_LINES, PRESET_CONFIGS,
+                               check_config, geometry_from_config)
 from sparse_mla.vllm_lines import TESTED_LINES, current_line
 
-ON_FLASH_LINE = current_line() == GLM5_NEXT_VLLM_LINE
+ON_FLASH_LINE = current_line() in GLM5_NEXT_VLLM_LINES
 flash_line = pytest.mark.skipif(not ON_FLASH_LINE, reason=f"vLLM {GLM5_NEXT_VLLM_LINE} has GLM-5.3-Flash")
 other_line = pytest.mark.skipif(ON_FLASH_LINE, reason="the refusal of a vLLM without GLM-5.3-Flash")
 
@@ -72,11 +72,11 @@ def _cli(capsys, *argv) -> tuple[int, list[str]]:
 # ---- both lines --------------------------------------------------------------------------------------------------
 
 def test_the_line_that_has_it_is_the_installed_registrys():
-    """:data:`GLM5_NEXT_VLLM_LINE` is a tested line, and the installed vLLM's registry has GLM-5.3-Flash exactly when
-    the installed vLLM is of that line."""
+    """:data:`GLM5_NEXT_VLLM_LINES` are tested lines, and the installed vLLM's registry has GLM-5.3-Flash exactly when
+    the installed vLLM is of one of them."""
     from vllm.model_executor.models.registry import ModelRegistry
 
-    assert GLM5_NEXT_VLLM_LINE in TESTED_LINES
+    assert set(GLM5_NEXT_VLLM_LINES) <= set(TESTED_LINES) and GLM5_NEXT_VLLM_LINE == GLM5_NEXT_VLLM_LINES[0]
     archs = ModelRegistry.get_supported_archs()
     assert all(a in archs for a in GLM5_NEXT_ARCHITECTURES) == ON_FLASH_LINE
     assert any(a in archs for a in GLM5_NEXT_ARCHITECTURES) == ON_FLASH_LINE

@@ -58,7 +58,7 @@ def test_installed_line_picks_its_adapter():
 
 def test_unknown_line_is_one_line_error():
     with pytest.raises(UserInputError,
-                       match=r"^vLLM line '0\.1' has no diagnosis adapter; the lines are 0\.26, 0\.33$"):
+                       match=r"^vLLM line '0\.1' has no diagnosis adapter; the lines are 0\.26, 0\.33, 0\.34$"):
         lines.adapter("0.1")
 
 

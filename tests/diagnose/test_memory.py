@@ -136,6 +136,19 @@ def test_offload_moves_whole_layer_parameters_in_order():
 
 # ---- the issue's case, by hand: GLM-5 on 8 x RTX PRO 6000 (TRITON_MLA_SPARSE, bf16 cache) -----------------------
 
+def _vllm_default_utilization() -> float:
+    """vLLM's default gpu_memory_utilization for an engine on CUDA: 0.26/0.33's ``CacheConfig`` field; on 0.34 the
+    field is None and ``resolved_gpu_memory_utilization`` gives it, with the extensible KV cache on as vLLM resolves it
+    on CUDA (``VllmConfig``: enabled unless a connector or the driver says otherwise)."""
+    from vllm.config import CacheConfig
+
+    if not hasattr(CacheConfig, "resolved_gpu_memory_utilization"):
+        return CacheConfig().gpu_memory_utilization
+    cfg = CacheConfig()
+    cfg.enable_extensible_kv_cache = True
+    return cfg.resolved_gpu_memory_utilization
+
+
 def _hand_fit(weights: int, per_token: int, gpu_mib: int, max_len: int, util: float = 0.92):
     """(fits, tokens) by hand: ceil(total x util) - weights - the allowance, in blocks of 64 tokens."""
     available = math.ceil(gpu_mib * 2**20 * util) - weights - int(mm.ALLOWANCE_GIB * GIB)
@@ -174,7 +187,7 @@ def test_glm5_nvfp4_on_8_rtx_pro_6000_fits(rtx_pro_6000):
     mem = rec["memory"]
     assert abs(mem["weights_gib_per_rank"] * GIB - weights) <= _SLACK + 0.0005 * GIB
     per_token = 78 * (576 * 2 + 132)
-    fits, tokens = _hand_fit(weights, per_token, 97887, 202752)
+    fits, tokens = _hand_fit(weights, per_token, 97887, 202752, _vllm_default_utilization())
     assert fits and mem["fits"] is True and mem["fixes"] == [] and not any(b["stage"] == "memory"
                                                                            for b in rec["blockers"])
     assert abs(mem["max_tokens"] - tokens) <= 64 * (1 + _SLACK // (64 * per_token) + 1)
@@ -205,7 +218,9 @@ def test_record_fields_and_vllm_defaults(rtx_pro_6000):
     for key in ("gpu_memory_gib", "gpu_memory_utilization", "weights_gib_per_rank", "kv_cache_bytes_per_token",
                 "max_tokens", "max_model_len", "fits", "assumptions", "fixes"):
         assert key in mem, key
-    assert mem["gpu_memory_utilization"] == CacheConfig().gpu_memory_utilization      # vLLM's default, not ours
+    assert mem["gpu_memory_utilization"] == _vllm_default_utilization()      # vLLM's default, not ours
+    if hasattr(CacheConfig, "resolved_gpu_memory_utilization"):              # 0.34: the extensible KV cache, said
+        assert any("extensible KV cache" in a for a in mem["assumptions"])
     assert any("estimate" in a for a in mem["assumptions"]) and any("MTP" in a for a in mem["assumptions"])
 
 

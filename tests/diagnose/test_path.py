@@ -94,8 +94,11 @@ def test_deepseek_v32_bf16_hook_and_fp8_ds_mla_cache():
 
     rec = diagnose("deepseek-v3.2", "12.0", "bfloat16")
     # vLLM's hook, called on the same input
+    from vllm.config import AttentionConfig
+
     vc = types.SimpleNamespace(model_config=types.SimpleNamespace(hf_config=types.SimpleNamespace(index_topk=2048)),
-                               cache_config=types.SimpleNamespace(cache_dtype="bfloat16"))
+                               cache_config=types.SimpleNamespace(cache_dtype="bfloat16"),
+                               attention_config=AttentionConfig())      # 0.34's hook also sets the indexer logits dtype
     DeepseekV32ForCausalLM.verify_and_update_config(vc)
     assert rec["config"]["cache_dtype"] == vc.cache_config.cache_dtype == "auto"
     assert any("DeepseekV32ForCausalLM.verify_and_update_config" in n for n in rec["config"]["notes"])

@@ -139,3 +139,16 @@ def stock_indexer(cap) -> str | None:
     with vllms_own_cuda_platform(cap, 1) as platform, pr.use_platform(platform):
         deepgemm = has_deep_gemm() and platform.support_deep_gemm()
     return "DEEPGEMM" if deepgemm and has_fp8_conversion(tuple(cap)) else None
+
+
+def vllm_reads_indexer_types() -> bool:
+    """Whether the installed vLLM reads a GLM-5.x config's ``indexer_types`` itself: its own
+    ``compute_skip_topk_layers`` (``vllm/model_executor/models/utils.py``, 0.34) called on a config with
+    ``indexer_types`` alone; vLLM 0.26 and 0.33 have no such function (their layers read the pattern / freq inline)."""
+    from vllm.model_executor.models import utils
+
+    fn = getattr(utils, "compute_skip_topk_layers", None)
+    if fn is None:
+        return False
+    cfg = types.SimpleNamespace(index_topk=256, num_hidden_layers=2, indexer_types=["full", "shared"])
+    return fn(cfg) == {1}

@@ -56,9 +56,12 @@ def make_impl(H, topk_indices_buffer, kv_cache_dtype="auto"):
     from sparse_mla.diagnose.meta_model import _process_groups
     from sparse_mla.vllm_plugin.backend import TritonMLASparseImpl
 
-    # what vLLM 0.33's impl reads of the engine's configuration (DCP size; the index group: no HiSparse)
-    config = ns(parallel_config=ns(decode_context_parallel_size=1, prefill_context_parallel_size=1),
-                attention_config=ns(hisparse_config=None), compilation_config=ns(custom_ops=[], mode=0))
+    # what vLLM 0.33's impl reads of the engine's configuration (DCP size; the index group: no HiSparse), and 0.34's
+    # (whether ShardQ applies: TP size, the cudagraph mode, the ShardQ switch)
+    config = ns(parallel_config=ns(decode_context_parallel_size=1, prefill_context_parallel_size=1,
+                                   tensor_parallel_size=1),
+                attention_config=ns(hisparse_config=None, sparse_mla_shard_q=False),
+                compilation_config=ns(custom_ops=[], mode=0, cudagraph_mode=None))
     with set_current_vllm_config(config), _process_groups(1):     # (0.33 asks the TP group's size)
         return TritonMLASparseImpl(
             num_heads=H, head_size=DL + DR, scale=(192 + DR) ** -0.5, num_kv_heads=1, alibi_slopes=None,

@@ -47,7 +47,8 @@ def _vllm_config(prefill_backend=None, index_topk=INDEX_TOPK, speculative_tokens
     hf = ns(index_topk=index_topk, kv_lora_rank=512, qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256,
             q_lora_rank=2048)
     spec = None if speculative_tokens is None else ns(num_speculative_tokens=speculative_tokens,
-                                                      parallel_drafting=False)
+                                                      parallel_drafting=False,
+                                                      max_num_new_slots_for_drafting=0)   # (0.34: MTP adds none)
     return ns(   # what the builder reads of the engine's configuration (vLLM 0.33 reads the arch config, the cache
         # dtype and the attention config too)
         model_config=ns(hf_config=hf, hf_text_config=hf, dtype=torch.bfloat16, max_model_len=4096,

@@ -146,7 +146,7 @@ def _fp8(*shape, g):
 
 
 def _line(vi) -> str:
-    """The vLLM line whose adapter the hook uses (``0.26``, ``0.33``)."""
+    """The vLLM line whose adapter the hook uses (``0.26``, ``0.33``, ``0.34``)."""
     return vi.LINE.__name__.rsplit(".v", 1)[-1].replace("_", ".")
 
 
@@ -197,9 +197,15 @@ def test_adapters_compute_through_our_kernels(vi):
     want = ref.indexer_logits_paged_ref(qd, kv, wd, ctx, bt, max_len)
     assert logits.shape == (B * next_n, max_len)
     _within(logits, want, eb.indexer_magnitude_paged(qd, kv, wd, ctx, bt, max_len), H)
+    half = 0
+    if _line(vi) == "0.34":          # 0.34 asks for the logits' dtype (bf16 on SM100): float32 computed, then cast
+        half = sai.fp8_fp4_paged_mqa_logits((qd, None), kv.unsqueeze(-2), wd, ctx, bt, schedule, max_model_len=max_len,
+                                            logits_dtype=torch.bfloat16)
+        assert half.dtype == torch.bfloat16 and torch.equal(half, logits.to(torch.bfloat16))
+        half = 1
     with pytest.raises(NotImplementedError, match="fp8 indexer cache only"):
         sai.fp8_fp4_mqa_logits((q, torch.zeros(M, H, dtype=torch.int32)), (k, k_scale), w, ks, ke, False)
-    assert vi.indexer_calls()["triton"] == calls + 2           # the refused call is not counted
+    assert vi.indexer_calls()["triton"] == calls + 2 + half    # the refused call is not counted
 
 
 def test_deepgemm_calls_are_counted_where_asked_and_the_triton_hook_replaces_the_counter(vi, monkeypatch):
@@ -304,8 +310,8 @@ V033 = "vllm.models.deepseek_v32.common.kernels"
 
 @pytest.fixture
 def stand_ins(vi):
-    if _line(vi) != "0.33":
-        pytest.skip("vLLM 0.33's deepseek_v32 path only")
+    if _line(vi) == "0.26":
+        pytest.skip("vLLM 0.33's deepseek_v32 path only (0.33, 0.34)")
     return vi.LINE, importlib.import_module(V033)
 
 

@@ -66,8 +66,11 @@ def test_hook_entries_in_vllms_config_map(config_map):
     glm, v32 = config_map["GlmMoeDsaForCausalLM"], config_map["DeepseekV32ForCausalLM"]
     assert it.install_indexer_types_hook() and config_map["GlmMoeDsaForCausalLM"] is glm
     assert issubclass(v32, vllm_hook) and v32.__name__ == "DeepseekV32ForCausalLM"
+    from vllm.config import AttentionConfig
+
     vc = SimpleNamespace(model_config=SimpleNamespace(hf_config=SimpleNamespace(index_topk=2048)),
-                         cache_config=SimpleNamespace(cache_dtype="bfloat16"))
+                         cache_config=SimpleNamespace(cache_dtype="bfloat16"),
+                         attention_config=AttentionConfig())       # 0.34's hook also sets the indexer logits dtype
     v32.verify_and_update_config(vc)
     assert vc.cache_config.cache_dtype == "auto"
     hf = _glm(indexer_types=["full", "shared", "full", "full"])
@@ -137,7 +140,15 @@ def test_glm52_checkpoint_loads_in_vllm_only_with_the_plugin(glm52, config_map):
     """Without the plugin vLLM builds layer 1's indexer and its loader refuses the checkpoint (unquantized) or,
     for a quantized checkpoint, where it does not check, leaves that indexer's parameters unloaded; with the plugin
     vLLM builds no indexer there and every parameter is loaded."""
+    from vllm.model_executor.models import utils
+
     hf, layers, error, unloaded = _load_with_vllm(glm52, with_plugin=False)
+    if hasattr(utils, "compute_skip_topk_layers"):      # vLLM 0.34 reads indexer_types itself (that function): it
+        # loads without the plugin, and with it
+        assert layers == [0] and error is None and unloaded == set()
+        hf, layers, error, unloaded = _load_with_vllm(glm52, with_plugin=True)
+        assert layers == [0] and error is None and unloaded == set()
+        return
     assert hf.indexer_types == ["full", "shared"] and not hasattr(hf, "index_topk_pattern")
     assert layers == [0, 1]
     assert error is not None and "Following weights were not initialized from checkpoint" in str(error)

@@ -358,12 +358,13 @@ def test_model_without_index_topk_is_rejected_by_combination(probes):
 
 @pytest.mark.parametrize("version, ok", [("0.26.0", True), ("0.26.3", True), ("0.26.1.dev7+g1234abc", True),
                                          ("0.33.0", True), ("0.33.2rc1", True), ("0.27.0", False), ("0.32.1", False),
-                                         ("0.34.0", False), ("0.25.1", False), ("nonsense", False)])
+                                         ("0.34.0", True), ("0.34.1", True), ("0.35.0", False), ("0.25.1", False),
+                                         ("nonsense", False)])
 def test_supported_vllm_versions(version, ok):
     from sparse_mla.vllm_plugin.register import vllm_supported
 
     got, line = vllm_supported(version)
-    assert got is ok and version in line and "0.26.x, 0.33.x" in line and "\n" not in line
+    assert got is ok and version in line and "0.26.x, 0.33.x, 0.34.x" in line and "\n" not in line
     assert ("not registered" in line) is not ok
 
 

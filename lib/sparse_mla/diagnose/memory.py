@@ -170,7 +170,11 @@ def evaluate(s: Setting, quant) -> dict[str, Any]:
         return out
     requested = request_memory(types.SimpleNamespace(total_memory=s.gpu_bytes, free_memory=s.gpu_bytes,
                                                      device_="probe"),
-                               types.SimpleNamespace(gpu_memory_utilization=s.utilization))
+                               # 0.26/0.33 read gpu_memory_utilization, 0.34 its resolved_ property (and the
+                               # extensible-cache switch, off unless asked)
+                               types.SimpleNamespace(gpu_memory_utilization=s.utilization,
+                                                     resolved_gpu_memory_utilization=s.utilization,
+                                                     enable_extensible_kv_cache=False))
     available = requested - on_gpu - int(ALLOWANCE_GIB * GIB)
     fits, tokens, reason = _kv_groups(s.rank, available, s.max_model_len)
     out.update(available_bytes=available, max_tokens=tokens, fits=fits, reason=reason)
@@ -294,6 +298,10 @@ def _assumptions(req: Request, quant, source: str, rank: RankModel) -> list[str]
     if req.memory is not None and req.memory.cpu_offload_gb:
         out.append(f"--cpu-offload-gb {req.memory.cpu_offload_gb:g}: vLLM's UVA offloading of whole decoder-layer "
                    f"parameters, that much pinned host memory per GPU")
+    if getattr(rank.vllm_config.cache_config, "enable_extensible_kv_cache", False):
+        out.append("vLLM's extensible KV cache (0.34, on by default on CUDA): it sizes the cache from the memory free "
+                   "after warm-up and CUDA graph capture, gpu_memory_utilization (resolved to 1.0) only a cap; the "
+                   "tokens here are that cap less the weights and the allowance")
     return out
 
 
@@ -376,7 +384,9 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
                           weights_only=weights_only)
 
     gpu_bytes, source = _gpu_memory(req)
-    util = mem.gpu_memory_utilization or vc.cache_config.gpu_memory_utilization
+    # vLLM 0.34 leaves gpu_memory_utilization None unless given, and resolves it on first use (the property)
+    util = mem.gpu_memory_utilization or getattr(vc.cache_config, "resolved_gpu_memory_utilization",
+                                                 vc.cache_config.gpu_memory_utilization)
     out: dict[str, Any] = {"gpu_memory_gib": None if gpu_bytes is None else round(gpu_bytes / GIB, 3),
                            "gpu_memory_source": source, "gpu_memory_utilization": util, "quantization": quant.name,
                            "max_model_len": vc.model_config.max_model_len, "assumptions": [], "fixes": []}

@@ -195,20 +195,16 @@ def _absorbed_bytes(vc) -> int:
 
 def _kv_specs(vc) -> dict[str, Any]:
     """The KV-cache spec of every attention layer, as vLLM's engine collects them: the platform's
-    ``update_block_size_for_backend`` (the block size the backend prefers), then vLLM's own
-    ``GPUModelRunner.get_kv_cache_spec`` (``vllm/v1/worker/gpu_model_runner.py``) on the layers just built: each
-    layer's ``get_kv_cache_spec`` with the backend's ``indexes_kv_by_block_stride``. The method reads only the
-    runner's ``vllm_config`` and ``shared_kv_cache_layers`` (KV-sharing ``Attention`` layers, which MLA models do not
-    have), so it is called on a namespace holding those two. Then, on a line whose engine core resolves one KV-cache
-    layout before planning (0.33), that layout, from the layers' backends, onto ``vc`` (:mod:`.lines`)."""
+    ``update_block_size_for_backend`` (the block size the backend prefers), then the specs of the layers just built as
+    the line's GPU model runner collects them (``kv_cache_specs`` of :mod:`.lines`: each layer's
+    ``get_kv_cache_spec`` with its backend's say). Then, on a line whose engine core resolves one KV-cache layout
+    before planning (0.33, 0.34), that layout, from the layers' backends, onto ``vc`` (:mod:`.lines`)."""
     from vllm.platforms import current_platform
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from .lines import adapter
 
     current_platform.update_block_size_for_backend(vc)
-    runner = types.SimpleNamespace(vllm_config=vc, shared_kv_cache_layers={})
-    specs = dict(GPUModelRunner.get_kv_cache_spec(runner))
+    specs = adapter().kv_cache_specs(vc)            # the line's runner: GPUModelRunner (0.26, 0.33), gpu/ (0.34)
     adapter().resolve_kv_cache_layout(vc, specs)    # the engine core's step before planning, where the line has it
     return specs
 

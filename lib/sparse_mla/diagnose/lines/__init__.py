@@ -4,7 +4,8 @@ The diagnosis (:mod:`sparse_mla.diagnose`) asks vLLM's own code everything; the 
 functions live and how they are called. Each adapter module holds exactly those differences and nothing else:
 
 * :mod:`.v0_26` -- vLLM 0.26.x (the GPU image's line);
-* :mod:`.v0_33` -- vLLM 0.33.x (``kv_cache_planning``, the resolved KV-cache layout, the ``deepseek_v32`` model tree).
+* :mod:`.v0_33` -- vLLM 0.33.x (``kv_cache_planning``, the resolved KV-cache layout, the ``deepseek_v32`` model tree);
+* :mod:`.v0_34` -- vLLM 0.34.x (0.33's, and one more platform cache).
 
 Every adapter defines the same names (``tests/diagnose/test_lines.py`` checks it):
 
@@ -19,6 +20,7 @@ Every adapter defines the same names (``tests/diagnose/test_lines.py`` checks it
   that store ``fp8e4nv`` for the indexer (named in the reasons the indexer stage gives), and
   ``indexer_fp8_build()``, the first of them as vLLM launches it, ready for ``triton.compile`` for any GPU target
   (so the tests hear from Triton, for vLLM's own kernel, which GPUs it builds for);
+* ``kv_cache_specs(vc)`` -- every attention layer's KV-cache spec, as the line's GPU model runner collects them;
 * ``resolve_kv_cache_layout(vc, specs)`` -- what the engine core does with the workers' KV-cache specs before any
   planning (a no-op where the line has no layout to resolve);
 * ``kv_cache_groups(vc, specs)``, ``kv_cache_config_from_groups(vc, groups, available)`` and

@@ -61,3 +61,16 @@ def indexer_fp8_build() -> tuple[Any, dict[str, str], dict[str, Any], dict[str, 
     sig.update(positions="*i64", q="*bf16", cos_sin_cache="*bf16", q_fp8="*fp8e4nv", weights="*bf16",
                weights_out="*fp32", softmax_scale="fp32", head_scale="fp32", **{n: "constexpr" for n in consts})
     return kernel, sig, consts, {"num_warps": 1}
+
+
+def kv_cache_specs(vc) -> dict[str, Any]:
+    """The KV-cache spec of every attention layer registered in ``vc``'s forward context, as this line's engine
+    collects them: vLLM's ``GPUModelRunner.get_kv_cache_spec`` (``vllm/v1/worker/gpu_model_runner.py``), which reads
+    only the runner's ``vllm_config`` and ``shared_kv_cache_layers`` (KV-sharing ``Attention`` layers, which MLA models
+    do not have), so it is called on a namespace holding those two."""
+    import types
+
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    runner = types.SimpleNamespace(vllm_config=vc, shared_kv_cache_layers={})
+    return dict(GPUModelRunner.get_kv_cache_spec(runner))

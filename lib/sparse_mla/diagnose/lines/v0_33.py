@@ -12,6 +12,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from .v0_26 import kv_cache_specs  # noqa: E402,F401  (0.33's GPU model runner collects the specs as 0.26's does)
+
 PATCHABLE_MODULES: tuple[str, ...] = (
     "vllm.models.deepseek_v32.attention",
     "vllm.models.deepseek_v32.common.kernels",
@@ -102,3 +104,4 @@ def indexer_fp8_build() -> tuple[Any, dict[str, str], dict[str, Any], dict[str, 
     sig = {n: "constexpr" if n in consts else pointers.get(n, "*bf16") if n.endswith("_ptr")
            else "fp32" if n.endswith("_scale") else "i32" for n in kernel.arg_names}
     return kernel, sig, consts, {"num_warps": 1}
+

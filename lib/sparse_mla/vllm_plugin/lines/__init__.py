@@ -1,5 +1,6 @@
 """What differs between the tested vLLM lines for the plugin: one small adapter module per line (``v0_26``,
-``v0_33``, named after :data:`sparse_mla.vllm_lines.TESTED_LINES`), each giving the same names:
+``v0_33``, ``v0_34``: 0.33's with DeepGEMM's 0.34 signatures; named after :data:`sparse_mla.vllm_lines.TESTED_LINES`),
+each giving the same names:
 
 * ``SparseMetadata``: the metadata class vLLM's ``SparseMLACommonMetadataBuilder.build`` fills for a sparse MLA backend
   (0.26: ours, declaring the fields ``build`` passes; 0.33: vLLM's own ``SparseMLACommonMetadata``);

@@ -1,0 +1,60 @@
+"""vLLM 0.34's side of the plugin's line adapter (:mod:`sparse_mla.vllm_plugin.lines`): 0.33's, except where 0.34
+changed what the plugin meets.
+
+Read from vLLM 0.34.0's code against 0.33.0's: the sparse MLA base classes (``SparseMLACommonImpl.forward_mqa`` and
+its ``_forward_mqa_kernel(q, kv_cache, topk_indices, valid_counts, *, layer, block_size, is_decode)``), the flat row
+view and ``align_blocks_to_rows`` (``sparse_utils.py``), the metadata builder's use of ``has_deep_gemm``
+(``mla/indexer.py``), ``pack_seq_triton`` in ``sparse_attn_indexer.py`` and the ``deepseek_v32`` path's ``fused_q``
+and ``fused_norm_rope`` (``models/deepseek_v32/common/kernels.py``, unchanged) are 0.33's. What changed: DeepGEMM's
+wrappers (``vllm/utils/deep_gemm.py``) take ``logits_dtype`` (float32 everywhere but SM100, whose bf16 logits the
+indexer upcasts itself with ``as_fp32_logits``), and the indexer passes it by keyword
+(``sparse_attn_indexer.py``). SM100's fused MQA-logits + top-k prefill kernel (``fused_mqa_topk``) is gated on the
+SM100 family and never reached where the plugin's indexer runs.
+"""
+# No ``from __future__ import annotations``: the DeepGEMM adapters' signatures must equal vLLM's, annotations included.
+import torch
+
+from .v0_33 import (FP8_STORE_HOOKS, FP8_STORE_STAND_INS, TRITON_FP8_MLA_CACHE_WRITE, ImplForward,  # noqa: F401
+                    compress_logits, customize_spec, fused_norm_rope, fused_q)
+from .v0_33 import __getattr__  # noqa: F401  (SparseMetadata: vLLM's own SparseMLACommonMetadata, on first use)
+
+__all__ = ["SparseMetadata", "ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS",
+           "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE"]
+
+
+def deepgemm_adapters(prefill, paged):
+    """``(fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits)`` with 0.34's DeepGEMM wrapper signatures (0.33's plus
+    ``logits_dtype``) around the indexer hook's kernels: the prefill logits compressed to the windowed layout
+    (:func:`~sparse_mla.vllm_plugin.lines.v0_33.compress_logits`), the paged ones as they are, each in
+    ``logits_dtype`` (computed in float32); ``indices`` (SM100's varlen form) is refused."""
+
+    def fp8_fp4_mqa_logits(
+        q: tuple[torch.Tensor, torch.Tensor | None],
+        kv: tuple[torch.Tensor, torch.Tensor],
+        weights: torch.Tensor,
+        cu_seqlen_ks: torch.Tensor,
+        cu_seqlen_ke: torch.Tensor,
+        max_seqlen_k: int,
+        logits_dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        out = compress_logits(prefill(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, True), cu_seqlen_ks, max_seqlen_k)
+        return out if logits_dtype == torch.float32 else out.to(logits_dtype)
+
+    def fp8_fp4_paged_mqa_logits(
+        q: tuple[torch.Tensor, torch.Tensor | None],
+        kv_cache: torch.Tensor,
+        weights: torch.Tensor,
+        context_lens: torch.Tensor,
+        block_tables: torch.Tensor,
+        schedule_metadata: torch.Tensor,
+        max_model_len: int,
+        logits_dtype: torch.dtype = torch.float32,
+        indices: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if indices is not None:
+            raise NotImplementedError("the Triton indexer takes the padded paged form only (indices=None); the varlen "
+                                      "form is DeepGEMM's SM100 path")
+        out = paged(q, kv_cache, weights, context_lens, block_tables, max_model_len, True)
+        return out if logits_dtype == torch.float32 else out.to(logits_dtype)
+
+    return fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits
