@@ -84,6 +84,8 @@ def test_writable_dir(tmp_path):
     ({"num_hidden_layers": True}, "num_hidden_layers = True"),
     ({"model_type": 5}, "model_type = 5"),
     ({"hidden_size": 10 ** 80}, "(81 characters)"),
+    # bounds before anything is built: 100,000 layers built on the meta device ran past two minutes
+    ({"num_hidden_layers": 100000}, "num_hidden_layers = 100000, which must be a positive integer up to 1024"),
 ])
 def test_check_config_names_the_field(change, names):
     from sparse_mla.models import check_config

@@ -195,6 +195,11 @@ POSITIVE_DIMENSIONS = ("hidden_size", "intermediate_size", "moe_intermediate_siz
                        "index_topk", "index_head_dim", "index_n_heads", "n_routed_experts", "num_experts_per_tok")
 
 
+#: Upper bounds checked before vLLM builds anything (the diagnosis builds vLLM's model on the meta device, one module
+#: per layer: 100,000 layers ran past two minutes): an order of magnitude above any DSA model (GLM-5: 78 layers).
+UPPER_BOUNDS = {"num_hidden_layers": 1024}
+
+
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The text model's part of a Hugging Face config: its ``text_config`` when that is an object, else the config
     itself (the one reading of every module)."""
@@ -218,10 +223,11 @@ def check_config(cfg, name: str) -> dict[str, Any]:
         v = text.get(k)
         if k == "qk_rope_head_dim" and v == 0 and _nope(text, cfg):
             continue
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 2**31):
+        top = UPPER_BOUNDS.get(k, 2**31 - 1)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= top):
             glm5 = PRESET_CONFIGS["glm-5"].get(k)
-            raise UserInputError(f"config {name!r} has {k} = {_short(v)}, which must be a positive integer; accepted: "
-                                 f"a positive integer below 2**31" + (f" (GLM-5: {k} {glm5})" if glm5 else ""))
+            raise UserInputError(f"config {name!r} has {k} = {_short(v)}, which must be a positive integer up to {top}; "
+                                 f"accepted: an integer from 1 to {top}" + (f" (GLM-5: {k} {glm5})" if glm5 else ""))
     mt = text.get("model_type", cfg.get("model_type"))
     if mt is not None and not isinstance(mt, str):
         raise UserInputError(f"config {name!r} has model_type = {_short(mt)}; accepted: a string, e.g. 'glm_moe_dsa'")

@@ -318,3 +318,21 @@ def test_memory_matrix_writes_csv_and_md(run_cli, tmp_path):
     md = (tmp_path / "diagnose_memory_matrix.md").read_text().splitlines()
     assert len(md) == 2 + 3 and all(line.count("|") == md[0].count("|") for line in md)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnose_memory_matrix.csv", "diagnose_memory_matrix.md"]
+
+
+def test_the_meta_build_allocates_nothing_in_a_fresh_process():
+    """GLM-5 at capability 0.0 in a fresh process with 6 GiB of address space: the memory stage sizes its 2.7 TiB of
+    weights on the meta device. (Before the probe built torch's device-context table from the real factory functions,
+    a fresh process whose first device context ran under the probe's ``torch.empty`` wrapper allocated GLM-5's experts
+    on the host -- 24 GiB -- and blamed vLLM.)"""
+    import subprocess
+    import sys
+
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
+            "from sparse_mla.diagnose import diagnose\n"
+            "m = diagnose('glm-5', '0.0', 'auto')['memory']\n"
+            "print(m['weights_gib_per_rank'], m.get('reason'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    weights, reason = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert float(weights) > 2000 and reason == "None", out.stdout[-500:]

@@ -340,8 +340,14 @@ def cuda_alloc_on_meta() -> Iterable[None]:
     """While importing a backend module that allocates CUDA memory at module level: ``torch.empty(device="cuda")``
     gives a ``meta`` tensor and ``num_compute_units`` returns 0."""
     import torch
+    import torch.utils._device as torch_device
     import vllm.utils.platform_utils as pu
 
+    # torch's device context (``with torch.device("meta")``) recognises its factory functions by identity, from a set
+    # built once on first use (``_device_constructors``, cached): built while ``torch.empty`` is the wrapper below, it
+    # would hold the wrapper, and every later real ``torch.empty`` would allocate on the host -- 24 GiB for GLM-5's
+    # experts at capability 0.0, where nothing had built the set before. Build it from the real functions first.
+    torch_device._device_constructors()
     real_empty, real_ncu = torch.empty, pu.num_compute_units
 
     def empty(*args, **kwargs):
