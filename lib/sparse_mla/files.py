@@ -128,14 +128,31 @@ def rewrite_in_place(path: str | os.PathLike, text: str, newline: str = "\n") ->
                         mode=target.stat().st_mode & 0o7777)
 
 
-def parse_json(text: str, what: str, accepted: str = "JSON"):
+class DuplicateKey(ValueError):
+    """A JSON object with a key twice (no record writer of ours makes one; ``json`` would keep the last)."""
+
+
+def no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    """``object_pairs_hook`` for records: the object, or :class:`DuplicateKey` naming the key."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(f"the key {k!r} appears twice in one object (the last would silently win)")
+        out[k] = v
+    return out
+
+
+def parse_json(text: str, what: str, accepted: str = "JSON", unique_keys: bool = False):
     """``json.loads(text)``, or one :class:`~sparse_mla.errors.UserInputError` line naming ``what`` and why: malformed
     JSON, an integer beyond Python's 4300-digit conversion limit (a ValueError of the decoder), or nesting deeper than
-    the decoder's recursion (a RecursionError). ``accepted`` ends the line."""
+    the decoder's recursion (a RecursionError); with ``unique_keys`` (records), a key twice in one object.
+    ``accepted`` ends the line."""
     from .errors import UserInputError
 
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=no_duplicate_keys if unique_keys else None)
+    except DuplicateKey as e:
+        reason = str(e)
     except RecursionError:
         reason = "nested too deeply for the JSON decoder"
     except ValueError as e:            # json.JSONDecodeError, and the int-digits limit
@@ -144,7 +161,8 @@ def parse_json(text: str, what: str, accepted: str = "JSON"):
     raise UserInputError(f"{what} is not valid JSON ({reason}); accepted: {accepted}")
 
 
-def read_json(path: str | os.PathLike, what: str | None = None, accepted: str = "a JSON file"):
+def read_json(path: str | os.PathLike, what: str | None = None, accepted: str = "a JSON file",
+              unique_keys: bool = False):
     """The JSON content of the file ``path`` (:func:`parse_json`); a file that cannot be read or is not UTF-8 text is
     one UserInputError line too. ``what`` names it in the message (default: the path)."""
     from .errors import UserInputError
@@ -156,4 +174,4 @@ def read_json(path: str | os.PathLike, what: str | None = None, accepted: str = 
         raise UserInputError(f"{what} is not UTF-8 text; accepted: {accepted}") from None
     except OSError as e:
         raise UserInputError(f"{what} cannot be read ({e.strerror or type(e).__name__}); accepted: {accepted}") from None
-    return parse_json(text, what, accepted)
+    return parse_json(text, what, accepted, unique_keys)

@@ -16,6 +16,7 @@ RAN = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel
 def record(**run_changes):
     env = environment("sparse-mla launch --parity (test)")
     env.setdefault("vllm", "0.26.0")
+    env.update(gpu="NVIDIA H200", capability="9.0")   # what the GPU's process reads; a proven record names both
     if env["revision"].startswith("unknown"):
         env["revision"] = "0" * 40                  # a checkout without git (the header field exists either way)
     run = {"run": "TRITON_MLA_SPARSE", "backend_requested": "TRITON_MLA_SPARSE", "indexer": "vllm", "ran": RAN,
@@ -36,9 +37,11 @@ def test_a_record_whose_ran_matches_its_request_is_proven(tmp_path):
 
 @pytest.mark.parametrize("changes,status,reason", [
     ({"simulated": {"capability": "8.0"}}, "invalid", "capability: asked 8.0, vLLM saw 9.0"),
-    ({"indexer": "TRITON_DSA_INDEXER"}, "invalid", "the Triton indexer made 0 calls, DeepGEMM 8"),
+    ({"indexer": "TRITON_DSA_INDEXER", "run": "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"}, "invalid",
+     "the Triton indexer made 0 calls, DeepGEMM 8"),
     # the Triton indexer asked, one call of it beside vLLM's 317: DeepGEMM ran the engine's indexer
-    ({"indexer": "TRITON_DSA_INDEXER", "ran": {**RAN, "indexer": {"triton": 1, "deepgemm": 317}}}, "invalid",
+    ({"indexer": "TRITON_DSA_INDEXER", "run": "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER",
+      "ran": {**RAN, "indexer": {"triton": 1, "deepgemm": 317}}}, "invalid",
      "the Triton indexer made 1 calls, DeepGEMM 317"),
     # a DSA engine in which no indexer ran
     ({"ran": {**RAN, "indexer": {"triton": 0, "deepgemm": 0}}}, "invalid", "the Triton indexer made 0 calls, DeepGEMM 0"),
@@ -271,3 +274,62 @@ def test_a_header_gpu_that_is_not_the_engines_device_is_invalid(tmp_path):
         v.reason, v.line()
     rec["runs"]["TRITON_MLA_SPARSE"]["ran"]["device_capability"] = "9.0"
     assert verdict(tmp_path, rec).status == "proven"
+
+
+@pytest.mark.parametrize("edit,status,says", [
+    # the record's own verdict in another shape than a list of lines: no writer makes it
+    (lambda r: r.update(failures="parity: tokens differ"), "invalid", "failures"),
+    # a failure line that merely reads like the interruption's, with no interruption
+    (lambda r: r.update(failures=["parity run None"]), "unproven", "it says it failed: parity run None"),
+    (lambda r: r.update(interrupted=False), "invalid", "interrupted"),
+    (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(simulated_capability="8.0",
+                                                     simulated={"capability": "8.9"}), "invalid", "disagree"),
+    # vLLM saw another GPU than the device, and no simulation was asked
+    (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(ran={**RAN, "capability": "8.0", "device_capability": "9.0",
+                                                          "triton_targets": {"attention.k": ["sm80"]}}),
+     "invalid", "no simulation asked, vLLM saw 8.0 on a 9.0 device"),
+    (lambda r: r["environment"].update(gpu="NVIDIA A100-SXM4-80GB"), "invalid", "is a a100 (capability 8.0)"),
+    (lambda r: r["environment"].pop("capability"), "invalid", "no capability"),
+    (lambda r: r["environment"].pop("gpu"), "invalid", "no gpu"),
+    # a safetensors checkpoint asked, the engine loaded a GGUF
+    (lambda r: (r.update(checkpoint={"format": "safetensors", "load_format": None}),
+                r["runs"]["TRITON_MLA_SPARSE"].update(ran={**RAN, "weights": {"load_format": "gguf"}})),
+     "invalid", "a safetensors checkpoint asked"),
+    (lambda r: r.update(checkpoint={"load_format": 5}), "invalid", "checkpoint.load_format"),
+    (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(run="FLASHMLA_SPARSE"), "invalid", "is not the request"),
+    (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(ran={**RAN, "indexer": {"triton": 0, "deepgemm": 10 ** 30}}),
+     "invalid", "deepgemm"),
+    (lambda r: r["environment"].update(date="2999-01-01"), "invalid", "no later than today"),
+    (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(layers={}, ran={**RAN, "speculative": {
+        "drafts": 3, "draft_tokens": 9, "accepted_tokens": 2}}), "invalid", "speculative: none asked"),
+    (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(error=""), "unproven", "1 engine(s) failed"),
+])
+def test_records_no_writer_makes_or_that_say_they_failed_are_never_proven(tmp_path, edit, status, says):
+    """The breaker's round on revision 218d0ce: each edit of a proven record, and what the check must say."""
+    rec = record()
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == status and says in v.reason, v.line()
+
+
+def test_a_one_engine_records_served_check_counts(tmp_path):
+    rec = {**record()["runs"]["TRITON_MLA_SPARSE"], "environment": record()["environment"], "layers": {}}
+    assert verdict(tmp_path, rec).status == "proven"
+    rec["serve"] = {"backend_requested": "TRITON_MLA_SPARSE", "error": "server died"}
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and "1 engine(s) failed" in v.reason, v.line()
+
+
+def test_table_paths_may_not_be_empty_and_tables_refuse_duplicate_keys(tmp_path):
+    from sparse_mla.errors import UserInputError
+    from sparse_mla.records import tables
+
+    with pytest.raises(UserInputError, match="records path '' is empty"):
+        proof.TABLES["proof"].render([""], tmp_path)
+    (tmp_path / "v.json").write_text('{"environment": {"gpu": "G"}, "sweep": null}')
+    with pytest.raises(UserInputError, match="sweep is None"):
+        tables.render("kernel-sweep", ["v.json"], tmp_path)
+    (tmp_path / "v.json").write_text('{"environment": {"gpu": "G"}, "environment": {"gpu": "H"}, "sweep": []}')
+    with pytest.raises(UserInputError, match="'environment' appears twice"):
+        tables.render("kernel-sweep", ["v.json"], tmp_path)

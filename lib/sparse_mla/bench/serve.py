@@ -620,11 +620,8 @@ def _check_arguments(args) -> tuple:
         if not (math.isfinite(v) and 0 < v <= 3600):
             raise UserInputError(f"--{name.replace('_', '-')} {v!r} is not accepted; accepted: seconds in (0, 3600]")
     check_tp(model, args.tp)
-    cfg = text_config(read_json(model / "config.json"))
+    cfg = text_config(read_json(model / "config.json"))   # check_model_dir held its dimensions (models.check_config)
     mpe = cfg.get("max_position_embeddings")
-    if mpe is not None and (isinstance(mpe, bool) or not isinstance(mpe, int) or mpe < 1):
-        raise UserInputError(f"{str(model / 'config.json')!r} has max_position_embeddings = {mpe!r}; accepted: a "
-                             f"positive integer (or no such key)")
     server_max_model_len(cfg["index_topk"], load.output_len,
                          int((spec_cfg or {}).get("num_speculative_tokens") or 0), mpe)
     return model, runs, load, spec_cfg

@@ -104,7 +104,7 @@ def load(arg: str, base: Path, kind: str, needs: tuple[str, ...]) -> dict:
         why = "does not exist" if not path.exists() else "is not a regular file"
         where = "" if str(path) == arg else f" ({path})"
         raise UserInputError(f"record {arg!r}{where} {why}; accepted: {accepted}")
-    rec = read_json(path, f"record {arg!r}", accepted)
+    rec = read_json(path, f"record {arg!r}", accepted, unique_keys=True)
     lacks = [k for k in needs if not isinstance(rec, dict) or k not in rec]
     if lacks:
         raise UserInputError(f"record {arg!r} is not a {kind} record: it has no {', '.join(map(repr, lacks))}; "

@@ -69,9 +69,11 @@ def _iso_date(v: str) -> str:
     import datetime
 
     try:
-        datetime.datetime.fromisoformat(v)
+        when = datetime.datetime.fromisoformat(v)
     except ValueError:
         raise ValueError("an ISO 8601 date, e.g. 2026-12-05 or 2026-12-05T13:36:46+00:00") from None
+    if when.date() > datetime.date.today() + datetime.timedelta(days=1):      # written when it ran: never ahead
+        raise ValueError("an ISO 8601 date no later than today")
     return v
 
 
@@ -210,7 +212,7 @@ class SweepRow(_Shape):
 
 class KernelVariants(Record):
     cases: Annotated[list[VariantCase], Field(min_length=1)] = None     # may be absent, never null
-    sweep: Optional[list[SweepRow]] = None
+    sweep: Annotated[list[SweepRow], Field(min_length=1)] = None        # may be absent, never null or empty
     copy_bandwidth_TBps: Positive = None     # may be absent, never null
 
 
@@ -218,8 +220,8 @@ class KernelVariants(Record):
 
 class IndexerCalls(_Shape):
     model_config = ConfigDict(strict=True, extra="forbid")
-    triton: Annotated[int, Field(ge=0)]
-    deepgemm: Annotated[int, Field(ge=0)]
+    triton: Count
+    deepgemm: Count
 
 
 class PlanLimits(_Shape):
@@ -264,6 +266,7 @@ class Layer(_Shape):
 
 class Throughput(_Shape):
     output_tokens_per_s: Optional[NonNeg] = None
+    seconds: Optional[NonNeg] = None
 
 
 class EngineRun(_Shape):
@@ -304,9 +307,23 @@ class FirstToken(_Shape):
     same_first_token: Flag = None
 
 
+class Weights(_Shape):
+    """What an engine was asked to load (``launch.engine.weights_asked``): the checkpoint's format and file, the load
+    format and quantization vLLM is given (``gguf`` for a GGUF, null for its default)."""
+    format: Text = None
+    file: Text = None
+    load_format: Text = None
+    quantization: Text = None
+
+
 class Engine(Record, EngineRun):
-    """An engine record: parity runs (``runs``, a served check ``serve``), or one engine's record at the top level."""
+    """An engine record: parity runs (``runs``, a served check ``serve``), or one engine's record at the top level;
+    ``failures``, the record's own verdict (a parity run's: one line per failure, none: passed)."""
     runs: dict[str, EngineRun] = None        # may be absent, never null
+    failures: Optional[list[str]] = None
+    interrupted: Text = None                 # where a time limit or Ctrl-C cut the run (absent: it ran out)
+    tp: Int = None
+    checkpoint: Optional[Weights] = None
     serve: Optional[EngineRun] = None
     parity_pairs: Optional[list[Pair]] = None
     parity_vs_ours: Optional[dict[str, Pair]] = None

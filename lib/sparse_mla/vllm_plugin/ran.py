@@ -233,11 +233,18 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     w = ran.get("weights") or {}
     if load is not None and w.get("load_format") != load:
         out.append(f"weights: asked load_format {load}, the engine loaded {w}")
+    if "load_format" in asked and load is None and w.get("load_format") == "gguf":
+        out.append(f"weights: a safetensors checkpoint asked, the engine loaded {w}")
     if load == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
         out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")
     method = asked.get("speculative")
     if method and not (ran.get("speculative") or {}).get("drafts"):
         out.append(f"speculative: {method} asked, the engine made no draft ({ran.get('speculative')})")
+    if not method and "speculative" in asked and (ran.get("speculative") or {}).get("drafts"):
+        out.append(f"speculative: none asked, the engine made drafts ({ran.get('speculative')})")
+    device = ran.get("device_capability")
+    if want_cap is None and device is not None and device != cap:
+        out.append(f"capability: no simulation asked, vLLM saw {cap} on a {device} device")
     wrong = {k: v for k, v in targets.items() if v != [f"sm{cap.replace('.', '')}"]}
     if wrong:
         out.append(f"triton_targets: vLLM saw capability {cap}, Triton generated {wrong}")

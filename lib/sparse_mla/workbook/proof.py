@@ -38,11 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError, expand_path
+from ..files import DuplicateKey, no_duplicate_keys
 from ..records import blocks, schema, tables
 from ..records.common import Table, markdown
 from ..vllm_plugin.ran import contradictions
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
+#: What a record that claims proof must also name: the GPU it ran on and its capability, read in the process.
+PROOF_HEADER = ("gpu", "capability")
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ def said_failed(rec: dict) -> list[str]:
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
     the run short) and a serving benchmark's ``complete: false``."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
-    died.add(f"parity run {rec.get('interrupted')}")                                               # said below
+    if rec.get("interrupted"):
+        died.add(f"parity run {rec['interrupted']}")                                               # said below
     out = [f"it says it failed: {str(f)[:160]}" for f in (rec.get("failures") or [])
            if isinstance(rec.get("failures"), list) and f not in died]
     out += [f"{k} says what ran contradicts what was asked: {c}" for k, r in engine_runs(rec).items()
@@ -93,7 +97,8 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
     cap = env.get("capability")
     if not isinstance(cap, str):
         return []
-    out = []
+    out = [f"the header's GPU {env.get('gpu')!r} is a {name} (capability {c}), not capability {cap}"
+           for name, c in gpu_presets_named(env.get("gpu")) if c != cap]
     for k, r in with_ran.items():
         ran = r["ran"] if isinstance(r.get("ran"), dict) else {}
         device = ran.get("device_capability")
@@ -104,6 +109,19 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
             out.append(f"{k}: the header's GPU ({env.get('gpu')}, capability {cap}) is not the device the engine "
                        f"read ({device})")
     return out
+
+
+def gpu_presets_named(gpu) -> list[tuple[str, str]]:
+    """``(preset, capability)`` of the diagnosis's GPU presets (:data:`sparse_mla.diagnose.request.GPUS`) whose name
+    a GPU name holds as a word (``NVIDIA A100-SXM4-80GB`` -> ``a100``, 8.0)."""
+    import re
+
+    from ..diagnose.request import GPUS
+
+    if not isinstance(gpu, str):
+        return []
+    words = " " + re.sub(r"[^A-Z0-9]+", " ", gpu.upper()) + " "
+    return [(k, p.capability) for k, p in GPUS.items() if f" {k.upper().replace('-', ' ')} " in words]
 
 
 def unknown_names(run: dict) -> list[str]:
@@ -142,7 +160,27 @@ def engine_runs(rec: dict) -> dict[str, dict]:
         if isinstance(rec.get("serve"), dict):
             out["serve"] = rec["serve"]
         return out
-    return {"engine": rec} if "layers" in rec or "ran" in rec or "backend_requested" in rec else {}
+    if "layers" in rec or "ran" in rec or "backend_requested" in rec:
+        return {"engine": rec, **({"serve": rec["serve"]} if isinstance(rec.get("serve"), dict) else {})}
+    return {}
+
+
+def _spec_mismatch(name, backend: str, indexer: str, cap) -> str | None:
+    """Where a run's spec name (``run``: ``BACKEND[+TRITON_DSA_INDEXER][@M.m]``) says another backend, indexer or
+    simulated capability than its request fields: the line; None where they agree or the name is no run spec (the
+    serving benchmark's ``+mtp`` names)."""
+    from ..launch.specs import parse_run_spec
+
+    if not isinstance(name, str):
+        return None
+    try:
+        spec = parse_run_spec(name)
+    except UserInputError:
+        return None
+    if (spec.backend, spec.indexer) != (backend, indexer) or (spec.capability and spec.capability != cap):
+        return (f"run spec {name!r} is not the request (backend_requested {backend!r}, indexer {indexer!r}, "
+                f"simulated_capability {cap!r})")
+    return None
 
 
 def asked(run: dict, rec: dict) -> dict | str:
@@ -160,10 +198,15 @@ def asked(run: dict, rec: dict) -> dict | str:
     cap = run.get("simulated_capability")
     if cap is not None and not isinstance(cap, str):
         return f"simulated_capability {cap!r} is not 'M.m'"
+    mismatch = _spec_mismatch(run.get("run"), backend, indexer, cap)
+    if mismatch:
+        return mismatch
     out = {"backend_requested": backend, "indexer": indexer, "capability": cap or (sim and sim["capability"])}
     weights = run.get("checkpoint", rec.get("checkpoint"))
-    if isinstance(weights, dict) and isinstance(weights.get("load_format"), str):
-        out["load_format"] = weights["load_format"]     # a GGUF: through vllm-gguf-plugin with our adapter
+    # what launch asked: gguf through our adapter, or vLLM's default (also where the record names no checkpoint)
+    out["load_format"] = weights.get("load_format") if isinstance(weights, dict) else None
+    if cap is not None and sim is not None and sim["capability"] != cap:
+        return f"simulated_capability {cap!r} and simulated {sim['capability']!r} disagree"
     scfg = run.get("speculative_config")
     if scfg:
         if not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str):
@@ -171,8 +214,8 @@ def asked(run: dict, rec: dict) -> dict | str:
         from ..launch.specs import RunSpec, drafter_backend
 
         out["draft_backend"] = drafter_backend(RunSpec(backend, indexer), scfg)
-        if "layers" in run:   # an offline engine reads its speculative counters (a server's are the benchmark's)
-            out["speculative"] = scfg["method"]
+    if "layers" in run:       # an offline engine reads its speculative counters (a server's are the benchmark's)
+        out["speculative"] = scfg["method"] if scfg else None
     return out
 
 
@@ -202,14 +245,15 @@ def _judge(path: str, obj) -> Verdict:
         return Verdict(path, "invalid", f"not a record as the project writes it: {shape[0]}{more}")
     gaps = header_gaps(obj)
     runs = engine_runs(obj)
-    failed = [r for r in runs.values() if r.get("error")]
-    live = {k: r for k, r in runs.items() if not r.get("error")}
+    failed = [r for r in runs.values() if "error" in r and r["error"] is not None]    # "" too: no writer makes it
+    live = {k: r for k, r in runs.items() if r not in failed}
     with_ran = {k: r for k, r in live.items() if "ran" in r}
     if not with_ran:
         what = (["no engine run"] if not runs else
                 ([f"no ran block in {', '.join(live)}"] if live else []) + ([f"{len(failed)} engine(s) failed"]
                                                                             if failed else []))
         return Verdict(path, "unproven", "; ".join([*what, *gaps]))
+    gaps += [f"no {k}" for k in PROOF_HEADER if not _known((obj.get("environment") or {}).get(k))]
     if gaps:
         return Verdict(path, "invalid", "; ".join(gaps))
     _vllm_importable()
@@ -268,7 +312,7 @@ def check(paths: list[str]) -> list[Verdict]:
     verdicts = []
     for f in record_files(paths):
         try:
-            obj = json.loads(f.read_text(), object_pairs_hook=_no_duplicate_keys)
+            obj = json.loads(f.read_text(), object_pairs_hook=no_duplicate_keys)
         except DuplicateKey as e:
             verdicts.append(Verdict(str(f), "invalid", f"not a record as the project writes it: {e}"))
             continue
@@ -279,27 +323,23 @@ def check(paths: list[str]) -> list[Verdict]:
     return verdicts
 
 
-class DuplicateKey(ValueError):
-    """A JSON object with a key twice (no writer of ours makes one; ``json`` would keep the last)."""
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise DuplicateKey(f"the key {k!r} appears twice in one object (the last would silently win)")
-        out[k] = v
-    return out
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def paths_under(base: Path, args: list[str]) -> list[str]:
+    """The record paths of a table's arguments, relative to ``base`` (default ``results``). Raises
+    :class:`UserInputError` for an empty one (it would name ``base`` itself)."""
+    if any(not str(a).strip() for a in args):
+        raise UserInputError(f"records path {next(a for a in args if not str(a).strip())!r} is empty; accepted: "
+                             f"record files or folders")
+    return [str(Path(base) / a) for a in (args or ["results"])]
 
 
 def proof_table(args: list[str], base: Path) -> str:
     """``proof [PATH ...]``: the verdict on every run record under the paths (default ``results``, relative to
     ``base``), one row each, then the counts; the same verdicts as ``sparse-mla records check``."""
-    verdicts = [v for v in check([str(Path(base) / a) for a in (args or ["results"])]) if v.status != "skipped"]
+    verdicts = [v for v in check(paths_under(base, args)) if v.status != "skipped"]
     rows = [[f"`{os.path.relpath(v.path, base)}`", v.status, v.reason or None] for v in verdicts]
     counts = ", ".join(f"{sum(v.status == s for v in verdicts)} {s}" for s in ("proven", "unproven", "invalid"))
     return markdown(["record", "verdict", "why"], rows, [f"{_plural(len(verdicts), 'run record')}: {counts} "

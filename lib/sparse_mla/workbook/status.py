@@ -58,7 +58,7 @@ def status_table(args: list[str], base: Path) -> str:
     """The table (module docstring) over the records under ``args`` (default ``results``, relative to ``base``)."""
     from ..diagnose.request import GPUS
 
-    runs = our_runs([str(Path(base) / a) for a in (args or ["results"])])
+    runs = our_runs(proof.paths_under(base, args))
     rows = []
     for label, (preset, tp) in MACHINES.items():
         cap = GPUS[preset].capability
