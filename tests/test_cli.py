@@ -134,6 +134,7 @@ NON_ASCII_NUMBERS = [
     (["records", "table", "kernel-cases", "results/h200/bench_kernel_h200.json", "9" * 5000 + ":1"], "is not H:T"),
     (["records", "table", "kernel-cases", "results/h200/bench_kernel_h200.json", "²:1"], "case '²:1' is not H:T"),
     (["run", "--timeout", "５"], "invalid int value: '５'"),
+    (["diagnose", "--tp", "1" * 32], "accepted: an integer in ASCII digits (at most 30 of them)"),   # issue 47
 ]
 
 

@@ -24,7 +24,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with the workbook's contract for bad input: one line naming the value and what is accepted, exit
     status 2 (argparse's own prints the usage first and, for a wrong type, not what is accepted)."""
 
-    _ACCEPTED = {"invalid int value": "an integer in ASCII digits", "invalid float value": "a number in ASCII digits",
+    _ACCEPTED = {"invalid int value": "an integer in ASCII digits (at most 30 of them)",
+                 "invalid float value": "a number in ASCII digits",
                  "invalid Path value": "a path"}
 
     def error(self, message: str):

@@ -110,8 +110,17 @@ def _try_a_folder_in(q, p, path, what: str) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".sparse-mla-probe-", dir=q))
     except OSError as e:
         where = "" if q == p else f" ({str(q)!r}, where it would be made, refuses a new folder)"
-        raise UserInputError(f"{what} {str(path)!r} cannot be written{where}: {e.strerror or e}; accepted: a "
-                             f"writable directory") from None
+        raise UserInputError(f"{what} {str(path)!r} cannot be written{where}: {e.strerror or e}; accepted: "
+                             f"{what_would_fix(e)}") from None
+
+
+def what_would_fix(e: OSError) -> str:
+    """What a user can change when the OS refuses a new folder or file with ``e``: free space (``ENOSPC``,
+    ``EDQUOT``), a shorter name (``ENAMETOOLONG``), else a writable directory with free space."""
+    import errno
+
+    return {errno.ENOSPC: "free space on that disk (it is full)", errno.EDQUOT: "free space within your disk quota",
+            errno.ENAMETOOLONG: "a shorter name"}.get(e.errno, "a writable directory with free space")
 
 
 def _refuse_the_workbooks_own_folders(p, path, what: str) -> None:

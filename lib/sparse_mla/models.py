@@ -192,7 +192,8 @@ class ModelGeometry:
 POSITIVE_DIMENSIONS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
                        "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
                        "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                       "index_topk", "index_head_dim", "index_n_heads", "n_routed_experts", "num_experts_per_tok")
+                       "index_topk", "index_head_dim", "index_n_heads", "n_routed_experts", "num_experts_per_tok",
+                       "index_topk_freq")
 
 
 #: Upper bounds checked before vLLM builds anything (the diagnosis builds vLLM's model on the meta device, one module

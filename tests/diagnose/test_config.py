@@ -175,3 +175,19 @@ def test_quantized_indexer_types_checkpoint_runs_uninitialized_indexers(tmp_path
         return
     [b] = [b for b in rec["blockers"] if "layer 1 " in b["reason"]]
     assert "uninitialized weights" in b["reason"] and "'fp8'" in b["reason"] and "not initialized" not in b["reason"]
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"index_topk_pattern": "FX"}, "vLLM cannot load the config of model '{m}': KeyError 'X' (in index_topk_pattern "
+                                   "= 'FX')"),
+    ({"index_topk_freq": 0}, "config '{m}' has index_topk_freq = 0, which must be a positive integer"),
+])
+def test_a_config_value_vllm_cannot_use_is_named_with_its_field(run_cli, tmp_path, change, says):
+    """Issue 47's unclear messages: transformers' KeyError of a pattern's letter names the field holding it; an
+    index_topk_freq of 0 (vLLM's model code divides by it) is refused as the bad value it is, not a blocker."""
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "config.json").write_text(json.dumps({**PRESET_CONFIGS["glm-5"], **change}))
+    rc, out, err = run_cli("--model", str(m), "--capability", "9.0")
+    lines = err.strip().splitlines()
+    assert rc == 2 and out == "" and len(lines) == 1 and says.format(m=m) in lines[0], lines

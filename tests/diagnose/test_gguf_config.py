@@ -78,7 +78,7 @@ def test_a_config_elsewhere_is_diagnosed_as_the_config_beside_the_gguf(setup, be
     paths = ("config_source", "tokenizer", "serve")
     assert {k: v for k, v in got.items() if k not in paths} == {k: v for k, v in want.items() if k not in paths}
     assert want["config_source"] == {"folder": str(ck), "flag": gguf_config.BESIDE, "decided_by": gguf_config.NO_FLAG,
-                                     "config_json": True}
+                                     "config_json": True, "quantization_config": None}
     assert got["config_source"]["folder"] == str(config) and got["config_source"]["flag"] == flag
     assert got["config_source"]["decided_by"] == (gguf_files.PLUGIN if PLUGIN else gguf_config.RULE_HERE)
     assert got["tokenizer"] == str(config) and want["tokenizer"] == str(ck)
@@ -269,3 +269,29 @@ def test_a_tilde_in_a_flag_is_expanded_in_the_serve_line(setup, monkeypatch):
     info = read_gguf(alone / "model-Q8_0.gguf", hf_config_path=f"~/{config.name}", tokenizer=f"~/{config.name}")
     assert info["config_source"]["folder"] == str(config)
     assert info["serve_flags"] == ["--hf-config-path", str(config), "--tokenizer", str(config)]
+
+
+def test_the_config_json_vllm_reads_is_the_one_diagnosed_not_the_metadata(setup, tmp_path):
+    """Issue 47 item 2: keys the metadata does not carry (or carries otherwise) come from the config.json vLLM reads:
+    a max_position_embeddings of 1M and index_topk_pattern "FS" beside the GGUF are diagnosed as the same config.json
+    in its checkpoint folder is (vLLM's indexer layers [0], the memory stage at 1M tokens); an FP8 checkpoint's
+    quantization_config copied beside the GGUF is vllm-gguf-plugin's to override (the record says so) and changes
+    nothing else."""
+    ck = setup[0]
+    folder = tmp_path / "edited"
+    shutil.copytree(ck, folder)
+    cfg = json.loads((ck / "config.json").read_text())
+    edited = {**cfg, "max_position_embeddings": 2**20, "index_topk_pattern": "FS"}
+    (folder / "config.json").write_text(json.dumps(edited))
+    gguf_rec = diagnose(str(folder / "model-Q8_0.gguf"), "9.0", "auto", with_plugin=True)
+    dir_rec = diagnose(str(folder), "9.0", "auto", with_plugin=True)
+    assert gguf_rec["indexer_layers"] == dir_rec["indexer_layers"] == [0]
+    assert gguf_rec["memory"]["max_model_len"] == dir_rec["memory"]["max_model_len"] == 2**20
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+    (folder / "config.json").write_text(json.dumps({**edited, "quantization_config": fp8}))
+    with_qc = diagnose(str(folder / "model-Q8_0.gguf"), "9.0", "auto", with_plugin=True)
+    note = with_qc["checkpoint"]["config_source"].pop("quantization_config")
+    assert note.startswith("config.json's quantization_config (quant_method 'fp8') does not apply: vllm-gguf-plugin")
+    assert gguf_rec["checkpoint"]["config_source"].pop("quantization_config") is None
+    assert {k: with_qc[k] for k in SAME} == {k: gguf_rec[k] for k in SAME}
+    assert with_qc["checkpoint"] == gguf_rec["checkpoint"]

@@ -344,3 +344,15 @@ def test_the_serve_line_carries_the_expanded_path(models, tmp_path, monkeypatch)
     for given, serves in ((f"~/{name}:Q8_0", f"{models[0]}:Q8_0"), (f"~/{name}/{SHARDS[2]}", str(models[0] / SHARDS[0]))):
         serve = diagnose(given, "8.0", "auto")["checkpoint"]["serve"]
         assert serve.split()[2] in (serves, f"'{serves}'") and "~" not in serve, serve
+
+
+@pytest.mark.skipif(NO_PLUGIN is not None, reason=NO_PLUGIN or "")
+def test_dir_quant_in_a_folder_named_like_a_glob_says_why_the_plugin_finds_nothing(models, tmp_path):
+    """Issue 47: vllm-gguf-plugin's resolve_local_gguf globs the folder's name unescaped, so in ``gb[1]`` it finds
+    none of the files it lists; the refusal says so (it listed the matching files as if they did not match)."""
+    folder = tmp_path / "gb[1]"
+    shutil.copytree(models[0], folder)
+    with pytest.raises(UserInputError, match=r"resolve_local_gguf finds no file in .*gb\[1\].* reads the folder's "
+                                             r"name as a glob pattern"):
+        read_gguf(f"{folder}:Q8_0")
+    assert read_gguf(str(folder / SHARDS[0]))["files"] == SHARDS              # the accepted way round it

@@ -44,6 +44,29 @@ def test_heads_and_paths(H, split):
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("H, split, dtype", [(8, 1, torch.float32), (16, 4, torch.float32), (8, 2, torch.float16)])
+def test_a_nope_head_of_512_scores_the_latent_alone(H, split, dtype):
+    """GLM-5.3-Flash's NoPE MLA (issue 51 item 1): ``qk_rope_head_dim`` 0, so ``q_pe`` is ``[T, H, 0]`` and each
+    cache row is the 512-wide latent alone; against the float64 reference on the same tensors. A kernel that read
+    64 rope columns past the row would read the next row's latent (the reference does not)."""
+    from sparse_mla.kernels.cases import random_indices, random_q
+
+    g = torch.Generator().manual_seed(5100 + H + split)
+    q_nope, _ = random_q(3, H, g, dtype=dtype)
+    q_pe = q_nope[..., :0]
+    kv = torch.randn(8, 16, DL, generator=g).to(dtype)
+    idx = random_indices(3, 96, 8 * 16, g, pad="end")
+    out, _ = check(q_nope, q_pe, kv, idx, 192 ** -0.5, num_splits=split)
+    with_rope = torch.cat([kv, torch.randn(8, 16, DR, generator=g).to(dtype)], dim=-1)   # a rope part changes it
+    other, _ = sparse_mla_attention_ref(q_nope, torch.randn(3, H, DR, generator=g).to(dtype), with_rope, idx,
+                                        192 ** -0.5)
+    assert not torch.allclose(out.double(), other.double(), atol=1e-3)
+    with pytest.raises(UserInputError, match=r"q_pe last dimension 0 is not accepted"):
+        sparse_mla_attention(q_nope, q_pe, torch.zeros(8, 16, 656, dtype=torch.uint8), idx, 0.1,
+                             kv_cache_dtype="fp8_ds_mla")
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("pad", ["none", "end", "middle", "all", "rows"])
 @pytest.mark.parametrize("T", [1, 4])
 def test_padding(pad, T):

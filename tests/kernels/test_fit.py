@@ -189,3 +189,42 @@ def test_user_gpu_decode_and_prefill_tiles_fit():
             cap = tuple(int(x) for x in r["capability"].split("."))
             assert r["shared"] is not None and r["shared"] <= DEVICE_LIMITS[cap].smem_per_block, r
             assert r["programs_per_sm"] >= 1, r
+
+
+NOPE_SCRIPT = r"""
+import json, sys, torch
+from sparse_mla.kernels import DEVICE_LIMITS, choose_config
+from sparse_mla.kernels.aot import compile_for
+caps, shapes = json.loads(sys.argv[1])
+rows = []
+for cap in map(tuple, caps):
+    for T, H in shapes:
+        cfg = choose_config(T, H, 2176, torch.bfloat16, torch.device("cpu"), capability=cap, limits=DEVICE_LIMITS[cap])
+        for split in sorted({cfg.split, False}):
+            k = compile_for(cfg, torch.bfloat16, cap, split=split, DL=512, DR=0)
+            rows.append({"cap": list(cap), "T": T, "H": H, "split": split, "shared": int(k.metadata.shared),
+                         "limit": DEVICE_LIMITS[cap].smem_per_block})
+print(json.dumps(rows))
+"""
+
+
+def _nope_fits(caps, shapes):
+    env = {**os.environ, "TRITON_INTERPRET": "0", "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, "-c", NOPE_SCRIPT, json.dumps([caps, shapes])], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    assert rows and all(x["shared"] <= x["limit"] for x in rows), rows
+    return rows
+
+
+def test_nope_head_512_tiles_fit_the_users_gpu_and_an_a100():
+    """GLM-5.3-Flash's NoPE head (512 latent, no rope; index rows of 2176 = 2048 + 16 - 1 rounded up to 128): the
+    planner's bf16 tiles at 8 heads, decode and prefill, compiled ahead of time for sm_120 and sm_80, fit."""
+    assert len(_nope_fits([[12, 0], [8, 0]], [[1, 8], [4096, 8]])) >= 4
+
+
+@pytest.mark.slow
+def test_nope_head_512_tiles_fit_every_gpu_we_plan_for():
+    """The same for sm_80/86/89/90/120 at 8 and 64 heads (TP 8 and TP 1 of a 64-head model)."""
+    _nope_fits([[8, 0], [8, 6], [8, 9], [9, 0], [12, 0]], [[1, 8], [4096, 8], [1, 64], [4096, 64]])

@@ -727,3 +727,21 @@ def test_an_out_that_cannot_be_replaced_is_left_as_it_was_with_nothing_beside_it
         assert isinstance(e.value, UserInputError) and "cannot be renamed (Device or resource busy" in str(e.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("code, says", [("ENOSPC", "free space on that disk (it is full)"),
+                                        ("ENAMETOOLONG", "a shorter name"),
+                                        ("EIO", "a writable directory with free space")])
+def test_a_folder_that_cannot_be_made_next_to_out_names_the_cause(tmp_path, monkeypatch, code, says):
+    """Issue 47: a full disk was told to pick "a shorter name"; the fix named follows the OS's reason (the
+    parent folder's probe, errors.writable_dir, meets it first)."""
+    import errno
+    import tempfile
+
+    def refuse(*a, **k):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    with pytest.raises(UserInputError, match=re.escape(f"accepted: {says}")):
+        ck.make_checkpoint(tmp_path / "out", index_topk=128)
+    assert list(tmp_path.iterdir()) == []

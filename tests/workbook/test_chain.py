@@ -208,6 +208,25 @@ def test_a_profile_parameter_the_notebook_does_not_have_is_refused_by_name(proje
     assert done.is_file()
 
 
+@pytest.mark.parametrize("value, shown", [("2", "'2' (str)"), (True, "True (bool)"), ([2], "[2] (list)")])
+def test_a_profile_value_of_another_kind_than_the_default_is_refused_by_name(project, monkeypatch, capsys, value,
+                                                                             shown):
+    """A YAML ``"false"`` for a ``False`` default would run the notebook into an error deep inside (``KeyError:
+    'selected'`` in 01): the kind of the parameters cell's default is the one accepted, before any notebook runs."""
+    root, nbs = project
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"01_a": {"x": value}})
+    before = _tree(root)
+    assert cli.main(["run", "--profile", "cpu", "--out-dir", str(root / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"profile 'cpu': 01_a's x = {shown}; accepted: an integer" in err[0], err
+    assert _tree(root) == before
+    chain._check_parameter_type("p", "nb", "flag", False, "False")
+    with pytest.raises(UserInputError, match=r"nb's flag = 'false' \(str\); accepted: true or false"):
+        chain._check_parameter_type("p", "nb", "flag", "false", "False")
+    chain._check_parameter_type("p", "nb", "ratio", 2, "0.5")          # an integer is a number
+    chain._check_parameter_type("p", "nb", "anything", "x", "None")    # None takes anything
+
+
 def test_the_committed_profiles_name_only_parameters_the_notebooks_have():
     root = chain.project_root()
     nbs = chain.discover(root / "notebooks")

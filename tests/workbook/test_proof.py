@@ -333,3 +333,14 @@ def test_table_paths_may_not_be_empty_and_tables_refuse_duplicate_keys(tmp_path)
     (tmp_path / "v.json").write_text('{"environment": {"gpu": "G"}, "environment": {"gpu": "H"}, "sweep": []}')
     with pytest.raises(UserInputError, match="'environment' appears twice"):
         tables.render("kernel-sweep", ["v.json"], tmp_path)
+
+
+def test_a_record_with_a_byte_order_mark_or_broken_json_says_why(tmp_path):
+    """Not a bare JSONDecodeError: the byte-order mark named, else the decoder's message and place."""
+    (tmp_path / "bom.json").write_text("\ufeff{}", encoding="utf-8")
+    (tmp_path / "cut.json").write_text('{"a": 1,\n')
+    got = {Path(v.path).name: (v.status, v.reason) for v in proof.check([str(tmp_path)])}
+    assert got["bom.json"] == ("invalid", "not readable JSON (it starts with a UTF-8 byte-order mark, which no writer "
+                                          "of ours makes)")
+    assert got["cut.json"][0] == "invalid" and got["cut.json"][1].startswith("not readable JSON (Expecting "), got
+    assert "at line 2 column 1" in got["cut.json"][1]

@@ -98,9 +98,27 @@ def load_hf_config(path: Path, name: str):
         # on one line: transformers' validation errors put the reason on the line after "Validation error for field
         # 'x':"; the folder vLLM read may be a temporary copy of the user's config.json, named as the user named it
         first = (" ".join(str(e).replace(str(path), name).split()) or type(e).__name__)[:300]
+        if isinstance(e, KeyError):          # transformers' lookup of a config value's part: say which value holds it
+            first = f"KeyError {first}{_holding(path, e.args[0] if e.args else None)}"
         raise UserInputError(f"vLLM cannot load the config of model {name!r}: {first}; accepted: a Hugging Face "
                              f"config.json with a model_type vLLM or transformers knows (e.g. glm_moe_dsa, "
                              f"deepseek_v32)") from None
+
+
+def _holding(path: Path, key) -> str:
+    """`` (in FIELD = VALUE)`` for the config.json fields whose text value holds ``key`` (a KeyError's key, e.g. the
+    'X' of index_topk_pattern "FX"), else ""."""
+    from ..files import read_json
+
+    try:
+        cfg = read_json(path / "config.json")
+    except Exception:  # noqa: BLE001 - only a hint
+        return ""
+    if not isinstance(key, str) or not key or not isinstance(cfg, dict):
+        return ""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    held = [f"{k} = {v!r}" for k, v in text.items() if isinstance(v, str) and key in v and k != "model_type"]
+    return f" (in {', '.join(held[:2])})" if held else ""
 
 
 def engine_config(req: Request, path: Path, backend: str | None) -> tuple[Any, dict[str, Any]]:

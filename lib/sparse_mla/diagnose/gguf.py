@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError, expand_path
+from ..models import text_config
+from . import gguf_files
+from .gguf_tensors import tensor_problem
 
 
 def is_gguf_file(model) -> bool:
@@ -127,27 +130,58 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
     name, as ``vllm serve --hf-config-path`` / ``--tokenizer`` take them) of a
     ``glm-dsa`` GGUF ``--model`` (a file, any shard of a split model, or ``DIR:QUANT``), read as vllm-gguf-plugin
     reads it (:mod:`sparse_mla.diagnose.gguf_files`): the metadata from the first shard, the tensors from all. Raises
-    :class:`UserInputError` for a missing shard or file, a file gguf-py cannot read, another architecture, missing
-    metadata, missing indexer tensors (over all shards), a flag's folder that is missing or has no config.json, or a
+    :class:`UserInputError` for a missing shard or file, a tensor held by two shards, a file gguf-py cannot read,
+    another architecture, missing metadata, missing indexer tensors (over all shards), a flag's folder that is missing or has no config.json, or a
     config.json that describes another model (:func:`config_record`)."""
     from ..extras import require
 
     require("diagnose --model FILE.gguf", "gguf")
-    from ..vllm_plugin.gguf_adapter import check_indexer_tensors, config_from_gguf
+    from ..vllm_plugin.gguf_adapter import check_indexer_tensors, check_shards, config_from_gguf
     from .gguf_files import model_files
 
     files, discovery = model_files(path)
     readers = [_reader(f, path) for f in files]
     _check_split(readers, files)
+    check_shards(readers, files, str(path))         # a tensor twice (shards of two splits mixed), before what lacks
     tensors = [t for r in readers for t in r.tensors]
     names = [t.name for t in tensors]
     cfg = config_from_gguf(readers[0], names)   # the metadata: the first shard's; the tensors: every shard's
     check_indexer_tensors(names, cfg["num_hidden_layers"], str(path))
     types = Counter(t.tensor_type.name for t in tensors)
-    return {"model": str(path), "path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
+    info = {"model": str(path), "path": str(files[0]), "files": [f.name for f in files], "discovery": discovery,
             "file_type": file_type(readers[0]), "tensor_types": dict(sorted(types.items())), "tensors": names,
             "tensor_sizes": [(t.name, t.tensor_type.name, int(t.n_elements), int(t.n_bytes)) for t in tensors],
             "config": cfg, **config_record(files[0], cfg, hf_config_path, tokenizer)}
+    vllm_cfg, info["quantization_config_overridden"] = vllm_config(info)
+    info["tensor_problem"] = tensor_problem(readers, files, text_config(vllm_cfg), str(path))
+    return info
+
+
+def vllm_config(info: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``(config, note)``: the config vLLM builds a GGUF model from -- the ``config.json`` it reads (beside the file
+    or named by a flag: :func:`config_record`), else the one the GGUF's metadata describes (a folder without one is
+    the folder wall's) -- and, where that config.json has a ``quantization_config`` (an FP8 checkpoint's, copied
+    beside its GGUF), why it is not the model's: vllm-gguf-plugin sets ``--quantization gguf`` and its
+    ``GGUFConfig.override_quantization_method`` then takes the place of the config's method (asked where the
+    plugin is importable; its rule applied here where not). The returned config has no ``quantization_config``."""
+    cfg = info.get("config_json")
+    if not isinstance(cfg, dict):
+        return info["config"], None
+    text = text_config(cfg)
+    qc = text.get("quantization_config", cfg.get("quantization_config"))
+    if qc is None:
+        return cfg, None
+    decide = gguf_files._plugin("quantization.config", "GGUFConfig")
+    method = decide.override_quantization_method(qc if isinstance(qc, dict) else {}, "gguf") if decide else "gguf"
+    if method != "gguf":
+        return cfg, None                                   # the plugin keeps it: vLLM's config stage judges it
+    drop = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    if isinstance(drop.get("text_config"), dict):
+        drop["text_config"] = {k: v for k, v in drop["text_config"].items() if k != "quantization_config"}
+    quant = qc.get("quant_method") if isinstance(qc, dict) else qc
+    who = "GGUFConfig.override_quantization_method" if decide else "its GGUFConfig's rule, applied here"
+    return drop, (f"config.json's quantization_config (quant_method {quant!r}) does not apply: vllm-gguf-plugin loads "
+                  f"the GGUF with --quantization gguf ({who})")
 
 
 def load_gguf(model, quantization: str | None = None, hf_config_path=None, tokenizer=None):
@@ -163,7 +197,7 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
     from .request import QUANTIZATIONS
 
     info = read_gguf(model, hf_config_path, tokenizer)
-    geometry = replace(geometry_from_config(info["config"], str(model)), source=info["path"])
+    geometry = replace(geometry_from_config(vllm_config(info)[0], str(model)), source=info["path"])
     GGUF_FILES[info["path"]] = info
     base = info["file_type"].split("_")
     name = "gguf-" + "_".join(base[:2] if len(base) > 2 else base).lower()
@@ -234,7 +268,7 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
 
     # the config vLLM builds the model from: the config.json it reads (beside the GGUF or named by a flag), else the
     # one the GGUF's metadata describes (a folder without one is the folder wall's)
-    hf = _hf_config(info.get("config_json") or info["config"])
+    hf = _hf_config(text_config(vllm_config(info)[0]))
     mine = adapter_class()
     cls = next((c for c in ([mine] if ours else []) + [c for c in _ADAPTER_REGISTRY if c is not mine]
                 if c.matches(hf)), GGUFWeightsAdapter)
@@ -270,9 +304,11 @@ def gguf_wall(info: dict, with_plugin: bool) -> dict[str, Any]:
         installed = False
     loader = ours if with_plugin else plugin if installed else (stock or plugin)
     folder = folder_wall(info)
+    tensors = info.get("tensor_problem")
+    said = tensors if tensors and not (loader and tensors in loader) else None   # the plan may have said it
     return {"stock": stock or "ok", "vllm_gguf_plugin": plugin or "ok", "with_plugin": ours or "ok",
-            "vllm_gguf_plugin_installed": installed, "folder": folder or "ok",
-            "blocker": "; then: ".join(w for w in (loader, folder) if w) or None}
+            "vllm_gguf_plugin_installed": installed, "tensors": tensors or "ok", "folder": folder or "ok",
+            "blocker": "; then: ".join(w for w in (loader, said, folder) if w) or None}
 
 
 def folder_wall(info: dict) -> str | None:
@@ -313,6 +349,7 @@ def checkpoint_record(req) -> dict[str, Any]:
     return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,
             "files": info["files"], "discovery": info["discovery"], "tensor_types": info["tensor_types"],
             "wall": gguf_wall(info, req.with_plugin),
-            "config_source": {**info["config_source"], "config_json": info["config_json"] is not None},
+            "config_source": {**info["config_source"], "config_json": info["config_json"] is not None,
+                              "quantization_config": info.get("quantization_config_overridden")},
             "tokenizer_error": info["tokenizer_error"],
             "tokenizer": info["tokenizer"], "serve": serve}

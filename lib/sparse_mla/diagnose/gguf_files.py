@@ -18,6 +18,7 @@ Where vllm-gguf-plugin is not installed (it is the ``gguf`` extra), the same two
 """
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
@@ -93,6 +94,12 @@ def _resolve_local(folder: Path, quant: str) -> tuple[Path, str]:
         if found is not None:
             return Path(found), OURS
     there = sorted(p.name for p in folder.glob("*.gguf"))[:6]
+    if resolve is not None and glob.escape(str(folder)) != str(folder) and any(
+            fnmatch.fnmatch(n, pat) for n in there for pat in (f"*-{quant}.gguf", f"*-{quant}-*.gguf")):
+        raise UserInputError(f"model {f'{folder}:{quant}'!r}: vllm-gguf-plugin's resolve_local_gguf finds no file "
+                             f"in {str(folder)!r} although {there[0]!r} is of type {quant!r}: it reads the folder's "
+                             f"name as a glob pattern ('[', ']', '*', '?'); accepted: the folder renamed without "
+                             f"them, or the first shard's path as --model")
     raise UserInputError(f"model {f'{folder}:{quant}'!r}: no GGUF file of type {quant!r} in {str(folder)!r} (names "
                          f"*-{quant}.gguf or *-{quant}-NNNNN-of-NNNNN.gguf; there: {', '.join(there) or 'no .gguf'}); "
                          f"accepted: {ACCEPTED}")

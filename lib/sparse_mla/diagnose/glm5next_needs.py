@@ -61,7 +61,9 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
                          f"qk_head_dim^-0.5 = {nope}^-0.5 as vLLM's Glm5NextMLAAttention); ours is "
                          f"{layouts.LATENT_DIM} = {layouts.KV_LORA_RANK} latent + {layouts.ROPE_DIM} rope (head sizes "
                          f"{TritonMLASparseBackend.get_supported_head_sizes()}): "
-                         + ("; ".join(reasons) or "accepted by our validate_configuration")),
+                         + ("; ".join(reasons) or "accepted by our validate_configuration")
+                         + "; our kernel computes a NoPE head over a float cache (sparse_mla_attention with q_pe "
+                           "[T, H, 0]), which the backend does not take yet"),
            ("kv cache", (f"the selected backend's {kv} cache" if kv else
                          "no backend selected (the memory stage sizes the model dtype's cache)")
                         + (f", {row} B per token and MLA layer as vLLM's spec sizes it" if row else "")

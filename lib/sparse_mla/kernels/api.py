@@ -45,9 +45,10 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale, kv_cache_dtype="aut
             f"q_nope, q_pe and the cache of one dtype, bfloat16, float16 or float32 (a uint8 fp8_ds_mla cache needs "
             f"kv_cache_dtype='fp8_ds_mla')")
     for name, d in (("q_nope", DL), ("q_pe", DR)):
-        if d < 16 or d > 1024 or d & (d - 1):
+        if (d < 16 or d > 1024 or d & (d - 1)) and not (name == "q_pe" and d == 0 and not fp8):
             raise UserInputError(f"{name} last dimension {d} is not accepted; accepted: a power of two from 16 to 1024 "
-                                 f"(512 and 64 for DeepSeek-V3.2 / GLM-5)")
+                                 f"(512 and 64 for DeepSeek-V3.2 / GLM-5), or 0 for q_pe of a NoPE head with a float "
+                                 f"cache (GLM-5.3-Flash: 512 and 0)")
     if fp8 and (DL, DR) != (512, 64):
         raise UserInputError(f"q_nope / q_pe last dimensions {DL} / {DR} are not accepted with kv_cache_dtype="
                              f"'fp8_ds_mla'; accepted: 512 / 64 (the layout's kv_lora_rank and qk_rope_head_dim)")
@@ -127,7 +128,8 @@ def sparse_mla_attention(
     Args:
         q_nope: ``[T, H, kv_lora_rank=512]`` query absorbed into the latent space (``ql_nope`` in vLLM), bf16, fp16
             or fp32; any strides with a unit last stride (vLLM passes a strided view).
-        q_pe: ``[T, H, qk_rope_head_dim=64]`` rotary query part, same dtype; strided views accepted.
+        q_pe: ``[T, H, qk_rope_head_dim=64]`` rotary query part, same dtype; strided views accepted. ``[T, H, 0]``
+            for a NoPE MLA head (GLM-5.3-Flash: ``qk_rope_head_dim`` 0, head 512) with a float cache of 512-wide rows.
         kv_cache: ``[num_blocks, block_size, 576]`` contiguous paged latent cache (bf16, fp16 or fp32); per token
             ``c_kv (512) || k_pe (64)`` (vLLM's bf16 MLA cache layout; block size any, vLLM uses 64). With
             ``kv_cache_dtype="fp8_ds_mla"``: ``uint8 [num_blocks, block_size, 656]``, per token 512 e4m3 codes, 4

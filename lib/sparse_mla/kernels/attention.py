@@ -95,8 +95,11 @@ def _program_tiles(Q_nope, Q_pe, stride_qn_t, stride_qn_h, stride_qp_t, stride_q
     mask_h = offs_h < H
     q_nope = tl.load(Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h + tl.arange(0, DL)[None, :],
                      mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
-    q_pe = tl.load(Q_pe + t * stride_qp_t + offs_h[:, None] * stride_qp_h + tl.arange(0, DR)[None, :],
-                   mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    if DR > 0:
+        q_pe = tl.load(Q_pe + t * stride_qp_t + offs_h[:, None] * stride_qp_h + tl.arange(0, DR)[None, :],
+                       mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    else:   # NoPE MLA (GLM-5.3-Flash: qk_rope_head_dim 0): no rope part; a placeholder the kernel never reads
+        q_pe = tl.zeros([BLOCK_H, 16], dtype=DOT_DTYPE)
     start = s * CHUNK
     end = tl.minimum(start + CHUNK, TOPK)
     return t, offs_h, mask_h, dvb, s, q_nope, q_pe, start, end
@@ -146,7 +149,6 @@ def _sparse_mla_fwd_kernel(
         Q_nope, Q_pe, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, H, TOPK, CHUNK, DL, DR, BLOCK_H, BLOCK_DV,
         DOT_DTYPE)
     offs_dl = tl.arange(0, DL)
-    offs_dr = tl.arange(0, DR)
     offs_dv = dvb * BLOCK_DV + tl.arange(0, BLOCK_DV)
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -158,9 +160,10 @@ def _sparse_mla_fwd_kernel(
         valid = slot >= 0
         row = KV + slot.to(tl.int64)[:, None] * stride_kv_slot
         c_kv = tl.load(row + offs_dl[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
-        k_pe = tl.load(row + DL + offs_dr[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
         qk = _dot(q_nope, tl.trans(c_kv), tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32), IEEE)
-        qk = _dot(q_pe, tl.trans(k_pe), qk, IEEE)
+        if DR > 0:   # a NoPE head (DR 0) scores the latent alone
+            k_pe = tl.load(row + DL + tl.arange(0, DR)[None, :], mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+            qk = _dot(q_pe, tl.trans(k_pe), qk, IEEE)
         p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
         if BLOCK_DV == DL:
             v = c_kv

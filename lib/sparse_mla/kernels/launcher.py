@@ -99,6 +99,8 @@ def _launch(q_nope, q_pe, kv_cache, indices, sm_scale, out, lse, cfg: LaunchConf
     kernel = kernel_for(cfg.kv_cache_dtype, cfg.fp8_scales)
     common = dict(DL=DL, DR=DR, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n, BLOCK_DV=block_dv, DOT_DTYPE=dot_tl,
                   IEEE=ieee, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if DR == 0:   # a NoPE head: no rope part to read; the kernel never touches Q_pe (an empty tensor has no address)
+        q_pe = q_nope
     if fp8:   # the same storage read as uint8 (codes), float32 (scales) and bfloat16 (rope): views, no copies; the
         # fp8_ds_mla row is a constant of the fp8 kernels, the float kernel takes the row stride
         common["FP8_HW"] = cfg.fp8_hw

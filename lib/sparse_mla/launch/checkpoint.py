@@ -61,7 +61,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserInputError, cli_int, expand_path, writable_dir
+from ..errors import UserInputError, cli_int, expand_path, what_would_fix, writable_dir
 from ..files import is_write_failure, make_dir, write_failure
 from ..layouts import INDEX_TOPK_MULTIPLE
 from ..models import PRESET_CONFIGS as MODEL_PRESETS, require_vllm_model
@@ -549,7 +549,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     except OSError as e:
         raise UserInputError(f"checkpoint directory {str(out_dir)!r}: no folder can be made next to it ({e.strerror}); "
-                             f"accepted: a shorter name in a writable directory") from None
+                             f"accepted: {what_would_fix(e)}") from None
     try:
         (tmp / "config.json").write_text(json.dumps({**cfg, **CHECKPOINT_MARK}, indent=2, sort_keys=True) + "\n")
         if not config_only:

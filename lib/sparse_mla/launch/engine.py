@@ -105,7 +105,7 @@ def check_model(model: str | os.PathLike) -> Path:
     file is a ``glm-dsa`` GGUF with the DSA indexer tensors whose metadata agrees with the ``config.json`` beside it
     (:func:`sparse_mla.launch.gguf_reader.gguf_config`; vllm-gguf-plugin reads the config from the file's folder),
     that the folder passes :func:`check_model_dir`, and that our adapter's load plan takes the files (the engine's
-    own: :func:`sparse_mla.diagnose.gguf.gguf_wall`). Raises :class:`UserInputError` naming what is wrong."""
+    own: :func:`sparse_mla.diagnose.gguf.gguf_wall`) and the tensors' shapes fit the config. Raises :class:`UserInputError` naming what is wrong."""
     if not is_gguf_model(model):
         return check_model_dir(model)
     from ..extras import require
@@ -119,9 +119,10 @@ def check_model(model: str | os.PathLike) -> Path:
     require(what, "gguf", "vllm_gguf_plugin")
     from ..diagnose.gguf import gguf_wall, read_gguf
 
-    plan = gguf_wall(read_gguf(model), with_plugin=True)["with_plugin"]   # our adapter's load plan, as the engine's
-    if plan != "ok":
-        raise UserInputError(f"GGUF model {str(model)!r} would not load: {plan}")
+    wall = gguf_wall(read_gguf(model), with_plugin=True)   # our adapter's load plan (the engine's), the tensors' shapes
+    for why in (wall["with_plugin"], wall["tensors"]):
+        if why != "ok":
+            raise UserInputError(f"GGUF model {str(model)!r} would not load: {why}")
     return p
 
 

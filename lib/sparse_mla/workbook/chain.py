@@ -214,11 +214,37 @@ def _check_parameter_names(profile: str, params: dict, chain: list[Path]) -> Non
         given = params.get(nb.stem) or {}
         if not given:
             continue
-        declared = list(inspect_notebook(str(nb)))
+        cell = inspect_notebook(str(nb))
+        declared = list(cell)
         unknown = [k for k in given if k not in declared]
         if unknown:
             raise UserInputError(f"profile {profile!r}: {nb.stem} has no parameter {', '.join(map(repr, unknown))}; "
                                  f"accepted: {', '.join(declared)} (its parameters cell)")
+        for k, v in given.items():
+            _check_parameter_type(profile, nb.stem, k, v, cell[k]["default"])
+
+
+def _check_parameter_type(profile: str, notebook: str, key: str, value, default_text: str) -> None:
+    """A profile's value of the kind of the parameters cell's default (a YAML ``"false"`` for a ``False``, a text for
+    a number: the notebook would fail deep inside, e.g. ``KeyError: 'selected'``). A default of ``None`` takes
+    anything. Raises :class:`UserInputError` naming the key, the value and the kind accepted."""
+    import ast
+
+    try:
+        default = ast.literal_eval(default_text)
+    except (ValueError, SyntaxError):
+        return                                               # an expression: the notebook's to judge
+    kinds = [(bool, "true or false (YAML booleans, unquoted)"), (int, "an integer"), (float, "a number"),
+             (str, "a text"), (list, "a list")]
+    want = next(((t, what) for t, what in kinds if isinstance(default, t)), None)
+    if default is None or want is None:
+        return
+    t, what = want
+    ok = isinstance(value, bool) if t is bool else (not isinstance(value, bool) and isinstance(value, t)) or (
+        t is float and isinstance(value, int) and not isinstance(value, bool))
+    if not ok:
+        raise UserInputError(f"profile {profile!r}: {notebook}'s {key} = {value!r} ({type(value).__name__}); accepted: "
+                             f"{what}, as its parameters cell's default {default_text}")
 
 
 def _execute(nb: Path, tmp: Path, target: Path, parameters: dict, notebooks_dir: Path, kernel_name, progress: bool,

@@ -307,6 +307,16 @@ def record_files(paths: list[str]) -> list[Path]:
     return out
 
 
+def _why_unreadable(f: Path, e: BaseException) -> str:
+    """One line on why a file is no JSON: a byte-order mark (no writer of ours makes one), the decoder's message
+    and place, or the exception's name."""
+    if isinstance(e, json.JSONDecodeError):
+        if e.msg.startswith("Unexpected UTF-8 BOM"):
+            return "it starts with a UTF-8 byte-order mark, which no writer of ours makes"
+        return f"{e.msg} at line {e.lineno} column {e.colno}"
+    return type(e).__name__
+
+
 def check(paths: list[str]) -> list[Verdict]:
     """Verdicts on the JSON files under ``paths``: ``skipped`` for those that are not run records."""
     verdicts = []
@@ -317,7 +327,7 @@ def check(paths: list[str]) -> list[Verdict]:
             verdicts.append(Verdict(str(f), "invalid", f"not a record as the project writes it: {e}"))
             continue
         except (OSError, ValueError, RecursionError) as e:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            verdicts.append(Verdict(str(f), "invalid", f"not readable JSON ({type(e).__name__})"))
+            verdicts.append(Verdict(str(f), "invalid", f"not readable JSON ({_why_unreadable(f, e)})"))
             continue
         verdicts.append(judge(str(f), obj) if is_run_record(obj) else Verdict(str(f), "skipped", "not a run record"))
     return verdicts

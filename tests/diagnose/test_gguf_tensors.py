@@ -1,0 +1,96 @@
+"""A GGUF's tensors against the config vLLM reads, whichever loader would read them (issue 47 item 3): a split with a
+shard of another split (tensors twice) or of another model (an 8-head shard inside a 64-head split) is named, in the
+diagnosis with and without ``--with-plugin`` and in launch's check; the shape table is that of the files llama.cpp's
+layout gives, and every entry of it can fail."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf and test extras bring it)")
+
+from sparse_mla.diagnose import diagnose  # noqa: E402
+from sparse_mla.diagnose.gguf import read_gguf  # noqa: E402
+from sparse_mla.diagnose.gguf_tensors import expected_shapes, shape_problems  # noqa: E402
+from sparse_mla.errors import UserInputError  # noqa: E402
+from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
+
+SHARDS = [f"model-Q8_0-{i:05d}-of-00004.gguf" for i in range(1, 5)]
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory):
+    """{name: checkpoint}: the 64-head model split 12 tensors a shard, the same split 13 a shard, the 8-head model
+    split 12 a shard (the same shard names, split.no and split.count throughout)."""
+    root = tmp_path_factory.mktemp("tensors")
+    kw = dict(index_topk=256, seed=3, gguf=("Q8_0",))
+    return {"a": make_checkpoint(root / "a", gguf_split_max_tensors=12, **kw),
+            "b": make_checkpoint(root / "b", gguf_split_max_tensors=13, **kw),
+            "h8": make_checkpoint(root / "h8", gguf_split_max_tensors=12, num_heads=8, **kw)}
+
+
+def _mixed(splits, tmp_path, other: str):
+    """The 64-head split with its second shard taken from ``other``."""
+    out = tmp_path / f"with_{other}"
+    shutil.copytree(splits["a"], out)
+    shutil.copyfile(splits[other] / SHARDS[1], out / SHARDS[1])
+    return out
+
+
+def _shapes(folder):
+    return {t.name: tuple(int(s) for s in reversed(t.shape)) for n in SHARDS
+            for t in gguf.GGUFReader(str(folder / n)).tensors}
+
+
+def test_the_shape_table_is_the_files_and_each_entry_can_fail(splits):
+    """Every tensor of the model's own blocks and the top level has a shape in the table, and it is the file's (the
+    MTP-free fixture); a config with another head count, q_lora_rank, kv_lora_rank, hidden size, indexer or expert
+    geometry moves every entry that depends on it."""
+    cfg = json.loads((splits["a"] / "config.json").read_text())
+    shapes = _shapes(splits["a"])
+    top, block = expected_shapes(cfg)
+    assert {n if not n.startswith("blk.") else n.split(".", 2)[-1] for n in shapes} == set(top) | set(block)
+    assert shape_problems(shapes, cfg) == []
+    for key in ("num_attention_heads", "q_lora_rank", "kv_lora_rank", "hidden_size", "qk_nope_head_dim",
+                "qk_rope_head_dim", "v_head_dim", "index_n_heads", "index_head_dim", "intermediate_size",
+                "n_routed_experts", "moe_intermediate_size", "n_shared_experts", "vocab_size"):
+        other = {**cfg, key: cfg[key] * 2}
+        moved = {p.split(" is ")[0] for p in shape_problems(shapes, other)}
+        top2, block2 = expected_shapes(other)
+        changed = {n for n in shapes if (top2.get(n) or block2.get(n.split(".", 2)[-1]))
+                   != (top.get(n) or block.get(n.split(".", 2)[-1]))}
+        assert moved and moved == changed, key
+
+
+def test_a_shard_of_another_split_is_refused_naming_the_tensors_held_twice(splits, tmp_path):
+    """Its split.no and split.count are right; its tensors are not: named before the indexer check (which would
+    call the file one converted without the indexer)."""
+    folder = _mixed(splits, tmp_path, "b")
+    with pytest.raises(UserInputError, match=r"tensors held by more than one shard: blk\.\d+\.\S+"):
+        read_gguf(str(folder / SHARDS[0]))
+
+
+@pytest.mark.parametrize("with_plugin", [False, True])
+def test_an_8_head_shard_inside_a_64_head_split_is_a_blocker_with_or_without_the_plugin(splits, tmp_path,
+                                                                                          with_plugin):
+    folder = _mixed(splits, tmp_path, "h8")
+    held = {t.name for t in gguf.GGUFReader(str(folder / SHARDS[1])).tensors}
+    rec = diagnose(str(folder / SHARDS[0]), "9.0", "auto", with_plugin=with_plugin)
+    wall = rec["checkpoint"]["wall"]
+    q_b = next(n for n in sorted(held) if n.endswith(".attn_q_b.weight") and "indexer" not in n)
+    assert f"{q_b} is [{8 * 256}, 512], the config's geometry gives [{64 * 256}, 512]" in wall["tensors"]
+    assert wall["tensors"] in wall["blocker"] and rec["engine_starts"] is False
+    good = diagnose(str(splits["a"] / SHARDS[0]), "9.0", "auto", with_plugin=with_plugin)["checkpoint"]["wall"]
+    assert good["tensors"] == "ok"
+
+
+def test_launch_refuses_the_8_head_shard_before_an_engine_starts(splits, tmp_path):
+    pytest.importorskip("vllm_gguf_plugin", reason="launch loads a GGUF through vllm-gguf-plugin")
+    from sparse_mla.launch.engine import check_model
+
+    folder = _mixed(splits, tmp_path, "h8")
+    with pytest.raises(UserInputError, match=r"would not load: .*tensors whose shape is not the config's"):
+        check_model(str(folder / SHARDS[0]))
+    assert check_model(str(splits["a"] / SHARDS[0])) == splits["a"] / SHARDS[0]
