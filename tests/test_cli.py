@@ -95,6 +95,8 @@ def test_unknown_home_directory_is_a_clear_error(tmp_path):
     ({"TRITON_INTERPRET": "off"}, "TRITON_INTERPRET='off' (off, as Triton reads it)"),
     ({"TRITON_INTERPRET": "nope"}, "TRITON_INTERPRET='nope' (off, as Triton reads it)"),
     ({"VLLM_LOGGING_LEVEL": "NOPE"}, "VLLM_LOGGING_LEVEL='NOPE' is no logging level"),
+    ({"VLLM_CONFIGURE_LOGGING": "banana"}, "VLLM_CONFIGURE_LOGGING='banana' is not an integer"),
+    ({"VLLM_LOGGING_CONFIG_PATH": "/nonexistent/logging.json"}, "cannot be read as vLLM's logging configuration"),
 ])
 def test_environment_variables_are_named_up_front(capsys, monkeypatch, env, says):
     import sparse_mla.machine

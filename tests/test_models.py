@@ -86,6 +86,7 @@ def test_writable_dir(tmp_path):
     ({"hidden_size": 10 ** 80}, "(81 characters)"),
     # bounds before anything is built: 100,000 layers built on the meta device ran past two minutes
     ({"num_hidden_layers": 100000}, "num_hidden_layers = 100000, which must be a positive integer up to 1024"),
+    ({"n_routed_experts": 10 ** 7}, "n_routed_experts = 10000000, which must be a positive integer up to 65536"),
 ])
 def test_check_config_names_the_field(change, names):
     from sparse_mla.models import check_config

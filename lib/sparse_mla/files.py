@@ -18,8 +18,12 @@ def write_failure(path, error: BaseException):
 
     why = getattr(error, "strerror", None) or str(error).strip().splitlines()[0][:300]
     why = why.removeprefix("Error while serializing: ")
-    return UserInputError(f"writing {str(path)!r} failed: {why}; nothing was left behind; accepted: a folder with "
-                          f"room for it, where a file of that size may be written")
+    import errno
+
+    accepted = ("a file this user may write (its permissions, or an immutable or read-only file system, refuse it)"
+                if getattr(error, "errno", None) in (errno.EPERM, errno.EACCES, errno.EROFS) else
+                "a folder with room for it, where a file of that size may be written")
+    return UserInputError(f"writing {str(path)!r} failed: {why}; nothing was left behind; accepted: {accepted}")
 
 
 def is_write_failure(error: BaseException) -> bool:

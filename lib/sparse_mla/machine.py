@@ -48,6 +48,36 @@ def check_environment() -> None:
     if level is not None and not isinstance(logging.getLevelNamesMapping().get(level.upper()), int):
         raise UserInputError(f"VLLM_LOGGING_LEVEL={level!r} is no logging level; accepted: DEBUG, INFO, WARNING, "
                              f"ERROR or CRITICAL (or unset)")
+    _check_vllm_logging_config()
+
+
+def _check_vllm_logging_config() -> None:
+    """vLLM's other logging variables as vLLM 0.26's ``envs.py`` / ``logger.py`` read them at import:
+    ``VLLM_CONFIGURE_LOGGING`` through ``int()``, ``VLLM_LOGGING_CONFIG_PATH`` a JSON file holding an object (where
+    logging is configured)."""
+    import json
+
+    from .errors import UserInputError
+
+    raw = os.environ.get("VLLM_CONFIGURE_LOGGING")
+    try:
+        configure = raw is None or bool(int(raw))
+    except ValueError:
+        raise UserInputError(f"VLLM_CONFIGURE_LOGGING={raw!r} is not an integer (vLLM reads it with int()); "
+                             f"accepted: 0 or 1 (or unset)") from None
+    path = os.environ.get("VLLM_LOGGING_CONFIG_PATH")
+    if not configure or path is None:
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            ok = isinstance(json.load(f), dict)
+    except (OSError, ValueError) as e:
+        raise UserInputError(f"VLLM_LOGGING_CONFIG_PATH={path!r} cannot be read as vLLM's logging configuration "
+                             f"({type(e).__name__}: {e}); accepted: a JSON file holding a logging dictConfig "
+                             f"object, or VLLM_LOGGING_CONFIG_PATH unset") from None
+    if not ok:
+        raise UserInputError(f"VLLM_LOGGING_CONFIG_PATH={path!r} holds no JSON object; accepted: a JSON file holding "
+                             f"a logging dictConfig object, or VLLM_LOGGING_CONFIG_PATH unset")
 
 
 def interpreting() -> bool:

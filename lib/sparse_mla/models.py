@@ -197,8 +197,9 @@ POSITIVE_DIMENSIONS = ("hidden_size", "intermediate_size", "moe_intermediate_siz
 
 
 #: Upper bounds checked before vLLM builds anything (the diagnosis builds vLLM's model on the meta device, one module
-#: per layer: 100,000 layers ran past two minutes): an order of magnitude above any DSA model (GLM-5: 78 layers).
-UPPER_BOUNDS = {"num_hidden_layers": 1024}
+#: per layer: 100,000 layers ran past two minutes; 10 million experts took 4 GB of host memory): far above any DSA
+#: model (GLM-5: 78 layers, 256 experts).
+UPPER_BOUNDS = {"num_hidden_layers": 1024, "n_routed_experts": 65536, "num_experts_per_tok": 65536}
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:

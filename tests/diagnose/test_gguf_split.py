@@ -91,7 +91,8 @@ def test_a_missing_shard_is_refused_by_name_in_diagnose_launch_and_the_cli(model
 def test_a_shard_of_another_split_is_refused(models, tmp_path):
     folder = _copy(models, tmp_path)
     shutil.copyfile(folder / SHARDS[2], folder / SHARDS[1])         # shard 3's bytes under shard 2's name
-    with pytest.raises(UserInputError, match=f"{SHARDS[1]}' says it is split.no 2 of split.count 4, its name shard 2"):
+    with pytest.raises(UserInputError, match=f"{SHARDS[1]}' says it is shard 3 of 4 \\(split.no 2, counted from "
+                                             f"0\\); its name says shard 2 of 4"):
         read_gguf(str(folder / SHARDS[0]))
 
 
@@ -167,7 +168,8 @@ def test_a_lone_file_that_is_a_shard_and_a_quant_with_pattern_characters_are_ref
     folder.mkdir()
     shutil.copyfile(models[0] / SHARDS[0], folder / "model-Q8_0.gguf")      # shard 1 of 4 under an unsplit name
     shutil.copyfile(models[0] / "config.json", folder / "config.json")
-    with pytest.raises(UserInputError, match="says it is split.no 0 of split.count 4, its name shard 1 of 1"):
+    with pytest.raises(UserInputError, match="says it is shard 1 of 4 \\(split.no 0, counted from 0\\); its name "
+                                             "says shard 1 of 1"):
         read_gguf(f"{folder}:Q8_0")
     for quant in ("*", "0000[2]-of-00004", "Q8_0?"):
         with pytest.raises(UserInputError, match=re.escape(f"{quant!r} is not a GGUF quant type")):

@@ -18,6 +18,7 @@ import types
 
 import pytest
 
+from sparse_mla.diagnose.request import GPUS
 from sparse_mla.errors import UserInputError
 from sparse_mla.kernels.fp8 import has_fp8_conversion
 from sparse_mla.models import (GLM5_NEXT_ARCHITECTURES, GLM5_NEXT_VLLM_LINE, GLM5_NEXT_VLLM_LINES, PRESET_CONFIGS,
@@ -28,10 +29,11 @@ ON_FLASH_LINE = current_line() in GLM5_NEXT_VLLM_LINES
 flash_line = pytest.mark.skipif(not ON_FLASH_LINE, reason=f"vLLM {GLM5_NEXT_VLLM_LINE} has GLM-5.3-Flash")
 other_line = pytest.mark.skipif(ON_FLASH_LINE, reason="the refusal of a vLLM without GLM-5.3-Flash")
 
-#: the GPUs asked, one of each answer family: SM80 (no backend, no DeepGEMM, fp8 stores, Triton KDA), SM90
-#: (FlashInfer's SM90 sparse MLA, FlashKDA), SM100 (vLLM's Glm5NextModelConfig hook: auto -> fp8), SM120 (FlashInfer's
-#: SM120 backend on fp8_ds_mla, host-dependent; DeepGEMM's 64-entry pages only)
-CAPS = ("8.0", "9.0", "10.0", "12.0")
+#: the GPUs asked: the capability of every GPU preset of the diagnosis (issue 49: a rule that read the major version
+#: alone passed with one capability per family) -- SM80/86 (no backend, no DeepGEMM, fp8 stores, Triton KDA), SM89
+#: (fp8 stores compile, still no backend), SM90 (FlashInfer's SM90 sparse MLA, FlashKDA), SM100 (vLLM's
+#: Glm5NextModelConfig hook: auto -> fp8), SM120/121 (FlashInfer's SM120 backend on fp8_ds_mla, host-dependent)
+CAPS = tuple(sorted({p.capability for p in GPUS.values()}, key=lambda c: tuple(int(x) for x in c.split("."))))
 TP = 8
 
 

@@ -140,6 +140,16 @@ def test_a_file_that_refuses_the_write_leaves_every_file_as_it_was(tmp_path, mon
     assert a.read_text() == DOC and b.read_text() == DOC
     assert sorted(os.listdir(tmp_path)) == ["a.md", "b.md", "r.json"]
 
+    def refuse_b_as_the_writer_does(path, text, newline="\n"):   # files.write_failure's one line (an immutable file)
+        if os.path.basename(path) == "b.md":
+            raise files.write_failure(path, PermissionError(1, "Operation not permitted"))
+        return real(path, text, newline)
+
+    monkeypatch.setattr(files, "rewrite_in_place", refuse_b_as_the_writer_does)
+    with pytest.raises(UserInputError, match=r"b\.md' failed: Operation not permitted\); .*a\.md restored"):
+        blocks.update([str(a), str(b)])
+    assert a.read_text() == DOC and b.read_text() == DOC
+
 
 def test_the_command(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -232,3 +232,14 @@ def test_the_committed_profiles_name_only_parameters_the_notebooks_have():
     nbs = chain.discover(root / "notebooks")
     for profile in chain.profiles(root / "params"):
         chain._check_parameter_names(profile, chain.load_profile(profile, root / "params"), nbs)
+
+
+def test_a_profile_key_written_twice_is_refused(tmp_path):
+    """YAML keeps the last of two equal keys silently (a section written twice dropped the first, misspelling
+    included): refused naming the key."""
+    (tmp_path / "p.yaml").write_text("01_a:\n  tp: 8\n  tp: 4\n")
+    with pytest.raises(UserInputError, match=r"profile file p\.yaml is not accepted YAML \(the key 'tp' appears twice"):
+        chain.load_profile("p", tmp_path)
+    (tmp_path / "q.yaml").write_text("01_a:\n  capabilty: h200\n01_a:\n  tp: 8\n")
+    with pytest.raises(UserInputError, match=r"the key '01_a' appears twice"):
+        chain.load_profile("q", tmp_path)

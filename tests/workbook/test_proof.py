@@ -344,3 +344,49 @@ def test_a_record_with_a_byte_order_mark_or_broken_json_says_why(tmp_path):
                                           "of ours makes)")
     assert got["cut.json"][0] == "invalid" and got["cut.json"][1].startswith("not readable JSON (Expecting "), got
     assert "at line 2 column 1" in got["cut.json"][1]
+
+
+def _committed(name: str) -> dict:
+    from sparse_mla.workbook.chain import project_root
+
+    return json.loads((project_root() / "results" / "h200" / name).read_text())
+
+
+GGUF_RECORD, SERVE_RECORD = "launch_h200_gguf_q8_0.json", "bench_serve_h200_8heads.json"
+_T = "TRITON_MLA_SPARSE"
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    # what the record says anywhere below its top level, and its top level's own keys
+    (GGUF_RECORD, lambda r: r.setdefault("first_token_criterion", {}).update(failures=["x"]), "first_token_criterion"),
+    (GGUF_RECORD, lambda r: r.update(ran_contradictions=["attention: x"]), "ran_contradictions says"),
+    (GGUF_RECORD, lambda r: r.update(error="it died"), "error says"),
+    (GGUF_RECORD, lambda r: r.update(interrupted=""), "it was interrupted"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(failures=["x"]), f"runs.{_T}.failures"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(error="died"), "servers[0].error"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0].update(failures=["x"]), "passes[0].failures"),
+    (SERVE_RECORD, lambda r: r.pop("complete"), "not complete (complete: absent)"),
+    # a GGUF asked and loaded otherwise
+    (GGUF_RECORD, lambda r: r["runs"][_T]["ran"]["weights"].update(quantization="fp8"), "quantization was 'fp8'"),
+    (GGUF_RECORD, lambda r: [c.update(load_format=None) for c in (r["checkpoint"], *(v["checkpoint"] for v in
+                                                                                     r["runs"].values()))],
+     "checkpoint format 'gguf' with load_format"),
+    # names: the runs' keys against their requests, the layers against ran
+    (GGUF_RECORD, lambda r: r.update(runs=dict(zip(reversed(list(r["runs"])), r["runs"].values()))),
+     "is not the request"),
+    (GGUF_RECORD, lambda r: [v.update(backend="FLASHMLA_SPARSE") for v in r["runs"][_T]["layers"].values()
+                             if v.get("layer") == "MLAAttention"], "layers name the backend"),
+    # a run's own header, absurd counts
+    (GGUF_RECORD, lambda r: r["runs"][_T].setdefault("environment", {}).update(date="2999-01-01"), "today"),
+    (GGUF_RECORD, lambda r: r["environment"].update(date="1970-01-01"), "from 2025-01-01 on"),
+    (GGUF_RECORD, lambda r: r.update(tp=0), "tp"),
+    (GGUF_RECORD, lambda r: r["environment"].update(gpu_count=0), "gpu_count"),
+])
+def test_the_breakers_second_round_on_committed_records(tmp_path, name, edit, says):
+    """Issue 47, the breaker's round on e1b48b2: edits of committed proven records (a GGUF parity run, a serving
+    benchmark) that were called proven; none is now."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status != "proven" and says in v.reason, v.line()

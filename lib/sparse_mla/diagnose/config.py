@@ -118,7 +118,8 @@ def _holding(path: Path, key) -> str:
         return ""
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     held = [f"{k} = {v!r}" for k, v in text.items() if isinstance(v, str) and key in v and k != "model_type"]
-    return f" (in {', '.join(held[:2])})" if held else ""
+    patterns = [h for h in held if h.split(" = ")[0].endswith(("pattern", "types"))]   # a pattern's letters first
+    return f" (in {', '.join((patterns or held)[:2])})" if held else ""
 
 
 def engine_config(req: Request, path: Path, backend: str | None) -> tuple[Any, dict[str, Any]]:

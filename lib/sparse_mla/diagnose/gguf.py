@@ -96,9 +96,11 @@ def _check_split(readers: list, files: list[Path]) -> None:
         if len(files) == 1 and (no, count) in ((None, None), (0, 1)):
             continue                                   # an unsplit file (gguf-py writes no split keys then)
         if (no, count) != (i, len(files)):
-            raise UserInputError(f"GGUF shard {str(f)!r} says it is split.no {no!r} of split.count {count!r}, its "
-                                 f"name shard {i + 1} of {len(files)}: a shard of another split; accepted: the shards "
-                                 f"of one model, as llama.cpp's gguf-split or gguf-py's split writer wrote them")
+            said = (f"shard {no + 1} of {count} (split.no {no}, counted from 0)" if isinstance(no, int)
+                    else f"split.no {no!r} of split.count {count!r}")
+            raise UserInputError(f"GGUF shard {str(f)!r} says it is {said}; its name says shard {i + 1} of "
+                                 f"{len(files)}: a shard of another split; accepted: the shards of one model, as "
+                                 f"llama.cpp's gguf-split or gguf-py's split writer wrote them")
 
 
 def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, tokenizer=None) -> dict[str, Any]:

@@ -68,15 +68,21 @@ def reference(model) -> tuple[Path, str] | None:
 
 def _plugin(module: str, name: str):
     """vllm-gguf-plugin's ``module.name``, or None where the plugin (or what it imports) cannot be imported."""
-    try:
-        import importlib
+    import importlib
+    import logging
 
+    quiet = logging.getLogger("torch.utils.cpp_extension")     # "No CUDA runtime is found", at its import
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
         obj = importlib.import_module(f"vllm_gguf_plugin.{module}")
         for part in name.split("."):
             obj = getattr(obj, part)
         return obj
     except Exception:  # noqa: BLE001 - not installed, or its compiled part does not load: use the same rule here
         return None
+    finally:
+        quiet.setLevel(level)
 
 
 def _resolve_local(folder: Path, quant: str) -> tuple[Path, str]:

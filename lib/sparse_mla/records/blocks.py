@@ -122,12 +122,15 @@ def update(files: list[str], tables: dict[str, Table] | None = None) -> list[str
         if bom + new != old:
             try:
                 rewrite_in_place(p, bom + new, newline)
-            except OSError as e:      # a later file refuses the write: the ones rewritten before it get their text back
+            except (OSError, UserInputError) as e:   # a later file refuses: the ones rewritten before get their text back
+                if isinstance(e, UserInputError) and not written:
+                    raise                          # the writer's own line: nothing was left behind
                 for q, q_old, q_newline in reversed(written):
                     rewrite_in_place(q, q_old, q_newline)
                 again = f"; {', '.join(str(q) for q, _, _ in written)} restored as they were" if written else ""
-                raise UserInputError(f"document {str(p)!r} cannot be rewritten ({type(e).__name__}: "
-                                     f"{e.strerror or e}){again}; accepted: documents this user may write") from None
+                why = getattr(e, "strerror", None) or str(e).split("; nothing was left behind")[0]
+                raise UserInputError(f"document {str(p)!r} cannot be rewritten ({type(e).__name__}: {why}){again}; "
+                                     f"accepted: documents this user may write") from None
             written.append((p, old, newline))
         lines.append(f"{p}: " + (f"{n} block(s), {changed} rewritten" if n else "no records-table block"))
     return lines

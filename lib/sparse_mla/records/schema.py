@@ -65,6 +65,10 @@ class _Shape(BaseModel):
 
 # -- the header -------------------------------------------------------------------------------------------------------
 
+#: No record of ours is older: DeepSeek-V3.2's sparse attention (DSA) was published in 2025.
+FIRST_DATE = __import__("datetime").date(2025, 1, 1)
+
+
 def _iso_date(v: str) -> str:
     import datetime
 
@@ -74,6 +78,8 @@ def _iso_date(v: str) -> str:
         raise ValueError("an ISO 8601 date, e.g. 2026-12-05 or 2026-12-05T13:36:46+00:00") from None
     if when.date() > datetime.date.today() + datetime.timedelta(days=1):      # written when it ran: never ahead
         raise ValueError("an ISO 8601 date no later than today")
+    if when.date() < FIRST_DATE:                                              # before any DSA model or this project
+        raise ValueError(f"an ISO 8601 date from {FIRST_DATE} on")
     return v
 
 
@@ -94,6 +100,7 @@ class Header(_Shape):
     command: Text = None
     revision: Revision = None
     capability: Optional[Capability] = None
+    gpu_count: Optional[Annotated[int, Field(ge=1, le=1024)]] = None
     peer: Text = None
     torch: Text = None
     triton: Text = None
@@ -288,13 +295,15 @@ class EngineRun(_Shape):
     error: Text = None
     ran_contradictions: Optional[list] = None
     throughput: Optional[Throughput] = None
+    engine_init_s: Optional[NonNeg] = None
+    environment: Optional[Header] = None     # a run's own header (a parity run's engines each write one)
 
 
 class PromptParity(_Shape):
     prompt_len: Int = None
     identical: Flag = None
     first_divergence: Int = None
-    max_abs_logprob_diff: Num = None
+    max_abs_logprob_diff: Optional[NonNeg] = None
 
 
 class Pair(_Shape):
@@ -322,7 +331,7 @@ class Engine(Record, EngineRun):
     runs: dict[str, EngineRun] = None        # may be absent, never null
     failures: Optional[list[str]] = None
     interrupted: Text = None                 # where a time limit or Ctrl-C cut the run (absent: it ran out)
-    tp: Int = None
+    tp: Optional[Annotated[int, Field(ge=1, le=1024)]] = None
     checkpoint: Optional[Weights] = None
     serve: Optional[EngineRun] = None
     parity_pairs: Optional[list[Pair]] = None

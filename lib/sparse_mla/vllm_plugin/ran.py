@@ -235,8 +235,10 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
         out.append(f"weights: asked load_format {load}, the engine loaded {w}")
     if "load_format" in asked and load is None and w.get("load_format") == "gguf":
         out.append(f"weights: a safetensors checkpoint asked, the engine loaded {w}")
-    if load == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
+    if str(load).lower() == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
         out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")
+    if str(load).lower() == "gguf" and w.get("quantization") not in (None, "gguf"):
+        out.append(f"weights: a GGUF asked, the engine's quantization was {w.get('quantization')!r}")
     method = asked.get("speculative")
     if method and not (ran.get("speculative") or {}).get("drafts"):
         out.append(f"speculative: {method} asked, the engine made no draft ({ran.get('speculative')})")

@@ -77,6 +77,15 @@ def load_profile(profile: str, params_dir: Path | None = None) -> dict[str, dict
                 raise yaml.YAMLError(f"YAML aliases (*name) are not accepted {self.peek_event().start_mark}")
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node, deep=False):   # a key twice: YAML keeps the last one, silently
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.YAMLError(f"the key {key!r} appears twice {key_node.start_mark}")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
     try:
         data = yaml.load(path.read_text(), Loader=NoAliasLoader) or {}
     except RecursionError:           # nested past the parser's recursion (a few thousand levels)

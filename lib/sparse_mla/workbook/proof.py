@@ -76,17 +76,57 @@ def said_failed(rec: dict) -> list[str]:
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
     the run short) and a serving benchmark's ``complete: false``."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
-    if rec.get("interrupted"):
+    if rec.get("interrupted") is not None:
         died.add(f"parity run {rec['interrupted']}")                                               # said below
     out = [f"it says it failed: {str(f)[:160]}" for f in (rec.get("failures") or [])
            if isinstance(rec.get("failures"), list) and f not in died]
     out += [f"{k} says what ran contradicts what was asked: {c}" for k, r in engine_runs(rec).items()
             if isinstance(r.get("ran_contradictions"), list) for c in r["ran_contradictions"]]
-    if rec.get("interrupted"):
+    if rec.get("interrupted") is not None:
         out.append(f"it was interrupted: {str(rec['interrupted'])[:120]}")
-    if rec.get("complete") is False:
-        out.append("it says it is not complete (complete: false)")
+    if rec.get("complete") is False or ("repeats" in rec and rec.get("complete") is not True):
+        out.append(f"it says it is not complete (complete: {rec.get('complete', 'absent')})")
+    engines = [id(r) for r in engine_runs(rec).values()]
+    said = " ".join(out)    # a line the record's failures already hold (the criterion's error) is not said twice
+    return out + [ln for ln in _said_anywhere(rec, "", engines) if ln.split(" says something failed: ")[-1][:60]
+                  not in said]
+
+
+#: Keys that, anywhere in a record, say something went wrong when they hold anything (a list with items, a text, a
+#: count above 0): what a writer of ours puts where a part of the run failed.
+FAILURE_KEYS = ("failures", "ran_contradictions", "error", "interrupted", "errors", "failed")
+
+
+def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
+    """:data:`FAILURE_KEYS` holding anything at any depth of the record (a run's failures, a
+    server's error, a pass's failed count, the first-token criterion's failures), one line each; an engine run's own
+    ``error`` is counted apart (the engines that failed), the top level's failures and interruption by
+    :func:`said_failed`."""
+    out = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            here = f"{where}.{k}" if where else k
+            top_said = not where and k in ("failures", "interrupted")           # said_failed says those
+            if k in FAILURE_KEYS and not top_said and _holds_something(v) and not (k == "error" and id(node) in engines):
+                out.append(f"{here} says something failed: {str(v)[:120]}")
+            elif isinstance(v, (dict, list)):
+                out += _said_anywhere(v, here, engines)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _said_anywhere(v, f"{where}[{i}]", engines)
     return out
+
+
+def _holds_something(v) -> bool:
+    if v is None or v is False:
+        return False
+    if isinstance(v, (int, float)):
+        return v > 0
+    if isinstance(v, dict) and isinstance(v.get("max"), (int, float)):
+        return v["max"] > 0           # a summary over repeats ({min, median, max, n}) of a count
+    if isinstance(v, (list, dict)):
+        return len(v) > 0
+    return True            # a text, "" included: no writer of ours writes an empty one
 
 
 def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
@@ -131,8 +171,14 @@ def unknown_names(run: dict) -> list[str]:
 
     known = known_backends()
     ran = run.get("ran") if isinstance(run.get("ran"), dict) else {}
-    names = [run.get("backend_requested"), *(ran.get("attention") or {}), *(ran.get("draft_attention") or {})]
+    layers = run.get("layers") if isinstance(run.get("layers"), dict) else {}
+    mla = [v.get("backend") for v in layers.values() if isinstance(v, dict) and v.get("layer") == "MLAAttention"]
+    names = [run.get("backend_requested"), *(ran.get("attention") or {}), *(ran.get("draft_attention") or {}), *mla]
     out = [f"backend {n!r} is no vLLM backend" for n in names if isinstance(n, str) and n not in known]
+    if mla and isinstance(ran.get("attention"), dict) and set(mla) - set(ran["attention"]) - set(
+            ran.get("draft_attention") or {}):
+        out.append(f"layers name the backend(s) {sorted(set(mla))}, the engine's ran.attention "
+                   f"{sorted(ran['attention'])}")
     ix = run.get("indexer", "vllm")
     if isinstance(ix, str) and ix not in ("vllm", TRITON_INDEXER):
         out.append(f"indexer {ix!r} is neither 'vllm' nor {TRITON_INDEXER!r}")
@@ -205,6 +251,8 @@ def asked(run: dict, rec: dict) -> dict | str:
     weights = run.get("checkpoint", rec.get("checkpoint"))
     # what launch asked: gguf through our adapter, or vLLM's default (also where the record names no checkpoint)
     out["load_format"] = weights.get("load_format") if isinstance(weights, dict) else None
+    if isinstance(weights, dict) and weights.get("format") == "gguf" and out["load_format"] != "gguf":
+        return f"checkpoint format 'gguf' with load_format {out['load_format']!r}: launch asks a GGUF as 'gguf'"
     if cap is not None and sim is not None and sim["capability"] != cap:
         return f"simulated_capability {cap!r} and simulated {sim['capability']!r} disagree"
     scfg = run.get("speculative_config")
@@ -260,7 +308,16 @@ def _judge(path: str, obj) -> Verdict:
     requests = {k: asked(r, obj) for k, r in with_ran.items()}
     bad = [f"{k}: {a}" for k, a in requests.items() if isinstance(a, str)]
     bad += [f"{k}: {n}" for k, r in runs.items() for n in unknown_names(r)]
+    bad += [f"{k}: {m}" for k, r in with_ran.items() if isinstance(requests[k], dict)
+            for name in {k, r.get("run"), r.get("run_spec")} - {None}
+            if (m := _spec_mismatch(name, requests[k]["backend_requested"], requests[k]["indexer"],
+                                    r.get("simulated_capability")))]
+    env = obj.get("environment") or {}
+    if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
+        bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
     bad += header_problems(obj, with_ran)
+    bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
+            for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
             for c in contradictions(requests[k], r["ran"])]
     if bad:
