@@ -12,43 +12,11 @@ os.environ.setdefault("TRITON_INTERPRET", "0")
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia import driver as nvdrv
 
 # 1. make vLLM believe exactly one Triton driver (CUDA) is active
-nvdrv.CudaDriver.is_active = staticmethod(lambda: True)
+import stand_in_driver  # noqa: E402  (this folder: the script's own)
 
-
-class FakeDriver:
-    def __init__(self):
-        self.backend = "cuda"
-
-    def get_current_device(self):
-        return 0
-
-    def set_current_device(self, d):
-        pass
-
-    def get_current_stream(self, d=None):
-        return 0
-
-    def get_current_target(self):
-        return GPUTarget("cuda", 90, 32)
-
-    def get_active_torch_device(self):
-        return torch.device("cpu")
-
-    def get_device_interface(self):
-        return torch.cuda
-
-    def is_active(self):
-        return True
-
-    def get_benchmarker(self):
-        raise RuntimeError("no benchmarking on CPU")
-
-
-triton.runtime.driver.set_active(FakeDriver())
+stand_in_driver.install()
 
 CAPTURED = []
 CURRENT = {"cfg_idx": None, "n_cfgs": None, "call": None}

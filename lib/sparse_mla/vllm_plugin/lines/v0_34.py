@@ -16,6 +16,7 @@ import torch
 
 from .v0_33 import (FP8_STORE_HOOKS, FP8_STORE_STAND_INS, TRITON_FP8_MLA_CACHE_WRITE, ImplForward,  # noqa: F401
                     compress_logits, customize_spec, fused_norm_rope, fused_q)
+from .v0_33 import deepgemm_adapters as deepgemm_adapters_033
 from .v0_33 import __getattr__  # noqa: F401  (SparseMetadata: vLLM's own SparseMLACommonMetadata, on first use)
 
 __all__ = ["SparseMetadata", "ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS",
@@ -24,9 +25,9 @@ __all__ = ["SparseMetadata", "ImplForward", "customize_spec", "deepgemm_adapters
 
 def deepgemm_adapters(prefill, paged):
     """``(fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits)`` with 0.34's DeepGEMM wrapper signatures (0.33's plus
-    ``logits_dtype``) around the indexer hook's kernels: the prefill logits compressed to the windowed layout
-    (:func:`~sparse_mla.vllm_plugin.lines.v0_33.compress_logits`), the paged ones as they are, each in
-    ``logits_dtype`` (computed in float32); ``indices`` (SM100's varlen form) is refused."""
+    ``logits_dtype``): 0.33's adapters (:func:`~sparse_mla.vllm_plugin.lines.v0_33.deepgemm_adapters`: the prefill
+    logits compressed to the windowed layout, ``indices`` refused), their float32 logits cast to ``logits_dtype``."""
+    mqa_033, paged_033 = deepgemm_adapters_033(prefill, paged)
 
     def fp8_fp4_mqa_logits(
         q: tuple[torch.Tensor, torch.Tensor | None],
@@ -37,8 +38,7 @@ def deepgemm_adapters(prefill, paged):
         max_seqlen_k: int,
         logits_dtype: torch.dtype = torch.float32,
     ) -> torch.Tensor:
-        out = compress_logits(prefill(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, True), cu_seqlen_ks, max_seqlen_k)
-        return out if logits_dtype == torch.float32 else out.to(logits_dtype)
+        return _as(mqa_033(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k), logits_dtype)
 
     def fp8_fp4_paged_mqa_logits(
         q: tuple[torch.Tensor, torch.Tensor | None],
@@ -51,10 +51,11 @@ def deepgemm_adapters(prefill, paged):
         logits_dtype: torch.dtype = torch.float32,
         indices: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if indices is not None:
-            raise NotImplementedError("the Triton indexer takes the padded paged form only (indices=None); the varlen "
-                                      "form is DeepGEMM's SM100 path")
-        out = paged(q, kv_cache, weights, context_lens, block_tables, max_model_len, True)
-        return out if logits_dtype == torch.float32 else out.to(logits_dtype)
+        return _as(paged_033(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
+                             indices), logits_dtype)
 
     return fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits
+
+
+def _as(logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return logits if dtype == torch.float32 else logits.to(dtype)
