@@ -127,7 +127,8 @@ def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, 
 def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
     """``{"path": the first file, "files": every file's name, "discovery", "file_type", "tensor_types": {type:
     count}, "tensors": [names], "tensor_sizes": [(name, type, values, bytes)] as gguf-py reads them, "config": HF
-    config dict from the metadata, "config_json", "config_source", "tokenizer", "tokenizer_error", "serve_flags"}``
+    config dict from the metadata, "config_json", "config_source", "tokenizer", "tokenizer_error", "serve_flags",
+    "vllm_config" and "quantization_config_overridden" (:func:`vllm_config`), "tensor_problem"}``
     (:func:`config_record`: the config.json beside the file, or in the folder ``hf_config_path`` / ``tokenizer``
     name, as ``vllm serve --hf-config-path`` / ``--tokenizer`` take them) of a
     ``glm-dsa`` GGUF ``--model`` (a file, any shard of a split model, or ``DIR:QUANT``), read as vllm-gguf-plugin
@@ -154,8 +155,8 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
             "file_type": file_type(readers[0]), "tensor_types": dict(sorted(types.items())), "tensors": names,
             "tensor_sizes": [(t.name, t.tensor_type.name, int(t.n_elements), int(t.n_bytes)) for t in tensors],
             "config": cfg, **config_record(files[0], cfg, hf_config_path, tokenizer)}
-    vllm_cfg, info["quantization_config_overridden"] = vllm_config(info)
-    info["tensor_problem"] = tensor_problem(readers, files, text_config(vllm_cfg), str(path))
+    info["vllm_config"], info["quantization_config_overridden"] = vllm_config(info)   # read once, used by all
+    info["tensor_problem"] = tensor_problem(readers, text_config(info["vllm_config"]), str(path))
     return info
 
 
@@ -199,7 +200,7 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
     from .request import QUANTIZATIONS
 
     info = read_gguf(model, hf_config_path, tokenizer)
-    geometry = replace(geometry_from_config(vllm_config(info)[0], str(model)), source=info["path"])
+    geometry = replace(geometry_from_config(info["vllm_config"], str(model)), source=info["path"])
     GGUF_FILES[info["path"]] = info
     base = info["file_type"].split("_")
     name = "gguf-" + "_".join(base[:2] if len(base) > 2 else base).lower()
@@ -270,7 +271,7 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
 
     # the config vLLM builds the model from: the config.json it reads (beside the GGUF or named by a flag), else the
     # one the GGUF's metadata describes (a folder without one is the folder wall's)
-    hf = _hf_config(text_config(vllm_config(info)[0]))
+    hf = _hf_config(text_config(info.get("vllm_config") or info["config"]))
     mine = adapter_class()
     cls = next((c for c in ([mine] if ours else []) + [c for c in _ADAPTER_REGISTRY if c is not mine]
                 if c.matches(hf)), GGUFWeightsAdapter)

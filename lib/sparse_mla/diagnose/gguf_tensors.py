@@ -5,9 +5,10 @@ GGUF loader: on those paths nothing looked at the tensors, so a split with a sha
 another missing, an 8-head shard inside a 64-head split) was diagnosed as if it would load. :func:`tensor_problem`
 asks the same questions of every GGUF, loader aside:
 
-* a tensor held by more than one shard, and the tensors the config maps that no file holds (or that it gives no
-  parameter): :func:`sparse_mla.vllm_plugin.gguf_adapter.check_shards` and ``check_coverage``, the load plan's own
-  checks, with the config vLLM reads (the LM head as vllm-gguf-plugin's patch decides it: present or tied);
+* the tensors the config maps that no file holds (or that it gives no parameter):
+  :func:`sparse_mla.vllm_plugin.gguf_adapter.check_coverage`, the load plan's own check, with the config vLLM reads
+  (the LM head as vllm-gguf-plugin's patch decides it: present or tied); a tensor held by two shards is refused
+  before, where the files are read (``check_shards`` in :func:`sparse_mla.diagnose.gguf.read_gguf`);
 * each tensor's shape against :func:`expected_shapes`: the shapes llama.cpp's ``glm-dsa`` converter writes for the
   config's geometry (``convert_hf_to_gguf.py``, ``GlmMoeDsaModel`` / ``DeepseekV2Model.modify_tensors``: ``kv_b_proj``
   split per head into ``attn_k_b`` [heads, kv_lora_rank, qk_nope_head_dim] and ``attn_v_b`` [heads, v_head_dim,
@@ -72,16 +73,15 @@ def shape_problems(shapes: dict[str, tuple[int, ...]], cfg: dict[str, Any]) -> l
     return out
 
 
-def tensor_problem(readers, files, cfg: dict[str, Any], source: str) -> str | None:
-    """What is wrong with a GGUF model's tensors (every shard's ``readers``, gguf-py) for the config vLLM reads
-    (``cfg``, a Hugging Face config dict): a tensor twice, a tensor the config needs that no file holds or that it
-    gives no parameter (the load plan's checks), a shape the config's geometry does not give (:func:`shape_problems`,
-    the first four and a count). None where nothing is."""
-    from ..vllm_plugin.gguf_adapter import (check_coverage, check_shards, described_tensors, gguf_to_vllm_names)
+def tensor_problem(readers, cfg: dict[str, Any], source: str) -> str | None:
+    """What is wrong with a GGUF model's tensors (every shard's ``readers``, gguf-py; no tensor twice) for the config
+    vLLM reads (``cfg``, a Hugging Face config dict): a tensor the config needs that no file holds or that it gives
+    no parameter (the load plan's check), a shape the config's geometry does not give (:func:`shape_problems`, the
+    first four and a count). None where nothing is."""
+    from ..vllm_plugin.gguf_adapter import check_coverage, described_tensors, gguf_to_vllm_names
 
     names = [t.name for r in readers for t in r.tensors]
     try:
-        check_shards(readers, files, source)
         tied = {**cfg, "tie_word_embeddings": "output.weight" not in names}   # vllm-gguf-plugin's patch
         check_coverage(set(names), gguf_to_vllm_names(tied), source, int(cfg["num_hidden_layers"]),
                        described_tensors(readers[0], names))
