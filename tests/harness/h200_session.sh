@@ -180,7 +180,7 @@ run_stage() {
               --index-topk 512 --overwrite --gguf Q8_0 --gguf Q4_K
           stage gguf_diagnose 300 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla diagnose \
               --model /tmp/ckgguf/model-Q4_K.gguf --capability local --with-plugin --json
-          for t in Q8_0 Q4_K; do
+          for t in ${GGUF_TYPES:-Q8_0 Q4_K}; do   # GGUF_TYPES=Q4_K at `start`: one parity run
             stage "gguf_parity_${t,,}" 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
                 --model "/tmp/ckgguf/model-$t.gguf" --parity --eager-only --no-serve \
                 --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
