@@ -53,3 +53,21 @@ def test_ci_runs_the_readmes_commands_read_from_the_readme():
     assert "readme_commands.py README.md" in (ROOT / ".ci" / "run").read_text()
     with pytest.raises(SystemExit, match="no section '## Test'"):
         reader("# x\n\n## Set up\n\n```bash\npip install .\n```\n")
+
+
+def test_the_readmes_test_runs_select_by_registered_markers_not_file_lists():
+    """Each test run of the README picks its tests by markers (issue 49 item 3): no test file is named, so a new GGUF
+    or every-line test is taken by marking it; every marker a run names is registered in pyproject.toml."""
+    import re
+    import runpy
+    import tomllib
+
+    cmds = runpy.run_path(str(ROOT / ".ci" / "readme_commands.py"))["commands"]((ROOT / "README.md").read_text())
+    runs = [c.split("-m pytest", 1)[1] for c in cmds if "-m pytest" in c]
+    assert len(runs) == 4, runs
+    assert not [r for r in runs if re.search(r"tests/\S+\.py|tests/\w+(\s|$)", r)], runs
+    registered = {m.split(":")[0] for m in
+                  tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]}
+    named = {w for r in runs for expr in re.findall(r"-m '([^']+)'|-m (\w+)", r) for e in expr
+             for w in re.findall(r"\w+", e) if w not in ("and", "or", "not")}
+    assert named == {"slow", "gguf", "every_line"} and named <= registered, (named, registered)

@@ -6,6 +6,8 @@ import pytest
 from sparse_mla import vllm_lines
 from sparse_mla.vllm_lines import TESTED_LINES, current_line, line_of
 
+pytestmark = pytest.mark.every_line
+
 
 @pytest.mark.parametrize("version, line", [("0.26.0", "0.26"), ("0.26.3", "0.26"), ("0.33.0", "0.33"),
                                            ("0.33.1rc1", "0.33"), ("0.33.0rc1", None), ("0.27.0", None), ("0.32.9", None),

@@ -8,6 +8,8 @@ import pytest
 from sparse_mla import cli
 from sparse_mla.models import PRESET_CONFIGS
 
+pytestmark = pytest.mark.every_line
+
 
 @pytest.mark.parametrize("change, reason", [
     # (a field of the workbook's own rule, e.g. num_hidden_layers, is refused before vLLM sees it: tests/test_models.py)

@@ -14,6 +14,8 @@ from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint  # noqa: E402
 from sparse_mla.launch.gguf_writer import write_gguf  # noqa: E402
 
+pytestmark = pytest.mark.gguf
+
 try:
     import vllm_gguf_plugin  # noqa: F401
     PLUGIN = True

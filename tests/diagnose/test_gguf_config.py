@@ -19,6 +19,8 @@ from sparse_mla.diagnose.gguf import NO_CONFIG_BESIDE, gguf_wall, read_gguf  # n
 from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
 
+pytestmark = pytest.mark.gguf
+
 try:
     import vllm_gguf_plugin  # noqa: F401
     PLUGIN = True

@@ -22,6 +22,8 @@ from sparse_mla.diagnose.gguf import read_gguf  # noqa: E402
 from sparse_mla.diagnose.request import checkpoint_quantization  # noqa: E402
 from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
 
+pytestmark = pytest.mark.gguf
+
 REPLICATED = ("attn_q_a.weight", "attn_kv_a_mqa.weight")
 ADAPTER_DEQUANTIZED = ("attn_k_b.weight", "attn_v_b.weight", "indexer.attn_q_b.weight", "indexer.attn_k.weight",
                        "indexer.proj.weight")

@@ -21,6 +21,8 @@ from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import is_gguf_model, make_checkpoint  # noqa: E402
 from sparse_mla.launch.gguf_reader import gguf_config, load_gguf_checkpoint  # noqa: E402
 
+pytestmark = pytest.mark.gguf
+
 SHARDS = [f"model-Q8_0-{i:05d}-of-00004.gguf" for i in range(1, 5)]
 
 

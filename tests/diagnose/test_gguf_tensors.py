@@ -17,6 +17,8 @@ from sparse_mla.diagnose.gguf_tensors import expected_shapes, shape_problems  # 
 from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
 
+pytestmark = pytest.mark.gguf
+
 SHARDS = [f"model-Q8_0-{i:05d}-of-00004.gguf" for i in range(1, 5)]
 
 

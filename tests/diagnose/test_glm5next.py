@@ -25,6 +25,8 @@ from sparse_mla.models import (GLM5_NEXT_ARCHITECTURES, GLM5_NEXT_VLLM_LINE, GLM
                                check_config, geometry_from_config)
 from sparse_mla.vllm_lines import TESTED_LINES, current_line
 
+pytestmark = pytest.mark.every_line
+
 ON_FLASH_LINE = current_line() in GLM5_NEXT_VLLM_LINES
 flash_line = pytest.mark.skipif(not ON_FLASH_LINE, reason=f"vLLM {GLM5_NEXT_VLLM_LINE} has GLM-5.3-Flash")
 other_line = pytest.mark.skipif(ON_FLASH_LINE, reason="the refusal of a vLLM without GLM-5.3-Flash")

@@ -23,6 +23,8 @@ from sparse_mla.kernels.fp8 import has_fp8_conversion
 from sparse_mla.models import PRESET_CONFIGS
 from sparse_mla.vllm_lines import TESTED_LINES, current_line
 
+pytestmark = pytest.mark.every_line
+
 #: what every adapter defines (lines/__init__.py lists them)
 ADAPTER_NAMES = ("PATCHABLE_MODULES", "PLATFORM_DEPENDENT_CACHES", "QUIET_LOGGERS", "INDEXER_FP8_KERNELS",
                  "resolve_kv_cache_layout", "kv_cache_groups", "kv_cache_config_from_groups", "check_kv_cache_configs",

@@ -19,6 +19,8 @@ from sparse_mla.diagnose import memory as mm
 from sparse_mla.diagnose.request import GGUF_TYPES, GPUS
 from sparse_mla.models import PRESET_CONFIGS
 
+pytestmark = pytest.mark.every_line
+
 GIB = 1024 ** 3
 
 

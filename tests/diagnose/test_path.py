@@ -13,6 +13,8 @@ from sparse_mla.errors import UserInputError
 from sparse_mla.models import PRESET_CONFIGS
 from vllm_oracles import from_vllm_source, stock_indexer, vllms_selection
 
+pytestmark = pytest.mark.every_line
+
 
 def _config(tmp_path, name, **changes):
     cfg = json.loads(json.dumps(PRESET_CONFIGS[name]))

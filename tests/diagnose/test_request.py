@@ -6,6 +6,8 @@ import pytest
 from sparse_mla.diagnose.request import parse_capability, resolve
 from sparse_mla.errors import UserInputError
 
+pytestmark = pytest.mark.every_line
+
 
 @pytest.mark.parametrize("cap", [(-1, 0), (12, -1), (12, 10), (100, 0), (10**6, 10**6), (True, False)])
 def test_capability_tuples_out_of_range_are_refused_like_the_text(cap):

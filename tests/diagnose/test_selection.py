@@ -15,6 +15,8 @@ from sparse_mla.diagnose import GPU_PRESETS, KV_CACHE_DTYPES, VLLM_CACHE_DTYPES,
 from sparse_mla.errors import UserInputError
 from sparse_mla.models import PRESET_CONFIGS
 
+pytestmark = pytest.mark.every_line
+
 # Reasons that describe this machine rather than the configuration: a stub or shim is missing if one shows up.
 MACHINE_REASONS = ("is not available", "ImportError", "NVIDIA driver", "libcuda", "FA3 is unavailable")
 

@@ -17,6 +17,8 @@ from sparse_mla.kernels import reference as ref
 from sparse_mla.kernels.fused_q import launch_fused_q
 from sparse_mla.kernels.indexer_k_cache import launch_indexer_k_cache
 
+pytestmark = pytest.mark.every_line
+
 
 def _inputs(T, H, HI, dtype, g, half=32):
     return dict(positions=torch.randint(0, 40, (T,), generator=g),

@@ -18,6 +18,8 @@ from sparse_mla.launch.checkpoint import load_weights, make_checkpoint  # noqa: 
 from sparse_mla.launch.specs import parse_run_spec  # noqa: E402
 from sparse_mla.vllm_plugin.ran import contradictions  # noqa: E402
 
+pytestmark = pytest.mark.gguf
+
 
 @pytest.fixture(scope="module")
 def ck(tmp_path_factory):

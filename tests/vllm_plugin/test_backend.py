@@ -11,6 +11,8 @@ from backend_cases import GOOD, generic_backend, make_impl, mixed_batch
 from sparse_mla.kernels.error_bounds import check_attention
 from sparse_mla.kernels.reference import req_local_to_global_slots_ref
 
+pytestmark = pytest.mark.every_line
+
 
 def _device():
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.every_line
+
 LAYER = "model.layers.0.self_attn.attn"
 INDEX_TOPK = 2048
 BLOCK = 64

@@ -15,6 +15,8 @@ from sparse_mla.launch.checkpoint import expected_weight_shapes, load_checkpoint
 from sparse_mla.launch.gguf_writer import write_gguf  # noqa: E402
 from sparse_mla.vllm_plugin import gguf_adapter as ga  # noqa: E402
 
+pytestmark = [pytest.mark.gguf, pytest.mark.every_line]
+
 try:
     import vllm_gguf_plugin  # noqa: F401
     PLUGIN = None

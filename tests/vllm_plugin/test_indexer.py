@@ -16,6 +16,8 @@ import torch
 from sparse_mla.kernels import error_bounds as eb
 from sparse_mla.kernels import reference as ref
 
+pytestmark = pytest.mark.every_line
+
 SAI = "vllm.model_executor.layers.sparse_attn_indexer"
 BUILDER = "vllm.v1.attention.backends.mla.indexer"
 MODEL = "vllm.model_executor.models.deepseek_v2"

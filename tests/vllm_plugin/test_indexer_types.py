@@ -15,6 +15,8 @@ import torch
 from sparse_mla.launch import checkpoint as ck
 from sparse_mla.vllm_plugin import indexer_types as it
 
+pytestmark = pytest.mark.every_line
+
 pytest.importorskip("vllm")
 
 

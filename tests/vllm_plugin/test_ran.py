@@ -15,6 +15,8 @@ import pytest
 
 from sparse_mla.vllm_plugin import ran
 
+pytestmark = pytest.mark.every_line
+
 CHILD = textwrap.dedent("""
     import json, os, sys, types
     os.environ["TRITON_INTERPRET"] = "0"

@@ -17,6 +17,8 @@ from backend_cases import GOOD, generic_backend
 from sparse_mla import diagnose as dg
 from sparse_mla.models import PRESET_CONFIGS
 
+pytestmark = [pytest.mark.gguf, pytest.mark.every_line]
+
 OURS = "TRITON_MLA_SPARSE"
 
 
