@@ -337,8 +337,14 @@ def test_fused_q_stand_in_against_vllms(stand_ins, interleave):
     kw = dict(has_indexer=True, index_rope_interleave=interleave, quantize_mqa=False)
     got, want = line.fused_q(*args, **kw), k.fused_q(*args, **kw)
     assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])     # weights, roped q_pe
-    assert torch.equal(got[0].view(torch.uint8),
-                       ref.fused_q_ref(pos, q_pe, cs, iq, ics, w, 128 ** -0.5, HI ** -0.5, interleave)[0].view(torch.uint8))
+    codes = got[0].view(torch.uint8)
+    assert torch.equal(codes, ref.fused_q_ref(pos, q_pe, cs, iq, ics, w, 128 ** -0.5, HI ** -0.5, interleave)[0]
+                       .view(torch.uint8))
+    # vLLM's own kernel is the oracle of every code but those its interpreted conversion gets wrong (above): a code
+    # with mantissa 0 (where a carry reaches the next binade) or exponent 0 (subnormal)
+    trusted = ((codes & 0x07) != 0) & ((codes & 0x78) != 0)
+    assert trusted.float().mean() > 0.7, trusted.float().mean()
+    assert torch.equal(codes[trusted], want[0].view(torch.uint8)[trusted])
     with pytest.raises(NotImplementedError, match="quantize_mqa"):
         line.fused_q(*args, has_indexer=True, index_rope_interleave=interleave, quantize_mqa=True)
 
