@@ -219,6 +219,8 @@ def _check_parameter_names(profile: str, params: dict, chain: list[Path]) -> Non
     accepted names."""
     from papermill import inspect_notebook
 
+    from .parameters import check_values
+
     for nb in chain:
         given = params.get(nb.stem) or {}
         if not given:
@@ -231,6 +233,20 @@ def _check_parameter_names(profile: str, params: dict, chain: list[Path]) -> Non
                                  f"accepted: {', '.join(declared)} (its parameters cell)")
         for k, v in given.items():
             _check_parameter_type(profile, nb.stem, k, v, cell[k]["default"])
+        check_values(profile, nb.stem, given, _defaults(cell), nb.parent)
+
+
+def _defaults(cell: dict) -> dict:
+    """A parameters cell's defaults as values (papermill's ``inspect_notebook``); an expression is left out."""
+    import ast
+
+    out = {}
+    for k, v in cell.items():
+        try:
+            out[k] = ast.literal_eval(v["default"])
+        except (ValueError, SyntaxError):
+            pass
+    return out
 
 
 def _check_parameter_type(profile: str, notebook: str, key: str, value, default_text: str) -> None:

@@ -1,0 +1,79 @@
+"""The values a profile gives the notebooks' parameters, checked before any notebook runs (issue 47): a ``tp: -8`` or
+``device: gpu`` of the right kind would otherwise run a notebook up to the cell that refuses it.
+
+Each check is the library's own where it has one (:func:`sparse_mla.diagnose.request.resolve` for a diagnosis's
+model, capability, KV-cache dtype and tensor parallelism; :data:`sparse_mla.diagnose.what_to_run.MACHINES`); the
+notebooks' sizes are positive integers, their seeds non-negative ones. A parameter named here by no notebook is
+harmless; one no check names is the notebook's to judge (paths, record names).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserInputError
+
+#: sizes of the notebooks' checks and benchmarks: integers >= 1
+POSITIVE = ("tokens", "heads", "topk", "block_size", "num_blocks", "index_topk", "prompt_len", "bench_cache_tokens")
+#: lists of sizes: non-empty, each an integer >= 1
+POSITIVE_LISTS = ("bench_heads", "bench_tokens")
+#: seeds: integers >= 0
+SEEDS = ("seed",)
+#: where a notebook's kernels run
+DEVICES = ("cpu", "cuda")
+#: the parameters a diagnosis request is made of (request.resolve checks them together)
+REQUEST = ("model", "tp", "capability", "kv_cache_dtype", "with_plugin")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _one(key: str, value) -> str | None:
+    """Why ``value`` is refused for ``key`` (the accepted values named), or None."""
+    if key in POSITIVE and not (_is_int(value) and value >= 1):
+        return "accepted: an integer >= 1"
+    if key in POSITIVE_LISTS and not (isinstance(value, list) and value and all(_is_int(v) and v >= 1 for v in value)):
+        return "accepted: a non-empty list of integers >= 1"
+    if key in SEEDS and not (_is_int(value) and value >= 0):
+        return "accepted: an integer >= 0"
+    if key == "device" and value not in DEVICES:
+        return f"accepted: {', '.join(DEVICES)}"
+    if key == "machine":
+        from ..diagnose.what_to_run import MACHINES
+
+        if value not in MACHINES:
+            return f"accepted: {', '.join(MACHINES)}"
+    return None
+
+
+def _request(values: dict, notebooks_dir: Path) -> None:
+    """The diagnosis request a notebook's model / tp / capability / KV-cache dtype make, checked by vLLM-free
+    :func:`~sparse_mla.diagnose.request.resolve` (a model path relative to the notebooks' folder, as the notebook
+    reads it)."""
+    from ..diagnose.request import resolve
+    from ..models import PRESET_CONFIGS
+
+    model = values.get("model", "glm-5")
+    if isinstance(model, str) and model not in PRESET_CONFIGS and not Path(model).is_absolute():
+        model = str(notebooks_dir / model)
+    resolve(model, values.get("capability", "h200"), values.get("kv_cache_dtype", "auto"), values.get("tp", 1),
+            values.get("with_plugin", False))
+
+
+def check_values(profile: str, notebook: str, given: dict, defaults: dict, notebooks_dir: Path) -> None:
+    """Every value ``given`` (a profile's parameters of ``notebook``) that a check here names; ``defaults``: the
+    notebook's own (papermill's ``inspect_notebook``, evaluated), which the request check completes ``given`` with.
+
+    Raises:
+        UserInputError: naming the profile, the notebook, the key, the value and what is accepted.
+    """
+    for key, value in given.items():
+        why = _one(key, value)
+        if why:
+            raise UserInputError(f"profile {profile!r}: {notebook}'s {key} = {value!r} is not accepted; {why}")
+    asked = [k for k in REQUEST if k in given]
+    if asked:
+        try:
+            _request({**defaults, **given}, notebooks_dir)
+        except UserInputError as e:
+            raise UserInputError(f"profile {profile!r}: {notebook}'s {', '.join(asked)}: {e}") from None

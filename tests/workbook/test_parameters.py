@@ -1,0 +1,49 @@
+"""``sparse_mla.workbook.parameters``: a profile's values of the right kind but refused (``tp: -8``, ``device: gpu``)
+stop ``sparse-mla run`` before any notebook runs, naming the notebook, the key, the value and what is accepted; the
+notebooks' own defaults and the committed profiles pass."""
+from __future__ import annotations
+
+import pytest
+
+from sparse_mla import cli
+from sparse_mla.errors import UserInputError
+from sparse_mla.workbook import chain
+from sparse_mla.workbook.parameters import check_values
+
+
+@pytest.mark.parametrize("key, value, accepted", [
+    ("tokens", 0, "an integer >= 1"), ("topk", -96, "an integer >= 1"), ("index_topk", 2.5, "an integer >= 1"),
+    ("bench_heads", [], "non-empty list"), ("bench_tokens", [1, 0], "non-empty list"), ("seed", -1, "an integer >= 0"),
+    ("device", "gpu", "cpu, cuda"), ("machine", "8x H100", "8x RTX PRO 6000"),
+    ("tp", -8, "num_attention_heads"), ("tp", 3, "num_attention_heads"), ("capability", "rtx-9090", "h200"),
+    ("kv_cache_dtype", "fp4", "fp8_ds_mla"), ("model", "glm-6", "glm-5"),
+])
+def test_a_refused_value_names_the_notebook_key_value_and_what_is_accepted(key, value, accepted, tmp_path):
+    defaults = {"model": "glm-5", "tp": 8, "capability": "rtx-pro-6000", "kv_cache_dtype": "bfloat16"}
+    with pytest.raises(UserInputError) as e:
+        check_values("p", "01_x", {key: value}, defaults, tmp_path)
+    assert str(e.value).startswith(f"profile 'p': 01_x's {key}") and accepted in str(e.value), str(e.value)
+    assert repr(value) in str(e.value) or key in REQUEST_KEYS
+
+
+REQUEST_KEYS = ("tp", "capability", "kv_cache_dtype", "model")
+
+
+def test_accepted_values_and_the_notebooks_defaults_pass(tmp_path):
+    check_values("p", "nb", {"tokens": 1, "bench_heads": [8, 64], "seed": 0, "device": "cuda",
+                             "machine": "8x RTX PRO 6000", "tp": 4, "results_dir": "anything"},
+                 {"model": "glm-5", "capability": "h200"}, tmp_path)
+    root = chain.project_root()
+    from papermill import inspect_notebook
+
+    for nb in chain.discover(root / "notebooks"):
+        defaults = chain._defaults(inspect_notebook(str(nb)))
+        check_values("defaults", nb.stem, defaults, defaults, nb.parent)
+
+
+def test_sparse_mla_run_refuses_a_negative_tp_before_any_notebook_runs(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"01_diagnose_backend_rejection": {"tp": -8}})
+    assert cli.main(["run", "--profile", "cpu", "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile 'cpu': 01_diagnose_backend_rejection's tp: " in err[0], err
+    assert not (tmp_path / "out").exists()
