@@ -390,3 +390,43 @@ def test_the_breakers_second_round_on_committed_records(tmp_path, name, edit, sa
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status != "proven" and says in v.reason, v.line()
+
+
+NGRAM_RECORD = "launch_h200_ngram.json"
+
+
+def _ran(r, **changes):
+    r["runs"][_T]["ran"].update(changes)
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    # names no writer writes
+    (GGUF_RECORD, lambda r: r["run_specs"].update(X=r["run_specs"][_T]), "run_specs name"),
+    (GGUF_RECORD, lambda r: r["run_specs"][_T].update(backend_requested="FLASHMLA_SPARSE"), "not the run's"),
+    (GGUF_RECORD, lambda r: _ran(r, indexer_cache={"MY_INDEXER": 2}), "indexer_cache: backend 'MY_INDEXER'"),
+    (GGUF_RECORD, lambda r: _ran(r, mla_prefill={"NOT_A_PREFILL FA3": 2}), "no vLLM MLA prefill"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(attention_backends=["NOT_A_BACKEND"]), "is no vLLM backend"),
+    (GGUF_RECORD, lambda r: r["environment"].update(vllm="99.1.0"), "no tested line"),
+    (GGUF_RECORD, lambda r: r["environment"].update(vllm="banana"), "environment.vllm"),
+    # figures no engine makes
+    (GGUF_RECORD, lambda r: r["throughput_tokens_per_s"].update({_T: 1e300}), "tokens per second"),
+    (GGUF_RECORD, lambda r: r["runs"][_T]["generations"][0]["logprobs"].__setitem__(0, 0.5), "log-probability"),
+    (GGUF_RECORD, lambda r: _ran(r, attention={_T: 10 ** 15}), "up to 1024"),
+    (GGUF_RECORD, lambda r: _ran(r, mla_prefill={"FLASH_ATTN FA3": 3}), "more than the 2 MLA layers"),
+    (NGRAM_RECORD, lambda r: _ran(r, speculative={**r["runs"][_T]["ran"]["speculative"], "accepted_tokens": 10 ** 6}),
+     "accepted_tokens <= draft_tokens"),
+    # what ran against what was asked
+    (GGUF_RECORD, lambda r: _ran(r, indexer={"triton": 0, "deepgemm": 1}), "1 calls for 2 indexer layers"),
+    (GGUF_RECORD, lambda r: _ran(r, triton_binaries=["sm80"]), "ptxas assembled for ['sm80']"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(speculative=True), "speculative true without"),
+    (GGUF_RECORD, lambda r: r.pop("reference_first_token"), "reference_first_token has []"),
+])
+def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, says):
+    """Issue 47, what the breaker's round on e1b48b2 left proven: names no vLLM has, figures no engine makes, a run
+    that contradicts what was asked, a reference comparison deleted. Each edit of a proven committed record is
+    refused, naming what."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status != "proven" and says in v.reason, v.line()

@@ -56,7 +56,12 @@ Num = Optional[Figure]
 Flag = Optional[bool]
 _CAPABILITY = r"^\d{1,2}\.\d$"
 Capability = Annotated[str, StringConstraints(pattern=_CAPABILITY)]
-Layers = Annotated[int, Field(gt=0)]
+#: A number of layers: 1 to the deepest model a config may describe (``models.UPPER_BOUNDS``' num_hidden_layers).
+Layers = Annotated[int, Field(gt=0, le=1024)]
+#: An engine's tokens per second: no GPU generates a billion (or NaN: not measured).
+TokenRate = Annotated[float, AfterValidator(_within(0.0, 1e9, "tokens per second from 0 to 1e9 (or NaN: not measured)"))]
+#: A log-probability: at most 0 (vLLM's logprobs are natural-log probabilities).
+LogProb = Annotated[float, AfterValidator(_within(-1e9, 0.0, "a log-probability, at most 0"))]
 
 
 class _Shape(BaseModel):
@@ -104,7 +109,7 @@ class Header(_Shape):
     peer: Text = None
     torch: Text = None
     triton: Text = None
-    vllm: Text = None
+    vllm: Optional[Annotated[str, StringConstraints(pattern=r"^\d{1,3}\.\d{1,3}(\.\d{1,3})?\b")]] = None
 
 
 class Record(_Shape):
@@ -236,9 +241,18 @@ class PlanLimits(_Shape):
 
 
 class SpeculativeCounts(_Shape):
-    drafts: Annotated[int, Field(ge=0)]
-    draft_tokens: Annotated[int, Field(ge=0)]
-    accepted_tokens: Annotated[int, Field(ge=0)]
+    """The engine's own speculation counters: every draft proposes at least one token, and no more tokens are
+    accepted than were proposed (``acceptance_rate`` = accepted / proposed, 0 to 1)."""
+    drafts: Count
+    draft_tokens: Count
+    accepted_tokens: Count
+    acceptance_rate: Optional[Annotated[float, AfterValidator(_within(0.0, 1.0, "a share from 0 to 1"))]] = None
+
+    @model_validator(mode="after")
+    def _counted(self):
+        if not self.drafts <= self.draft_tokens or self.accepted_tokens > self.draft_tokens:
+            raise ValueError("drafts <= draft_tokens and accepted_tokens <= draft_tokens")
+        return self
 
 
 class Ran(_Shape):
@@ -272,8 +286,15 @@ class Layer(_Shape):
 
 
 class Throughput(_Shape):
-    output_tokens_per_s: Optional[NonNeg] = None
+    output_tokens_per_s: Optional[TokenRate] = None
     seconds: Optional[NonNeg] = None
+
+
+class Generation(_Shape):
+    """One prompt's generated tokens and their log-probabilities."""
+    prompt_len: Int = None
+    token_ids: Optional[list[Count]] = None
+    logprobs: Optional[list[LogProb]] = None
 
 
 class EngineRun(_Shape):
@@ -295,6 +316,7 @@ class EngineRun(_Shape):
     error: Text = None
     ran_contradictions: Optional[list] = None
     throughput: Optional[Throughput] = None
+    generations: Optional[list[Generation]] = None
     engine_init_s: Optional[NonNeg] = None
     environment: Optional[Header] = None     # a run's own header (a parity run's engines each write one)
 
@@ -338,7 +360,7 @@ class Engine(Record, EngineRun):
     parity_vs_ours: Optional[dict[str, Pair]] = None
     parity_baseline: Text = None
     reference_first_token: Optional[dict[str, list[FirstToken]]] = None
-    throughput_tokens_per_s: Optional[dict[str, Optional[NonNeg]]] = None
+    throughput_tokens_per_s: Optional[dict[str, Optional[TokenRate]]] = None
 
 
 # -- serving benchmark ------------------------------------------------------------------------------------------------

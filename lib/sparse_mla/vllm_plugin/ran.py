@@ -252,14 +252,34 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
         out.append(f"triton_targets: vLLM saw capability {cap}, Triton generated {wrong}")
     if backend == "TRITON_MLA_SPARSE" and not any(k.startswith("attention.") for k in targets):
         out.append("triton_targets: TRITON_MLA_SPARSE asked, none of its attention kernels was compiled")
+    on = device or (cap if want_cap is None else None)        # the GPU ptxas assembled for
+    binaries = ran.get("triton_binaries") or []
+    if on is not None and set(binaries) - {f"sm{on.replace('.', '')}"}:
+        out.append(f"triton_binaries: the device is {on}, ptxas assembled for {binaries}")
+    out += _layer_contradictions(ran)
     out += _plan_contradictions(cap, ran)
-    return out + _indexer_contradictions(asked, cap, ran["indexer"])
+    return out + _indexer_contradictions(asked, cap, ran["indexer"], ran)
 
 
-def _indexer_contradictions(asked: dict, cap: str, calls: dict) -> list[str]:
+def _layer_contradictions(ran: dict) -> list[str]:
+    """The indexer's cache layers (backend :data:`INDEXER_CACHE_BACKEND`, one per layer with an indexer) and the MLA
+    prefill's layers, neither more than the MLA layers."""
+    mla = sum(ran["attention"].values())
+    cache = ran.get("indexer_cache") or {}
+    out = [f"indexer_cache: backend {k!r}, the indexer's cache is {INDEXER_CACHE_BACKEND}" for k in cache
+           if k != INDEXER_CACHE_BACKEND]
+    for what, layers in (("indexer_cache", cache), ("mla_prefill", ran.get("mla_prefill") or {})):
+        if sum(layers.values()) > mla:
+            out.append(f"{what}: {sum(layers.values())} layers, more than the {mla} MLA layers")
+    return out
+
+
+def _indexer_contradictions(asked: dict, cap: str, calls: dict, ran: dict | None = None) -> list[str]:
     """The indexer that ran against the one asked: the Triton indexer asked (or the plugin's default at ``cap``) must
     have made calls and vLLM's DeepGEMM indexer none; DeepGEMM the default must have made calls and ours none (a DSA
-    model's engine calls its indexer in every full layer of every step: no call means no indexer ran)."""
+    model's engine calls its indexer in every full layer of every step: no call means no indexer ran). Where ``ran``
+    counts the indexer's layers (``indexer_cache``), the one that ran made at least one call per layer: an engine
+    that generated ran its prompt through every indexer layer."""
     from .indexer import wanted_by_default
 
     ours_asked = asked.get("indexer", "vllm") != "vllm"
@@ -271,6 +291,10 @@ def _indexer_contradictions(asked: dict, cap: str, calls: dict) -> list[str]:
         return [f"indexer: {what}; the Triton indexer made {triton} calls, DeepGEMM {deepgemm}"]
     if not ours and (triton or not deepgemm):
         return [f"indexer: {what}; the Triton indexer made {triton} calls, DeepGEMM {deepgemm}"]
+    layers = sum(((ran or {}).get("indexer_cache") or {}).values())
+    if layers and (triton if ours else deepgemm) < layers:
+        return [f"indexer: {triton if ours else deepgemm} calls for {layers} indexer layers; an engine that "
+                f"generated made at least one through each"]
     return []
 
 

@@ -168,13 +168,19 @@ def unknown_names(run: dict) -> list[str]:
     """Backend and indexer names in an engine run that no vLLM of ours has: the request's ``backend_requested`` and
     ``indexer`` and the backends in ``ran.attention`` (:func:`known_backends`)."""
     from ..launch.specs import TRITON_INDEXER
+    from ..vllm_plugin.ran import INDEXER_CACHE_BACKEND
 
     known = known_backends()
     ran = run.get("ran") if isinstance(run.get("ran"), dict) else {}
     layers = run.get("layers") if isinstance(run.get("layers"), dict) else {}
     mla = [v.get("backend") for v in layers.values() if isinstance(v, dict) and v.get("layer") == "MLAAttention"]
-    names = [run.get("backend_requested"), *(ran.get("attention") or {}), *(ran.get("draft_attention") or {}), *mla]
+    listed = run.get("attention_backends") if isinstance(run.get("attention_backends"), list) else []
+    names = [run.get("backend_requested"), *(ran.get("attention") or {}), *(ran.get("draft_attention") or {}), *mla,
+             *(n for n in listed if n != INDEXER_CACHE_BACKEND)]     # the indexer's cache: ran.contradictions
     out = [f"backend {n!r} is no vLLM backend" for n in names if isinstance(n, str) and n not in known]
+    prefills = known_prefills()
+    out += [f"mla_prefill {n!r} is no vLLM MLA prefill" for n in ran.get("mla_prefill") or {}
+            if prefills is not None and str(n).split(" ")[0] not in prefills]
     if mla and isinstance(ran.get("attention"), dict) and set(mla) - set(ran["attention"]) - set(
             ran.get("draft_attention") or {}):
         out.append(f"layers name the backend(s) {sorted(set(mla))}, the engine's ran.attention "
@@ -194,6 +200,50 @@ def known_backends() -> set[str]:
     with quiet_logs():
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
     return {*AttentionBackendEnum.__members__, OURS, "auto"}
+
+
+def known_prefills() -> set[str] | None:
+    """The installed vLLM's MLA prefill backends (``MLAPrefillBackendEnum``; a ``ran.mla_prefill`` name is one of
+    them, with its FlashAttention version after a space), or None where this vLLM has no such registry."""
+    from ..diagnose.probe import quiet_logs
+
+    try:
+        with quiet_logs():
+            from vllm.v1.attention.backends.mla.prefill.registry import MLAPrefillBackendEnum
+    except ImportError:
+        return None
+    return set(MLAPrefillBackendEnum.__members__)
+
+
+def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """What a record says of itself that its writer never writes: ``run_specs`` other than its runs' requests; a
+    header naming a vLLM that is no tested line; a first-token criterion without the reference comparison of every
+    run it judged."""
+    from ..vllm_lines import TESTED_LINES, line_of
+
+    out = []
+    specs = rec.get("run_specs")
+    if isinstance(specs, dict):
+        engines = {k: r for k, r in runs.items() if k != "serve"}
+        if set(specs) != set(engines):
+            out.append(f"run_specs name {sorted(specs)}, the runs are {sorted(engines)}")
+        for k in set(specs) & set(engines):
+            differ = [f for f, v in (specs[k] or {}).items() if f in engines[k] and engines[k][f] != v]
+            if differ:
+                out.append(f"run_specs.{k}: {', '.join(differ)} not the run's")
+    for where, env in (("the header", rec.get("environment")),
+                       *((f"{k}'s header", r.get("environment")) for k, r in runs.items())):
+        v = env.get("vllm") if isinstance(env, dict) else None
+        if isinstance(v, str) and line_of(v) not in TESTED_LINES:
+            out.append(f"{where}: vLLM {v} is no tested line ({', '.join(TESTED_LINES)})")
+    crit = rec.get("first_token_criterion")
+    if isinstance(crit, dict):
+        judged = {k for p in crit.get("per_prompt") or [] for k in (p.get("first_tokens") or {})}
+        have = rec.get("reference_first_token") if isinstance(rec.get("reference_first_token"), dict) else {}
+        if judged - set(have):
+            out.append(f"first_token_criterion judges {sorted(judged - set(have))}, reference_first_token has "
+                       f"{sorted(have)}")
+    return out
 
 
 def engine_runs(rec: dict) -> dict[str, dict]:
@@ -256,6 +306,8 @@ def asked(run: dict, rec: dict) -> dict | str:
     if cap is not None and sim is not None and sim["capability"] != cap:
         return f"simulated_capability {cap!r} and simulated {sim['capability']!r} disagree"
     scfg = run.get("speculative_config")
+    if run.get("speculative") and not scfg:
+        return "speculative true without a speculative_config"
     if scfg:
         if not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str):
             return f"speculative_config {str(scfg)[:60]} is not {{'method': ..., ...}}"
@@ -316,6 +368,7 @@ def _judge(path: str, obj) -> Verdict:
     if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
         bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
     bad += header_problems(obj, with_ran)
+    bad += record_problems(obj, runs)
     bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
             for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
