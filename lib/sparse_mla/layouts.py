@@ -30,6 +30,9 @@ FP8_DS_MLA_ROW_BF16 = FP8_DS_MLA_ROW_BYTES // 2   # 328: the row in the bf16 vie
 FP8_DS_MLA_ROPE_BF16 = (KV_LORA_RANK + 4 * FP8_DS_MLA_SCALES) // 2   # 264: first rope value in the bf16 view
 #: (kv_lora_rank, qk_rope_head_dim) the 656-byte layout holds.
 FP8_DS_MLA_DIMS = (KV_LORA_RANK, ROPE_DIM)
+#: The MLA heads the backend reads, ``kv_lora_rank + qk_rope_head_dim``: GLM-5 / DeepSeek-V3.2's 576 and
+#: GLM-5.3-Flash's NoPE 512 (``qk_rope_head_dim`` 0; vLLM 0.33's ``vllm/models/glm5next``), both bf16/fp16 caches.
+MLA_HEAD_SIZES = (LATENT_DIM, KV_LORA_RANK)
 
 INDEX_TOPK_MULTIPLE = 128
 

@@ -302,16 +302,18 @@ def test_kda_prefill_is_vllms_choice_on_its_own_platform(flash_dir, cap):
 @flash_line
 @pytest.mark.parametrize("cap", CAPS)
 def test_says_not_supported_and_what_our_kernels_would_need(flash_dir, cap):
-    """Every record says the plugin does not support it; our backend's own refusal is of the head vLLM's MLA layer
-    would pass (its spec's 512), which is not among our head sizes."""
+    """Every record says the plugin does not support it (the KPool indexer); our backend takes the head vLLM's MLA layer
+    passes (its spec's 512, NoPE) with the model dtype's cache, and says which fp8 rows it does not read."""
     from sparse_mla.diagnose import format_record
     from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
 
     rec = _record(flash_dir, cap)
     ours = rec["glm5next"]["ours"]
     assert ours["supported"] is False and "does not support GLM-5.3-Flash" in ours["statement"]
-    assert 512 not in TritonMLASparseBackend.get_supported_head_sizes()
-    assert "head_size not supported" in ours["attention_reasons"]
+    assert 512 in TritonMLASparseBackend.get_supported_head_sizes()
+    reasons = ours["attention_reasons"]      # none for the model dtype's cache; an fp8 one (10.0's pick) is refused
+    assert "head_size not supported" not in reasons and all("fp8" in r for r in reasons), reasons
+    assert "not yet its fp8 rows" in ours["needs"][0]["need"]
     parts = [n["part"] for n in ours["needs"]]
     assert parts[:4] == ["attention", "kv cache", "top-k", "indexer"] and parts[-1] == "KDA"
     assert ("fp8 stores" in parts) == (not has_fp8_conversion(tuple(int(x) for x in cap.split("."))))
@@ -359,10 +361,11 @@ def test_vllms_kpool_fp8_kernel_builds_where_the_rule_says():
 @flash_line
 def test_with_the_plugin_the_kpool_indexer_stays_vllms(flash_dir):
     """The plugin's hook rebinds the DSA path, not the KPool indexer's module: at SM80 its Triton indexer does not
-    serve GLM-5.3-Flash, and the reason says so; our backend is offered and refuses the 512 head."""
+    serve GLM-5.3-Flash, and the reason says so; our backend is offered and takes the NoPE 512 head."""
     from sparse_mla.diagnose.glm5next import KPOOL_MODULE
 
     rec = _record(flash_dir, "8.0", with_plugin=True)
-    assert rec["indexer"]["with_plugin"] is None and rec["selected"] is None
+    assert rec["indexer"]["with_plugin"] is None and rec["selected"] == "TRITON_MLA_SPARSE"
     assert f"rebinds nothing in {KPOOL_MODULE}" in rec["stages"]["indexer"]
-    assert rec["backends"]["TRITON_MLA_SPARSE"]["reasons"][0] == "head_size not supported"
+    assert rec["backends"]["TRITON_MLA_SPARSE"]["reasons"] == []
+    assert rec["stages"]["attention"] == "ok: TRITON_MLA_SPARSE" and rec["stages"]["indexer"].startswith("BLOCKED")

@@ -10,8 +10,9 @@ DL, DR = 512, 64
 
 
 def mixed_batch(H=8, topk=128, block_size=64, device="cpu", dtype=torch.float32, seed=0,
-                seqs=((300, 1), (200, 5), (90, 90))):
-    """seqs: (seq_len, query_len) per request (decode first, as vLLM orders them).
+                seqs=((300, 1), (200, 5), (90, 90)), dr=DR):
+    """seqs: (seq_len, query_len) per request (decode first, as vLLM orders them); ``dr``: the rope part's width (0:
+    GLM-5.3-Flash's NoPE head 512).
 
     Returns a namespace with q_nope/q_pe (strided views, like vLLM's), kv_cache, block_table, req_id_per_token,
     topk_indices (request-local), and the metadata fields forward_mqa reads."""
@@ -37,18 +38,19 @@ def mixed_batch(H=8, topk=128, block_size=64, device="cpu", dtype=torch.float32,
             row[:n] = sel
             rows.append(row)
     topk_indices = torch.stack(rows)
-    kv_cache = torch.randn(num_blocks, block_size, DL + DR, generator=g).to(dtype)
+    kv_cache = torch.randn(num_blocks, block_size, DL + dr, generator=g).to(dtype)
     q_nope = torch.randn(H, T, DL, generator=g).to(dtype).transpose(0, 1)            # strides (512, T*512, 1)
-    q_pe = torch.randn(T, H, 192 + DR, generator=g).to(dtype)[..., 192:]             # slice of the full q
+    q_pe = torch.randn(T, H, 192 + dr, generator=g).to(dtype)[..., 192:]             # slice of the full q
     ns = SimpleNamespace(q_nope=q_nope.to(device), q_pe=q_pe.to(device), kv_cache=kv_cache.to(device),
                          block_table=block_table.to(device), req_id_per_token=req_id.to(device),
                          topk_indices=topk_indices.to(device), block_size=block_size, T=T, H=H, topk=topk,
-                         sm_scale=(192 + DR) ** -0.5, seqs=seqs)
+                         sm_scale=(192 + dr) ** -0.5, seqs=seqs)
     return ns
 
 
-def make_impl(H, topk_indices_buffer, kv_cache_dtype="auto"):
-    """TritonMLASparseImpl with GLM-5 dims, built as MLAAttention builds it (keyword arguments)."""
+def make_impl(H, topk_indices_buffer, kv_cache_dtype="auto", dr=DR):
+    """TritonMLASparseImpl with GLM-5 dims (``dr`` 0: GLM-5.3-Flash's NoPE head), built as MLAAttention builds it
+    (keyword arguments)."""
     from types import SimpleNamespace as ns
 
     from vllm.config import set_current_vllm_config
@@ -64,10 +66,10 @@ def make_impl(H, topk_indices_buffer, kv_cache_dtype="auto"):
                 compilation_config=ns(custom_ops=[], mode=0, cudagraph_mode=None))
     with set_current_vllm_config(config), _process_groups(1):     # (0.33 asks the TP group's size)
         return TritonMLASparseImpl(
-            num_heads=H, head_size=DL + DR, scale=(192 + DR) ** -0.5, num_kv_heads=1, alibi_slopes=None,
+            num_heads=H, head_size=DL + dr, scale=(192 + dr) ** -0.5, num_kv_heads=1, alibi_slopes=None,
             sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None, attn_type="decoder",
             kv_sharing_target_layer_name=None, q_lora_rank=2048, kv_lora_rank=DL, qk_nope_head_dim=192,
-            qk_rope_head_dim=DR, qk_head_dim=192 + DR, v_head_dim=256, kv_b_proj=None, indexer=None,
+            qk_rope_head_dim=dr, qk_head_dim=192 + dr, v_head_dim=256, kv_b_proj=None, indexer=None,
             topk_indices_buffer=topk_indices_buffer)
 
 
@@ -95,7 +97,7 @@ def generic_backend():
 
         @classmethod
         def get_supported_head_sizes(cls):
-            return [576]
+            return TritonMLASparseBackend.get_supported_head_sizes()
 
         @classmethod
         def is_mla(cls):

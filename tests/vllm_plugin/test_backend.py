@@ -96,6 +96,30 @@ def test_forward_mqa_mixed_batch(H, dtype, seed, monkeypatch):
     assert c.ok, c.explain()
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("H,dtype", [(8, torch.float32), (16, torch.float16)])
+def test_forward_mqa_nope_head_512(H, dtype, seed, monkeypatch):
+    """GLM-5.3-Flash's NoPE MLA layer (issue 51 item 1): head 512, ``q_pe`` ``[T, H, 0]``, a 512-wide bf16/fp16 cache,
+    through vLLM's own entry point, against the float64 reference; the backend declares head 512 and takes it only
+    as a NoPE latent with a bf16 cache."""
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
+
+    dev = _device()
+    if dev == "cuda":
+        dtype = torch.bfloat16
+    b = mixed_batch(H=H, topk=128, dtype=dtype, device=dev, seed=H + 70 * seed, dr=0)
+    assert b.q_pe.shape == (b.T, H, 0) and b.kv_cache.shape[-1] == 512
+    buf = torch.full((b.T + 7, b.topk), 12345, dtype=torch.int32, device=dev)
+    buf[: b.T] = b.topk_indices
+    out, lse, cfg = _forward_mqa(make_impl(H, buf, dr=0), b, b.kv_cache, monkeypatch)
+    c = _check(b, b.kv_cache, out, lse, cfg)
+    assert c.ok, c.explain()
+    assert 512 in TritonMLASparseBackend.get_supported_head_sizes()
+    fp8 = TritonMLASparseBackend.supports_combination(512, torch.bfloat16, "fp8_ds_mla", 64, True, False, True, False,
+                                                     None)
+    assert fp8 and "NoPE head 512's fp8 rows are not read yet" in fp8, fp8
+
+
 @pytest.mark.parametrize("kv, match", [("fp8", "canonicalization"), ("fp8_e4m3", "canonicalization"),
                                        ("fp8_e5m2", "got 'fp8_e5m2'")])
 def test_impl_rejects_caches_it_cannot_read(kv, match):

@@ -276,7 +276,7 @@ def test_cli_with_plugin_json(run_cli):
 # ---- our reasons are vLLM's generic reasons ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, expected", [
-    ({"head_size": 512}, "head_size not supported"),
+    ({"head_size": 192}, "head_size not supported"),
     ({"kv_cache_dtype": "fp8_e5m2"}, "kv_cache_dtype not supported"),
     ({"kv_cache_dtype": "int8_per_token_head"}, "kv_cache_dtype not supported"),
     ({"capability": (7, 5)}, "compute capability not supported"),
@@ -318,7 +318,7 @@ def test_good_configuration_and_declarations():
                                             device_capability=DeviceCapability(*cap)) == []
     assert B.validate_configuration(**{**GOOD, "block_size": 128}, dtype=torch.float16,
                                     device_capability=DeviceCapability(12, 0)) == []   # a multiple of 64
-    assert B.get_supported_kernel_block_sizes() == [64] and B.get_supported_head_sizes() == [576]
+    assert B.get_supported_kernel_block_sizes() == [64] and B.get_supported_head_sizes() == [576, 512]
     assert B.is_mla() and B.is_sparse()
     assert B.get_impl_cls() is TritonMLASparseImpl and B.get_builder_cls() is TritonMLASparseMetadataBuilder
     assert TritonMLASparseMetadataBuilder._cudagraph_support is AttentionCGSupport.UNIFORM_BATCH

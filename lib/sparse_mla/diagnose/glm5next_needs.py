@@ -3,8 +3,8 @@ does not support the model yet, and :func:`needs` says so first.
 
 Each need sets vLLM 0.33's numbers for the model (read by :mod:`.glm5next` and the common stages from vLLM's code)
 against the workbook's own: the attention backend's ``validate_configuration`` for the MLA layer's arguments, in its
-words (``TritonMLASparseBackend``: head 576 only, ``fp8_ds_mla`` needs a 64-wide rope part), the latent layout
-(:mod:`sparse_mla.layouts`: 512 latent + 64 rope values), the token-level Triton indexer
+words (``TritonMLASparseBackend``: head 576, or the NoPE head 512 with a bf16/fp16 cache; ``fp8_ds_mla`` needs a
+64-wide rope part), the latent layout (:mod:`sparse_mla.layouts`: 512 latent + 64 rope values, or 512 alone), the token-level Triton indexer
 (:mod:`sparse_mla.kernels.indexer`), and Triton's fp8 rule (:func:`sparse_mla.kernels.fp8.has_fp8_conversion`).
 """
 from __future__ import annotations
@@ -58,17 +58,17 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
     row = _mla_row_bytes(mem, len(kpool["mla_layers"]))
     out = [("attention", f"a sparse MLA kernel over a {head}-wide latent with no RoPE part (kv_lora_rank "
                          f"{text.kv_lora_rank} + qk_rope_head_dim {text.qk_rope_head_dim}; V the latent, softmax scale "
-                         f"qk_head_dim^-0.5 = {nope}^-0.5 as vLLM's Glm5NextMLAAttention); ours is "
-                         f"{layouts.LATENT_DIM} = {layouts.KV_LORA_RANK} latent + {layouts.ROPE_DIM} rope (head sizes "
-                         f"{TritonMLASparseBackend.get_supported_head_sizes()}): "
-                         + ("; ".join(reasons) or "accepted by our validate_configuration")
-                         + "; our kernel computes a NoPE head over a float cache (sparse_mla_attention with q_pe "
-                           "[T, H, 0]), which the backend does not take yet"),
+                         f"qk_head_dim^-0.5 = {nope}^-0.5 as vLLM's Glm5NextMLAAttention); ours (head sizes "
+                         f"{TritonMLASparseBackend.get_supported_head_sizes()}) takes the NoPE head {layouts.KV_LORA_RANK} "
+                         f"over a bf16/fp16 cache (the kernel with q_pe [T, H, 0], checked through vLLM's entry point "
+                         f"against the float64 reference), not yet its fp8 rows: "
+                         + ("; ".join(reasons) or "accepted by our validate_configuration")),
            ("kv cache", (f"the selected backend's {kv} cache" if kv else
                          "no backend selected (the memory stage sizes the model dtype's cache)")
                         + (f", {row} B per token and MLA layer as vLLM's spec sizes it" if row else "")
-                        + f"; ours reads {layouts.LATENT_DIM}-wide bf16/fp16 rows or "
-                          f"{layouts.FP8_DS_MLA_ROW_BYTES}-byte fp8_ds_mla rows (512 fp8 + 4 scales + 64 bf16 rope)"),
+                        + f"; ours reads {layouts.LATENT_DIM}- or {layouts.KV_LORA_RANK}-wide bf16/fp16 rows, or "
+                          f"{layouts.FP8_DS_MLA_ROW_BYTES}-byte fp8_ds_mla rows of head {layouts.LATENT_DIM} only "
+                          f"(512 fp8 + 4 scales + 64 bf16 rope)"),
            ("top-k", f"rows of {kpool['topk_width']} indices (vLLM's get_sparse_topk_buffer_width: index_topk "
                      f"{kpool['index_topk']} + index_kpool {kpool['index_kpool']} - 1, rounded up to 128): the "
                      f"{kpool['pools_selected']} selected pools expanded to tokens plus the incomplete tail pool"),

@@ -7,9 +7,10 @@ Follows the shape of vLLM's own sparse backends (``vllm/v1/attention/backends/ml
 indexer's request-local top-k positions to cache rows with vLLM's own ``triton_convert_req_index_to_global_index``
 (on 0.33 vLLM's base class does, with the block stride) and calls :func:`sparse_mla.kernels.launch`.
 
-Accepted: head size 576 (``kv_lora_rank 512 + qk_rope_head_dim 64``), model dtype bf16/fp16, KV cache
-``auto``/``bfloat16``/``float16`` or ``fp8``/``fp8_e4m3``/``fp8_ds_mla`` (stored as vLLM's 656-byte ``fp8_ds_mla``
-rows, the ``FLASHMLA_SPARSE`` layout), kernel block size 64 (the DSA indexer's), compute capability >= 8.0 (fp8
+Accepted: head size 576 (``kv_lora_rank 512 + qk_rope_head_dim 64``) or GLM-5.3-Flash's NoPE 512
+(``qk_rope_head_dim`` 0, bf16/fp16 cache only), model dtype bf16/fp16, KV cache ``auto``/``bfloat16``/``float16`` or,
+for head 576, ``fp8``/``fp8_e4m3``/``fp8_ds_mla`` (stored as vLLM's 656-byte ``fp8_ds_mla`` rows, the
+``FLASHMLA_SPARSE`` layout; vLLM's 528-byte rows of the NoPE head are not read yet), kernel block size 64 (the DSA indexer's), compute capability >= 8.0 (fp8
 decoded in software on SM80/86), any number of heads per rank, a model with ``index_topk``. Everything else is
 rejected by ``validate_configuration`` with vLLM-style reasons ("kv_cache_dtype not supported", ...), before any
 kernel runs.
@@ -46,7 +47,7 @@ from vllm.v1.attention.backend import (
 from ..capability import vllm_capability
 from ..kernels.fp8 import has_fp8_conversion
 from ..layouts import (BACKEND_KV_CACHE_DTYPES, FP8_DS_MLA_DIMS, FP8_DS_MLA_ROW_BYTES, FP8_KV_CACHE_DTYPES,
-                       IMPL_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, PATCH_MARK)
+                       IMPL_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, KV_LORA_RANK, MLA_HEAD_SIZES, PATCH_MARK)
 from .lines import adapter
 
 #: The installed vLLM line's adapter (:mod:`sparse_mla.vllm_plugin.lines`): metadata class, impl entry point, spec.
@@ -86,7 +87,7 @@ class TritonMLASparseBackend(AttentionBackend):
 
     @classmethod
     def get_supported_head_sizes(cls) -> list[int]:
-        return [576]
+        return list(MLA_HEAD_SIZES)
 
     @classmethod
     def is_mla(cls) -> bool:
@@ -112,14 +113,20 @@ class TritonMLASparseBackend(AttentionBackend):
             hf_config = vllm_config.model_config.hf_config
             if not hasattr(hf_config, "index_topk"):
                 return f"{BACKEND_NAME} requires a model with index_topk config"
+            dims = (getattr(hf_config, "kv_lora_rank", None), getattr(hf_config, "qk_rope_head_dim", None))
+            if head_size == KV_LORA_RANK and dims != (KV_LORA_RANK, 0):
+                return (f"{BACKEND_NAME} reads head size {KV_LORA_RANK} as a NoPE latent (kv_lora_rank "
+                        f"{KV_LORA_RANK}, qk_rope_head_dim 0); got {dims[0]} and {dims[1]}")
             if hf_config.index_topk % INDEX_TOPK_MULTIPLE:
                 return (f"{BACKEND_NAME} requires index_topk to be a multiple of {INDEX_TOPK_MULTIPLE} "
                         f"(vLLM's top-k index conversion); got {hf_config.index_topk}")
             if kv_cache_dtype in FP8_KV_CACHE_DTYPES:
-                dims = (getattr(hf_config, "kv_lora_rank", None), getattr(hf_config, "qk_rope_head_dim", None))
                 if dims != FP8_DS_MLA_DIMS:
                     return (f"{BACKEND_NAME} stores an fp8 KV cache as fp8_ds_mla, which needs kv_lora_rank 512 and "
                             f"qk_rope_head_dim 64; got {dims[0]} and {dims[1]}")
+        if head_size == KV_LORA_RANK and kv_cache_dtype in FP8_KV_CACHE_DTYPES:
+            return (f"{BACKEND_NAME} reads an fp8 cache of head 576 only (fp8_ds_mla); the NoPE head {KV_LORA_RANK}'s "
+                    f"fp8 rows are not read yet; a bf16 cache (kv_cache_dtype auto) works")
         if (LINE.TRITON_FP8_MLA_CACHE_WRITE and kv_cache_dtype in FP8_KV_CACHE_DTYPES and device_capability is not None
                 and not has_fp8_conversion((device_capability.major, device_capability.minor))):
             return (f"{BACKEND_NAME}: this vLLM writes a {kv_cache_dtype} MLA cache in fused_norm_rope's Triton kernel, "
@@ -183,7 +190,8 @@ class TritonMLASparseImpl(LINE.ImplForward, SparseMLACommonImpl[TritonMLASparseM
         self.capability = vllm_capability()
 
     def split_q(self, q) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(q_nope [T, H, kv_lora_rank], q_pe [T, H, qk_rope_head_dim])`` from vLLM's tuple or one ``[T, H, 576]``."""
+        """``(q_nope [T, H, kv_lora_rank], q_pe [T, H, qk_rope_head_dim])`` from vLLM's tuple or one ``[T, H, 576]``
+        (``[T, H, 512]`` for a NoPE head: ``q_pe`` is then ``[T, H, 0]``)."""
         if isinstance(q, tuple):
             return q
         return q.split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
