@@ -1,6 +1,6 @@
 """A capability simulation runs the simulated GPU's code: every kernel the engine launches, generated for SM80, SM89
 or SM120 and assembled for the live H200's sm_90a, as Triton does under ``TRITON_OVERRIDE_ARCH`` (what
-``tests/harness/simulate_capability`` sets).
+``tools/gpu/simulate_capability`` sets).
 
 Compiled on the CPU (a ``GPUTarget`` of 9.0 and the simulated GPU's ``arch``: ``kernels.aot.compile_options``), each
 kernel must show it: its metadata says it was generated for the simulated architecture and assembled for sm_90 (the

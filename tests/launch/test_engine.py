@@ -346,7 +346,7 @@ def test_recorded_h200_parity_matches_an_independent_count():
     CUDA-graph run at token 21 of the 900-token prompt."""
     from pathlib import Path
 
-    rec = json.loads((Path(__file__).resolve().parents[2] / "results" / "launch_h200.json").read_text())
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results" / "h200" / "launch_h200.json").read_text())
     ours = rec["runs"][launch.OURS]["generations"]
 
     def first_divergence(a, b):

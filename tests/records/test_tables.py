@@ -78,7 +78,7 @@ def test_kernel_matrix_holds_each_cases_figure(tmp_path):
 
 
 def test_kernel_variants_holds_each_variants_time(tmp_path):
-    """tests/harness/fp8_where_time_goes.py's record: every variant's median and the figures derived from them, per
+    """tools/gpu/fp8_where_time_goes.py's record: every variant's median and the figures derived from them, per
     case, the caption's topk / cache / repeats from the record; a record without cases, or with a field of another
     type, is refused naming the field."""
     rng = random.Random(SEED + 7)

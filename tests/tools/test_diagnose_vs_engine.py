@@ -1,9 +1,10 @@
-"""The comparison of tests/harness/diagnose_vs_engine.py (its GPU run is a harness stage): hand-made diagnosis and
+"""The comparison of tools/gpu/diagnose_vs_engine.py (its GPU run is a harness stage): hand-made diagnosis and
 engine records, one per way a prediction can be wrong."""
 import importlib.util
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("diagnose_vs_engine", Path(__file__).with_name("diagnose_vs_engine.py"))
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "diagnose_vs_engine.py"
+spec = importlib.util.spec_from_file_location("diagnose_vs_engine", TOOL)
 dve = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(dve)
 

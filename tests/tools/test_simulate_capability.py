@@ -1,4 +1,4 @@
-"""The simulated-capability harness (``tests/harness/simulate_capability``): in a fresh interpreter started with the
+"""The simulated-capability harness (``tools/gpu/simulate_capability``): in a fresh interpreter started with the
 folder on ``PYTHONPATH``, vLLM's CUDA platform classes report the simulated capability, and vLLM's own rules follow
 it; without the variable nothing is patched. CPU only (vLLM's CUDA extensions are stubbed as the diagnosis does)."""
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-HARNESS = Path(__file__).parent / "simulate_capability"
+HARNESS = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "simulate_capability"
 LIB = Path(__file__).resolve().parents[2] / "lib"
 
 SCRIPT = r"""

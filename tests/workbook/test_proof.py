@@ -118,7 +118,7 @@ def test_the_committed_records(capsys):
 
 
 def test_the_h200_record_of_the_old_simulation_is_invalid():
-    """A real engine record (H200, 2026-12-02, ``results/h200/GPU_RAN_2026-12-02.md``), kept here because it must fail
+    """A real engine record (H200, 2026-12-02, ``results/h200/sessions/2026-12-02/GPU_RAN_2026-12-02.md``), kept here because it must fail
     the check: vLLM saw the simulated 8.0 while Triton compiled our kernels for sm90."""
     [v] = proof.check([str(Path(__file__).parent / "records" / "launch_h200_ran_simulated_sm80.json")])
     assert v.status == "invalid", v.line()

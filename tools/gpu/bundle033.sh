@@ -2,11 +2,11 @@
 # vLLM 0.33.0 for the lent H200, carried in pieces over back-to-back calls of one lease (maintainers' harness, not
 # product code; issue 36 item 5). vLLM 0.33.0 pins torch 2.14.0 and triton 3.8: the image's torch 2.11.0+cu130 and
 # triton 3.6.0 cannot serve it, so torch and triton travel too, which no single 64 MiB call holds (0.26's one-call
-# recipe is ../shared/device/build_bundle.sh; sizes and the verdict: results/vllm033_bundle.md).
+# recipe is ../shared/device/build_bundle.sh; sizes and the verdict: results/h200/sessions/2026-12-05/vllm033_bundle.md).
 #
 # Here, from the project root (about 15-25 min on 2 busy cores, most of it xz; 3 GB of scratch):
-#   bash tests/harness/bundle033.sh build   .dev033/parts/bundle033.tar.xz.NN (pieces), .dev033/device_env033.sh
-#   bash tests/harness/bundle033.sh calls   one line per device call: what to carry and the command
+#   bash tools/gpu/bundle033.sh build   .dev033/parts/bundle033.tar.xz.NN (pieces), .dev033/device_env033.sh
+#   bash tools/gpu/bundle033.sh calls   one line per device call: what to carry and the command
 # On the GPU machine every call carries .dev033/device_env033.sh and one piece, and starts with
 #   source .dev033/device_env033.sh
 # which moves the carried piece to /tmp/b033 and, once every piece is there (checked by sha256), unpacks them into
@@ -64,7 +64,7 @@ build() {
   # the CuTeDSL path unsupported makes vLLM run its Triton fused_q, its fallback where CuTeDSL does not apply. A change
   # to vLLM in this bundle only (the harness'), never in the product; the session notes say which runs had it
   cat > vllm/models/deepseek_v32/nvidia/ops/fused_q_cutedsl.py <<'STUB'
-# harness stub (tests/harness/bundle033.sh): the carried bundle has no nvidia-cutlass-dsl, so the CuTeDSL fused_q is
+# harness stub (tools/gpu/bundle033.sh): the carried bundle has no nvidia-cutlass-dsl, so the CuTeDSL fused_q is
 # reported unsupported and vLLM runs its Triton fused_q
 def is_fused_q_cutedsl_supported(*args, **kwargs):
     return False
@@ -85,7 +85,7 @@ STUB
   # NCCL travels too: torch 2.14's libtorch_cuda.so imports 11 functions (ncclCommGrow, ncclSignal, ...) that the
   # image's NCCL 2.28.9 (torch 2.11's pin) lacks, and Python loads extensions with RTLD_NOW, so `import torch` would
   # fail; cuBLAS, cuDNN and cuSPARSELt of the image export every symbol torch 2.14 and vLLM 0.33 import
-  # (results/vllm033_bundle.md). Of its 252 MB, 71 MB are .nv_fatbin, 127 MB __nv_relfatbin (relocatable device code,
+  # (results/h200/sessions/2026-12-05/vllm033_bundle.md). Of its 252 MB, 71 MB are .nv_fatbin, 127 MB __nv_relfatbin (relocatable device code,
   # same fatbin format, 7 archs + PTX: xz leaves it at 143 MB if only .nv_fatbin is pruned) and 37 MB debug info: both
   # fatbins keep only sm_90 (a copy of fatbin_prune.py aimed at the other section), debug info goes (31 MB with xz)
   ls "$DL"/nvidia_nccl_cu13-2.30.7-*.whl >/dev/null 2>&1 \
@@ -111,7 +111,7 @@ STUB
   rm -rf .dev033; mkdir -p .dev033/parts
   (cd "$SITE" && tar cf - .) | nice -n 19 xz -9 -T2 | split -b "$PIECE_BYTES" -d -a 2 - .dev033/parts/bundle033.tar.xz.
   local sums; sums=$(cd .dev033/parts && sha256sum bundle033.tar.xz.*)
-  { echo "# written by tests/harness/bundle033.sh build on $(date -u +%F): the pieces and their sha256"
+  { echo "# written by tools/gpu/bundle033.sh build on $(date -u +%F): the pieces and their sha256"
     echo "B033_SUMS='$sums'"
     sed -n '/^# ---- device_env033.sh ----$/,$p' "$S/bundle033.sh" | tail -n +2 | sed 's/^# //; s/^#$//'
   } > .dev033/device_env033.sh
@@ -156,7 +156,7 @@ exit 0
 #   echo "bundle033: unpacked into $SITE033 in $(( $(date +%s) - _t0 )) s"
 # fi
 # # torch 2.14's libraries find their CUDA libraries through RPATH $ORIGIN/../../nvidia/*: beside the bundle's NCCL,
-# # link the image's (torch 2.11.0+cu130's nvidia-* wheels; the versions that differ: results/vllm033_bundle.md)
+# # link the image's (torch 2.11.0+cu130's nvidia-* wheels; the versions that differ: results/h200/sessions/2026-12-05/vllm033_bundle.md)
 # if [ ! -f "$SITE033/.nvidia_linked" ]; then
 #   _img=$(env -u PYTHONPATH python3 -c 'import importlib.util as u, os
 # s = u.find_spec("nvidia.cu13") or u.find_spec("nvidia.cudnn")

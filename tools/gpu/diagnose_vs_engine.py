@@ -4,7 +4,7 @@ cache dtype it allocates and the indexer's kernels; then a real engine on the sa
 auto``, vLLM's own choice, the plugin installed as users install it) runs, and its ``ran`` block -- read in the
 engine's workers -- says what vLLM did. The probe platform is thereby checked once by something other than itself.
 
-    python3 tests/harness/diagnose_vs_engine.py CHECKPOINT OUT.json [KV ...]   # default: every diagnosed KV dtype
+    python3 tools/gpu/diagnose_vs_engine.py CHECKPOINT OUT.json [KV ...]   # default: every diagnosed KV dtype
 
 Writes one record (header, the predictions, every engine's record with its ``ran``, the comparisons) and exits 1 if
 any prediction differs from what ran or an engine failed.
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
 
     ckpt, out, kvs = Path(argv[0]), Path(argv[1]), argv[2:] or list(KV_CACHE_DTYPES)
     rec = {"what": "sparse-mla diagnose --capability local against a real engine (launch --backend auto) per KV "
-                   "dtype", "environment": environment(" ".join(["python3", "tests/harness/diagnose_vs_engine.py",
+                   "dtype", "environment": environment(" ".join(["python3", "tools/gpu/diagnose_vs_engine.py",
                                                                  *argv])), "runs": {}, "diagnosis": {},
            "differences": {}}
     tmp = Path(tempfile.mkdtemp(prefix="diag-vs-engine-"))

@@ -2,8 +2,8 @@
 code): controlled variants of the "fold" kernel's loop, a launch-configuration sweep, the gather ceiling and
 FlashMLA's fp8 decode, all on the same inputs in one process, CUDA-graph medians, repeats in alternating order.
 
-    python3 tests/harness/fp8_where_time_goes.py OUT.json [--quick]      # a GPU; writes one record
-    python3 tests/harness/fp8_where_time_goes.py --ncu-case H T          # one planned launch, for ncu to profile
+    python3 tools/gpu/fp8_where_time_goes.py OUT.json [--quick]      # a GPU; writes one record
+    python3 tools/gpu/fp8_where_time_goes.py --ncu-case H T          # one planned launch, for ncu to profile
 
 The variants (same grid, same split count, same tile as the planned launch; each program stores one float so that
 nothing is dead code):
@@ -226,8 +226,8 @@ def main(argv: list[str]) -> int:
 
     out, quick = argv[0], "--quick" in argv
     rec = {"what": "fp8_ds_mla kernel at 8-16 heads: controlled variants, sweep, gather ceiling, FlashMLA fp8 decode "
-                   "(tests/harness/fp8_where_time_goes.py)",
-           "environment": environment(" ".join(["python3", "tests/harness/fp8_where_time_goes.py", *argv])),
+                   "(tools/gpu/fp8_where_time_goes.py)",
+           "environment": environment(" ".join(["python3", "tools/gpu/fp8_where_time_goes.py", *argv])),
            "copy_bandwidth_TBps": copy_bandwidth() / 1e12, "cases": [], "sweep": []}
     t0 = time.time()
     for H in (8, 16):

@@ -3,10 +3,10 @@
 # one background job, so that a 30-minute lease is spent on runs, not on machine starts.
 #
 # Through the device tool, from the project root, with .dev carried (../shared/device/README.md):
-#   bash tests/harness/h200_session.sh tree                 .dev/tree.tgz: the committed tree + REVISION (run here)
-#   bash tests/harness/h200_session.sh start [STAGE ...]   copy the tree to /tmp/work, start the job (setsid), return
-#   bash tests/harness/h200_session.sh wait SECONDS        wait for the job (at most SECONDS), then `collect`
-#   bash tests/harness/h200_session.sh collect             results/h200/ + the session's logs -> $OUT/session.tgz
+#   bash tools/gpu/h200_session.sh tree                 .dev/tree.tgz: the committed tree + REVISION (run here)
+#   bash tools/gpu/h200_session.sh start [STAGE ...]   copy the tree to /tmp/work, start the job (setsid), return
+#   bash tools/gpu/h200_session.sh wait SECONDS        wait for the job (at most SECONDS), then `collect`
+#   bash tools/gpu/h200_session.sh collect             results/h200/ + the session's logs -> $OUT/session.tgz
 # Stages run in the order given (default: all, in the order below); each is bounded by `timeout` and a failing stage
 # does not stop the next. Every stage's full log is in session/<stage>.log, one line per stage in session/stages.txt.
 set -u
@@ -32,7 +32,7 @@ refresh() {
   local root t sum; root=$(cat $W/.root 2>/dev/null) || return 0
   t=$root/.dev/tree.tgz; [ -f "$t" ] || return 0
   sum=$(md5sum < "$t"); [ "$sum" = "$(cat $W/.tree_sum 2>/dev/null)" ] && return 0
-  tar xzf "$t" -C $W --exclude=./tests/harness/h200_session.sh && echo "$sum" > $W/.tree_sum \
+  tar xzf "$t" -C $W --exclude=./tools/gpu/h200_session.sh && echo "$sum" > $W/.tree_sum \
     && echo "=== [$(date -u +%T)] tree refreshed: $(cat $W/REVISION)"
 }
 
@@ -48,9 +48,9 @@ stage() {
 }
 
 run_stage() {
-  local sim="PYTHONPATH=$W/tests/harness/simulate_capability:$PYTHONPATH SPARSE_MLA_SIMULATED_CAPABILITY=8.0"
+  local sim="PYTHONPATH=$W/tools/gpu/simulate_capability:$PYTHONPATH SPARSE_MLA_SIMULATED_CAPABILITY=8.0"
   # engines of a parity run under a simulated capability (@M.m run specs) need the harness first on PYTHONPATH
-  local SIMPATH="PYTHONPATH=$W/tests/harness/simulate_capability:$PYTHONPATH"
+  local SIMPATH="PYTHONPATH=$W/tools/gpu/simulate_capability:$PYTHONPATH"
   case "$1" in
     checkpoint) stage checkpoint 120 python3 -m sparse_mla make-checkpoint $CK --index-topk 512 --overwrite
                 stage checkpoint_mtp 120 python3 -m sparse_mla make-checkpoint $CKM --index-topk 512 --mtp --overwrite ;;
@@ -73,13 +73,13 @@ run_stage() {
     # issue 35 item 1: where the fp8_ds_mla kernel's time goes at 8-16 heads (variants, sweep, gather ceiling,
     # FlashMLA's fp8 decode, alternating repeats), then ncu on one planned launch (8 heads, 128 tokens) if it reads
     # the counters here
-    fp8_profile) stage fp8_profile 420 python3 tests/harness/fp8_where_time_goes.py \
+    fp8_profile) stage fp8_profile 420 python3 tools/gpu/fp8_where_time_goes.py \
                      results/h200/fp8_where_time_goes_h200.json
                  local NCU; NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
                  stage fp8_ncu 60 "${NCU:-ncu}" --clock-control none --kernel-name regex:_sparse_mla_fp8 --launch-count 2 \
                      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
                      --section Occupancy --section LaunchStats --section SchedulerStats --section SourceCounters \
-                     python3 tests/harness/fp8_where_time_goes.py --ncu-case 8 128 ;;
+                     python3 tools/gpu/fp8_where_time_goes.py --ncu-case 8 128 ;;
     # issue 46 item 3: long prompts at GLM-5's index_topk 2048 (a 2048 checkpoint; max_model_len raised to hold them):
     # ours with the Triton indexer and with DeepGEMM's against FLASHMLA_SPARSE, 16K and 64K tokens; the reference
     # forward's first-token criterion where it is affordable (--reference-max-len), top-k log-prob agreement between
@@ -106,7 +106,7 @@ run_stage() {
                           --kv-cache-dtype fp8_ds_mla --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE \
                           --out-dir results/h200 --tag h200_8heads_fp8_ds_mla ;;
     # issue 21, item 7: the diagnosis (--capability local) against vLLM's selection in a real engine, per KV dtype
-    diagnose_local) stage diagnose_local 420 python3 tests/harness/diagnose_vs_engine.py $CK \
+    diagnose_local) stage diagnose_local 420 python3 tools/gpu/diagnose_vs_engine.py $CK \
         results/h200/diagnose_vs_engine_h200.json ;;
     # issue 21, item 4: ngram on repeating prompts, MTP with the drafter on our backend; each against the same backend
     # without speculation (+no-speculation) and FLASHMLA_SPARSE under the same speculation
@@ -127,7 +127,7 @@ run_stage() {
         --json-out results/h200/launch_h200_triton_indexer.json ;;
     # the GPU checks hold every kernel run to kernels/error_bounds' limits for the GPU's arithmetic (bf16/fp16 dots,
     # truncating tensor-core accumulation; the indexer's fp8 dots at 14 accumulator bits): all passed on 2026-12-01
-    # (results/h200/GPU_CHECKS_2026-12-01b.md, about 380 s on a fresh machine); -s prints each run's error/limit
+    # (results/h200/sessions/2026-12-01b/GPU_CHECKS_2026-12-01b.md, about 380 s on a fresh machine); -s prints each run's error/limit
     gpu_tests) stage gpu_tests 480 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA tests/kernels tests/vllm_plugin ;;
     # the CUDA branches of the unmarked backend tests (bf16 and fp8 forward_mqa, out and lse within the limits of the
     # variant the planner ran, and the planted faults those checks must catch)
@@ -201,14 +201,14 @@ run_stage() {
               --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
               --json-out results/h200/launch_h200_gguf_q4_k_m_split.json ;;
     # issue 36 item 5: vLLM 0.33.0 (torch 2.14, triton 3.8) from /tmp/site033, which the back-to-back calls of
-    # tests/harness/bundle033.sh carry in pieces and unpack (this waits for it, at most 15 min), in place of the 0.26
+    # tools/gpu/bundle033.sh carry in pieces and unpack (this waits for it, at most 15 min), in place of the 0.26
     # bundle on PYTHONPATH; the project stays the editable install of /tmp/work (the committed tree, REVISION).
     # Records first (parity at 9.0, the simulated 8.0 and 12.0, each beside FLASHMLA_SPARSE), then the GPU tests, MTP
     v033) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0; t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
           local E=(env "PYTHONPATH=$P033" "PATH=/tmp/site033/bin:$PATH" VLLM_CACHE_ROOT=/tmp/vllmcache033
                    PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1)
-          local ES=("${E[@]}" "PYTHONPATH=$W/tests/harness/simulate_capability:$P033")
+          local ES=("${E[@]}" "PYTHONPATH=$W/tools/gpu/simulate_capability:$P033")
           stage v033_env 180 "${E[@]}" python3 -c 'import torch, triton, vllm, sparse_mla
 print("torch", torch.__version__, "triton", triton.__version__, "vllm", vllm.__version__, "from", vllm.__file__)
 print("cuda", torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.get_device_capability())
@@ -255,7 +255,7 @@ case "${1:-}" in
     if [ -f .dev/tree.tgz ]; then tar xzf .dev/tree.tgz -C $W && cp -a .dev $W/; else cp -a . $W/; fi
     pwd > $W/.root; [ -f .dev/tree.tgz ] && md5sum < .dev/tree.tgz > $W/.tree_sum
     mkdir -p $R $W/results/h200
-    cd $W && setsid nohup bash tests/harness/h200_session.sh run "${@:-}" > $R/session.log 2>&1 < /dev/null &
+    cd $W && setsid nohup bash tools/gpu/h200_session.sh run "${@:-}" > $R/session.log 2>&1 < /dev/null &
     sleep 20; cat $R/session.log ;;
   run)
     shift

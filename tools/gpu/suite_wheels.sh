@@ -2,8 +2,8 @@
 # The wheels the GPU image lacks for the whole test suite (maintainers' harness, not product code), into .dev/wheels
 # (hypothesis, for the tests) and .dev/wheels/suite (papermill, nbval, pytest-xdist, ipykernel, import-linter and
 # their pure-Python dependencies), for Python 3.12 on x86_64, less what the GPU image or the vLLM bundle already has
-# (results/h200/GPU_SUITE_2026-12-02.md). Run from the project root after ../shared/device/build_bundle.sh; the
-# wheels are installed there with `pip install --no-index --no-deps` (tests/harness/h200_session.sh).
+# (results/h200/sessions/2026-12-02/GPU_SUITE_2026-12-02.md). Run from the project root after ../shared/device/build_bundle.sh; the
+# wheels are installed there with `pip install --no-index --no-deps` (tools/gpu/h200_session.sh).
 set -eu
 plat="--python-version 3.12 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux_2_28_x86_64 --only-binary=:all:"

@@ -30,7 +30,7 @@ def compile_options(capability: tuple[int, int], generate_for: tuple[int, int] |
     never changes what an ahead-of-time compile is for. ``generate_for`` (default ``capability``) other than
     ``capability``: Triton generates that GPU's code (its TTGIR and LLVM IR: ``mma.sync`` instead of ``wgmma``, no
     hardware e4m3 below SM89) and ptxas assembles it for ``capability`` -- what a capability simulation runs on the
-    live GPU (``tests/harness/simulate_capability``; Triton 3.6 ``backends/nvidia/compiler.py``: the ttir/ttgir/llir
+    live GPU (``tools/gpu/simulate_capability``; Triton 3.6 ``backends/nvidia/compiler.py``: the ttir/ttgir/llir
     stages use ``options.arch``, the ptx/cubin stages the target)."""
     major, minor = generate_for or capability
     return {**options, "arch": f"sm{major * 10 + minor}"}

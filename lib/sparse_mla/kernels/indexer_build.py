@@ -158,7 +158,7 @@ def describe(kernel: str, capability: tuple[int, int], H: int, next_n: int = 1,
              config_capability: tuple[int, int] | None = None) -> dict:
     """Build the default launch of one case for one GPU and describe it (see the module docstring).
     ``config_capability``: build the launch (and operand path) chosen for that GPU instead, compiled for
-    ``capability`` -- e.g. the SM80 path on an H200, as a simulated SM80 runs it (``tests/harness/``)."""
+    ``capability`` -- e.g. the SM80 path on an H200, as a simulated SM80 runs it (``tools/gpu/``)."""
     from .aot import SMEM_PER_BLOCK
     from .fp8 import has_fp8_conversion
 

@@ -58,7 +58,7 @@ def planning_limits(device: torch.device, capability=None) -> DeviceLimits:
     """The limits a launch on ``device`` is planned with: the device's own (:func:`device_limits`), unless
     ``capability`` -- vLLM's ``current_platform.get_device_capability()``, which the kernels are given -- names
     another GPU with a row in :data:`DEVICE_LIMITS`: then that GPU's numbers (a capability simulation,
-    ``tests/harness/simulate_capability``, plans as on the simulated GPU: SM120's 99 KB and 188 SMs on an H200). On a
+    ``tools/gpu/simulate_capability``, plans as on the simulated GPU: SM120's 99 KB and 188 SMs on an H200). On a
     real GPU the two agree. Each answer is noted for :func:`planned_limits`."""
     own = None
     if device.type == "cuda":

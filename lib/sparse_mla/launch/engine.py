@@ -259,7 +259,7 @@ def check_offline_spec(spec: RunSpec) -> RunSpec:
                              f"process runs with {here or 'none'}: vLLM's front end decides with it too; accepted: "
                              f"the run spec in a parity run (--parity --backends {spec.name}, each engine in its own "
                              f"process), or SPARSE_MLA_SIMULATED_CAPABILITY={spec.capability} for the whole command "
-                             f"(tests/harness/simulate_capability)")
+                             f"(tools/gpu/simulate_capability)")
     return spec
 
 
@@ -287,7 +287,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     # Start vLLM's engine core with spawn, not fork: on the H200 (2026-12-01) engines of this function started by
     # fork died in init_device with "Cannot re-initialize CUDA in forked subprocess" for kv_cache_dtype auto (an fp8_ds_mla
     # parity in the same session started fine; the cause was not found); the same run with spawn generated
-    # (results/h200/GPU_SESSION_2026-12-01.md). A value the user set wins.
+    # (results/h200/sessions/2026-12-01/GPU_SESSION_2026-12-01.md). A value the user set wins.
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from vllm import LLM, SamplingParams
 

@@ -9,7 +9,7 @@ removed from the engine's environment, so a shell that exported it cannot switch
 
 An ``@M.m`` suffix (``TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0``) asks for that engine under a simulated compute
 capability: its process gets ``SPARSE_MLA_SIMULATED_CAPABILITY=M.m``, which only the test harness
-``tests/harness/simulate_capability`` acts on (vLLM's platform then reports ``M.m`` and Triton generates that GPU's
+``tools/gpu/simulate_capability`` acts on (vLLM's platform then reports ``M.m`` and Triton generates that GPU's
 code). sparse-mla simulates nothing itself: without the harness the engine sees the real GPU, its ``ran`` block says
 so, and the run fails as a contradiction. Without the suffix the variable is left as the caller's environment has it.
 """
@@ -239,7 +239,7 @@ def simulated() -> dict | None:
         return None
     return {"capability": cap,
             "how": f"{SIMULATED_ENV}={cap!r} was set in this process's environment: a test harness outside "
-                   f"sparse-mla (tests/harness/simulate_capability) makes vLLM see compute capability {cap} in every "
+                   f"sparse-mla (tools/gpu/simulate_capability) makes vLLM see compute capability {cap} in every "
                    f"process and Triton generate that GPU's code (TRITON_OVERRIDE_ARCH); sparse-mla reports it and "
                    f"simulates nothing; the ran block shows what the engine saw and compiled",
             "differs": SIMULATION_DIFFERS}

@@ -155,10 +155,10 @@ def indexer_targets(args: list[str], base: Path) -> str:
 
 
 VARIANTS = "kernel-variants"
-#: the variants of ``tests/harness/fp8_where_time_goes.py``, in the order each adds a stage
+#: the variants of ``tools/gpu/fp8_where_time_goes.py``, in the order each adds a stage
 VARIANT_ORDER = ("gather", "loads", "decode", "scores", "full", "flashmla")
 def kernel_variants(args: list[str], base: Path) -> str:
-    """Where an fp8_ds_mla launch's time goes (``tests/harness/fp8_where_time_goes.py``): per case the planned tile and
+    """Where an fp8_ds_mla launch's time goes (``tools/gpu/fp8_where_time_goes.py``): per case the planned tile and
     split count, each controlled variant's median time (µs), the full kernel's gathered bytes per second and
     FlashMLA's fp8 decode against it; the caption's topk, cache size and repeats are read from the record."""
     check_args(args, VARIANTS_USAGE, 1, 1)
@@ -188,7 +188,7 @@ def kernel_variants(args: list[str], base: Path) -> str:
 
 
 SWEEP = "kernel-sweep"
-#: the option sets of the sweep (``tests/harness/fp8_where_time_goes.py`` ``SWEEP_OPTIONS``), as the record names them
+#: the option sets of the sweep (``tools/gpu/fp8_where_time_goes.py`` ``SWEEP_OPTIONS``), as the record names them
 SWEEP_OPTIONS = ("none", "VEC_SCALES", "KEEP_CODES", "KEEP_CODES+VEC_SCALES")
 
 

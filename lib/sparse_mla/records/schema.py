@@ -185,7 +185,7 @@ class IndexerBench(Record):
 
 
 class VariantTimes(_Shape):
-    """Median µs per variant of ``tests/harness/fp8_where_time_goes.py`` (``flashmla`` where FlashMLA ran)."""
+    """Median µs per variant of ``tools/gpu/fp8_where_time_goes.py`` (``flashmla`` where FlashMLA ran)."""
     gather: Time
     loads: Time
     decode: Time
@@ -208,7 +208,7 @@ class VariantCase(_Shape):
 
 
 class SweepRow(_Shape):
-    """One launch of the sweep (``tests/harness/fp8_where_time_goes.py``): its tile, warps, splits, option set, time
+    """One launch of the sweep (``tools/gpu/fp8_where_time_goes.py``): its tile, warps, splits, option set, time
     (NaN where it failed to launch, with ``error``) and whether it is the planned launch."""
     H: Count
     T: Count

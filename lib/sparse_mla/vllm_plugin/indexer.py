@@ -28,7 +28,7 @@ C kernels have sm_80/86 code: see :mod:`sparse_mla.kernels.indexer`).
 
 When: where vLLM's own ``current_platform.support_deep_gemm()`` is False on a CUDA GPU of SM80 or newer, or where
 ``SPARSE_MLA_TRITON_INDEXER=1`` asks for it (to run it on an H100/H200); ``SPARSE_MLA_TRITON_INDEXER=0`` keeps stock
-vLLM. The kernels are given the capability vLLM's platform reports (so a simulated SM80, ``tests/harness/``, runs the
+vLLM. The kernels are given the capability vLLM's platform reports (so a simulated SM80, ``tools/gpu/``, runs the
 SM80 code paths on any GPU). The adapters do no host sync and size their grids from shapes only (vLLM captures decode
 in full CUDA graphs).
 """

@@ -39,7 +39,7 @@ from .selector import BACKEND_PATH, custom_slot_holder, install_selector_fallbac
 logger = logging.getLogger(__name__)
 
 #: The vLLM releases the plugin is built and tested for are its lines (:data:`sparse_mla.vllm_lines.TESTED_LINES`).
-#: The workbook's GPU records are 0.26.0's but for one 0.33 session (results/h200/GPU_SESSION_2026-12-05.md: torch 2.14
+#: The workbook's GPU records are 0.26.0's but for one 0.33 session (results/h200/sessions/2026-12-05/GPU_SESSION_2026-12-05.md: torch 2.14
 #: carried in pieces); every `.ci/run` tests both lines on the CPU.
 _WARNED: set[str] = set()
 
