@@ -338,3 +338,14 @@ def test_the_meta_build_allocates_nothing_in_a_fresh_process():
     assert out.returncode == 0, out.stderr[-2000:]
     weights, reason = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert float(weights) > 2000 and reason == "None", out.stdout[-500:]
+
+
+def test_unquantized_weights_are_named_in_the_dtype_vllm_holds_them():
+    """Below SM80 vLLM holds a bf16 checkpoint in float32 (its model dtype): the weights' size is float32's, twice
+    bf16's, and the line names float32, not "bf16" (issue 47)."""
+    from sparse_mla.diagnose.report import memory_line
+
+    old, new = (diagnose("glm-5", cap, "auto")["memory"] for cap in ("5.2", "9.0"))
+    assert (old["model_dtype"], new["model_dtype"]) == ("float32", "bfloat16")
+    assert math.isclose(old["weights_gib_per_rank"], 2 * new["weights_gib_per_rank"], rel_tol=1e-3)
+    assert "(unquantized, float32)" in memory_line(old) and "(bf16)" in memory_line(new)

@@ -368,7 +368,7 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
     """Stage 5 for the diagnosis' engine configuration ``vc`` and attention stage ``att`` (the probe platform is
     current). Returns the record's ``"memory"`` entry (see the module docstring): ``gpu_memory_gib`` (None: unknown,
     then ``fits`` and ``max_tokens`` are None), ``gpu_memory_source``, ``gpu_memory_utilization``, ``quantization``,
-    ``weights_gib_per_rank``, ``offloaded_gib``, ``allowance_gib``, ``kv_cache_available_gib``, ``kv_cache_dtype``,
+    ``model_dtype`` (vLLM's: what unquantized weights are held in), ``weights_gib_per_rank``, ``offloaded_gib``, ``allowance_gib``, ``kv_cache_available_gib``, ``kv_cache_dtype``,
     ``kv_cache_block_size``, ``kv_cache_bytes_per_token`` (and ``_by_layer``), ``max_tokens``, ``max_model_len``,
     ``fits``, ``reason`` (vLLM's refusal, or why the weights do not load), ``assumptions``, ``fixes``."""
     from .request import MemorySettings, checkpoint_quantization
@@ -389,6 +389,7 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
                                                  vc.cache_config.gpu_memory_utilization)
     out: dict[str, Any] = {"gpu_memory_gib": None if gpu_bytes is None else round(gpu_bytes / GIB, 3),
                            "gpu_memory_source": source, "gpu_memory_utilization": util, "quantization": quant.name,
+                           "model_dtype": str(vc.model_config.dtype).replace("torch.", ""),
                            "max_model_len": vc.model_config.max_model_len, "assumptions": [], "fixes": []}
     try:
         rank = build(req.tp, None)

@@ -56,7 +56,10 @@ def memory_line(mem: Mapping[str, Any]) -> str:
         return f"BLOCKED: {mem['reason']}" if mem.get("fits") is False else f"{head}: not computed"
     kv = (f"KV cache {mem['kv_cache_bytes_per_token']:,} B per token ({mem['kv_cache_dtype']}, "
           + " + ".join(f"{k} {v:,}" for k, v in mem["kv_cache_bytes_per_token_by_layer"].items()) + ")")
-    weights = f"weights {mem['weights_gib_per_rank']:.1f} GiB per rank ({mem['quantization']})"
+    held = mem["quantization"]     # unquantized weights are held in vLLM's model dtype (float32 below SM80)
+    if held == "bf16" and mem.get("model_dtype") not in (None, "bfloat16"):
+        held = f"unquantized, {mem['model_dtype']}"
+    weights = f"weights {mem['weights_gib_per_rank']:.1f} GiB per rank ({held})"
     if mem.get("offloaded_gib"):
         weights += f", {mem['offloaded_gib']:.1f} GiB of it offloaded to the CPU"
     if mem["fits"] is None:
