@@ -139,3 +139,12 @@ def test_writable_dir_refuses_a_folder_where_none_can_be_made(tmp_path, monkeypa
     monkeypatch.undo()
     assert writable_dir(tmp_path / "new" / "sub") == tmp_path / "new" / "sub"
     assert sorted(p.name for p in tmp_path.iterdir()) == []          # the question leaves nothing behind
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_virtual_file_system_is_named_not_called_missing():
+    """/proc exists and answers a new folder with ENOENT: the message says the folder exists and refuses (issue 47),
+    not only 'No such file or directory'."""
+    with pytest.raises(UserInputError, match=r"'/proc' exists but refuses a new folder with 'No such file or "
+                                             r"directory' \(a virtual file system such as /proc\)"):
+        writable_dir("/proc/x", "--out-dir")

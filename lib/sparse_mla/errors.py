@@ -109,8 +109,13 @@ def _try_a_folder_in(q, p, path, what: str) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".sparse-mla-probe-", dir=q))
     except OSError as e:
+        import errno
+
         where = "" if q == p else f" ({str(q)!r}, where it would be made, refuses a new folder)"
-        raise UserInputError(f"{what} {str(path)!r} cannot be written{where}: {e.strerror or e}; accepted: "
+        why = e.strerror or str(e)
+        if e.errno == errno.ENOENT:     # the folder exists: a virtual file system answers so (/proc, /sys)
+            why = f"{str(q)!r} exists but refuses a new folder with '{why}' (a virtual file system such as /proc)"
+        raise UserInputError(f"{what} {str(path)!r} cannot be written{where}: {why}; accepted: "
                              f"{what_would_fix(e)}") from None
 
 
