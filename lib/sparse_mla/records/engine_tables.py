@@ -17,15 +17,22 @@ INDEXER_CACHE = "DEEPSEEK_V32_INDEXER"
 
 
 def engine_runs(rec: dict) -> dict[str, dict]:
-    """``{name: run}``: a record's ``runs`` and its served check (``serve``, named ``"serve"``), or the record itself
-    where it is one engine's record (a served check of 2026-11-30, an engine's own ``--json-out``)."""
+    """``{name: run}`` of a record's engine runs (the one reading of the tables and ``records check``): its ``runs``
+    (a parity or serving-benchmark record) and its served check (``serve``, named ``"serve"``), or the record itself
+    where it is one engine's record -- an offline engine's ``layers`` or ``ran``, or a served engine's request at the
+    top level (a served check of 2026-11-30, an engine's own ``--json-out``) -- named by its run spec (``run``), else
+    its ``backend_requested``, else ``"engine"``, with its own served check beside it."""
     runs = rec.get("runs")
     if isinstance(runs, dict):
         out = {k: v for k, v in runs.items() if isinstance(v, dict)}
         if isinstance(rec.get("serve"), dict):
             out["serve"] = rec["serve"]
         return out
-    return {str(rec.get("run") or rec.get("backend_requested")): rec} if "backend_requested" in rec else {}
+    if "layers" in rec or "ran" in rec or "backend_requested" in rec:
+        name = rec.get("run") or rec.get("backend_requested")
+        return {str(name) if isinstance(name, str) and name else "engine": rec,
+                **({"serve": rec["serve"]} if isinstance(rec.get("serve"), dict) else {})}
+    return {}
 
 
 def _counts(d: dict) -> str:

@@ -41,6 +41,7 @@ from ..errors import UserInputError, expand_path
 from ..files import DuplicateKey, no_duplicate_keys
 from ..records import blocks, schema, tables
 from ..records.common import Table, markdown
+from ..records.engine_tables import engine_runs
 from ..vllm_plugin.ran import contradictions
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
@@ -244,21 +245,6 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
             out.append(f"first_token_criterion judges {sorted(judged - set(have))}, reference_first_token has "
                        f"{sorted(have)}")
     return out
-
-
-def engine_runs(rec: dict) -> dict[str, dict]:
-    """``{name: run}`` of a record's engine runs: its ``runs`` (a parity or serving-benchmark record) and its served
-    check (``serve``), or the record itself where it is one engine's record (an offline engine's ``layers`` or a
-    served engine's request at the top level)."""
-    runs = rec.get("runs")
-    if isinstance(runs, dict):
-        out = {k: v for k, v in runs.items() if isinstance(v, dict)}
-        if isinstance(rec.get("serve"), dict):
-            out["serve"] = rec["serve"]
-        return out
-    if "layers" in rec or "ran" in rec or "backend_requested" in rec:
-        return {"engine": rec, **({"serve": rec["serve"]} if isinstance(rec.get("serve"), dict) else {})}
-    return {}
 
 
 def _spec_mismatch(name, backend: str, indexer: str, cap) -> str | None:

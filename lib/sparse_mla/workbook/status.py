@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..diagnose.what_to_run import MACHINES
 from ..records.common import markdown
+from ..records.engine_tables import engine_runs
 from . import proof
 
 OURS = "TRITON_MLA_SPARSE"
@@ -30,7 +31,7 @@ def our_runs(paths: list[str]) -> list[dict]:
             continue
         rec = json.loads(Path(v.path).read_text())
         env = rec.get("environment") or {}
-        for run in proof.engine_runs(rec).values():
+        for run in engine_runs(rec).values():
             ran = run.get("ran") or {}
             if run.get("backend_requested") != OURS or not ran:
                 continue
