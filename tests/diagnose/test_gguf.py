@@ -9,7 +9,8 @@ import pytest
 gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf and test extras bring it)")
 
 from sparse_mla.diagnose import diagnose  # noqa: E402
-from sparse_mla.diagnose.gguf import gguf_wall, is_gguf_file, read_gguf  # noqa: E402
+from sparse_mla.diagnose.gguf import gguf_wall, read_gguf  # noqa: E402
+from sparse_mla.diagnose.gguf_files import is_gguf  # noqa: E402
 from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint  # noqa: E402
 from sparse_mla.launch.gguf_writer import write_gguf  # noqa: E402
@@ -69,7 +70,7 @@ def test_gguf_without_indexer_is_refused_by_name(ckpt, tmp_path):
     cfg, state = load_checkpoint(ckpt)
     [p] = write_gguf(tmp_path / "dense-Q8_0.gguf", cfg, {k: v for k, v in state.items() if ".indexer." not in k},
                    ckpt, "Q8_0")
-    assert is_gguf_file(p) and not is_gguf_file(ckpt / "config.json")
+    assert is_gguf(p) and not is_gguf(ckpt / "config.json")
     with pytest.raises(UserInputError, match=r"no DSA indexer tensors \(blk\.0\.indexer"):
         diagnose(str(p), "8.0", "auto")
 

@@ -16,9 +16,10 @@ gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf an
 
 from sparse_mla import cli  # noqa: E402
 from sparse_mla.diagnose import diagnose, gguf_files  # noqa: E402
-from sparse_mla.diagnose.gguf import is_gguf_file, read_gguf  # noqa: E402
+from sparse_mla.diagnose.gguf import read_gguf  # noqa: E402
+from sparse_mla.diagnose.gguf_files import is_gguf  # noqa: E402
 from sparse_mla.errors import UserInputError  # noqa: E402
-from sparse_mla.launch.checkpoint import is_gguf_model, make_checkpoint  # noqa: E402
+from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
 from sparse_mla.launch.gguf_reader import gguf_config, load_gguf_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.gguf
@@ -49,7 +50,7 @@ def test_gguf_pys_split_writer_puts_the_metadata_in_the_first_shard_and_indexer_
 def test_any_shard_or_dir_quant_reads_the_whole_model(models, ref):
     split, whole = models
     model = f"{split}{ref}" if ref.startswith(":") else str(split / ref)
-    assert is_gguf_file(model) and is_gguf_model(model)
+    assert is_gguf(model)
     got, want = read_gguf(model), read_gguf(whole / "model-Q8_0.gguf")
     assert got["files"] == SHARDS and Path(got["path"]).name == SHARDS[0]
     assert got["config"] == want["config"] and sorted(got["tensors"]) == sorted(want["tensors"])
@@ -102,7 +103,7 @@ def test_dir_quant_that_matches_nothing_names_what_is_there(models):
     split, _ = models
     with pytest.raises(UserInputError, match=f"no GGUF file of type 'Q4_K' in '{split}'.*there: {SHARDS[0]}"):
         read_gguf(f"{split}:Q4_K")
-    assert not is_gguf_file(f"{split}/nowhere:Q8_0") and gguf_files.reference(f"{split}:Q8_0") == (split, "Q8_0")
+    assert not is_gguf(f"{split}/nowhere:Q8_0") and gguf_files.reference(f"{split}:Q8_0") == (split, "Q8_0")
 
 
 def test_the_plugins_own_discovery_is_used_where_it_is_importable(models, tmp_path, monkeypatch):

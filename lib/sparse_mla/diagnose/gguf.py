@@ -27,33 +27,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserInputError, expand_path
+from ..errors import UserInputError
 from ..models import text_config
 from . import gguf_files
 from .gguf_tensors import tensor_problem
-
-
-def is_gguf_file(model) -> bool:
-    """True for a ``--model`` that names a GGUF: an existing file named ``*.gguf`` (a split model's shard too) or
-    starting with the GGUF magic ``b"GGUF"``, or vllm-gguf-plugin's ``DIR:QUANT`` for an existing folder
-    (:func:`sparse_mla.diagnose.gguf_files.reference`)."""
-    from .gguf_files import reference
-
-    if reference(model) is not None:
-        return True
-    try:
-        p = expand_path(str(model), "model")
-    except UserInputError:
-        return False
-    if not p.is_file():
-        return False
-    if p.suffix.lower() == ".gguf":
-        return True
-    try:
-        with open(p, "rb") as f:
-            return f.read(4) == b"GGUF"
-    except OSError:
-        return False
 
 
 def file_type(reader) -> str:

@@ -39,6 +39,22 @@ ACCEPTED = ("a .gguf file (any shard of a split model) or DIR:QUANT (vllm-gguf-p
             "/models/glm-5:Q8_0), with the model's config.json and tokenizer in its folder")
 
 
+def is_gguf(model) -> bool:
+    """Whether a ``--model`` names a GGUF, the one answer of the diagnosis and launch: vllm-gguf-plugin's ``DIR:QUANT``
+    for an existing folder (:func:`reference`), a path named ``*.gguf`` (any shard of a split model; one that does not
+    exist is the GGUF reader's to refuse), or an existing file starting with the GGUF magic ``b"GGUF"``."""
+    if reference(model) is not None:
+        return True
+    if str(model).lower().endswith(".gguf"):
+        return True
+    try:
+        p = expand_path(str(model), "model")
+        with open(p, "rb") as f:
+            return p.is_file() and f.read(4) == b"GGUF"
+    except (UserInputError, OSError):
+        return False
+
+
 def reference(model) -> tuple[Path, str] | None:
     """``(folder, quant type)`` where ``model`` is vllm-gguf-plugin's ``DIR:QUANT`` for an existing folder (and not
     itself an existing path), else None. Raises :class:`UserInputError` for a QUANT with characters no GGUF file name

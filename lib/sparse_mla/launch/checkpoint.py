@@ -616,20 +616,13 @@ def _write_weights(tmp: Path, cfg: dict, seed: int, gguf: tuple[str, ...], gguf_
             write_gguf(tmp / gguf_file_name(t), cfg, sd, tmp, t, split_max_tensors=gguf_split_max_tensors)
 
 
-def is_gguf_model(model: str | os.PathLike) -> bool:
-    """A ``--model`` that names a GGUF: a ``*.gguf`` file (any shard of a split model) or vllm-gguf-plugin's
-    ``DIR:QUANT`` (:func:`sparse_mla.diagnose.gguf_files.reference`); vLLM loads it through vllm-gguf-plugin, the
-    reference from its dequantized weights."""
-    from ..diagnose.gguf_files import reference
-
-    return str(model).lower().endswith(".gguf") or reference(model) is not None
-
-
 def load_weights(path: str | os.PathLike) -> tuple[dict, dict]:
     """``(config dict, {name: tensor})`` of a checkpoint directory (:func:`load_checkpoint`) or of a GLM-5 GGUF file
     (``*.gguf``: the config beside it and its dequantized weights, :func:`sparse_mla.launch.gguf_reader.
     load_gguf_checkpoint`) -- the weights an engine loads from ``path``."""
-    if is_gguf_model(path):
+    from ..diagnose.gguf_files import is_gguf
+
+    if is_gguf(path):
         from .gguf_reader import load_gguf_checkpoint
 
         return load_gguf_checkpoint(path)

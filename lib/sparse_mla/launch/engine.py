@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, cli_int, expand_path, writable_file
-from .checkpoint import is_gguf_model
+from ..diagnose.gguf_files import is_gguf
 from .agreement import first_token_agreement, only_prompts, split_prompts
 from .first_token import first_token_criterion
 from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_port, served
@@ -106,7 +106,7 @@ def check_model(model: str | os.PathLike) -> Path:
     (:func:`sparse_mla.launch.gguf_reader.gguf_config`; vllm-gguf-plugin reads the config from the file's folder),
     that the folder passes :func:`check_model_dir`, and that our adapter's load plan takes the files (the engine's
     own: :func:`sparse_mla.diagnose.gguf.gguf_wall`) and the tensors' shapes fit the config. Raises :class:`UserInputError` naming what is wrong."""
-    if not is_gguf_model(model):
+    if not is_gguf(model):
         return check_model_dir(model)
     from ..extras import require
 
@@ -129,13 +129,13 @@ def check_model(model: str | os.PathLike) -> Path:
 def model_dir(model: Path) -> Path:
     """The checkpoint directory of a checked ``--model`` (:func:`check_model`): the GGUF's folder for a GGUF file
     (its config and tokenizer), else ``model`` itself."""
-    return model.parent if is_gguf_model(model) else model
+    return model.parent if is_gguf(model) else model
 
 
 def weights_asked(model: Path) -> dict:
     """What the engine must report having loaded (the ``ran`` block's ``weights``): vllm-gguf-plugin's ``gguf`` load
     format and quantization for a GGUF file, vLLM's default for a directory; plus the checkpoint's format and file."""
-    if is_gguf_model(model):
+    if is_gguf(model):
         return {"format": "gguf", "file": model.name, "load_format": "gguf", "quantization": "gguf"}
     return {"format": "safetensors", "file": None, "load_format": None, "quantization": None}
 
@@ -294,7 +294,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     kw = dict(model=str(model), tensor_parallel_size=tp, enforce_eager=enforce_eager, max_model_len=max_model_len,
               gpu_memory_utilization=gpu_memory_utilization, seed=seed, max_num_seqs=64,
               kv_cache_dtype=kv_cache_dtype)
-    if is_gguf_model(model):     # vllm-gguf-plugin: weights from the file, config and tokenizer from its folder
+    if is_gguf(model):     # vllm-gguf-plugin: weights from the file, config and tokenizer from its folder
         kw["tokenizer"] = str(model_dir(model))
     ac = attention_config(spec.backend)
     if ac:
@@ -390,7 +390,7 @@ def serve_command(model: str | os.PathLike, spec: RunSpec, port: int, *, kv_cach
     the ``ran`` block (:data:`sparse_mla.vllm_plugin.ran.SERVE_OPTIONS`)."""
     from ..diagnose.gguf_config import serve_flags
 
-    cmd = ["vllm", "serve", str(model), *(serve_flags(Path(model).parent) if is_gguf_model(model) else []),
+    cmd = ["vllm", "serve", str(model), *(serve_flags(Path(model).parent) if is_gguf(model) else []),
            "--host", HOST, "--port", str(port), "--served-model-name", SERVED_NAME,
            "--max-model-len", str(max_model_len), "--gpu-memory-utilization", str(gpu_memory_utilization),
            "--seed", "0", "--kv-cache-dtype", kv_cache_dtype, "--tensor-parallel-size", str(tp)]
