@@ -55,6 +55,11 @@ IMPL_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8_ds_mla")
 #: The ``--kv-cache-dtype`` values the engine commands (``launch``, ``bench serve``) take: vLLM's names; fp8 runs as
 #: fp8_ds_mla on every sparse MLA backend.
 ENGINE_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla")
+#: The KV-cache dtypes the diagnosis matrix asks about (its columns; ``diagnose --matrix``).
+MATRIX_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_ds_mla")
+#: The KV-cache dtypes the what-to-run table asks about: the model dtype's cache, and fp8 (stored as fp8_ds_mla on
+#: every sparse MLA backend).
+WHAT_TO_RUN_KV_CACHE_DTYPES = ("bfloat16", "fp8")
 
 
 def check_kv_cache_dtype(kv_cache_dtype, accepted=ENGINE_KV_CACHE_DTYPES, what: str = "--kv-cache-dtype",

@@ -9,12 +9,12 @@ dtype excepted: it is checked against the installed vLLM's own ``CacheDType``, r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..capability import as_capability
 from ..errors import UserInputError, cli_float, cli_int
-from ..layouts import check_kv_cache_dtype
+from ..layouts import MATRIX_KV_CACHE_DTYPES, check_kv_cache_dtype
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ GPUS: dict[str, GpuPreset] = {
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``), from :data:`GPUS`.
 GPU_PRESETS: dict[str, str] = {name: gpu.capability for name, gpu in GPUS.items()}
 
-#: The KV-cache dtypes the workbook diagnoses (``--kv-cache-dtype``; the matrix's columns).
-KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "fp8", "fp8_ds_mla")
+#: The KV-cache dtypes the matrix asks about (``layouts.MATRIX_KV_CACHE_DTYPES``, their one home).
+KV_CACHE_DTYPES: tuple[str, ...] = MATRIX_KV_CACHE_DTYPES
 
 
 def vllm_cache_dtypes() -> tuple[str, ...]:

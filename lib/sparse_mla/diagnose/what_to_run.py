@@ -18,14 +18,15 @@ from typing import Any
 
 from ..errors import UserInputError
 from ..files import atomic_write_all
+from ..layouts import WHAT_TO_RUN_KV_CACHE_DTYPES
 from .request import GPU_PRESETS, QUANTIZATIONS
 
 #: The machines the workbook answers for: label -> (GPU preset, GPUs). The first is the user's.
 MACHINES: dict[str, tuple[str, int]] = {"8x RTX PRO 6000": ("rtx-pro-6000", 8), "8x A100 80 GB": ("a100", 8),
                                         "8x RTX 4090": ("rtx-4090", 8), "8x H200": ("h200", 8)}
 WEIGHTS: tuple[str, ...] = ("bf16", "fp8", "nvfp4", "gguf-q4_k")
-#: vLLM's --kv-cache-dtype choices for a sparse MLA model: the model dtype's cache, and fp8 (stored as fp8_ds_mla)
-KV_CACHE_DTYPES: tuple[str, ...] = ("bfloat16", "fp8")
+#: The KV-cache dtypes the table asks about (``layouts.WHAT_TO_RUN_KV_CACHE_DTYPES``, their one home).
+KV_CACHE_DTYPES: tuple[str, ...] = WHAT_TO_RUN_KV_CACHE_DTYPES
 #: Placeholder checkpoints of the ``vllm serve`` lines (replace with your own path)
 CHECKPOINTS = {"bf16": "/models/GLM-5", "fp8": "/models/GLM-5-FP8", "nvfp4": "/models/GLM-5-NVFP4",
                "gguf-q4_k": "/models/GLM-5-GGUF/GLM-5-Q4_K_M-00001-of-00010.gguf"}
