@@ -14,44 +14,10 @@ from typing import Any
 
 from ..capability import as_capability
 from ..errors import UserInputError, cli_float, cli_int
+from ..gpus import GPU_PRESETS, GPUS, GpuPreset  # noqa: F401 - the diagnosis's names for them
 from ..layouts import MATRIX_KV_CACHE_DTYPES, check_kv_cache_dtype
 
 
-@dataclass(frozen=True)
-class GpuPreset:
-    """A named GPU: its CUDA compute capability and its memory."""
-
-    capability: str      # "major.minor"
-    memory_mib: int      # memory.total as nvidia-smi reports it (MiB), see GPUS
-    note: str
-
-    @property
-    def memory_gib(self) -> float:
-        return self.memory_mib / 1024
-
-
-#: The named GPUs (``--capability NAME``): the one home of their capability and memory. ``memory_mib`` is
-#: ``memory.total`` as ``nvidia-smi`` prints it (``97887MiB`` on an RTX PRO 6000 Blackwell, in public nvidia-smi
-#: output of each card; ECC on where data-centre cards ship with it on). vLLM multiplies CUDA's total
-#: (``torch.cuda.mem_get_info``) by ``gpu_memory_utilization``, which is a few hundred MiB lower than nvidia-smi's
-#: (memory the driver keeps); the memory stage's allowance covers that (:mod:`.memory`).
-GPUS: dict[str, GpuPreset] = {
-    "rtx-pro-6000": GpuPreset("12.0", 97887, "RTX PRO 6000 Blackwell (Workstation, Max-Q, Server Edition), 96 GB"),
-    "rtx-5090": GpuPreset("12.0", 32607, "GeForce RTX 5090, 32 GB"),
-    "b200": GpuPreset("10.0", 183359, "B200, 180 GB"),
-    "h100": GpuPreset("9.0", 81559, "H100 80GB HBM3"),
-    "h200": GpuPreset("9.0", 143771, "H200, 141 GB"),
-    "a100": GpuPreset("8.0", 81920, "A100 80GB (SXM4, PCIe); the 40 GB A100 (40960 MiB): --gpu-memory-gib 40"),
-    "l40s": GpuPreset("8.9", 46068, "L40S, 48 GB, ECC on"),
-    "rtx-4090": GpuPreset("8.9", 24564, "GeForce RTX 4090, 24 GB"),
-    "rtx-3090": GpuPreset("8.6", 24576, "GeForce RTX 3090, 24 GB"),
-    "a40": GpuPreset("8.6", 46068, "A40, 48 GB, ECC on (49140 MiB with ECC off)"),
-    "gb10": GpuPreset("12.1", 124611, "GB10 (DGX Spark): 128 GB shared with the CPU; nvidia-smi reports no total, "
-                                      "CUDA reports 121.69 GiB (the number given here)"),
-}
-
-#: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``), from :data:`GPUS`.
-GPU_PRESETS: dict[str, str] = {name: gpu.capability for name, gpu in GPUS.items()}
 
 #: The KV-cache dtypes the matrix asks about (``layouts.MATRIX_KV_CACHE_DTYPES``, their one home).
 KV_CACHE_DTYPES: tuple[str, ...] = MATRIX_KV_CACHE_DTYPES

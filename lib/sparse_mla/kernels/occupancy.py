@@ -5,36 +5,12 @@ are those of the CUDA programming guide's "Compute capabilities" table; :mod:`.a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 
-
-@dataclass(frozen=True)
-class DeviceLimits:
-    """What bounds the programs resident on one SM (CUDA programming guide, "Compute capabilities" table), and the
-    SM count. At run time :func:`device_limits` reads them from the device; :data:`DEVICE_LIMITS` holds them for
-    GPUs planned ahead of time."""
-
-    sm_count: int
-    smem_per_sm: int               # bytes of shared memory the blocks on one SM can use together
-    smem_per_block: int            # opt-in maximum of one block
-    regs_per_sm: int = 65536
-    max_threads_per_sm: int = 2048
-    max_blocks_per_sm: int = 32
-    smem_reserved_per_block: int = 1024   # the driver's per-block reservation (SM80 and later)
+from ..gpus import CPU_LIMITS, DEVICE_LIMITS, DeviceLimits  # noqa: F401 - the plan's names for them
 
 
-#: Limits per capability, with the SM count of one GPU each (A100, RTX A6000, L40S, H100/H200 SXM, B200, RTX PRO 6000).
-DEVICE_LIMITS = {(8, 0): DeviceLimits(108, 167936, 166912, 65536, 2048, 32),
-                 (8, 6): DeviceLimits(84, 102400, 101376, 65536, 1536, 16),
-                 (8, 9): DeviceLimits(142, 102400, 101376, 65536, 1536, 24),
-                 (9, 0): DeviceLimits(132, 233472, 232448, 65536, 2048, 32),
-                 (10, 0): DeviceLimits(148, 233472, 232448, 65536, 2048, 32),
-                 (12, 0): DeviceLimits(188, 102400, 101376, 65536, 1536, 32)}
-#: The interpreter's stand-in device (programs run one after another anyway).
-CPU_LIMITS = DeviceLimits(8, 232448, 232448)
 
 
 def device_limits(device: torch.device) -> DeviceLimits:

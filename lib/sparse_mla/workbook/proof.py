@@ -157,7 +157,7 @@ def gpu_presets_named(gpu) -> list[tuple[str, str]]:
     a GPU name holds as a word (``NVIDIA A100-SXM4-80GB`` -> ``a100``, 8.0)."""
     import re
 
-    from ..diagnose.request import GPUS
+    from ..gpus import GPUS
 
     if not isinstance(gpu, str):
         return []
