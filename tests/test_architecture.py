@@ -51,3 +51,27 @@ def test_no_private_name_is_imported_from_another_subpackage():
             bad += [f"{'.'.join(parts)}: from {'.'.join(target)} import {a.name}" for a in node.names
                     if a.name.startswith("_") and there != here and (target + (a.name,))[1] != a.name]
     assert bad == []
+
+
+def _cycles(lib: Path) -> list[tuple[str, str]]:
+    """Pairs of modules that import each other, directly or through others (grimp, import-linter's graph; function-
+    level and TYPE_CHECKING imports count)."""
+    code = ("import grimp, json; g = grimp.build_graph('sparse_mla'); print(json.dumps(sorted({tuple(sorted((m, n))) "
+            "for m in g.modules for n in g.find_modules_directly_imported_by(m) "
+            "if g.chain_exists(importer=n, imported=m)})))")
+    import json
+
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(lib)}, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return [tuple(c) for c in json.loads(p.stdout)]
+
+
+def test_no_module_imports_another_that_imports_it(tmp_path):
+    """No import circle in the package (issue 48 item 5: diagnose.gguf <-> diagnose.request, kernels.aot <->
+    kernels.launch_plan and workbook.proof <-> workbook.status were); a planted one is found."""
+    assert _cycles(ROOT / "lib") == []
+    shutil.copytree(ROOT / "lib", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    aot = tmp_path / "lib" / "sparse_mla" / "kernels" / "aot.py"
+    aot.write_text(aot.read_text() + "\n\ndef _planted():\n    from .launch_plan import LaunchConfig  # noqa: F401\n")
+    assert _cycles(tmp_path / "lib") == [("sparse_mla.kernels.aot", "sparse_mla.kernels.launch_plan")]

@@ -17,7 +17,7 @@ from .errors import UserInputError
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
 COMMAND_MODULES = ("workbook.chain", "diagnose.cli", "bench.cli", "launch.checkpoint", "launch.engine",
-                   "workbook.proof")
+                   "workbook.records_cli")
 
 
 class _Parser(argparse.ArgumentParser):

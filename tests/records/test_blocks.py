@@ -14,7 +14,7 @@ from sparse_mla import cli
 from sparse_mla.errors import UserInputError
 from sparse_mla.records import blocks
 from sparse_mla.records.tables import render
-from sparse_mla.workbook.proof import TABLES
+from sparse_mla.workbook.records_cli import TABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 # every document of the repository (README, docs/, the kernel notes), each with at least this many blocks

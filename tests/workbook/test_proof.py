@@ -7,7 +7,7 @@ import pytest
 
 from sparse_mla import cli
 from sparse_mla.records import environment
-from sparse_mla.workbook import proof
+from sparse_mla.workbook import proof, records_cli
 
 RAN = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
        "indexer": {"triton": 0, "deepgemm": 8}, "attention": {"TRITON_MLA_SPARSE": 4}}
@@ -186,7 +186,7 @@ def test_counts_are_singular_for_one(tmp_path, capsys):
 def test_the_proof_table_gives_the_checks_verdicts(tmp_path):
     (tmp_path / "good.json").write_text(json.dumps(record()))
     (tmp_path / "bad.json").write_text(json.dumps(record(simulated={"capability": "8.6"})))
-    md = proof.TABLES["proof"].render(["."], tmp_path)
+    md = records_cli.TABLES["proof"].render(["."], tmp_path)
     lines = md.split("\n")
     assert lines[2].startswith("| `bad.json` | invalid | TRITON_MLA_SPARSE: capability: asked 8.6"), md
     assert lines[3] == "| `good.json` | proven | 1 engine run(s) with ran |", md
@@ -209,7 +209,7 @@ def test_the_what_to_run_table_renders_what_starts_and_refuses_bad_input(tmp_pat
     import pandas as pd
 
     pd.DataFrame(rows, columns=list(wtr.COLUMNS)).to_csv(tmp_path / "w.csv", index=False)
-    md = proof.TABLES["what-to-run"].render(["w.csv", "8x", "M"], tmp_path)
+    md = records_cli.TABLES["what-to-run"].render(["w.csv", "8x", "M"], tmp_path)
     body = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
     assert len(body) == 2 and "TRITON_MLA_SPARSE + DEEPGEMM | yes | `vllm serve /m --max-model-len 4096`" in body[0]
     assert "OTHER + DEEPGEMM | host-dependent" in body[1]
@@ -223,7 +223,7 @@ def test_the_what_to_run_table_renders_what_starts_and_refuses_bad_input(tmp_pat
                        (["quote.csv", "8x", "M"], "'quote.csv' cannot be read as a what-to-run table \\(ParserError"),
                        (["gone.csv", "8x", "M"], "is not a file"), (["w.csv"], "accepted: what-to-run FILE MACHINE")):
         with pytest.raises(UserInputError, match=says):
-            proof.TABLES["what-to-run"].render(args, tmp_path)
+            records_cli.TABLES["what-to-run"].render(args, tmp_path)
 
 
 @pytest.mark.parametrize("top,says", [
@@ -326,7 +326,7 @@ def test_table_paths_may_not_be_empty_and_tables_refuse_duplicate_keys(tmp_path)
     from sparse_mla.records import tables
 
     with pytest.raises(UserInputError, match="records path '' is empty"):
-        proof.TABLES["proof"].render([""], tmp_path)
+        records_cli.TABLES["proof"].render([""], tmp_path)
     (tmp_path / "v.json").write_text('{"environment": {"gpu": "G"}, "sweep": null}')
     with pytest.raises(UserInputError, match="sweep is None"):
         tables.render("kernel-sweep", ["v.json"], tmp_path)

@@ -174,7 +174,7 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
     from dataclasses import replace
 
     from ..models import geometry_from_config
-    from .request import QUANTIZATIONS
+    from .quantizations import QUANTIZATIONS
 
     info = read_gguf(model, hf_config_path, tokenizer)
     geometry = replace(geometry_from_config(info["vllm_config"], str(model)), source=info["path"])
@@ -195,7 +195,7 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
 def _main_type(info: dict[str, Any]) -> str:
     """``gguf-<type>`` of the tensor type that holds most of the bytes of a :func:`read_gguf` record, among the
     memory stage's types (``request.GGUF_TYPES``) other than F16/BF16; ``gguf-f16`` where none is."""
-    from .request import GGUF_TYPES
+    from .quantizations import GGUF_TYPES
 
     held: dict[str, int] = {}
     for _, kind, _, nbytes in info["tensor_sizes"]:

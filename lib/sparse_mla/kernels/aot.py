@@ -6,7 +6,6 @@ tests compare them with each GPU's limits (:data:`SMEM_PER_BLOCK`).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import torch
 import triton
@@ -14,9 +13,6 @@ import triton
 from ..machine import interpreting
 from .attention import kernel_for
 from .occupancy import DEVICE_LIMITS
-
-if TYPE_CHECKING:
-    from .launch_plan import LaunchConfig
 
 #: Shared memory per block (opt-in maximum, bytes) by compute capability, read off :data:`~sparse_mla.kernels.occupancy.
 #: DEVICE_LIMITS` (the one table of device limits). At run time the device's own ``shared_memory_per_block_optin``
@@ -36,11 +32,12 @@ def compile_options(capability: tuple[int, int], generate_for: tuple[int, int] |
     return {**options, "arch": f"sm{major * 10 + minor}"}
 
 
-def compile_for(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
+def compile_for(cfg, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
                 DL: int = 512, DR: int = 64, generate_for: tuple[int, int] | None = None,
                 fp8_options: dict | None = None):
-    """The attention kernel compiled ahead of time for ``capability`` (no GPU needed: ``triton.compile`` with a
-    ``GPUTarget``), specialized as Triton's JIT specializes it at GLM-5 serving shapes: every pointer 16-byte aligned,
+    """The attention kernel of launch config ``cfg`` (:class:`sparse_mla.kernels.launch_plan.LaunchConfig`; not imported
+    here: the plan imports this module) compiled ahead of time for ``capability`` (no GPU needed: ``triton.compile``
+    with a ``GPUTarget``), specialized as Triton's JIT specializes it at GLM-5 serving shapes: every pointer 16-byte aligned,
     the strides, ``H``, ``topk`` and the split chunk multiples of 16, ``lse``'s unit head stride a constant. Without
     these hints the gathers compile to scalar loads and the numbers (shared memory, registers) are not the launch's.
     ``generate_for``: the code of that GPU assembled for ``capability`` (:func:`compile_options`); ``fp8_options``:
@@ -129,7 +126,7 @@ def kernel_resources(compiled) -> dict:
     return {"shared": shared, "regs": int(m[1]), "stack": int(m[2])}
 
 
-def shared_memory_bytes(cfg: LaunchConfig, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
+def shared_memory_bytes(cfg, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
                         DL: int = 512, DR: int = 64) -> int:
     """Shared memory (bytes) of the attention kernel compiled ahead of time for ``capability``
     (:func:`compile_for`). Compare with :data:`SMEM_PER_BLOCK`."""
