@@ -12,7 +12,8 @@ from sparse_mla.workbook.parameters import check_values
 
 
 @pytest.mark.parametrize("key, value, accepted", [
-    ("tokens", 0, "an integer >= 1"), ("topk", -96, "an integer >= 1"), ("index_topk", 2.5, "an integer >= 1"),
+    ("tokens", 0, "an integer from 1 to 4096"), ("topk", -96, "an integer from 1"), ("index_topk", 2.5, "from 1"),
+    ("prompt_len", 10 ** 9, "an integer from 1 to 202752"), ("out_dir", "../lib", "sparse-mla run --out-dir"),
     ("bench_heads", [], "non-empty list"), ("bench_tokens", [1, 0], "non-empty list"), ("seed", -1, "an integer >= 0"),
     ("device", "gpu", "cpu, cuda"), ("machine", "8x H100", "8x RTX PRO 6000"),
     ("tp", -8, "num_attention_heads"), ("tp", 3, "num_attention_heads"), ("capability", "rtx-9090", "h200"),
@@ -31,14 +32,15 @@ REQUEST_KEYS = ("tp", "capability", "kv_cache_dtype", "model")
 
 def test_accepted_values_and_the_notebooks_defaults_pass(tmp_path):
     check_values("p", "nb", {"tokens": 1, "bench_heads": [8, 64], "seed": 0, "device": "cuda",
-                             "machine": "8x RTX PRO 6000", "tp": 4, "results_dir": "anything"},
-                 {"model": "glm-5", "capability": "h200"}, tmp_path)
+                             "machine": "8x RTX PRO 6000", "tp": 4, "results_dir": "../results"},
+                 {"model": "glm-5", "capability": "h200"}, chain.project_root() / "notebooks")
     root = chain.project_root()
     from papermill import inspect_notebook
 
     for nb in chain.discover(root / "notebooks"):
         defaults = chain._defaults(inspect_notebook(str(nb)))
-        check_values("defaults", nb.stem, defaults, defaults, nb.parent)
+        given = {k: v for k, v in defaults.items() if k != "out_dir"}        # the run's own (--out-dir)
+        check_values("defaults", nb.stem, given, defaults, nb.parent)
 
 
 def test_sparse_mla_run_refuses_a_negative_tp_before_any_notebook_runs(monkeypatch, capsys, tmp_path):
@@ -47,3 +49,17 @@ def test_sparse_mla_run_refuses_a_negative_tp_before_any_notebook_runs(monkeypat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "profile 'cpu': 01_diagnose_backend_rejection's tp: " in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_profiles_folders_are_where_the_notebook_reads_and_writes(tmp_path):
+    """checkpoint_dir under the same rule as every output folder (not the package's lib/), results_dir an existing
+    folder, launch_record a file in it -- refused before any notebook runs (the breaker's round on 2026-12-05)."""
+    root = chain.project_root()
+    nbs = root / "notebooks"
+    for given, says in (({"checkpoint_dir": "../lib/ck"}, "lib"), ({"results_dir": "/nonexistent"}, "not a folder"),
+                        ({"launch_record": "h200/nope.json"}, "not a file in results_dir")):
+        with pytest.raises(UserInputError, match="profile 'p': 05_x's ") as e:
+            check_values("p", "05_x", given, {"results_dir": "../results"}, nbs)
+        assert says in str(e.value), str(e.value)
+    check_values("p", "05_x", {"checkpoint_dir": str(tmp_path / "ck"), "launch_record": "h200/launch_h200.json"},
+                 {"results_dir": "../results"}, nbs)

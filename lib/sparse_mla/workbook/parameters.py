@@ -3,8 +3,9 @@
 
 Each check is the library's own where it has one (:func:`sparse_mla.diagnose.request.resolve` for a diagnosis's
 model, capability, KV-cache dtype and tensor parallelism; :data:`sparse_mla.diagnose.what_to_run.MACHINES`); the
-notebooks' sizes are positive integers, their seeds non-negative ones. A parameter named here by no notebook is
-harmless; one no check names is the notebook's to judge (paths, record names).
+notebooks' sizes are integers within what a run could use, their seeds non-negative ones; ``out_dir`` is the run's own
+(``--out-dir``), the folders and the record a profile names must be where the notebook reads or writes them. A
+parameter named here by no notebook is harmless.
 """
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from pathlib import Path
 
 from ..errors import UserInputError
 
-#: sizes of the notebooks' checks and benchmarks: integers >= 1
-POSITIVE = ("tokens", "heads", "topk", "block_size", "num_blocks", "index_topk", "prompt_len", "bench_cache_tokens")
+#: sizes of the notebooks' checks and benchmarks: integers from 1 to what a run of the model could use -- heads per
+#: rank up to vLLM's MLA limit (128), top-k and index_topk up to 16 x GLM-5's 2048, a prompt up to GLM-5's
+#: max_position_embeddings (202,752), caches up to 2**24 tokens
+POSITIVE = {"tokens": 4096, "heads": 128, "topk": 32768, "block_size": 1024, "num_blocks": 2 ** 20,
+            "index_topk": 32768, "prompt_len": 202752, "bench_cache_tokens": 2 ** 24}
 #: lists of sizes: non-empty, each an integer >= 1
 POSITIVE_LISTS = ("bench_heads", "bench_tokens")
 #: seeds: integers >= 0
@@ -30,12 +34,14 @@ def _is_int(v) -> bool:
 
 def _one(key: str, value) -> str | None:
     """Why ``value`` is refused for ``key`` (the accepted values named), or None."""
-    if key in POSITIVE and not (_is_int(value) and value >= 1):
-        return "accepted: an integer >= 1"
+    if key in POSITIVE and not (_is_int(value) and 1 <= value <= POSITIVE[key]):
+        return f"accepted: an integer from 1 to {POSITIVE[key]}"
     if key in POSITIVE_LISTS and not (isinstance(value, list) and value and all(_is_int(v) and v >= 1 for v in value)):
         return "accepted: a non-empty list of integers >= 1"
     if key in SEEDS and not (_is_int(value) and value >= 0):
         return "accepted: an integer >= 0"
+    if key == "out_dir":
+        return "set by sparse-mla run itself; accepted: sparse-mla run --out-dir DIR"
     if key == "device" and value not in DEVICES:
         return f"accepted: {', '.join(DEVICES)}"
     if key == "machine":
@@ -44,6 +50,26 @@ def _one(key: str, value) -> str | None:
         if value not in MACHINES:
             return f"accepted: {', '.join(MACHINES)}"
     return None
+
+
+def _folders(given: dict, values: dict, notebooks_dir: Path) -> None:
+    """A profile's folders, relative to the notebooks' folder as the notebook reads them: ``checkpoint_dir`` a folder
+    any command may write (:func:`sparse_mla.errors.writable_dir`: not the package, ``lib/``, ``tests/``, ``.git``),
+    ``results_dir`` an existing folder, ``launch_record`` a file in it."""
+    from ..errors import writable_dir
+
+    def at(v) -> Path:
+        return Path(v) if Path(str(v)).is_absolute() else notebooks_dir / str(v)
+
+    if given.get("checkpoint_dir") is not None:
+        writable_dir(at(given["checkpoint_dir"]), "checkpoint_dir")
+    if "results_dir" in given and not at(given["results_dir"]).is_dir():
+        raise UserInputError(f"results_dir {given['results_dir']!r} is not a folder; accepted: the folder of the "
+                             f"records (results/, relative to notebooks/)")
+    if "launch_record" in given and not (at(values.get("results_dir", "../results")) / str(given["launch_record"])
+                                         ).is_file():
+        raise UserInputError(f"launch_record {given['launch_record']!r} is not a file in results_dir; accepted: a "
+                             f"launch record there (h200/launch_h200.json)")
 
 
 def _request(values: dict, notebooks_dir: Path) -> None:
@@ -71,6 +97,10 @@ def check_values(profile: str, notebook: str, given: dict, defaults: dict, noteb
         why = _one(key, value)
         if why:
             raise UserInputError(f"profile {profile!r}: {notebook}'s {key} = {value!r} is not accepted; {why}")
+    try:
+        _folders(given, {**defaults, **given}, notebooks_dir)
+    except UserInputError as e:
+        raise UserInputError(f"profile {profile!r}: {notebook}'s {e}") from None
     asked = [k for k in REQUEST if k in given]
     if asked:
         try:
