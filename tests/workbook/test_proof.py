@@ -430,3 +430,38 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status != "proven" and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    # failures the record holds under other names
+    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(exit_code=1), "exit_code 1"),
+    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(timed_out=True), "timed_out"),
+    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed=0), "0 of 160 prompts completed"),
+    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "failed: -5"),
+    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(
+        failed={"min": 0, "median": 3, "max": 0, "n": 5}), "summary.failed"),
+    (SERVE_RECORD, lambda r: r["repeats"].update(FLASHMLA_SPARSE=[]), "0 repeats of the 5 repeats"),
+    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"].update(servers=[]), "no server"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(exception="RuntimeError: CUDA error"), "exception says"),
+    (GGUF_RECORD, lambda r: r["first_token_criterion"]["per_prompt"][0]["first_tokens"].update(FLASHMLA_SPARSE=42),
+     "is not the reference's argmax"),
+    # a run pasted from another record or machine
+    (GGUF_RECORD, lambda r: r["runs"][_T]["environment"].update(gpu="NVIDIA H100 80GB HBM3"), "header: gpu"),
+    (GGUF_RECORD, lambda r: r["runs"][_T]["environment"].update(vllm="0.33.0"), "header: vllm"),
+    (GGUF_RECORD, lambda r: r["runs"][_T]["environment"].update(revision="0" * 40), "header: revision"),
+    (GGUF_RECORD, lambda r: r["runs"][_T]["environment"].update(date="2026-12-01T00:00:00+00:00"), "6 hours"),
+    (NGRAM_RECORD, lambda r: r["runs"][_T].update(tp=8), "tp 8, the record's 1"),
+    (NGRAM_RECORD, lambda r: r.update(tp=3), "does not divide"),
+    (NGRAM_RECORD, lambda r: [v.update(kv_cache_dtype="banana") for v in (r, *r["runs"].values(),
+                                                                            *r["run_specs"].values())], "banana"),
+])
+def test_the_breakers_round_on_2026_12_05(tmp_path, name, edit, says):
+    """Issue 47, the breaker's round of 2026-12-05 (147 attempts, 64 edits of proven records called proven): the
+    classes fixed here -- a failure said under another key (an exit status, a time limit, prompts not completed, a
+    negative or summarised count, missing repeats or servers, a decisive prompt's wrong token without a failure), a
+    run whose header, tp or KV dtype is not its record's. Each edit of a proven committed record is refused."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status != "proven" and says in v.reason, v.line()

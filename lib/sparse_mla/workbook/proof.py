@@ -95,8 +95,13 @@ def said_failed(rec: dict) -> list[str]:
 
 
 #: Keys that, anywhere in a record, say something went wrong when they hold anything (a list with items, a text, a
-#: count above 0): what a writer of ours puts where a part of the run failed.
-FAILURE_KEYS = ("failures", "ran_contradictions", "error", "interrupted", "errors", "failed")
+#: count other than 0): what a writer of ours puts where a part of the run failed, and the names another writer would.
+FAILURE_KEYS = ("failures", "ran_contradictions", "error", "interrupted", "errors", "failed", "exception", "failure")
+#: Keys whose value says a process or a step failed: a non-zero exit status, a time limit reached, a failed status.
+FAILURE_SIGNS = {"exit_code": lambda v: isinstance(v, int) and not isinstance(v, bool) and v != 0,
+                 "returncode": lambda v: isinstance(v, int) and not isinstance(v, bool) and v != 0,
+                 "timed_out": lambda v: v is True,
+                 "status": lambda v: isinstance(v, str) and v.strip().lower() in ("failed", "failure", "error")}
 
 
 def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
@@ -111,8 +116,13 @@ def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
             top_said = not where and k in ("failures", "interrupted")           # said_failed says those
             if k in FAILURE_KEYS and not top_said and _holds_something(v) and not (k == "error" and id(node) in engines):
                 out.append(f"{here} says something failed: {str(v)[:120]}")
+            elif k in FAILURE_SIGNS and FAILURE_SIGNS[k](v):
+                out.append(f"{here} says something failed: {k} {v!r}")
             elif isinstance(v, (dict, list)):
                 out += _said_anywhere(v, here, engines)
+        done, asked = node.get("completed"), node.get("num_prompts")     # a vllm bench serve result
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in (done, asked)) and done < asked:
+            out.append(f"{where or '(the record)'} says something failed: {done} of {asked} prompts completed")
     elif isinstance(node, list):
         for i, v in enumerate(node):
             out += _said_anywhere(v, f"{where}[{i}]", engines)
@@ -123,9 +133,9 @@ def _holds_something(v) -> bool:
     if v is None or v is False:
         return False
     if isinstance(v, (int, float)):
-        return v > 0
-    if isinstance(v, dict) and isinstance(v.get("max"), (int, float)):
-        return v["max"] > 0           # a summary over repeats ({min, median, max, n}) of a count
+        return v != 0                 # a count of failures: no writer writes a negative one
+    if isinstance(v, dict) and any(isinstance(v.get(k), (int, float)) for k in ("min", "median", "max")):
+        return any(isinstance(v.get(k), (int, float)) and v[k] != 0 for k in ("min", "median", "max"))   # over repeats
     if isinstance(v, (list, dict)):
         return len(v) > 0
     return True            # a text, "" included: no writer of ours writes an empty one
@@ -238,6 +248,7 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         v = env.get("vllm") if isinstance(env, dict) else None
         if isinstance(v, str) and line_of(v) not in TESTED_LINES:
             out.append(f"{where}: vLLM {v} is no tested line ({', '.join(TESTED_LINES)})")
+    out += _criterion_problems(rec) + _serving_problems(rec, runs) + _run_headers(rec, runs)
     crit = rec.get("first_token_criterion")
     if isinstance(crit, dict):
         judged = {k for p in crit.get("per_prompt") or [] for k in (p.get("first_tokens") or {})}
@@ -245,6 +256,84 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         if judged - set(have):
             out.append(f"first_token_criterion judges {sorted(judged - set(have))}, reference_first_token has "
                        f"{sorted(have)}")
+    return out
+
+
+#: Header fields every engine run of one record shares with the record (one machine, one install, one revision).
+SHARED_HEADER = ("gpu", "gpu_count", "capability", "cuda", "vllm", "torch", "triton", "revision")
+
+
+def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """Each engine run against the record it is part of: its header's machine, install and revision the record's, its
+    date within 6 hours of the record's (one GPU session: a lease is 30 minutes); its ``tp`` and ``kv_cache_dtype`` the record's; a ``tp``
+    that divides the model's heads, a KV-cache dtype vLLM's engine takes (``layouts.ENGINE_KV_CACHE_DTYPES``)."""
+    import datetime
+
+    from ..layouts import ENGINE_KV_CACHE_DTYPES
+
+    top = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
+    out = []
+
+    def when(env):
+        try:
+            return datetime.datetime.fromisoformat(str(env.get("date")))
+        except ValueError:
+            return None
+
+    for k, r in [("the record", rec), *runs.items()]:
+        env = r.get("environment") if isinstance(r.get("environment"), dict) else {}
+        if r is not rec:
+            out += [f"{k}'s header: {f} {env[f]!r}, the record's {top[f]!r}" for f in SHARED_HEADER
+                    if f in env and f in top and env[f] != top[f]]
+            a, b = when(env), when(top)
+            if a and b and a.tzinfo == b.tzinfo and abs(a - b) > datetime.timedelta(hours=6):
+                out.append(f"{k}'s header: date {env['date']}, not within 6 hours of the record's {top['date']}")
+            out += [f"{k}: {f} {r[f]!r}, the record's {rec[f]!r}" for f in ("tp", "kv_cache_dtype")
+                    if f in r and f in rec and r[f] != rec[f]]
+        kv = r.get("kv_cache_dtype")
+        if isinstance(kv, str) and kv not in ENGINE_KV_CACHE_DTYPES:
+            out.append(f"{k}: kv_cache_dtype {kv!r} is none of {', '.join(ENGINE_KV_CACHE_DTYPES)}")
+    heads, tp = (rec.get("model") or {}).get("num_attention_heads") if isinstance(rec.get("model"), dict) else None, \
+        rec.get("tp")
+    if isinstance(heads, int) and isinstance(tp, int) and tp > 0 and heads % tp:
+        out.append(f"tp {tp} does not divide the model's {heads} heads")
+    return out
+
+
+def _criterion_problems(rec: dict) -> list[str]:
+    """The first-token criterion's own data against its verdict: a decisive prompt whose first token in some run is
+    not the reference's argmax is a failure the criterion writes; a record that holds such a prompt and no failure
+    says otherwise than its data."""
+    crit = rec.get("first_token_criterion")
+    if not isinstance(crit, dict) or crit.get("failures") or rec.get("failures"):
+        return []
+    out = []
+    for p in crit.get("per_prompt") or []:
+        if isinstance(p, dict) and p.get("decisive") is True and isinstance(p.get("first_tokens"), dict):
+            wrong = {k: t for k, t in p["first_tokens"].items() if t != p.get("reference_argmax")}
+            if wrong:
+                out.append(f"first_token_criterion: prompt {p.get('prompt_len')} is decisive and {wrong} is not the "
+                           f"reference's argmax {p.get('reference_argmax')}, yet no failure is recorded")
+    return out
+
+
+def _serving_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """A serving benchmark (``load.repeats``): every engine with at least one server, its passes and its ``repeats``
+    entries that many."""
+    load = rec.get("load")
+    n = load.get("repeats") if isinstance(load, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or "repeats" not in rec:
+        return []
+    reps = rec.get("repeats") if isinstance(rec.get("repeats"), dict) else {}
+    out = []
+    for k, r in runs.items():
+        if k == "serve" or not isinstance(r, dict):
+            continue
+        if not r.get("servers"):
+            out.append(f"{k}: no server in a serving benchmark")
+        for what, have in (("passes", r.get("passes")), ("repeats", reps.get(k))):
+            if not isinstance(have, list) or len(have) != n:
+                out.append(f"{k}: {len(have) if isinstance(have, list) else 'no'} {what} of the {n} repeats load asks")
     return out
 
 
