@@ -87,6 +87,12 @@ def test_writable_dir(tmp_path):
     # bounds before anything is built: 100,000 layers built on the meta device ran past two minutes
     ({"num_hidden_layers": 100000}, "num_hidden_layers = 100000, which must be a positive integer up to 1024"),
     ({"n_routed_experts": 10 ** 7}, "n_routed_experts = 10000000, which must be a positive integer up to 65536"),
+    # the breaker's round of 2026-12-05: each was a memory-stage ZeroDivisionError or a negative dimension, or passed
+    ({"moe_layer_freq": 0}, "moe_layer_freq = 0, which must be a positive integer"),
+    ({"n_shared_experts": -1}, "n_shared_experts = -1; accepted: an integer from 0"),
+    ({"num_experts_per_tok": 512}, "num_experts_per_tok = 512 above n_routed_experts = 256"),
+    ({"n_group": 0}, "n_group = 0, which must be a positive integer"),
+    ({"n_group": 2, "topk_group": 4}, "topk_group = 4 above n_group = 2"),
 ])
 def test_check_config_names_the_field(change, names):
     from sparse_mla.models import check_config

@@ -193,7 +193,12 @@ POSITIVE_DIMENSIONS = ("hidden_size", "intermediate_size", "moe_intermediate_siz
                        "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
                        "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                        "index_topk", "index_head_dim", "index_n_heads", "n_routed_experts", "num_experts_per_tok",
-                       "index_topk_freq")
+                       "index_topk_freq", "moe_layer_freq", "n_group", "topk_group")
+#: Counts that may be 0 but not negative (a model without shared experts).
+NON_NEGATIVE_DIMENSIONS = ("n_shared_experts",)
+#: ``(smaller, larger)``: a config's ``smaller`` may not exceed its ``larger`` (experts routed to per token among the
+#: routed experts; groups kept among the groups).
+AT_MOST = (("num_experts_per_tok", "n_routed_experts"), ("topk_group", "n_group"))
 
 
 #: Upper bounds checked before vLLM builds anything (the diagnosis builds vLLM's model on the meta device, one module
@@ -230,6 +235,15 @@ def check_config(cfg, name: str) -> dict[str, Any]:
             glm5 = PRESET_CONFIGS["glm-5"].get(k)
             raise UserInputError(f"config {name!r} has {k} = {_short(v)}, which must be a positive integer up to {top}; "
                                  f"accepted: an integer from 1 to {top}" + (f" (GLM-5: {k} {glm5})" if glm5 else ""))
+    for k in NON_NEGATIVE_DIMENSIONS:
+        v = text.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**31 - 1):
+            raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: an integer from 0 to {2**31 - 1}")
+    for small, large in AT_MOST:
+        a, b = text.get(small), text.get(large)
+        if isinstance(a, int) and isinstance(b, int) and a > b:
+            raise UserInputError(f"config {name!r} has {small} = {a} above {large} = {b}; accepted: {small} from 1 to "
+                                 f"{large}")
     mt = text.get("model_type", cfg.get("model_type"))
     if mt is not None and not isinstance(mt, str):
         raise UserInputError(f"config {name!r} has model_type = {_short(mt)}; accepted: a string, e.g. 'glm_moe_dsa'")
