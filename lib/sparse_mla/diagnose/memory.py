@@ -377,7 +377,8 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
     quant, backend = _with_gguf_tensors(req, mem.quantization), att.get("backend_cls")
     qc = _quant_config(vc, quant)
     key = (json.dumps(req.geometry.raw_config, sort_keys=True, default=str),
-           "gguf" if quant.gguf_type else quant.name, None if qc is None else capability)
+           "gguf" if quant.gguf_type else quant.name, None if qc is None else capability,
+           str(vc.model_config.dtype))     # float32 below SM80: another model than bf16's (issue 47)
 
     def build(tp: int, cache_dtype: str | None, weights_only: bool = False) -> RankModel:
         return rank_model(vc, tp=tp, quant_config=qc, backend_cls=backend, key=key, cache_dtype=cache_dtype,
