@@ -262,9 +262,10 @@ def rank_model(vc, *, tp: int, quant_config, backend_cls, key: tuple, cache_dtyp
         tp: tensor-parallel ranks (vLLM requires it to divide the attention heads).
         quant_config: a vLLM ``QuantizationConfig`` (the checkpoint's quantization) or None (unquantized).
         backend_cls: the attention backend class vLLM selected, or None.
-        key: what makes two builds' weights equal besides ``tp`` (model config, quantization, model dtype, and the GPU where the
-            quantization's layout may depend on it); results are kept for the process. The KV-cache specs are kept
-            under ``key``, the backend and the cache dtype, not ``tp``: an MLA cache has one head on every rank
+        key: what makes two builds' weights equal besides ``tp`` (model config, quantization, model dtype, and the
+            GPU where the quantization's layout may depend on it); results are kept for the process. The KV-cache
+            specs are kept under ``key``, the backend and the cache dtype, not ``tp``: an MLA cache has one head on
+            every rank
             (a hybrid model's, vLLM's ``ModelConfig.is_hybrid`` -- GLM-5.3-Flash's KDA state -- also under ``tp``).
         cache_dtype: ``--kv-cache-dtype`` to build with instead of the configuration's (vLLM's layers may still
             rewrite it for the backend).

@@ -265,7 +265,8 @@ SHARED_HEADER = ("gpu", "gpu_count", "capability", "cuda", "vllm", "torch", "tri
 
 def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Each engine run against the record it is part of: its header's machine, install and revision the record's, its
-    date within 6 hours of the record's (one GPU session: a lease is 30 minutes); its ``tp`` and ``kv_cache_dtype`` the record's; a ``tp``
+    date within 6 hours of the record's (one GPU session: a lease is 30 minutes); its ``tp`` and ``kv_cache_dtype``
+    the record's; a ``tp``
     that divides the model's heads, a KV-cache dtype vLLM's engine takes (``layouts.ENGINE_KV_CACHE_DTYPES``)."""
     import datetime
 
