@@ -49,8 +49,10 @@ def is_gguf(model) -> bool:
         return True
     try:
         p = expand_path(str(model), "model")
+        if not p.is_file():         # before opening: a FIFO or a device would block the read
+            return False
         with open(p, "rb") as f:
-            return p.is_file() and f.read(4) == b"GGUF"
+            return f.read(4) == b"GGUF"
     except (UserInputError, OSError):
         return False
 
