@@ -258,7 +258,7 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
         out.append(f"triton_binaries: the device is {on}, ptxas assembled for {binaries}")
     out += _layer_contradictions(ran)
     out += _plan_contradictions(cap, ran)
-    return out + _indexer_contradictions(asked, cap, ran["indexer"], ran)
+    return out + _indexer_contradictions(asked, cap, ran)
 
 
 def _layer_contradictions(ran: dict) -> list[str]:
@@ -274,24 +274,24 @@ def _layer_contradictions(ran: dict) -> list[str]:
     return out
 
 
-def _indexer_contradictions(asked: dict, cap: str, calls: dict, ran: dict | None = None) -> list[str]:
+def _indexer_contradictions(asked: dict, cap: str, ran: dict) -> list[str]:
     """The indexer that ran against the one asked: the Triton indexer asked (or the plugin's default at ``cap``) must
     have made calls and vLLM's DeepGEMM indexer none; DeepGEMM the default must have made calls and ours none (a DSA
-    model's engine calls its indexer in every full layer of every step: no call means no indexer ran). Where ``ran``
-    counts the indexer's layers (``indexer_cache``), the one that ran made at least one call per layer: an engine
-    that generated ran its prompt through every indexer layer."""
+    model's engine calls its indexer in every full layer of every step: no call means no indexer ran; ``ran``'s
+    ``indexer`` counts). Where ``ran`` counts the indexer's layers (``indexer_cache``), the one that ran made at least
+    one call per layer: an engine that generated ran its prompt through every indexer layer."""
     from .indexer import wanted_by_default
 
     ours_asked = asked.get("indexer", "vllm") != "vllm"
     ours = ours_asked or wanted_by_default(cap)
-    triton, deepgemm = calls["triton"], calls["deepgemm"]
+    triton, deepgemm = ran["indexer"]["triton"], ran["indexer"]["deepgemm"]
     what = f"{asked['indexer']} asked" if ours_asked else \
         f"the default asked, which at capability {cap} is {'the Triton indexer' if ours else 'DeepGEMM'}"
     if ours and (not triton or deepgemm):
         return [f"indexer: {what}; the Triton indexer made {triton} calls, DeepGEMM {deepgemm}"]
     if not ours and (triton or not deepgemm):
         return [f"indexer: {what}; the Triton indexer made {triton} calls, DeepGEMM {deepgemm}"]
-    layers = sum(((ran or {}).get("indexer_cache") or {}).values())
+    layers = sum((ran.get("indexer_cache") or {}).values())
     if layers and (triton if ours else deepgemm) < layers:
         return [f"indexer: {triton if ours else deepgemm} calls for {layers} indexer layers; an engine that "
                 f"generated made at least one through each"]

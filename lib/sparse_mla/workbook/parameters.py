@@ -52,22 +52,24 @@ def _one(key: str, value) -> str | None:
     return None
 
 
+def _as_read(value, notebooks_dir: Path) -> Path:
+    """A path as the notebook reads it: relative to the notebooks' folder unless absolute."""
+    return Path(str(value)) if Path(str(value)).is_absolute() else notebooks_dir / str(value)
+
+
 def _folders(given: dict, values: dict, notebooks_dir: Path) -> None:
     """A profile's folders, relative to the notebooks' folder as the notebook reads them: ``checkpoint_dir`` a folder
     any command may write (:func:`sparse_mla.errors.writable_dir`: not the package, ``lib/``, ``tests/``, ``.git``),
     ``results_dir`` an existing folder, ``launch_record`` a file in it."""
     from ..errors import writable_dir
 
-    def at(v) -> Path:
-        return Path(v) if Path(str(v)).is_absolute() else notebooks_dir / str(v)
-
     if given.get("checkpoint_dir") is not None:
-        writable_dir(at(given["checkpoint_dir"]), "checkpoint_dir")
-    if "results_dir" in given and not at(given["results_dir"]).is_dir():
+        writable_dir(_as_read(given["checkpoint_dir"], notebooks_dir), "checkpoint_dir")
+    results = _as_read(values.get("results_dir", "../results"), notebooks_dir)
+    if "results_dir" in given and not results.is_dir():
         raise UserInputError(f"results_dir {given['results_dir']!r} is not a folder; accepted: the folder of the "
                              f"records (results/, relative to notebooks/)")
-    if "launch_record" in given and not (at(values.get("results_dir", "../results")) / str(given["launch_record"])
-                                         ).is_file():
+    if "launch_record" in given and not (results / str(given["launch_record"])).is_file():
         raise UserInputError(f"launch_record {given['launch_record']!r} is not a file in results_dir; accepted: a "
                              f"launch record there (h200/launch_h200.json)")
 
@@ -80,8 +82,8 @@ def _request(values: dict, notebooks_dir: Path) -> None:
     from ..models import PRESET_CONFIGS
 
     model = values.get("model", "glm-5")
-    if isinstance(model, str) and model not in PRESET_CONFIGS and not Path(model).is_absolute():
-        model = str(notebooks_dir / model)
+    if isinstance(model, str) and model not in PRESET_CONFIGS:
+        model = str(_as_read(model, notebooks_dir))
     resolve(model, values.get("capability", "h200"), values.get("kv_cache_dtype", "auto"), values.get("tp", 1),
             values.get("with_plugin", False))
 

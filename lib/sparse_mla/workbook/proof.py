@@ -98,9 +98,11 @@ def said_failed(rec: dict) -> list[str]:
 #: count other than 0): what a writer of ours puts where a part of the run failed, and the names another writer would.
 FAILURE_KEYS = ("failures", "ran_contradictions", "error", "interrupted", "errors", "failed", "exception", "failure")
 #: Keys whose value says a process or a step failed: a non-zero exit status, a time limit reached, a failed status.
-FAILURE_SIGNS = {"exit_code": lambda v: isinstance(v, int) and not isinstance(v, bool) and v != 0,
-                 "returncode": lambda v: isinstance(v, int) and not isinstance(v, bool) and v != 0,
-                 "timed_out": lambda v: v is True,
+def _nonzero_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v != 0
+
+
+FAILURE_SIGNS = {"exit_code": _nonzero_int, "returncode": _nonzero_int, "timed_out": lambda v: v is True,
                  "status": lambda v: isinstance(v, str) and v.strip().lower() in ("failed", "failure", "error")}
 
 
@@ -229,8 +231,9 @@ def known_prefills() -> set[str] | None:
 
 def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """What a record says of itself that its writer never writes: ``run_specs`` other than its runs' requests; a
-    header naming a vLLM that is no tested line; a first-token criterion without the reference comparison of every
-    run it judged."""
+    header naming a vLLM that is no tested line; a first-token criterion at odds with its own data
+    (:func:`_criterion_problems`); a serving benchmark short of its repeats (:func:`_serving_problems`); an engine
+    run that is not its record's (:func:`_run_headers`)."""
     from ..vllm_lines import TESTED_LINES, line_of
 
     out = []
@@ -248,15 +251,7 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         v = env.get("vllm") if isinstance(env, dict) else None
         if isinstance(v, str) and line_of(v) not in TESTED_LINES:
             out.append(f"{where}: vLLM {v} is no tested line ({', '.join(TESTED_LINES)})")
-    out += _criterion_problems(rec) + _serving_problems(rec, runs) + _run_headers(rec, runs)
-    crit = rec.get("first_token_criterion")
-    if isinstance(crit, dict):
-        judged = {k for p in crit.get("per_prompt") or [] for k in (p.get("first_tokens") or {})}
-        have = rec.get("reference_first_token") if isinstance(rec.get("reference_first_token"), dict) else {}
-        if judged - set(have):
-            out.append(f"first_token_criterion judges {sorted(judged - set(have))}, reference_first_token has "
-                       f"{sorted(have)}")
-    return out
+    return out + _criterion_problems(rec) + _serving_problems(rec, runs) + _run_headers(rec, runs)
 
 
 #: Header fields every engine run of one record shares with the record (one machine, one install, one revision).
@@ -266,8 +261,8 @@ SHARED_HEADER = ("gpu", "gpu_count", "capability", "cuda", "vllm", "torch", "tri
 def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Each engine run against the record it is part of: its header's machine, install and revision the record's, its
     date within 6 hours of the record's (one GPU session: a lease is 30 minutes); its ``tp`` and ``kv_cache_dtype``
-    the record's; a ``tp``
-    that divides the model's heads, a KV-cache dtype vLLM's engine takes (``layouts.ENGINE_KV_CACHE_DTYPES``)."""
+    the record's; a ``tp`` that divides the model's heads, a KV-cache dtype vLLM's engine takes
+    (``layouts.ENGINE_KV_CACHE_DTYPES``)."""
     import datetime
 
     from ..layouts import ENGINE_KV_CACHE_DTYPES
@@ -302,13 +297,20 @@ def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
 
 
 def _criterion_problems(rec: dict) -> list[str]:
-    """The first-token criterion's own data against its verdict: a decisive prompt whose first token in some run is
-    not the reference's argmax is a failure the criterion writes; a record that holds such a prompt and no failure
-    says otherwise than its data."""
+    """The first-token criterion's own data: the reference comparison of every run it judged, and its verdict -- a
+    decisive prompt whose first token in some run is not the reference's argmax is a failure the criterion writes;
+    a record that holds such a prompt and no failure says otherwise than its data."""
     crit = rec.get("first_token_criterion")
-    if not isinstance(crit, dict) or crit.get("failures") or rec.get("failures"):
+    if not isinstance(crit, dict):
         return []
     out = []
+    judged = {k for p in crit.get("per_prompt") or [] for k in (p.get("first_tokens") or {})}
+    have = rec.get("reference_first_token") if isinstance(rec.get("reference_first_token"), dict) else {}
+    if judged - set(have):
+        out.append(f"first_token_criterion judges {sorted(judged - set(have))}, reference_first_token has "
+                   f"{sorted(have)}")
+    if crit.get("failures") or rec.get("failures"):
+        return out
     for p in crit.get("per_prompt") or []:
         if isinstance(p, dict) and p.get("decisive") is True and isinstance(p.get("first_tokens"), dict):
             wrong = {k: t for k, t in p["first_tokens"].items() if t != p.get("reference_argmax")}
