@@ -14,6 +14,9 @@ def test_status_places_each_proven_run_of_ours_and_says_never_elsewhere(tmp_path
     real = record(kv_cache_dtype="fp8_ds_mla", enforce_eager=False)
     real["tp"] = 2
     _write(tmp_path, "real.json", real)
+    h100 = copy.deepcopy(real)                    # the same capability on another GPU: the row names both GPUs
+    h100["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    _write(tmp_path, "real_h100.json", h100)
     sim = record(simulated_capability="8.0", ran={**RAN, "capability": "8.0", "device_capability": "9.0",
                                                   "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"]},
                                                   "indexer": {"triton": 5, "deepgemm": 0}})
@@ -24,8 +27,8 @@ def test_status_places_each_proven_run_of_ours_and_says_never_elsewhere(tmp_path
     _write(tmp_path, "failed.json", failed)
     md = status.status_table(["."], tmp_path)
     rows = {r.split(" | ")[0].lstrip("| "): r.split(" | ")[1:] for r in md.splitlines()[2:6]}
-    assert rows["8x H200"][1].startswith("vLLM 0.26.0; TP up to 2; KV fp8_ds_mla; safetensors; CUDA graphs; "
-                                         "`real.json`"), rows
+    assert rows["8x H200"][1].startswith("on H100 80GB HBM3, H200; vLLM 0.26.0; TP up to 2; KV fp8_ds_mla; "
+                                         "safetensors; CUDA graphs; `real.json`, `real_h100.json`"), rows
     assert rows["8x H200"][2].rstrip(" |") == "never"
     assert rows["8x A100 80 GB"][1] == "never" and "`sim.json`" in rows["8x A100 80 GB"][2]
     assert rows["8x RTX 4090"][1:] == ["never", "never |"], rows          # the failed record proves nothing

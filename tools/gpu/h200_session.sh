@@ -6,7 +6,7 @@
 #   bash tools/gpu/h200_session.sh tree                 .dev/tree.tgz: the committed tree + REVISION (run here)
 #   bash tools/gpu/h200_session.sh start [STAGE ...]   copy the tree to /tmp/work, start the job (setsid), return
 #   bash tools/gpu/h200_session.sh wait SECONDS        wait for the job (at most SECONDS), then `collect`
-#   bash tools/gpu/h200_session.sh collect             results/h200/ + the session's logs -> $OUT/session.tgz
+#   bash tools/gpu/h200_session.sh collect             results/<gpu>/ + the session's logs -> $OUT/session.tgz
 # Stages run in the order given (default: all, in the order below); each is bounded by `timeout` and a failing stage
 # does not stop the next. Every stage's full log is in session/<stage>.log, one line per stage in session/stages.txt.
 set -u
@@ -14,6 +14,8 @@ W=/tmp/work
 R=$W/session
 CK=/tmp/ck512
 CKM=/tmp/ck512mtp
+# the GPU's folder and file-name tag (`start` writes it: h200, h100-80gb-hbm3, ...)
+G=$(cat $W/.gpu 2>/dev/null || echo h200)
 # 2026-12-05b: issue 45's fp8 sweep (KEEP_CODES/VEC_SCALES never timed) first, then issue 46's split GGUF, long prompts,
 # ngram, the GPU tests.
 # Before, the order of what the open issues still need (after 2026-12-04: issue 35's fp8 variants and sweep alone on the GPU
@@ -62,7 +64,7 @@ run_stage() {
     # 2026-12-04 a 2000-token prompt's float64 criterion ran the stage past its 600 s after all six engines had run
     # (beside the GPU tests); without it the criterion is a few seconds on the GPU
     sim_parity) stage sim_parity 600 env "$SIMPATH" python3 -m sparse_mla launch --model $CK --parity --eager-only \
-        --no-serve --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/h200/launch_h200_simulated.json \
+        --no-serve --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/$G/launch_$G_simulated.json \
         --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@12.0,FLASHMLA_SPARSE,FLASH_ATTN_MLA_SPARSE ;;
     # issue 34 item 1 and 2 together: the GPU tests (a pytest process that allocates through torch's caching allocator
     # and never hands memory back before it exits) beside the simulated-GPU parity (vLLM asserts that no other
@@ -74,7 +76,7 @@ run_stage() {
     # FlashMLA's fp8 decode, alternating repeats), then ncu on one planned launch (8 heads, 128 tokens) if it reads
     # the counters here
     fp8_profile) stage fp8_profile 420 python3 tools/gpu/fp8_where_time_goes.py \
-                     results/h200/fp8_where_time_goes_h200.json
+                     results/$G/fp8_where_time_goes_$G.json
                  local NCU; NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
                  stage fp8_ncu 60 "${NCU:-ncu}" --clock-control none --kernel-name regex:_sparse_mla_fp8 --launch-count 2 \
                      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
@@ -89,45 +91,45 @@ run_stage() {
           stage long_parity 600 python3 -m sparse_mla launch --model /tmp/ck2048 --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE,FLASHMLA_SPARSE \
               --prompt-lengths 16384,65536 --max-tokens 8 --max-model-len 65600 --reference-max-len 16384 \
-              --json-out results/h200/launch_h200_long_prompts.json ;;
+              --json-out results/$G/launch_$G_long_prompts.json ;;
     # issue 34 item 3: the serving benchmark by the live-server method (bench/serve.py) at GLM-5's heads per rank at
     # TP 8 (8 heads), bf16 cache, CUDA graphs, ours vs FLASHMLA_SPARSE vs FLASH_ATTN_MLA_SPARSE, 5 repeats each
     bench_serve8) stage bench_serve8_checkpoint 120 python3 -m sparse_mla make-checkpoint /tmp/ck8 --index-topk 512 \
                       --heads 8 --overwrite
                   stage bench_serve8 900 python3 -m sparse_mla bench serve --model /tmp/ck8 --quick \
-                      --out-dir results/h200 --tag h200_8heads ;;
+                      --out-dir results/$G --tag ${G}_8heads ;;
     # issue 34 item 3, the other configurations: 64 heads (GLM-5 at TP 1) on bf16; 8 heads on fp8_ds_mla (FLASH_ATTN_MLA_SPARSE
     # takes no fp8 cache)
     bench_serve64) stage bench_serve64 900 python3 -m sparse_mla bench serve --model $CK --quick \
-                       --out-dir results/h200 --tag h200_64heads ;;
+                       --out-dir results/$G --tag ${G}_64heads ;;
     bench_serve8_fp8) stage bench_serve8_fp8_checkpoint 120 python3 -m sparse_mla make-checkpoint /tmp/ck8 \
                           --index-topk 512 --heads 8 --overwrite
                       stage bench_serve8_fp8 900 python3 -m sparse_mla bench serve --model /tmp/ck8 --quick \
                           --kv-cache-dtype fp8_ds_mla --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE \
-                          --out-dir results/h200 --tag h200_8heads_fp8_ds_mla ;;
+                          --out-dir results/$G --tag ${G}_8heads_fp8_ds_mla ;;
     # issue 21, item 7: the diagnosis (--capability local) against vLLM's selection in a real engine, per KV dtype
     diagnose_local) stage diagnose_local 420 python3 tools/gpu/diagnose_vs_engine.py $CK \
-        results/h200/diagnose_vs_engine_h200.json ;;
+        results/$G/diagnose_vs_engine_$G.json ;;
     # issue 21, item 4: ngram on repeating prompts, MTP with the drafter on our backend; each against the same backend
     # without speculation (+no-speculation) and FLASHMLA_SPARSE under the same speculation
     spec_ngram) stage spec_ngram 540 python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
         --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$NGRAM" --prompt-lengths 48,900 \
-        --max-tokens 64 --json-out results/h200/launch_h200_ngram.json ;;
+        --max-tokens 64 --json-out results/$G/launch_$G_ngram.json ;;
     spec_mtp) stage spec_mtp 540 python3 -m sparse_mla launch --model $CKM --parity --eager-only --no-serve \
         --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$MTP" --prompt-lengths 48,900 \
-        --max-tokens 64 --json-out results/h200/launch_h200_mtp.json ;;
+        --max-tokens 64 --json-out results/$G/launch_$G_mtp.json ;;
     sm80_engine) stage sm80_engine 300 env $sim python3 -m sparse_mla launch --model $CK --parity \
         --backends TRITON_MLA_SPARSE --eager-only --no-serve --prompt-lengths 600,900 --max-tokens 16 \
-        --json-out results/h200/launch_h200_simulated_sm80.json ;;
+        --json-out results/$G/launch_$G_simulated_sm80.json ;;
     fp8_parity) stage fp8_parity 360 python3 -m sparse_mla launch --model $CK --parity --kv-cache-dtype fp8_ds_mla \
         --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --no-serve --prompt-lengths 48,900 --max-tokens 32 \
-        --json-out results/h200/launch_h200_fp8_ds_mla.json ;;
+        --json-out results/$G/launch_$G_fp8_ds_mla.json ;;
     indexer_parity) stage indexer_parity 420 python3 -m sparse_mla launch --model $CK --parity \
         --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE --prompt-lengths 48,900 --max-tokens 32 \
-        --json-out results/h200/launch_h200_triton_indexer.json ;;
+        --json-out results/$G/launch_$G_triton_indexer.json ;;
     # the GPU checks hold every kernel run to kernels/error_bounds' limits for the GPU's arithmetic (bf16/fp16 dots,
     # truncating tensor-core accumulation; the indexer's fp8 dots at 14 accumulator bits): all passed on 2026-12-01
-    # (results/h200/sessions/2026-12-01b/GPU_CHECKS_2026-12-01b.md, about 380 s on a fresh machine); -s prints each run's error/limit
+    # (results/$G/sessions/2026-12-01b/GPU_CHECKS_2026-12-01b.md, about 380 s on a fresh machine); -s prints each run's error/limit
     gpu_tests) stage gpu_tests 480 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA tests/kernels tests/vllm_plugin ;;
     # the CUDA branches of the unmarked backend tests (bf16 and fp8 forward_mqa, out and lse within the limits of the
     # variant the planner ran, and the planted faults those checks must catch)
@@ -146,18 +148,18 @@ run_stage() {
     # catch: that record is expected to fail and be invalid; then the verdict on every record of the session
     ran_indexer) stage ran_indexer 420 python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
         --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
-        --json-out results/h200/launch_h200_ran_indexer.json ;;
+        --json-out results/$G/launch_$G_ran_indexer.json ;;
     ran_sm80) stage ran_sm80 240 env $sim python3 -m sparse_mla launch --model $CK --backend TRITON_MLA_SPARSE \
-        --prompt-lengths 600,900 --max-tokens 16 --json-out results/h200/launch_h200_ran_simulated_sm80.json ;;
+        --prompt-lengths 600,900 --max-tokens 16 --json-out results/$G/launch_$G_ran_simulated_sm80.json ;;
     ran_graphs) stage ran_graphs 360 python3 -m sparse_mla launch --model $CK --parity --no-serve \
         --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
-        --json-out results/h200/launch_h200_ran_graphs.json ;;
-    records_check) stage records_check 120 python3 -m sparse_mla records check results/h200 ;;
+        --json-out results/$G/launch_$G_ran_graphs.json ;;
+    records_check) stage records_check 120 python3 -m sparse_mla records check results/$G ;;
     bench_kernel) stage bench_kernel 240 python3 -m sparse_mla bench kernel --quick --compare-launch ;;
     bench_kernel_fp8) stage bench_kernel_fp8 240 python3 -m sparse_mla bench kernel --quick --kv-cache-dtype fp8_ds_mla ;;
     bench_indexer) stage bench_indexer 240 python3 -m sparse_mla bench indexer --quick ;;
     # 3 backends x 3 repeats, a fresh server each (about 60-70 s per server, eager start + warm-up + timed pass)
-    bench_serve) stage bench_serve 900 python3 -m sparse_mla bench serve --model $CK --quick --out-dir results/h200 ;;
+    bench_serve) stage bench_serve 900 python3 -m sparse_mla bench serve --model $CK --quick --out-dir results/$G ;;
     # issue 19, item 2 (not in ALL): GLM-5.2 top-k sharing as vLLM reads it (index_topk_pattern), GLM-5.2-style
     # indexer_types only (no indexer weights in shared layers: loads through the plugin's config hook) and
     # DeepSeek-V3.2's geometry; each: ours against FLASHMLA_SPARSE and the reference forward
@@ -166,7 +168,7 @@ run_stage() {
                     --index-topk 512 --overwrite "${m#*:}"
                 stage "patterns_${m%%:*}" 420 python3 -m sparse_mla launch --model "/tmp/ck_${m%%:*}" --parity \
                     --eager-only --no-serve --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 \
-                    --max-tokens 16 --json-out "results/h200/launch_h200_patterns_${m%%:*}.json"
+                    --max-tokens 16 --json-out "results/$G/launch_$G_patterns_${m%%:*}.json"
               done ;;
     # GLM-5 as GGUF (issue 19): needs the gguf extra (gguf==0.19.0, vllm-gguf-plugin==0.0.5), carried as wheels in
     # .dev/gguf_wheels (`pip download --no-deps -d .dev/gguf_wheels gguf==0.19.0 vllm-gguf-plugin==0.0.5`: the device
@@ -184,7 +186,7 @@ run_stage() {
             stage "gguf_parity_${t,,}" 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
                 --model "/tmp/ckgguf/model-$t.gguf" --parity --eager-only --no-serve \
                 --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
-                --json-out "results/h200/launch_h200_gguf_${t,,}.json"
+                --json-out "results/$G/launch_$G_gguf_${t,,}.json"
           done ;;
     # issue 39 item 5: a split, mixed-type GGUF as people download one (llama.cpp's Q4_K_M per-tensor types: Q4_K,
     # Q6_K, Q5_0, F32; four shards from gguf-py's split writer), diagnosed from vllm-gguf-plugin's DIR:QUANT and run
@@ -199,7 +201,7 @@ run_stage() {
           stage gguf_split_parity 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
               --model /tmp/ckq4km/model-Q4_K_M-00002-of-00004.gguf --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
-              --json-out results/h200/launch_h200_gguf_q4_k_m_split.json ;;
+              --json-out results/$G/launch_$G_gguf_q4_k_m_split.json ;;
     # issue 36 item 5: vLLM 0.33.0 (torch 2.14, triton 3.8) from /tmp/site033, which the back-to-back calls of
     # tools/gpu/bundle033.sh carry in pieces and unpack (this waits for it, at most 15 min), in place of the 0.26
     # bundle on PYTHONPATH; the project stays the editable install of /tmp/work (the committed tree, REVISION).
@@ -217,27 +219,27 @@ from vllm.v1.attention.backends.registry import AttentionBackendEnum as A
 print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__)'
           stage v033_parity 540 "${E[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 \
-              --max-tokens 16 --json-out results/h200/launch_h200_vllm033.json
+              --max-tokens 16 --json-out results/$G/launch_$G_vllm033.json
           # SM80 as Triton builds it (TRITON_OVERRIDE_ARCH=sm80): the hook's stand-ins for 0.33's fp8-storing fused_q
           # and fused_norm_rope run; then SM120 (bf16 cache, where 0.33 has no sparse backend)
           stage v033_sim_sm80 420 "${ES[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0,FLASHMLA_SPARSE --prompt-lengths 48,560,900 \
-              --max-tokens 16 --json-out results/h200/launch_h200_vllm033_simulated_sm80.json
+              --max-tokens 16 --json-out results/$G/launch_$G_vllm033_simulated_sm80.json
           stage v033_sim_parity 420 "${ES[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@12.0,FLASHMLA_SPARSE \
-              --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/h200/launch_h200_vllm033_simulated.json
+              --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/$G/launch_$G_vllm033_simulated.json
           stage v033_gpu_tests 480 "${E[@]}" python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA tests/kernels \
               tests/vllm_plugin
           stage v033_cuda_branches 240 "${E[@]}" python3 -m pytest -q -s -p no:cacheprovider -rA \
               tests/vllm_plugin/test_backend.py tests/vllm_plugin/test_builder.py
           stage v033_mtp 540 "${E[@]}" python3 -m sparse_mla launch --model $CKM --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$MTP" --prompt-lengths 48,900 \
-              --max-tokens 64 --json-out results/h200/launch_h200_vllm033_mtp.json ;;
+              --max-tokens 64 --json-out results/$G/launch_$G_vllm033_mtp.json ;;
     # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
     # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
     # results/<profile>/ there), so each notebook's own files (the live launch record, the quick benchmarks) land
     # beside it; what comes back is session/workbook/ without the checkpoint nb05 writes (tmp/glm5-tiny)
-    chain) local C=$W/chain_h200
+    chain) local C=$W/chain_$G
            for nb in 01:300 02:420 03:300 04:300 05:1200; do
              stage "chain_${nb%%:*}" "${nb#*:}" python3 -m sparse_mla run --profile gpu --only ${nb%%:*} --out-dir $C
              mkdir -p $R/workbook && tar cf - -C $C --exclude=./tmp/glm5-tiny . | tar xf - -C $R/workbook
@@ -254,7 +256,10 @@ case "${1:-}" in
     rm -rf $W && mkdir -p $W
     if [ -f .dev/tree.tgz ]; then tar xzf .dev/tree.tgz -C $W && cp -a .dev $W/; else cp -a . $W/; fi
     pwd > $W/.root; [ -f .dev/tree.tgz ] && md5sum < .dev/tree.tgz > $W/.tree_sum
-    mkdir -p $R $W/results/h200
+    # records go to results/<gpu>/ as the workbook names that folder (sparse_mla.records.gpu_slug of the GPU's name)
+    PYTHONPATH=$W/lib python3 -c 'import sys; from sparse_mla.records import gpu_slug; print(gpu_slug(sys.argv[1]))' \
+      "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > $W/.gpu && G=$(cat $W/.gpu)
+    mkdir -p $R $W/results/$G
     cd $W && setsid nohup bash tools/gpu/h200_session.sh run "${@:-}" > $R/session.log 2>&1 < /dev/null &
     sleep 20; cat $R/session.log ;;
   run)
@@ -284,7 +289,7 @@ case "${1:-}" in
     d=$(mktemp -d) && git archive HEAD | tar xf - -C "$d" && cp REVISION "$d"/ && tar czf .dev/tree.tgz -C "$d" . \
       && rm -rf "$d" && ls -la .dev/tree.tgz ;;
   collect)
-    mkdir -p "$OUT" && tar czf "$OUT/session.tgz" -C $W results/h200 session 2>/dev/null
+    mkdir -p "$OUT" && tar czf "$OUT/session.tgz" -C $W results/$G session 2>/dev/null
     ls -la "$OUT" ;;
   *) sed -n 2,12p "$0"; exit 2 ;;
 esac
