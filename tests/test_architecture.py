@@ -75,3 +75,26 @@ def test_no_module_imports_another_that_imports_it(tmp_path):
     aot = tmp_path / "lib" / "sparse_mla" / "kernels" / "aot.py"
     aot.write_text(aot.read_text() + "\n\ndef _planted():\n    from .launch_plan import LaunchConfig  # noqa: F401\n")
     assert _cycles(tmp_path / "lib") == [("sparse_mla.kernels.aot", "sparse_mla.kernels.launch_plan")]
+
+
+#: The house rule of one idea per function: no function of the package past this many lines (its docstring included)
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(root: Path) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({n} lines)")
+    return out
+
+
+def test_no_function_is_longer_than_80_lines(tmp_path):
+    assert _long_functions(LIB) == []
+    planted = tmp_path / "sparse_mla" / "long.py"                 # the check sees a long function where there is one
+    planted.parent.mkdir()
+    planted.write_text("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    assert _long_functions(planted.parent) == ["sparse_mla/long.py:1 f (81 lines)"]

@@ -339,36 +339,13 @@ def server_memory_share(runs: int, cap: float = 0.35) -> float:
     return round(min(cap, 0.85 / max(1, runs)), 3)
 
 
-def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, tag: str,
-                kv_cache_dtype: str = "auto", tp: int = 1, cuda_graphs: bool = True,
-                speculative_config: dict | str | None = None, server_timeout_s: float = 300.0,
-                bench_timeout_s: float = 600.0, gpu_memory_utilization: float | None = None) -> dict:
-    """The whole session (module docstring); returns the record, also written to ``out_dir`` after every server
-    start and every timed pass. ``runs``: run specs, the first the agreement baseline. ``gpu_memory_utilization``:
-    each live server's share (default :func:`server_memory_share`). Needs a ``vllm`` command on ``PATH`` for
-    ``vllm serve`` (a GPU for real numbers; nothing here checks for one, so that the whole path runs against a
-    stand-in server). The client passes are forked from multiprocessing's forkserver
-    (:mod:`sparse_mla.bench.vllm_client`): a script calling this needs the ``if __name__ == "__main__":`` guard, as
-    for vLLM's own offline engine."""
-    from contextlib import ExitStack
-
+def _session_record(model, cfg, runs, plan, load, prompts, topk, server_kw, order, kv_cache_dtype, cuda_graphs,
+                    speculative_config, server_timeout_s, bench_timeout_s) -> dict:
+    """The record of :func:`bench_serve` before its first server starts (``complete`` False, no pass yet)."""
     from ..launch.specs import parse_run_spec, with_simulated
     from ..records import environment
 
-    load = load or Load()
-    model, runs, kv_cache_dtype, tp, speculative_config, cfg, max_model_len = _check_session(
-        model, runs, load, kv_cache_dtype, tp, speculative_config)
-    out_dir = Path(out_dir)
-    make_dir(out_dir)
-    topk = cfg["index_topk"]
-    prompts = write_repeat_prompts(out_dir / f"bench_serve_{tag}_prompts.jsonl", model, load, topk) \
-        if load.dataset == "repeat" else None
-    plan = plan_runs(runs, speculative_config)
-    server_kw = dict(kv_cache_dtype=kv_cache_dtype, tp=tp, enforce_eager=not cuda_graphs,
-                     max_model_len=max_model_len,
-                     gpu_memory_utilization=gpu_memory_utilization or server_memory_share(len(plan)))
-    order = rotated([k for k, _, _ in plan], load.repeats)
-    rec = with_simulated({
+    return with_simulated({
         "what": "vllm serve per run spec, all live at once, each warmed with one pass of the timed load; then the "
                 "timed passes in rotated order, one run at a time; the load and the metrics are vLLM's own "
                 "`vllm bench serve`",
@@ -387,6 +364,38 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
                      "speculative_config": scfg, "cuda_graphs": cuda_graphs, "servers": [], "passes": []}
                  for k, name, scfg in plan},
         "repeats": {k: [None] * load.repeats for k, _, _ in plan}, "failures": []})
+
+
+def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, tag: str,
+                kv_cache_dtype: str = "auto", tp: int = 1, cuda_graphs: bool = True,
+                speculative_config: dict | str | None = None, server_timeout_s: float = 300.0,
+                bench_timeout_s: float = 600.0, gpu_memory_utilization: float | None = None) -> dict:
+    """The whole session (module docstring); returns the record, also written to ``out_dir`` after every server
+    start and every timed pass. ``runs``: run specs, the first the agreement baseline. ``gpu_memory_utilization``:
+    each live server's share (default :func:`server_memory_share`). Needs a ``vllm`` command on ``PATH`` for
+    ``vllm serve`` (a GPU for real numbers; nothing here checks for one, so that the whole path runs against a
+    stand-in server). The client passes are forked from multiprocessing's forkserver
+    (:mod:`sparse_mla.bench.vllm_client`): a script calling this needs the ``if __name__ == "__main__":`` guard, as
+    for vLLM's own offline engine."""
+    from contextlib import ExitStack
+
+    from ..launch.specs import parse_run_spec
+
+    load = load or Load()
+    model, runs, kv_cache_dtype, tp, speculative_config, cfg, max_model_len = _check_session(
+        model, runs, load, kv_cache_dtype, tp, speculative_config)
+    out_dir = Path(out_dir)
+    make_dir(out_dir)
+    topk = cfg["index_topk"]
+    prompts = write_repeat_prompts(out_dir / f"bench_serve_{tag}_prompts.jsonl", model, load, topk) \
+        if load.dataset == "repeat" else None
+    plan = plan_runs(runs, speculative_config)
+    server_kw = dict(kv_cache_dtype=kv_cache_dtype, tp=tp, enforce_eager=not cuda_graphs,
+                     max_model_len=max_model_len,
+                     gpu_memory_utilization=gpu_memory_utilization or server_memory_share(len(plan)))
+    order = rotated([k for k, _, _ in plan], load.repeats)
+    rec = _session_record(model, cfg, runs, plan, load, prompts, topk, server_kw, order, kv_cache_dtype, cuda_graphs,
+                          speculative_config, server_timeout_s, bench_timeout_s)
     results: dict[tuple[str, int], dict] = {}
     specs = {k: (parse_run_spec(name), scfg) for k, name, scfg in plan}
     data = lambda n: dataset_args(load.dataset, topk, n, prompts)  # noqa: E731

@@ -109,6 +109,34 @@ def _check_outputs(out, lse, T, H, DL, dtype, device):
         raise UserInputError(f"lse {tuple(lse.shape)} {lse.dtype} does not fit; accepted: [{T}, {H}] float32")
 
 
+def _check_options(kv_cache_dtype: str, check_indices, config: dict) -> None:
+    """:func:`sparse_mla_attention`'s options: ``check_indices`` a bool, ``fp8_scales`` only with an fp8_ds_mla cache,
+    launch overrides among :data:`CONFIG_KEYS`. Raises :class:`UserInputError`."""
+    if not isinstance(check_indices, bool):
+        raise UserInputError(f"check_indices {check_indices!r} is not accepted; accepted: True or False")
+    if config.get("fp8_scales") is not None and kv_cache_dtype != "fp8_ds_mla":
+        raise UserInputError(f"fp8_scales {config['fp8_scales']!r} applies to an fp8_ds_mla cache only; accepted: "
+                             f"fp8_scales with kv_cache_dtype='fp8_ds_mla', or no fp8_scales")
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise UserInputError(f"unknown launch override(s) {', '.join(unknown)}; accepted: {', '.join(CONFIG_KEYS)}")
+
+
+def _slots_int32(indices: torch.Tensor, num_slots: int, check_indices: bool) -> torch.Tensor:
+    """``indices`` as the kernel reads them (int32, unit last stride), each slot checked to be ``-1`` or inside the
+    cache where ``check_indices`` asks or a cast could wrap (one device sync). Raises :class:`UserInputError`."""
+    if (check_indices or indices.dtype != torch.int32) and indices.numel():
+        # on the caller's dtype, before any int32 cast could wrap an int64 value into range
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < -1 or hi >= min(num_slots, 2**31 - 1) or (not check_indices and hi >= 2**31):
+            bad = lo if lo < -1 else hi
+            raise UserInputError(f"indices hold slot {bad}, outside the cache; accepted: -1 or 0 <= slot < "
+                                 f"{num_slots} (num_blocks * block_size)")
+    if indices.dtype != torch.int32:
+        indices = indices.to(torch.int32)
+    return indices if indices.stride(1) == 1 else indices.contiguous()
+
+
 def sparse_mla_attention(
     q_nope: torch.Tensor,
     q_pe: torch.Tensor,
@@ -162,31 +190,14 @@ def sparse_mla_attention(
             ``capability``.
     """
     kv_cache_dtype = check_cache_layout(kv_cache_dtype)
-    if not isinstance(check_indices, bool):
-        raise UserInputError(f"check_indices {check_indices!r} is not accepted; accepted: True or False")
-    if config.get("fp8_scales") is not None and kv_cache_dtype != "fp8_ds_mla":
-        raise UserInputError(f"fp8_scales {config['fp8_scales']!r} applies to an fp8_ds_mla cache only; accepted: "
-                             f"fp8_scales with kv_cache_dtype='fp8_ds_mla', or no fp8_scales")
+    _check_options(kv_cache_dtype, check_indices, config)
     _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale, kv_cache_dtype)
     T, H, DL = q_nope.shape
     DR = q_pe.shape[2]
     _check_outputs(out, lse, T, H, DL, q_nope.dtype, q_nope.device)
-    unknown = sorted(set(config) - set(CONFIG_KEYS))
-    if unknown:
-        raise UserInputError(f"unknown launch override(s) {', '.join(unknown)}; accepted: {', '.join(CONFIG_KEYS)}")
     sm_scale = float(sm_scale)
     num_slots = kv_cache.numel() // (FP8_DS_MLA_ROW_BYTES if kv_cache_dtype == "fp8_ds_mla" else DL + DR)
-    if (check_indices or indices.dtype != torch.int32) and indices.numel():
-        # on the caller's dtype, before any int32 cast could wrap an int64 value into range
-        lo, hi = int(indices.min()), int(indices.max())
-        if lo < -1 or hi >= min(num_slots, 2**31 - 1) or (not check_indices and hi >= 2**31):
-            bad = lo if lo < -1 else hi
-            raise UserInputError(f"indices hold slot {bad}, outside the cache; accepted: -1 or 0 <= slot < "
-                                 f"{num_slots} (num_blocks * block_size)")
-    if indices.dtype != torch.int32:
-        indices = indices.to(torch.int32)
-    if indices.stride(1) != 1:
-        indices = indices.contiguous()
+    indices = _slots_int32(indices, num_slots, check_indices)
     if q_nope.stride(2) != 1:
         q_nope = q_nope.contiguous()
     if q_pe.stride(2) != 1:

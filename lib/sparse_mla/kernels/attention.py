@@ -383,6 +383,29 @@ def _fold_store(a0, a1, a2, a3, m_i, l_i, j0, t, s, offs_h, mask_h, dvb, Out, Ls
 
 
 @triton.jit
+def _fold_q(q_nope_row, q_pe_row, mask_h, DOT_DTYPE: tl.constexpr):
+    """One program's query for the fold kernel, in ``DOT_DTYPE``: the latent's four ``[BLOCK_H, 128]`` tiles at
+    ``q_nope_row`` (``[BLOCK_H, 1]`` head-row pointers) and the rope part at ``q_pe_row`` (``[BLOCK_H, DR]``)."""
+    q_row = q_nope_row + tl.arange(0, 128)[None, :]
+    q0 = tl.load(q_row, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q1 = tl.load(q_row + 128, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q2 = tl.load(q_row + 256, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q3 = tl.load(q_row + 384, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    return q0, q1, q2, q3, tl.load(q_pe_row, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+
+
+@triton.jit
+def _fold_zeros(BLOCK_H: tl.constexpr):
+    """The fold kernel's four fp32 accumulators ``[BLOCK_H, 128]``, zero."""
+    return (tl.zeros([BLOCK_H, 128], dtype=tl.float32), tl.zeros([BLOCK_H, 128], dtype=tl.float32),
+            tl.zeros([BLOCK_H, 128], dtype=tl.float32), tl.zeros([BLOCK_H, 128], dtype=tl.float32))
+
+
+# Two options under measurement (``results/h200/KERNEL_NOTES.md``, 2026-12-04; the launcher passes neither, so the
+# planned launch is the kernel as measured before): ``KEEP_CODES`` keeps the raw code tiles in registers from the
+# score dots to the PV dots (``BLOCK_DV = 512`` only) instead of re-reading them -- ncu saw an 11.6 % L1 hit rate,
+# so the re-read goes to L2; ``VEC_SCALES`` loads a row's four scales with one 16-byte load.
+@triton.jit
 def _sparse_mla_fp8_fwd_kernel(
     Q_nope, Q_pe, KV, KV_f32, KV_bf16, Idx,   # KV: uint8 fp8_ds_mla cache; KV_f32 / KV_bf16: its fp32 / bf16 views
     Out, Lse, O_part, Lse_part,
@@ -402,12 +425,8 @@ def _sparse_mla_fp8_fwd_kernel(
 ):
     """The "fold" fp8_ds_mla kernel (module docstring): same grid, outputs and online softmax as
     :func:`_sparse_mla_fwd_kernel`; ``DL = 512``, ``DR = 64``; ``BLOCK_DV`` 128, 256 or 512 (``NTV = BLOCK_DV / 128``
-    value tiles per program, this program's tiles ``dvb * NTV + i``).
-
-    Two options under measurement (``results/h200/KERNEL_NOTES.md``, 2026-12-04; the launcher passes neither, so the
-    planned launch is the kernel as measured before): ``KEEP_CODES`` keeps the raw code tiles in registers from the
-    score dots to the PV dots (``BLOCK_DV = 512`` only) instead of re-reading them -- ncu saw an 11.6 % L1 hit rate,
-    so the re-read goes to L2; ``VEC_SCALES`` loads a row's four scales with one 16-byte load."""
+    value tiles per program, this program's tiles ``dvb * NTV + i``). ``KEEP_CODES`` and ``VEC_SCALES``: the two
+    options under measurement (the comment above)."""
     tl.static_assert(DL == 512 and DR == 64)
     # PV operands are p * scale_j * 2**9 (~ p * max|x| of the tile, as a plain cache's V): p * scale_j alone falls
     # into fp16's subnormals for small latents (scale = max|x| / 448); the power of two is undone exactly at the end
@@ -422,26 +441,17 @@ def _sparse_mla_fp8_fwd_kernel(
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
     offs_dr = tl.arange(0, DR)
-    q_row = Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h + tl.arange(0, 128)[None, :]
-    q0 = tl.load(q_row, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
-    q1 = tl.load(q_row + 128, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
-    q2 = tl.load(q_row + 256, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
-    q3 = tl.load(q_row + 384, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
-    q_pe = tl.load(Q_pe + t * stride_qp_t + offs_h[:, None] * stride_qp_h + offs_dr[None, :],
-                   mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    q0, q1, q2, q3, q_pe = _fold_q(Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h,
+                                   Q_pe + t * stride_qp_t + offs_h[:, None] * stride_qp_h + offs_dr[None, :], mask_h,
+                                   DOT_DTYPE)
 
-    start = s * CHUNK
-    end = tl.minimum(start + CHUNK, TOPK)
+    end = tl.minimum(s * CHUNK + CHUNK, TOPK)
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    a0 = tl.zeros([BLOCK_H, 128], dtype=tl.float32)
-    a1 = tl.zeros([BLOCK_H, 128], dtype=tl.float32)
-    a2 = tl.zeros([BLOCK_H, 128], dtype=tl.float32)
-    a3 = tl.zeros([BLOCK_H, 128], dtype=tl.float32)
+    a0, a1, a2, a3 = _fold_zeros(BLOCK_H)
     j0 = dvb * NTV                                   # first value tile of this program
-
     idx_row = Idx + t * stride_idx_t
-    for n0 in range(start, end, BLOCK_N):
+    for n0 in range(s * CHUNK, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         slot = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
         valid = slot >= 0
@@ -468,13 +478,11 @@ def _sparse_mla_fp8_fwd_kernel(
             a2 = _fold_pv_tile(p, sc2, a2, alpha, row8, 256, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
             a3 = _fold_pv_tile(p, sc3, a3, alpha, row8, 384, valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
         else:                 # this program's 1 or 2 value tiles, with their scales
-            v0 = _e4m3_tile(row8, j0 * 128, valid, DOT_DTYPE, FP8_HW, True)
-            vs0 = tl.load(rowf + j0, mask=valid, other=0.0)
-            a0 = _dot((p * (vs0 * P_SCALE)[None, :]).to(DOT_DTYPE), v0, a0 * alpha[:, None], IEEE)
+            a0 = _fold_pv_tile(p, tl.load(rowf + j0, mask=valid, other=0.0), a0, alpha, row8, j0 * 128, valid,
+                               P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
             if NTV == 2:
-                v1 = _e4m3_tile(row8, j0 * 128 + 128, valid, DOT_DTYPE, FP8_HW, True)
-                vs1 = tl.load(rowf + j0 + 1, mask=valid, other=0.0)
-                a1 = _dot((p * (vs1 * P_SCALE)[None, :]).to(DOT_DTYPE), v1, a1 * alpha[:, None], IEEE)
+                a1 = _fold_pv_tile(p, tl.load(rowf + j0 + 1, mask=valid, other=0.0), a1, alpha, row8, j0 * 128 + 128,
+                                   valid, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)
     _fold_store(a0, a1, a2, a3, m_i, l_i, j0, t, s, offs_h, mask_h, dvb, Out, Lse, O_part, Lse_part,
                 stride_o_t, stride_o_h, stride_l_t, stride_l_h, stride_op_t, stride_op_h, stride_op_s,
                 stride_lp_t, stride_lp_h, P_SCALE, NTV, SPLIT)

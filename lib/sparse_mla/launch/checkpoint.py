@@ -485,6 +485,42 @@ def clear_stale_temporaries(out: Path) -> list[Path]:
     return removed
 
 
+def _preset_config(preset, index_topk, num_layers, mtp, num_heads, max_position_embeddings, sharing: dict, *,
+                   gguf, seed, gguf_split_max_tensors) -> tuple[str, dict]:
+    """``(preset, config)`` of :func:`make_checkpoint`: the preset's name in its own case where it is known, and its
+    ``config.json`` (GLM-5.3-Flash: config only, the weight options refused). Raises :class:`UserInputError`."""
+    if isinstance(preset, str) and preset.lower() in (*PRESET_CONFIGS, GLM5_NEXT_PRESET):
+        preset = preset.lower()                       # names match whatever their case (an unknown one: as given)
+    if preset != GLM5_NEXT_PRESET:
+        return preset, preset_config(preset, index_topk, num_layers, mtp, num_heads, max_position_embeddings,
+                                     **sharing)
+    from .glm5next_config import glm5next_config, refuse_weight_options
+
+    refuse_weight_options(mtp=mtp, gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors or None,
+                          **sharing)
+    if max_position_embeddings is not None:
+        raise UserInputError(f"--max-position-embeddings {max_position_embeddings!r} applies to the weight presets "
+                             f"({', '.join(PRESET_CONFIGS)}); {GLM5_NEXT_PRESET} keeps its own config's")
+    cfg = glm5next_config(index_topk, num_layers, num_heads)
+    require_vllm_model(cfg, preset)       # a config for vLLM 0.33: refused where vLLM has no GLM-5.3-Flash
+    return preset, cfg
+
+
+def _checked_out_dir(out_dir, overwrite: bool) -> Path:
+    """The absolute checkpoint folder of :func:`make_checkpoint` (through a symlink: where it points), its parent
+    made once every check passed. Raises :class:`UserInputError`."""
+    if str(out_dir).strip() == "":
+        raise UserInputError(f"checkpoint directory {str(out_dir)!r} is empty; accepted: a directory path")
+    out = Path(os.path.normpath(expand_path(out_dir, "checkpoint directory").absolute()))   # "..", "a/." too
+    if out.is_symlink() and out.exists():   # written through the link: the checkpoint goes where it points
+        out = out.resolve()
+    _check_out_dir(out, overwrite)
+    writable_dir(out.parent, "checkpoint parent directory")
+    make_dir(out.parent)   # every check passed: the folder the checkpoint goes into
+    clear_stale_temporaries(out)
+    return out
+
+
 def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", index_topk: int = 2048, seed: int = 0,
                     num_layers: int | None = None, overwrite: bool = False, mtp: bool = False,
                     gguf: tuple[str, ...] = (), *, index_topk_pattern: str | None = None,
@@ -511,21 +547,9 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     """
     sharing = dict(index_topk_pattern=index_topk_pattern, index_topk_freq=index_topk_freq,
                    index_skip_topk_offset=index_skip_topk_offset, indexer_types=indexer_types)
-    if isinstance(preset, str) and preset.lower() in (*PRESET_CONFIGS, GLM5_NEXT_PRESET):
-        preset = preset.lower()                       # names match whatever their case (an unknown one: as given)
+    preset, cfg = _preset_config(preset, index_topk, num_layers, mtp, num_heads, max_position_embeddings, sharing,
+                                 gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors)
     config_only = preset == GLM5_NEXT_PRESET
-    if config_only:
-        from .glm5next_config import glm5next_config, refuse_weight_options
-
-        refuse_weight_options(mtp=mtp, gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors or None,
-                              **sharing)
-        if max_position_embeddings is not None:
-            raise UserInputError(f"--max-position-embeddings {max_position_embeddings!r} applies to the weight presets "
-                                 f"({', '.join(PRESET_CONFIGS)}); {GLM5_NEXT_PRESET} keeps its own config's")
-        cfg = glm5next_config(index_topk, num_layers, num_heads)
-        require_vllm_model(cfg, preset)       # a config for vLLM 0.33: refused where vLLM has no GLM-5.3-Flash
-    else:
-        cfg = preset_config(preset, index_topk, num_layers, mtp, num_heads, max_position_embeddings, **sharing)
     gguf = _check_gguf_types(gguf)
     _check_gguf_layout(gguf, preset, cfg)
     if isinstance(gguf_split_max_tensors, bool) or not isinstance(gguf_split_max_tensors, int) \
@@ -535,16 +559,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
                              f"split)")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserInputError(f"seed {seed!r} is not a non-negative integer; accepted: 0, 1, 2, ...")
-    if str(out_dir).strip() == "":
-        raise UserInputError(f"checkpoint directory {str(out_dir)!r} is empty; accepted: a directory path")
-    out = Path(os.path.normpath(expand_path(out_dir, "checkpoint directory").absolute()))   # "..", "a/." too
-    if out.is_symlink() and out.exists():   # written through the link: the checkpoint goes where it points
-        out = out.resolve()
-    _check_out_dir(out, overwrite)
-    writable_dir(out.parent, "checkpoint parent directory")
-    make_dir(out.parent)   # every check passed: the folder the checkpoint goes into
-    clear_stale_temporaries(out)
-
+    out = _checked_out_dir(out_dir, overwrite)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     except OSError as e:
