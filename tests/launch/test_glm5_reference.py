@@ -240,6 +240,7 @@ def test_matches_transformers_short_prompt(short):
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
 
 
+@pytest.mark.slow          # with the comparison it guards (the same transformers model and 40-token limit, ~1 min)
 @pytest.mark.parametrize("fault", ["sm_scale * (1 + 1e-3)", "rope not interleaved", "no q_a_layernorm weight"])
 def test_transformers_comparison_catches_a_modelling_fault(loaded, short, fault, monkeypatch):
     """The limit is not so loose that a small modelling error hides in it."""
