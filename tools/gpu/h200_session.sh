@@ -130,6 +130,9 @@ run_stage() {
     # the GPU checks hold every kernel run to kernels/error_bounds' limits for the GPU's arithmetic (bf16/fp16 dots,
     # truncating tensor-core accumulation; the indexer's fp8 dots at 14 accumulator bits): all passed on 2026-12-01
     # (results/$G/sessions/2026-12-01b/GPU_CHECKS_2026-12-01b.md, about 380 s on a fresh machine); -s prints each run's error/limit
+    # the attention kernels' GPU checks alone (bf16 and fp8_ds_mla), after a change to those kernels only
+    gpu_tests_attention) stage gpu_tests_attention 300 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA \
+        tests/kernels/test_attention_gpu.py tests/kernels/test_attention_fp8_gpu.py ;;
     gpu_tests) stage gpu_tests 480 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA tests/kernels tests/vllm_plugin ;;
     # the CUDA branches of the unmarked backend tests (bf16 and fp8 forward_mqa, out and lse within the limits of the
     # variant the planner ran, and the planted faults those checks must catch)
