@@ -93,6 +93,12 @@ def test_writable_dir(tmp_path):
     ({"num_experts_per_tok": 512}, "num_experts_per_tok = 512 above n_routed_experts = 256"),
     ({"n_group": 0}, "n_group = 0, which must be a positive integer"),
     ({"n_group": 2, "topk_group": 4}, "topk_group = 4 above n_group = 2"),
+    # a negative YaRN factor reached vLLM, which reported it as a negative max_model_len
+    ({"rope_parameters": {"rope_type": "yarn", "factor": -4.0}}, "rope_parameters.factor = -4.0; accepted: a positive"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": float("nan")}}, "rope_parameters.factor = nan"),
+    ({"rope_scaling": {"type": "yarn", "factor": "40"}}, "rope_scaling.factor = '40'"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 0}},
+     "rope_parameters.original_max_position_embeddings = 0"),
 ])
 def test_check_config_names_the_field(change, names):
     from sparse_mla.models import check_config
@@ -145,3 +151,14 @@ def test_presets_match_whatever_their_case_and_dimension_hints_are_the_fields_ow
 
     with pytest.raises(UserInputError, match=r"hidden_size = -1, .* \(GLM-5: hidden_size 6144\)"):
         check_config({**PRESET_CONFIGS["glm-5"], "hidden_size": -1}, "cfg")
+
+
+def test_a_config_json_that_is_no_regular_file_is_named_so(tmp_path):
+    """A FIFO named config.json in the model folder: neither "has no config.json" nor a read that blocks."""
+    import os
+
+    from sparse_mla.models import load_model
+
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(UserInputError, match="has a config.json that is not a regular file"):
+        load_model(str(tmp_path))

@@ -15,6 +15,21 @@ from .errors import UserInputError
 Capability = tuple[int, int]
 
 ACCEPTED = "(major, minor) integers with major 0-99 and minor 0-9, e.g. (8, 0)"
+
+#: The compute capabilities NVIDIA GPUs have: LLVM's NVPTX target list (``llvm/lib/Target/NVPTX/NVPTX.td``, sm_20
+#: .. sm_121 as of llvm-project PR 156857, which added sm_88 and sm_110). A diagnosis asks vLLM about a GPU, so its
+#: target is one of these; the kernels' own parser above keeps vLLM's wider range.
+CUDA_CAPABILITIES: tuple[Capability, ...] = (
+    (2, 0), (2, 1), (3, 0), (3, 2), (3, 5), (3, 7), (5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2),
+    (7, 5), (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3), (11, 0), (12, 0), (12, 1))
+
+
+def check_gpu_capability(cap: Capability) -> Capability:
+    """``cap`` where a GPU has it (:data:`CUDA_CAPABILITIES`); raises :class:`UserInputError` naming it otherwise."""
+    if tuple(cap) not in CUDA_CAPABILITIES:
+        raise UserInputError(f"capability {cap[0]}.{cap[1]} is no NVIDIA GPU's; accepted: one of "
+                             + ", ".join(f"{a}.{b}" for a, b in CUDA_CAPABILITIES))
+    return cap
 _TEXT = re.compile(r"^([0-9]{1,2})\.([0-9])$")
 
 

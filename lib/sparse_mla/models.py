@@ -17,6 +17,7 @@ Sources: transformers ``configuration_glm_moe_dsa.py`` (defaults are zai-org/GLM
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,7 @@ def check_config(cfg, name: str) -> dict[str, Any]:
         if isinstance(a, int) and isinstance(b, int) and a > b:
             raise UserInputError(f"config {name!r} has {small} = {a} above {large} = {b}; accepted: {small} from 1 to "
                                  f"{large}")
+    _check_rope_scaling(text, name)
     mt = text.get("model_type", cfg.get("model_type"))
     if mt is not None and not isinstance(mt, str):
         raise UserInputError(f"config {name!r} has model_type = {_short(mt)}; accepted: a string, e.g. 'glm_moe_dsa'")
@@ -253,6 +255,24 @@ def check_config(cfg, name: str) -> dict[str, Any]:
         raise UserInputError(f"config {name!r} has architectures = {_short(archs)}; accepted: a list of class names, "
                              f"e.g. [\"GlmMoeDsaForCausalLM\"]")
     return text
+
+
+def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
+    """A rope scaling's ``factor`` (``rope_parameters`` or the older ``rope_scaling``) a positive finite number and its
+    ``original_max_position_embeddings`` a positive integer: vLLM multiplies the two into the model's length, so a
+    negative factor otherwise surfaces as a negative ``max_model_len``. Raises :class:`UserInputError`."""
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = text.get(key)
+        if not isinstance(rope, dict):
+            continue
+        f = rope.get("factor")
+        if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 0):
+            raise UserInputError(f"config {name!r} has {key}.factor = {_short(f)}; accepted: a positive number (the "
+                                 f"rope scaling factor, e.g. 40 for YaRN)")
+        m = rope.get("original_max_position_embeddings")
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 0 < m <= 2**31 - 1):
+            raise UserInputError(f"config {name!r} has {key}.original_max_position_embeddings = {_short(m)}; "
+                                 f"accepted: an integer from 1 to {2**31 - 1}")
 
 
 def _nope(text: dict[str, Any], cfg: dict[str, Any]) -> bool:
@@ -388,6 +408,10 @@ def load_model(spec: str | Path) -> ModelGeometry:
         return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s.lower()])), s.lower())
     if p.is_dir():
         p = p / "config.json"
+        if p.exists() and not p.is_file():
+            raise UserInputError(f"model directory {s!r} has a config.json that is not a regular file (a folder, "
+                                 f"device, FIFO or socket); accepted: a preset ({', '.join(PRESETS)}), a config.json, "
+                                 f"a checkpoint directory holding one, or a GLM-5 .gguf file (diagnose)")
         if not p.is_file():
             raise UserInputError(f"model directory {s!r} has no config.json; accepted: a preset "
                                  f"({', '.join(PRESETS)}), a config.json, a checkpoint directory holding one, or a GLM-5 "

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..capability import as_capability
+from ..capability import as_capability, check_gpu_capability
 from ..errors import UserInputError, cli_float, cli_int
 from ..gpus import GPU_PRESETS, GPUS, GpuPreset  # noqa: F401 - the diagnosis's names for them
 from ..layouts import MATRIX_KV_CACHE_DTYPES, check_kv_cache_dtype
@@ -106,10 +106,11 @@ def parse_capability(capability: str | float | tuple[int, int]) -> tuple[tuple[i
     """
     if isinstance(capability, (tuple, list)):
         try:
-            return as_capability(capability), None
+            cap = as_capability(capability)
         except UserInputError:
             raise UserInputError(f"unknown capability {capability!r}; accepted: (major, minor) with major 0-99 and "
                                  f"minor 0-9, or {accepted_capabilities()}") from None
+        return check_gpu_capability(cap), None
     s = str(capability).strip()
     key = s.lower()
     if key == "local":
@@ -117,9 +118,10 @@ def parse_capability(capability: str | float | tuple[int, int]) -> tuple[tuple[i
     if key in GPU_PRESETS:
         return as_capability(GPU_PRESETS[key], text=True), key
     try:
-        return as_capability(s, text=True), None
+        cap = as_capability(s, text=True)
     except UserInputError:
         raise UserInputError(f"unknown capability {s!r}; accepted: {accepted_capabilities()}") from None
+    return check_gpu_capability(cap), None
 
 
 def check_cache_dtype(kv_cache_dtype: str) -> str:
