@@ -66,7 +66,12 @@ def test_unknown_line_is_one_line_error():
 
 def test_adapter_names_exist_in_installed_vllm():
     """Every module, cached helper and kernel function the installed line's adapter names is in the installed vLLM
-    (or its torch: a logger is named after its module, ``logging.getLogger(__name__)``)."""
+    (or its torch: a logger is named after its module, ``logging.getLogger(__name__)``). vLLM's extensions are
+    loaded first, as the diagnosis loads them (importing vllm.platforms.cuda needs them on a machine without
+    libcuda.so.1; run alone, this test otherwise depended on another test having loaded them)."""
+    from sparse_mla.diagnose.probe import load_vllm_extensions
+
+    load_vllm_extensions()
     line = lines.adapter()
     for name in line.PATCHABLE_MODULES + line.QUIET_LOGGERS:
         assert importlib.util.find_spec(name) is not None, name

@@ -175,6 +175,34 @@ def test_forward_mqa_checks_catch_a_planted_fault(fault, kv, monkeypatch):
     assert not c.ok, f"a planted fault ({fault}) passed: {c.explain()}"
 
 
+def vllm_writes_mla_cache_in_triton_fp8() -> bool:
+    """Read from the installed vLLM, not from our line adapter: whether its DeepSeek-V3.2 attention writes the MLA cache
+    inside ``fused_norm_rope``'s Triton kernel with e4m3 conversions (vLLM 0.33+: ``_fused_norm_rope_kernel`` takes
+    an fp8_ds_mla cache, ``MLA_CACHE_DS_MLA``, and converts with ``tl.float8e4nv``, which Triton cannot build below
+    SM89); vLLM 0.26 has no such module (it writes the cache with the CUDA op ``concat_and_cache_mla``)."""
+    import inspect
+
+    from sparse_mla.diagnose.probe import load_vllm_extensions
+
+    load_vllm_extensions()
+    try:
+        import vllm.models.deepseek_v32.attention as attention
+        from vllm.models.deepseek_v32.common import kernels
+    except ImportError:
+        return False
+    k = getattr(kernels, "_fused_norm_rope_kernel", None)
+    return (k is not None and hasattr(attention, "fused_norm_rope") and "MLA_CACHE_DS_MLA" in k.arg_names
+            and "float8e4nv" in inspect.getsource(k.fn))
+
+
+def test_the_lines_fp8_cache_flag_is_what_vllm_does():
+    """The line adapter's ``TRITON_FP8_MLA_CACHE_WRITE`` (which decides the backend's fp8 refusal below SM89) against
+    vLLM's own source (planted fault: the flag off on the 0.33+ line left every other test green)."""
+    from sparse_mla.vllm_plugin.backend import LINE
+
+    assert LINE.TRITON_FP8_MLA_CACHE_WRITE == vllm_writes_mla_cache_in_triton_fp8()
+
+
 # ---- declarations for the fp8 cache and vLLM's own rules ----------------------------------------------------------
 
 @pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3", "fp8_ds_mla", "auto", "bfloat16", "fp8_e5m2", "fp8_inc",
@@ -186,12 +214,11 @@ def test_validate_configuration_fp8(kv, cap):
     from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
 
     from sparse_mla.kernels.fp8 import has_fp8_conversion
-    from sparse_mla.vllm_plugin.backend import LINE
 
     args = {**GOOD, "kv_cache_dtype": kv, "dtype": torch.bfloat16, "device_capability": DeviceCapability(*cap)}
     ours = TritonMLASparseBackend.validate_configuration(**args)
     fp8 = kv in ("fp8", "fp8_e4m3", "fp8_ds_mla")
-    if fp8 and LINE.TRITON_FP8_MLA_CACHE_WRITE and not has_fp8_conversion(cap):
+    if fp8 and vllm_writes_mla_cache_in_triton_fp8() and not has_fp8_conversion(cap):
         # vLLM 0.33 writes the fp8 MLA cache in Triton (fused_norm_rope): refused below SM89, a bf16 cache offered
         assert len(ours) == 1 and f"writes a {kv} MLA cache in fused_norm_rope's Triton kernel" in ours[0]
         assert "kv_cache_dtype auto" in ours[0]
