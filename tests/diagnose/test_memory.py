@@ -323,8 +323,8 @@ def test_memory_matrix_writes_csv_and_md(run_cli, tmp_path):
 
 
 def test_the_meta_build_allocates_nothing_in_a_fresh_process():
-    """GLM-5 at capability 0.0 in a fresh process with 6 GiB of address space: the memory stage sizes its 2.7 TiB of
-    weights on the meta device. (Before the probe built torch's device-context table from the real factory functions,
+    """GLM-5 at capability 5.2 (vLLM holds its weights in float32 there) in a fresh process with 6 GiB of address
+    space: the memory stage sizes its 2.7 TiB of weights on the meta device. (Before the probe built torch's device-context table from the real factory functions,
     a fresh process whose first device context ran under the probe's ``torch.empty`` wrapper allocated GLM-5's experts
     on the host -- 24 GiB -- and blamed vLLM.)"""
     import subprocess
@@ -332,7 +332,7 @@ def test_the_meta_build_allocates_nothing_in_a_fresh_process():
 
     code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
             "from sparse_mla.diagnose import diagnose\n"
-            "m = diagnose('glm-5', '0.0', 'auto')['memory']\n"
+            "m = diagnose('glm-5', '5.2', 'auto')['memory']\n"
             "print(m['weights_gib_per_rank'], m.get('reason'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
