@@ -52,7 +52,9 @@ def _cell(runs: list[dict], base: Path) -> str:
     records = sorted({os.path.relpath(r["record"], base) for r in runs})
     graphs = "CUDA graphs" if any(r["graphs"] for r in runs) else "eager only"
     gpus = ", ".join(sorted({str(r["gpu"]).removeprefix("NVIDIA ") for r in runs}))
-    return (f"on {gpus}; vLLM {', '.join(sorted({str(r['vllm']) for r in runs}))}; TP up to {max(r['tp'] for r in runs)}; "
+    tp = max(r["tp"] for r in runs)
+    return (f"on {gpus}; vLLM {', '.join(sorted({str(r['vllm']) for r in runs}))}; "
+            f"{'TP 1' if tp == 1 else f'TP up to {tp}'}; "
             f"KV {', '.join(sorted({r['kv'] for r in runs}))}; {', '.join(sorted({r['weights'] for r in runs}))}; "
             f"{graphs}; {', '.join(f'`{x}`' for x in records)}")
 
