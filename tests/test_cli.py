@@ -191,6 +191,21 @@ def test_a_reader_that_leaves_the_pipe_gets_no_traceback():
     assert p.wait(timeout=120) == 141 and "Traceback" not in err, err
 
 
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_full_output_device_is_one_line_and_exit_1():
+    """``sparse-mla records check results > /dev/full``: the output cannot be written; one line on stderr naming why,
+    exit 1, no traceback (it ended in "OSError: [Errno 28] No space left on device")."""
+    import subprocess
+    import sys
+
+    code = "import sys; from sparse_mla import cli; sys.exit(cli.main(['records', 'check', 'results']))"
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-c", code], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+                           cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip() == "sparse-mla records: error: its output could not be written (No space left on device)"
+
+
 @pytest.mark.parametrize("argv", [["records", "check", "{long}.json"], ["records", "table", "proof", "{long}"],
                                   ["records", "table", "kernel", "{long}.json"],
                                   ["records", "table", "--update", "{long}.md"]])

@@ -97,6 +97,10 @@ def test_writable_dir(tmp_path):
     ({"rope_parameters": {"rope_type": "yarn", "factor": -4.0}}, "rope_parameters.factor = -4.0; accepted: a positive"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": float("nan")}}, "rope_parameters.factor = nan"),
     ({"rope_scaling": {"type": "yarn", "factor": "40"}}, "rope_scaling.factor = '40'"),
+    # ... and a rotary base vLLM took, the engine reported as starting (the breaker's round of 2026-12-06)
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": float("nan")}}, "rope_parameters.rope_theta = nan"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": -1.0}}, "rope_parameters.rope_theta = -1.0"),
+    ({"rope_theta": "big"}, "rope_theta = 'big'; accepted: a positive number"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 0}},
      "rope_parameters.original_max_position_embeddings = 0"),
 ])

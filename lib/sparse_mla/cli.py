@@ -7,6 +7,7 @@ torch) inside functions so that ``sparse-mla --help`` stays fast. Bad input rais
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import importlib
 import os
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
         rc = args.func(args)
+        sys.stdout.flush()          # here, not at the interpreter's exit: a full device is then reported below
     except UserInputError as e:
         print(f"sparse-mla {args.command}: error: {e}", file=sys.stderr)
         return 2
@@ -91,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:     # `sparse-mla ... | head`: the reader left; no traceback, the shell's status for SIGPIPE
         _silence_stdout()
         return 141
+    except OSError as e:        # `sparse-mla ... > /dev/full`: the output cannot be written; one line, no traceback
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            raise
+        _silence_stdout()
+        print(f"sparse-mla {args.command}: error: its output could not be written ({e.strerror})", file=sys.stderr)
+        return 1
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -258,9 +258,17 @@ def check_config(cfg, name: str) -> dict[str, Any]:
 
 
 def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
-    """A rope scaling's ``factor`` (``rope_parameters`` or the older ``rope_scaling``) a positive finite number and its
+    """The rotary base ``rope_theta`` (top level or in ``rope_parameters``) a positive finite number, and a rope
+    scaling's ``factor`` (``rope_parameters`` or the older ``rope_scaling``) a positive finite number and its
     ``original_max_position_embeddings`` a positive integer: vLLM multiplies the two into the model's length, so a
     negative factor otherwise surfaces as a negative ``max_model_len``. Raises :class:`UserInputError`."""
+    for where, theta in (("rope_theta", text.get("rope_theta")),
+                         ("rope_parameters.rope_theta", (text.get("rope_parameters") or {}).get("rope_theta")
+                          if isinstance(text.get("rope_parameters"), dict) else None)):
+        if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))
+                                  or not math.isfinite(theta) or theta <= 0):
+            raise UserInputError(f"config {name!r} has {where} = {_short(theta)}; accepted: a positive number (the "
+                                 f"rotary base, GLM-5: 1000000.0)")
     for key in ("rope_parameters", "rope_scaling"):
         rope = text.get(key)
         if not isinstance(rope, dict):

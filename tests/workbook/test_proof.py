@@ -436,6 +436,12 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     # failures the record holds under other names
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(exit_code=1), "exit_code 1"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(timed_out=True), "timed_out"),
+    # the same signs written as other types or in other words (the breaker's round of 2026-12-06)
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code="1"), "exit_code '1'"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(returncode=137.0), "returncode 137.0"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="true"), "timed_out 'true'"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(status="killed by OOM"), "status 'killed by OOM'"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(Error="CUDA error: illegal memory access"), "Error says"),
     (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed=0), "0 of 160 prompts completed"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "failed: -5"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(

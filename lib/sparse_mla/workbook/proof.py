@@ -98,12 +98,27 @@ def said_failed(rec: dict) -> list[str]:
 #: count other than 0): what a writer of ours puts where a part of the run failed, and the names another writer would.
 FAILURE_KEYS = ("failures", "ran_contradictions", "error", "interrupted", "errors", "failed", "exception", "failure")
 #: Keys whose value says a process or a step failed: a non-zero exit status, a time limit reached, a failed status.
-def _nonzero_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v != 0
+def _nonzero_status(v) -> bool:
+    """An exit status other than 0, whatever it was written as: ``1``, ``137.0``, ``"1"`` (not ``True``/``False``)."""
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            return bool(v.strip())                       # "killed": a status, and not 0
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0
 
 
-FAILURE_SIGNS = {"exit_code": _nonzero_int, "returncode": _nonzero_int, "timed_out": lambda v: v is True,
-                 "status": lambda v: isinstance(v, str) and v.strip().lower() in ("failed", "failure", "error")}
+def _true(v) -> bool:
+    """A flag set, whatever it was written as: ``True``, ``"true"``, ``"yes"``, ``1``."""
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "yes", "1")
+    return v is True or (isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0)
+
+
+#: Words of a failed status, in any case, anywhere in its text ("failed", "killed by OOM", "Timeout", "aborted")
+FAILED_STATUS_WORDS = ("fail", "error", "kill", "oom", "abort", "crash", "timeout", "timed out")
+FAILURE_SIGNS = {"exit_code": _nonzero_status, "returncode": _nonzero_status, "timed_out": _true,
+                 "status": lambda v: isinstance(v, str) and any(w in v.lower() for w in FAILED_STATUS_WORDS)}
 
 
 def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
@@ -116,9 +131,10 @@ def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
         for k, v in node.items():
             here = f"{where}.{k}" if where else k
             top_said = not where and k in ("failures", "interrupted")           # said_failed says those
-            if k in FAILURE_KEYS and not top_said and _holds_something(v) and not (k == "error" and id(node) in engines):
+            key = k.lower() if isinstance(k, str) else k         # "Error", "FAILURES": the same keys
+            if key in FAILURE_KEYS and not top_said and _holds_something(v) and not (k == "error" and id(node) in engines):
                 out.append(f"{here} says something failed: {str(v)[:120]}")
-            elif k in FAILURE_SIGNS and FAILURE_SIGNS[k](v):
+            elif key in FAILURE_SIGNS and FAILURE_SIGNS[key](v):
                 out.append(f"{here} says something failed: {k} {v!r}")
             elif isinstance(v, (dict, list)):
                 out += _said_anywhere(v, here, engines)
