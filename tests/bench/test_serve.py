@@ -136,7 +136,7 @@ def test_good_arguments_need_a_gpu_and_missing_model_is_named(bench_cli, model_d
     rc, _, err = bench_cli("--model", str(model_dir), "--quick")
     assert rc == 2 and len(err) == 1 and "needs a CUDA GPU" in err[0], err
     rc, _, err = bench_cli("--model", str(tmp_path / "nope"))
-    assert rc == 2 and len(err) == 1 and "nope" in err[0] and "config.json" in err[0], err
+    assert rc == 2 and len(err) == 1 and "nope" in err[0] and "does not exist" in err[0], err
 
 
 def test_cli_defaults_quick_keeps_the_repeats_and_ngram_picks_repeating_prompts(model_dir, tmp_path, monkeypatch,

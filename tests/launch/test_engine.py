@@ -110,7 +110,7 @@ def test_cli_launch_missing_model_dir_names_path(tmp_path, capsys, fake_gpu):
     rc = cli.main(["launch", "--model", str(missing)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
-    assert str(missing) in err[0] and "config.json" in err[0]
+    assert str(missing) in err[0] and "does not exist" in err[0]
 
 
 def test_cli_launch_checks_arguments_before_the_gpu(tmp_path, capsys, no_gpu):
@@ -252,8 +252,13 @@ def test_default_record_path_for_tp():
 def test_check_model_dir(tmp_path):
     d = _model_dir(tmp_path)
     assert launch.check_model_dir(str(d)) == d
+    with pytest.raises(UserInputError, match="'.*nope' does not exist; accepted: a Hugging Face checkpoint"):
+        launch.check_model_dir(tmp_path / "nope")            # it said "has no config.json" (the breaker, 2026-12-06)
+    (tmp_path / "empty").mkdir()
     with pytest.raises(UserInputError, match="has no config.json"):
-        launch.check_model_dir(tmp_path / "nope")
+        launch.check_model_dir(tmp_path / "empty")
+    with pytest.raises(UserInputError, match="is not a directory"):
+        launch.check_model_dir(d / "config.json")
 
 
 # ----------------------------------------------------------------------------------------------- backend names

@@ -66,9 +66,14 @@ def check_model_dir(model: str | os.PathLike) -> Path:
     JSON, or a config without those keys -- before any engine starts.
     """
     p = expand_path(model, "model directory")
+    accepted = "accepted: a Hugging Face checkpoint directory (e.g. from `sparse-mla make-checkpoint`, or a real GLM-5 " \
+               "download)"
+    if not p.exists():
+        raise UserInputError(f"model directory {str(model)!r} does not exist; {accepted}")
+    if not p.is_dir():
+        raise UserInputError(f"model directory {str(model)!r} is not a directory; {accepted}")
     if not (p / "config.json").is_file():
-        raise UserInputError(f"model directory {str(model)!r} has no config.json; accepted: a Hugging Face checkpoint "
-                             f"directory (e.g. from `sparse-mla make-checkpoint`, or a real GLM-5 download)")
+        raise UserInputError(f"model directory {str(model)!r} has no config.json; {accepted}")
     name = str(p / "config.json")
     raw = read_json(p / "config.json", accepted="a Hugging Face config.json")
     cfg = check_config(raw, name)
