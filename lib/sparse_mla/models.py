@@ -262,17 +262,13 @@ def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
     scaling's ``factor`` (``rope_parameters`` or the older ``rope_scaling``) a positive finite number and its
     ``original_max_position_embeddings`` a positive integer: vLLM multiplies the two into the model's length, so a
     negative factor otherwise surfaces as a negative ``max_model_len``. Raises :class:`UserInputError`."""
-    for where, theta in (("rope_theta", text.get("rope_theta")),
-                         ("rope_parameters.rope_theta", (text.get("rope_parameters") or {}).get("rope_theta")
-                          if isinstance(text.get("rope_parameters"), dict) else None)):
-        if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))
-                                  or not math.isfinite(theta) or theta <= 0):
-            raise UserInputError(f"config {name!r} has {where} = {_short(theta)}; accepted: a positive number (the "
-                                 f"rotary base, GLM-5: 1000000.0)")
+    _check_rope_theta(text.get("rope_theta"), "rope_theta", name)
     for key in ("rope_parameters", "rope_scaling"):
         rope = text.get(key)
         if not isinstance(rope, dict):
             continue
+        if key == "rope_parameters":                 # where transformers' newer configs keep the rotary base
+            _check_rope_theta(rope.get("rope_theta"), f"{key}.rope_theta", name)
         f = rope.get("factor")
         if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 0):
             raise UserInputError(f"config {name!r} has {key}.factor = {_short(f)}; accepted: a positive number (the "
@@ -281,6 +277,13 @@ def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 0 < m <= 2**31 - 1):
             raise UserInputError(f"config {name!r} has {key}.original_max_position_embeddings = {_short(m)}; "
                                  f"accepted: an integer from 1 to {2**31 - 1}")
+
+
+def _check_rope_theta(theta, where: str, name: str) -> None:
+    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))
+                              or not math.isfinite(theta) or theta <= 0):
+        raise UserInputError(f"config {name!r} has {where} = {_short(theta)}; accepted: a positive number (the "
+                             f"rotary base, GLM-5: 1000000.0)")
 
 
 def _nope(text: dict[str, Any], cfg: dict[str, Any]) -> bool:

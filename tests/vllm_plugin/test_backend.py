@@ -4,6 +4,8 @@ a plain PyTorch version, and the Impl's forward_mqa on a synthetic mixed batch a
 catches (these run in the GPU pass too)."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -175,6 +177,7 @@ def test_forward_mqa_checks_catch_a_planted_fault(fault, kv, monkeypatch):
     assert not c.ok, f"a planted fault ({fault}) passed: {c.explain()}"
 
 
+@functools.cache            # one reading of vLLM's source per process, not one per parametrized case
 def vllm_writes_mla_cache_in_triton_fp8() -> bool:
     """Read from the installed vLLM, not from our line adapter: whether its DeepSeek-V3.2 attention writes the MLA cache
     inside ``fused_norm_rope``'s Triton kernel with e4m3 conversions (vLLM 0.33+: ``_fused_norm_rope_kernel`` takes

@@ -44,11 +44,7 @@ def stage_errors(stages, titles: list[str], *, title: str = "Each stage against 
     ax.set_xticks(range(1, len(titles) + 1))
     ax.set_xticklabels([f"{n}\n{t}" for n, t in enumerate(titles, 1)], fontsize=8)
     ax.set_ylabel("worst error / its limit")
-    ax.set_title(title)
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finished(fig, ax, title, "upper left")
 
 
 def roofline(points: dict, copy_bw_GBps: float, *, peak_TFLOPs: float | None = None, peak_label: str = "",
@@ -67,10 +63,11 @@ def roofline(points: dict, copy_bw_GBps: float, *, peak_TFLOPs: float | None = N
             raise ValueError(f"{label}: {len(x)} intensities but {len(y)} TFLOP/s values")
         xs += [float(v) for v in x if v > 0]
     lo, hi = (min(xs) / 3, max(xs) * 3) if xs else (0.1, 1000.0)
-    if peak_TFLOPs:
-        hi = max(hi, peak_TFLOPs * 1e3 / copy_bw_GBps * 3)      # the ridge point on the plot
+    ridge = peak_TFLOPs * 1e3 / copy_bw_GBps if peak_TFLOPs else None     # flop/byte where the two roofs meet
+    if ridge:
+        hi = max(hi, ridge * 3)                                          # the ridge point on the plot
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    roof = [lo, hi] if not peak_TFLOPs else [lo, peak_TFLOPs * 1e3 / copy_bw_GBps, hi]
+    roof = [lo, hi] if not ridge else [lo, ridge, hi]
     perf = [min(x * copy_bw_GBps / 1e3, peak_TFLOPs or math.inf) for x in roof]
     ax.plot(roof, perf, "k-", lw=1.2, label=f"memory roof: copy bandwidth {copy_bw_GBps:.0f} GB/s"
             + (f"; compute roof {peak_TFLOPs:.0f} TFLOP/s ({peak_label})" if peak_TFLOPs else ""))
@@ -80,8 +77,15 @@ def roofline(points: dict, copy_bw_GBps: float, *, peak_TFLOPs: float | None = N
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (flop / byte)")
     ax.set_ylabel("TFLOP/s")
+    return _finished(fig, ax, title, "lower right")
+
+
+def _finished(fig, ax, title: str, legend_loc: str):
+    """Title, legend and layout of a figure of this module, closed to pyplot (shown once, as a cell's value)."""
+    import matplotlib.pyplot as plt
+
     ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc=legend_loc, fontsize=8)
     fig.tight_layout()
     plt.close(fig)
     return fig
