@@ -314,7 +314,10 @@ def test_records_no_writer_makes_or_that_say_they_failed_are_never_proven(tmp_pa
 
 
 def test_a_one_engine_records_served_check_counts(tmp_path):
-    rec = {**record()["runs"]["TRITON_MLA_SPARSE"], "environment": record()["environment"], "layers": {}}
+    layer = {"layer": "MLAAttention", "backend": "TRITON_MLA_SPARSE", "impl": "TritonMLASparseImpl",
+             "kv_cache_dtype": "auto", "prefill": None}
+    rec = {**record()["runs"]["TRITON_MLA_SPARSE"], "environment": record()["environment"],
+           "layers": {f"model.layers.{i}.self_attn.attn": layer for i in range(4)}}
     assert verdict(tmp_path, rec).status == "proven"
     rec["serve"] = {"backend_requested": "TRITON_MLA_SPARSE", "error": "server died"}
     v = verdict(tmp_path, rec)
@@ -471,3 +474,84 @@ def test_the_breakers_round_on_2026_12_05(tmp_path, name, edit, says):
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status != "proven" and says in v.reason, v.line()
+
+
+LONG_RECORD = "../h100-80gb-hbm3/launch_h100-80gb-hbm3_long_prompts.json"
+MTP_RECORD = "../h100-80gb-hbm3/launch_h100-80gb-hbm3_mtp.json"
+
+
+def _first_gen(r, run=_T):
+    return r["runs"][run]["generations"][0]
+
+
+def _serve_as_offline(r, same: bool):
+    toks = _first_gen(r)["token_ids"][:16]
+    r["serve"] = {"backend_requested": _T, "compared_with": _T, "token_ids": toks, "matches_offline": same}
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    # summaries edited, their data left: each is recomputed from the data (sparse_mla.workbook.consistency)
+    (GGUF_RECORD, lambda r: [e.update(same_first_token=False) for v in r["reference_first_token"].values()
+                             for e in v], "same_first_token False"),
+    (GGUF_RECORD, lambda r: r["reference_first_token"][_T][0].update(vllm_first_token=7), "vllm_first_token 7"),
+    (GGUF_RECORD, lambda r: r["parity_vs_ours"]["FLASHMLA_SPARSE"]["per_prompt"][0].update(identical=False),
+     "parity_vs_ours.FLASHMLA_SPARSE: not what its runs' generations give"),
+    (GGUF_RECORD, lambda r: r["parity_pairs"][0].update(all_identical=False), "parity_pairs"),
+    (GGUF_RECORD, lambda r: _first_gen(r)["token_ids"].__setitem__(-1, 3), "not what its runs' generations give"),
+    (LONG_RECORD, lambda r: r["engine_agreement"][0]["vs"]["FLASHMLA_SPARSE"].update(same_first_token=False),
+     "engine_agreement: not what"),
+    (GGUF_RECORD, lambda r: _serve_as_offline(r, False), "matches_offline False, yet"),
+    # per run: KV dtypes, layer counts, empty blocks
+    (GGUF_RECORD, lambda r: [v.update(kv_cache_dtype="fp8_ds_mla") for v in r["runs"][_T]["layers"].values()
+                             if v.get("layer") == "MLAAttention"], "KV dtype 'fp8_ds_mla', the run asked 'auto'"),
+    (GGUF_RECORD, lambda r: r["model"].update(num_hidden_layers=78), "the record's model has 78"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(layers={}), "layers is empty"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(generations=[]), "generations is empty"),
+    (GGUF_RECORD, lambda r: r.update(prompt_lengths=r["prompt_lengths"][::-1]), "the record's prompt_lengths"),
+    # version fields that are no version
+    (GGUF_RECORD, lambda r: r["environment"].update(torch="banana"), "environment.torch"),
+    (GGUF_RECORD, lambda r: r["runs"][_T]["environment"].update(triton="x"), "triton"),
+])
+def test_the_breakers_round_on_2026_12_06(tmp_path, name, edit, says):
+    """Issue 47, what the breaker's round of 2026-12-06 left proven: summaries (reference first tokens, parity flags,
+    engine agreement, the served check) edited apart from the data they summarize, a layer's KV dtype or the model's
+    layer count not what ran, empty layers or generations, version fields that are no version. Each edit of a proven
+    committed record is invalid, naming what."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_a_served_check_that_matches_and_an_mtp_layer_count_stay_proven(tmp_path):
+    """The same checks on data that agrees: a served check whose tokens are the offline run's, an MTP record whose
+    draft layer is in ``layers`` but not in ``ran.attention``."""
+    rec = _committed(GGUF_RECORD)
+    _serve_as_offline(rec, True)
+    v = verdict(tmp_path, rec)
+    assert "matches_offline" not in v.reason, v.line()
+    assert verdict(tmp_path, _committed(MTP_RECORD), "m.json").status == "proven"
+
+
+def test_a_revision_that_is_no_commit_of_the_records_repository_is_unproven(tmp_path):
+    """Issue 47 (2026-12-06): a revision of the right form that names no commit. Where a full git repository holds
+    the record it is asked; elsewhere (no repository, a shallow clone) the form alone is judged."""
+    import subprocess
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *a],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    rec = _committed(GGUF_RECORD)
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "x")
+    head = git("rev-parse", "HEAD")
+    for r in (rec, *rec["runs"].values()):
+        r["environment"]["revision"] = f"{head} (REVISION file: the tree copied to this machine)"
+    assert verdict(tmp_path, rec).status == "proven"
+    fake = "1234567" + head[7:]
+    for r in (rec, *rec["runs"].values()):
+        r["environment"]["revision"] = fake
+    v = verdict(tmp_path, rec, "fake.json")
+    assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()

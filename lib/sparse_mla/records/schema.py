@@ -93,6 +93,9 @@ Date = Optional[Annotated[str, AfterValidator(_iso_date)]]
 #: A git revision (7 to 40 hex digits, then anything: "(REVISION file: ...)"), or the writer's "unknown: ..." when it
 #: found none.
 Revision = Optional[Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{7,40}\b|unknown)")]]
+#: A package's version as its ``__version__`` reads (``2.11.0+cu130``, ``3.6.0``, ``3.12.3``, CUDA's ``13.0``): digits
+#: first, then a dot and digits; no writer of ours writes a word there.
+Version = Optional[Annotated[str, StringConstraints(pattern=r"^\d{1,4}\.\d{1,4}")]]
 #: A GPU's name: some text.
 GpuName = Optional[Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]]
 
@@ -107,8 +110,10 @@ class Header(_Shape):
     capability: Optional[Capability] = None
     gpu_count: Optional[Annotated[int, Field(ge=1, le=1024)]] = None
     peer: Text = None
-    torch: Text = None
-    triton: Text = None
+    torch: Version = None
+    triton: Version = None
+    python: Version = None
+    cuda: Version = None
     vllm: Optional[Annotated[str, StringConstraints(pattern=r"^\d{1,3}\.\d{1,3}(\.\d{1,3})?\b")]] = None
 
 

@@ -11,13 +11,15 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
 * ``unproven: REASON``: no ``ran`` block (every record made before the block existed, the 2026-12-01 ones included;
   benchmark records of single kernels, which start no engine), engines that failed (counted: a record whose engines
   all died proves nothing ran), or a record that says it failed (:func:`said_failed`: its ``failures``, an engine's
-  ``ran_contradictions`` as the writer found them, ``interrupted``, a serving benchmark's ``complete: false``); gaps in
-  its header are listed too;
+  ``ran_contradictions`` as the writer found them, ``interrupted``, a serving benchmark's ``complete: false``), or
+  whose revision the full git repository holding it has no commit of (:func:`revision_unknown`); gaps in its header
+  are listed too;
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
   :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line; a negative throughput, a date or
   revision of another form), a record that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
   that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
+  summaries that are not what the record's own data give (:mod:`sparse_mla.workbook.consistency`),
   or a file that is not readable JSON (duplicated keys included: no writer makes them, and the last would win).
 
 What the check cannot catch: records are unsigned JSON, so a record edited by hand to look like a run that passed
@@ -33,8 +35,11 @@ check gives them; the command itself is :mod:`sparse_mla.workbook.records_cli`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +49,7 @@ from ..records import schema
 from ..records.common import markdown
 from ..records.engine_tables import engine_runs
 from ..vllm_plugin.ran import contradictions
+from .consistency import consistency_problems
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
 #: What a record that claims proof must also name: the GPU it ran on and its capability, read in the process.
@@ -181,6 +187,32 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
     return out
 
 
+def revision_unknown(path: str, rec: dict) -> list[str]:
+    """The header's revision where the git repository holding the record can tell it is no commit of its own (one
+    line; ``[]`` where it is one, or where no full repository holds the record: none, a shallow clone, no git)."""
+    m = re.match(r"[0-9a-f]{7,40}\b", str((rec.get("environment") or {}).get("revision") or ""))
+    if not m:
+        return []
+    rev = m.group()
+    known = _commit_known(rev, str(Path(path).resolve().parent))
+    return [f"its revision {rev} is no commit of the repository holding it"] if known is False else []
+
+
+@functools.cache
+def _commit_known(rev: str, folder: str) -> bool | None:
+    """Whether ``rev`` names a commit of the git repository ``folder`` is in; None where that cannot be told."""
+    def git(*args):
+        return subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=20)
+
+    try:
+        shallow = git("rev-parse", "--is-shallow-repository")
+        if shallow.returncode or shallow.stdout.strip() != "false":
+            return None
+        return git("cat-file", "-e", f"{rev}^{{commit}}").returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def gpu_presets_named(gpu) -> list[tuple[str, str]]:
     """``(preset, capability)`` of the diagnosis's GPU presets (:data:`sparse_mla.diagnose.request.GPUS`) whose name
     a GPU name holds as a word (``NVIDIA A100-SXM4-80GB`` -> ``a100``, 8.0)."""
@@ -249,7 +281,8 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """What a record says of itself that its writer never writes: ``run_specs`` other than its runs' requests; a
     header naming a vLLM that is no tested line; a first-token criterion at odds with its own data
     (:func:`_criterion_problems`); a serving benchmark short of its repeats (:func:`_serving_problems`); an engine
-    run that is not its record's (:func:`_run_headers`)."""
+    run that is not its record's (:func:`_run_headers`); summaries that are not their data's
+    (:mod:`sparse_mla.workbook.consistency`)."""
     from ..vllm_lines import TESTED_LINES, line_of
 
     out = []
@@ -267,7 +300,8 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         v = env.get("vllm") if isinstance(env, dict) else None
         if isinstance(v, str) and line_of(v) not in TESTED_LINES:
             out.append(f"{where}: vLLM {v} is no tested line ({', '.join(TESTED_LINES)})")
-    return out + _criterion_problems(rec) + _serving_problems(rec, runs) + _run_headers(rec, runs)
+    return out + _criterion_problems(rec) + _serving_problems(rec, runs) + _run_headers(rec, runs) + \
+        consistency_problems(rec, runs)
 
 
 #: Header fields every engine run of one record shares with the record (one machine, one install, one revision).
@@ -471,7 +505,7 @@ def _judge(path: str, obj) -> Verdict:
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     missing = [k for k in live if k not in with_ran]
-    said = said_failed(obj)
+    said = said_failed(obj) + revision_unknown(path, obj)
     if missing or failed or said:
         parts = ([f"no ran block in {', '.join(missing)}"] if missing else []) + \
                 ([f"{len(failed)} engine(s) failed"] if failed else []) + said[:3] + \
