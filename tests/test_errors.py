@@ -142,9 +142,20 @@ def test_writable_dir_refuses_a_folder_where_none_can_be_made(tmp_path, monkeypa
 
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux's /proc")
-def test_a_virtual_file_system_is_named_not_called_missing():
-    """/proc exists and answers a new folder with ENOENT: the message says the folder exists and refuses (issue 47),
-    not only 'No such file or directory'."""
-    with pytest.raises(UserInputError, match=r"'/proc' exists but refuses a new folder with 'No such file or "
-                                             r"directory' \(a virtual file system such as /proc\)"):
-        writable_dir("/proc/x", "--out-dir")
+@pytest.mark.parametrize("path", ["/proc/x", "/sys/x", "/dev/x", "/dev/"])
+def test_the_systems_own_folders_are_refused_by_name(path):
+    """/proc exists and answered a new folder with ENOENT (issue 47, then named so); /dev takes a new folder from
+    root, into a devtmpfs in memory (make-checkpoint /dev/x wrote there: the breaker, 2026-12-06). No output goes into
+    the system's device, process or kernel-object folders; /dev/shm, shared memory scratch, is not one of them."""
+    with pytest.raises(UserInputError, match=r"is inside /(proc|sys|dev), a folder of the system's devices, "
+                                             r"processes or kernel objects; accepted: a folder on a disk"):
+        writable_dir(path, "--out-dir")
+
+
+def test_dev_shm_is_no_system_folder(tmp_path):
+    import os
+
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    assert str(writable_dir("/dev/shm/sparse-mla-test-out", "--out-dir")) == "/dev/shm/sparse-mla-test-out"
+    assert not os.path.exists("/dev/shm/sparse-mla-test-out")

@@ -103,6 +103,13 @@ def test_writable_dir(tmp_path):
     ({"rope_theta": "big"}, "rope_theta = 'big'; accepted: a positive number"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 0}},
      "rope_parameters.original_max_position_embeddings = 0"),
+    # the breaker's round of 2026-12-06: transformers' derived mlp_layer_types, or nothing, named instead
+    ({"first_k_dense_replace": -5}, "first_k_dense_replace = -5; accepted: an integer from 0"),
+    ({"first_k_dense_replace": 79}, "first_k_dense_replace = 79 above num_hidden_layers = 78; accepted: "
+                                    "first_k_dense_replace from 0"),
+    ({"num_nextn_predict_layers": -1}, "num_nextn_predict_layers = -1"),
+    ({"index_head_dim": 7}, "index_head_dim = 7; accepted: a multiple of 128"),
+    ({"index_head_dim": 192}, "index_head_dim = 192; accepted: a multiple of 128"),
 ])
 def test_check_config_names_the_field(change, names):
     from sparse_mla.models import check_config
@@ -166,3 +173,21 @@ def test_a_config_json_that_is_no_regular_file_is_named_so(tmp_path):
     os.mkfifo(tmp_path / "config.json")
     with pytest.raises(UserInputError, match="has a config.json that is not a regular file"):
         load_model(str(tmp_path))
+
+
+def test_a_config_json_with_a_key_twice_or_past_the_size_limit_is_refused(tmp_path, monkeypatch):
+    """Issue 47 (2026-12-06): transformers and vLLM read config.json with json.load, where the second of two equal
+    keys silently wins; and a config.json of any size was read whole."""
+    from sparse_mla import models
+
+    d = tmp_path / "m"
+    d.mkdir()
+    text = json.dumps(PRESET_CONFIGS["glm-5"], indent=1)
+    (d / "config.json").write_text(text[:-1].rstrip() + ',\n "num_hidden_layers": 7\n}')
+    with pytest.raises(UserInputError, match="the key 'num_hidden_layers' appears twice.*each key once"):
+        models.load_model(d)
+    (d / "config.json").write_text(text)
+    assert models.load_model(d).hf_config["num_hidden_layers"] == 78
+    monkeypatch.setattr(models, "MAX_CONFIG_BYTES", len(text) - 1)
+    with pytest.raises(UserInputError, match=f"is {len(text):,} bytes; accepted: .* at most {len(text) - 1:,} bytes"):
+        models.load_model(d)

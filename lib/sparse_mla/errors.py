@@ -83,6 +83,7 @@ def writable_dir(path, what: str = "output directory"):
         raise UserInputError(f"{what} is empty; accepted: a directory path")
     p = expand_path(path, what)
     _refuse_the_workbooks_own_folders(p, path, what)
+    _refuse_system_folders(p, path, what)
     for q in (p, *p.parents):
         if q.is_symlink() and not q.exists():
             raise UserInputError(f"{what} {str(path)!r} leads through the symbolic link {str(q)!r} to "
@@ -126,6 +127,26 @@ def what_would_fix(e: OSError) -> str:
 
     return {errno.ENOSPC: "free space on that disk (it is full)", errno.EDQUOT: "free space within your disk quota",
             errno.ENAMETOOLONG: "a shorter name"}.get(e.errno, "a writable directory with free space")
+
+
+#: Folders of the system's own file systems (devices, processes, the kernel's objects): no output goes there, though
+#: root may create a folder in /dev (a devtmpfs in memory). /dev/shm, shared memory that scratch files use, is not one.
+SYSTEM_FOLDERS = ("/dev", "/proc", "/sys")
+
+
+def _refuse_system_folders(p, path, what: str) -> None:
+    """:data:`SYSTEM_FOLDERS` (where ``path`` leads, links followed), ``/dev/shm`` excepted: one UserInputError line."""
+    from pathlib import Path
+
+    try:
+        where = p.resolve()
+    except (OSError, RuntimeError):
+        return
+    for folder in map(Path, SYSTEM_FOLDERS):
+        if where.is_relative_to(folder) and not where.is_relative_to("/dev/shm"):
+            raise UserInputError(f"{what} {str(path)!r} is inside {folder}, a folder of the system's devices, "
+                                 f"processes or kernel objects; accepted: a folder on a disk (e.g. results/ or a "
+                                 f"scratch directory such as /tmp)")
 
 
 def _refuse_the_workbooks_own_folders(p, path, what: str) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserInputError, expand_path
+from .layouts import INDEXER_QUANT_BLOCK
 
 #: The full Hugging Face ``config.json`` of each preset (real geometry, real sizes).
 PRESET_CONFIGS: dict[str, dict[str, Any]] = {
@@ -195,11 +196,13 @@ POSITIVE_DIMENSIONS = ("hidden_size", "intermediate_size", "moe_intermediate_siz
                        "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                        "index_topk", "index_head_dim", "index_n_heads", "n_routed_experts", "num_experts_per_tok",
                        "index_topk_freq", "moe_layer_freq", "n_group", "topk_group")
-#: Counts that may be 0 but not negative (a model without shared experts).
-NON_NEGATIVE_DIMENSIONS = ("n_shared_experts",)
+#: Counts that may be 0 but not negative (a model without shared experts, dense layers or MTP layers).
+NON_NEGATIVE_DIMENSIONS = ("n_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers")
 #: ``(smaller, larger)``: a config's ``smaller`` may not exceed its ``larger`` (experts routed to per token among the
-#: routed experts; groups kept among the groups).
-AT_MOST = (("num_experts_per_tok", "n_routed_experts"), ("topk_group", "n_group"))
+#: routed experts; groups kept among the groups; dense layers among the layers; the indexer's rotary part within its
+#: head: vLLM's ``Indexer`` splits the head into ``[qk_rope_head_dim, index_head_dim - qk_rope_head_dim]``).
+AT_MOST = (("num_experts_per_tok", "n_routed_experts"), ("topk_group", "n_group"),
+           ("first_k_dense_replace", "num_hidden_layers"), ("qk_rope_head_dim", "index_head_dim"))
 
 
 #: Upper bounds checked before vLLM builds anything (the diagnosis builds vLLM's model on the meta device, one module
@@ -240,11 +243,17 @@ def check_config(cfg, name: str) -> dict[str, Any]:
         v = text.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**31 - 1):
             raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: an integer from 0 to {2**31 - 1}")
+    ihd = text.get("index_head_dim")
+    if isinstance(ihd, int) and ihd % INDEXER_QUANT_BLOCK:
+        raise UserInputError(f"config {name!r} has index_head_dim = {ihd}; accepted: a multiple of "
+                             f"{INDEXER_QUANT_BLOCK} (vLLM's indexer K cache keeps one fp32 scale per "
+                             f"{INDEXER_QUANT_BLOCK} values, Indexer.quant_block_size in deepseek_v2.py; GLM-5: 128)")
     for small, large in AT_MOST:
         a, b = text.get(small), text.get(large)
         if isinstance(a, int) and isinstance(b, int) and a > b:
-            raise UserInputError(f"config {name!r} has {small} = {a} above {large} = {b}; accepted: {small} from 1 to "
-                                 f"{large}")
+            raise UserInputError(f"config {name!r} has {small} = {a} above {large} = {b}; accepted: {small} from "
+                                 f"{0 if small in NON_NEGATIVE_DIMENSIONS or small == 'qk_rope_head_dim' else 1} "
+                                 f"to {large}")
     _check_rope_scaling(text, name)
     mt = text.get("model_type", cfg.get("model_type"))
     if mt is not None and not isinstance(mt, str):
@@ -400,6 +409,10 @@ def transformers_default_index_topk(model_type: str) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: The largest ``config.json`` read (a config with a vocabulary map inlined stays far below; no DSA config is near).
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
 def load_model(spec: str | Path) -> ModelGeometry:
     """Resolve ``spec`` to a geometry: a preset name (``glm-5``, ``deepseek-v3.2``), a ``config.json`` path,
     or a checkpoint directory holding one.
@@ -433,7 +446,12 @@ def load_model(spec: str | Path) -> ModelGeometry:
                              f".gguf file (diagnose)")
     from .files import read_json
 
-    cfg = read_json(p, f"config {str(p)!r}", "a JSON Hugging Face config")
+    size = p.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise UserInputError(f"config {str(p)!r} is {size:,} bytes; accepted: a Hugging Face config.json of at most "
+                             f"{MAX_CONFIG_BYTES:,} bytes (GLM-5's is about 2 KB)")
+    # each key once: transformers and vLLM read such a file with json.load, where the last of two silently wins
+    cfg = read_json(p, f"config {str(p)!r}", "a JSON Hugging Face config with each key once", unique_keys=True)
     from dataclasses import replace
 
     return replace(geometry_from_config(cfg, s), source=source)

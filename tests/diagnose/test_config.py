@@ -13,7 +13,7 @@ pytestmark = pytest.mark.every_line
 
 @pytest.mark.parametrize("change, reason", [
     # (a field of the workbook's own rule, e.g. num_hidden_layers, is refused before vLLM sees it: tests/test_models.py)
-    ({"first_k_dense_replace": "2"}, "Field 'first_k_dense_replace' expected int, got str (value: '2')"),
+    ({"norm_topk_prob": "yes"}, "Field 'norm_topk_prob' expected bool, got str (value: 'yes')"),
     ({"q_lora_rank": None}, "Field 'q_lora_rank' expected int, got NoneType"),
     ({"qk_rope_head_dim": 7}, "RoPE requires an even rotary dimension"),
 ])
@@ -193,3 +193,49 @@ def test_a_config_value_vllm_cannot_use_is_named_with_its_field(run_cli, tmp_pat
     rc, out, err = run_cli("--model", str(m), "--capability", "9.0")
     lines = err.strip().splitlines()
     assert rc == 2 and out == "" and len(lines) == 1 and says.format(m=m) in lines[0], lines
+
+
+@pytest.mark.parametrize("pattern, says", [
+    ("F", "index_topk_pattern 'F' has 1 letter for 3 layers: vLLM builds a full indexer in layers 1-2, past its end"),
+    ("FSFSS", "index_topk_pattern 'FSFSS' has 5 letters for 3 layers: vLLM reads its first 3 and ignores the other 2"),
+])
+def test_a_pattern_of_another_length_than_the_layers_is_a_note_in_vllms_reading(tmp_path, pattern, says):
+    """Issue 47 (2026-12-06): a pattern shorter or longer than the layers was "ok" with no word; vLLM starts (layers
+    past the end are full, letters past the layers unread), so the diagnosis says how vLLM reads it, not a blocker."""
+    from sparse_mla import diagnose as dg
+
+    d, _ = _tiny_config(tmp_path, "m", 3, index_topk_pattern=pattern)
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto")
+    assert rec["engine_starts"] is True and not rec["blockers"], rec["blockers"]
+    assert says in rec["stages"]["config"], rec["stages"]["config"]
+
+
+def test_an_architecture_that_builds_no_indexer_for_a_dsa_config_names_the_class(tmp_path):
+    """Issue 47 (2026-12-06): ``LlamaForCausalLM`` over a glm_moe_dsa config was blocked as "layer 0 shared"; vLLM
+    builds its LlamaForCausalLM, with no indexer anywhere, and the blocker says so and names transformers' class."""
+    from sparse_mla import diagnose as dg
+
+    d, _ = _tiny_config(tmp_path, "m", 2, architectures=["LlamaForCausalLM"])
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto")
+    [b] = [b for b in rec["blockers"] if b["stage"] == "indexer"]
+    assert "makes vLLM build LlamaForCausalLM" in b["reason"] and "accepted: GlmMoeDsaForCausalLM" in b["reason"], b
+    assert "layer 0 shared" not in b["reason"]
+
+
+def test_vllms_long_lists_are_cut_and_a_bare_key_error_says_where(tmp_path):
+    """An unknown architecture: vLLM's message lists its whole registry (18 KB, printed twice); the list is cut to
+    its first items and count. A ``KeyError: 'factor'`` from vLLM's model code names the line that read it."""
+    from sparse_mla import diagnose as dg
+    from sparse_mla.diagnose.config import raised_where
+
+    d, _ = _tiny_config(tmp_path, "m", 2, architectures=["FooForCausalLM"])
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto")
+    [b] = rec["blockers"]
+    assert "FooForCausalLM" in b["reason"] and " in all)]" in b["reason"] and len(b["reason"]) < 1000, b
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    try:
+        get_rope(64, max_position=4096, is_neox_style=True, rope_parameters={"rope_type": "yarn"})
+    except KeyError as e:
+        where = raised_where(e)
+    assert where.startswith(" (vllm/model_executor/layers/rotary_embedding/") and "factor" in where, where

@@ -83,8 +83,39 @@ def vllm_error_text(e: BaseException) -> str:
             else:
                 parts.append(str(item.get("msg", "")).strip())
     if parts:
-        return f"{type(e).__name__}: " + "; ".join(p for p in parts if p)
-    return (str(e).strip() or type(e).__name__).split("\n    For further information")[0]
+        return _collapse_lists(f"{type(e).__name__}: " + "; ".join(p for p in parts if p))
+    return _collapse_lists((str(e).strip() or type(e).__name__).split("\n    For further information")[0])
+
+
+def raised_where(e: BaseException) -> str:
+    """Where in vLLM (or transformers) ``e`` was raised: `` (vllm/.../file.py:LINE, in FUNC: `source line`)`` from the
+    innermost frame of either package, or ``""`` where none is in the traceback. A ``KeyError: 'factor'`` alone does
+    not say which dictionary vLLM read; the line does."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "site-packages/vllm/" in f.filename
+              or "site-packages/transformers/" in f.filename] if e.__traceback__ is not None else []
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" ({f.filename.split('site-packages/')[-1]}:{f.lineno}, in {f.name}: `{(f.line or '').strip()[:160]}`)"
+
+
+#: A list in vLLM's message longer than this many characters (its model registry's 250-odd architectures: 18 KB) is
+#: shown by its first items and its count.
+LONG_LIST_CHARS = 1000
+
+
+def _collapse_lists(msg: str) -> str:
+    """``msg`` with every list longer than :data:`LONG_LIST_CHARS` (``[...]`` or ``dict_keys([...])``) cut to its
+    first 5 items and its length: ``['A', 'B', ... (250 in all)]``."""
+    import re
+
+    def cut(m):
+        items = [i.strip() for i in m.group(2).split(",") if i.strip()]
+        return f"{m.group(1) or ''}[{', '.join(items[:5])}, ... ({len(items)} in all)]{')' if m.group(1) else ''}"
+
+    return re.sub(r"(dict_keys\()?\[([^\[\]]{%d,})\]\)?" % LONG_LIST_CHARS, cut, msg)
 
 
 def load_hf_config(path: Path, name: str):
@@ -277,6 +308,10 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
     them = "it" if len(declared_shared) == 1 else "them"
     why = (f" (config.json's indexer_types declares {them} shared, and vLLM 0.26 reads only index_topk_pattern / "
            f"index_topk_freq)" if declared_shared else "")
+    _pattern_length_note(hf, cfg)
+    if layers == [] and hasattr(hf, "index_topk"):
+        out["blocker"] = _no_indexer_blocker(vc)
+        return out
     if layers is not None and hasattr(hf, "index_topk") and 0 not in layers:
         # DeepseekV2MLAAttention.__init__ builds layer 0 shared without complaint; DeepseekV2Model allocates the top-k
         # buffer with torch.empty, and layer 0 reads it before any layer has written it
@@ -304,6 +339,39 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
             f"(reusing the previous full layer's top-k) in indexer_types, which vLLM 0.26 does not read"
             f"{fix.replace('; accepted:', '; to run it as declared:')}")
     return out
+
+
+def _no_indexer_blocker(vc) -> str:
+    """A DSA config (``index_topk``) whose model class, as vLLM resolves its ``architectures``, builds no indexer in
+    any layer (e.g. ``LlamaForCausalLM`` over a ``glm_moe_dsa`` config): the class vLLM builds, and the one
+    transformers names for the model type where it names one."""
+    mc = vc.model_config
+    mt = getattr(mc.hf_config, "model_type", None)
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as names
+
+        want = names.get(mt)
+    except ImportError:
+        want = None
+    return (f"architectures {list(mc.architectures)} makes vLLM build {mc.architecture} (its model registry), which "
+            f"builds no DSA indexer in any layer for this {mt} config with index_topk {mc.hf_config.index_topk}: "
+            f"the checkpoint's MLA and indexer tensors have no place in it; accepted: "
+            f"{want or 'the architecture of the model type'} (transformers' class for model_type {mt!r})")
+
+
+def _pattern_length_note(hf, cfg: dict[str, Any]) -> None:
+    """An ``index_topk_pattern`` with another letter count than the layers: vLLM reads one letter per layer and
+    builds a full indexer in every layer past its end (``DeepseekV2MLAAttention.__init__``, ``deepseek_v2.py``); a
+    note in ``cfg["notes"]``, not a blocker (the engine starts)."""
+    pat, n = getattr(hf, "index_topk_pattern", None), getattr(hf, "num_hidden_layers", None)
+    if not isinstance(pat, str) or not isinstance(n, int) or len(pat) == n:
+        return
+    what = (f"vLLM builds a full indexer in {_layers(list(range(len(pat), n)))}, past its end" if len(pat) < n else
+            f"vLLM reads its first {n} and ignores the other {len(pat) - n}")
+    cfg.setdefault("notes", []).append(
+        f"index_topk_pattern {pat!r} has {len(pat)} letter{'s' if len(pat) != 1 else ''} for {n} layers: {what} "
+        f"(DeepseekV2MLAAttention, deepseek_v2.py; the reference forward reads it so too); make-checkpoint writes one "
+        f"letter per layer")
 
 
 def _layers(layers: list[int]) -> str:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import gguf_memory
+from .config import raised_where
 from .meta_model import RankModel, rank_model
 from .request import GGUF_TYPES, GPUS, Request
 
@@ -396,7 +397,7 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
         rank = build(req.tp, None)
     except Exception as e:  # noqa: BLE001 - vLLM's model code refuses the configuration: the engine cannot start
         out.update(fits=False, reason=f"vLLM's model code raises while building the model: {type(e).__name__}: "
-                                      f"{' '.join(str(e).split())[:300]}")
+                                      f"{' '.join(str(e).split())[:300]}{raised_where(e)}")
         return out
     base = Setting(rank, gpu_bytes, util, vc.model_config.max_model_len, mem.cpu_offload_gb)
     r = evaluate(base, quant)
