@@ -12,6 +12,9 @@ parameter's dtype; every parameter must be filled exactly (the tensors it was ha
 once). The mutations below -- a wrong, missing, extra or silently skipped name and a wrong shape -- must each be
 caught, so the check is seen to fail.
 
+transformers' ``Glm5NextTextModel.from_pretrained`` reads the same file with no parameter left unset
+(:class:`~sparse_mla.launch.glm5next_reference.Glm5NextReference`), which then runs in float64 on the CPU.
+
 On a vLLM line without GLM-5.3-Flash (0.26) make-checkpoint refuses the preset in one line
 (``tests/diagnose/test_glm5next.py``); the tests here that need the checkpoint are skipped there.
 """
@@ -264,3 +267,81 @@ def test_config_only_is_glm53_flash_s_alone(tmp_path, capsys, monkeypatch):
     assert len(err) == 1 and "--config-only with --preset 'glm-5-tiny'" in err[0], err
     with pytest.raises(UserInputError, match="config_only 'yes' is not accepted"):
         ck.make_checkpoint(tmp_path / "p", preset=PRESET, config_only="yes")
+
+
+# ---- the float64 reference -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def reference(flash):
+    from sparse_mla.launch.glm5next_reference import Glm5NextReference
+
+    return Glm5NextReference.from_pretrained(flash)
+
+
+PROMPT = [579, 367, 377, 348, 268, 70, 66, 69, 84, 360, 361, 303]
+
+
+@flash_line
+def test_reference_runs_in_float64_throughout(reference):
+    """Every module's floating output is float64 under the reference (transformers' own forward rounds the router,
+    the MHC mixing and the KDA gates to float32: without the up-casts some are float32 and the logits move)."""
+    from sparse_mla.launch.glm5next_reference import float64_upcasts
+
+    seen: dict[str, set] = {}
+
+    def hook(mod, inp, out):
+        for o in out if isinstance(out, tuple) else (out,):
+            if isinstance(o, torch.Tensor) and o.is_floating_point():
+                seen.setdefault(str(o.dtype), set()).add(type(mod).__name__)
+
+    handles = [m.register_forward_hook(hook) for m in reference.model.modules()]
+    try:
+        logits = reference.logits(PROMPT)
+        assert set(seen) == {"torch.float64"}, seen
+        seen.clear()
+        with torch.no_grad():
+            plain = reference.model(input_ids=torch.tensor([PROMPT]), use_cache=False).last_hidden_state[0]
+        assert "torch.float32" in seen                              # transformers' own up-casts, left alone
+    finally:
+        for h in handles:
+            h.remove()
+    assert logits.dtype == torch.float64 and logits.shape == (len(PROMPT), reference.vocab_size)
+    diff = float((plain @ reference.lm_head_weight.T - logits).abs().max())
+    assert 0 < diff < 1e-3 and float(logits.std()) > 0.1           # float32 rounding apart; logits not flat
+    with float64_upcasts():
+        assert torch.ones(2).float().dtype == torch.float64 and torch.zeros(2, dtype=torch.float32).dtype == \
+            torch.float64
+
+
+@flash_line
+def test_reference_greedy_tokens(reference):
+    """Greedy decoding: each token is the argmax of the logits of the prompt and the tokens before it."""
+    g = reference.greedy(PROMPT, 3)
+    assert len(g["token_ids"]) == 3 and all(gap >= 0 for gap in g["top2_gaps"])
+    assert g["first_logprobs"].dtype == torch.float64 and int(g["first_logprobs"].argmax()) == g["token_ids"][0]
+    last = reference.logits(PROMPT + g["token_ids"][:2])[-1]
+    assert int(last.argmax()) == g["token_ids"][2]
+    assert abs(float(torch.log_softmax(last, -1).max()) - g["logprobs"][2]) < 1e-12
+    with pytest.raises(UserInputError, match="accepted: a non-empty sequence of token ids from 0 to 2047"):
+        reference.logits([5, 2048])
+    with pytest.raises(UserInputError, match="max_tokens 0 is not accepted"):
+        reference.greedy(PROMPT, 0)
+
+
+@flash_line
+def test_reference_refuses_what_transformers_would_not_fill(flash, tmp_path):
+    """A checkpoint missing a tensor of transformers' model, or a config-only folder, is one line."""
+    from safetensors.torch import load_file, save_file
+
+    from sparse_mla.launch.glm5next_reference import Glm5NextReference
+
+    bad = tmp_path / "bad"
+    shutil.copytree(flash, bad)
+    sd = load_file(str(bad / "model.safetensors"))
+    del sd["model.layers.3.self_attn.indexer.index_kpool_compress_ape"]
+    save_file(sd, str(bad / "model.safetensors"))
+    with pytest.raises(UserInputError, match="does not fit transformers' Glm5NextTextModel.*index_kpool_compress_ape"):
+        Glm5NextReference.from_pretrained(bad)
+    only = ck.make_checkpoint(tmp_path / "only", preset=PRESET, config_only=True)
+    with pytest.raises(UserInputError, match="has no \\*.safetensors"):
+        Glm5NextReference.from_pretrained(only)
