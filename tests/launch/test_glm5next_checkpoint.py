@@ -345,3 +345,30 @@ def test_reference_refuses_what_transformers_would_not_fill(flash, tmp_path):
     only = ck.make_checkpoint(tmp_path / "only", preset=PRESET, config_only=True)
     with pytest.raises(UserInputError, match="has no \\*.safetensors"):
         Glm5NextReference.from_pretrained(only)
+
+
+@flash_line
+def test_the_gpu_parity_tools_judging(reference):
+    """tools/gpu/glm5next_parity.py's judging (its GPU run is the harness' glm5next stage), on the CPU with made-up
+    engine outputs: the reference's own greedy run has regret 0 and no divergence; a run that takes the reference's
+    runner-up first has the reference's top-2 gap as regret and diverges at token 0."""
+    import importlib.util
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "glm5next_parity.py"
+    spec = importlib.util.spec_from_file_location("glm5next_parity", tool)
+    gp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gp)
+    own = reference.greedy(PROMPT, 2)
+    top = torch.topk(own["first_logprobs"], 5)
+    same = {"token_ids": own["token_ids"], "logprobs": own["logprobs"],
+            "first_top_logprobs": {str(int(i)): float(v) for v, i in zip(top.values, top.indices)}}
+    r = gp.judge(reference, PROMPT, same, 2)
+    assert r["max_regret"] == 0 and r["first_divergence"] is None and r["max_abs_logprob_diff"] < 1e-9
+    assert r["first_token"]["vllm"] == r["first_token"]["reference_argmax"]
+    assert r["first_token"]["max_abs_top_k_logprob_diff"] < 1e-9
+    second = int(top.indices[1])
+    other = {"token_ids": [second], "logprobs": [float(top.values[1])], "first_top_logprobs": same["first_top_logprobs"]}
+    r = gp.judge(reference, PROMPT, other, 1)
+    assert r["first_divergence"] == 0 and abs(r["max_regret"] - own["top2_gaps"][0]) < 1e-12
+    assert r["reference_gap_at_divergence"] == own["top2_gaps"][0]
