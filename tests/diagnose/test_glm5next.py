@@ -54,12 +54,13 @@ def _flash_config() -> dict:
 
 @pytest.fixture(scope="module")
 def flash_dir(tmp_path_factory):
-    """A folder with GLM-5.3-Flash's config.json: make-checkpoint's on the line that has it, written here elsewhere."""
+    """A folder with GLM-5.3-Flash's config.json: make-checkpoint's (``--config-only``: the real geometry, no weights)
+    on the line that has it, written here elsewhere."""
     d = tmp_path_factory.mktemp("flash") / "glm53"
     if ON_FLASH_LINE:
         from sparse_mla.launch.checkpoint import make_checkpoint
 
-        make_checkpoint(d, preset="glm-5.3-flash")
+        make_checkpoint(d, preset="glm-5.3-flash", config_only=True)
     else:
         d.mkdir()
         (d / "config.json").write_text(json.dumps(_flash_config()))
@@ -122,8 +123,10 @@ def test_diagnose_refuses_in_one_line_naming_the_line(flash_dir, capsys):
 
 
 @other_line
-def test_make_checkpoint_refuses_in_one_line(tmp_path, capsys):
-    rc, err = _cli(capsys, "make-checkpoint", str(tmp_path / "o"), "--preset", "glm-5.3-flash")
+@pytest.mark.parametrize("form", [[], ["--config-only"]])
+def test_make_checkpoint_refuses_in_one_line(tmp_path, capsys, form):
+    """Either form, the tiny checkpoint or the config alone, is refused before anything is written."""
+    rc, err = _cli(capsys, "make-checkpoint", str(tmp_path / "o"), "--preset", "glm-5.3-flash", *form)
     assert rc == 2 and len(err) == 1 and "glm5_next" in err[0] and GLM5_NEXT_VLLM_LINE in err[0], err
     assert not (tmp_path / "o").exists()
 

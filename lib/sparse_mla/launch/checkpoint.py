@@ -21,6 +21,13 @@ YaRN's mscale^2), indexer 64 heads x 128 with NeoX rope (no ``indexer_rope_inter
 4096 positions, theta 1e4) and group routing (n_group 8, topk_group 4) -- with the sizes above, 16 routed experts
 top-4 and max_position_embeddings 163840 (4096 x 40, as V3.2).
 
+Preset ``glm-5.3-flash`` (GLM-5.3-Flash, ``Glm5NextForCausalLM`` / ``glm5_next``: KDA linear attention in three of four
+layers, a NoPE MLA (DSA) layer with a KPool indexer in every fourth, MHC residual streams) writes a tiny checkpoint
+of transformers' geometry (:mod:`.glm5next_config`) whose tensors are named by transformers' own model and seeded as
+the others (:mod:`.glm5next_weights`), with the same tokenizer; vLLM 0.33/0.34 load it and
+:class:`~sparse_mla.launch.glm5next_reference.Glm5NextReference` runs it in float64. ``config_only=True``
+(``--config-only``) writes the real model's ``config.json`` alone, for the diagnosis.
+
 Top-k sharing (GLM-5.2, :mod:`.index_sharing`): ``index_topk_pattern`` (``--index-topk-pattern FSSF``),
 ``index_topk_freq`` (``--index-topk-freq N [--index-skip-topk-offset M]``) or GLM-5.2's ``indexer_types``
 (``--indexer-types FSSF``, written as ``["full", "shared", ...]``) in ``config.json``; a shared layer has no
@@ -106,8 +113,8 @@ PRESET_CONFIGS: dict[str, dict[str, Any]] = {
     "deepseek-v3.2-tiny": {**copy.deepcopy(MODEL_PRESETS["deepseek-v3.2"]), **DSV32_TINY_OVERRIDES},
 }
 
-#: Every ``--preset``: the weight presets above, and GLM-5.3-Flash's config-only one (:mod:`.glm5next_config`: a
-#: ``config.json`` for the diagnosis under vLLM 0.33, no weights).
+#: Every ``--preset``: the GLM-5 / DeepSeek-V3.2 presets above, and GLM-5.3-Flash's (:mod:`.glm5next_config`: a tiny
+#: checkpoint, or with ``config_only`` the real model's ``config.json`` for the diagnosis under vLLM 0.33/0.34).
 PRESETS = (*PRESET_CONFIGS, GLM5_NEXT_PRESET)
 
 
@@ -143,7 +150,7 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
     :func:`sharing_keys` refuses.
     """
     if preset not in PRESET_CONFIGS:
-        what = " (config only: make_checkpoint writes it, with glm5next_config)" if preset == GLM5_NEXT_PRESET else ""
+        what = " (make_checkpoint writes it, with glm5next_config)" if preset == GLM5_NEXT_PRESET else ""
         raise UserInputError(f"unknown checkpoint preset {preset!r}{what}; accepted: "
                               f"{', '.join([*PRESET_CONFIGS, GLM5_NEXT_PRESET])}")
     if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk <= 0 \
@@ -486,23 +493,28 @@ def clear_stale_temporaries(out: Path) -> list[Path]:
 
 
 def _preset_config(preset, index_topk, num_layers, mtp, num_heads, max_position_embeddings, sharing: dict, *,
-                   gguf, seed, gguf_split_max_tensors) -> tuple[str, dict]:
+                   gguf, seed, gguf_split_max_tensors, config_only: bool = False) -> tuple[str, dict]:
     """``(preset, config)`` of :func:`make_checkpoint`: the preset's name in its own case where it is known, and its
-    ``config.json`` (GLM-5.3-Flash: config only, the weight options refused). Raises :class:`UserInputError`."""
+    ``config.json`` (GLM-5.3-Flash: the tiny form, or with ``config_only`` the real one; the options it cannot honour
+    refused). Raises :class:`UserInputError`."""
     if isinstance(preset, str) and preset.lower() in (*PRESET_CONFIGS, GLM5_NEXT_PRESET):
         preset = preset.lower()                       # names match whatever their case (an unknown one: as given)
+    if not isinstance(config_only, bool):
+        raise UserInputError(f"config_only {config_only!r} is not accepted; accepted: True or False")
     if preset != GLM5_NEXT_PRESET:
+        if config_only and preset in PRESET_CONFIGS:
+            raise UserInputError(f"--config-only with --preset {preset!r}: only --preset {GLM5_NEXT_PRESET} writes a "
+                                 f"config alone (for the diagnosis); accepted: --preset {GLM5_NEXT_PRESET} "
+                                 f"--config-only, or --preset {preset!r} without it")
         return preset, preset_config(preset, index_topk, num_layers, mtp, num_heads, max_position_embeddings,
                                      **sharing)
-    from .glm5next_config import glm5next_config, refuse_weight_options
+    from .glm5next_config import glm5next_config, refuse_options
 
-    refuse_weight_options(mtp=mtp, gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors or None,
-                          **sharing)
-    if max_position_embeddings is not None:
-        raise UserInputError(f"--max-position-embeddings {max_position_embeddings!r} applies to the weight presets "
-                             f"({', '.join(PRESET_CONFIGS)}); {GLM5_NEXT_PRESET} keeps its own config's")
-    cfg = glm5next_config(index_topk, num_layers, num_heads)
-    require_vllm_model(cfg, preset)       # a config for vLLM 0.33: refused where vLLM has no GLM-5.3-Flash
+    refuse_options(config_only=config_only, mtp=mtp, gguf=gguf, seed=seed,
+                   gguf_split_max_tensors=gguf_split_max_tensors or None, **sharing)
+    cfg = glm5next_config(index_topk, num_layers, num_heads, tiny=not config_only,
+                          max_position_embeddings=max_position_embeddings)
+    require_vllm_model(cfg, preset)       # a config for vLLM 0.33/0.34: refused where vLLM has no GLM-5.3-Flash
     return preset, cfg
 
 
@@ -526,7 +538,8 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
                     gguf: tuple[str, ...] = (), *, index_topk_pattern: str | None = None,
                     index_topk_freq: int | None = None, index_skip_topk_offset: int | None = None,
                     indexer_types: str | None = None, num_heads: int | None = None,
-                    gguf_split_max_tensors: int = 0, max_position_embeddings: int | None = None) -> Path:
+                    gguf_split_max_tensors: int = 0, max_position_embeddings: int | None = None,
+                    config_only: bool = False) -> Path:
     """Write a random-weight GLM-5-architecture Hugging Face checkpoint to ``out_dir`` and return its path.
 
     Everything is written into a temporary directory next to ``out_dir`` and renamed into place at the end, so a
@@ -537,9 +550,11 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     needs gguf-py, the ``gguf`` extra); ``gguf_split_max_tensors`` > 0 writes each split as GGUFs of large models
     ship, ``model-{TYPE}-00001-of-0000N.gguf`` ... (gguf-py's split writer).
 
-    ``preset`` ``glm-5.3-flash`` writes ``config.json`` only (:mod:`.glm5next_config`: GLM-5.3-Flash for the diagnosis
-    under vLLM 0.33; ``index_topk``, ``num_layers``, ``num_heads`` and ``overwrite`` apply, the weight options are
-    refused).
+    ``preset`` ``glm-5.3-flash`` writes GLM-5.3-Flash's tiny checkpoint (:mod:`.glm5next_config`,
+    :mod:`.glm5next_weights`: ``index_topk``, ``num_layers``, ``num_heads``, ``seed``, ``max_position_embeddings`` and
+    ``overwrite`` apply; ``mtp``, ``gguf`` and top-k sharing are refused), or with ``config_only`` the real model's
+    ``config.json`` alone, for the diagnosis (``index_topk``, ``num_layers``, ``num_heads`` and ``overwrite`` apply).
+    Both need vLLM 0.33/0.34 (its model registry) and a transformers with ``glm5_next``.
 
     ``preset`` matches whatever its case. Raises :class:`UserInputError` for an unknown preset, a bad ``index_topk``
     (not a positive multiple of 128) or ``num_layers``, or an existing non-empty ``out_dir`` without
@@ -548,8 +563,8 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     sharing = dict(index_topk_pattern=index_topk_pattern, index_topk_freq=index_topk_freq,
                    index_skip_topk_offset=index_skip_topk_offset, indexer_types=indexer_types)
     preset, cfg = _preset_config(preset, index_topk, num_layers, mtp, num_heads, max_position_embeddings, sharing,
-                                 gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors)
-    config_only = preset == GLM5_NEXT_PRESET
+                                 gguf=gguf, seed=seed, gguf_split_max_tensors=gguf_split_max_tensors,
+                                 config_only=config_only)
     gguf = _check_gguf_types(gguf)
     _check_gguf_layout(gguf, preset, cfg)
     if isinstance(gguf_split_max_tensors, bool) or not isinstance(gguf_split_max_tensors, int) \
@@ -568,7 +583,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     try:
         (tmp / "config.json").write_text(json.dumps({**cfg, **CHECKPOINT_MARK}, indent=2, sort_keys=True) + "\n")
         if not config_only:
-            _write_weights(tmp, cfg, seed, gguf, gguf_split_max_tensors)
+            _write_weights(tmp, cfg, seed, gguf, gguf_split_max_tensors, glm5next=preset == GLM5_NEXT_PRESET)
         os.chmod(tmp, 0o755)
         # Re-check right before the rename (another process may have created the directory meanwhile).
         _check_out_dir(out, overwrite)
@@ -605,14 +620,21 @@ def _replace_dir(out: Path, new: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _write_weights(tmp: Path, cfg: dict, seed: int, gguf: tuple[str, ...], gguf_split_max_tensors: int) -> None:
-    """Into ``tmp``: the seeded weights (``model.safetensors``), ``generation_config.json``, the tokenizer and each
+def _write_weights(tmp: Path, cfg: dict, seed: int, gguf: tuple[str, ...], gguf_split_max_tensors: int,
+                   glm5next: bool = False) -> None:
+    """Into ``tmp``: the seeded weights (``model.safetensors``; ``glm5next``: GLM-5.3-Flash's,
+    :func:`sparse_mla.launch.glm5next_weights.make_state_dict`), ``generation_config.json``, the tokenizer and each
     GGUF of ``gguf`` (see :func:`make_checkpoint`)."""
     import torch
     from safetensors.torch import save_file
 
     with torch.no_grad():
-        sd = make_state_dict(cfg, seed)
+        if glm5next:
+            from .glm5next_weights import make_state_dict as glm5next_state_dict
+
+            sd = glm5next_state_dict(cfg, seed)
+        else:
+            sd = make_state_dict(cfg, seed)
     save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     os.chmod(tmp / "model.safetensors", 0o644)   # safetensors creates it 0600; other users' servers read it
     gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
@@ -716,11 +738,11 @@ def _cmd_make_checkpoint(args) -> int:
                           index_topk_pattern=args.index_topk_pattern, index_topk_freq=args.index_topk_freq,
                           index_skip_topk_offset=args.index_skip_topk_offset, indexer_types=args.indexer_types,
                           num_heads=args.heads, gguf_split_max_tensors=args.gguf_split_max_tensors,
-                          max_position_embeddings=args.max_position_embeddings)
+                          max_position_embeddings=args.max_position_embeddings, config_only=args.config_only)
     s = checkpoint_summary(out)
     print(f"wrote {s['path']}")
-    if args.preset == GLM5_NEXT_PRESET:
-        print(f"  GLM-5.3-Flash's config only, no weights: `sparse-mla diagnose --model {s['path']}` under vLLM 0.33")
+    if args.config_only:
+        print(f"  GLM-5.3-Flash's config only, no weights: `sparse-mla diagnose --model {s['path']}` under vLLM 0.33/0.34")
     else:
         print(f"  parameters: {s['num_parameters']:,} ({s['num_parameters'] / 1e6:.1f} M)")
     for name, size in s["files"].items():
@@ -734,23 +756,27 @@ def add_cli(subparsers) -> None:
     p = subparsers.add_parser(
         "make-checkpoint", help="write a random-weight GLM-5-architecture checkpoint (HF format)",
         description="Write a seeded random-weight GLM-5-architecture (glm_moe_dsa) Hugging Face checkpoint: "
-                    "config.json, model.safetensors (bf16, vLLM weight names), generation_config.json, tokenizer.")
+                    "config.json, model.safetensors (bf16, vLLM weight names), generation_config.json, tokenizer "
+                    f"(--preset {GLM5_NEXT_PRESET}: GLM-5.3-Flash's, glm5_next, tensors named by transformers).")
     p.add_argument("out", metavar="OUT", help="output directory (must be new or empty unless --overwrite)")
     p.add_argument("--preset", default="glm-5-tiny", help=f"config preset (default glm-5-tiny; accepted: "
-                                                          f"{', '.join(PRESETS)}; {GLM5_NEXT_PRESET}: GLM-5.3-Flash's "
-                                                          f"config.json only, for `diagnose` under vLLM 0.33)")
+                                                          f"{', '.join(PRESETS)}; {GLM5_NEXT_PRESET}: a tiny "
+                                                          f"GLM-5.3-Flash for vLLM 0.33/0.34)")
     p.add_argument("--index-topk", type=cli_int, default=2048,
                    help="indexer top-k, a positive multiple of 128 (default 2048 as GLM-5; e.g. 256 makes "
                         "sparsity bind on short prompts)")
     p.add_argument("--seed", type=cli_int, default=0, help="weight seed (default 0)")
-    p.add_argument("--layers", type=cli_int, default=None, help="number of layers (default: the preset's, 2)")
+    p.add_argument("--layers", type=cli_int, default=None, help=f"number of layers (default: the preset's: 2; {GLM5_NEXT_PRESET} 8)")
     p.add_argument("--heads", type=cli_int, default=None,
-                   help="attention heads (default: the preset's, GLM-5's 64); 8 is GLM-5's heads per rank at "
-                        "tensor-parallel 8, served on one GPU")
+                   help=f"attention heads (default: the preset's, GLM-5's 64; {GLM5_NEXT_PRESET} 8); 8 is GLM-5's heads "
+                        f"per rank at tensor-parallel 8, served on one GPU")
     p.add_argument("--max-position-embeddings", type=cli_int, default=None, metavar="N",
                    help="config max_position_embeddings, the longest context vLLM accepts (default: the preset's, "
                         "8192 for glm-5-tiny; GLM-5's is 202752): raise it for long prompts")
     p.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT")
+    p.add_argument("--config-only", action="store_true",
+                   help=f"with --preset {GLM5_NEXT_PRESET}: the real GLM-5.3-Flash's config.json alone (45 layers, 64 "
+                        f"heads, 288 experts; no weights, no tokenizer), for `sparse-mla diagnose --model OUT`")
     p.add_argument("--mtp", action="store_true",
                    help="add GLM-5's one MTP layer (num_nextn_predict_layers 1) for vLLM's speculative decoding "
                         "(--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}')")
