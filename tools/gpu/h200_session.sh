@@ -64,7 +64,7 @@ run_stage() {
     # 2026-12-04 a 2000-token prompt's float64 criterion ran the stage past its 600 s after all six engines had run
     # (beside the GPU tests); without it the criterion is a few seconds on the GPU
     sim_parity) stage sim_parity 600 env "$SIMPATH" python3 -m sparse_mla launch --model $CK --parity --eager-only \
-        --no-serve --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/$G/launch_$G_simulated.json \
+        --no-serve --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/$G/launch_${G}_simulated.json \
         --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@12.0,FLASHMLA_SPARSE,FLASH_ATTN_MLA_SPARSE ;;
     # issue 34 item 1 and 2 together: the GPU tests (a pytest process that allocates through torch's caching allocator
     # and never hands memory back before it exits) beside the simulated-GPU parity (vLLM asserts that no other
@@ -91,7 +91,7 @@ run_stage() {
           stage long_parity 600 python3 -m sparse_mla launch --model /tmp/ck2048 --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE,FLASHMLA_SPARSE \
               --prompt-lengths 16384,65536 --max-tokens 8 --max-model-len 65600 --reference-max-len 16384 \
-              --json-out results/$G/launch_$G_long_prompts.json ;;
+              --json-out results/$G/launch_${G}_long_prompts.json ;;
     # issue 34 item 3: the serving benchmark by the live-server method (bench/serve.py) at GLM-5's heads per rank at
     # TP 8 (8 heads), bf16 cache, CUDA graphs, ours vs FLASHMLA_SPARSE vs FLASH_ATTN_MLA_SPARSE, 5 repeats each
     bench_serve8) stage bench_serve8_checkpoint 120 python3 -m sparse_mla make-checkpoint /tmp/ck8 --index-topk 512 \
@@ -114,19 +114,19 @@ run_stage() {
     # without speculation (+no-speculation) and FLASHMLA_SPARSE under the same speculation
     spec_ngram) stage spec_ngram 540 python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
         --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$NGRAM" --prompt-lengths 48,900 \
-        --max-tokens 64 --json-out results/$G/launch_$G_ngram.json ;;
+        --max-tokens 64 --json-out results/$G/launch_${G}_ngram.json ;;
     spec_mtp) stage spec_mtp 540 python3 -m sparse_mla launch --model $CKM --parity --eager-only --no-serve \
         --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$MTP" --prompt-lengths 48,900 \
-        --max-tokens 64 --json-out results/$G/launch_$G_mtp.json ;;
+        --max-tokens 64 --json-out results/$G/launch_${G}_mtp.json ;;
     sm80_engine) stage sm80_engine 300 env $sim python3 -m sparse_mla launch --model $CK --parity \
         --backends TRITON_MLA_SPARSE --eager-only --no-serve --prompt-lengths 600,900 --max-tokens 16 \
-        --json-out results/$G/launch_$G_simulated_sm80.json ;;
+        --json-out results/$G/launch_${G}_simulated_sm80.json ;;
     fp8_parity) stage fp8_parity 360 python3 -m sparse_mla launch --model $CK --parity --kv-cache-dtype fp8_ds_mla \
         --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --no-serve --prompt-lengths 48,900 --max-tokens 32 \
-        --json-out results/$G/launch_$G_fp8_ds_mla.json ;;
+        --json-out results/$G/launch_${G}_fp8_ds_mla.json ;;
     indexer_parity) stage indexer_parity 420 python3 -m sparse_mla launch --model $CK --parity \
         --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE --prompt-lengths 48,900 --max-tokens 32 \
-        --json-out results/$G/launch_$G_triton_indexer.json ;;
+        --json-out results/$G/launch_${G}_triton_indexer.json ;;
     # the GPU checks hold every kernel run to kernels/error_bounds' limits for the GPU's arithmetic (bf16/fp16 dots,
     # truncating tensor-core accumulation; the indexer's fp8 dots at 14 accumulator bits): all passed on 2026-12-01
     # (results/$G/sessions/2026-12-01b/GPU_CHECKS_2026-12-01b.md, about 380 s on a fresh machine); -s prints each run's error/limit
@@ -151,12 +151,12 @@ run_stage() {
     # catch: that record is expected to fail and be invalid; then the verdict on every record of the session
     ran_indexer) stage ran_indexer 420 python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
         --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
-        --json-out results/$G/launch_$G_ran_indexer.json ;;
+        --json-out results/$G/launch_${G}_ran_indexer.json ;;
     ran_sm80) stage ran_sm80 240 env $sim python3 -m sparse_mla launch --model $CK --backend TRITON_MLA_SPARSE \
-        --prompt-lengths 600,900 --max-tokens 16 --json-out results/$G/launch_$G_ran_simulated_sm80.json ;;
+        --prompt-lengths 600,900 --max-tokens 16 --json-out results/$G/launch_${G}_ran_simulated_sm80.json ;;
     ran_graphs) stage ran_graphs 360 python3 -m sparse_mla launch --model $CK --parity --no-serve \
         --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
-        --json-out results/$G/launch_$G_ran_graphs.json ;;
+        --json-out results/$G/launch_${G}_ran_graphs.json ;;
     records_check) stage records_check 120 python3 -m sparse_mla records check results/$G ;;
     bench_kernel) stage bench_kernel 240 python3 -m sparse_mla bench kernel --quick --compare-launch ;;
     bench_kernel_fp8) stage bench_kernel_fp8 240 python3 -m sparse_mla bench kernel --quick --kv-cache-dtype fp8_ds_mla ;;
@@ -171,7 +171,7 @@ run_stage() {
                     --index-topk 512 --overwrite "${m#*:}"
                 stage "patterns_${m%%:*}" 420 python3 -m sparse_mla launch --model "/tmp/ck_${m%%:*}" --parity \
                     --eager-only --no-serve --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 \
-                    --max-tokens 16 --json-out "results/$G/launch_$G_patterns_${m%%:*}.json"
+                    --max-tokens 16 --json-out "results/$G/launch_${G}_patterns_${m%%:*}.json"
               done ;;
     # GLM-5 as GGUF (issue 19): needs the gguf extra (gguf==0.19.0, vllm-gguf-plugin==0.0.5), carried as wheels in
     # .dev/gguf_wheels (`pip download --no-deps -d .dev/gguf_wheels gguf==0.19.0 vllm-gguf-plugin==0.0.5`: the device
@@ -189,7 +189,7 @@ run_stage() {
             stage "gguf_parity_${t,,}" 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
                 --model "/tmp/ckgguf/model-$t.gguf" --parity --eager-only --no-serve \
                 --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
-                --json-out "results/$G/launch_$G_gguf_${t,,}.json"
+                --json-out "results/$G/launch_${G}_gguf_${t,,}.json"
           done ;;
     # issue 39 item 5: a split, mixed-type GGUF as people download one (llama.cpp's Q4_K_M per-tensor types: Q4_K,
     # Q6_K, Q5_0, F32; four shards from gguf-py's split writer), diagnosed from vllm-gguf-plugin's DIR:QUANT and run
@@ -204,7 +204,7 @@ run_stage() {
           stage gguf_split_parity 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
               --model /tmp/ckq4km/model-Q4_K_M-00002-of-00004.gguf --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
-              --json-out results/$G/launch_$G_gguf_q4_k_m_split.json ;;
+              --json-out results/$G/launch_${G}_gguf_q4_k_m_split.json ;;
     # issue 36 item 5: vLLM 0.33.0 (torch 2.14, triton 3.8) from /tmp/site033, which the back-to-back calls of
     # tools/gpu/bundle033.sh carry in pieces and unpack (this waits for it, at most 15 min), in place of the 0.26
     # bundle on PYTHONPATH; the project stays the editable install of /tmp/work (the committed tree, REVISION).
@@ -222,22 +222,22 @@ from vllm.v1.attention.backends.registry import AttentionBackendEnum as A
 print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__)'
           stage v033_parity 540 "${E[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER,TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 \
-              --max-tokens 16 --json-out results/$G/launch_$G_vllm033.json
+              --max-tokens 16 --json-out results/$G/launch_${G}_vllm033.json
           # SM80 as Triton builds it (TRITON_OVERRIDE_ARCH=sm80): the hook's stand-ins for 0.33's fp8-storing fused_q
           # and fused_norm_rope run; then SM120 (bf16 cache, where 0.33 has no sparse backend)
           stage v033_sim_sm80 420 "${ES[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0,FLASHMLA_SPARSE --prompt-lengths 48,560,900 \
-              --max-tokens 16 --json-out results/$G/launch_$G_vllm033_simulated_sm80.json
+              --max-tokens 16 --json-out results/$G/launch_${G}_vllm033_simulated_sm80.json
           stage v033_sim_parity 420 "${ES[@]}" python3 -m sparse_mla launch --model $CK --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@12.0,FLASHMLA_SPARSE \
-              --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/$G/launch_$G_vllm033_simulated.json
+              --prompt-lengths 48,560,900 --max-tokens 16 --json-out results/$G/launch_${G}_vllm033_simulated.json
           stage v033_gpu_tests 480 "${E[@]}" python3 -m pytest -q -s -m gpu -p no:cacheprovider -rA tests/kernels \
               tests/vllm_plugin
           stage v033_cuda_branches 240 "${E[@]}" python3 -m pytest -q -s -p no:cacheprovider -rA \
               tests/vllm_plugin/test_backend.py tests/vllm_plugin/test_builder.py
           stage v033_mtp 540 "${E[@]}" python3 -m sparse_mla launch --model $CKM --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --speculative-config "$MTP" --prompt-lengths 48,900 \
-              --max-tokens 64 --json-out results/$G/launch_$G_vllm033_mtp.json ;;
+              --max-tokens 64 --json-out results/$G/launch_${G}_vllm033_mtp.json ;;
     # issue 51 item 5 (not in ALL: it needs the v033 stage's bundle, carried by tools/gpu/bundle033.sh, and waits for it
     # as that stage does): GLM-5.3-Flash's tiny checkpoint (make-checkpoint --preset glm-5.3-flash; index_topk 512, so
     # the 900-token prompt's KPool selection binds: 32 pools of 16 and the tail) under vLLM 0.33 with the attention
