@@ -201,6 +201,9 @@ def test_attention_is_what_vllm_selects(flash_dir, cap):
     assert rec["selected"] == selected and rec["config"]["cache_dtype"] == cache_dtype
     assert (selected is None) == any(b["stage"] == "attention" for b in rec["blockers"])
     assert rec["config"]["architecture"] == "Glm5NextForCausalLM" and rec["mla"] == "sparse (DSA)"
+    # layer 0 is a KDA layer: the first MLA layer (3) has its indexer, no top-k sharing is read into it (a helper
+    # found every GLM-5.3-Flash config blocked as "layer 0 shared", 2026-12-06)
+    assert rec["indexer_layers"][0] == 3 and not any("shared" in b["reason"] for b in rec["blockers"]), rec["blockers"]
 
 
 @flash_line

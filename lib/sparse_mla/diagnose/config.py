@@ -312,7 +312,8 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
     if layers == [] and hasattr(hf, "index_topk"):
         out["blocker"] = _no_indexer_blocker(vc)
         return out
-    if layers is not None and hasattr(hf, "index_topk") and 0 not in layers:
+    first = _first_mla_layer(hf)
+    if layers is not None and hasattr(hf, "index_topk") and first not in layers:
         # DeepseekV2MLAAttention.__init__ builds layer 0 shared without complaint; DeepseekV2Model allocates the top-k
         # buffer with torch.empty, and layer 0 reads it before any layer has written it
         out["blocker"] = ("the config's top-k sharing makes layer 0 shared (vLLM builds no DSA indexer there): vLLM "
@@ -339,6 +340,15 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
             f"(reusing the previous full layer's top-k) in indexer_types, which vLLM 0.26 does not read"
             f"{fix.replace('; accepted:', '; to run it as declared:')}")
     return out
+
+
+def _first_mla_layer(hf) -> int:
+    """The first decoder layer with MLA attention: 0, or where ``layer_types`` (GLM-5.3-Flash: ``linear_attention``
+    KDA layers, every 4th ``indexed_attention``) names the first attention layer that is not linear."""
+    types = getattr(hf, "layer_types", None)
+    if isinstance(types, (list, tuple)):
+        return next((i for i, t in enumerate(types) if t != "linear_attention"), 0)
+    return 0
 
 
 def _no_indexer_blocker(vc) -> str:
