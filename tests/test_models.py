@@ -110,6 +110,10 @@ def test_writable_dir(tmp_path):
     ({"num_nextn_predict_layers": -1}, "num_nextn_predict_layers = -1"),
     ({"index_head_dim": 7}, "index_head_dim = 7; accepted: a multiple of 128"),
     ({"index_head_dim": 192}, "index_head_dim = 192; accepted: a multiple of 128"),
+    ({"dtype": 123}, "dtype = 123; accepted: a dtype name"),
+    ({"torch_dtype": ["bfloat16"]}, "torch_dtype = ['bfloat16']"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": "abc"}}, "rope_parameters.beta_fast = 'abc'"),
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0, "mscale": float("inf")}}, "rope_scaling.mscale = inf"),
 ])
 def test_check_config_names_the_field(change, names):
     from sparse_mla.models import check_config

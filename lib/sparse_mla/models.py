@@ -255,6 +255,10 @@ def check_config(cfg, name: str) -> dict[str, Any]:
                                  f"{0 if small in NON_NEGATIVE_DIMENSIONS or small == 'qk_rope_head_dim' else 1} "
                                  f"to {large}")
     _check_rope_scaling(text, name)
+    for k in ("dtype", "torch_dtype"):
+        v = text.get(k, cfg.get(k))
+        if v is not None and not (isinstance(v, str) and v.isidentifier()):
+            raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: a dtype name, e.g. 'bfloat16'")
     mt = text.get("model_type", cfg.get("model_type"))
     if mt is not None and not isinstance(mt, str):
         raise UserInputError(f"config {name!r} has model_type = {_short(mt)}; accepted: a string, e.g. 'glm_moe_dsa'")
@@ -264,6 +268,11 @@ def check_config(cfg, name: str) -> dict[str, Any]:
         raise UserInputError(f"config {name!r} has architectures = {_short(archs)}; accepted: a list of class names, "
                              f"e.g. [\"GlmMoeDsaForCausalLM\"]")
     return text
+
+
+#: The rope scaling fields vLLM's ``get_rope`` reads as numbers (YaRN's betas and mscales, Llama 3's frequency factors).
+ROPE_NUMBERS = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "low_freq_factor",
+                "high_freq_factor", "extrapolation_factor")
 
 
 def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
@@ -282,6 +291,11 @@ def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
         if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 0):
             raise UserInputError(f"config {name!r} has {key}.factor = {_short(f)}; accepted: a positive number (the "
                                  f"rope scaling factor, e.g. 40 for YaRN)")
+        for k in ROPE_NUMBERS:
+            v = rope.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise UserInputError(f"config {name!r} has {key}.{k} = {_short(v)}; accepted: a finite number (GLM-5's "
+                                     f"rope has none; YaRN's beta_fast 32, beta_slow 1)")
         m = rope.get("original_max_position_embeddings")
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 0 < m <= 2**31 - 1):
             raise UserInputError(f"config {name!r} has {key}.original_max_position_embeddings = {_short(m)}; "
