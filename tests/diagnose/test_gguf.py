@@ -13,7 +13,7 @@ from sparse_mla.diagnose.gguf import gguf_wall, read_gguf  # noqa: E402
 from sparse_mla.diagnose.gguf_files import is_gguf  # noqa: E402
 from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint  # noqa: E402
-from sparse_mla.launch.gguf_writer import write_gguf  # noqa: E402
+from sparse_mla.gguf.writer import write_gguf  # noqa: E402
 
 pytestmark = pytest.mark.gguf
 

@@ -269,7 +269,7 @@ def _folder_with(models, tmp_path, name, state_change=None, config_change=None, 
     import json
 
     from sparse_mla.launch.checkpoint import load_checkpoint
-    from sparse_mla.launch.gguf_writer import write_gguf
+    from sparse_mla.gguf.writer import write_gguf
 
     src = models[0]
     out = tmp_path / name

@@ -12,7 +12,7 @@ gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf an
 
 from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import expected_weight_shapes, load_checkpoint, make_checkpoint  # noqa: E402
-from sparse_mla.launch.gguf_writer import write_gguf  # noqa: E402
+from sparse_mla.gguf.writer import write_gguf  # noqa: E402
 from sparse_mla.vllm_plugin import gguf_adapter as ga  # noqa: E402
 
 pytestmark = [pytest.mark.gguf, pytest.mark.every_line]

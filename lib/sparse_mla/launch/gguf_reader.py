@@ -4,7 +4,7 @@ vllm-gguf-plugin (0.0.5, ``GGUFConfigParser`` / ``EngineArgs.create_model_config
 the folder the file is in (or ``--tokenizer`` / ``--hf-config-path``) and only its weights from the file. The
 reference forward on a GGUF does the same: :func:`load_gguf_checkpoint` returns that folder's ``config.json`` and the
 GGUF's tensors dequantized by gguf-py (``gguf.quants.dequantize``), renamed back to the Hugging Face names the
-safetensors hold -- the inverse of llama.cpp's converter (:mod:`sparse_mla.launch.gguf_writer`): gguf-py's
+safetensors hold -- the inverse of llama.cpp's converter (:mod:`sparse_mla.gguf.writer`): gguf-py's
 ``glm-dsa`` names -> Hugging Face names (:func:`~sparse_mla.vllm_plugin.gguf_adapter.gguf_to_hf_names`), stacked
 experts ``ffn_*_exps`` split per expert, ``attn_k_b`` / ``attn_v_b`` joined into ``kv_b_proj``
 (:func:`~sparse_mla.vllm_plugin.gguf_adapter.join_kv_b`), ``exp_probs_b.bias`` -> ``e_score_correction_bias``.
@@ -36,7 +36,7 @@ def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
 
 def from_converter_tensors(cfg: dict, items) -> dict:
     """``{Hugging Face name: float32 tensor}`` in the checkpoint's layout from ``(converter-form name, numpy array)``
-    pairs (llama.cpp's layout, :func:`sparse_mla.launch.gguf_writer.converter_tensors`): stacked experts split per
+    pairs (llama.cpp's layout, :func:`sparse_mla.gguf.writer.converter_tensors`): stacked experts split per
     expert, ``k_b_proj`` / ``v_b_proj`` joined into ``kv_b_proj``, ``e_score_correction.bias`` renamed back."""
     import numpy as np
     import torch

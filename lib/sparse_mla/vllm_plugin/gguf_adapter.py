@@ -7,7 +7,7 @@
 (gguf-py calls it ``glm-dsa``), so the default raises "Unknown gguf model_type: glm_moe_dsa".
 :class:`GlmDsaGGUFAdapter` (registered first in that list by :func:`register_adapter`, called from the plugin's
 ``register()`` where vllm-gguf-plugin is installed) maps llama.cpp's ``glm-dsa`` layout
-(:mod:`sparse_mla.launch.gguf_writer`) onto the names vLLM's ``DeepseekV2ForCausalLM.load_weights`` (and
+(:mod:`sparse_mla.gguf.writer`) onto the names vLLM's ``DeepseekV2ForCausalLM.load_weights`` (and
 ``DeepSeekMTP.load_weights``) consume:
 
 * GGUF name <- gguf-py's own ``TensorNameMap`` of ``MODEL_ARCH.GLM_DSA`` applied to each Hugging Face name of the

@@ -1,0 +1,10 @@
+"""GLM-5 (``glm-dsa``) GGUF files, the format's facts in one place, on the shared vocabulary floor (it imports
+nothing of the package but :mod:`sparse_mla.errors`, and no vLLM):
+
+* :mod:`.writer` -- a GLM-5 checkpoint written as llama.cpp's converter lays ``glm-dsa`` out;
+* :mod:`.quant` -- the GGML encodings the writer uses (gguf-py's, and numpy Q4_K / Q6_K) and their error bounds.
+
+What vLLM does with a GGUF is not here: vllm-gguf-plugin's weights adapter is
+:mod:`sparse_mla.vllm_plugin.gguf_adapter`, the diagnosis's checks are :mod:`sparse_mla.diagnose.gguf` and its
+neighbours, and launch reads a GGUF back as a checkpoint in :mod:`sparse_mla.launch.gguf_reader`.
+"""
