@@ -87,11 +87,11 @@ def test_a_tensor_the_config_maps_to_no_name_is_skipped_as_the_plugin_skips_it(c
     before (was a KeyError). Here output.weight is taken out of the map, the same path an extra tensor (output.bias
     from another converter) takes; whether the model is whole is the adapter's load plan's question, not this
     reader's; the reference refuses the missing head when built."""
-    import sparse_mla.vllm_plugin.gguf_adapter as ga
+    from sparse_mla.gguf import names
 
     out, cfg, state = ckpt
-    real = ga.gguf_to_hf_names
-    monkeypatch.setattr(ga, "gguf_to_hf_names", lambda c: {g: h for g, h in real(c).items() if g != "output.weight"})
+    real = names.gguf_to_hf_names
+    monkeypatch.setattr(names, "gguf_to_hf_names", lambda c: {g: h for g, h in real(c).items() if g != "output.weight"})
     _, got = load_gguf_checkpoint(out / "model-Q8_0.gguf")
     assert set(got) == set(state) - {"lm_head.weight"}
     with pytest.raises(UserInputError, match="lacks 1 required tensor"):

@@ -1,8 +1,8 @@
 """``sparse-mla diagnose --model FILE.gguf``: the config a GLM-5 GGUF describes, and the GGUF wall of the config stage.
 
 A GGUF file carries its config as metadata; :func:`load_gguf` reads it with gguf-py and builds the Hugging Face
-``glm_moe_dsa`` config from it (:func:`sparse_mla.vllm_plugin.gguf_adapter.config_from_gguf`, the inverse of
-llama.cpp's converter), which the config stage then hands to vLLM's own ``EngineArgs.create_engine_config()``. A GGUF
+``glm_moe_dsa`` config from it (:func:`sparse_mla.gguf.metadata.config_from_gguf`, the inverse of llama.cpp's
+converter), which the config stage then hands to vLLM's own ``EngineArgs.create_engine_config()``. A GGUF
 without the DSA indexer tensors is refused by name (it would run dense).
 
 Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), asked of the code that decides it:
@@ -29,20 +29,9 @@ from typing import Any
 
 from ..errors import UserInputError
 from ..models import text_config
+from ..gguf.metadata import config_from_gguf, file_type, metadata_field
+from ..gguf.tensors import check_indexer_tensors, check_shards, tensor_problem
 from . import gguf_files
-from .gguf_tensors import tensor_problem
-
-
-def file_type(reader) -> str:
-    """The GGUF's ``general.file_type`` as gguf-py's ``LlamaFileType`` name without ``MOSTLY_`` (``Q8_0``,
-    ``Q4_K_S``, ``F16``), or ``unknown``."""
-    import gguf
-
-    f = reader.get_field("general.file_type")
-    try:
-        return gguf.LlamaFileType(int(f.contents())).name.removeprefix("MOSTLY_")
-    except (AttributeError, ValueError, TypeError):
-        return "unknown"
 
 
 #: Why vllm-gguf-plugin cannot build a GGUF's config without a ``config.json`` beside it or named by a flag.
@@ -66,8 +55,6 @@ def _reader(path: Path, model):
 def _check_split(readers: list, files: list[Path]) -> None:
     """Each shard's ``split.no`` / ``split.count`` (gguf-py's split writer writes them into every shard) agree with
     its name: a shard of another split is refused by name."""
-    from ..vllm_plugin.gguf_adapter import metadata_field
-
     for i, (r, f) in enumerate(zip(readers, files)):
         no, count = metadata_field(r, "split.no", None), metadata_field(r, "split.count", None)
         if len(files) == 1 and (no, count) in ((None, None), (0, 1)):
@@ -116,7 +103,6 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
     from ..extras import require
 
     require("diagnose --model FILE.gguf", "gguf")
-    from ..vllm_plugin.gguf_adapter import check_indexer_tensors, check_shards, config_from_gguf
     from .gguf_files import model_files
 
     files, discovery = model_files(path)

@@ -38,7 +38,8 @@ class GGUFTensor:
 
 def gguf_tensors(info: dict) -> tuple[GGUFTensor, ...]:
     """The tensors of a :func:`~sparse_mla.diagnose.gguf.read_gguf` record (its ``tensor_sizes`` and ``config``)."""
-    from ..vllm_plugin.gguf_adapter import DEQUANTIZED, gguf_to_vllm_names, joined_name
+    from ..gguf.names import gguf_to_vllm_names, joined_name
+    from ..vllm_plugin.gguf_adapter import DEQUANTIZED
 
     names = gguf_to_vllm_names(info["config"])
     return tuple(GGUFTensor(n, joined_name(names[n]) if n in names else n, t, v, b,

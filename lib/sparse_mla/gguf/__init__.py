@@ -1,6 +1,10 @@
 """GLM-5 (``glm-dsa``) GGUF files, the format's facts in one place, on the shared vocabulary floor (it imports
 nothing of the package but :mod:`sparse_mla.errors`, and no vLLM):
 
+* :mod:`.names` -- the ``glm-dsa`` tensor name map: GGUF names, Hugging Face names, the names vLLM loads;
+* :mod:`.metadata` -- the Hugging Face config a GGUF's metadata describes (config-from-GGUF), the file type;
+* :mod:`.tensors` -- the files' tensors against a config: shards, indexer tensors, coverage, shapes;
+* :mod:`.dequantize` -- tensors back as float arrays in the checkpoint's layout (gguf-py's dequantization);
 * :mod:`.writer` -- a GLM-5 checkpoint written as llama.cpp's converter lays ``glm-dsa`` out;
 * :mod:`.quant` -- the GGML encodings the writer uses (gguf-py's, and numpy Q4_K / Q6_K) and their error bounds.
 

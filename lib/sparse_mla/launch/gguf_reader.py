@@ -5,9 +5,9 @@ the folder the file is in (or ``--tokenizer`` / ``--hf-config-path``) and only i
 reference forward on a GGUF does the same: :func:`load_gguf_checkpoint` returns that folder's ``config.json`` and the
 GGUF's tensors dequantized by gguf-py (``gguf.quants.dequantize``), renamed back to the Hugging Face names the
 safetensors hold -- the inverse of llama.cpp's converter (:mod:`sparse_mla.gguf.writer`): gguf-py's
-``glm-dsa`` names -> Hugging Face names (:func:`~sparse_mla.vllm_plugin.gguf_adapter.gguf_to_hf_names`), stacked
-experts ``ffn_*_exps`` split per expert, ``attn_k_b`` / ``attn_v_b`` joined into ``kv_b_proj``
-(:func:`~sparse_mla.vllm_plugin.gguf_adapter.join_kv_b`), ``exp_probs_b.bias`` -> ``e_score_correction_bias``.
+``glm-dsa`` names -> Hugging Face names (:func:`~sparse_mla.gguf.names.gguf_to_hf_names`), stacked experts
+``ffn_*_exps`` split per expert, ``attn_k_b`` / ``attn_v_b`` joined into ``kv_b_proj``, ``exp_probs_b.bias`` ->
+``e_score_correction_bias`` (:func:`~sparse_mla.gguf.dequantize.from_converter_tensors`).
 """
 from __future__ import annotations
 
@@ -34,33 +34,6 @@ def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
     return Path(info["path"]), info["config_json"]
 
 
-def from_converter_tensors(cfg: dict, items) -> dict:
-    """``{Hugging Face name: float32 tensor}`` in the checkpoint's layout from ``(converter-form name, numpy array)``
-    pairs (llama.cpp's layout, :func:`sparse_mla.gguf.writer.converter_tensors`): stacked experts split per
-    expert, ``k_b_proj`` / ``v_b_proj`` joined into ``kv_b_proj``, ``e_score_correction.bias`` renamed back."""
-    import numpy as np
-    import torch
-
-    from ..vllm_plugin.gguf_adapter import join_kv_b
-
-    state: dict[str, torch.Tensor] = {}
-    halves: dict[str, dict[str, np.ndarray]] = {}
-    for hf, w in items:
-        w = np.asarray(w, dtype=np.float32)
-        if hf.endswith(("k_b_proj.weight", "v_b_proj.weight")):
-            halves.setdefault(hf.rsplit(".", 2)[0], {})[hf.rsplit(".", 2)[1][0]] = w
-        elif ".mlp.experts." in hf:      # stacked [experts, out, in]
-            prefix, proj = hf.split(".mlp.experts.")
-            for e in range(w.shape[0]):
-                state[f"{prefix}.mlp.experts.{e}.{proj}"] = torch.from_numpy(np.ascontiguousarray(w[e]))
-        else:
-            state[hf.replace("e_score_correction.bias", "e_score_correction_bias")] = torch.from_numpy(w.copy())
-    for prefix, kv in halves.items():
-        state[prefix + ".kv_b_proj.weight"] = torch.from_numpy(join_kv_b(kv["k"], kv["v"],
-                                                                         cfg["num_attention_heads"]))
-    return state
-
-
 def load_gguf_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     """``(config dict, {Hugging Face name: float32 tensor})`` of a GLM-5 GGUF (see the module docstring): the names
     and shapes :func:`sparse_mla.launch.checkpoint.load_checkpoint` gives for the safetensors it was made from.
@@ -68,7 +41,8 @@ def load_gguf_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     'sparse-mla-workbook[gguf]'``). Raises :class:`UserInputError` as :func:`gguf_config` does."""
     import gguf
 
-    from ..vllm_plugin.gguf_adapter import dequantize, gguf_to_hf_names
+    from ..gguf.dequantize import dequantize, from_converter_tensors
+    from ..gguf.names import gguf_to_hf_names
 
     from ..diagnose.gguf_files import model_files
 

@@ -28,11 +28,11 @@ def weight_error_bounds(config: dict, state: dict[str, torch.Tensor], tensor_typ
     """``{Hugging Face name: float32 bound tensor}`` in the checkpoint's layout: each element's error bound for the
     GGML type its GGUF tensor has (``tensor_types``: GGUF tensor name -> type name, as read from the file), computed on
     the tensor as llama.cpp's converter lays it out (experts stacked, ``kv_b_proj`` split) and laid back by the
-    same inverse the reader uses (:func:`sparse_mla.launch.gguf_reader.from_converter_tensors`). Raises ValueError
+    same inverse the reader uses (:func:`sparse_mla.gguf.dequantize.from_converter_tensors`). Raises ValueError
     for a tensor without a type."""
-    from ..vllm_plugin.gguf_adapter import gguf_to_hf_names
+    from ..gguf.dequantize import from_converter_tensors
+    from ..gguf.names import gguf_to_hf_names
     from ..gguf.quant import error_bound
-    from .gguf_reader import from_converter_tensors
     from ..gguf.writer import converter_tensors
 
     type_of = {h: tensor_types[g] for g, h in gguf_to_hf_names(config).items() if g in tensor_types}
