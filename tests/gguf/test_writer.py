@@ -152,7 +152,8 @@ def test_q4_k_m_file_has_the_recipes_types(q4km):
 def test_q4_k_m_reads_back_within_each_tensors_type_bound(q4km):
     import torch
 
-    from sparse_mla.launch.gguf_reader import gguf_tensor_types, load_gguf_checkpoint
+    from sparse_mla.gguf.files import gguf_tensor_types
+    from sparse_mla.launch.gguf_reader import load_gguf_checkpoint
     from sparse_mla.launch.quantization_spread import weight_error_bounds
 
     out, cfg, state = q4km
@@ -183,7 +184,7 @@ def test_read_gguf_and_load_gguf_report_the_mixed_file(q4km):
 
 
 def test_q4_k_m_split_has_the_same_tensors_and_types(q4km, tmp_path):
-    from sparse_mla.launch.gguf_reader import gguf_tensor_types
+    from sparse_mla.gguf.files import gguf_tensor_types
 
     out, cfg, state = q4km
     assert GGUF_TYPES["Q4_K_M"] == ("Q4_K", "MOSTLY_Q4_K_M")

@@ -12,7 +12,8 @@ gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf an
 from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint  # noqa: E402
 from sparse_mla.launch.glm5_reference import Glm5Reference  # noqa: E402
-from sparse_mla.launch.gguf_reader import gguf_tensor_types, load_gguf_checkpoint  # noqa: E402
+from sparse_mla.gguf.files import gguf_tensor_types  # noqa: E402
+from sparse_mla.launch.gguf_reader import load_gguf_checkpoint  # noqa: E402
 from sparse_mla.launch.quantization_spread import (LockedDecisions, locked_forward, quantization_limit,  # noqa: E402
                                                    weight_error_bounds)
 

@@ -231,7 +231,7 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, *,
     cap, gpu = parse_capability(capability)
     kv = check_cache_dtype(str(kv_cache_dtype))
     from .gguf import load_gguf
-    from .gguf_files import is_gguf
+    from ..gguf.files import is_gguf
 
     if is_gguf(model):     # the config its metadata describes; its weight type sizes the memory stage
         geometry, memory["quantization"] = load_gguf(model, memory.get("quantization"), hf_config_path, tokenizer)

@@ -1,6 +1,8 @@
 """GLM-5 (``glm-dsa``) GGUF files, the format's facts in one place, on the shared vocabulary floor (it imports
 nothing of the package but :mod:`sparse_mla.errors`, and no vLLM):
 
+* :mod:`.files` -- which files a GGUF ``--model`` is (one file, a split model's shards, ``DIR:QUANT``), each read
+  once by gguf-py, and :func:`~.files.is_gguf`, the one answer to whether a ``--model`` names a GGUF;
 * :mod:`.names` -- the ``glm-dsa`` tensor name map: GGUF names, Hugging Face names, the names vLLM loads;
 * :mod:`.metadata` -- the Hugging Face config a GGUF's metadata describes (config-from-GGUF), the file type;
 * :mod:`.tensors` -- the files' tensors against a config: shards, indexer tensors, coverage, shapes;

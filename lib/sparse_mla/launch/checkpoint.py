@@ -635,7 +635,7 @@ def load_weights(path: str | os.PathLike) -> tuple[dict, dict]:
     """``(config dict, {name: tensor})`` of a checkpoint directory (:func:`load_checkpoint`) or of a GLM-5 GGUF file
     (``*.gguf``: the config beside it and its dequantized weights, :func:`sparse_mla.launch.gguf_reader.
     load_gguf_checkpoint`) -- the weights an engine loads from ``path``."""
-    from ..diagnose.gguf_files import is_gguf
+    from ..gguf.files import is_gguf
 
     if is_gguf(path):
         from .gguf_reader import load_gguf_checkpoint

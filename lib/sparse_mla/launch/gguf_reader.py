@@ -16,17 +16,20 @@ from pathlib import Path
 
 from ..errors import UserInputError
 
-def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
+def gguf_config(path: str | os.PathLike, info: dict | None = None) -> tuple[Path, dict]:
     """``(the GGUF's first file, config dict)``: the ``config.json`` in the GGUF's folder, after checking that
     ``path`` (a file, any shard of a split model, or vllm-gguf-plugin's ``DIR:QUANT``;
-    :mod:`sparse_mla.diagnose.gguf_files`) is a ``glm-dsa`` GGUF with every shard present, the DSA indexer tensors,
-    and metadata that describes that config (:data:`sparse_mla.diagnose.gguf_config.AGREE`).
+    :mod:`sparse_mla.gguf.files`) is a ``glm-dsa`` GGUF with every shard present, the DSA indexer tensors,
+    and metadata that describes that config (:data:`sparse_mla.diagnose.gguf_config.AGREE`). ``info``: the
+    :func:`~sparse_mla.diagnose.gguf.read_gguf` record of ``path`` where the caller has read it already (its files
+    are then not read again).
 
     Raises :class:`UserInputError` for a missing file, shard or ``config.json``, a file gguf-py cannot read, another
     architecture, missing indexer tensors, or a config the GGUF contradicts (naming the key and both values)."""
     from ..diagnose.gguf import read_gguf
 
-    info = read_gguf(path)     # files, architecture, metadata, indexer tensors, another model's config: refused there
+    if info is None:
+        info = read_gguf(path)   # files, architecture, metadata, indexer tensors, another model's config: refused there
     if info["config_json"] is None:
         raise UserInputError(f"GGUF model {str(path)!r} has no config.json beside it: vllm-gguf-plugin reads the "
                              f"model's config from the GGUF's folder; accepted: a .gguf file in a folder with the "
@@ -39,23 +42,13 @@ def load_gguf_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     and shapes :func:`sparse_mla.launch.checkpoint.load_checkpoint` gives for the safetensors it was made from.
     A tensor the config maps to no name is skipped, as vllm-gguf-plugin skips it. Needs gguf-py (``pip install
     'sparse-mla-workbook[gguf]'``). Raises :class:`UserInputError` as :func:`gguf_config` does."""
-    import gguf
-
+    from ..diagnose.gguf import read_gguf
     from ..gguf.dequantize import dequantize, from_converter_tensors
+    from ..gguf.files import read_model
     from ..gguf.names import gguf_to_hf_names
 
-    from ..diagnose.gguf_files import model_files
-
-    p, cfg = gguf_config(path)
+    model = read_model(path)                   # every shard read once: checked, then its tensors dequantized
+    _, cfg = gguf_config(path, read_gguf(path, model=model))
     names = gguf_to_hf_names(cfg)
-    tensors = (t for f in model_files(p)[0] for t in gguf.GGUFReader(str(f)).tensors)    # every shard's
+    tensors = (t for r in model[2] for t in r.tensors)    # every shard's
     return cfg, from_converter_tensors(cfg, ((names[t.name], dequantize(t)) for t in tensors if t.name in names))
-
-
-def gguf_tensor_types(path: str | os.PathLike) -> dict[str, str]:
-    """``{GGUF tensor name: GGML type name}`` as stored in the model's files (every shard of a split model)."""
-    import gguf
-
-    from ..diagnose.gguf_files import model_files
-
-    return {t.name: t.tensor_type.name for f in model_files(path)[0] for t in gguf.GGUFReader(str(f)).tensors}
