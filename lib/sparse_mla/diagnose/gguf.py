@@ -151,8 +151,8 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
 
 def _main_type(info: dict[str, Any]) -> str:
     """``gguf-<type>`` of the tensor type that holds most of the bytes of a :func:`read_gguf` record, among the
-    memory stage's types (``request.GGUF_TYPES``) other than F16/BF16; ``gguf-f16`` where none is."""
-    from .quantizations import GGUF_TYPES
+    memory stage's types (:data:`~sparse_mla.gguf.types.GGUF_TYPES`) other than F16/BF16; ``gguf-f16`` where none is."""
+    from ..gguf.types import GGUF_TYPES
 
     held: dict[str, int] = {}
     for _, kind, _, nbytes in info["tensor_sizes"]:

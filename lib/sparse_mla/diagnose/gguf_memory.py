@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: GGUF tensor types vllm-gguf-plugin builds unquantized, in the model dtype (``get_unquantized_modules``).
-UNQUANTIZED_TYPES = ("F32", "F16", "BF16")
+from ..gguf.types import UNQUANTIZED_TYPES
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ nothing of the package but :mod:`sparse_mla.errors`, and no vLLM):
 
 * :mod:`.files` -- which files a GGUF ``--model`` is (one file, a split model's shards, ``DIR:QUANT``), each read
   once by gguf-py, and :func:`~.files.is_gguf`, the one answer to whether a ``--model`` names a GGUF;
+* :mod:`.types` -- the GGUF type table (block sizes, the types vllm-gguf-plugin keeps unquantized);
 * :mod:`.names` -- the ``glm-dsa`` tensor name map: GGUF names, Hugging Face names, the names vLLM loads;
 * :mod:`.metadata` -- the Hugging Face config a GGUF's metadata describes (config-from-GGUF), the file type;
 * :mod:`.tensors` -- the files' tensors against a config: shards, indexer tensors, coverage, shapes;

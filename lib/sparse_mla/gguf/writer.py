@@ -63,6 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .names import GLM_DSA
+
 #: ``--gguf TYPE`` -> (GGML type of the quantized weights, gguf-py ``LlamaFileType`` name of the file).
 GGUF_TYPES: dict[str, tuple[str, str]] = {
     "F16": ("F16", "MOSTLY_F16"),
@@ -70,9 +72,6 @@ GGUF_TYPES: dict[str, tuple[str, str]] = {
     "Q4_K": ("Q4_K", "MOSTLY_Q4_K_S"),
     "Q4_K_M": ("Q4_K", "MOSTLY_Q4_K_M"),   # mixed: per-tensor types by :func:`q4_k_m_type`
 }
-
-#: gguf-py's architecture name of GLM-5 (``MODEL_ARCH_NAMES[MODEL_ARCH.GLM_DSA]``).
-GLM_DSA = "glm-dsa"
 
 #: llama.cpp's fallback where a row is not a multiple of a k-quant's 256 values (``llama_tensor_get_type``).
 _K_FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
