@@ -1,9 +1,9 @@
-"""sparse_mla.gguf.files: GGUF as people download it (issue 39 items 1-2): a split model, written by gguf-py's own split writer
-(``GGUFWriter(split_max_tensors=...)`` through ``make-checkpoint --gguf-split-max-tensors``), is read whole from any
-shard and from vllm-gguf-plugin's ``DIR:QUANT`` -- the metadata from the first shard, the tensors (and the indexer
-check, and what the config derives from the tensors) from all -- the same as the unsplit file of the same weights;
-a missing shard, a shard of another split, and a ``DIR:QUANT`` that matches nothing are one line naming them, in
-diagnose and in launch's checks."""
+"""sparse_mla.gguf.files: GGUF as people download it (issue 39 items 1-2): a split model, written by gguf-py's own
+split writer (``GGUFWriter(split_max_tensors=...)`` through ``make-checkpoint --gguf-split-max-tensors``), is read
+whole from any shard and from vllm-gguf-plugin's ``DIR:QUANT`` -- the metadata from the first shard, the tensors (and
+the indexer check, and what the config derives from the tensors) from all -- the same as the unsplit file of the same
+weights; a missing shard, a shard of another split, and a ``DIR:QUANT`` that matches nothing are one line naming them,
+in diagnose and in launch's checks."""
 from __future__ import annotations
 
 import re

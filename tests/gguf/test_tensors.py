@@ -1,7 +1,8 @@
-"""sparse_mla.gguf.tensors: a GGUF's tensors against the config vLLM reads, whichever loader would read them (issue 47 item 3): a split with a
-shard of another split (tensors twice) or of another model (an 8-head shard inside a 64-head split) is named, in the
-diagnosis with and without ``--with-plugin`` and in launch's check; the shape table is that of the files llama.cpp's
-layout gives, and every entry of it can fail."""
+"""sparse_mla.gguf.tensors: a GGUF's tensors against the config vLLM reads, whichever loader would read them (issue 47
+item 3): a split with a shard of another split (tensors twice) or of another model (an 8-head shard inside a 64-head
+split) is named, in the diagnosis with and without ``--with-plugin`` and in launch's check; the shape table is that of
+the files llama.cpp's layout gives, and every entry of it can fail; the checks the weights adapter's load plan makes
+too (indexer tensors, coverage both ways, shards)."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,7 @@
-"""GLM-5 (``glm-dsa``) GGUF files, the format's facts in one place, on the shared vocabulary floor (it imports
-nothing of the package but :mod:`sparse_mla.errors`, and no vLLM):
+"""GLM-5 (``glm-dsa``) GGUF files, the format's facts in one place, on the shared vocabulary floor: it imports nothing
+of the package but :mod:`sparse_mla.errors`, and vLLM only where :mod:`.files` asks vllm-gguf-plugin's own file
+discovery (the plugin imports vLLM), as the plugin would find the files; gguf-py only inside the functions that read
+or write a file.
 
 * :mod:`.files` -- which files a GGUF ``--model`` is (one file, a split model's shards, ``DIR:QUANT``), each read
   once by gguf-py, and :func:`~.files.is_gguf`, the one answer to whether a ``--model`` names a GGUF;
