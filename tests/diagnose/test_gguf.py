@@ -10,10 +10,10 @@ gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf an
 
 from sparse_mla.diagnose import diagnose  # noqa: E402
 from sparse_mla.diagnose.gguf import gguf_wall, read_gguf  # noqa: E402
-from sparse_mla.diagnose.gguf_files import is_gguf  # noqa: E402
 from sparse_mla.errors import UserInputError  # noqa: E402
+from sparse_mla.gguf.files import is_gguf  # noqa: E402
 from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint  # noqa: E402
-from sparse_mla.launch.gguf_writer import write_gguf  # noqa: E402
+from sparse_mla.gguf.writer import write_gguf  # noqa: E402
 
 pytestmark = pytest.mark.gguf
 
@@ -137,12 +137,3 @@ def test_gguf_metadata_of_another_type_is_refused_by_key(ckpt, tmp_path, monkeyp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"GGUF metadata {full} is" in err[0] and "accepted:" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
-
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs os.mkfifo")
-def test_a_fifo_is_no_gguf_and_is_not_read(tmp_path):
-    """``is_gguf`` reads the magic of regular files only: opening a FIFO would block until a writer came."""
-    import os
-
-    os.mkfifo(tmp_path / "pipe")
-    assert not is_gguf(tmp_path / "pipe")

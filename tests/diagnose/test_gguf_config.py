@@ -14,9 +14,10 @@ import pytest
 gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf and test extras bring it)")
 
 from sparse_mla import cli  # noqa: E402
-from sparse_mla.diagnose import diagnose, gguf_config, gguf_files  # noqa: E402
+from sparse_mla.diagnose import diagnose, gguf_config  # noqa: E402
 from sparse_mla.diagnose.gguf import NO_CONFIG_BESIDE, gguf_wall, read_gguf  # noqa: E402
 from sparse_mla.errors import UserInputError  # noqa: E402
+from sparse_mla.gguf import files as gguf_files  # noqa: E402
 from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.gguf
@@ -218,7 +219,7 @@ def test_the_plugins_own_rule_decides_where_it_is_importable(setup, monkeypatch)
         calls.append((model, tokenizer, hf_config_path))
         return hf_config_path or tokenizer
 
-    monkeypatch.setattr(gguf_files, "_plugin", lambda module, name: decide if (module, name) == (
+    monkeypatch.setattr(gguf_files, "plugin_object", lambda module, name: decide if (module, name) == (
         "plugin", "_get_gguf_config_source") else None)
     first = alone / "model-Q8_0.gguf"
     assert gguf_config.config_source(first, None, config) == (config, "--tokenizer", gguf_files.PLUGIN)

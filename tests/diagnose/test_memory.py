@@ -16,7 +16,7 @@ import pytest
 
 from sparse_mla.diagnose import diagnose
 from sparse_mla.diagnose import memory as mm
-from sparse_mla.diagnose.request import GGUF_TYPES, GPUS
+from sparse_mla.diagnose.request import GPUS
 from sparse_mla.models import PRESET_CONFIGS
 
 pytestmark = pytest.mark.every_line
@@ -113,18 +113,6 @@ def test_kv_bytes_per_token_by_layer_class(kv, mla_bytes):
     assert latent in _subclass_names(MLAAttention) and latent_bytes == layers * mla_bytes
     assert mem["kv_cache_bytes_per_token"] == layers * (mla_bytes + 128 + 4)
     assert mem["kv_cache_dtype"] == kv
-
-
-def test_gguf_block_sizes():
-    """llama.cpp's block layouts (ggml-common.h): Q4_K = fp16 d, fp16 dmin, 12 bytes of 6-bit scales, 256 4-bit
-    values; Q8_0 = fp16 d + 32 int8; Q6_K = 128 low nibbles + 64 high bit pairs + 16 int8 scales + fp16 d."""
-    assert GGUF_TYPES["Q4_K"] == (256, 2 + 2 + 12 + 256 * 4 // 8)
-    assert GGUF_TYPES["Q8_0"] == (32, 2 + 32)
-    assert GGUF_TYPES["Q6_K"] == (256, 256 * 4 // 8 + 256 * 2 // 8 + 16 + 2)
-    assert GGUF_TYPES["F16"] == (1, 2)
-    gguf = pytest.importorskip("gguf")
-    for name, size in GGUF_TYPES.items():
-        assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]] == size, name
 
 
 def test_offload_moves_whole_layer_parameters_in_order():

@@ -29,7 +29,7 @@ def ck(tmp_path_factory):
 @pytest.fixture
 def with_plugin(monkeypatch):
     """vllm-gguf-plugin importable: the real one where the gguf extra is installed; else a stand-in module, and our
-    adapter's load plan (which needs the real one; tests/diagnose/test_gguf_split.py runs it) taken as passed."""
+    adapter's load plan (which needs the real one; tests/gguf/test_model_files.py runs it) taken as passed."""
     try:
         import vllm_gguf_plugin.weights_adapter  # noqa: F401
     except ImportError:

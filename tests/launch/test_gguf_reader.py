@@ -12,7 +12,8 @@ gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf an
 from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint  # noqa: E402
 from sparse_mla.launch.glm5_reference import Glm5Reference  # noqa: E402
-from sparse_mla.launch.gguf_reader import gguf_tensor_types, load_gguf_checkpoint  # noqa: E402
+from sparse_mla.gguf.files import gguf_tensor_types  # noqa: E402
+from sparse_mla.launch.gguf_reader import load_gguf_checkpoint  # noqa: E402
 from sparse_mla.launch.quantization_spread import (LockedDecisions, locked_forward, quantization_limit,  # noqa: E402
                                                    weight_error_bounds)
 
@@ -87,11 +88,11 @@ def test_a_tensor_the_config_maps_to_no_name_is_skipped_as_the_plugin_skips_it(c
     before (was a KeyError). Here output.weight is taken out of the map, the same path an extra tensor (output.bias
     from another converter) takes; whether the model is whole is the adapter's load plan's question, not this
     reader's; the reference refuses the missing head when built."""
-    import sparse_mla.vllm_plugin.gguf_adapter as ga
+    from sparse_mla.gguf import names
 
     out, cfg, state = ckpt
-    real = ga.gguf_to_hf_names
-    monkeypatch.setattr(ga, "gguf_to_hf_names", lambda c: {g: h for g, h in real(c).items() if g != "output.weight"})
+    real = names.gguf_to_hf_names
+    monkeypatch.setattr(names, "gguf_to_hf_names", lambda c: {g: h for g, h in real(c).items() if g != "output.weight"})
     _, got = load_gguf_checkpoint(out / "model-Q8_0.gguf")
     assert set(got) == set(state) - {"lm_head.weight"}
     with pytest.raises(UserInputError, match="lacks 1 required tensor"):

@@ -1,6 +1,7 @@
-"""The glm-dsa weights adapter for vllm-gguf-plugin: every GGUF tensor maps to a name vLLM's load_weights takes and
-every checkpoint tensor is covered; the config mapping; the refusal of a GGUF without indexer tensors; the plugin's
-Triton dequantization (under the interpreter) against gguf-py's numpy dequantization."""
+"""The glm-dsa weights adapter for vllm-gguf-plugin: picked for glm_moe_dsa and yielding every parameter; the plugin's
+Triton dequantization (under the interpreter) against gguf-py's numpy dequantization; vLLM's GLM-5 model never ties
+its LM head (why the adapter refuses a GGUF without one). The name map, the config mapping and the checks it uses are
+tests/gguf's."""
 from __future__ import annotations
 
 import os
@@ -10,9 +11,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf and test extras bring it)")
 
-from sparse_mla.errors import UserInputError  # noqa: E402
 from sparse_mla.launch.checkpoint import expected_weight_shapes, load_checkpoint, make_checkpoint  # noqa: E402
-from sparse_mla.launch.gguf_writer import write_gguf  # noqa: E402
 from sparse_mla.vllm_plugin import gguf_adapter as ga  # noqa: E402
 
 pytestmark = [pytest.mark.gguf, pytest.mark.every_line]
@@ -29,73 +28,6 @@ def ckpt(tmp_path_factory):
     out = make_checkpoint(tmp_path_factory.mktemp("ga") / "ck", index_topk=256, mtp=True, seed=5, gguf=("Q4_K",))
     cfg, state = load_checkpoint(out)
     return out, cfg, state, gguf.GGUFReader(str(out / "model-Q4_K.gguf"))
-
-
-def _per_expert(names, cfg):
-    """The plugin's map_weights split of ``experts.0`` stacked names into one name per expert."""
-    out = set()
-    for n in names:
-        if ".mlp.experts.0." in n:
-            out |= {n.replace(".experts.0.", f".experts.{e}.") for e in range(cfg["n_routed_experts"])}
-        else:
-            out.add(n)
-    return out
-
-
-def test_every_gguf_tensor_maps_and_every_checkpoint_tensor_is_covered(ckpt):
-    _, cfg, state, r = ckpt
-    mapping = ga.gguf_to_vllm_names(ga.config_from_gguf(r))
-    assert set(mapping) == {t.name for t in r.tensors}
-    vllm_names = _per_expert(mapping.values(), cfg)
-    kv_b = {n.replace("k_b_proj", "kv_b_proj") for n in vllm_names if n.endswith("k_b_proj.weight")}
-    vllm_names = {n for n in vllm_names if not n.endswith(("k_b_proj.weight", "v_b_proj.weight"))} | kv_b
-    assert vllm_names == set(expected_weight_shapes(cfg)) == set(state)
-
-
-def test_config_from_gguf_is_the_checkpoint_config(ckpt):
-    _, cfg, _, r = ckpt
-    got = ga.config_from_gguf(r)
-    for k, v in got.items():
-        if k in ("rms_norm_eps",):
-            assert v == pytest.approx(cfg[k], rel=2**-23)   # GGUF stores float32
-        elif k != "dtype":
-            assert cfg[k] == v, k
-
-
-def test_gguf_without_indexer_tensors_is_refused_by_name(ckpt, tmp_path):
-    out, cfg, state, _ = ckpt
-    dense = {k: v for k, v in state.items() if ".indexer." not in k}
-    [p] = write_gguf(tmp_path / "dense.gguf", cfg, dense, out, "Q8_0")
-    names = [t.name for t in gguf.GGUFReader(str(p)).tensors]
-    with pytest.raises(UserInputError, match=r"no DSA indexer tensors \(blk\.0\.indexer\.attn_q_b\.weight.*refused"):
-        ga.check_indexer_tensors(names, cfg["num_hidden_layers"], str(p))
-    ga.check_indexer_tensors([t.name for t in ckpt[3].tensors], cfg["num_hidden_layers"], "ok")
-
-
-def test_dequantized_kv_b_is_k_b_and_v_b_joined(ckpt):
-    import torch
-
-    out, cfg, state, r = ckpt
-    mapping = ga.gguf_to_vllm_names(cfg)
-    names = {g: h for g, h in mapping.items() if g.endswith(ga.DEQUANTIZED)}
-    got = dict(ga.dequantized_weights([str(out / "model-Q4_K.gguf")], names, cfg, torch.float32))
-    by = {t.name: t for t in r.tensors}
-    nh, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
-    for i in range(cfg["num_hidden_layers"] + 1):
-        k_b = gguf.quants.dequantize(by[f"blk.{i}.attn_k_b.weight"].data, by[f"blk.{i}.attn_k_b.weight"].tensor_type)
-        v_b = gguf.quants.dequantize(by[f"blk.{i}.attn_v_b.weight"].data, by[f"blk.{i}.attn_v_b.weight"].tensor_type)
-        want = torch.cat([torch.from_numpy(k_b.reshape(nh, -1, nope)).transpose(1, 2),
-                          torch.from_numpy(v_b.reshape(nh, v, -1))], dim=1).reshape(nh * (nope + v), -1)
-        kv = got[f"model.layers.{i}.self_attn.kv_b_proj.weight"]
-        assert torch.equal(kv, want)
-        ref = state[f"model.layers.{i}.self_attn.kv_b_proj.weight"].float()
-        assert kv.shape == ref.shape and (kv - ref).abs().max() < ref.abs().max() / 8   # 4/5-bit, same layout
-        for leaf in ("wk", "weights_proj"):
-            assert f"model.layers.{i}.self_attn.indexer.{leaf}.weight" in got
-        # wq_b too: vllm-gguf-plugin 0.0.5 cannot load a GGUF tensor into vLLM 0.26's ReplicatedLinear (H200 run)
-        wq_b = by[f"blk.{i}.indexer.attn_q_b.weight"]
-        assert torch.equal(got[f"model.layers.{i}.self_attn.indexer.wq_b.weight"],
-                           torch.from_numpy(gguf.quants.dequantize(wq_b.data, wq_b.tensor_type)))
 
 
 @pytest.mark.skipif(PLUGIN is not None, reason=PLUGIN or "")
@@ -165,42 +97,3 @@ def test_vllms_glm5_model_never_ties_its_lm_head():
         src = inspect.getsource(klass)
         assert "tie_word_embeddings" not in src and "tie_weights" not in src, klass
     assert "ParallelLMHead(" in inspect.getsource(dsv2.DeepseekV2ForCausalLM.__init__)
-
-
-def test_check_coverage_names_both_directions_for_the_models_own_tensors():
-    ok = {"token_embd.weight": "e", "output.weight": "h", "blk.0.attn_norm.weight": "n", "blk.2.eh_proj.weight": "m"}
-    described = {*ok, "blk.1.exp_probs_b.bias"}
-    ga.check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "output.bias",
-                       "blk.3.enorm.weight", "blk.0.attn_kv_b.weight"], ok, "m.gguf", main_layers=2,
-                      described=described)      # MTP blocks and what the metadata does not describe pass
-    with pytest.raises(UserInputError, match=r"'m\.gguf': tensors the config gives no vLLM parameter \(their values "
-                                             r"would be ignored\): blk\.1\.exp_probs_b\.bias; tensors the config needs "
-                                             r"that no file holds \(their parameters would stay empty\): output\.weight; "
-                                             r"refused"):
-        ga.check_coverage(["token_embd.weight", "blk.0.attn_norm.weight", "blk.1.exp_probs_b.bias"], ok, "m.gguf", 2,
-                          described)
-    ga.check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "blk.1.exp_probs_b.bias"], ok,
-                      "m.gguf", 2, None)       # metadata that describes no config: only the missing are refused
-
-
-class _Reader:
-    def __init__(self, names, no=None, count=None):
-        from types import SimpleNamespace
-
-        self.tensors = [SimpleNamespace(name=n) for n in names]
-        self._f = {"split.no": no, "split.count": count}
-
-    def get_field(self, key):
-        from types import SimpleNamespace
-
-        v = self._f.get(key)
-        return None if v is None else SimpleNamespace(contents=lambda: v)
-
-
-def test_check_shards_refuses_missing_shards_and_tensors_held_twice():
-    ga.check_shards([_Reader(["a"])], ["m.gguf"], "m.gguf")                      # an unsplit file
-    ga.check_shards([_Reader(["a"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")
-    with pytest.raises(UserInputError, match=r"a split of 3 shards, found 2 \(m-1, m-2\), the first is shard 1"):
-        ga.check_shards([_Reader(["a"], 0, 3), _Reader(["b"], 1, 3)], ["m-1", "m-2"], "m")
-    with pytest.raises(UserInputError, match=r"tensors held by more than one shard: b \(shards of different"):
-        ga.check_shards([_Reader(["a", "b"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")

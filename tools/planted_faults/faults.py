@@ -42,11 +42,12 @@ VLLM034_LINE = "every_line and not slow"
 FAULTS: tuple[Fault, ...] = (
     Fault(
         1, "GGUF Q6_K sized as Q4_K",
-        "diagnose/quantizations.py GGUF_TYPES (the block table the memory stage and the GGUF reader share): "
+        "gguf/types.py GGUF_TYPES (the block table the memory stage and the GGUF reader share): "
         "Q6_K (256, 210) -> (256, 144)",
-        (Edit("lib/sparse_mla/diagnose/quantizations.py", '"Q6_K": (256, 210)', '"Q6_K": (256, 144)'),),
+        (Edit("lib/sparse_mla/gguf/types.py", '"Q6_K": (256, 210)', '"Q6_K": (256, 144)'),),
         (Selection("gguf_memory", ".venv", ("tests/diagnose/test_gguf_memory.py",)),
-         Selection("memory", ".venv", ("tests/diagnose/test_memory.py",))),
+         Selection("memory", ".venv", ("tests/diagnose/test_memory.py",)),
+         Selection("types", ".venv", ("tests/gguf/test_types.py",))),
     ),
     Fault(
         2, "Ran.capability loosened to str",

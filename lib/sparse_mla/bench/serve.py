@@ -339,7 +339,7 @@ def server_memory_share(runs: int, cap: float = 0.35) -> float:
     return round(min(cap, 0.85 / max(1, runs)), 3)
 
 
-def _session_record(model, cfg, runs, plan, load, prompts, topk, server_kw, order, kv_cache_dtype, cuda_graphs,
+def _session_record(*, model, cfg, runs, plan, load, prompts, topk, server_kw, order, kv_cache_dtype, cuda_graphs,
                     speculative_config, server_timeout_s, bench_timeout_s) -> dict:
     """The record of :func:`bench_serve` before its first server starts (``complete`` False, no pass yet)."""
     from ..launch.specs import parse_run_spec, with_simulated
@@ -394,8 +394,10 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
                      max_model_len=max_model_len,
                      gpu_memory_utilization=gpu_memory_utilization or server_memory_share(len(plan)))
     order = rotated([k for k, _, _ in plan], load.repeats)
-    rec = _session_record(model, cfg, runs, plan, load, prompts, topk, server_kw, order, kv_cache_dtype, cuda_graphs,
-                          speculative_config, server_timeout_s, bench_timeout_s)
+    rec = _session_record(model=model, cfg=cfg, runs=runs, plan=plan, load=load, prompts=prompts, topk=topk,
+                          server_kw=server_kw, order=order, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs,
+                          speculative_config=speculative_config, server_timeout_s=server_timeout_s,
+                          bench_timeout_s=bench_timeout_s)
     results: dict[tuple[str, int], dict] = {}
     specs = {k: (parse_run_spec(name), scfg) for k, name, scfg in plan}
     data = lambda n: dataset_args(load.dataset, topk, n, prompts)  # noqa: E731

@@ -1,8 +1,8 @@
 """``sparse-mla diagnose --model FILE.gguf``: the config a GLM-5 GGUF describes, and the GGUF wall of the config stage.
 
 A GGUF file carries its config as metadata; :func:`load_gguf` reads it with gguf-py and builds the Hugging Face
-``glm_moe_dsa`` config from it (:func:`sparse_mla.vllm_plugin.gguf_adapter.config_from_gguf`, the inverse of
-llama.cpp's converter), which the config stage then hands to vLLM's own ``EngineArgs.create_engine_config()``. A GGUF
+``glm_moe_dsa`` config from it (:func:`sparse_mla.gguf.metadata.config_from_gguf`, the inverse of llama.cpp's
+converter), which the config stage then hands to vLLM's own ``EngineArgs.create_engine_config()``. A GGUF
 without the DSA indexer tensors is refused by name (it would run dense).
 
 Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), asked of the code that decides it:
@@ -16,7 +16,7 @@ Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), as
   one the engine runs (shards, LM head, every tensor of the model mapped and present).
 
 The record's ``checkpoint`` is ``{"format": "safetensors" | "gguf", "quantization": ...}`` plus, for a GGUF, its
-first file, every file (a split model's shards, :mod:`sparse_mla.diagnose.gguf_files`), file type, tensor types,
+first file, every file (a split model's shards, :mod:`sparse_mla.gguf.files`), file type, tensor types,
 the wall, where vLLM reads the config and tokenizer from (beside the file, or ``--hf-config-path`` / ``--tokenizer``:
 :mod:`sparse_mla.diagnose.gguf_config`) and the ``vllm serve`` line diagnosed.
 """
@@ -29,20 +29,10 @@ from typing import Any
 
 from ..errors import UserInputError
 from ..models import text_config
-from . import gguf_files
-from .gguf_tensors import tensor_problem
-
-
-def file_type(reader) -> str:
-    """The GGUF's ``general.file_type`` as gguf-py's ``LlamaFileType`` name without ``MOSTLY_`` (``Q8_0``,
-    ``Q4_K_S``, ``F16``), or ``unknown``."""
-    import gguf
-
-    f = reader.get_field("general.file_type")
-    try:
-        return gguf.LlamaFileType(int(f.contents())).name.removeprefix("MOSTLY_")
-    except (AttributeError, ValueError, TypeError):
-        return "unknown"
+from ..gguf import files as gguf_files
+from ..gguf.files import read_model
+from ..gguf.metadata import config_from_gguf, file_type
+from ..gguf.tensors import check_indexer_tensors, tensor_problem
 
 
 #: Why vllm-gguf-plugin cannot build a GGUF's config without a ``config.json`` beside it or named by a flag.
@@ -50,34 +40,6 @@ NO_CONFIG_BESIDE = ("no config.json beside the GGUF and no --hf-config-path: vll
                     "from the GGUF's folder where neither --hf-config-path nor --tokenizer names another; accepted: a "
                     ".gguf file in a folder with the model's config.json and tokenizer (sparse-mla make-checkpoint OUT "
                     "--gguf Q8_0), or --hf-config-path DIR (and --tokenizer DIR) for the folder that has them")
-
-
-def _reader(path: Path, model):
-    import gguf
-
-    try:
-        return gguf.GGUFReader(str(path))
-    except Exception as e:  # noqa: BLE001 - gguf-py raises ValueError, struct errors, ...
-        raise UserInputError(f"model {str(model)!r}: {path.name} is not a GGUF file gguf-py can read "
-                             f"({type(e).__name__}: {str(e)[:120]}); accepted: a GGUF file, a preset, a config.json "
-                             f"or a checkpoint directory") from None
-
-
-def _check_split(readers: list, files: list[Path]) -> None:
-    """Each shard's ``split.no`` / ``split.count`` (gguf-py's split writer writes them into every shard) agree with
-    its name: a shard of another split is refused by name."""
-    from ..vllm_plugin.gguf_adapter import metadata_field
-
-    for i, (r, f) in enumerate(zip(readers, files)):
-        no, count = metadata_field(r, "split.no", None), metadata_field(r, "split.count", None)
-        if len(files) == 1 and (no, count) in ((None, None), (0, 1)):
-            continue                                   # an unsplit file (gguf-py writes no split keys then)
-        if (no, count) != (i, len(files)):
-            said = (f"shard {no + 1} of {count} (split.no {no}, counted from 0)" if isinstance(no, int)
-                    else f"split.no {no!r} of split.count {count!r}")
-            raise UserInputError(f"GGUF shard {str(f)!r} says it is {said}; its name says shard {i + 1} of "
-                                 f"{len(files)}: a shard of another split; accepted: the shards of one model, as "
-                                 f"llama.cpp's gguf-split or gguf-py's split writer wrote them")
 
 
 def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
@@ -101,7 +63,7 @@ def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, 
             "serve_flags": serve_flags(first_file.parent, hf_config_path, tokenizer)}
 
 
-def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
+def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None, model=None) -> dict[str, Any]:
     """``{"path": the first file, "files": every file's name, "discovery", "file_type", "tensor_types": {type:
     count}, "tensors": [names], "tensor_sizes": [(name, type, values, bytes)] as gguf-py reads them, "config": HF
     config dict from the metadata, "config_json", "config_source", "tokenizer", "tokenizer_error", "serve_flags",
@@ -109,20 +71,15 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None) -> d
     (:func:`config_record`: the config.json beside the file, or in the folder ``hf_config_path`` / ``tokenizer``
     name, as ``vllm serve --hf-config-path`` / ``--tokenizer`` take them) of a
     ``glm-dsa`` GGUF ``--model`` (a file, any shard of a split model, or ``DIR:QUANT``), read as vllm-gguf-plugin
-    reads it (:mod:`sparse_mla.diagnose.gguf_files`): the metadata from the first shard, the tensors from all. Raises
+    reads it (:func:`sparse_mla.gguf.files.read_model`, or ``model``, what it returned for ``path``: each file is
+    read once): the metadata from the first shard, the tensors from all. Raises
     :class:`UserInputError` for a missing shard or file, a tensor held by two shards, a file gguf-py cannot read,
     another architecture, missing metadata, missing indexer tensors (over all shards), a flag's folder that is missing or has no config.json, or a
     config.json that describes another model (:func:`config_record`)."""
     from ..extras import require
 
     require("diagnose --model FILE.gguf", "gguf")
-    from ..vllm_plugin.gguf_adapter import check_indexer_tensors, check_shards, config_from_gguf
-    from .gguf_files import model_files
-
-    files, discovery = model_files(path)
-    readers = [_reader(f, path) for f in files]
-    _check_split(readers, files)
-    check_shards(readers, files, str(path))         # a tensor twice (shards of two splits mixed), before what lacks
+    files, discovery, readers = read_model(path) if model is None else model
     tensors = [t for r in readers for t in r.tensors]
     names = [t.name for t in tensors]
     cfg = config_from_gguf(readers[0], names)   # the metadata: the first shard's; the tensors: every shard's
@@ -151,7 +108,7 @@ def vllm_config(info: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     qc = text.get("quantization_config", cfg.get("quantization_config"))
     if qc is None:
         return cfg, None
-    decide = gguf_files._plugin("quantization.config", "GGUFConfig")
+    decide = gguf_files.plugin_object("quantization.config", "GGUFConfig")
     method = decide.override_quantization_method(qc if isinstance(qc, dict) else {}, "gguf") if decide else "gguf"
     if method != "gguf":
         return cfg, None                                   # the plugin keeps it: vLLM's config stage judges it
@@ -194,8 +151,8 @@ def load_gguf(model, quantization: str | None = None, hf_config_path=None, token
 
 def _main_type(info: dict[str, Any]) -> str:
     """``gguf-<type>`` of the tensor type that holds most of the bytes of a :func:`read_gguf` record, among the
-    memory stage's types (``request.GGUF_TYPES``) other than F16/BF16; ``gguf-f16`` where none is."""
-    from .quantizations import GGUF_TYPES
+    memory stage's types (:data:`~sparse_mla.gguf.types.GGUF_TYPES`) other than F16/BF16; ``gguf-f16`` where none is."""
+    from ..gguf.types import GGUF_TYPES
 
     held: dict[str, int] = {}
     for _, kind, _, nbytes in info["tensor_sizes"]:
@@ -320,7 +277,7 @@ def checkpoint_record(req) -> dict[str, Any]:
                                     "gpu_memory_utilization": mem.gpu_memory_utilization}
     # the first shard, as vllm serve is given a split model (a shard's path given here names the whole model), or
     # vllm-gguf-plugin's DIR:QUANT with the folder's path expanded (neither the plugin nor vLLM expands "~")
-    from .gguf_files import reference
+    from ..gguf.files import reference
 
     ref = reference(info["model"])
     model = info["path"] if ref is None else f"{ref[0]}:{ref[1]}"

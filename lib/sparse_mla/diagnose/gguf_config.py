@@ -20,14 +20,14 @@ import os
 from pathlib import Path
 
 from ..errors import UserInputError, expand_path
-from . import gguf_files
-from .gguf_files import PLUGIN
+from ..gguf import files as gguf_files
+from ..gguf.files import PLUGIN
 
 HF_CONFIG_PATH = "--hf-config-path"
 TOKENIZER = "--tokenizer"
 #: Where the config comes from when neither flag is given.
 BESIDE = "beside the GGUF"
-#: Who decided the config's folder (besides :data:`~sparse_mla.diagnose.gguf_files.PLUGIN`, the plugin's own code).
+#: Who decided the config's folder (besides :data:`~sparse_mla.gguf.files.PLUGIN`, the plugin's own code).
 RULE_HERE = "vllm-gguf-plugin's rule, applied here (the plugin is not importable)"
 NO_FLAG = "no flag: the GGUF's folder (vllm-gguf-plugin's rule for a local file)"
 
@@ -91,12 +91,12 @@ def config_source(first_file: Path, hf_config_path: Path | None = None,
                   tokenizer: Path | None = None) -> tuple[Path, str, str]:
     """``(folder, flag, decided by)``: the folder vLLM reads a GGUF model's ``config.json`` from, the flag that named
     it (:data:`HF_CONFIG_PATH`, :data:`TOKENIZER` or :data:`BESIDE`), and whose code decided
-    (:data:`~sparse_mla.diagnose.gguf_files.PLUGIN`; :data:`RULE_HERE` where vllm-gguf-plugin is not importable;
+    (:data:`~sparse_mla.gguf.files.PLUGIN`; :data:`RULE_HERE` where vllm-gguf-plugin is not importable;
     :data:`NO_FLAG` where no flag is given). ``first_file``: the model's first GGUF file;
     ``hf_config_path`` / ``tokenizer``: folders checked by :func:`check_folder`."""
     if hf_config_path is None and tokenizer is None:
         return first_file.parent, BESIDE, NO_FLAG
-    decide = gguf_files._plugin("plugin", "_get_gguf_config_source")
+    decide = gguf_files.plugin_object("plugin", "_get_gguf_config_source")
     if decide is not None:
         folder, how = Path(decide(str(first_file), None if tokenizer is None else str(tokenizer),
                                   None if hf_config_path is None else str(hf_config_path))), PLUGIN

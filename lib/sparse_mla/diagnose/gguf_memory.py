@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: GGUF tensor types vllm-gguf-plugin builds unquantized, in the model dtype (``get_unquantized_modules``).
-UNQUANTIZED_TYPES = ("F32", "F16", "BF16")
+from ..gguf.types import UNQUANTIZED_TYPES
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,8 @@ class GGUFTensor:
 
 def gguf_tensors(info: dict) -> tuple[GGUFTensor, ...]:
     """The tensors of a :func:`~sparse_mla.diagnose.gguf.read_gguf` record (its ``tensor_sizes`` and ``config``)."""
-    from ..vllm_plugin.gguf_adapter import DEQUANTIZED, gguf_to_vllm_names, joined_name
+    from ..gguf.names import gguf_to_vllm_names, joined_name
+    from ..vllm_plugin.gguf_adapter import DEQUANTIZED
 
     names = gguf_to_vllm_names(info["config"])
     return tuple(GGUFTensor(n, joined_name(names[n]) if n in names else n, t, v, b,

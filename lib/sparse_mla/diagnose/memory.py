@@ -11,7 +11,7 @@ without a GPU:
   linear layers it builds with ``quant_config``, the MoE experts) and the embeddings and ``lm_head`` -- what
   vllm-gguf-plugin's ``GGUFConfig`` quantizes -- a GGUF file's each from the tensors it loads, at their own types
   (:mod:`.gguf_memory`), a ``--quantization gguf-<type>`` at that type's bytes per value
-  (:data:`~sparse_mla.diagnose.request.GGUF_TYPES`); the rest as vLLM holds it.
+  (:data:`~sparse_mla.gguf.types.GGUF_TYPES`); the rest as vLLM holds it.
 * **KV cache per token per rank**: the KV-cache specs vLLM's layers hand the engine (the MLA latent cache and the DSA
   indexer's cache, one head each, on every rank: ``MLAAttentionSpec.page_size_bytes / block_size``).
 * **memory for the KV cache per rank** = vLLM's ``request_memory`` (``ceil(total x gpu_memory_utilization)``,
@@ -39,7 +39,8 @@ from typing import Any
 from . import gguf_memory
 from .config import raised_where
 from .meta_model import RankModel, rank_model
-from .request import GGUF_TYPES, GPUS, Request
+from ..gguf.types import GGUF_TYPES
+from .request import GPUS, Request
 
 GIB = 1024 ** 3
 

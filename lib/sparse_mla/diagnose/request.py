@@ -16,7 +16,7 @@ from ..capability import as_capability, check_gpu_capability
 from ..errors import UserInputError, cli_float, cli_int
 from ..gpus import GPU_PRESETS, GPUS, GpuPreset  # noqa: F401 - the diagnosis's names for them
 from ..layouts import MATRIX_KV_CACHE_DTYPES, check_kv_cache_dtype
-from .quantizations import GGUF_TYPES, QUANTIZATIONS  # noqa: F401 - the request's names for them
+from .quantizations import QUANTIZATIONS
 
 
 
@@ -59,7 +59,7 @@ class Quantization:
     name: str                        # a QUANTIZATIONS name, or the quant_method of a checkpoint's quantization_config
     method: str | None               # vLLM's quantization method for ``config`` (None: unquantized, GGUF, or read
     config: dict[str, Any] | None    #   by vLLM itself from the checkpoint's config.json)
-    gguf_type: str | None            # a GGUF_TYPES key
+    gguf_type: str | None            # a sparse_mla.gguf.types.GGUF_TYPES key
     source: str                      # "--quantization", "config.json quantization_config" or "unquantized"
     gguf_tensors: tuple | None = None   # a GGUF file's tensors (gguf_memory.GGUFTensor): each sized at its own type
 
@@ -231,7 +231,7 @@ def resolve(model, capability, kv_cache_dtype, tp, with_plugin, backend=None, *,
     cap, gpu = parse_capability(capability)
     kv = check_cache_dtype(str(kv_cache_dtype))
     from .gguf import load_gguf
-    from .gguf_files import is_gguf
+    from ..gguf.files import is_gguf
 
     if is_gguf(model):     # the config its metadata describes; its weight type sizes the memory stage
         geometry, memory["quantization"] = load_gguf(model, memory.get("quantization"), hf_config_path, tokenizer)

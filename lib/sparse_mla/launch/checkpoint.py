@@ -73,7 +73,7 @@ from ..files import is_write_failure, make_dir, write_failure
 from ..layouts import INDEX_TOPK_MULTIPLE
 from ..models import PRESET_CONFIGS as MODEL_PRESETS, require_vllm_model
 from .glm5next_config import PRESET as GLM5_NEXT_PRESET
-from .gguf_writer import GGUF_TYPES, gguf_file_name
+from ..gguf.writer import GGUF_TYPES, gguf_file_name
 from .index_sharing import own_indexer, sharing_keys
 
 #: What ``glm-5-tiny`` changes in GLM-5's real config (:data:`sparse_mla.models.PRESET_CONFIGS` ``["glm-5"]``):
@@ -546,7 +546,7 @@ def make_checkpoint(out_dir: str | os.PathLike, preset: str = "glm-5-tiny", inde
     failed run leaves nothing half-written. Same arguments -> byte-identical files. ``mtp`` adds GLM-5's MTP layer
     (see the module docstring); without it the files are those of earlier versions for the same seed. ``gguf``
     (``--gguf TYPE``, repeatable): also write the checkpoint as ``model-{TYPE}.gguf`` in llama.cpp's ``glm-dsa`` layout
-    for each TYPE of :data:`~sparse_mla.launch.gguf_writer.GGUF_TYPES` (:func:`~sparse_mla.launch.gguf_writer.write_gguf`;
+    for each TYPE of :data:`~sparse_mla.gguf.writer.GGUF_TYPES` (:func:`~sparse_mla.gguf.writer.write_gguf`;
     needs gguf-py, the ``gguf`` extra); ``gguf_split_max_tensors`` > 0 writes each split as GGUFs of large models
     ship, ``model-{TYPE}-00001-of-0000N.gguf`` ... (gguf-py's split writer).
 
@@ -642,7 +642,7 @@ def _write_weights(tmp: Path, cfg: dict, seed: int, gguf: tuple[str, ...], gguf_
     (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
     _train_tokenizer(cfg["vocab_size"]).save_pretrained(str(tmp))
     if gguf:
-        from .gguf_writer import converter_tensors, write_gguf
+        from ..gguf.writer import converter_tensors, write_gguf
 
         count = sum(1 for _ in converter_tensors(cfg, sd))
         if gguf_split_max_tensors and gguf_split_max_tensors >= count:
@@ -657,7 +657,7 @@ def load_weights(path: str | os.PathLike) -> tuple[dict, dict]:
     """``(config dict, {name: tensor})`` of a checkpoint directory (:func:`load_checkpoint`) or of a GLM-5 GGUF file
     (``*.gguf``: the config beside it and its dequantized weights, :func:`sparse_mla.launch.gguf_reader.
     load_gguf_checkpoint`) -- the weights an engine loads from ``path``."""
-    from ..diagnose.gguf_files import is_gguf
+    from ..gguf.files import is_gguf
 
     if is_gguf(path):
         from .gguf_reader import load_gguf_checkpoint

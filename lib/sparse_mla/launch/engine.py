@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, cli_int, expand_path, writable_file
-from ..diagnose.gguf_files import is_gguf
+from ..gguf.files import is_gguf
 from .agreement import first_token_agreement, only_prompts, split_prompts
 from .first_token import first_token_criterion
 from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_port, served
@@ -117,14 +117,14 @@ def check_model(model: str | os.PathLike) -> Path:
 
     what = "launch --model FILE.gguf (vLLM 0.26 loads a GGUF through vllm-gguf-plugin)"
     require(what, "gguf")
+    from ..diagnose.gguf import gguf_wall, read_gguf
     from .gguf_reader import gguf_config
 
-    p, _ = gguf_config(model)      # the file first: importing vllm-gguf-plugin imports vLLM (seconds)
+    info = read_gguf(model)          # the files first, read once: importing vllm-gguf-plugin imports vLLM (seconds)
+    p, _ = gguf_config(model, info)
     check_model_dir(p.parent)
     require(what, "gguf", "vllm_gguf_plugin")
-    from ..diagnose.gguf import gguf_wall, read_gguf
-
-    wall = gguf_wall(read_gguf(model), with_plugin=True)   # our adapter's load plan (the engine's), the tensors' shapes
+    wall = gguf_wall(info, with_plugin=True)   # our adapter's load plan (the engine's), the tensors' shapes
     for why in (wall["with_plugin"], wall["tensors"]):
         if why != "ok":
             raise UserInputError(f"GGUF model {str(model)!r} would not load: {why}")

@@ -4,10 +4,10 @@ vllm-gguf-plugin (0.0.5, ``GGUFConfigParser`` / ``EngineArgs.create_model_config
 the folder the file is in (or ``--tokenizer`` / ``--hf-config-path``) and only its weights from the file. The
 reference forward on a GGUF does the same: :func:`load_gguf_checkpoint` returns that folder's ``config.json`` and the
 GGUF's tensors dequantized by gguf-py (``gguf.quants.dequantize``), renamed back to the Hugging Face names the
-safetensors hold -- the inverse of llama.cpp's converter (:mod:`sparse_mla.launch.gguf_writer`): gguf-py's
-``glm-dsa`` names -> Hugging Face names (:func:`~sparse_mla.vllm_plugin.gguf_adapter.gguf_to_hf_names`), stacked
-experts ``ffn_*_exps`` split per expert, ``attn_k_b`` / ``attn_v_b`` joined into ``kv_b_proj``
-(:func:`~sparse_mla.vllm_plugin.gguf_adapter.join_kv_b`), ``exp_probs_b.bias`` -> ``e_score_correction_bias``.
+safetensors hold -- the inverse of llama.cpp's converter (:mod:`sparse_mla.gguf.writer`): gguf-py's
+``glm-dsa`` names -> Hugging Face names (:func:`~sparse_mla.gguf.names.gguf_to_hf_names`), stacked experts
+``ffn_*_exps`` split per expert, ``attn_k_b`` / ``attn_v_b`` joined into ``kv_b_proj``, ``exp_probs_b.bias`` ->
+``e_score_correction_bias`` (:func:`~sparse_mla.gguf.dequantize.from_converter_tensors`).
 """
 from __future__ import annotations
 
@@ -16,17 +16,20 @@ from pathlib import Path
 
 from ..errors import UserInputError
 
-def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
+def gguf_config(path: str | os.PathLike, info: dict | None = None) -> tuple[Path, dict]:
     """``(the GGUF's first file, config dict)``: the ``config.json`` in the GGUF's folder, after checking that
     ``path`` (a file, any shard of a split model, or vllm-gguf-plugin's ``DIR:QUANT``;
-    :mod:`sparse_mla.diagnose.gguf_files`) is a ``glm-dsa`` GGUF with every shard present, the DSA indexer tensors,
-    and metadata that describes that config (:data:`sparse_mla.diagnose.gguf_config.AGREE`).
+    :mod:`sparse_mla.gguf.files`) is a ``glm-dsa`` GGUF with every shard present, the DSA indexer tensors,
+    and metadata that describes that config (:data:`sparse_mla.diagnose.gguf_config.AGREE`). ``info``: the
+    :func:`~sparse_mla.diagnose.gguf.read_gguf` record of ``path`` where the caller has read it already (its files
+    are then not read again).
 
     Raises :class:`UserInputError` for a missing file, shard or ``config.json``, a file gguf-py cannot read, another
     architecture, missing indexer tensors, or a config the GGUF contradicts (naming the key and both values)."""
     from ..diagnose.gguf import read_gguf
 
-    info = read_gguf(path)     # files, architecture, metadata, indexer tensors, another model's config: refused there
+    if info is None:
+        info = read_gguf(path)   # files, architecture, metadata, indexer tensors, another model's config: refused there
     if info["config_json"] is None:
         raise UserInputError(f"GGUF model {str(path)!r} has no config.json beside it: vllm-gguf-plugin reads the "
                              f"model's config from the GGUF's folder; accepted: a .gguf file in a folder with the "
@@ -34,54 +37,18 @@ def gguf_config(path: str | os.PathLike) -> tuple[Path, dict]:
     return Path(info["path"]), info["config_json"]
 
 
-def from_converter_tensors(cfg: dict, items) -> dict:
-    """``{Hugging Face name: float32 tensor}`` in the checkpoint's layout from ``(converter-form name, numpy array)``
-    pairs (llama.cpp's layout, :func:`sparse_mla.launch.gguf_writer.converter_tensors`): stacked experts split per
-    expert, ``k_b_proj`` / ``v_b_proj`` joined into ``kv_b_proj``, ``e_score_correction.bias`` renamed back."""
-    import numpy as np
-    import torch
-
-    from ..vllm_plugin.gguf_adapter import join_kv_b
-
-    state: dict[str, torch.Tensor] = {}
-    halves: dict[str, dict[str, np.ndarray]] = {}
-    for hf, w in items:
-        w = np.asarray(w, dtype=np.float32)
-        if hf.endswith(("k_b_proj.weight", "v_b_proj.weight")):
-            halves.setdefault(hf.rsplit(".", 2)[0], {})[hf.rsplit(".", 2)[1][0]] = w
-        elif ".mlp.experts." in hf:      # stacked [experts, out, in]
-            prefix, proj = hf.split(".mlp.experts.")
-            for e in range(w.shape[0]):
-                state[f"{prefix}.mlp.experts.{e}.{proj}"] = torch.from_numpy(np.ascontiguousarray(w[e]))
-        else:
-            state[hf.replace("e_score_correction.bias", "e_score_correction_bias")] = torch.from_numpy(w.copy())
-    for prefix, kv in halves.items():
-        state[prefix + ".kv_b_proj.weight"] = torch.from_numpy(join_kv_b(kv["k"], kv["v"],
-                                                                         cfg["num_attention_heads"]))
-    return state
-
-
 def load_gguf_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
     """``(config dict, {Hugging Face name: float32 tensor})`` of a GLM-5 GGUF (see the module docstring): the names
     and shapes :func:`sparse_mla.launch.checkpoint.load_checkpoint` gives for the safetensors it was made from.
     A tensor the config maps to no name is skipped, as vllm-gguf-plugin skips it. Needs gguf-py (``pip install
     'sparse-mla-workbook[gguf]'``). Raises :class:`UserInputError` as :func:`gguf_config` does."""
-    import gguf
+    from ..diagnose.gguf import read_gguf
+    from ..gguf.dequantize import dequantize, from_converter_tensors
+    from ..gguf.files import read_model
+    from ..gguf.names import gguf_to_hf_names
 
-    from ..vllm_plugin.gguf_adapter import dequantize, gguf_to_hf_names
-
-    from ..diagnose.gguf_files import model_files
-
-    p, cfg = gguf_config(path)
+    model = read_model(path)                   # every shard read once: checked, then its tensors dequantized
+    _, cfg = gguf_config(path, read_gguf(path, model=model))
     names = gguf_to_hf_names(cfg)
-    tensors = (t for f in model_files(p)[0] for t in gguf.GGUFReader(str(f)).tensors)    # every shard's
+    tensors = (t for r in model[2] for t in r.tensors)    # every shard's
     return cfg, from_converter_tensors(cfg, ((names[t.name], dequantize(t)) for t in tensors if t.name in names))
-
-
-def gguf_tensor_types(path: str | os.PathLike) -> dict[str, str]:
-    """``{GGUF tensor name: GGML type name}`` as stored in the model's files (every shard of a split model)."""
-    import gguf
-
-    from ..diagnose.gguf_files import model_files
-
-    return {t.name: t.tensor_type.name for f in model_files(path)[0] for t in gguf.GGUFReader(str(f)).tensors}

@@ -1,7 +1,7 @@
 """How far the forward on a GGUF's dequantized weights may land from the forward on the weights it was quantized
 from: Monte Carlo on the weights, as :mod:`sparse_mla.launch.forward_rounding` does on the arithmetic.
 
-Each GGML type bounds the error of every element it stores (:func:`sparse_mla.launch.gguf_quant.error_bound`: half a
+Each GGML type bounds the error of every element it stores (:func:`sparse_mla.gguf.quant.error_bound`: half a
 quantization step for the round-to-nearest types, the k-quants' bound with their fp16 scales). The model: every
 weight's error is independent and uniform in ``[-b, b]`` for its bound ``b`` (variance ``b^2 / 3``). For Q8_0, Q5_0 and
 F16, which round to nearest on a grid of step ``2b``, that is the rounding error's own variance; for Q4_K (bound: a
@@ -28,12 +28,12 @@ def weight_error_bounds(config: dict, state: dict[str, torch.Tensor], tensor_typ
     """``{Hugging Face name: float32 bound tensor}`` in the checkpoint's layout: each element's error bound for the
     GGML type its GGUF tensor has (``tensor_types``: GGUF tensor name -> type name, as read from the file), computed on
     the tensor as llama.cpp's converter lays it out (experts stacked, ``kv_b_proj`` split) and laid back by the
-    same inverse the reader uses (:func:`sparse_mla.launch.gguf_reader.from_converter_tensors`). Raises ValueError
+    same inverse the reader uses (:func:`sparse_mla.gguf.dequantize.from_converter_tensors`). Raises ValueError
     for a tensor without a type."""
-    from ..vllm_plugin.gguf_adapter import gguf_to_hf_names
-    from .gguf_quant import error_bound
-    from .gguf_reader import from_converter_tensors
-    from .gguf_writer import converter_tensors
+    from ..gguf.dequantize import from_converter_tensors
+    from ..gguf.names import gguf_to_hf_names
+    from ..gguf.quant import error_bound
+    from ..gguf.writer import converter_tensors
 
     type_of = {h: tensor_types[g] for g, h in gguf_to_hf_names(config).items() if g in tensor_types}
     items = []

@@ -1,9 +1,9 @@
-"""GGUF as people download it (issue 39 items 1-2): a split model, written by gguf-py's own split writer
-(``GGUFWriter(split_max_tensors=...)`` through ``make-checkpoint --gguf-split-max-tensors``), is read whole from any
-shard and from vllm-gguf-plugin's ``DIR:QUANT`` -- the metadata from the first shard, the tensors (and the indexer
-check, and what the config derives from the tensors) from all -- the same as the unsplit file of the same weights;
-a missing shard, a shard of another split, and a ``DIR:QUANT`` that matches nothing are one line naming them, in
-diagnose and in launch's checks."""
+"""sparse_mla.gguf.files: GGUF as people download it (issue 39 items 1-2): a split model, written by gguf-py's own
+split writer (``GGUFWriter(split_max_tensors=...)`` through ``make-checkpoint --gguf-split-max-tensors``), is read
+whole from any shard and from vllm-gguf-plugin's ``DIR:QUANT`` -- the metadata from the first shard, the tensors (and
+the indexer check, and what the config derives from the tensors) from all -- the same as the unsplit file of the same
+weights; a missing shard, a shard of another split, and a ``DIR:QUANT`` that matches nothing are one line naming them,
+in diagnose and in launch's checks."""
 from __future__ import annotations
 
 import re
@@ -15,10 +15,11 @@ import pytest
 gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf and test extras bring it)")
 
 from sparse_mla import cli  # noqa: E402
-from sparse_mla.diagnose import diagnose, gguf_files  # noqa: E402
+from sparse_mla.diagnose import diagnose  # noqa: E402
 from sparse_mla.diagnose.gguf import read_gguf  # noqa: E402
-from sparse_mla.diagnose.gguf_files import is_gguf  # noqa: E402
 from sparse_mla.errors import UserInputError  # noqa: E402
+from sparse_mla.gguf import files as gguf_files  # noqa: E402
+from sparse_mla.gguf.files import is_gguf  # noqa: E402
 from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
 from sparse_mla.launch.gguf_reader import gguf_config, load_gguf_checkpoint  # noqa: E402
 
@@ -122,7 +123,7 @@ def test_the_plugins_own_discovery_is_used_where_it_is_importable(models, tmp_pa
 
     fakes = {("weights_adapter.default", "GGUFWeightsAdapter._get_all_gguf_files"): discover,
              ("weight_utils", "resolve_local_gguf"): resolve}
-    monkeypatch.setattr(gguf_files, "_plugin", lambda module, name: fakes.get((module, name)))
+    monkeypatch.setattr(gguf_files, "plugin_object", lambda module, name: fakes.get((module, name)))
     with pytest.raises(UserInputError, match=f"missing in '{folder}': {SHARDS[1]};"):
         gguf_files.model_files(f"{folder}:Q8_0")
     assert calls == [(str(folder), "Q8_0"), str(folder / SHARDS[0])]
@@ -269,7 +270,7 @@ def _folder_with(models, tmp_path, name, state_change=None, config_change=None, 
     import json
 
     from sparse_mla.launch.checkpoint import load_checkpoint
-    from sparse_mla.launch.gguf_writer import write_gguf
+    from sparse_mla.gguf.writer import write_gguf
 
     src = models[0]
     out = tmp_path / name
@@ -361,3 +362,12 @@ def test_dir_quant_in_a_folder_named_like_a_glob_says_why_the_plugin_finds_nothi
                                              r"name as a glob pattern"):
         read_gguf(f"{folder}:Q8_0")
     assert read_gguf(str(folder / SHARDS[0]))["files"] == SHARDS              # the accepted way round it
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs os.mkfifo")
+def test_a_fifo_is_no_gguf_and_is_not_read(tmp_path):
+    """``is_gguf`` reads the magic of regular files only: opening a FIFO would block until a writer came."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe")
+    assert not is_gguf(tmp_path / "pipe")

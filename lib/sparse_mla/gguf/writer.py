@@ -23,7 +23,7 @@ and :func:`converter_tensors` / :func:`write_metadata` do the same:
   key length and top-k; the tokenizer as ``gpt2`` BPE (tokens, types, merges, special ids by gguf-py's
   ``SpecialVocab``).
 
-Q4_K's quantizer is :func:`sparse_mla.launch.gguf_quant.quantize_q4_k` (gguf-py has none); the file type key is then
+Q4_K's quantizer is :func:`sparse_mla.gguf.quant.quantize_q4_k` (gguf-py has none); the file type key is then
 ``MOSTLY_Q4_K_S`` (Q4_K for the weights, with llama.cpp's fallbacks). Needs gguf-py (``pip install
 'sparse-mla-workbook[gguf]'``).
 
@@ -50,7 +50,7 @@ Where it departs from llama.cpp, or where llama.cpp's rules do not reach a GLM-5
   matches ``indexer.attn_k`` -- and attn_v-like Q8_0). GLM-5 has 256 routed experts, so they do not fire for it;
   ``glm-5-tiny`` has 8, where llama-quantize would take them and this recipe does not (it writes the types GLM-5's
   own Q4_K_M has; there is no Q5_K quantizer here);
-* the quantizers are ours (:mod:`sparse_mla.launch.gguf_quant`: max-based scales, not llama.cpp's search, no
+* the quantizers are ours (:mod:`sparse_mla.gguf.quant`: max-based scales, not llama.cpp's search, no
   importance matrix); the types and byte layouts are llama.cpp's.
 """
 from __future__ import annotations
@@ -63,6 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .names import GLM_DSA
+
 #: ``--gguf TYPE`` -> (GGML type of the quantized weights, gguf-py ``LlamaFileType`` name of the file).
 GGUF_TYPES: dict[str, tuple[str, str]] = {
     "F16": ("F16", "MOSTLY_F16"),
@@ -70,9 +72,6 @@ GGUF_TYPES: dict[str, tuple[str, str]] = {
     "Q4_K": ("Q4_K", "MOSTLY_Q4_K_S"),
     "Q4_K_M": ("Q4_K", "MOSTLY_Q4_K_M"),   # mixed: per-tensor types by :func:`q4_k_m_type`
 }
-
-#: gguf-py's architecture name of GLM-5 (``MODEL_ARCH_NAMES[MODEL_ARCH.GLM_DSA]``).
-GLM_DSA = "glm-dsa"
 
 #: llama.cpp's fallback where a row is not a multiple of a k-quant's 256 values (``llama_tensor_get_type``).
 _K_FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
@@ -239,7 +238,7 @@ def write_gguf(path: str | os.PathLike, cfg: dict, state: dict, tokenizer_dir: s
     """
     import gguf
 
-    from .gguf_quant import quantize
+    from .quant import quantize
 
     if gguf_type not in GGUF_TYPES:
         raise ValueError(f"unknown GGUF type {gguf_type!r}; accepted: {', '.join(GGUF_TYPES)}")

@@ -1,7 +1,8 @@
-"""A GGUF's tensors against the config vLLM reads, whichever loader would read them (issue 47 item 3): a split with a
-shard of another split (tensors twice) or of another model (an 8-head shard inside a 64-head split) is named, in the
-diagnosis with and without ``--with-plugin`` and in launch's check; the shape table is that of the files llama.cpp's
-layout gives, and every entry of it can fail."""
+"""sparse_mla.gguf.tensors: a GGUF's tensors against the config vLLM reads, whichever loader would read them (issue 47
+item 3): a split with a shard of another split (tensors twice) or of another model (an 8-head shard inside a 64-head
+split) is named, in the diagnosis with and without ``--with-plugin`` and in launch's check; the shape table is that of
+the files llama.cpp's layout gives, and every entry of it can fail; the checks the weights adapter's load plan makes
+too (indexer tensors, coverage both ways, shards)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,10 @@ gguf = pytest.importorskip("gguf", reason="gguf-py is not installed (the gguf an
 
 from sparse_mla.diagnose import diagnose  # noqa: E402
 from sparse_mla.diagnose.gguf import read_gguf  # noqa: E402
-from sparse_mla.diagnose.gguf_tensors import expected_shapes, shape_problems  # noqa: E402
 from sparse_mla.errors import UserInputError  # noqa: E402
+from sparse_mla.gguf.tensors import (check_coverage, check_indexer_tensors, check_shards, expected_shapes,  # noqa: E402
+                                     shape_problems)
+from sparse_mla.gguf.writer import write_gguf  # noqa: E402
 from sparse_mla.launch.checkpoint import make_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.gguf
@@ -96,3 +99,55 @@ def test_launch_refuses_the_8_head_shard_before_an_engine_starts(splits, tmp_pat
     with pytest.raises(UserInputError, match=r"would not load: .*tensors whose shape is not the config's"):
         check_model(str(folder / SHARDS[0]))
     assert check_model(str(splits["a"] / SHARDS[0])) == splits["a"] / SHARDS[0]
+
+
+@pytest.mark.every_line
+def test_gguf_without_indexer_tensors_is_refused_by_name(q4k_gguf, tmp_path):
+    out, cfg, state, _ = q4k_gguf
+    dense = {k: v for k, v in state.items() if ".indexer." not in k}
+    [p] = write_gguf(tmp_path / "dense.gguf", cfg, dense, out, "Q8_0")
+    names = [t.name for t in gguf.GGUFReader(str(p)).tensors]
+    with pytest.raises(UserInputError, match=r"no DSA indexer tensors \(blk\.0\.indexer\.attn_q_b\.weight.*refused"):
+        check_indexer_tensors(names, cfg["num_hidden_layers"], str(p))
+    check_indexer_tensors([t.name for t in q4k_gguf[3].tensors], cfg["num_hidden_layers"], "ok")
+
+
+@pytest.mark.every_line
+def test_check_coverage_names_both_directions_for_the_models_own_tensors():
+    ok = {"token_embd.weight": "e", "output.weight": "h", "blk.0.attn_norm.weight": "n", "blk.2.eh_proj.weight": "m"}
+    described = {*ok, "blk.1.exp_probs_b.bias"}
+    check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "output.bias",
+                       "blk.3.enorm.weight", "blk.0.attn_kv_b.weight"], ok, "m.gguf", main_layers=2,
+                      described=described)      # MTP blocks and what the metadata does not describe pass
+    with pytest.raises(UserInputError, match=r"'m\.gguf': tensors the config gives no vLLM parameter \(their values "
+                                             r"would be ignored\): blk\.1\.exp_probs_b\.bias; tensors the config needs "
+                                             r"that no file holds \(their parameters would stay empty\): output\.weight; "
+                                             r"refused"):
+        check_coverage(["token_embd.weight", "blk.0.attn_norm.weight", "blk.1.exp_probs_b.bias"], ok, "m.gguf", 2,
+                          described)
+    check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "blk.1.exp_probs_b.bias"], ok,
+                      "m.gguf", 2, None)       # metadata that describes no config: only the missing are refused
+
+
+class _Reader:
+    def __init__(self, names, no=None, count=None):
+        from types import SimpleNamespace
+
+        self.tensors = [SimpleNamespace(name=n) for n in names]
+        self._f = {"split.no": no, "split.count": count}
+
+    def get_field(self, key):
+        from types import SimpleNamespace
+
+        v = self._f.get(key)
+        return None if v is None else SimpleNamespace(contents=lambda: v)
+
+
+@pytest.mark.every_line
+def test_check_shards_refuses_missing_shards_and_tensors_held_twice():
+    check_shards([_Reader(["a"])], ["m.gguf"], "m.gguf")                      # an unsplit file
+    check_shards([_Reader(["a"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")
+    with pytest.raises(UserInputError, match=r"a split of 3 shards, found 2 \(m-1, m-2\), the first is shard 1"):
+        check_shards([_Reader(["a"], 0, 3), _Reader(["b"], 1, 3)], ["m-1", "m-2"], "m")
+    with pytest.raises(UserInputError, match=r"tensors held by more than one shard: b \(shards of different"):
+        check_shards([_Reader(["a", "b"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")

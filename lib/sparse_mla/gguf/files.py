@@ -14,7 +14,9 @@ launch read it as the plugin will, using the plugin's own code where it is impor
   missing tensor, or worse); here a missing shard is refused by name.
 
 Where vllm-gguf-plugin is not installed (it is the ``gguf`` extra), the same two rules are applied here, and
-:func:`model_files` says which code resolved the files (``discovery``).
+:func:`model_files` says which code resolved the files (``discovery``). :func:`read_model` reads them with gguf-py,
+each once, and checks that they are one model's shards; :func:`is_gguf` is the one answer to whether a ``--model``
+names a GGUF at all.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ import re
 from pathlib import Path
 
 from ..errors import UserInputError, expand_path
+from .metadata import metadata_field
+from .tensors import check_shards
 
 #: A shard's name: ``PREFIX-%05d-of-%05d.gguf`` (llama.cpp's ``llama_split_path``; gguf-py's ``format_shard_names``).
 SPLIT = re.compile(r"-(\d+)-of-(\d+)\.gguf$")
@@ -75,7 +79,7 @@ def reference(model) -> tuple[Path, str] | None:
     if not QUANT.fullmatch(quant):          # vllm-gguf-plugin globs for it: no pattern characters
         raise UserInputError(f"model {text!r}: {quant!r} is not a GGUF quant type; accepted: a type as GGUF file names "
                              f"carry it (letters, digits, _ . + -: Q8_0, Q4_K_M, UD-Q4_K_XL) after DIR:")
-    takes = _plugin("gguf_utils", "is_local_gguf_quant")     # what vLLM's side asks (the plugin, where installed)
+    takes = plugin_object("gguf_utils", "is_local_gguf_quant")     # what vLLM's side asks (the plugin, where installed)
     if takes is not None and not takes(f"{folder_path}:{quant}"):
         raise UserInputError(f"model {text!r}: vllm-gguf-plugin does not take {quant!r} for a GGUF quant type "
                              f"(is_local_gguf_quant: a GGUF type spelled as llama.cpp does, Q8_0, Q4_K_M, IQ3_M; "
@@ -84,7 +88,7 @@ def reference(model) -> tuple[Path, str] | None:
     return folder_path, quant
 
 
-def _plugin(module: str, name: str):
+def plugin_object(module: str, name: str):
     """vllm-gguf-plugin's ``module.name``, or None where the plugin (or what it imports) cannot be imported."""
     import importlib
     import logging
@@ -105,7 +109,7 @@ def _plugin(module: str, name: str):
 
 def _resolve_local(folder: Path, quant: str) -> tuple[Path, str]:
     """The plugin's ``resolve_local_gguf(folder, quant)``, or the same rule here; ``(file, discovery)``."""
-    resolve = _plugin("weight_utils", "resolve_local_gguf")
+    resolve = plugin_object("weight_utils", "resolve_local_gguf")
     if resolve is not None:
         try:
             return Path(resolve(str(folder), quant)), PLUGIN
@@ -143,7 +147,7 @@ def shards(path: Path) -> tuple[list[Path], str]:
                              f"(llama.cpp's PREFIX-00001-of-00004.gguf)")
     prefix, suffix = path.name[:m.start(1)], path.name[m.end(2):]
     expected = [path.parent / f"{prefix}{i:0{digits}d}-of-{total:0{digits}d}{suffix}" for i in range(1, total + 1)]
-    discover = _plugin("weights_adapter.default", "GGUFWeightsAdapter._get_all_gguf_files")
+    discover = plugin_object("weights_adapter.default", "GGUFWeightsAdapter._get_all_gguf_files")
     if discover is not None:
         found, how = [Path(f) for f in discover(str(path))], PLUGIN
     else:
@@ -175,3 +179,49 @@ def model_files(model) -> tuple[list[Path], str]:
     a file (any shard of a split model) or ``DIR:QUANT`` (:func:`loader_file`). Raises :class:`UserInputError` for a
     path that is not a file, a ``DIR:QUANT`` with no matching file, or a missing shard."""
     return shards(loader_file(model))
+
+
+def _reader(path: Path, model):
+    import gguf
+
+    try:
+        return gguf.GGUFReader(str(path))
+    except Exception as e:  # noqa: BLE001 - gguf-py raises ValueError, struct errors, ...
+        raise UserInputError(f"model {str(model)!r}: {path.name} is not a GGUF file gguf-py can read "
+                             f"({type(e).__name__}: {str(e)[:120]}); accepted: a GGUF file, a preset, a config.json "
+                             f"or a checkpoint directory") from None
+
+
+def check_split(readers: list, files: list[Path]) -> None:
+    """Each shard's ``split.no`` / ``split.count`` (gguf-py's split writer writes them into every shard) agree with
+    its name: a shard of another split is refused by name."""
+    for i, (r, f) in enumerate(zip(readers, files)):
+        no, count = metadata_field(r, "split.no", None), metadata_field(r, "split.count", None)
+        if len(files) == 1 and (no, count) in ((None, None), (0, 1)):
+            continue                                   # an unsplit file (gguf-py writes no split keys then)
+        if (no, count) != (i, len(files)):
+            said = (f"shard {no + 1} of {count} (split.no {no}, counted from 0)" if isinstance(no, int)
+                    else f"split.no {no!r} of split.count {count!r}")
+            raise UserInputError(f"GGUF shard {str(f)!r} says it is {said}; its name says shard {i + 1} of "
+                                 f"{len(files)}: a shard of another split; accepted: the shards of one model, as "
+                                 f"llama.cpp's gguf-split or gguf-py's split writer wrote them")
+
+
+def read_model(model) -> tuple[list[Path], str, list]:
+    """``(files, discovery, readers)``: a GGUF ``--model``'s files (:func:`model_files`) read by gguf-py, each once
+    (``readers``: one ``gguf.GGUFReader`` per file, the first holding the metadata), after checking that they are one
+    model's shards (:func:`check_split`, :func:`~sparse_mla.gguf.tensors.check_shards`: a tensor twice, shards of two
+    splits mixed, refused before anything asks what lacks). Raises :class:`UserInputError` for what
+    :func:`model_files` refuses, a file gguf-py cannot read, and a shard of another split."""
+    files, discovery = model_files(model)
+    readers = [_reader(f, model) for f in files]
+    check_split(readers, files)
+    check_shards(readers, files, str(model))
+    return files, discovery, readers
+
+
+def gguf_tensor_types(path: str | os.PathLike) -> dict[str, str]:
+    """``{GGUF tensor name: GGML type name}`` as stored in the model's files (every shard of a split model)."""
+    import gguf
+
+    return {t.name: t.tensor_type.name for f in model_files(path)[0] for t in gguf.GGUFReader(str(f)).tensors}

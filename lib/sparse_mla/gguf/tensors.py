@@ -1,0 +1,183 @@
+"""A GGUF's tensors against a config: the checks the weights adapter's load plan
+(:class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter`) and the diagnosis both make.
+
+* :func:`check_shards`: no split shard missing (``split.count`` of the first), no tensor held by two shards;
+* :func:`check_indexer_tensors`: every block has the DSA indexer's tensors (a GGUF without them would run dense);
+* :func:`check_coverage`: the name map of the config vLLM loads and the files' tensors agree on the model's own
+  tensors (:func:`described_tensors`: those the GGUF's own metadata maps);
+* :func:`tensor_problem`: all of that, and the shapes, for the config vLLM reads, asked whichever loader would read
+  the files.
+
+vllm-gguf-plugin's default adapter refuses a ``glm-dsa`` GGUF before it reads a tensor, and stock vLLM 0.26 has no
+GGUF loader: on those paths nothing looked at the tensors, so a split with a shard of another model (a tensor twice,
+another missing, an 8-head shard inside a 64-head split) was diagnosed as if it would load. :func:`tensor_problem`
+asks the same questions of every GGUF, loader aside:
+
+* the tensors the config maps that no file holds (or that it gives no parameter):
+  :func:`check_coverage`, the load plan's own check, with the config vLLM reads (the LM head as vllm-gguf-plugin's
+  patch decides it: present or tied); a tensor held by two shards is refused before, where the files are read
+  (:func:`check_shards` in :func:`sparse_mla.diagnose.gguf.read_gguf`);
+* each tensor's shape against :func:`expected_shapes`: the shapes llama.cpp's ``glm-dsa`` converter writes for the
+  config's geometry (``convert_hf_to_gguf.py``, ``GlmMoeDsaModel`` / ``DeepseekV2Model.modify_tensors``: ``kv_b_proj``
+  split per head into ``attn_k_b`` [heads, kv_lora_rank, qk_nope_head_dim] and ``attn_v_b`` [heads, v_head_dim,
+  kv_lora_rank]; experts stacked [n_routed_experts, ...]), in PyTorch's row-major order (gguf-py's ``shape``
+  reversed).
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+from ..errors import UserInputError
+from .metadata import config_from_gguf, metadata_field
+from .names import INDEXER_TENSORS, TOP_LEVEL, gguf_to_hf_names, gguf_to_vllm_names
+
+
+def _block_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    D, nh = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    qr, kvr = cfg.get("q_lora_rank"), int(cfg["kv_lora_rank"])
+    nope, rope = int(cfg.get("qk_nope_head_dim", 128)), int(cfg["qk_rope_head_dim"])
+    v = int(cfg.get("v_head_dim", 128))
+    out = {"attn_norm.weight": (D,), "ffn_norm.weight": (D,), "attn_kv_a_mqa.weight": (kvr + rope, D),
+           "attn_kv_a_norm.weight": (kvr,), "attn_k_b.weight": (nh, kvr, nope), "attn_v_b.weight": (nh, v, kvr),
+           "attn_output.weight": (D, nh * v)}
+    if qr is not None:
+        out.update({"attn_q_a.weight": (qr, D), "attn_q_a_norm.weight": (qr,),
+                    "attn_q_b.weight": (nh * (nope + rope), int(qr))})
+    ih, idim = cfg.get("index_n_heads"), cfg.get("index_head_dim")
+    if ih is not None and idim is not None and qr is not None:
+        out.update({"indexer.attn_q_b.weight": (ih * idim, qr), "indexer.attn_k.weight": (idim, D),
+                    "indexer.proj.weight": (ih, D), "indexer.k_norm.weight": (idim,),
+                    "indexer.k_norm.bias": (idim,)})
+    if cfg.get("intermediate_size") is not None:
+        inter = int(cfg["intermediate_size"])
+        out.update({"ffn_gate.weight": (inter, D), "ffn_up.weight": (inter, D), "ffn_down.weight": (D, inter)})
+    E, im = cfg.get("n_routed_experts"), cfg.get("moe_intermediate_size")
+    if E is not None and im is not None:
+        out.update({"ffn_gate_inp.weight": (E, D), "exp_probs_b.bias": (E,), "ffn_gate_exps.weight": (E, im, D),
+                    "ffn_up_exps.weight": (E, im, D), "ffn_down_exps.weight": (E, D, im)})
+        if cfg.get("n_shared_experts"):
+            s = im * int(cfg["n_shared_experts"])
+            out.update({"ffn_gate_shexp.weight": (s, D), "ffn_up_shexp.weight": (s, D), "ffn_down_shexp.weight": (D, s)})
+    return out
+
+
+def expected_shapes(cfg: dict[str, Any]) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """``(top-level name -> shape, block suffix -> shape)``: the PyTorch-order shapes of a ``glm-dsa`` GGUF's tensors
+    for the Hugging Face config ``cfg`` (GLM-5 / DeepSeek-V3.2 keys), as llama.cpp's converter writes them (see the
+    module docstring); a block tensor ``blk.N.<suffix>`` has its suffix's shape in every block."""
+    D, V = int(cfg["hidden_size"]), int(cfg["vocab_size"])
+    top = {"token_embd.weight": (V, D), "output.weight": (V, D), "output_norm.weight": (D,)}
+    return top, _block_shapes(cfg)
+
+
+def shape_problems(shapes: dict[str, tuple[int, ...]], cfg: dict[str, Any]) -> list[str]:
+    """``"NAME is [a, b], the config's geometry gives [c, d]"`` for each tensor of ``shapes`` (GGUF name ->
+    PyTorch-order shape) whose shape is not :func:`expected_shapes`' for ``cfg``; tensors it has no shape for (MTP's
+    own, converters' extras) are left alone."""
+    top, block = expected_shapes(cfg)
+    out = []
+    for name, shape in shapes.items():
+        want = top.get(name) if not name.startswith("blk.") else block.get(name.split(".", 2)[-1])
+        if want is not None and tuple(shape) != tuple(want):
+            out.append(f"{name} is {list(shape)}, the config's geometry gives {list(want)}")
+    return out
+
+
+def tensor_problem(readers, cfg: dict[str, Any], source: str) -> str | None:
+    """What is wrong with a GGUF model's tensors (every shard's ``readers``, gguf-py; no tensor twice) for the config
+    vLLM reads (``cfg``, a Hugging Face config dict): a tensor the config needs that no file holds or that it gives
+    no parameter (the load plan's check), a shape the config's geometry does not give (:func:`shape_problems`, the
+    first four and a count). None where nothing is."""
+    names = [t.name for r in readers for t in r.tensors]
+    try:
+        tied = {**cfg, "tie_word_embeddings": "output.weight" not in names}   # vllm-gguf-plugin's patch
+        check_coverage(set(names), gguf_to_vllm_names(tied), source, int(cfg["num_hidden_layers"]),
+                       described_tensors(readers[0], names))
+    except UserInputError as e:
+        return str(e)
+    except (KeyError, TypeError, ValueError) as e:   # a config the name map cannot read: the config stage's to say
+        return f"GGUF {source!r}: the config vLLM reads gives no tensor map ({type(e).__name__}: {e})"
+    wrong = shape_problems({t.name: tuple(int(s) for s in reversed(t.shape)) for r in readers for t in r.tensors},
+                           cfg)
+    if not wrong:
+        return None
+    more = f" ... ({len(wrong)} in all)" if len(wrong) > 4 else ""
+    return (f"GGUF {source!r}: tensors whose shape is not the config's: {'; '.join(wrong[:4])}{more} (a shard of "
+            f"another model, or the config.json of another); refused. accepted: every shard of one glm-dsa model, "
+            f"with the config.json of the same model")
+
+
+def check_indexer_tensors(tensor_names, n_layers: int, source: str) -> None:
+    """Refuse a GGUF that lacks any DSA indexer tensor (:data:`INDEXER_TENSORS`) of blocks ``0 .. n_layers - 1``:
+    :class:`UserInputError` naming the missing tensors -- such a file would run dense attention."""
+    have = set(tensor_names)
+    missing = [f"blk.{i}.{t}" for i in range(n_layers) for t in INDEXER_TENSORS if f"blk.{i}.{t}" not in have]
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" ... ({len(missing)} in all)" if len(missing) > 4 else "")
+        raise UserInputError(f"GGUF {source!r} has no DSA indexer tensors ({shown}): converted without the lightning "
+                             f"indexer (early llama.cpp conversions of GLM-5 as glm4moe), it would run dense attention; "
+                             f"refused. accepted: a glm-dsa GGUF with blk.N.indexer.* tensors (llama.cpp's converter "
+                             f"with DSA support, or sparse-mla make-checkpoint --gguf)")
+
+
+def _show(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f" ... ({len(names)} in all)" if len(names) > 4 else "")
+
+
+def check_coverage(file_tensors, mapped, source: str, main_layers: int, described=None) -> None:
+    """Refuse a load whose name map (GGUF name -> vLLM name, ``mapped``, from the config vLLM loads) and the files'
+    tensors (``file_tensors``, every shard's) disagree on the model's own tensors -- :data:`TOP_LEVEL` and the blocks
+    ``blk.0`` .. ``blk.{main_layers - 1}``: :class:`UserInputError` naming the tensors the config gives no parameter
+    although the GGUF's own metadata describes them (``described``: the GGUF names of :func:`config_from_gguf`'s map;
+    the config and the GGUF describe different models, e.g. a router bias that would be ignored) and the mapped
+    tensors no file holds (their parameters would stay empty). The MTP blocks (``blk.{main_layers}`` on) are left
+    out: the model skips them; only MTP speculative decoding loads them. Tensors the metadata's map does not name
+    either (``attn_kv_b`` beside ``attn_k_b``/``attn_v_b``, as some converters keep it) are ignored, as the plugin
+    ignores them; with ``described`` None, every unmapped tensor is."""
+    def own(name: str) -> bool:
+        if not name.startswith("blk."):
+            return name in TOP_LEVEL
+        block = name.split(".")[1]
+        return block.isdigit() and int(block) < main_layers
+
+    have, want = set(file_tensors), set(mapped)
+    ignored = sorted(n for n in have - want if own(n) and n in set(described or ()))
+    absent = sorted(n for n in want - have if own(n))
+    if not (ignored or absent):
+        return
+    parts = ([f"tensors the config gives no vLLM parameter (their values would be ignored): {_show(ignored)}"]
+             if ignored else []) + (
+        [f"tensors the config needs that no file holds (their parameters would stay empty): {_show(absent)}"]
+        if absent else [])
+    raise UserInputError(f"GGUF {source!r}: {'; '.join(parts)}; refused. accepted: every shard of one glm-dsa model "
+                         f"as llama.cpp's converter writes it, with the config.json of the same model")
+
+
+def described_tensors(first_reader, names) -> set[str] | None:
+    """The GGUF names the model's own metadata maps (:func:`gguf_to_hf_names` of :func:`config_from_gguf`), or None
+    where the metadata lacks what that config needs (vLLM reads ``config.json``, not the metadata, so such a file is
+    not refused for it here)."""
+    try:
+        return set(gguf_to_hf_names(config_from_gguf(first_reader, names)))
+    except UserInputError:
+        return None
+
+
+def check_shards(readers, files, source: str) -> None:
+    """Refuse what vllm-gguf-plugin's shard discovery (``_get_all_gguf_files``: the shards that exist) passes over
+    silently: a split whose first shard (``split.no`` 0, the metadata) or any other is missing (``split.count`` of
+    the first file found), and a tensor name held twice (shards of two splits mixed): :class:`UserInputError`
+    naming them."""
+    no, count = metadata_field(readers[0], "split.no", None), metadata_field(readers[0], "split.count", None)
+    if count is not None and (no != 0 or len(files) != count):
+        found = ", ".join(os.path.basename(str(f)) for f in files)
+        raise UserInputError(f"GGUF {source!r}: a split of {count} shards, found {len(files)} ({found}), the first "
+                             f"{'is' if no == 0 else 'is not'} shard 1 (split.no 0, the metadata); refused. accepted: "
+                             f"every shard of the model in one folder")
+    seen = Counter(t.name for r in readers for t in r.tensors)
+    twice = sorted(n for n, k in seen.items() if k > 1)
+    if twice:
+        raise UserInputError(f"GGUF {source!r}: tensors held by more than one shard: {_show(twice)} (shards of "
+                             f"different splits mixed?); refused. accepted: the shards of one model, as written")
