@@ -35,9 +35,6 @@ FP8_DS_MLA_DIMS = (KV_LORA_RANK, ROPE_DIM)
 MLA_HEAD_SIZES = (LATENT_DIM, KV_LORA_RANK)
 
 INDEX_TOPK_MULTIPLE = 128
-#: The indexer's fp8 K cache: one fp32 scale per this many values of a key (``Indexer.quant_block_size``, fixed in
-#: vLLM's ``deepseek_v2.py``), a row of ``index_head_dim + index_head_dim // 128 * 4`` bytes.
-INDEXER_QUANT_BLOCK = 128
 
 PATCH_MARK = "_sparse_mla_patch"
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserInputError, expand_path
-from .layouts import INDEXER_QUANT_BLOCK
 
 #: The full Hugging Face ``config.json`` of each preset (real geometry, real sizes).
 PRESET_CONFIGS: dict[str, dict[str, Any]] = {
@@ -423,6 +422,10 @@ def transformers_default_index_topk(model_type: str) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: The indexer's fp8 K cache keeps one fp32 scale per this many values of a key (``Indexer.quant_block_size``, fixed
+#: in vLLM's ``deepseek_v2.py``: a row of ``index_head_dim + index_head_dim // 128 * 4`` bytes), so ``index_head_dim``
+#: is a multiple of it.
+INDEXER_QUANT_BLOCK = 128
 #: The largest ``config.json`` read (a config with a vocabulary map inlined stays far below; no DSA config is near).
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
