@@ -477,6 +477,7 @@ def test_the_breakers_round_on_2026_12_05(tmp_path, name, edit, says):
 
 
 LONG_RECORD = "../h100-80gb-hbm3/launch_h100-80gb-hbm3_long_prompts.json"
+H100_GGUF = "../h100-80gb-hbm3/launch_h100-80gb-hbm3_gguf_q4_k.json"
 MTP_RECORD = "../h100-80gb-hbm3/launch_h100-80gb-hbm3_mtp.json"
 
 
@@ -495,12 +496,42 @@ def _serve_as_offline(r, same: bool):
                              for e in v], "same_first_token False"),
     (GGUF_RECORD, lambda r: r["reference_first_token"][_T][0].update(vllm_first_token=7), "vllm_first_token 7"),
     (GGUF_RECORD, lambda r: r["parity_vs_ours"]["FLASHMLA_SPARSE"]["per_prompt"][0].update(identical=False),
-     "parity_vs_ours.FLASHMLA_SPARSE: not what its runs' generations give"),
+     "parity_vs_ours: not what its runs give"),
     (GGUF_RECORD, lambda r: r["parity_pairs"][0].update(all_identical=False), "parity_pairs"),
-    (GGUF_RECORD, lambda r: _first_gen(r)["token_ids"].__setitem__(-1, 3), "not what its runs' generations give"),
+    (GGUF_RECORD, lambda r: _first_gen(r)["token_ids"].__setitem__(-1, 3), "parity_pairs: not what its runs give"),
     (LONG_RECORD, lambda r: r["engine_agreement"][0]["vs"]["FLASHMLA_SPARSE"].update(same_first_token=False),
      "engine_agreement: not what"),
+    # ... and the holes the breaker's next round found in those checks (helper, 2026-12-06): the criterion's own
+    # first tokens, its decisive flags and count, entries or summaries deleted, throughput, top_k
+    (H100_GGUF, lambda r: r["first_token_criterion"]["per_prompt"][0]["first_tokens"].update(TRITON_MLA_SPARSE=1311),
+     "first_tokens"),
+    (H100_GGUF, lambda r: r["first_token_criterion"]["per_prompt"][0].update(decisive=False), "decisive False"),
+    (H100_GGUF, lambda r: r["first_token_criterion"].update(decisive_prompts=0), "decisive_prompts 0"),
+    (H100_GGUF, lambda r: r["first_token_criterion"]["per_prompt"][0].update(reference_argmax=1311),
+     "reference_argmax 1311"),
+    (H100_GGUF, lambda r: r.pop("first_token_criterion"), "no first_token_criterion"),
+    (H100_GGUF, lambda r: r["first_token_criterion"].update(error=[]), "first_token_criterion.error is empty"),
+    (H100_GGUF, lambda r: r["reference_first_token"].update({_T: []}), "not one entry per judged prompt"),
+    (H100_GGUF, lambda r: r["reference_first_token"].update(error=[]), "reference_first_token.error is empty"),
+    (H100_GGUF, lambda r: r["reference_first_token"].pop(_T), "reference_first_token compares"),
+    (H100_GGUF, lambda r: r["reference_first_token"][_T][0].update(top_k=3), "top_k 3"),
+    (H100_GGUF, lambda r: r["throughput_tokens_per_s"].update({_T: 99999.0}), "throughput_tokens_per_s: not what"),
+    (H100_GGUF, lambda r: r.pop("parity_pairs"), "no parity_pairs"),
+    (LONG_RECORD, lambda r: r.update(engine_agreement=[]), "engine_agreement: not what"),
+    (LONG_RECORD, lambda r: r.pop("engine_agreement"), "no engine_agreement"),
+    (LONG_RECORD, lambda r: r["parity_vs_ours"].pop("FLASHMLA_SPARSE"), "parity_vs_ours: not what"),
     (GGUF_RECORD, lambda r: _serve_as_offline(r, False), "matches_offline False, yet"),
+    (GGUF_RECORD, lambda r: (_serve_as_offline(r, True), r["serve"].pop("matches_offline")), "no matches_offline"),
+    (H100_GGUF, lambda r: [(v.pop("kv_cache_dtype"), [x.update(kv_cache_dtype="fp8_ds_mla") for x in v["layers"].values()
+                                                      if x.get("layer") == "MLAAttention"]) for v in r["runs"].values()],
+     "the run asked 'auto'"),
+    (H100_GGUF, lambda r: [v.update(layers={n: x for n, x in v["layers"].items() if x.get("layer") != "MLAAttention"})
+                           for v in r["runs"].values()], "attention layer(s), ran counts 2"),
+    (H100_GGUF, lambda r: r["runs"][_T].update(attention_backends=["FLASHMLA_SPARSE"]), "attention_backends"),
+    (H100_GGUF, lambda r: [g.update(token_ids=[], logprobs=[]) for v in r["runs"].values() for g in v["generations"]],
+     "has 0 token(s)"),
+    (H100_GGUF, lambda r: r["model"].update(num_hidden_layers="2"), "model.num_hidden_layers '2' is no layer count"),
+    (H100_GGUF, lambda r: r.update(prompt_lengths="48,900"), "prompt_lengths '48,900' is not a list"),
     # per run: KV dtypes, layer counts, empty blocks
     (GGUF_RECORD, lambda r: [v.update(kv_cache_dtype="fp8_ds_mla") for v in r["runs"][_T]["layers"].values()
                              if v.get("layer") == "MLAAttention"], "KV dtype 'fp8_ds_mla', the run asked 'auto'"),
@@ -511,6 +542,11 @@ def _serve_as_offline(r, same: bool):
     # version fields that are no version
     (GGUF_RECORD, lambda r: r["environment"].update(torch="banana"), "environment.torch"),
     (GGUF_RECORD, lambda r: r["runs"][_T]["environment"].update(triton="x"), "triton"),
+    (GGUF_RECORD, lambda r: [v.update(torch="2.11.0+cu130 (edited)") for v in (r["environment"], *(
+        x["environment"] for x in r["runs"].values()))], "torch"),
+    (H100_GGUF, lambda r: r["runs"][_T]["environment"].update(date=r["environment"]["date"][:19] + "+12:00"),
+     "not within 6 hours"),
+    (H100_GGUF, lambda r: r["runs"][_T]["environment"].update(date="2025-03-01T00:00:00"), "not within 6 hours"),
 ])
 def test_the_breakers_round_on_2026_12_06(tmp_path, name, edit, says):
     """Issue 47, what the breaker's round of 2026-12-06 left proven: summaries (reference first tokens, parity flags,
@@ -554,4 +590,9 @@ def test_a_revision_that_is_no_commit_of_the_records_repository_is_unproven(tmp_
     for r in (rec, *rec["runs"].values()):
         r["environment"]["revision"] = fake
     v = verdict(tmp_path, rec, "fake.json")
+    assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()
+    for r in (rec, *rec["runs"].values()):          # the header's revision at the top level, as the earliest records
+        r["environment"].pop("revision")
+    rec["revision"] = fake
+    v = verdict(tmp_path, rec, "top.json")
     assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()

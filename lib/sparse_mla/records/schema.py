@@ -94,8 +94,10 @@ Date = Optional[Annotated[str, AfterValidator(_iso_date)]]
 #: found none.
 Revision = Optional[Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{7,40}\b|unknown)")]]
 #: A package's version as its ``__version__`` reads (``2.11.0+cu130``, ``3.6.0``, ``3.12.3``, CUDA's ``13.0``): digits
-#: first, then a dot and digits; no writer of ours writes a word there.
-Version = Optional[Annotated[str, StringConstraints(pattern=r"^\d{1,4}\.\d{1,4}")]]
+#: a release, a pre/dev/post release and a local label as PEP 440 writes them, nothing after; no writer of ours writes a
+#: word there.
+VERSION_PATTERN = r"^\d{1,4}\.\d{1,4}(\.\d{1,4})?((a|b|rc)\d+|\.(dev|post)\d+)*(\+[0-9a-z.]+)?$"
+Version = Optional[Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]]
 #: A GPU's name: some text.
 GpuName = Optional[Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]]
 
@@ -114,7 +116,7 @@ class Header(_Shape):
     triton: Version = None
     python: Version = None
     cuda: Version = None
-    vllm: Optional[Annotated[str, StringConstraints(pattern=r"^\d{1,3}\.\d{1,3}(\.\d{1,3})?\b")]] = None
+    vllm: Version = None
 
 
 class Record(_Shape):

@@ -2,17 +2,20 @@
 otherwise than the data they summarize **invalid** (no writer of ours makes one; each summary is computed from that
 data by the function named below, in the process that ran).
 
-* ``parity_vs_ours`` and ``parity_pairs``: ``identical``, ``first_divergence``, ``all_identical`` and the log-prob
-  differences are :func:`sparse_mla.launch.engine.compare` of the two runs' ``generations``;
-* ``engine_agreement``: :func:`sparse_mla.launch.agreement.first_token_agreement` of the runs' generations;
-* ``reference_first_token``: each ``vllm_first_token`` is its run's first generated token for that prompt, and
-  ``same_first_token`` says whether it is the ``reference_argmax`` (:func:`sparse_mla.launch.engine.compare_reference`);
+* a parity record's (one with ``run_specs``) ``parity_baseline``, ``parity_vs_ours``, ``parity_pairs``,
+  ``engine_agreement`` and ``throughput_tokens_per_s`` are what the writer's own functions
+  (:func:`sparse_mla.launch.engine.compare`, :func:`sparse_mla.launch.agreement.first_token_agreement`) give from its
+  runs, each present where the writer writes it (a run cut short, ``interrupted``, writes what it had);
+* its ``reference_first_token`` has one entry per run and judged prompt (within ``reference_max_len``) whose first
+  token, ``same_first_token`` and ``top_k`` are the run's (:func:`sparse_mla.launch.engine.compare_reference`), and
+  its ``first_token_criterion`` (records from :data:`CRITERION_SINCE` on) judges the same prompts with the runs' first
+  tokens and the same reference argmax, ``decisive`` its gap above its tolerance, ``decisive_prompts`` their count;
 * ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``);
 * each engine run: ``layers`` and ``generations`` not empty where the writer wrote them, one generation per prompt of
   ``prompt_lengths`` in its order, every attention layer's KV dtype the one asked (an fp8 request: vLLM's fp8 layout,
-  ``fp8_ds_mla``, :data:`sparse_mla.layouts.FP8_KV_CACHE_DTYPES`), and ``ran.attention`` counting as many layers as
-  the record's ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer; a
-  model block that says otherwise names ``mla_layers``).
+  ``fp8_ds_mla``, :data:`sparse_mla.layouts.FP8_KV_CACHE_DTYPES`), ``ran.attention`` counting as many layers as
+  the record's ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer), and
+  ``layers`` holding at least the attention and indexer-cache layers ``ran`` counts.
 
 What it cannot see: a record whose data and summaries were edited together (:mod:`sparse_mla.workbook.proof`).
 """
@@ -34,80 +37,186 @@ def _with_generations(rec: dict) -> dict[str, dict]:
     return {k: r for k, r in runs.items() if isinstance(r, dict) and isinstance(r.get("generations"), list)}
 
 
-def parity_problems(rec: dict) -> list[str]:
-    """``parity_vs_ours`` (every run against ``parity_baseline``) and ``parity_pairs`` against
-    :func:`sparse_mla.launch.engine.compare` of the runs' generations."""
+def _ok(rec: dict) -> dict[str, dict]:
+    """The runs the writer compares: its engine runs without an ``error`` (``_judge_engines``'s ``ok``)."""
+    runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
+    return {k: r for k, r in runs.items() if isinstance(r, dict) and "error" not in r}
+
+
+def _split(rec: dict) -> tuple[list[int], list[int]]:
+    """``(judged, beyond)`` prompt indices by ``reference_max_len`` (:func:`sparse_mla.launch.agreement.split_prompts`
+    on the record's ``prompt_lengths``)."""
+    lens = rec.get("prompt_lengths")
+    if not isinstance(lens, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in lens):
+        raise ValueError(f"prompt_lengths {lens!r} is not a list of token counts")
+    limit = rec.get("reference_max_len")
+    judged = [i for i, n in enumerate(lens) if limit is None or n <= limit]
+    return judged, [i for i in range(len(lens)) if i not in judged]
+
+
+def _baseline(specs: list[str]) -> str | None:
+    """:func:`sparse_mla.launch.engine.parity_baseline` of the run specs the user asked (the plan's own additions,
+    ``+no-speculation`` or ``+eager``, are no run spec it parses)."""
+    from ..errors import UserInputError
+    from ..launch.engine import parity_baseline
+    from ..launch.specs import parse_run_spec
+
+    def asked(s):
+        try:
+            return parse_run_spec(s) is not None
+        except UserInputError:
+            return False
+
+    return parity_baseline([s for s in specs if asked(s)])
+
+
+def writer_summaries(rec: dict) -> dict:
+    """What ``sparse_mla.launch.engine._judge_engines`` writes from a parity record's runs alone, recomputed by the
+    writer's own functions: ``parity_baseline``, ``parity_vs_ours``, ``parity_pairs``, ``engine_agreement``,
+    ``throughput_tokens_per_s`` (each where the writer writes it)."""
+    from ..launch.agreement import first_token_agreement
     from ..launch.engine import compare
 
-    ok, out = _with_generations(rec), []
-    pairs = [(rec.get("parity_baseline"), k, v, f"parity_vs_ours.{k}")
-             for k, v in (rec.get("parity_vs_ours") or {}).items()] if isinstance(rec.get("parity_vs_ours"), dict) \
-        else []
-    pairs += [(p.get("a"), p.get("b"), {f: p.get(f) for f in ("per_prompt", "all_identical")},
-               f"parity_pairs {p.get('a')} / {p.get('b')}")
-              for p in rec.get("parity_pairs") or [] if isinstance(p, dict)]
-    for a, b, said, where in pairs:
-        if a not in ok or b not in ok:
-            out.append(f"{where}: compares {a} with {b}, and the record has no generations of "
-                       f"{a if a not in ok else b}")
-        elif not _same(compare(ok[a], ok[b]), said):
-            out.append(f"{where}: not what its runs' generations give (identical, first_divergence, all_identical "
-                       f"or log-prob differences)")
+    ok = _ok(rec)
+    base = rec["parity_baseline"] if "parity_baseline" in rec else _baseline(list(rec["run_specs"]))
+    out: dict = {}
+    if base in ok and len(ok) > 1:
+        out["parity_baseline"] = base
+        out["parity_vs_ours"] = {k: compare(ok[base], v) for k, v in ok.items() if k != base}
+    keys = list(ok)
+    out["parity_pairs"] = [{"a": a, "b": b, **compare(ok[a], ok[b])} for i, a in enumerate(keys) for b in keys[i + 1:]]
+    beyond = _split(rec)[1]
+    if ok and beyond and base in ok:
+        out["engine_agreement"] = first_token_agreement(ok, base, beyond)
+    out["throughput_tokens_per_s"] = {k: (v.get("throughput") or {}).get("output_tokens_per_s") for k, v in ok.items()}
     return out
 
 
-def agreement_problems(rec: dict) -> list[str]:
-    """``engine_agreement`` rows against :func:`sparse_mla.launch.agreement.first_token_agreement`."""
-    from ..launch.agreement import first_token_agreement
-
-    rows = rec.get("engine_agreement")
-    if not isinstance(rows, list) or not rows:
+def summary_problems(rec: dict) -> list[str]:
+    """A parity record's (one with ``run_specs``) summaries against :func:`writer_summaries`: each the writer writes
+    must be there and equal, and none it does not write may be."""
+    if not isinstance(rec.get("run_specs"), dict) or not isinstance(rec.get("runs"), dict):
         return []
-    ok = _with_generations(rec)
-    base = rows[0].get("baseline") if isinstance(rows[0], dict) else None
-    if base not in ok:
-        return [f"engine_agreement: its baseline {base!r} has no generations in the record"]
-    lens = [r.get("prompt_len") if isinstance(r, dict) else None for r in rows]
-    keep = [i for i, g in enumerate(ok[base]["generations"]) if isinstance(g, dict) and g.get("prompt_len") in lens]
     try:
-        want = first_token_agreement(ok, base, keep)
-    except (KeyError, IndexError, TypeError) as e:
-        return [f"engine_agreement: its runs' generations cannot give it ({type(e).__name__}: {e})"]
-    return [] if _same(want, rows) else ["engine_agreement: not what its runs' generations give (first tokens, "
-                                         "same_first_token, common top-k or log-prob differences)"]
+        want = writer_summaries(rec)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        return [f"its runs' generations cannot give its summaries ({type(e).__name__}: {str(e)[:120]})"]
+    out = [f"{k}: not what its runs give (recomputed by the writer's own functions)"
+           for k, v in want.items() if k in rec and not _same(v, rec[k])]
+    out += [f"no {k}, which the writer writes from these runs" for k in want if k not in rec
+            and rec.get("interrupted") is None]      # a run cut short mid-way writes what it had
+    out += [f"{k}, which the writer does not write from these runs" for k in ("parity_baseline", "parity_vs_ours",
+                                                                              "engine_agreement")
+            if k in rec and k not in want]
+    return out
 
 
 def reference_problems(rec: dict) -> list[str]:
-    """``reference_first_token``: each entry's first token is its run's, and ``same_first_token`` says whether it is
-    the reference's argmax."""
-    ref = rec.get("reference_first_token")
-    if not isinstance(ref, dict) or "error" in ref:
+    """``reference_first_token`` and ``first_token_criterion`` of a parity record against its runs' generations:
+    every run the writer compares has one entry per judged prompt (those within ``reference_max_len``), whose first
+    token is the run's and ``same_first_token`` and ``top_k`` its own; the criterion judges the same prompts with the
+    same first tokens and reference argmax, ``decisive`` is its gap above its tolerance, ``decisive_prompts`` their
+    count. An ``error`` in either (the writer's, holding the exception) leaves the rest to ``said_failed``."""
+    if not isinstance(rec.get("run_specs"), dict):
         return []
-    ok, out = _with_generations(rec), []
+    ok = _ok(rec)
+    try:
+        judged = _split(rec)[0]
+    except ValueError as e:
+        return [str(e)]
+    if not ok or not judged or any(not isinstance(r.get("generations"), list) or len(r["generations"]) !=
+                                   len(rec["prompt_lengths"]) for r in ok.values()):
+        return []                   # no comparison, or generations short of the prompts (run_problems says which)
+    ref = rec.get("reference_first_token")
+    if not isinstance(ref, dict):
+        return [] if rec.get("interrupted") is not None else \
+            ["no reference_first_token, which the writer writes for the prompts within reference_max_len"]
+    if "error" in ref:
+        return [] if ref["error"] else ["reference_first_token.error is empty (the writer writes the exception)"]
+    if set(ref) != set(ok):
+        return [f"reference_first_token compares {sorted(ref)}, the runs that ran are {sorted(ok)}"]
+    out: list[str] = []
+    gens = {k: [r["generations"][i] for i in judged] for k, r in ok.items()}
     for k, entries in ref.items():
-        gens = {g.get("prompt_len"): g for g in (ok.get(k) or {}).get("generations", []) if isinstance(g, dict)}
-        for e in entries if isinstance(entries, list) else []:
-            g = gens.get(e.get("prompt_len")) if isinstance(e, dict) else None
-            if g is None:
-                out.append(f"reference_first_token.{k}: a prompt of {e.get('prompt_len') if isinstance(e, dict) else e}"
-                           f" tokens the run has no generation of")
-                continue
-            first = (g.get("token_ids") or [None])[0]
-            if e.get("vllm_first_token") != first:
-                out.append(f"reference_first_token.{k}: vllm_first_token {e.get('vllm_first_token')!r} for the "
-                           f"{e['prompt_len']}-token prompt, the run generated {first!r}")
-            if e.get("same_first_token") is not (first == e.get("reference_argmax")):
-                out.append(f"reference_first_token.{k}: same_first_token {e.get('same_first_token')!r} for the "
-                           f"{e['prompt_len']}-token prompt, yet {first!r} vs the reference's "
-                           f"{e.get('reference_argmax')!r}")
+        out += _entries(k, entries, gens[k])
+    if out or (rec.get("interrupted") is not None and "first_token_criterion" not in rec):
+        return out
+    return _criterion(rec.get("first_token_criterion"), ref, gens, (rec.get("environment") or {}).get("date"))
+
+
+def _entries(k: str, entries, gens: list[dict]) -> list[str]:
+    if not isinstance(entries, list) or [e.get("prompt_len") if isinstance(e, dict) else None for e in entries] != \
+            [g.get("prompt_len") for g in gens]:
+        return [f"reference_first_token.{k}: not one entry per judged prompt ({[g.get('prompt_len') for g in gens]})"]
+    out = []
+    for e, g in zip(entries, gens):
+        first = (g.get("token_ids") or [None])[0]
+        top = len(g.get("first_top_logprobs") or {})
+        if e.get("vllm_first_token") != first:
+            out.append(f"reference_first_token.{k}: vllm_first_token {e.get('vllm_first_token')!r} for the "
+                       f"{e['prompt_len']}-token prompt, the run generated {first!r}")
+        if e.get("same_first_token") is not (first == e.get("reference_argmax")):
+            out.append(f"reference_first_token.{k}: same_first_token {e.get('same_first_token')!r} for the "
+                       f"{e['prompt_len']}-token prompt, yet {first!r} vs the reference's {e.get('reference_argmax')!r}")
+        if e.get("top_k") != top:
+            out.append(f"reference_first_token.{k}: top_k {e.get('top_k')!r}, the run returned {top} log-probs")
+    return out
+
+
+#: When the writer began to write ``first_token_criterion`` (commit 7989dbb's date): records of runs before it have
+#: none.
+CRITERION_SINCE = "2026-12-02T19:16:21+00:00"
+
+
+def _criterion_written(date) -> bool:
+    import datetime
+
+    try:
+        when = datetime.datetime.fromisoformat(str(date))
+    except ValueError:
+        return True
+    when = when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+    return when >= datetime.datetime.fromisoformat(CRITERION_SINCE)
+
+
+def _criterion(crit, ref: dict, gens: dict[str, list[dict]], date=None) -> list[str]:
+    if not isinstance(crit, dict):
+        return [] if not _criterion_written(date) else \
+            ["no first_token_criterion beside the reference comparison (the writer writes one, or its error)"]
+    if "error" in crit:
+        return [] if crit["error"] else ["first_token_criterion.error is empty (the writer writes the exception)"]
+    per = crit.get("per_prompt")
+    lens = [g.get("prompt_len") for g in next(iter(gens.values()))]
+    if not isinstance(per, list) or [p.get("prompt_len") if isinstance(p, dict) else None for p in per] != lens:
+        return [f"first_token_criterion: per_prompt is not one entry per judged prompt ({lens})"]
+    out = []
+    for i, p in enumerate(per):
+        firsts = {k: (g[i].get("token_ids") or [None])[0] for k, g in gens.items()}
+        argmaxes = {e[i].get("reference_argmax") for e in ref.values()}
+        gap, tol = p.get("gap"), p.get("tolerance")
+        if p.get("first_tokens") != firsts:
+            out.append(f"first_token_criterion: first_tokens {p.get('first_tokens')} for the {lens[i]}-token prompt, "
+                       f"the runs generated {firsts}")
+        if argmaxes != {p.get("reference_argmax")}:
+            out.append(f"first_token_criterion: reference_argmax {p.get('reference_argmax')!r} for the {lens[i]}-token "
+                       f"prompt, reference_first_token's {sorted(map(str, argmaxes))}")
+        if not isinstance(gap, (int, float)) or not isinstance(tol, (int, float)) or p.get("decisive") is not (gap > tol):
+            out.append(f"first_token_criterion: decisive {p.get('decisive')!r} for the {lens[i]}-token prompt with gap "
+                       f"{gap!r} and tolerance {tol!r}")
+    if crit.get("decisive_prompts") != sum(p.get("decisive") is True for p in per):
+        out.append(f"first_token_criterion: decisive_prompts {crit.get('decisive_prompts')!r}, per_prompt has "
+                   f"{sum(p.get('decisive') is True for p in per)}")
     return out
 
 
 def served_problems(rec: dict) -> list[str]:
-    """``serve.matches_offline`` against the served tokens and the offline run it names."""
+    """``serve.matches_offline`` against the served tokens and the offline run it names (``compared_with``: the
+    writer writes both or neither)."""
     s = rec.get("serve")
-    if not isinstance(s, dict) or "matches_offline" not in s:
+    if not isinstance(s, dict) or ("matches_offline" not in s and "compared_with" not in s):
         return []
+    if "matches_offline" not in s:
+        return [f"serve: compared_with {s.get('compared_with')!r} and no matches_offline (the writer writes both)"]
     run = _with_generations(rec).get(s.get("compared_with"))
     if run is None or not run["generations"] or not isinstance(run["generations"][0], dict):
         return [f"serve: matches_offline compares with {s.get('compared_with')!r}, which has no generations here"]
@@ -118,40 +227,64 @@ def served_problems(rec: dict) -> list[str]:
 
 
 def run_problems(rec: dict, name: str, run: dict) -> list[str]:
-    """One engine run's ``layers``, ``generations`` and ``ran.attention`` against its request and the record's
+    """One engine run's ``layers``, ``generations`` and ``ran`` against its request and the record's
     ``prompt_lengths`` and ``model`` (module docstring)."""
-    out = []
-    for key in ("layers", "generations"):
-        if key in run and not run[key]:
-            out.append(f"{name}: {key} is empty")
+    out = [f"{name}: {key} is empty" for key in ("layers", "generations") if key in run and not run[key]]
     lens = rec.get("prompt_lengths")
-    gens = run.get("generations")
-    if isinstance(lens, list) and isinstance(gens, list) and gens and \
-            [g.get("prompt_len") if isinstance(g, dict) else None for g in gens] != lens:
+    gens = run.get("generations") if isinstance(run.get("generations"), list) else []
+    if isinstance(lens, list) and gens and [g.get("prompt_len") if isinstance(g, dict) else None for g in gens] != lens:
         out.append(f"{name}: generations for prompts of {[g.get('prompt_len') for g in gens if isinstance(g, dict)]} "
                    f"tokens, the record's prompt_lengths are {lens}")
-    asked = run.get("kv_cache_dtype")
-    layers = run.get("layers") if isinstance(run.get("layers"), dict) else {}
-    attention = {n: v for n, v in layers.items() if isinstance(v, dict) and n not in _indexer_layers(layers)}
-    for n, v in attention.items():
-        kv = v.get("kv_cache_dtype")
-        if v.get("backend") and isinstance(asked, str) and kv != asked and \
+    out += [f"{name}: the generation for the {g.get('prompt_len')}-token prompt has {len(g.get('token_ids') or [])} "
+            f"token(s) and {len(g.get('logprobs') or [])} log-prob(s)" for g in gens if isinstance(g, dict)
+            and (not g.get("token_ids") or len(g.get("logprobs") or []) != len(g["token_ids"]))][:1]
+    return out + _layer_problems(rec, name, run) + _layer_count(rec, name, run)
+
+
+def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:
+    """``layers`` against ``ran`` and the KV dtype asked (the run's, else the record's): every attention layer's KV
+    dtype the one asked; at least as many attention and indexer-cache layers as ``ran`` counts (draft layers are in
+    ``layers`` too); ``attention_backends`` only backends ``ran`` counts."""
+    asked = run.get("kv_cache_dtype", rec.get("kv_cache_dtype"))
+    layers = run.get("layers") if isinstance(run.get("layers"), dict) else None
+    ran = run.get("ran") if isinstance(run.get("ran"), dict) else {}
+    if layers is None:
+        return []
+    att, idx = count_backends({n: v for n, v in layers.items() if isinstance(v, dict)})
+    out = [f"{name}: layers list {sum(have.values())} {what} layer(s), ran counts {sum(counted.values())}"
+           for what, have, counted in (("attention", att, ran.get("attention")), ("indexer cache", idx,
+                                                                                   ran.get("indexer_cache")))
+           if isinstance(counted, dict) and all(isinstance(v, int) for v in counted.values())
+           and sum(have.values()) < sum(counted.values())]
+    for n, v in layers.items():
+        kv = v.get("kv_cache_dtype") if isinstance(v, dict) else None
+        if isinstance(v, dict) and n not in _indexer_layers(layers) and isinstance(asked, str) and kv != asked and \
                 not (asked in FP8_KV_CACHE_DTYPES and kv in FP8_KV_CACHE_DTYPES):
             out.append(f"{name}: layer {n} has KV dtype {kv!r}, the run asked {asked!r}")
             break
-    return out + _layer_count(rec, name, run)
+    listed = run.get("attention_backends")
+    named = {**(ran.get("attention") or {}), **(ran.get("indexer_cache") or {})} if isinstance(ran.get("attention"),
+                                                                                              dict) else None
+    if isinstance(listed, list) and named is not None and set(listed) - set(named):
+        out.append(f"{name}: attention_backends {listed}, ran counts {sorted(named)}")
+    return out
 
 
 def _indexer_layers(layers: dict) -> set[str]:
     """The names of ``layers`` that are the indexer's cache or have no backend (:func:`count_backends`' split)."""
-    return {n for n, v in layers.items() if not v.get("backend") or not count_backends({n: v})[0]}
+    return {n for n, v in layers.items() if not isinstance(v, dict) or not v.get("backend")
+            or not count_backends({n: v})[0]}
 
 
 def _layer_count(rec: dict, name: str, run: dict) -> list[str]:
+    """``ran.attention``'s layer count against ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2
+    checkpoint is an MLA layer); a count that is no integer is named."""
     model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
-    want = model.get("mla_layers", model.get("num_hidden_layers"))
+    want = model.get("num_hidden_layers")
     att = (run.get("ran") or {}).get("attention") if isinstance(run.get("ran"), dict) else None
-    if not isinstance(want, int) or not isinstance(att, dict) or not all(isinstance(v, int) for v in att.values()):
+    if want is not None and (isinstance(want, bool) or not isinstance(want, int)):
+        return [f"model.num_hidden_layers {want!r} is no layer count"]
+    if want is None or not isinstance(att, dict) or not all(isinstance(v, int) for v in att.values()):
         return []
     got = sum(att.values())
     return [] if got == want else [f"{name}: ran.attention counts {got} attention layer(s), the record's model has "
@@ -161,5 +294,5 @@ def _layer_count(rec: dict, name: str, run: dict) -> list[str]:
 def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Every line of this module's checks for one record (``runs``: its engine runs,
     :func:`sparse_mla.records.engine_tables.engine_runs`); ``[]`` where its summaries are its data's."""
-    out = parity_problems(rec) + agreement_problems(rec) + reference_problems(rec) + served_problems(rec)
+    out = summary_problems(rec) + reference_problems(rec) + served_problems(rec)
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]

@@ -190,7 +190,8 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
 def revision_unknown(path: str, rec: dict) -> list[str]:
     """The header's revision where the git repository holding the record can tell it is no commit of its own (one
     line; ``[]`` where it is one, or where no full repository holds the record: none, a shallow clone, no git)."""
-    m = re.match(r"[0-9a-f]{7,40}\b", str((rec.get("environment") or {}).get("revision") or ""))
+    env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
+    m = re.match(r"[0-9a-f]{7,40}\b", str(env.get("revision") or rec.get("revision") or ""))
     if not m:
         return []
     rev = m.group()
@@ -320,11 +321,13 @@ def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
     top = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     out = []
 
-    def when(env):
+    def when(env):        # a time with no zone is the writer's UTC; a date alone is its day's noon, +-12 hours
         try:
-            return datetime.datetime.fromisoformat(str(env.get("date")))
+            t = datetime.datetime.fromisoformat(str(env.get("date")))
         except ValueError:
             return None
+        t = t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
+        return t + datetime.timedelta(hours=12) if len(str(env.get("date"))) == 10 else t
 
     for k, r in [("the record", rec), *runs.items()]:
         env = r.get("environment") if isinstance(r.get("environment"), dict) else {}
@@ -332,7 +335,8 @@ def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
             out += [f"{k}'s header: {f} {env[f]!r}, the record's {top[f]!r}" for f in SHARED_HEADER
                     if f in env and f in top and env[f] != top[f]]
             a, b = when(env), when(top)
-            if a and b and a.tzinfo == b.tzinfo and abs(a - b) > datetime.timedelta(hours=6):
+            slack = datetime.timedelta(hours=18 if 10 in (len(str(env.get("date"))), len(str(top.get("date")))) else 6)
+            if a and b and abs(a - b) > slack:
                 out.append(f"{k}'s header: date {env['date']}, not within 6 hours of the record's {top['date']}")
             out += [f"{k}: {f} {r[f]!r}, the record's {rec[f]!r}" for f in ("tp", "kv_cache_dtype")
                     if f in r and f in rec and r[f] != rec[f]]
