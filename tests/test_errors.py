@@ -147,7 +147,7 @@ def test_the_systems_own_folders_are_refused_by_name(path):
     """/proc exists and answered a new folder with ENOENT (issue 47, then named so); /dev takes a new folder from
     root, into a devtmpfs in memory (make-checkpoint /dev/x wrote there: the breaker, 2026-12-06). No output goes into
     the system's device, process or kernel-object folders; /dev/shm, shared memory scratch, is not one of them."""
-    with pytest.raises(UserInputError, match=r"is inside /(proc|sys|dev), a folder of the system's devices, "
+    with pytest.raises(UserInputError, match=r"leads into /(proc|sys|dev), the folder of the system's devices, "
                                              r"processes or kernel objects; accepted: a folder on a disk"):
         writable_dir(path, "--out-dir")
 

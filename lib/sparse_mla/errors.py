@@ -83,7 +83,7 @@ def writable_dir(path, what: str = "output directory"):
         raise UserInputError(f"{what} is empty; accepted: a directory path")
     p = expand_path(path, what)
     _refuse_the_workbooks_own_folders(p, path, what)
-    _refuse_system_folders(p, path, what)
+    refuse_system_folders(p, path, what)
     for q in (p, *p.parents):
         if q.is_symlink() and not q.exists():
             raise UserInputError(f"{what} {str(path)!r} leads through the symbolic link {str(q)!r} to "
@@ -134,7 +134,7 @@ def what_would_fix(e: OSError) -> str:
 SYSTEM_FOLDERS = ("/dev", "/proc", "/sys")
 
 
-def _refuse_system_folders(p, path, what: str) -> None:
+def refuse_system_folders(p, path, what: str) -> None:
     """:data:`SYSTEM_FOLDERS` (where ``path`` leads, links followed), ``/dev/shm`` excepted: one UserInputError line."""
     from pathlib import Path
 
@@ -144,7 +144,7 @@ def _refuse_system_folders(p, path, what: str) -> None:
         return
     for folder in map(Path, SYSTEM_FOLDERS):
         if where.is_relative_to(folder) and not where.is_relative_to("/dev/shm"):
-            raise UserInputError(f"{what} {str(path)!r} is inside {folder}, a folder of the system's devices, "
+            raise UserInputError(f"{what} {str(path)!r} leads into {folder}, the folder of the system's devices, "
                                  f"processes or kernel objects; accepted: a folder on a disk (e.g. results/ or a "
                                  f"scratch directory such as /tmp)")
 

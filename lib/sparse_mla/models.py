@@ -254,6 +254,12 @@ def check_config(cfg, name: str) -> dict[str, Any]:
                                  f"{0 if small in NON_NEGATIVE_DIMENSIONS or small == 'qk_rope_head_dim' else 1} "
                                  f"to {large}")
     _check_rope_scaling(text, name)
+    for k, kind, what in (("index_topk_pattern", str, "a string of F (full) and S (shared), one per layer"),
+                          ("indexer_types", list, "a list of 'full' / 'shared', one per layer"),
+                          ("index_skip_topk_offset", int, "an integer (vLLM's default: 2)")):
+        v = text.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, kind)):
+            raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: {what}")
     for k in ("dtype", "torch_dtype"):
         v = text.get(k, cfg.get(k))
         if v is not None and not (isinstance(v, str) and v.isidentifier()):
@@ -299,6 +305,11 @@ def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 0 < m <= 2**31 - 1):
             raise UserInputError(f"config {name!r} has {key}.original_max_position_embeddings = {_short(m)}; "
                                  f"accepted: an integer from 1 to {2**31 - 1}")
+        base = m if isinstance(m, int) and not isinstance(m, bool) else text.get("max_position_embeddings")
+        if isinstance(f, (int, float)) and f > 0 and isinstance(base, int) and base > 0 and f * base < 1:
+            raise UserInputError(f"config {name!r} has {key}.factor = {f!r}, which times the {base} positions it scales "
+                                 f"gives a model of no token (vLLM's max_model_len 0); accepted: a factor of at least "
+                                 f"1/{base}, e.g. 40 for YaRN")
 
 
 def _check_rope_theta(theta, where: str, name: str) -> None:

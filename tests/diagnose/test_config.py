@@ -239,3 +239,15 @@ def test_vllms_long_lists_are_cut_and_a_bare_key_error_says_where(tmp_path):
     except KeyError as e:
         where = raised_where(e)
     assert where.startswith(" (vllm/model_executor/layers/rotary_embedding/") and "factor" in where, where
+
+
+def test_no_advice_leads_into_the_layer_0_blocker(tmp_path):
+    """The breaker (2026-12-06): indexer_types ["shared", "full"] without the plugin advised --with-plugin (pattern
+    "SF"), which the diagnosis then blocks as layer 0 shared. Advice is given only for a pattern whose layer 0 is
+    full."""
+    from sparse_mla import diagnose as dg
+
+    d, _ = _tiny_config(tmp_path, "m", 2, indexer_types=["shared", "full"])
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto")
+    said = rec["stages"]["config"] + " ".join(b["reason"] for b in rec["blockers"])
+    assert "shared" in said and "--with-plugin" not in said and "--hf-overrides" not in said, said

@@ -746,3 +746,17 @@ def test_a_folder_that_cannot_be_made_next_to_out_names_the_cause(tmp_path, monk
     with pytest.raises(UserInputError, match=re.escape(f"accepted: {says}")):
         ck.make_checkpoint(tmp_path / "out", index_topk=128)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["/dev", "/proc", "link"])
+def test_make_checkpoint_refuses_the_system_folders_themselves(tmp_path, where):
+    """The breaker (2026-12-06): ``make-checkpoint /dev`` (or a link to it) was "exists and is not empty ... or
+    --overwrite"; the folder is named as a system folder before anything else."""
+    from sparse_mla.errors import UserInputError
+    from sparse_mla.launch.checkpoint import make_checkpoint
+
+    if where == "link":
+        (tmp_path / "link").symlink_to("/dev")
+        where = str(tmp_path / "link")
+    with pytest.raises(UserInputError, match=r"leads into /(dev|proc), the folder of the system's devices"):
+        make_checkpoint(where)

@@ -304,7 +304,8 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
 
     pattern = pattern_from_indexer_types(types)
     fix = (f"; accepted: the sparse_mla plugin (--with-plugin; it gives vLLM index_topk_pattern {pattern!r}) or "
-           f"--hf-overrides '{{\"index_topk_pattern\": \"{pattern}\"}}'") if pattern and declared_shared else ""
+           f"--hf-overrides '{{\"index_topk_pattern\": \"{pattern}\"}}'") if pattern and declared_shared \
+        and pattern.startswith("F") else ""     # a shared layer 0 is blocked with the plugin too (below)
     them = "it" if len(declared_shared) == 1 else "them"
     why = (f" (config.json's indexer_types declares {them} shared, and vLLM 0.26 reads only index_topk_pattern / "
            f"index_topk_freq)" if declared_shared else "")

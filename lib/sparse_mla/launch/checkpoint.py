@@ -68,7 +68,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserInputError, cli_int, expand_path, what_would_fix, writable_dir
+from ..errors import UserInputError, cli_int, expand_path, refuse_system_folders, what_would_fix, writable_dir
 from ..files import is_write_failure, make_dir, write_failure
 from ..layouts import INDEX_TOPK_MULTIPLE
 from ..models import PRESET_CONFIGS as MODEL_PRESETS, require_vllm_model
@@ -526,6 +526,7 @@ def _checked_out_dir(out_dir, overwrite: bool) -> Path:
     out = Path(os.path.normpath(expand_path(out_dir, "checkpoint directory").absolute()))   # "..", "a/." too
     if out.is_symlink() and out.exists():   # written through the link: the checkpoint goes where it points
         out = out.resolve()
+    refuse_system_folders(out, out_dir, "checkpoint directory")     # /dev itself too, before "not empty"
     _check_out_dir(out, overwrite)
     writable_dir(out.parent, "checkpoint parent directory")
     make_dir(out.parent)   # every check passed: the folder the checkpoint goes into
