@@ -17,3 +17,9 @@ def test_no_record_name_reads_an_unset_variable():
     environment = {"OUT", "PATH", "PYTHONPATH", "HOME", "CUDA_HOME", "GGUF_TYPES"}
     read = set(re.findall(r"\$\{?([A-Za-z_]\w*)", text))
     assert not sorted(read - set_here - environment), sorted(read - set_here - environment)
+
+
+def test_no_stage_shadows_the_gpu_folder():
+    """``$G`` is the GPU's folder and file tag (results/<gpu>/); the GGUF stages' ``local G=/tmp/gguf_site`` made
+    their records ``results//tmp/gguf_site/launch_/tmp/gguf_site_gguf_q4_k.json`` (found 2026-12-06)."""
+    assert not re.search(r"\blocal\s+(\w+\s+)*G=", HARNESS.read_text())

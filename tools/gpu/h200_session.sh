@@ -179,14 +179,14 @@ run_stage() {
     # process that can see it). Q8_0 and Q4_K GGUFs beside the safetensors, the diagnosis of one (the GGUF wall), and a
     # parity run on each: our backend and FLASHMLA_SPARSE loading the GGUF through vllm-gguf-plugin with our glm-dsa
     # adapter, against the reference on the GGUF's dequantized weights.
-    gguf) local G=/tmp/gguf_site
-          python3 -m pip install -q --no-index --no-deps --target $G .dev/gguf_wheels/*.whl > $R/gguf_install.log 2>&1
-          stage gguf_checkpoint 180 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla make-checkpoint /tmp/ckgguf \
+    gguf) local GS=/tmp/gguf_site
+          python3 -m pip install -q --no-index --no-deps --target $GS .dev/gguf_wheels/*.whl > $R/gguf_install.log 2>&1
+          stage gguf_checkpoint 180 env "PYTHONPATH=$GS:$PYTHONPATH" python3 -m sparse_mla make-checkpoint /tmp/ckgguf \
               --index-topk 512 --overwrite --gguf Q8_0 --gguf Q4_K
-          stage gguf_diagnose 300 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla diagnose \
+          stage gguf_diagnose 300 env "PYTHONPATH=$GS:$PYTHONPATH" python3 -m sparse_mla diagnose \
               --model /tmp/ckgguf/model-Q4_K.gguf --capability local --with-plugin --json
           for t in ${GGUF_TYPES:-Q8_0 Q4_K}; do   # GGUF_TYPES=Q4_K at `start`: one parity run
-            stage "gguf_parity_${t,,}" 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
+            stage "gguf_parity_${t,,}" 540 env "PYTHONPATH=$GS:$PYTHONPATH" python3 -m sparse_mla launch \
                 --model "/tmp/ckgguf/model-$t.gguf" --parity --eager-only --no-serve \
                 --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
                 --json-out "results/$G/launch_${G}_gguf_${t,,}.json"
@@ -195,13 +195,13 @@ run_stage() {
     # Q6_K, Q5_0, F32; four shards from gguf-py's split writer), diagnosed from vllm-gguf-plugin's DIR:QUANT and run
     # from its second shard: our backend and FLASHMLA_SPARSE through vllm-gguf-plugin, against the reference forward
     # on the dequantized weights (the gguf wheels as for the gguf stage)
-    gguf_split) local G=/tmp/gguf_site
-          python3 -m pip install -q --no-index --no-deps --target $G .dev/gguf_wheels/*.whl > $R/gguf_install.log 2>&1
-          stage gguf_split_checkpoint 240 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla make-checkpoint \
+    gguf_split) local GS=/tmp/gguf_site
+          python3 -m pip install -q --no-index --no-deps --target $GS .dev/gguf_wheels/*.whl > $R/gguf_install.log 2>&1
+          stage gguf_split_checkpoint 240 env "PYTHONPATH=$GS:$PYTHONPATH" python3 -m sparse_mla make-checkpoint \
               /tmp/ckq4km --index-topk 512 --overwrite --gguf Q4_K_M --gguf-split-max-tensors 12
-          stage gguf_split_diagnose 300 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla diagnose \
+          stage gguf_split_diagnose 300 env "PYTHONPATH=$GS:$PYTHONPATH" python3 -m sparse_mla diagnose \
               --model /tmp/ckq4km:Q4_K_M --capability local --with-plugin --json
-          stage gguf_split_parity 540 env "PYTHONPATH=$G:$PYTHONPATH" python3 -m sparse_mla launch \
+          stage gguf_split_parity 540 env "PYTHONPATH=$GS:$PYTHONPATH" python3 -m sparse_mla launch \
               --model /tmp/ckq4km/model-Q4_K_M-00002-of-00004.gguf --parity --eager-only --no-serve \
               --backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE --prompt-lengths 48,900 --max-tokens 16 \
               --json-out results/$G/launch_${G}_gguf_q4_k_m_split.json ;;
