@@ -446,6 +446,10 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     (GGUF_RECORD, lambda r: r["runs"][_T].update(status="killed by OOM"), "status 'killed by OOM'"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(Error="CUDA error: illegal memory access"), "Error says"),
     (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed=0), "0 of 160 prompts completed"),
+    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed="100"), "100 of 160 prompts"),
+    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed=100.0), "100 of 160 prompts"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=[1]), "exit_code [1]"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(status={"text": "crashed"}), "status {'text': 'crashed'}"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "failed: -5"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(
         failed={"min": 0, "median": 3, "max": 0, "n": 5}), "summary.failed"),
@@ -531,6 +535,10 @@ def _serve_as_offline(r, same: bool):
     (H100_GGUF, lambda r: [g.update(token_ids=[], logprobs=[]) for v in r["runs"].values() for g in v["generations"]],
      "has 0 token(s)"),
     (H100_GGUF, lambda r: r["model"].update(num_hidden_layers="2"), "model.num_hidden_layers '2' is no layer count"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(acceptance_rate=1.0), "acceptance_rate ="),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["summary"]["output_throughput"].update(
+        median=r["runs"][_T]["summary"]["output_throughput"]["max"]), "summary.output_throughput not the spread"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(output_throughput=1e8), "not the spread of its repeats"),
     (H100_GGUF, lambda r: r.update(prompt_lengths="48,900"), "prompt_lengths '48,900' is not a list"),
     # per run: KV dtypes, layer counts, empty blocks
     (GGUF_RECORD, lambda r: [v.update(kv_cache_dtype="fp8_ds_mla") for v in r["runs"][_T]["layers"].values()

@@ -259,6 +259,9 @@ class SpeculativeCounts(_Shape):
     def _counted(self):
         if not self.drafts <= self.draft_tokens or self.accepted_tokens > self.draft_tokens:
             raise ValueError("drafts <= draft_tokens and accepted_tokens <= draft_tokens")
+        rate = self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+        if self.acceptance_rate is not None and rate is not None and abs(self.acceptance_rate - rate) > 1e-6:
+            raise ValueError(f"acceptance_rate = accepted_tokens / draft_tokens ({rate:.6g})")
         return self
 
 

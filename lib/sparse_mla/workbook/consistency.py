@@ -10,6 +10,7 @@ data by the function named below, in the process that ran).
   token, ``same_first_token`` and ``top_k`` are the run's (:func:`sparse_mla.launch.engine.compare_reference`), and
   its ``first_token_criterion`` (records from :data:`CRITERION_SINCE` on) judges the same prompts with the runs' first
   tokens and the same reference argmax, ``decisive`` its gap above its tolerance, ``decisive_prompts`` their count;
+* a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`);
 * ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``);
 * each engine run: ``layers`` and ``generations`` not empty where the writer wrote them, one generation per prompt of
   ``prompt_lengths`` in its order, every attention layer's KV dtype the one asked (an fp8 request: vLLM's fp8 layout,
@@ -291,8 +292,29 @@ def _layer_count(rec: dict, name: str, run: dict) -> list[str]:
                                    f"{want}"]
 
 
+def serving_summary_problems(rec: dict) -> list[str]:
+    """A serving benchmark's (``repeats``) per-run ``summary``: the spread of its repeats' metrics and its servers'
+    start times, as :func:`sparse_mla.bench.serve.refresh_run` computes it."""
+    reps = rec.get("repeats")
+    if not isinstance(reps, dict) or not isinstance(rec.get("runs"), dict):
+        return []
+    from ..bench.serve import SUMMARY_METRICS, spread
+
+    out = []
+    for k, run in rec["runs"].items():
+        have = [x for x in reps.get(k) or [] if isinstance(x, dict)]
+        if not isinstance(run, dict) or "summary" not in run:
+            continue
+        want = {m: spread(x.get(m) for x in have) for m in SUMMARY_METRICS}
+        want["server_up_s"] = spread(s.get("server_up_s") for s in run.get("servers") or [] if isinstance(s, dict))
+        bad = sorted(m for m in want if not _same(want[m], (run["summary"] or {}).get(m)))
+        if bad:
+            out.append(f"{k}: {', '.join('summary.' + m for m in bad)} not the spread of its repeats")
+    return out
+
+
 def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Every line of this module's checks for one record (``runs``: its engine runs,
     :func:`sparse_mla.records.engine_tables.engine_runs`); ``[]`` where its summaries are its data's."""
-    out = summary_problems(rec) + reference_problems(rec) + served_problems(rec)
+    out = summary_problems(rec) + reference_problems(rec) + served_problems(rec) + serving_summary_problems(rec)
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]

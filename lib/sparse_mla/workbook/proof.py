@@ -140,17 +140,37 @@ def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
             key = k.lower() if isinstance(k, str) else k         # "Error", "FAILURES": the same keys
             if key in FAILURE_KEYS and not top_said and _holds_something(v) and not (k == "error" and id(node) in engines):
                 out.append(f"{here} says something failed: {str(v)[:120]}")
-            elif key in FAILURE_SIGNS and FAILURE_SIGNS[key](v):
+            elif key in FAILURE_SIGNS and _sign(FAILURE_SIGNS[key], v):
                 out.append(f"{here} says something failed: {k} {v!r}")
             elif isinstance(v, (dict, list)):
                 out += _said_anywhere(v, here, engines)
-        done, asked = node.get("completed"), node.get("num_prompts")     # a vllm bench serve result
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in (done, asked)) and done < asked:
-            out.append(f"{where or '(the record)'} says something failed: {done} of {asked} prompts completed")
+        done, asked = _count(node.get("completed")), _count(node.get("num_prompts"))     # a vllm bench serve result
+        if done is not None and asked is not None and done < asked:
+            out.append(f"{where or '(the record)'} says something failed: {done:g} of {asked:g} prompts completed")
     elif isinstance(node, list):
         for i, v in enumerate(node):
             out += _said_anywhere(v, f"{where}[{i}]", engines)
     return out
+
+
+def _sign(says_failed, v) -> bool:
+    """A failure sign's value, or any value inside it where it is a list or an object (``exit_code: [1]``,
+    ``status: {"text": "crashed"}``: no writer writes those, and they say the same)."""
+    if isinstance(v, list):
+        return any(_sign(says_failed, x) for x in v)
+    if isinstance(v, dict):
+        return any(_sign(says_failed, x) for x in v.values())
+    return says_failed(v)
+
+
+def _count(v) -> float | None:
+    """A prompt count, whatever it was written as (``100``, ``100.0``, ``"100"``); None where it is none."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return float(v) if isinstance(v, (int, float, str)) else None
+    except ValueError:
+        return None
 
 
 def _holds_something(v) -> bool:
