@@ -166,9 +166,9 @@ def evaluate(s: Setting, quant) -> dict[str, Any]:
         return out
     on_gpu = weights - moved
     if on_gpu > s.gpu_bytes:
-        out.update(fits=False, max_tokens=0, reason=f"the weights alone ({on_gpu / GIB:.1f} GiB per rank) exceed the "
-                                                      f"GPU's memory ({s.gpu_bytes / GIB:.1f} GiB): loading them "
-                                                      f"runs out of memory")
+        out.update(fits=False, max_tokens=0, reason=f"the weights and buffers alone ({on_gpu / GIB:.1f} GiB per "
+                                                      f"rank, the DSA top-k buffer included) exceed the GPU's memory "
+                                                      f"({s.gpu_bytes / GIB:.1f} GiB): loading them runs out of memory")
         return out
     requested = request_memory(types.SimpleNamespace(total_memory=s.gpu_bytes, free_memory=s.gpu_bytes,
                                                      device_="probe"),

@@ -58,7 +58,7 @@ class RankModel:
 
     tp: int
     params: tuple[Param, ...]       # parameters, in vLLM's module order
-    buffer_bytes: int               # registered buffers (e.g. the rotary cos/sin cache)
+    buffer_bytes: int               # buffers (the rotary cos/sin cache; the DSA top-k buffer, UNREGISTERED_BUFFERS)
     absorbed_bytes: int             # the bf16 W_UK_T / W_UV copies MLAAttention makes after loading (_absorbed_bytes)
     renames: tuple[tuple[str, str], ...]   # checkpoint-name fragment -> parameter-name fragment (checkpoint_renames)
     kv_specs: dict[str, Any] | None   # layer name -> vLLM KVCacheSpec (MLAAttentionSpec: MLA and the indexer cache)
@@ -246,11 +246,29 @@ def _build(vc, tp: int, quant_config, backend_cls, cache_dtype: str | None) -> t
         model = initialize_model(vc)
         specs = _kv_specs(vc)
         layers = vc.compilation_config.static_forward_context
-        weights = (_params(model), sum(b.numel() * b.element_size() for b in model.buffers()), _absorbed_bytes(vc),
-                   checkpoint_renames(model))
+        weights = (_params(model), sum(b.numel() * b.element_size() for b in model.buffers()) +
+                   _unregistered_buffer_bytes(model), _absorbed_bytes(vc), checkpoint_renames(model))
         kv = (specs, {n: type(layers[n]).__name__ for n in specs}, vc)
     vc.compilation_config.static_forward_context.clear()   # the layers are no longer needed
     return weights, kv
+
+
+#: Tensors vLLM's model code allocates on the GPU as plain attributes, not registered buffers, by attribute name:
+#: ``DeepseekV2Model.__init__`` (``deepseek_v2.py``) allocates ``torch.empty(max_num_batched_tokens, index_topk,
+#: int32)`` and hands it to every sparse layer (``Indexer.topk_indices_buffer``): 64 MiB for GLM-5 at 8,192 tokens.
+UNREGISTERED_BUFFERS = ("topk_indices_buffer",)
+
+
+def _unregistered_buffer_bytes(model) -> int:
+    """The bytes of :data:`UNREGISTERED_BUFFERS` in ``model``'s modules, each tensor counted once (all layers share
+    one)."""
+    seen: dict[int, int] = {}
+    for m in model.modules():
+        for name in UNREGISTERED_BUFFERS:
+            t = getattr(m, name, None)
+            if hasattr(t, "numel") and hasattr(t, "element_size"):
+                seen[id(t)] = t.numel() * t.element_size()
+    return sum(seen.values())
 
 
 def rank_model(vc, *, tp: int, quant_config, backend_cls, key: tuple, cache_dtype: str | None = None,
