@@ -309,7 +309,8 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
     them = "it" if len(declared_shared) == 1 else "them"
     why = (f" (config.json's indexer_types declares {them} shared, and vLLM 0.26 reads only index_topk_pattern / "
            f"index_topk_freq)" if declared_shared else "")
-    _pattern_length_note(hf, cfg)
+    if layers is not None:          # vLLM built the model (0.34 refuses another length: the memory stage says so)
+        _pattern_length_note(hf, cfg)
     if layers == [] and hasattr(hf, "index_topk"):
         out["blocker"] = _no_indexer_blocker(vc)
         return out
