@@ -38,6 +38,7 @@ def run_vllm(ckpt: Path, prompts: list[list[int]], max_tokens: int, max_model_le
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from vllm import LLM, SamplingParams
 
+    from sparse_mla.launch.engine import generations
     from sparse_mla.vllm_plugin.ran import layer_backends
 
     t0 = time.time()
@@ -46,14 +47,7 @@ def run_vllm(ckpt: Path, prompts: list[list[int]], max_tokens: int, max_model_le
     init_s = time.time() - t0
     layers = llm.collective_rpc(layer_backends)[0]
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=20, ignore_eos=True, seed=0)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
-    gens = []
-    for p, o in zip(prompts, outs):
-        c = o.outputs[0]
-        lps = c.logprobs or []
-        gens.append({"prompt_len": len(p), "token_ids": list(c.token_ids),
-                     "logprobs": [lp[t].logprob for lp, t in zip(lps, c.token_ids)],
-                     "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
+    gens = generations(llm, prompts, sp)
     del llm
     return {"engine_init_s": round(init_s, 1), "layers": layers,
             "attention_backends": sorted({v["backend"] for v in layers.values() if v["backend"]}),

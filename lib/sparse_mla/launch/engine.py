@@ -268,6 +268,20 @@ def check_offline_spec(spec: RunSpec) -> RunSpec:
     return spec
 
 
+def generations(llm, prompts: list[list[int]], sp) -> list[dict]:
+    """Greedy generations of a vLLM ``LLM`` for token-id ``prompts`` under ``SamplingParams`` ``sp``, one record per
+    prompt: ``{"prompt_len", "token_ids", "logprobs" (of the chosen tokens), "first_top_logprobs" ({token id as str:
+    log-prob} of the first step's top-k)}``."""
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+    gens = []
+    for p, o in zip(prompts, outs):
+        c = o.outputs[0]
+        lps = c.logprobs or []
+        gens.append({"prompt_len": len(p), "token_ids": list(c.token_ids),
+                     "logprobs": [lp[t].logprob for lp, t in zip(lps, c.token_ids)],
+                     "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
+    return gens
+
 def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: str = "auto", tp: int = 1,
                 prompts: list[list[int]] | None = None, max_tokens: int = 32, logprobs: int = 20,
                 enforce_eager: bool = True, max_model_len: int = 4096, gpu_memory_utilization: float = 0.35,
@@ -315,14 +329,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     layers = llm.collective_rpc(layer_backends)[0]
     prompts = prompts or prompt_ids(model_dir(model), [48])
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=logprobs, ignore_eos=True, seed=seed)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
-    gens = []
-    for p, o in zip(prompts, outs):
-        c = o.outputs[0]
-        lps = c.logprobs or []
-        gens.append({"prompt_len": len(p), "token_ids": list(c.token_ids),
-                     "logprobs": [lp[t].logprob for lp, t in zip(lps, c.token_ids)],
-                     "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
+    gens = generations(llm, prompts, sp)
     from ..records import environment
 
     rec = {"environment": environment(), **spec.describe(), "checkpoint": weights_asked(model),
