@@ -1,57 +1,101 @@
-"""GLM-5.3-Flash's tiny checkpoint on the GPU against its float64 reference (maintainers' harness, not product code;
-issue 51 item 5, the GPU half).
+"""GLM-5.3-Flash's tiny checkpoint on the GPU: engines against each other and against the float64 reference
+(maintainers' harness, not product code; issue 51 item 5, the GPU half).
 
-    python3 tools/gpu/glm5next_parity.py CHECKPOINT OUT.json [--prompt-lengths 48,900] [--max-tokens 16]
+    python3 tools/gpu/glm5next_parity.py CHECKPOINT OUT.json [--runs auto,TRITON_MLA_SPARSE] \
+        [--prompt-lengths 48,900] [--max-tokens 16]
 
-CHECKPOINT is ``sparse-mla make-checkpoint CHECKPOINT --preset glm-5.3-flash`` (vLLM 0.33/0.34). One vLLM engine with
-the attention backend vLLM selects (no ``attention_config``: stock vLLM, the plugin's backend is not asked for), eager,
-greedy with log-probs; then the float64 reference (:class:`sparse_mla.launch.glm5next_reference.Glm5NextReference`:
-transformers' own model, on this GPU) on the same prompts:
+CHECKPOINT is ``sparse-mla make-checkpoint CHECKPOINT --preset glm-5.3-flash`` (vLLM 0.33/0.34). ``--runs`` are run
+specs as ``launch --backends`` reads them (:func:`sparse_mla.launch.specs.parse_run_spec`), plus ``auto``: the
+attention backend vLLM selects (no ``attention_config``, stock vLLM's choice); ``TRITON_MLA_SPARSE`` is ours (vLLM's
+``CUSTOM`` slot; the KPool indexer stays vLLM's: our indexer hook does not reach it); ``@12.0`` simulates that
+capability (the harness puts ``tools/gpu/simulate_capability`` on ``PYTHONPATH``). Each run is one eager vLLM engine in
+its own process (greedy with log-probs, vLLM's top 20 per step), with the ``ran`` block read in its workers
+(:func:`sparse_mla.vllm_plugin.ran.collect`) and its contradictions against what was asked. Then:
 
-* along vLLM's own tokens (teacher forcing, one forward of prompt + vLLM's tokens): at every step the reference's
-  log-prob of vLLM's token, the difference to vLLM's log-prob of it, and the *regret* -- the reference's best log-prob
-  minus that of vLLM's token (0 where vLLM picked the reference's argmax; small where it picked a near-tie);
-* the reference's own greedy tokens and top-2 gaps, and where vLLM's tokens first leave them;
-* the first token: vLLM's top-k log-probs against the reference's at the same ids (``launch --parity``'s measure).
+* engines against the first run (``launch --parity``'s :func:`~sparse_mla.launch.engine.compare`): token-identical
+  or where they first part, the largest log-prob difference before that;
+* each engine against the float64 reference (:class:`sparse_mla.launch.glm5next_reference.Glm5NextReference`:
+  transformers' own model, on this GPU), teacher-forced along the engine's own tokens (one forward of prompt + its
+  tokens): at every step the reference's log-prob of the engine's token, the difference to the engine's log-prob of
+  it, and the *regret* -- the reference's best log-prob minus that of the engine's token (0 where the engine picked
+  the reference's argmax; small where it picked a near-tie); the reference's own greedy tokens and top-2 gaps and
+  where the engine's tokens first leave them; the first token's top-k log-probs against the reference's.
 
 ``sparse-mla launch --parity`` does not run this model: ``engine.check_model_dir`` refuses GLM-5.3-Flash, its
 reference forward (``engine.reference_first_token``) is :class:`~sparse_mla.launch.glm5_reference.Glm5Reference`
 (GLM-5's layers: no KDA, MHC or KPool indexer), and its first-token criterion's tolerance comes from Monte Carlo
 arithmetic on that reference (:mod:`sparse_mla.launch.forward_rounding`). So this record gives the numbers and no
-verdict: no tolerance for this model is derived yet. Exits 1 if the engine or the reference failed, else 0.
+verdict: no tolerance for this model is derived yet. Exits 1 if an engine or the reference failed, or an engine's
+``ran`` contradicts what was asked, else 0.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
 
-def run_vllm(ckpt: Path, prompts: list[list[int]], max_tokens: int, max_model_len: int) -> dict:
-    """vLLM's engine on ``ckpt`` with the backend it selects: per-layer backends and greedy generations with
-    log-probs (vLLM's top 20 at each step)."""
+def run_engine(ckpt: Path, prompts: list[list[int]], max_tokens: int, max_model_len: int, run: str) -> dict:
+    """One vLLM engine for the run spec ``run`` (``auto``: vLLM's choice) on ``ckpt``, in this process: per-layer
+    backends, greedy generations with log-probs (vLLM's top 20 at each step), ``ran`` and its contradictions."""
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")    # layer_backends travels by pickle
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from vllm import LLM, SamplingParams
 
     from sparse_mla.launch.engine import generations
-    from sparse_mla.vllm_plugin.ran import layer_backends
+    from sparse_mla.launch.specs import attention_config, parse_run_spec, with_simulated
+    from sparse_mla.vllm_plugin.ran import collect, contradictions, layer_backends
 
-    t0 = time.time()
-    llm = LLM(model=str(ckpt), enforce_eager=True, max_model_len=max_model_len, gpu_memory_utilization=0.35, seed=0,
+    spec = parse_run_spec(run)
+    kw = dict(model=str(ckpt), enforce_eager=True, max_model_len=max_model_len, gpu_memory_utilization=0.35, seed=0,
               max_num_seqs=8)
+    ac = attention_config(spec.backend)
+    if ac:
+        kw["attention_config"] = ac
+    t0 = time.time()
+    llm = LLM(**kw)
     init_s = time.time() - t0
     layers = llm.collective_rpc(layer_backends)[0]
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=20, ignore_eos=True, seed=0)
-    gens = generations(llm, prompts, sp)
+    rec = {**spec.describe(), "engine_init_s": round(init_s, 1), "layers": layers,
+           "attention_backends": sorted({v["backend"] for v in layers.values() if v["backend"]}),
+           "generations": generations(llm, prompts, sp)}
+    try:        # GLM-5's reading of the workers; GLM-5.3-Flash's KPool indexer and KDA layers are not all in it
+        ran = llm.collective_rpc(collect)[0]
+        rec["ran"] = ran
+        rec["ran_contradictions"] = contradictions({**spec.describe(), "capability": spec.capability}, ran)
+    except Exception as e:  # noqa: BLE001 - the record says why
+        rec["ran_error"] = f"{type(e).__name__}: {e}"
     del llm
-    return {"engine_init_s": round(init_s, 1), "layers": layers,
-            "attention_backends": sorted({v["backend"] for v in layers.values() if v["backend"]}),
-            "generations": gens}
+    return with_simulated(rec)
+
+
+def engine_in_child(a, prompts: list[list[int]], run: str, scratch: Path) -> dict:
+    """:func:`run_engine` in a fresh Python process with the run's environment (the indexer switch, a simulated
+    capability): a GPU context and vLLM's process state never outlive one engine."""
+    from sparse_mla.launch.specs import parse_run_spec
+
+    env = dict(os.environ)
+    for k, v in parse_run_spec(run).env.items():
+        env.pop(k, None) if v is None else env.__setitem__(k, v)
+    pin, pout = scratch / f"prompts_{len(prompts)}.json", scratch / f"engine_{run.replace('@', '_at_')}.json"
+    pin.write_text(json.dumps(prompts))
+    cmd = [sys.executable, str(Path(__file__).resolve()), str(a.checkpoint), str(pout), "--engine", run,
+           "--prompts-json", str(pin), "--max-tokens", str(a.max_tokens), "--max-model-len", str(a.max_model_len)]
+    try:
+        done = subprocess.run(cmd, env=env, timeout=a.engine_timeout, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        return {"run": run, "error": f"the engine's process ran past {a.engine_timeout} s"}
+    sys.stdout.write(done.stdout[-2000:])
+    if done.returncode != 0 or not pout.exists():
+        return {"run": run, "error": f"the engine's process exited {done.returncode}", "stderr": done.stderr[-4000:]}
+    return json.loads(pout.read_text())
 
 
 def judge(ref, prompt: list[int], gen: dict, max_tokens: int) -> dict:
@@ -84,42 +128,73 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", type=Path)
     p.add_argument("out", type=Path)
+    p.add_argument("--runs", default="auto,TRITON_MLA_SPARSE", help="run specs; the first is the others' baseline")
     p.add_argument("--prompt-lengths", default="48,900")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--engine-timeout", type=int, default=420)
+    p.add_argument("--engine", help=argparse.SUPPRESS)          # the child: one engine, its JSON to OUT
+    p.add_argument("--prompts-json", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    import torch
-
     from sparse_mla.files import atomic_write_text
+
+    if a.engine:
+        prompts = json.loads(a.prompts_json.read_text())
+        atomic_write_text(a.out, json.dumps(run_engine(a.checkpoint, prompts, a.max_tokens, a.max_model_len,
+                                                       a.engine), indent=1, default=str))
+        return 0
     from sparse_mla.launch.engine import prompt_ids
-    from sparse_mla.launch.glm5next_reference import Glm5NextReference
     from sparse_mla.records import environment
 
+    from sparse_mla.launch.specs import parse_run_spec
+
+    runs = [r.strip() for r in a.runs.split(",") if r.strip()]
+    for r in runs:            # a bad name stops here, before any engine starts
+        parse_run_spec(r)
     prompts = prompt_ids(a.checkpoint, [int(n) for n in a.prompt_lengths.split(",")])
-    rec = {"what": "GLM-5.3-Flash tiny checkpoint: vLLM's selected backend against the float64 reference "
+    rec = {"what": "GLM-5.3-Flash tiny checkpoint: engines against the first run and against the float64 reference "
                    "(transformers' model); numbers only, no verdict", "environment": environment(
                        " ".join(["python3", "tools/gpu/glm5next_parity.py", *argv])),
-           "checkpoint": json.loads((a.checkpoint / "config.json").read_text()), "max_tokens": a.max_tokens}
-    failed = False
-    try:
-        rec["vllm"] = run_vllm(a.checkpoint, prompts, a.max_tokens, a.max_model_len)
-        print("vLLM ran:", rec["vllm"]["attention_backends"], flush=True)
-    except Exception as e:  # noqa: BLE001 - the record says why
-        rec["vllm"], failed = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}, True
-    atomic_write_text(a.out, json.dumps(rec, indent=1, default=str))
-    if not failed:
-        try:
-            ref = Glm5NextReference.from_pretrained(a.checkpoint, device="cuda" if torch.cuda.is_available() else "cpu")
-            rec["reference"] = [judge(ref, pr, g, a.max_tokens) for pr, g in zip(prompts, rec["vllm"]["generations"])]
-            for r in rec["reference"]:
-                print(f"{r['prompt_len']} tokens: max regret {r['max_regret']:.4g}, max |logprob diff| "
-                      f"{r['max_abs_logprob_diff']:.4g}, first divergence {r['first_divergence']} (reference gap "
-                      f"{r['reference_gap_at_divergence']})", flush=True)
-        except Exception as e:  # noqa: BLE001
-            rec["reference"], failed = {"error": f"{type(e).__name__}: {e}",
-                                        "traceback": traceback.format_exc()[-4000:]}, True
+           "checkpoint": json.loads((a.checkpoint / "config.json").read_text()), "max_tokens": a.max_tokens,
+           "runs": {}}
+    with tempfile.TemporaryDirectory() as scratch:
+        for run in runs:
+            rec["runs"][run] = r = engine_in_child(a, prompts, run, Path(scratch))
+            print(f"{run}: {r.get('error') or r['attention_backends']}; contradictions "
+                  f"{r.get('ran_contradictions')}", flush=True)
+            atomic_write_text(a.out, json.dumps(rec, indent=1, default=str))
+    failed = finish(rec, a.checkpoint, prompts, a.max_tokens)
     atomic_write_text(a.out, json.dumps(rec, indent=1, default=str))
     return 1 if failed else 0
+
+
+def finish(rec: dict, ckpt: Path, prompts: list[list[int]], max_tokens: int) -> bool:
+    """Engines against the first run, then each against the float64 reference, into ``rec``; ``True`` where
+    something failed (an engine, its ``ran``, the reference)."""
+    import torch
+
+    from sparse_mla.launch.engine import compare
+    from sparse_mla.launch.glm5next_reference import Glm5NextReference
+
+    ok = {k: v for k, v in rec["runs"].items() if "error" not in v}
+    failed = len(ok) < len(rec["runs"]) or any(v.get("ran_contradictions") for v in ok.values())
+    base = next(iter(rec["runs"]))
+    if base in ok:
+        rec["engine_agreement"] = {k: compare(ok[base], v) for k, v in ok.items() if k != base}
+        print("agreement with", base, json.dumps(rec["engine_agreement"]), flush=True)
+    try:
+        ref = Glm5NextReference.from_pretrained(ckpt, device="cuda" if torch.cuda.is_available() else "cpu")
+        rec["reference"] = {k: [judge(ref, pr, g, max_tokens) for pr, g in zip(prompts, v["generations"])]
+                            for k, v in ok.items()}
+        for k, rs in rec["reference"].items():
+            for r in rs:
+                print(f"{k}, {r['prompt_len']} tokens: max regret {r['max_regret']:.4g}, max |logprob diff| "
+                      f"{r['max_abs_logprob_diff']:.4g}, first divergence {r['first_divergence']} (reference gap "
+                      f"{r['reference_gap_at_divergence']})", flush=True)
+    except Exception as e:  # noqa: BLE001 - the record says why
+        rec["reference"], failed = {"error": f"{type(e).__name__}: {e}",
+                                    "traceback": traceback.format_exc()[-4000:]}, True
+    return failed
 
 
 if __name__ == "__main__":
