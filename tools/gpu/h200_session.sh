@@ -244,8 +244,8 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # vLLM selects, ours (bf16 cache, vLLM's KPool indexer) and ours at a simulated 12.0, each against the first and
     # against the float64 reference (transformers' model, launch/glm5next_reference.py) on this GPU, teacher-forced
     # along each engine's tokens: numbers, no verdict (tools/gpu/glm5next_parity.py says why). Not `launch --parity`:
-    # it refuses GLM-5.3-Flash and its reference and criterion are GLM-5's. Needs a transformers with glm5_next
-    # (make-checkpoint refuses in one line otherwise: the image's 5.17 is not known to have it)
+    # it refuses GLM-5.3-Flash and its reference and criterion are GLM-5's. The image's transformers 5.17.0 has
+    # glm5_next: make-checkpoint and the reference ran with it on the CPU (torch 2.14, huggingface-hub 1.33, 2026-12-06)
     glm5next) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0; t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
           local E=(env "PYTHONPATH=$W/tools/gpu/simulate_capability:$P033" "PATH=/tmp/site033/bin:$PATH"
