@@ -91,12 +91,27 @@ def glm52(tmp_path_factory):
     return ck.make_checkpoint(tmp_path_factory.mktemp("glm52") / "glm52", index_topk=128, indexer_types="FS")
 
 
-def _resolved_without_cuda_earlier() -> bool:
-    """Whether vLLM's registry cache (``registry._try_load_model_cls``, an lru_cache) already holds an entry: an
-    earlier test of this process resolved a model class there."""
-    from vllm.model_executor.models import registry
+def _load_in_a_fresh_process(path, with_plugin: bool) -> tuple[list[int], str | None, set[str]]:
+    """:func:`_load_with_vllm` in a new Python process: ``(indexer layers, the loader's error as text or None, the
+    parameters it did not load)``. vLLM 0.34 keeps the model class an earlier resolution found (its registry's
+    ``_try_load_model_cls`` and the classes it imported), so in a process where another test resolved GLM-5's class
+    with no CUDA platform (test_gguf_adapter, test_lines) it builds a ``DeepseekV2`` model that ignores
+    ``indexer_types``; a fresh process has no such past (2026-12-06: this test failed only in those orders)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    return registry._try_load_model_cls.cache_info().currsize > 0
+    here = Path(__file__).resolve()
+    script = (f"import json, sys; sys.path[:0] = [{str(here.parent)!r}, {str(here.parents[1])!r}]\n"
+              f"from test_indexer_types import _load_with_vllm\n"
+              f"_, layers, error, unloaded = _load_with_vllm({str(path)!r}, {with_plugin!r})\n"
+              f"print('RESULT', json.dumps([layers, None if error is None else str(error), sorted(unloaded)]))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert done.returncode == 0 and line, done.stderr[-3000:]
+    layers, error, unloaded = json.loads(line.removeprefix("RESULT "))
+    return layers, error, set(unloaded)
 
 
 def _load_with_vllm(path, with_plugin: bool, quantization: str | None = None):
@@ -152,17 +167,13 @@ def test_glm52_checkpoint_loads_in_vllm_only_with_the_plugin(glm52, config_map):
     vLLM builds no indexer there and every parameter is loaded."""
     from vllm.model_executor.models import utils
 
-    hf, layers, error, unloaded = _load_with_vllm(glm52, with_plugin=False)
     if hasattr(utils, "compute_skip_topk_layers"):      # vLLM 0.34 reads indexer_types itself (that function): it
-        # loads without the plugin, and with it
-        if layers == [0, 1] and _resolved_without_cuda_earlier():
-            pytest.skip("KNOWN ORDER LEAK (2026-12-06, open): an earlier test in this process resolved GLM-5's model "
-                        "class with no CUDA platform (test_gguf_adapter, test_lines), and vLLM 0.34 keeps that "
-                        "DeepseekV2 class, which ignores indexer_types; this test passes alone and in other orders")
-        assert layers == [0] and error is None and unloaded == set()
-        hf, layers, error, unloaded = _load_with_vllm(glm52, with_plugin=True)
-        assert layers == [0] and error is None and unloaded == set()
+        # loads without the plugin, and with it (each in a fresh process: _load_in_a_fresh_process says why)
+        for with_plugin in (False, True):
+            layers, error, unloaded = _load_in_a_fresh_process(glm52, with_plugin)
+            assert layers == [0] and error is None and unloaded == set(), (with_plugin, layers, error)
         return
+    hf, layers, error, unloaded = _load_with_vllm(glm52, with_plugin=False)
     assert hf.indexer_types == ["full", "shared"] and not hasattr(hf, "index_topk_pattern")
     assert layers == [0, 1]
     assert error is not None and "Following weights were not initialized from checkpoint" in str(error)
