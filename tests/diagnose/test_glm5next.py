@@ -305,26 +305,53 @@ def test_kda_prefill_is_vllms_choice_on_its_own_platform(flash_dir, cap):
     assert rec["stages"]["kda"].startswith(f"{layers} linear-attention layers on GDN_ATTN")
 
 
+#: where vLLM's KPool indexer has kernels (DeepGEMM: Hopper and Blackwell; its fp8 stores compile there too)
+DEEPGEMM_CAPS = ("9.0", "10.0", "12.0", "12.1")
+
+
 @flash_line
 @pytest.mark.parametrize("cap", CAPS)
-def test_says_not_supported_and_what_our_kernels_would_need(flash_dir, cap):
-    """Every record says the plugin does not support it (the KPool indexer); our backend takes the head vLLM's MLA layer
-    passes (its spec's 512, NoPE) with the model dtype's cache, and says which fp8 rows it does not read."""
+def test_says_whether_the_plugin_runs_it_and_what_our_kernels_would_need(flash_dir, cap):
+    """The plugin runs GLM-5.3-Flash only where vLLM's KPool indexer has kernels (it keeps vLLM's) and our backend
+    takes the MLA layer with the cache vLLM gives it: the NoPE head 512 (its spec's) with the model dtype's cache; an
+    fp8 one (10.0's and 12.0's pick) is refused by name. Elsewhere the record says it is a diagnosis, and the needs."""
     from sparse_mla.diagnose import format_record
     from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
 
     rec = _record(flash_dir, cap)
     ours = rec["glm5next"]["ours"]
-    assert ours["supported"] is False and "does not support GLM-5.3-Flash" in ours["statement"]
     assert 512 in TritonMLASparseBackend.get_supported_head_sizes()
-    reasons = ours["attention_reasons"]      # none for the model dtype's cache; an fp8 one (10.0's pick) is refused
+    reasons = ours["attention_reasons"]      # none for the model dtype's cache; an fp8 one is refused
     assert "head_size not supported" not in reasons and all("fp8" in r for r in reasons), reasons
+    assert bool(reasons) == ("fp8" in (rec["effective_kv_cache_dtype"] or "")), (reasons, rec["effective_kv_cache_dtype"])
+    runs = cap in DEEPGEMM_CAPS and not reasons
+    assert ours["supported"] is runs
+    assert ("runs here by vLLM's own decisions" if runs else "does not run GLM-5.3-Flash here") in ours["statement"]
     assert "not yet its fp8 rows" in ours["needs"][0]["need"]
     parts = [n["part"] for n in ours["needs"]]
     assert parts[:4] == ["attention", "kv cache", "top-k", "indexer"] and parts[-1] == "KDA"
     assert ("fp8 stores" in parts) == (not has_fp8_conversion(tuple(int(x) for x in cap.split("."))))
     text = format_record(rec)
-    assert "What our kernels would need" in text and rec["stages"]["ours"].startswith("not supported by the plugin")
+    assert "What our kernels would need" in text
+    assert rec["stages"]["ours"].startswith("runs with the plugin (--with-plugin shows" if runs else
+                                            "not run by the plugin here"), rec["stages"]["ours"]
+
+
+@flash_line
+def test_with_the_plugin_and_a_bf16_cache_it_runs_on_sm120(flash_dir):
+    """SM120 with a bf16 cache: stock vLLM has no backend (FlashInfer's SM120 kernel reads fp8_ds_mla only); with the
+    plugin vLLM selects ours, keeps its own KPool indexer (DeepGEMM), and no stage blocks before memory."""
+    from sparse_mla.diagnose import diagnose
+
+    stock = diagnose(str(flash_dir), "12.0", "bfloat16", tp=TP)
+    assert stock["selected"] is None and stock["blockers"][0]["stage"] == "attention"
+    assert stock["stages"]["ours"].startswith("runs with the plugin (--with-plugin shows")
+    rec = diagnose(str(flash_dir), "12.0", "bfloat16", tp=TP, with_plugin=True)
+    assert rec["selected"] == "TRITON_MLA_SPARSE" and rec["effective_kv_cache_dtype"] == "bfloat16"
+    assert rec["indexer"]["stock"] == "DEEPGEMM" and rec["glm5next"]["ours"]["supported"] is True
+    assert [b["stage"] for b in rec["blockers"]] in ([], ["memory"])
+    assert rec["stages"]["ours"] == ("runs with the plugin, by vLLM's decisions: TRITON_MLA_SPARSE on the NoPE MLA "
+                                     "layers (bfloat16 cache), vLLM's KPool indexer (DEEPGEMM) and KDA kernels")
 
 
 BUILD_SCRIPT = """
@@ -375,3 +402,32 @@ def test_with_the_plugin_the_kpool_indexer_stays_vllms(flash_dir):
     assert f"rebinds nothing in {KPOOL_MODULE}" in rec["stages"]["indexer"]
     assert rec["backends"]["TRITON_MLA_SPARSE"]["reasons"] == []
     assert rec["stages"]["attention"] == "ok: TRITON_MLA_SPARSE" and rec["stages"]["indexer"].startswith("BLOCKED")
+
+
+@flash_line
+def test_what_to_run_has_its_own_table_and_the_committed_one_is_current(flash_dir):
+    """``--what-to-run --model DIR`` for GLM-5.3-Flash: its own table (``what_to_run_glm5next``), the four machines,
+    its placeholder checkpoints; with the plugin and a bf16 cache the user's 8x RTX PRO 6000 runs ours beside vLLM's
+    KPool indexer, the A100s stop at the indexer (ours takes the attention). ``results/what_to_run_glm5next.csv`` is
+    vLLM 0.34's answer, recomputed whole here (about 40 s on 2 cores); regenerate it with ``sparse-mla diagnose
+    --what-to-run --model DIR`` (DIR from ``make-checkpoint DIR --preset glm-5.3-flash --config-only``)."""
+    from pathlib import Path
+
+    import vllm
+
+    from sparse_mla.diagnose import what_to_run as wtr
+
+    df = wtr.what_to_run(str(flash_dir))
+    assert df.attrs["stem"] == wtr.GLM5NEXT_STEM and set(df["machine"]) == set(wtr.MACHINES)
+    user = df[(df["machine"] == "8x RTX PRO 6000") & (df["weights"] == "bf16") & (df["kv_cache_dtype"] == "bfloat16")]
+    stock, plugin = (user[user["vllm"] == v].iloc[0] for v in ("stock", "with the plugin"))
+    assert stock["backend"] == "none" and stock["blocked_at"] == "attention"
+    assert (plugin["backend"], plugin["indexer"], plugin["engine_starts"]) == ("TRITON_MLA_SPARSE", "DEEPGEMM", "yes")
+    assert plugin["serve"].startswith("vllm serve /models/GLM-5.3-Flash --tensor-parallel-size 8 --kv-cache-dtype "
+                                      "bfloat16")
+    a100 = df[(df["machine"] == "8x A100 80 GB") & (df["vllm"] == "with the plugin") & (df["kv_cache_dtype"] == "bfloat16")]
+    assert set(a100["backend"]) == {"TRITON_MLA_SPARSE"} and set(a100["blocked_at"]) == {"indexer"}
+    if not vllm.__version__.startswith("0.34."):
+        pytest.skip(f"the committed table is vLLM 0.34's; this is {vllm.__version__}")
+    committed = wtr.read(Path(__file__).resolve().parents[2] / "results" / f"{wtr.GLM5NEXT_STEM}.csv")
+    assert committed.equals(wtr.as_written(df))

@@ -205,7 +205,7 @@ def _what_to_run(args, quiet) -> int:
     resolve(model, "12.0", "auto", 8, False)
     out_dir = writable_dir("results" if args.out_dir is None else args.out_dir, "--out-dir")   # before probing
     for ext in ("csv", "md"):
-        writable_file(out_dir / f"{wtr.STEM}.{ext}", "what-to-run file")
+        writable_file(out_dir / f"{wtr.stem(model)}.{ext}", "what-to-run file")
     with quiet:
         df = wtr.what_to_run(model, progress=not args.json)
         paths = wtr.write(df, out_dir)

@@ -1,5 +1,11 @@
-"""What the workbook's kernels would need to run GLM-5.3-Flash (``glm5_next``) -- a diagnosis, not support: the plugin
-does not support the model yet, and :func:`needs` says so first.
+"""Whether the workbook's plugin runs GLM-5.3-Flash (``glm5_next``) on a GPU, and what its kernels would need where it
+does not: :func:`needs` says which first.
+
+The plugin runs the model where vLLM's own parts run the rest: our ``TRITON_MLA_SPARSE`` takes the NoPE MLA layers
+(:func:`our_attention_reasons` empty: ``TritonMLASparseBackend.validate_configuration`` accepts the layer's arguments)
+and vLLM's KPool indexer has kernels on that GPU (its stock verdict, :func:`sparse_mla.diagnose.glm5next.indexer_stage`:
+DeepGEMM there, fp8 stores compiled); the KDA layers are vLLM's kernels everywhere. Our indexer hook does not reach the
+KPool indexer, so on SM80/86/89 the plugin does not run it.
 
 Each need sets vLLM 0.33's numbers for the model (read by :mod:`.glm5next` and the common stages from vLLM's code)
 against the workbook's own: the attention backend's ``validate_configuration`` for the MLA layer's arguments, in its
@@ -11,9 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The record's first word on it.
-STATEMENT = ("the sparse_mla plugin does not support GLM-5.3-Flash yet: this is a diagnosis of what vLLM 0.33 would "
-             "do and what our kernels would need, not support")
+#: The record's first word on it, by whether the plugin runs the model on that GPU (:func:`needs`).
+STATEMENT = {True: "with the plugin, GLM-5.3-Flash runs here by vLLM's own decisions: our TRITON_MLA_SPARSE on its "
+                   "NoPE MLA layers, vLLM's KPool indexer and KDA kernels for the rest",
+             False: "the sparse_mla plugin does not run GLM-5.3-Flash here: this is a diagnosis of what vLLM would "
+                    "do and what our kernels would need, not support"}
 
 
 def our_attention_reasons(vc, cap, args: dict[str, Any]) -> list[str]:
@@ -40,9 +48,11 @@ def _mla_row_bytes(mem: dict[str, Any] | None, mla_layers: int) -> int | None:
 
 
 def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], kda: dict[str, Any],
-          mem: dict[str, Any] | None) -> dict[str, Any]:
-    """``{"supported": False, "statement", "attention_reasons", "needs": [{"part", "need"}]}``: :data:`STATEMENT`, our
-    backend's reasons (:func:`our_attention_reasons`) and one need per part -- attention, KV cache (``kv``: the cache
+          mem: dict[str, Any] | None, indexer: str | None) -> dict[str, Any]:
+    """``{"supported", "statement", "attention_reasons", "needs": [{"part", "need"}]}``: ``supported`` (the plugin runs
+    the model on this GPU: our backend accepts the MLA layer and ``indexer``, vLLM's stock KPool indexer verdict, is
+    not None), its :data:`STATEMENT`, our backend's reasons (:func:`our_attention_reasons`) and one need per part --
+    attention, KV cache (``kv``: the cache
     dtype the selected backend runs, None where none was selected), top-k rows, indexer, fp8 stores (on a GPU
     without fp8 conversions), KDA -- each with vLLM's number for the model (``kpool``:
     :func:`.glm5next.kpool_geometry`; ``kda``: :func:`.glm5next.kda_stage`; ``mem``: the memory stage) and ours."""
@@ -53,7 +63,8 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
     from .glm5next import KPOOL_FP8_KERNELS
 
     text = vc.model_config.hf_text_config
-    reasons = our_attention_reasons(vc, cap, args)
+    # the cache ours would get: vLLM's own (auto resolved, fp8 canonicalized) where it selected a backend
+    reasons = our_attention_reasons(vc, cap, {**args, "kv_cache_dtype": kv or args["kv_cache_dtype"]})
     head, nope = args["head_size"], int(text.qk_nope_head_dim)
     row = _mla_row_bytes(mem, len(kpool["mla_layers"]))
     out = [("attention", f"a sparse MLA kernel over a {head}-wide latent with no RoPE part (kv_lora_rank "
@@ -85,5 +96,6 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
                        f"{kda['prefill'] or kda['prefill_error']}: {kda['kernels']['prefill']}; decode "
                        f"{kda['kernels']['decode']}); no attention backend of ours is involved, and whether Triton "
                        f"compiles vLLM's KDA kernels for this GPU is not checked here"))
-    return {"supported": False, "statement": STATEMENT, "attention_reasons": reasons,
+    supported = not reasons and indexer is not None
+    return {"supported": supported, "statement": STATEMENT[supported], "attention_reasons": reasons,
             "needs": [{"part": p, "need": n} for p, n in out]}

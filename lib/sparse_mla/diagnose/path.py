@@ -156,7 +156,7 @@ def _probe(req: Request) -> dict[str, Any]:
                 blockers.insert(at, {"stage": "indexer", "reason": ixl["blocker"]})
             mem = None if vc is None else memory.memory_stage(req, vc, att, f"{cap.major}.{cap.minor}")
             blockers += [b for b in [memory.blocker(mem)] if b]
-            flash = _glm5next_section(vc, cap, att, ix, mem)
+            flash = _glm5next_section(vc, cap, att, ix, mem, req.with_plugin)
             from .gguf import checkpoint_record
             checkpoint = checkpoint_record(req)     # a GGUF's wall comes first: vLLM meets it loading the config
             if (checkpoint.get("wall") or {}).get("blocker"):
@@ -209,10 +209,11 @@ def _probe(req: Request) -> dict[str, Any]:
     return record
 
 
-def _glm5next_section(vc, cap, att, ix, mem) -> dict[str, Any] | None:
+def _glm5next_section(vc, cap, att, ix, mem, with_plugin: bool) -> dict[str, Any] | None:
     """GLM-5.3-Flash's part of the record (None for another model or where vLLM refused the configuration): ``kpool``
     (the indexer's numbers, :func:`.glm5next.kpool_geometry`), ``kda`` (:func:`.glm5next.kda_stage`) and ``ours``
-    (what our kernels would need, :func:`.glm5next_needs.needs`: not supported)."""
+    (whether the plugin runs it and what our kernels would need, :func:`.glm5next_needs.needs`), ``with_plugin`` (the
+    diagnosis registered the plugin)."""
     from . import glm5next
     from .glm5next_needs import needs
 
@@ -220,8 +221,8 @@ def _glm5next_section(vc, cap, att, ix, mem) -> dict[str, Any] | None:
         return None
     kda = glm5next.kda_stage(vc)
     kv = att["effective_kv_cache_dtype"] if att["selected"] else None
-    return {"model": "GLM-5.3-Flash", "kpool": ix["kpool"], "kda": kda,
-            "ours": needs(vc, cap, att["args"], kv, ix["kpool"], kda, mem)}
+    return {"model": "GLM-5.3-Flash", "kpool": ix["kpool"], "kda": kda, "with_plugin": with_plugin,
+            "ours": needs(vc, cap, att["args"], kv, ix["kpool"], kda, mem, ix["stock"])}
 
 
 def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
@@ -274,10 +275,27 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
                              f"API); with it answering the other way vLLM would select "
                              f"{rec['host_dependent']['selected_if_host_differs'] or 'no backend'}"}[starts]
     if rec.get("glm5next"):
-        why = "; ".join(rec["glm5next"]["ours"]["attention_reasons"])
-        lines["ours"] = ("not supported by the plugin (a diagnosis, not support): "
-                         + (f"TRITON_MLA_SPARSE's validate_configuration: {why}" if why else "see the needs below"))
+        lines["ours"] = _glm5next_ours(rec)
     return lines
+
+
+def _glm5next_ours(rec: dict[str, Any]) -> str:
+    """The "ours" line of a GLM-5.3-Flash record: whether the plugin runs it here (:func:`.glm5next_needs.needs`), and
+    with what -- vLLM's selection with the plugin registered where the diagnosis had it, else what it would take."""
+    ours = rec["glm5next"]["ours"]
+    if not ours["supported"]:
+        why = "; ".join(ours["attention_reasons"])
+        return ("not run by the plugin here (a diagnosis, not support): "
+                + (f"TRITON_MLA_SPARSE's validate_configuration: {why}" if why else
+                   "vLLM's KPool indexer has no kernels on this GPU and the plugin has none for it (the needs below)"))
+    kv = rec["effective_kv_cache_dtype"] or "model dtype"
+    parts = (f"TRITON_MLA_SPARSE on the NoPE MLA layers ({kv} cache), vLLM's KPool indexer "
+             f"({rec['indexer']['stock']}) and KDA kernels")
+    if not rec["glm5next"]["with_plugin"]:
+        return f"runs with the plugin (--with-plugin shows vLLM's path with it): {parts}"
+    if rec["selected"] != "TRITON_MLA_SPARSE":
+        return (f"vLLM selects its own {rec['selected']}; ours with --attention-backend CUSTOM: {parts}")
+    return f"runs with the plugin, by vLLM's decisions: {parts}"
 
 
 def headline(rec: dict[str, Any]) -> str:

@@ -8,6 +8,10 @@ FLASHMLA_SPARSE and FLASH_ATTN_MLA_SPARSE at 9.0, our kernels at simulated 8.0/8
 vLLM's own claims, and the ``rests_on`` column says which: vLLM's ``support_deep_gemm()`` for DeepGEMM's indexer on
 SM12x, FlashInfer's SM120 sparse MLA kernel (a host-dependent import; upstream reports garbled output on vLLM 0.26,
 vllm issue 49886), a quantization's ``get_min_capability()`` where the GPU has no native path for it.
+
+GLM-5.3-Flash (a ``glm5_next`` config.json, vLLM 0.33/0.34) gets its own table (``what_to_run_glm5next``): its
+weights formats (:data:`GLM5NEXT_WEIGHTS`), its placeholder checkpoints, and ``rests_on`` from vLLM's decisions for
+that model and our NoPE kernel's checks -- none of the GLM-5 records.
 """
 from __future__ import annotations
 
@@ -30,6 +34,11 @@ KV_CACHE_DTYPES: tuple[str, ...] = WHAT_TO_RUN_KV_CACHE_DTYPES
 #: Placeholder checkpoints of the ``vllm serve`` lines (replace with your own path)
 CHECKPOINTS = {"bf16": "/models/GLM-5", "fp8": "/models/GLM-5-FP8", "nvfp4": "/models/GLM-5-NVFP4",
                "gguf-q4_k": "/models/GLM-5-GGUF/GLM-5-Q4_K_M-00001-of-00010.gguf"}
+#: GLM-5.3-Flash (``glm5_next``, vLLM 0.33/0.34: a config.json such as ``make-checkpoint DIR --preset glm-5.3-flash
+#: --config-only`` writes): its weights formats asked by default, its placeholder checkpoints, its tables' stem
+GLM5NEXT_WEIGHTS: tuple[str, ...] = ("bf16", "fp8")
+GLM5NEXT_CHECKPOINTS = {"bf16": "/models/GLM-5.3-Flash", "fp8": "/models/GLM-5.3-Flash-FP8"}
+GLM5NEXT_STEM = "what_to_run_glm5next"
 COLUMNS: tuple[str, ...] = ("machine", "weights", "kv_cache_dtype", "vllm", "backend", "indexer", "kv_cache",
                             "engine_starts", "fits", "max_model_len", "kv_cache_tokens", "blocked_at", "fix",
                             "rests_on", "serve", "why")
@@ -74,7 +83,8 @@ def serve_line(rec: dict[str, Any], weights: str, kv_cache_dtype: str, tp: int, 
 
     if rec.get("engine_starts") is False or not (rec.get("memory") or {}).get("fits"):
         return "-"
-    model = CHECKPOINTS.get(weights, f"/models/GLM-5-{weights}")
+    model = (GLM5NEXT_CHECKPOINTS.get(weights, f"/models/GLM-5.3-Flash-{weights}") if rec.get("glm5next") else
+             CHECKPOINTS.get(weights, f"/models/GLM-5-{weights}"))
     return serve_command(model, tp, kv_cache_dtype, max_model_len=rec["memory"]["max_model_len"],
                          gguf_flags=serve_flags(Path(model).parent) if weights.startswith("gguf") else (),
                          attention_backend="CUSTOM" if forced else None)
@@ -82,7 +92,9 @@ def serve_line(rec: dict[str, Any], weights: str, kv_cache_dtype: str, tp: int, 
 
 def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugin: bool) -> str:
     """What the answer of one configuration rests on: a GPU run (:data:`RAN`), our kernels' compiles and the
-    simulated-capability engines, or vLLM's claims (module docstring)."""
+    simulated-capability engines, or vLLM's claims (module docstring); GLM-5.3-Flash's by :func:`_glm5next_rests_on`."""
+    if rec.get("glm5next"):
+        return _glm5next_rests_on(rec, cap, with_plugin)
     claims = []
     if cap in RAN:
         claims.append(f"runs: {RAN[cap]}")
@@ -106,6 +118,20 @@ def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugi
         claims.append(f"vLLM's claim: {weights} weights without native support on {cap[0]}.{cap[1]} (vLLM's "
                       f"get_min_capability() is 75: a Marlin weight-only path)")
     return "; ".join(claims) or "-"
+
+
+def _glm5next_rests_on(rec: dict[str, Any], cap: tuple[int, int], with_plugin: bool) -> str:
+    """What a GLM-5.3-Flash answer rests on: vLLM's own decisions for the model (no GLM-5 record speaks for it), our
+    NoPE kernel's checks where ours is selected, and the KPool indexer's DeepGEMM where vLLM claims it."""
+    claims = []
+    if with_plugin and rec.get("selected") == OURS:
+        claims.append(f"ours: the NoPE head 512 checked on the CPU against the float64 reference (bf16/fp16 cache) and "
+                      f"compiled for sm_{cap[0]}{cap[1]} ahead of time; no engine ran GLM-5.3-Flash with it")
+    if rec.get("selected") == "FLASHINFER_MLA_SPARSE_SM120":
+        claims.append("vLLM's claim: FlashInfer's SM120 sparse MLA kernel (host-dependent import)")
+    if (rec.get("indexer") or {}).get("stock") == "DEEPGEMM":
+        claims.append(f"vLLM's claim: its KPool indexer's DeepGEMM calls on {cap[0]}.{cap[1]} (support_deep_gemm())")
+    return "; ".join(claims) or "vLLM's decisions on the diagnosis' probe platform"
 
 
 def _gguf_stock(rec: dict[str, Any]) -> dict[str, Any]:
@@ -162,8 +188,9 @@ def what_to_run(model: str = "glm-5", machines: Iterable[str] | None = None, wei
 
     from .path import diagnose
 
+    flash = is_glm5next(model)
     machines, weights, kvs = check_request(list(MACHINES) if machines is None else machines,
-                                           list(WEIGHTS) if weights is None else weights,
+                                           list(GLM5NEXT_WEIGHTS if flash else WEIGHTS) if weights is None else weights,
                                            list(KV_CACHE_DTYPES) if kv_cache_dtypes is None else kv_cache_dtypes)
     cells = [(m, w, kv, p) for m in machines for w in weights for kv in kvs for p in (False, True)]
     if progress:
@@ -179,8 +206,28 @@ def what_to_run(model: str = "glm-5", machines: Iterable[str] | None = None, wei
             rec = diagnose(model, gpu, kv, tp=tp, with_plugin=True, quantization=w, backend=OURS)
             rows.append(_row(rec, machine, w, kv, True, tp, forced=True))
     df = pd.DataFrame(rows, columns=list(COLUMNS)).astype({"max_model_len": "Int64", "kv_cache_tokens": "Int64"})
-    df.attrs.update(model=model)
+    df.attrs.update(model="GLM-5.3-Flash" if flash else model, stem=GLM5NEXT_STEM if flash else STEM)
     return df
+
+
+def is_glm5next(model) -> bool:
+    """Whether ``model`` (a preset name, a config.json or a folder holding one) is GLM-5.3-Flash (``model_type``
+    ``glm5_next``); a file that cannot be read as JSON is not (the diagnosis then says why)."""
+    import json
+
+    path = Path(str(model))
+    path = path / "config.json" if path.is_dir() else path
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text()).get("model_type") == "glm5_next"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def stem(model) -> str:
+    """The tables' file name stem for ``model``: :data:`GLM5NEXT_STEM` for GLM-5.3-Flash, else :data:`STEM`."""
+    return GLM5NEXT_STEM if is_glm5next(model) else STEM
 
 
 def answer(df, machine: str) -> list[dict[str, Any]]:
@@ -239,9 +286,11 @@ def as_written(df):
 
 
 def write(df, out_dir: str | os.PathLike = "results") -> dict[str, Path]:
-    """``<out_dir>/what_to_run.csv`` and ``.md``, each written atomically. Returns ``{"csv": path, "md": path}``."""
+    """``<out_dir>/what_to_run.csv`` and ``.md`` (``what_to_run_glm5next.*`` for GLM-5.3-Flash: the frame's ``stem``),
+    each written atomically. Returns ``{"csv": path, "md": path}``."""
     out = Path(out_dir)
-    paths = {"csv": out / f"{STEM}.csv", "md": out / f"{STEM}.md"}
+    name = df.attrs.get("stem", STEM)
+    paths = {"csv": out / f"{name}.csv", "md": out / f"{name}.md"}
     md = markdown(df)
     atomic_write_all([(paths["csv"], lambda tmp: df.to_csv(tmp, index=False)),
                       (paths["md"], lambda tmp: Path(tmp).write_text(md))])
