@@ -96,8 +96,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--what-to-run", action="store_true",
                    help="for 8x RTX PRO 6000, 8x A100 80 GB, 8x RTX 4090 and 8x H200: every weights format (bf16, fp8, "
                         "nvfp4, gguf-q4_k) x KV dtype (bfloat16, fp8), stock vLLM and with the plugin -- backend, "
-                        "indexer, what fits, the vllm serve line (--model narrows the model): what_to_run.csv and "
-                        ".md into --out-dir, the Markdown on stdout")
+                        "indexer, what fits, the vllm serve line (--model narrows the model; a GLM-5.3-Flash config.json "
+                        "gets its own table, bf16/fp8 weights): what_to_run.csv and .md (what_to_run_glm5next.*) into "
+                        "--out-dir, the Markdown on stdout")
     p.add_argument("--with-plugin", action="store_true",
                    help="register the step 4 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting; with "
                         "--matrix: stock and with-plugin verdicts side by side (diagnose_matrix_plugin.csv/.png)")
