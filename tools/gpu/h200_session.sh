@@ -241,7 +241,9 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # issue 51 item 5 (not in ALL: it needs the v033 stage's bundle, carried by tools/gpu/bundle033.sh, and waits for it
     # as that stage does): GLM-5.3-Flash's tiny checkpoint (make-checkpoint --preset glm-5.3-flash; index_topk 512, so
     # the 900-token prompt's KPool selection binds: 32 pools of 16 and the tail) under vLLM 0.33: the attention backend
-    # vLLM selects and ours (bf16 cache, vLLM's KPool indexer; the tool also takes TRITON_MLA_SPARSE@12.0), each against the first and
+    # FLASHMLA_SPARSE (vLLM's own, valid for the NoPE head on SM90 with a bf16 cache; vLLM's first choice there,
+    # FLASHINFER_MLA_SPARSE_SM90, needs FlashInfer, which the bundle does not carry) and ours (bf16 cache, vLLM's KPool
+    # indexer; the tool also takes auto and TRITON_MLA_SPARSE@12.0), each against the first and
     # against the float64 reference (transformers' model, launch/glm5next_reference.py) on this GPU, teacher-forced
     # along each engine's tokens: numbers, no verdict (tools/gpu/glm5next_parity.py says why). Not `launch --parity`:
     # it refuses GLM-5.3-Flash and its reference and criterion are GLM-5's. The image's transformers 5.17.0 has
@@ -253,7 +255,7 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
           stage glm5next_checkpoint 180 "${E[@]}" python3 -m sparse_mla make-checkpoint /tmp/ck_glm53 \
               --preset glm-5.3-flash --index-topk 512 --overwrite
           stage glm5next_parity 900 "${E[@]}" python3 tools/gpu/glm5next_parity.py /tmp/ck_glm53 \
-              "results/$G/glm5next_parity_${G}_vllm033.json" --runs auto,TRITON_MLA_SPARSE \
+              "results/$G/glm5next_parity_${G}_vllm033.json" --runs FLASHMLA_SPARSE,TRITON_MLA_SPARSE \
               --prompt-lengths 48,900 --max-tokens 16 ;;
     # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
     # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
