@@ -30,7 +30,8 @@ build() {
   grep -qx '/.dev033/' "$(git rev-parse --git-common-dir)/info/exclude" 2>/dev/null \
     || echo /.dev033/ >> "$(git rev-parse --git-common-dir)/info/exclude"
   local W=${WORK:-}
-  if [ -z "$W" ]; then W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; fi
+  # the trap expands W now: W is this function's local, gone when the EXIT trap runs
+  if [ -z "$W" ]; then W=$(mktemp -d); trap "rm -rf '$W'" EXIT; fi
   local SITE=$W/site DL=${DL:-$W/dl}
   rm -rf "$SITE"; mkdir -p "$SITE" "$DL" "$W/wheels"
   # cp312 manylinux x86_64 wheels, whatever Python runs this script (the GPU image has Python 3.12)
