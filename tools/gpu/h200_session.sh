@@ -246,17 +246,21 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # indexer; the tool also takes auto and TRITON_MLA_SPARSE@12.0), each against the first and
     # against the float64 reference (transformers' model, launch/glm5next_reference.py) on this GPU, teacher-forced
     # along each engine's tokens: numbers, no verdict (tools/gpu/glm5next_parity.py says why). Not `launch --parity`:
-    # it refuses GLM-5.3-Flash and its reference and criterion are GLM-5's. The image's transformers 5.17.0 has
-    # glm5_next: make-checkpoint and the reference ran with it on the CPU (torch 2.14, huggingface-hub 1.33, 2026-12-06)
+    # it refuses GLM-5.3-Flash and its reference and criterion are GLM-5's.
     glm5next) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0; t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
-          local E=(env "PYTHONPATH=$W/tools/gpu/simulate_capability:$P033" "PATH=/tmp/site033/bin:$PATH"
+          # transformers 5.22.2 (the image's 5.17.0 has glm5_next but not its weight conversion: make-checkpoint
+          # refuses it) with the tokenizers, huggingface-hub, safetensors and regex it checks at import, carried as
+          # wheels in /tmp/tfw by a call of their own (`mkdir -p /tmp/tfw && cp .dev033/tf/*.whl /tmp/tfw/`) and put
+          # first on this stage's PYTHONPATH only
+          python3 -m pip install -q --no-index --no-deps --target /tmp/tf_site /tmp/tfw/*.whl > $R/tf_install.log 2>&1
+          local E=(env "PYTHONPATH=/tmp/tf_site:$W/tools/gpu/simulate_capability:$P033" "PATH=/tmp/site033/bin:$PATH"
                    VLLM_CACHE_ROOT=/tmp/vllmcache033 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1)
           stage glm5next_checkpoint 180 "${E[@]}" python3 -m sparse_mla make-checkpoint /tmp/ck_glm53 \
               --preset glm-5.3-flash --index-topk 512 --overwrite
           stage glm5next_parity 900 "${E[@]}" python3 tools/gpu/glm5next_parity.py /tmp/ck_glm53 \
               "results/$G/glm5next_parity_${G}_vllm033.json" --runs FLASHMLA_SPARSE,TRITON_MLA_SPARSE \
-              --prompt-lengths 48,900 --max-tokens 16 ;;
+              --prompt-lengths 48,900 --max-tokens 8 ;;
     # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
     # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
     # results/<profile>/ there), so each notebook's own files (the live launch record, the quick benchmarks) land

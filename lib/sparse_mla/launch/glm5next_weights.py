@@ -56,11 +56,18 @@ def text_config(cfg: dict[str, Any]):
                              f"accepted: a config make-checkpoint --preset glm-5.3-flash writes") from None
 
 
+#: Parts of transformers' parameter names that its glm5_next weight conversion renames (the module docstring): one left
+#: after ``revert_weight_conversion`` means the installed transformers has no such conversion, and vLLM's loader
+#: would refuse the checkpoint (vLLM 0.33: ``KeyError: 'layers.0.attn_hc.base'`` on the H100, 2026-12-06)
+UNCONVERTED = (".attn_hc.", ".ffn_hc.", ".forget_gate.")
+
+
 def weight_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """Checkpoint tensor name -> shape of the causal LM for the GLM-5.3-Flash config dict ``cfg`` (see the module
     docstring: transformers' model on the meta device, its names reverted to checkpoint names, ``model.``-prefixed,
     plus ``lm_head.weight`` ``[vocab, hidden]``), in transformers' order. Raises :class:`UserInputError` as
-    :func:`text_config`."""
+    :func:`text_config`, and where a name keeps a part of :data:`UNCONVERTED` (a transformers without glm5_next's
+    weight conversion, such as 5.17.0)."""
     import torch
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.models.glm5_next.modeling_glm5_next import Glm5NextTextModel
@@ -69,6 +76,14 @@ def weight_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):
         model = Glm5NextTextModel(text)
     sd = revert_weight_conversion(model, model.state_dict())
+    kept = [k for k in sd if any(m in k for m in UNCONVERTED)]
+    if kept:        # transformers 5.17.0 has glm5_next but no weight conversion for it (H100, 2026-12-06)
+        import transformers
+
+        raise UserInputError(f"transformers {transformers.__version__} writes GLM-5.3-Flash's tensors under its own "
+                             f"names ({kept[0]!r}, {len(kept)} in all), not the checkpoint names vLLM loads "
+                             f"('hc_attn_base'...): it has no glm5_next weight conversion; accepted: a transformers "
+                             f"whose conversion_mapping has glm5_next (5.22.2 was tested)")
     shapes = {"model." + k: tuple(v.shape) for k, v in sd.items()}
     shapes["lm_head.weight"] = (text.vocab_size, text.hidden_size)
     return shapes
