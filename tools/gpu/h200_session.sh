@@ -246,7 +246,10 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # indexer; the tool also takes auto and TRITON_MLA_SPARSE@12.0), each against the first and
     # against the float64 reference (transformers' model, launch/glm5next_reference.py) on this GPU, teacher-forced
     # along each engine's tokens: numbers, no verdict (tools/gpu/glm5next_parity.py says why). Not `launch --parity`:
-    # it refuses GLM-5.3-Flash and its reference and criterion are GLM-5's.
+    # it refuses GLM-5.3-Flash and its reference and criterion are GLM-5's. NOT YET RUN THROUGH: on the H100
+    # (2026-12-06c) both engines died in the MHC layer's first forward, `tilelang is required for mhc`: vLLM pins
+    # tilelang==0.1.12 (50 MB wheel; apache-tvm-ffi, z3-solver, ml-dtypes, torch-c-dlpack-ext), which the bundle
+    # does not carry yet
     glm5next) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0; t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
           # transformers 5.22.2 (the image's 5.17.0 has glm5_next but not its weight conversion: make-checkpoint
