@@ -296,8 +296,15 @@ class Layer(_Shape):
 
 
 class Throughput(_Shape):
+    """The throughput pass: ``num_seqs`` prompts of ``prompt_len`` tokens, ``max_tokens`` new tokens each,
+    ``generated_tokens`` in ``seconds``, ``output_tokens_per_s`` their quotient (held to it by
+    :mod:`sparse_mla.workbook.consistency`)."""
     output_tokens_per_s: Optional[TokenRate] = None
     seconds: Optional[NonNeg] = None
+    num_seqs: Int = None
+    prompt_len: Int = None
+    max_tokens: Int = None
+    generated_tokens: Int = None
 
 
 class Generation(_Shape):
@@ -345,7 +352,29 @@ class Pair(_Shape):
 
 
 class FirstToken(_Shape):
+    """One prompt's first token against the reference's: token ids, the top-k log-probs compared, their largest
+    absolute difference (0 or more)."""
     same_first_token: Flag = None
+    prompt_len: Int = None
+    vllm_first_token: Int = None
+    reference_argmax: Int = None
+    top_k: Int = None
+    max_abs_logprob_diff: Optional[NonNeg] = None
+
+
+#: A model dimension (heads, layers, top-k, vocabulary, a length in tokens): an integer from 1 to 2**31 - 1.
+Dimension = Optional[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]]
+
+
+class ModelBlock(_Shape):
+    """What an engine or serving record says of its checkpoint: its path and geometry (each a positive integer; MTP
+    layers 0 or more)."""
+    path: Text = None
+    index_topk: Dimension = None
+    num_attention_heads: Dimension = None
+    num_hidden_layers: Optional[Layers] = None
+    num_nextn_predict_layers: Int = None
+    vocab_size: Dimension = None
 
 
 class Weights(_Shape):
@@ -371,6 +400,10 @@ class Engine(Record, EngineRun):
     parity_baseline: Text = None
     reference_first_token: Optional[dict[str, list[FirstToken]]] = None
     throughput_tokens_per_s: Optional[dict[str, Optional[TokenRate]]] = None
+    model: Optional[ModelBlock] = None
+    max_model_len: Dimension = None
+    prompt_lengths: Optional[list[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]]] = None
+    reference_max_len: Dimension = None
 
 
 # -- serving benchmark ------------------------------------------------------------------------------------------------
@@ -424,8 +457,35 @@ class Agreement(_Shape):
         return self
 
 
+class BenchResult(_Shape):
+    """One ``vllm bench serve`` pass as vLLM wrote it: prompts asked and completed (counts), its duration (s, above
+    0) and its figures (0 or more)."""
+    num_prompts: Int = None
+    completed: Int = None
+    duration: Positive = None                # may be absent, never null
+    output_throughput: Optional[NonNeg] = None
+    median_ttft_ms: Optional[NonNeg] = None
+    median_tpot_ms: Optional[NonNeg] = None
+    median_itl_ms: Optional[NonNeg] = None
+
+
+class Load(_Shape):
+    """A serving benchmark's load: prompts per pass, concurrency, repeats, new tokens (each 1 or more)."""
+    num_prompts: Dimension = None
+    num_requests: Dimension = None
+    max_concurrency: Dimension = None
+    concurrency: Dimension = None
+    repeats: Dimension = None
+    output_len: Dimension = None
+    max_tokens: Dimension = None
+
+
 class Serve(Record):
     runs: dict[str, ServeRun] = None         # may be absent, never null
+    repeats: Optional[dict[str, list[Optional[BenchResult]]]] = None    # null: a pass without a result
+    load: Optional[Load] = None
+    order: Optional[list[list[str]]] = None
+    wall_s: Optional[NonNeg] = None
     agreement_vs_baseline: Optional[dict[str, Agreement]] = None
     speculative_vs_plain: Optional[dict[str, Agreement]] = None
     complete: Flag = None
