@@ -654,3 +654,30 @@ def test_a_status_of_success_stays_proven(tmp_path, text):
     rec = _committed(MTP_RECORD)
     rec["runs"][_T]["status"] = text
     assert verdict(tmp_path, rec).status == "proven"
+
+
+def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path):
+    """Issue 47, left by the round of 2026-12-06: a record outside any repository, linked into one, was judged by its
+    target's folder (no git: the revision's form alone), so a revision that is no commit of the repository it is
+    shown in stayed proven through the link."""
+    import subprocess
+
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    repo.mkdir()
+    outside.mkdir()
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *a],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "x")
+    rec = _committed(GGUF_RECORD)
+    fake = "1234567" + git("rev-parse", "HEAD")[7:]
+    for r in (rec, *rec["runs"].values()):
+        r["environment"]["revision"] = fake
+    (outside / "r.json").write_text(json.dumps(rec))
+    assert proof.check([str(outside / "r.json")])[0].status == "proven"      # no repository: the form alone
+    (repo / "r.json").symlink_to(outside / "r.json")
+    [v] = proof.check([str(repo / "r.json")])
+    assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()

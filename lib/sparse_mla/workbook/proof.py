@@ -225,14 +225,17 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
 
 def revision_unknown(path: str, rec: dict) -> list[str]:
     """The header's revision where the git repository holding the record can tell it is no commit of its own (one
-    line; ``[]`` where it is one, or where no full repository holds the record: none, a shallow clone, no git)."""
+    line; ``[]`` where it is one, or where no full repository holds the record: none, a shallow clone, no git). A
+    record that is a link is held by the repository of the folder the link is in as well as its target's: a record
+    linked into ``results/`` from outside is judged where it is shown, not only where it lives."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     m = re.match(r"[0-9a-f]{7,40}\b", str(env.get("revision") or rec.get("revision") or ""))
     if not m:
         return []
     rev = m.group()
-    known = _commit_known(rev, str(Path(path).resolve().parent))
-    return [f"its revision {rev} is no commit of the repository holding it"] if known is False else []
+    folders = dict.fromkeys([os.path.dirname(os.path.abspath(path)), str(Path(path).resolve().parent)])
+    known = [_commit_known(rev, f) for f in folders]
+    return [f"its revision {rev} is no commit of the repository holding it"] if False in known else []
 
 
 @functools.cache
