@@ -534,12 +534,12 @@ def _serve_as_offline(r, same: bool):
     (H100_GGUF, lambda r: r["runs"][_T].update(attention_backends=["FLASHMLA_SPARSE"]), "attention_backends"),
     (H100_GGUF, lambda r: [g.update(token_ids=[], logprobs=[]) for v in r["runs"].values() for g in v["generations"]],
      "has 0 token(s)"),
-    (H100_GGUF, lambda r: r["model"].update(num_hidden_layers="2"), "model.num_hidden_layers '2' is no layer count"),
+    (H100_GGUF, lambda r: r["model"].update(num_hidden_layers="2"), "model.num_hidden_layers is '2'"),   # (schema)
     (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(acceptance_rate=1.0), "acceptance_rate ="),
     (SERVE_RECORD, lambda r: r["runs"][_T]["summary"]["output_throughput"].update(
         median=r["runs"][_T]["summary"]["output_throughput"]["max"]), "summary.output_throughput not the spread"),
     (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(output_throughput=1e8), "not the spread of its repeats"),
-    (H100_GGUF, lambda r: r.update(prompt_lengths="48,900"), "prompt_lengths '48,900' is not a list"),
+    (H100_GGUF, lambda r: r.update(prompt_lengths="48,900"), "prompt_lengths is '48,900'"),   # (schema)
     # per run: KV dtypes, layer counts, empty blocks
     (GGUF_RECORD, lambda r: [v.update(kv_cache_dtype="fp8_ds_mla") for v in r["runs"][_T]["layers"].values()
                              if v.get("layer") == "MLAAttention"], "KV dtype 'fp8_ds_mla', the run asked 'auto'"),
@@ -632,6 +632,14 @@ def _throughput(r, **changes):
      "completed 1000000 prompts of the 160"),
     (SERVE_RECORD, lambda r: r["order"][0].__setitem__(0, "BANANA"), "invalid", "order round 1"),
     (SERVE_RECORD, lambda r: r["order"][1].__setitem__(0, r["order"][1][1]), "invalid", "order round 2"),
+    # ... and the holes a second pass on these checks found: an order round short of a run or a round too many,
+    # repeats of a run the record lacks, a NaN acceptance rate beside its counts, an engine start of 31,000 years
+    (SERVE_RECORD, lambda r: r["order"].__setitem__(0, r["order"][0][:2]), "invalid", "order round 1"),
+    (SERVE_RECORD, lambda r: r["order"].append(r["order"][0]), "invalid", "order has 6 rounds, the load 5 repeats"),
+    (SERVE_RECORD, lambda r: r["repeats"].update(OTHER=r["repeats"][_T]), "invalid", "repeats of 'OTHER'"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(acceptance_rate=float("nan")), "invalid",
+     "acceptance_rate = accepted_tokens / draft_tokens"),
+    (MTP_RECORD, lambda r: r["runs"][_T].update(engine_init_s=1e12), "invalid", "engine_init_s is 1000000000000.0"),
     # a status in another writer's words
     (MTP_RECORD, lambda r: r["runs"][_T].update(status="segfault"), "unproven", "status 'segfault'"),
     (MTP_RECORD, lambda r: r["runs"][_T].update(status="terminated by signal 9"), "unproven", "signal 9"),

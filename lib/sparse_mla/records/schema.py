@@ -60,6 +60,9 @@ Capability = Annotated[str, StringConstraints(pattern=_CAPABILITY)]
 Layers = Annotated[int, Field(gt=0, le=1024)]
 #: An engine's tokens per second: no GPU generates a billion (or NaN: not measured).
 TokenRate = Annotated[float, AfterValidator(_within(0.0, 1e9, "tokens per second from 0 to 1e9 (or NaN: not measured)"))]
+#: A run's time in seconds (an engine's start-up, a pass, a benchmark's wall time): 0 to 1e6 s (11 days; no run of
+#: ours takes an hour), or NaN (not measured).
+Seconds = Annotated[float, AfterValidator(_within(0.0, 1e6, "seconds from 0 to 1e6 (or NaN: not measured)"))]
 #: A log-probability: at most 0 (vLLM's logprobs are natural-log probabilities).
 LogProb = Annotated[float, AfterValidator(_within(-1e9, 0.0, "a log-probability, at most 0"))]
 
@@ -260,7 +263,7 @@ class SpeculativeCounts(_Shape):
         if not self.drafts <= self.draft_tokens or self.accepted_tokens > self.draft_tokens:
             raise ValueError("drafts <= draft_tokens and accepted_tokens <= draft_tokens")
         rate = self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
-        if self.acceptance_rate is not None and rate is not None and abs(self.acceptance_rate - rate) > 1e-6:
+        if self.acceptance_rate is not None and rate is not None and not abs(self.acceptance_rate - rate) <= 1e-6:
             raise ValueError(f"acceptance_rate = accepted_tokens / draft_tokens ({rate:.6g})")
         return self
 
@@ -300,7 +303,7 @@ class Throughput(_Shape):
     ``generated_tokens`` in ``seconds``, ``output_tokens_per_s`` their quotient (held to it by
     :mod:`sparse_mla.workbook.consistency`)."""
     output_tokens_per_s: Optional[TokenRate] = None
-    seconds: Optional[NonNeg] = None
+    seconds: Optional[Seconds] = None
     num_seqs: Int = None
     prompt_len: Int = None
     max_tokens: Int = None
@@ -334,7 +337,7 @@ class EngineRun(_Shape):
     ran_contradictions: Optional[list] = None
     throughput: Optional[Throughput] = None
     generations: Optional[list[Generation]] = None
-    engine_init_s: Optional[NonNeg] = None
+    engine_init_s: Optional[Seconds] = None
     environment: Optional[Header] = None     # a run's own header (a parity run's engines each write one)
 
 
@@ -458,10 +461,9 @@ class Agreement(_Shape):
 
 
 class BenchResult(_Shape):
-    """One ``vllm bench serve`` pass as vLLM wrote it: prompts asked and completed (counts), its duration (s, above
-    0) and its figures (0 or more)."""
-    num_prompts: Int = None
-    completed: Int = None
+    """One ``vllm bench serve`` pass as vLLM wrote it: its duration (s, above 0) and its figures (0 or more); the
+    prompts asked and completed are read whatever they are written as (``sparse_mla.workbook.proof``: fewer
+    completed is a failure, more an inconsistency)."""
     duration: Positive = None                # may be absent, never null
     output_throughput: Optional[NonNeg] = None
     median_ttft_ms: Optional[NonNeg] = None
@@ -485,7 +487,7 @@ class Serve(Record):
     repeats: Optional[dict[str, list[Optional[BenchResult]]]] = None    # null: a pass without a result
     load: Optional[Load] = None
     order: Optional[list[list[str]]] = None
-    wall_s: Optional[NonNeg] = None
+    wall_s: Optional[Seconds] = None
     agreement_vs_baseline: Optional[dict[str, Agreement]] = None
     speculative_vs_plain: Optional[dict[str, Agreement]] = None
     complete: Flag = None

@@ -15,7 +15,8 @@ data by the function named below, in the process that ran).
 * each engine run's ``throughput``: ``output_tokens_per_s`` its ``generated_tokens`` over its ``seconds``, no more
   tokens than ``num_seqs`` x ``max_tokens``; its prompts and generations within the record's ``max_model_len``;
 * a serving benchmark's ``repeats``: none completed more prompts than it asked, each asked the load's
-  ``num_prompts``; each round of its ``order`` the record's runs, each once;
+  ``num_prompts``, each is of a run of the record; its ``order`` one round per repeat, each the record's runs, each
+  once;
 * each engine run: ``layers`` and ``generations`` not empty where the writer wrote them, one generation per prompt of
   ``prompt_lengths`` in its order, every attention layer's KV dtype the one asked (an fp8 request: vLLM's fp8 layout,
   ``fp8_ds_mla``, :data:`sparse_mla.layouts.FP8_KV_CACHE_DTYPES`), ``ran.attention`` counting as many layers as
@@ -366,7 +367,8 @@ def length_problems(rec: dict, name: str, run: dict) -> list[str]:
 
 def serving_load_problems(rec: dict) -> list[str]:
     """A serving benchmark's repeats against its load and runs: no pass completed more prompts than it asked, each
-    asked the load's ``num_prompts``, and each round of ``order`` names runs of the record, each once."""
+    asked the load's ``num_prompts`` and is of a run of the record, and ``order`` has one round per repeat of the
+    load, each the record's runs, each once (:func:`sparse_mla.bench.serve.rotated`)."""
     reps, load = rec.get("repeats"), rec.get("load")
     if not isinstance(reps, dict):
         return []
@@ -382,10 +384,15 @@ def serving_load_problems(rec: dict) -> list[str]:
             if _int(asked) and _num(n) and n != asked:
                 out.append(f"{k}: repeat {i + 1} asked {n} prompts, the load {asked}")
     runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
-    for i, rnd in enumerate(rec.get("order") if isinstance(rec.get("order"), list) else []):
+    out += [f"repeats of {k!r}, which is no run of the record ({sorted(runs)})" for k in reps if k not in runs]
+    order = rec.get("order") if isinstance(rec.get("order"), list) else []
+    for i, rnd in enumerate(order):             # sparse_mla.bench.serve.rotated: every run once a round
         names = rnd if isinstance(rnd, list) else [rnd]
-        if any(n not in runs for n in names) or len(set(map(str, names))) != len(names):
+        if sorted(map(str, names)) != sorted(runs):
             out.append(f"order round {i + 1} {names!r} is not the record's runs, each once ({sorted(runs)})")
+    n = load.get("repeats") if isinstance(load, dict) else None
+    if order and _int(n) and len(order) != n:
+        out.append(f"order has {len(order)} rounds, the load {n} repeats")
     return out
 
 
