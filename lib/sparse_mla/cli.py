@@ -73,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
               f"accepted: a writable temporary folder ($TMPDIR)", file=sys.stderr)
         return 2
     from .machine import check_environment
+    from .vllm_plugin.switches import check_switches
 
     try:
         check_environment()
+        check_switches()
     except UserInputError as e:
         print(f"sparse-mla {args.command}: error: {e}", file=sys.stderr)
         return 2
