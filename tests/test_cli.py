@@ -97,6 +97,10 @@ def test_unknown_home_directory_is_a_clear_error(tmp_path):
     ({"VLLM_LOGGING_LEVEL": "NOPE"}, "VLLM_LOGGING_LEVEL='NOPE' is no logging level"),
     ({"VLLM_CONFIGURE_LOGGING": "banana"}, "VLLM_CONFIGURE_LOGGING='banana' is not an integer"),
     ({"VLLM_LOGGING_CONFIG_PATH": "/nonexistent/logging.json"}, "cannot be read as vLLM's logging configuration"),
+    # the breaker's sixth round (2026-12-06): vLLM logged a traceback saving its cache, the plugin took a typo as on
+    ({"VLLM_CACHE_ROOT": "/dev/null/x"}, "VLLM_CACHE_ROOT='/dev/null/x' cannot hold vLLM's cache (/dev/null is not"),
+    ({"XDG_CACHE_HOME": "/dev/null"}, "XDG_CACHE_HOME='/dev/null' cannot hold vLLM's cache"),
+    ({"SPARSE_MLA_TRITON_INDEXER": "flase"}, "SPARSE_MLA_TRITON_INDEXER='flase' is no switch value"),
 ])
 def test_environment_variables_are_named_up_front(capsys, monkeypatch, env, says):
     import sparse_mla.machine

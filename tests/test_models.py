@@ -119,6 +119,18 @@ def test_writable_dir(tmp_path):
     ({"torch_dtype": ["bfloat16"]}, "torch_dtype = ['bfloat16']"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": "abc"}}, "rope_parameters.beta_fast = 'abc'"),
     ({"rope_scaling": {"type": "yarn", "factor": 4.0, "mscale": float("inf")}}, "rope_scaling.mscale = inf"),
+    # the breaker's sixth round (2026-12-06): a math domain error, a ZeroDivisionError or a negative tensor dimension
+    # in vLLM's model code, and rope types vLLM ran as YaRN unnamed
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                          "beta_fast": -4}}, "rope_parameters.beta_fast = -4; accepted: a positive number"),
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0, "beta_slow": 0}}, "rope_scaling.beta_slow = 0"),
+    ({"rope_parameters": {"rope_type": 42, "factor": 4.0}}, "rope_parameters.rope_type = 42; accepted: a rope type"),
+    ({"rope_scaling": {"type": "", "factor": 4.0}}, "rope_scaling.type = ''"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [0, 0]}},
+     "quantization_config.weight_block_size = [0, 0]; accepted: a list of positive integers"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [-128, 128]}}, "weight_block_size = [-128"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128.5, 128]}}, "weight_block_size = [128.5"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": "128x128"}}, "weight_block_size = '128x128'"),
 ])
 def test_check_config_names_the_field(change, names):
     from sparse_mla.models import check_config

@@ -73,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
               f"accepted: a writable temporary folder ($TMPDIR)", file=sys.stderr)
         return 2
     from .machine import check_environment
+    from .vllm_plugin.switches import check_switches
 
     try:
         check_environment()
+        check_switches()
     except UserInputError as e:
         print(f"sparse-mla {args.command}: error: {e}", file=sys.stderr)
         return 2
@@ -87,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as e:
         print(f"sparse-mla {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"sparse-mla {args.command}: interrupted; nothing half-written was left in place", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        kept = getattr(e, "kept", None)       # errors.Interrupted: a partial output kept on purpose, named
+        said = (f"no finished output was replaced; the partial output is kept as {', '.join(kept)}" if kept else
+                "nothing half-written was left in place")
+        print(f"sparse-mla {args.command}: interrupted; {said}", file=sys.stderr)
         return 130
     except BrokenPipeError:     # `sparse-mla ... | head`: the reader left; no traceback, the shell's status for SIGPIPE
         _silence_stdout()

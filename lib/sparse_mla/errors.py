@@ -10,6 +10,16 @@ class UserInputError(ValueError):
     """Bad input: the message names the offending value and what would be accepted."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, after which a writer kept a partial output on purpose (a notebook's partial run as
+    ``NN_*.failed.ipynb``): ``kept``, the paths, which ``sparse-mla`` names in its one interrupted line instead of
+    saying that nothing was written."""
+
+    def __init__(self, kept: list[str]):
+        super().__init__(f"interrupted; kept: {', '.join(kept)}")
+        self.kept = list(kept)
+
+
 # -- numbers from the command line: one way, ASCII digits (Python's int() and float() also take "²", "８", "1_0") -----
 _INT = r"[+-]?[0-9]{1,30}"       # (past 30 digits no size or count here means anything; int() refuses 4300)
 _FLOAT = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"

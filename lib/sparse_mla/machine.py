@@ -49,6 +49,26 @@ def check_environment() -> None:
         raise UserInputError(f"VLLM_LOGGING_LEVEL={level!r} is no logging level; accepted: DEBUG, INFO, WARNING, "
                              f"ERROR or CRITICAL (or unset)")
     _check_vllm_logging_config()
+    _check_cache_folders()
+
+
+def _check_cache_folders() -> None:
+    """The cache folders vLLM writes at import and model inspection, where the environment names them
+    (``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME`` under which vLLM's default lies): a path whose nearest existing part is
+    not a folder (``/dev/null/x``) makes vLLM log an error with a traceback on every run. Raises
+    :class:`~sparse_mla.errors.UserInputError`."""
+    from .errors import UserInputError
+
+    for var in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME"):
+        raw = os.environ.get(var)
+        if not raw:
+            continue
+        here = os.path.abspath(os.path.expanduser(raw))
+        while not os.path.lexists(here) and os.path.dirname(here) != here:
+            here = os.path.dirname(here)
+        if not os.path.isdir(here):
+            raise UserInputError(f"{var}={raw!r} cannot hold vLLM's cache ({here} is not a folder); accepted: a "
+                                 f"folder path, or {var} unset")
 
 
 def _check_vllm_logging_config() -> None:

@@ -254,6 +254,7 @@ def check_config(cfg, name: str) -> dict[str, Any]:
                                  f"{0 if small in NON_NEGATIVE_DIMENSIONS or small == 'qk_rope_head_dim' else 1} "
                                  f"to {large}")
     _check_rope_scaling(text, name)
+    _check_block_size(text, cfg, name)
     for k, kind, what in (("index_topk_pattern", str, "a string of F (full) and S (shared), one per layer"),
                           ("indexer_types", list, "a list of 'full' / 'shared', one per layer"),
                           ("index_skip_topk_offset", int, "an integer (vLLM's default: 2)")):
@@ -278,6 +279,10 @@ def check_config(cfg, name: str) -> dict[str, Any]:
 #: The rope scaling fields vLLM's ``get_rope`` reads as numbers (YaRN's betas and mscales, Llama 3's frequency factors).
 ROPE_NUMBERS = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "low_freq_factor",
                 "high_freq_factor", "extrapolation_factor")
+#: Those of :data:`ROPE_NUMBERS` that must be above 0: YaRN's rotation counts, whose logarithm vLLM's
+#: ``yarn_find_correction_dim`` takes (``log(max_position / (beta * 2 pi))``: a math domain error below 0, a division
+#: by zero at 0).
+ROPE_POSITIVE = ("beta_fast", "beta_slow")
 
 
 def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
@@ -296,10 +301,13 @@ def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
         if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f <= 0):
             raise UserInputError(f"config {name!r} has {key}.factor = {_short(f)}; accepted: a positive number (the "
                                  f"rope scaling factor, e.g. 40 for YaRN)")
+        _check_rope_type(rope, key, name)
         for k in ROPE_NUMBERS:
             v = rope.get(k)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
-                raise UserInputError(f"config {name!r} has {key}.{k} = {_short(v)}; accepted: a finite number (GLM-5's "
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                  or (k in ROPE_POSITIVE and v <= 0)):
+                which = "a positive number" if k in ROPE_POSITIVE else "a finite number"
+                raise UserInputError(f"config {name!r} has {key}.{k} = {_short(v)}; accepted: {which} (GLM-5's "
                                      f"rope has none; YaRN's beta_fast 32, beta_slow 1)")
         m = rope.get("original_max_position_embeddings")
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 0 < m <= 2**31 - 1):
@@ -310,6 +318,31 @@ def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
             raise UserInputError(f"config {name!r} has {key}.factor = {f!r}, which times the {base} positions it scales "
                                  f"gives a model of no token (vLLM's max_model_len 0); accepted: a factor of at least "
                                  f"1/{base}, e.g. 40 for YaRN")
+
+
+def _check_rope_type(rope: dict[str, Any], key: str, name: str) -> None:
+    """A rope's ``rope_type`` (or the older ``type``), where present, a non-empty name: vLLM compares it with its
+    names (DeepSeek's MLA runs any but ``"default"`` as YaRN), so a number or an empty text would pass as YaRN
+    unnamed. Raises :class:`UserInputError`."""
+    for k in ("rope_type", "type"):
+        v = rope.get(k)
+        if v is not None and not (isinstance(v, str) and v.strip()):
+            raise UserInputError(f"config {name!r} has {key}.{k} = {_short(v)}; accepted: a rope type's name, e.g. "
+                                 f"'default' (GLM-5) or 'yarn' (DeepSeek-V3.2)")
+
+
+def _check_block_size(text: dict[str, Any], cfg: dict[str, Any], name: str) -> None:
+    """``quantization_config.weight_block_size``, where present, a list of positive integers: vLLM divides the
+    layers' sizes by each (a 0 is a ZeroDivisionError in its fp8 code, a negative size a tensor of negative
+    dimension); how many it takes vLLM's quantization config says. Raises :class:`UserInputError`."""
+    qc = text.get("quantization_config", cfg.get("quantization_config"))
+    wbs = qc.get("weight_block_size") if isinstance(qc, dict) else None
+    if wbs is None:
+        return
+    if not isinstance(wbs, list) or not all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= 2**31 - 1
+                                            for b in wbs):
+        raise UserInputError(f"config {name!r} has quantization_config.weight_block_size = {_short(wbs)}; accepted: "
+                             f"a list of positive integers, e.g. [128, 128] (the block of one fp8 weight scale)")
 
 
 def _check_rope_theta(theta, where: str, name: str) -> None:

@@ -248,6 +248,18 @@ def test_vllms_long_lists_are_cut_and_a_bare_key_error_says_where(tmp_path):
     assert where.startswith(" (vllm/model_executor/layers/rotary_embedding/") and "factor" in where, where
 
 
+def test_a_rope_key_vllm_reads_and_the_config_lacks_names_the_configs_rope(tmp_path):
+    """The breaker's sixth round (2026-12-06): a rope_type vLLM's DeepSeek MLA runs as YaRN ('banana') without its
+    factor was blocked as vLLM's bare ``KeyError: 'factor'``; the line now names the config's rope and its type."""
+    from sparse_mla import diagnose as dg
+
+    d, _ = _tiny_config(tmp_path, "m", 2, rope_parameters={"rope_type": "banana", "rope_theta": 10000.0})
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto")
+    [b] = [b for b in rec["blockers"] if b["stage"] == "memory"]
+    assert "KeyError: 'factor'" in b["reason"] and "rope_parameters (rope_type 'banana') has no 'factor'" in \
+        b["reason"] and "accepted:" in b["reason"], b
+
+
 def test_no_advice_leads_into_the_layer_0_blocker(tmp_path):
     """The breaker (2026-12-06): indexer_types ["shared", "full"] without the plugin advised --with-plugin (pattern
     "SF"), which the diagnosis then blocks as layer 0 shared. Advice is given only for a pattern whose layer 0 is

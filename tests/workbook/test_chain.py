@@ -176,7 +176,9 @@ def test_a_run_stopped_mid_cell_prints_one_line_and_leaves_no_kernel(project, si
     out, err = proc.communicate(timeout=120)
     lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("Executing")]
     assert proc.returncode == 130, err[-3000:]
-    assert lines == ["sparse-mla run: interrupted; nothing half-written was left in place"], lines
+    assert len(lines) == 1 and lines[0].startswith("sparse-mla run: interrupted; no finished output was replaced; "
+                                                   "the partial output is kept as ") and \
+        lines[0].endswith("02_long.failed.ipynb"), lines
     assert (root / "results" / "cpu" / "02_long.failed.ipynb").exists()
     assert not (root / "results" / "cpu" / ".02_long.running.ipynb").exists()
     for _ in range(50):                                  # the kernel is shut down with the run
@@ -188,6 +190,43 @@ def test_a_run_stopped_mid_cell_prints_one_line_and_leaves_no_kernel(project, si
     else:
         os.kill(kernel, signal.SIGKILL)
         pytest.fail(f"the kernel {kernel} outlived the run")
+
+
+def test_an_interrupted_notebook_names_the_partial_output_it_keeps(tmp_path, monkeypatch, capsys):
+    """The breaker's sixth round (2026-12-06): a run stopped mid-notebook kept its partial output as
+    ``NN_*.failed.ipynb`` and said "nothing half-written was left in place"; the line now names what it kept."""
+    from pathlib import Path
+
+    import papermill as pm
+
+    def stopped(nb, out, **kw):
+        Path(out).write_text("{}")              # papermill writes the notebook as it goes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pm, "execute_notebook", stopped)
+    target = tmp_path / "01_a.ipynb"
+    with pytest.raises(KeyboardInterrupt) as e:
+        chain._execute(tmp_path / "01_a.ipynb", tmp_path / ".01_a.running.ipynb", target, {}, tmp_path, None, False,
+                       60, tmp_path)
+    assert getattr(e.value, "kept", None) == ["01_a.failed.ipynb"] and (tmp_path / "01_a.failed.ipynb").exists()
+    monkeypatch.setattr(cli, "build_parser", lambda: _Parser(e.value))
+    assert cli.main(["run"]) == 130
+    assert capsys.readouterr().err.strip() == ("sparse-mla run: interrupted; no finished output was replaced; the "
+                                               "partial output is kept as 01_a.failed.ipynb")
+
+
+class _Parser:
+    """A parser whose one command raises ``error`` (cli.main's handling alone)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def parse_args(self, argv):
+        import argparse
+
+        def func(args):
+            raise self.error
+        return argparse.Namespace(command="run", func=func)
 
 
 def test_a_profile_parameter_the_notebook_does_not_have_is_refused_by_name(project, monkeypatch, capsys):

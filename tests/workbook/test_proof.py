@@ -534,12 +534,12 @@ def _serve_as_offline(r, same: bool):
     (H100_GGUF, lambda r: r["runs"][_T].update(attention_backends=["FLASHMLA_SPARSE"]), "attention_backends"),
     (H100_GGUF, lambda r: [g.update(token_ids=[], logprobs=[]) for v in r["runs"].values() for g in v["generations"]],
      "has 0 token(s)"),
-    (H100_GGUF, lambda r: r["model"].update(num_hidden_layers="2"), "model.num_hidden_layers '2' is no layer count"),
+    (H100_GGUF, lambda r: r["model"].update(num_hidden_layers="2"), "model.num_hidden_layers is '2'"),   # (schema)
     (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(acceptance_rate=1.0), "acceptance_rate ="),
     (SERVE_RECORD, lambda r: r["runs"][_T]["summary"]["output_throughput"].update(
         median=r["runs"][_T]["summary"]["output_throughput"]["max"]), "summary.output_throughput not the spread"),
     (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(output_throughput=1e8), "not the spread of its repeats"),
-    (H100_GGUF, lambda r: r.update(prompt_lengths="48,900"), "prompt_lengths '48,900' is not a list"),
+    (H100_GGUF, lambda r: r.update(prompt_lengths="48,900"), "prompt_lengths is '48,900'"),   # (schema)
     # per run: KV dtypes, layer counts, empty blocks
     (GGUF_RECORD, lambda r: [v.update(kv_cache_dtype="fp8_ds_mla") for v in r["runs"][_T]["layers"].values()
                              if v.get("layer") == "MLAAttention"], "KV dtype 'fp8_ds_mla', the run asked 'auto'"),
@@ -603,4 +603,89 @@ def test_a_revision_that_is_no_commit_of_the_records_repository_is_unproven(tmp_
         r["environment"].pop("revision")
     rec["revision"] = fake
     v = verdict(tmp_path, rec, "top.json")
+    assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()
+
+
+def _throughput(r, **changes):
+    r["runs"][_T]["throughput"].update(changes)
+
+
+@pytest.mark.parametrize("name,edit,status,says", [
+    # figures no run has: the model's geometry, lengths, a first-token difference below 0, a serving pass's figures
+    (MTP_RECORD, lambda r: r["model"].update(num_attention_heads=0), "invalid", "model.num_attention_heads is 0"),
+    (MTP_RECORD, lambda r: r["model"].update(index_topk=-512), "invalid", "model.index_topk is -512"),
+    (MTP_RECORD, lambda r: r.update(max_model_len=-4096), "invalid", "max_model_len is -4096"),
+    (MTP_RECORD, lambda r: r["reference_first_token"][_T][0].update(max_abs_logprob_diff=-0.5), "invalid",
+     "max_abs_logprob_diff is -0.5"),
+    (MTP_RECORD, lambda r: _throughput(r, generated_tokens=-4096), "invalid", "generated_tokens is -4096"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(duration=0.0), "invalid", "duration is 0.0"),
+    (SERVE_RECORD, lambda r: r.update(wall_s=-437.0), "invalid", "wall_s is -437.0"),
+    (SERVE_RECORD, lambda r: r["load"].update(num_prompts=0), "invalid", "load.num_prompts is 0"),
+    # figures that contradict each other within the record
+    (MTP_RECORD, lambda r: (_throughput(r, output_tokens_per_s=92370.0),
+                            r["throughput_tokens_per_s"].update({_T: 92370.0})), "invalid",
+     "output_tokens_per_s 92370.0, not its 4096 generated tokens in 4.434 s"),
+    (MTP_RECORD, lambda r: _throughput(r, seconds=0), "invalid", "not its 4096 generated tokens in 0 s"),
+    (MTP_RECORD, lambda r: _throughput(r, generated_tokens=409600), "invalid", "more than num_seqs 32 x max_tokens"),
+    (MTP_RECORD, lambda r: r.update(max_model_len=64), "invalid", "exceed max_model_len 64"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(completed=10 ** 6), "invalid",
+     "completed 1000000 prompts of the 160"),
+    (SERVE_RECORD, lambda r: r["order"][0].__setitem__(0, "BANANA"), "invalid", "order round 1"),
+    (SERVE_RECORD, lambda r: r["order"][1].__setitem__(0, r["order"][1][1]), "invalid", "order round 2"),
+    # ... and the holes a second pass on these checks found: an order round short of a run or a round too many,
+    # repeats of a run the record lacks, a NaN acceptance rate beside its counts, an engine start of 31,000 years
+    (SERVE_RECORD, lambda r: r["order"].__setitem__(0, r["order"][0][:2]), "invalid", "order round 1"),
+    (SERVE_RECORD, lambda r: r["order"].append(r["order"][0]), "invalid", "order has 6 rounds, the load 5 repeats"),
+    (SERVE_RECORD, lambda r: r["repeats"].update(OTHER=r["repeats"][_T]), "invalid", "repeats of 'OTHER'"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(acceptance_rate=float("nan")), "invalid",
+     "acceptance_rate = accepted_tokens / draft_tokens"),
+    (MTP_RECORD, lambda r: r["runs"][_T].update(engine_init_s=1e12), "invalid", "engine_init_s is 1000000000000.0"),
+    # a status in another writer's words
+    (MTP_RECORD, lambda r: r["runs"][_T].update(status="segfault"), "unproven", "status 'segfault'"),
+    (MTP_RECORD, lambda r: r["runs"][_T].update(status="terminated by signal 9"), "unproven", "signal 9"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="died"), "unproven", "status 'died'"),
+])
+def test_the_breakers_round_six(tmp_path, name, edit, status, says):
+    """Issue 47, the sixth breaker round (2026-12-06): figures no run has (a model of 0 heads, a negative
+    max_model_len, first-token difference or generated count, a serving pass of 0 s), figures that contradict each
+    other (a throughput that is not its tokens over its seconds, prompts longer than max_model_len, more prompts
+    completed than asked, an order naming another run) and a status in words of its own ("segfault") were proven."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == status and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("text", ["ok", "Success", "done.", "completed"])
+def test_a_status_of_success_stays_proven(tmp_path, text):
+    rec = _committed(MTP_RECORD)
+    rec["runs"][_T]["status"] = text
+    assert verdict(tmp_path, rec).status == "proven"
+
+
+def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path):
+    """Issue 47, left by the round of 2026-12-06: a record outside any repository, linked into one, was judged by its
+    target's folder (no git: the revision's form alone), so a revision that is no commit of the repository it is
+    shown in stayed proven through the link."""
+    import subprocess
+
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    repo.mkdir()
+    outside.mkdir()
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *a],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "x")
+    rec = _committed(GGUF_RECORD)
+    fake = "1234567" + git("rev-parse", "HEAD")[7:]
+    for r in (rec, *rec["runs"].values()):
+        r["environment"]["revision"] = fake
+    (outside / "r.json").write_text(json.dumps(rec))
+    assert proof.check([str(outside / "r.json")])[0].status == "proven"      # no repository: the form alone
+    (repo / "r.json").symlink_to(outside / "r.json")
+    [v] = proof.check([str(repo / "r.json")])
     assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()

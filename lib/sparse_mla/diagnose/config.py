@@ -101,6 +101,28 @@ def raised_where(e: BaseException) -> str:
     return f" ({f.filename.split('site-packages/')[-1]}:{f.lineno}, in {f.name}: `{(f.line or '').strip()[:160]}`)"
 
 
+def rope_hint(e: BaseException, cfg: dict[str, Any] | None) -> str:
+    """Where vLLM's rotary-embedding code raised a ``KeyError`` for a key the config's rope settings lack (its
+    ``get_rope`` reads ``factor`` or ``original_max_position_embeddings`` for any ``rope_type`` but ``"default"``):
+    ``"; config.json's rope_parameters (rope_type 'banana') has no 'factor', which vLLM reads for that rope type"``,
+    naming the config's value, not vLLM's line alone; ``""`` for any other exception."""
+    import traceback
+
+    if not isinstance(e, KeyError) or not e.args or not isinstance(cfg, dict) or e.__traceback__ is None:
+        return ""
+    if not any("rotary_embedding" in f.filename for f in traceback.extract_tb(e.__traceback__)):
+        return ""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = text.get(key)
+        if isinstance(rope, dict) and e.args[0] not in rope:
+            kind = rope.get("rope_type", rope.get("type", "default"))
+            return (f"; config.json's {key} (rope_type {kind!r}) has no {e.args[0]!r}, which vLLM reads for that rope "
+                    f"type; accepted: rope_type 'default', or the keys its rope type takes (YaRN: factor, "
+                    f"original_max_position_embeddings)")
+    return ""
+
+
 #: A list in vLLM's message longer than this many characters (its model registry's 250-odd architectures: 18 KB) is
 #: shown by its first items and its count.
 LONG_LIST_CHARS = 1000

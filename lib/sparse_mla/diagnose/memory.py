@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import gguf_memory
-from .config import raised_where
+from .config import raised_where, rope_hint
 from .meta_model import RankModel, rank_model
 from ..gguf.types import GGUF_TYPES
 from .request import GPUS, Request
@@ -398,7 +398,8 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
         rank = build(req.tp, None)
     except Exception as e:  # noqa: BLE001 - vLLM's model code refuses the configuration: the engine cannot start
         out.update(fits=False, reason=f"vLLM's model code raises while building the model: {type(e).__name__}: "
-                                      f"{' '.join(str(e).split())[:300]}{raised_where(e)}")
+                                      f"{' '.join(str(e).split())[:300]}{raised_where(e)}"
+                                      f"{rope_hint(e, req.geometry.raw_config)}")
         return out
     base = Setting(rank, gpu_bytes, util, vc.model_config.max_model_len, mem.cpu_offload_gb)
     r = evaluate(base, quant)

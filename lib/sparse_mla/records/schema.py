@@ -60,6 +60,9 @@ Capability = Annotated[str, StringConstraints(pattern=_CAPABILITY)]
 Layers = Annotated[int, Field(gt=0, le=1024)]
 #: An engine's tokens per second: no GPU generates a billion (or NaN: not measured).
 TokenRate = Annotated[float, AfterValidator(_within(0.0, 1e9, "tokens per second from 0 to 1e9 (or NaN: not measured)"))]
+#: A run's time in seconds (an engine's start-up, a pass, a benchmark's wall time): 0 to 1e6 s (11 days; no run of
+#: ours takes an hour), or NaN (not measured).
+Seconds = Annotated[float, AfterValidator(_within(0.0, 1e6, "seconds from 0 to 1e6 (or NaN: not measured)"))]
 #: A log-probability: at most 0 (vLLM's logprobs are natural-log probabilities).
 LogProb = Annotated[float, AfterValidator(_within(-1e9, 0.0, "a log-probability, at most 0"))]
 
@@ -260,7 +263,7 @@ class SpeculativeCounts(_Shape):
         if not self.drafts <= self.draft_tokens or self.accepted_tokens > self.draft_tokens:
             raise ValueError("drafts <= draft_tokens and accepted_tokens <= draft_tokens")
         rate = self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
-        if self.acceptance_rate is not None and rate is not None and abs(self.acceptance_rate - rate) > 1e-6:
+        if self.acceptance_rate is not None and rate is not None and not abs(self.acceptance_rate - rate) <= 1e-6:
             raise ValueError(f"acceptance_rate = accepted_tokens / draft_tokens ({rate:.6g})")
         return self
 
@@ -296,8 +299,15 @@ class Layer(_Shape):
 
 
 class Throughput(_Shape):
+    """The throughput pass: ``num_seqs`` prompts of ``prompt_len`` tokens, ``max_tokens`` new tokens each,
+    ``generated_tokens`` in ``seconds``, ``output_tokens_per_s`` their quotient (held to it by
+    :mod:`sparse_mla.workbook.consistency`)."""
     output_tokens_per_s: Optional[TokenRate] = None
-    seconds: Optional[NonNeg] = None
+    seconds: Optional[Seconds] = None
+    num_seqs: Int = None
+    prompt_len: Int = None
+    max_tokens: Int = None
+    generated_tokens: Int = None
 
 
 class Generation(_Shape):
@@ -327,7 +337,7 @@ class EngineRun(_Shape):
     ran_contradictions: Optional[list] = None
     throughput: Optional[Throughput] = None
     generations: Optional[list[Generation]] = None
-    engine_init_s: Optional[NonNeg] = None
+    engine_init_s: Optional[Seconds] = None
     environment: Optional[Header] = None     # a run's own header (a parity run's engines each write one)
 
 
@@ -345,7 +355,29 @@ class Pair(_Shape):
 
 
 class FirstToken(_Shape):
+    """One prompt's first token against the reference's: token ids, the top-k log-probs compared, their largest
+    absolute difference (0 or more)."""
     same_first_token: Flag = None
+    prompt_len: Int = None
+    vllm_first_token: Int = None
+    reference_argmax: Int = None
+    top_k: Int = None
+    max_abs_logprob_diff: Optional[NonNeg] = None
+
+
+#: A model dimension (heads, layers, top-k, vocabulary, a length in tokens): an integer from 1 to 2**31 - 1.
+Dimension = Optional[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]]
+
+
+class ModelBlock(_Shape):
+    """What an engine or serving record says of its checkpoint: its path and geometry (each a positive integer; MTP
+    layers 0 or more)."""
+    path: Text = None
+    index_topk: Dimension = None
+    num_attention_heads: Dimension = None
+    num_hidden_layers: Optional[Layers] = None
+    num_nextn_predict_layers: Int = None
+    vocab_size: Dimension = None
 
 
 class Weights(_Shape):
@@ -371,6 +403,10 @@ class Engine(Record, EngineRun):
     parity_baseline: Text = None
     reference_first_token: Optional[dict[str, list[FirstToken]]] = None
     throughput_tokens_per_s: Optional[dict[str, Optional[TokenRate]]] = None
+    model: Optional[ModelBlock] = None
+    max_model_len: Dimension = None
+    prompt_lengths: Optional[list[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]]] = None
+    reference_max_len: Dimension = None
 
 
 # -- serving benchmark ------------------------------------------------------------------------------------------------
@@ -424,8 +460,34 @@ class Agreement(_Shape):
         return self
 
 
+class BenchResult(_Shape):
+    """One ``vllm bench serve`` pass as vLLM wrote it: its duration (s, above 0) and its figures (0 or more); the
+    prompts asked and completed are read whatever they are written as (``sparse_mla.workbook.proof``: fewer
+    completed is a failure, more an inconsistency)."""
+    duration: Positive = None                # may be absent, never null
+    output_throughput: Optional[NonNeg] = None
+    median_ttft_ms: Optional[NonNeg] = None
+    median_tpot_ms: Optional[NonNeg] = None
+    median_itl_ms: Optional[NonNeg] = None
+
+
+class Load(_Shape):
+    """A serving benchmark's load: prompts per pass, concurrency, repeats, new tokens (each 1 or more)."""
+    num_prompts: Dimension = None
+    num_requests: Dimension = None
+    max_concurrency: Dimension = None
+    concurrency: Dimension = None
+    repeats: Dimension = None
+    output_len: Dimension = None
+    max_tokens: Dimension = None
+
+
 class Serve(Record):
     runs: dict[str, ServeRun] = None         # may be absent, never null
+    repeats: Optional[dict[str, list[Optional[BenchResult]]]] = None    # null: a pass without a result
+    load: Optional[Load] = None
+    order: Optional[list[list[str]]] = None
+    wall_s: Optional[Seconds] = None
     agreement_vs_baseline: Optional[dict[str, Agreement]] = None
     speculative_vs_plain: Optional[dict[str, Agreement]] = None
     complete: Flag = None

@@ -12,3 +12,21 @@ from __future__ import annotations
 INDEXER_NAME = "TRITON_DSA_INDEXER"
 FORCE_ENV = "SPARSE_MLA_TRITON_INDEXER"
 COUNT_ENV = "SPARSE_MLA_COUNT_INDEXER_CALLS"
+
+#: The words :data:`FORCE_ENV` takes, any case: on (the Triton indexer), off (vLLM's).
+SWITCH_ON, SWITCH_OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def check_switches() -> None:
+    """``SPARSE_MLA_TRITON_INDEXER`` one of :data:`SWITCH_ON` / :data:`SWITCH_OFF`, empty or unset, checked by
+    ``sparse-mla`` before a command starts: the plugin inside an engine takes any other text as on, so a typo
+    (``flase``) would run the Triton indexer unasked. Raises :class:`~sparse_mla.errors.UserInputError` (one line
+    naming the value and the words accepted)."""
+    import os
+
+    from ..errors import UserInputError
+
+    raw = os.environ.get(FORCE_ENV)
+    if raw is not None and raw.strip() and raw.strip().lower() not in SWITCH_ON + SWITCH_OFF:
+        raise UserInputError(f"{FORCE_ENV}={raw!r} is no switch value; accepted: {' / '.join(SWITCH_ON)} (the Triton "
+                             f"indexer), {' / '.join(SWITCH_OFF)} (vLLM's), or unset (the plugin's rule per GPU)")

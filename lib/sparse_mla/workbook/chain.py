@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from . import summary
-from ..errors import UserInputError, cli_int, expand_path, writable_dir
+from ..errors import Interrupted, UserInputError, cli_int, expand_path, writable_dir
 from ..files import make_dir
 
 NOTEBOOK_RE = summary.NOTEBOOK_RE
@@ -275,7 +275,8 @@ def _check_parameter_type(profile: str, notebook: str, key: str, value, default_
 def _execute(nb: Path, tmp: Path, target: Path, parameters: dict, notebooks_dir: Path, kernel_name, progress: bool,
              timeout, root: Path) -> None:
     """papermill on one notebook into ``tmp``; a failure keeps its partial output as ``*.failed.ipynb`` and becomes
-    one :class:`NotebookFailed` naming the notebook, the cell and the error."""
+    one :class:`NotebookFailed` naming the notebook, the cell and the error; Ctrl-C or SIGTERM becomes
+    :class:`~sparse_mla.errors.Interrupted` naming that partial output."""
     import warnings
 
     import papermill as pm
@@ -294,6 +295,8 @@ def _execute(nb: Path, tmp: Path, target: Path, parameters: dict, notebooks_dir:
         failed = target.parent / f"{nb.stem}.failed.ipynb"
         if tmp.exists():
             os.replace(tmp, failed)
+            if isinstance(e, KeyboardInterrupt):    # Ctrl-C or SIGTERM mid-notebook: say what is kept, not "nothing"
+                raise Interrupted([_shown(failed, root)]) from None
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
         if isinstance(e, (CellTimeoutError, DeadKernelError)):

@@ -12,6 +12,11 @@ data by the function named below, in the process that ran).
   tokens and the same reference argmax, ``decisive`` its gap above its tolerance, ``decisive_prompts`` their count;
 * a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`);
 * ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``);
+* each engine run's ``throughput``: ``output_tokens_per_s`` its ``generated_tokens`` over its ``seconds``, no more
+  tokens than ``num_seqs`` x ``max_tokens``; its prompts and generations within the record's ``max_model_len``;
+* a serving benchmark's ``repeats``: none completed more prompts than it asked, each asked the load's
+  ``num_prompts``, each is of a run of the record; its ``order`` one round per repeat, each the record's runs, each
+  once;
 * each engine run: ``layers`` and ``generations`` not empty where the writer wrote them, one generation per prompt of
   ``prompt_lengths`` in its order, every attention layer's KV dtype the one asked (an fp8 request: vLLM's fp8 layout,
   ``fp8_ds_mla``, :data:`sparse_mla.layouts.FP8_KV_CACHE_DTYPES`), ``ran.attention`` counting as many layers as
@@ -313,8 +318,88 @@ def serving_summary_problems(rec: dict) -> list[str]:
     return out
 
 
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def throughput_problems(name: str, run: dict) -> list[str]:
+    """An engine run's ``throughput`` against itself, as :func:`sparse_mla.launch.engine` writes it:
+    ``output_tokens_per_s`` is ``generated_tokens`` over the seconds that ``seconds`` rounds to 3 decimals (itself
+    rounded to 0.1 tokens/s), and no more tokens were generated than ``num_seqs`` x ``max_tokens``."""
+    t = run.get("throughput")
+    if not isinstance(t, dict):
+        return []
+    out = []
+    gen, sec, rate = t.get("generated_tokens"), t.get("seconds"), t.get("output_tokens_per_s")
+    if _int(gen) and _int(t.get("num_seqs")) and _int(t.get("max_tokens")) and gen > t["num_seqs"] * t["max_tokens"]:
+        out.append(f"{name}: throughput.generated_tokens {gen}, more than num_seqs {t['num_seqs']} x max_tokens "
+                   f"{t['max_tokens']}")
+    if _int(gen) and _num(sec) and sec >= 0 and "output_tokens_per_s" in t:
+        low = gen / (sec + 5e-4) - 0.05                       # seconds was rounded to 3 decimals, the rate to 1
+        high = gen / (sec - 5e-4) + 0.05 if sec > 5e-4 else float("inf")
+        if not (_num(rate) and low <= rate <= high):
+            out.append(f"{name}: throughput.output_tokens_per_s {rate!r}, not its {gen} generated tokens in "
+                       f"{sec!r} s")
+    return out
+
+
+def length_problems(rec: dict, name: str, run: dict) -> list[str]:
+    """Prompts and generations against the record's ``max_model_len`` (vLLM refuses a request longer than it): every
+    length of ``prompt_lengths``, each generation's prompt plus its tokens, the throughput pass's prompt plus its
+    ``max_tokens``."""
+    mml = rec.get("max_model_len")
+    if not _int(mml):
+        return []
+    gens = [g for g in run.get("generations") or [] if isinstance(g, dict)] if isinstance(run.get("generations"),
+                                                                                            list) else []
+    t = run.get("throughput") if isinstance(run.get("throughput"), dict) else {}
+    lens = [(f"a {g['prompt_len']}-token prompt and its {len(g.get('token_ids') or [])} generated tokens",
+             g["prompt_len"] + len(g.get("token_ids") or [])) for g in gens if _int(g.get("prompt_len"))]
+    if _int(t.get("prompt_len")) and _int(t.get("max_tokens")):
+        lens.append((f"the throughput pass's {t['prompt_len']}-token prompts and {t['max_tokens']} new tokens",
+                     t["prompt_len"] + t["max_tokens"]))
+    return [f"{name}: {what} exceed max_model_len {mml}" for what, n in lens if n > mml][:1]
+
+
+def serving_load_problems(rec: dict) -> list[str]:
+    """A serving benchmark's repeats against its load and runs: no pass completed more prompts than it asked, each
+    asked the load's ``num_prompts`` and is of a run of the record, and ``order`` has one round per repeat of the
+    load, each the record's runs, each once (:func:`sparse_mla.bench.serve.rotated`)."""
+    reps, load = rec.get("repeats"), rec.get("load")
+    if not isinstance(reps, dict):
+        return []
+    out = []
+    asked = load.get("num_prompts") if isinstance(load, dict) else None
+    for k, have in reps.items():
+        for i, x in enumerate(have if isinstance(have, list) else []):
+            if not isinstance(x, dict):
+                continue
+            done, n = x.get("completed"), x.get("num_prompts")
+            if _num(done) and _num(n) and done > n:
+                out.append(f"{k}: repeat {i + 1} completed {done} prompts of the {n} it asked")
+            if _int(asked) and _num(n) and n != asked:
+                out.append(f"{k}: repeat {i + 1} asked {n} prompts, the load {asked}")
+    runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
+    out += [f"repeats of {k!r}, which is no run of the record ({sorted(runs)})" for k in reps if k not in runs]
+    order = rec.get("order") if isinstance(rec.get("order"), list) else []
+    for i, rnd in enumerate(order):             # sparse_mla.bench.serve.rotated: every run once a round
+        names = rnd if isinstance(rnd, list) else [rnd]
+        if sorted(map(str, names)) != sorted(runs):
+            out.append(f"order round {i + 1} {names!r} is not the record's runs, each once ({sorted(runs)})")
+    n = load.get("repeats") if isinstance(load, dict) else None
+    if order and _int(n) and len(order) != n:
+        out.append(f"order has {len(order)} rounds, the load {n} repeats")
+    return out
+
+
 def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Every line of this module's checks for one record (``runs``: its engine runs,
     :func:`sparse_mla.records.engine_tables.engine_runs`); ``[]`` where its summaries are its data's."""
     out = summary_problems(rec) + reference_problems(rec) + served_problems(rec) + serving_summary_problems(rec)
+    out += serving_load_problems(rec)
+    out += [p for k, r in runs.items() if k != "serve" for p in throughput_problems(k, r) + length_problems(rec, k, r)]
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]

@@ -123,8 +123,24 @@ def _true(v) -> bool:
 
 #: Words of a failed status, in any case, anywhere in its text ("failed", "killed by OOM", "Timeout", "aborted")
 FAILED_STATUS_WORDS = ("fail", "error", "kill", "oom", "abort", "crash", "timeout", "timed out")
+#: The statuses that say a step ended well, in any case; any other status text ("segfault", "died", "terminated by
+#: signal 9", "running") says it did not, whatever words another writer chose.
+OK_STATUSES = ("ok", "okay", "success", "succeeded", "successful", "pass", "passed", "done", "complete", "completed",
+               "finished")
+
+
+def _failed_status(v) -> bool:
+    """A status text that says a step failed: one with a word of :data:`FAILED_STATUS_WORDS`, or any text but the
+    success words of :data:`OK_STATUSES` (no writer of ours writes a status; another writer's own words are
+    judged by what they do not say)."""
+    if not isinstance(v, str):
+        return False
+    text = v.strip().lower().rstrip(".!")
+    return any(w in text for w in FAILED_STATUS_WORDS) or text not in OK_STATUSES
+
+
 FAILURE_SIGNS = {"exit_code": _nonzero_status, "returncode": _nonzero_status, "timed_out": _true,
-                 "status": lambda v: isinstance(v, str) and any(w in v.lower() for w in FAILED_STATUS_WORDS)}
+                 "status": _failed_status}
 
 
 def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
@@ -209,14 +225,17 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
 
 def revision_unknown(path: str, rec: dict) -> list[str]:
     """The header's revision where the git repository holding the record can tell it is no commit of its own (one
-    line; ``[]`` where it is one, or where no full repository holds the record: none, a shallow clone, no git)."""
+    line; ``[]`` where it is one, or where no full repository holds the record: none, a shallow clone, no git). A
+    record that is a link is held by the repository of the folder the link is in as well as its target's: a record
+    linked into ``results/`` from outside is judged where it is shown, not only where it lives."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     m = re.match(r"[0-9a-f]{7,40}\b", str(env.get("revision") or rec.get("revision") or ""))
     if not m:
         return []
     rev = m.group()
-    known = _commit_known(rev, str(Path(path).resolve().parent))
-    return [f"its revision {rev} is no commit of the repository holding it"] if known is False else []
+    folders = dict.fromkeys([os.path.dirname(os.path.abspath(path)), str(Path(path).resolve().parent)])
+    known = [_commit_known(rev, f) for f in folders]
+    return [f"its revision {rev} is no commit of the repository holding it"] if False in known else []
 
 
 @functools.cache
