@@ -309,7 +309,7 @@ def test_kda_prefill_is_vllms_choice_on_its_own_platform(flash_dir, cap):
 @pytest.mark.parametrize("cap", CAPS)
 def test_says_not_supported_and_what_our_kernels_would_need(flash_dir, cap):
     """Every record says the plugin does not support it (the KPool indexer); our backend takes the head vLLM's MLA layer
-    passes (its spec's 512, NoPE) with the model dtype's cache, and says which fp8 rows it does not read."""
+    passes (its spec's 512, NoPE) with the model dtype's cache or its 528-byte fp8 rows, and says so."""
     from sparse_mla.diagnose import format_record
     from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
 
@@ -319,7 +319,7 @@ def test_says_not_supported_and_what_our_kernels_would_need(flash_dir, cap):
     assert 512 in TritonMLASparseBackend.get_supported_head_sizes()
     reasons = ours["attention_reasons"]      # none for the model dtype's cache; an fp8 one (10.0's pick) is refused
     assert "head_size not supported" not in reasons and all("fp8" in r for r in reasons), reasons
-    assert "not yet its fp8 rows" in ours["needs"][0]["need"]
+    assert "528-byte fp8_ds_mla rows" in ours["needs"][0]["need"]
     parts = [n["part"] for n in ours["needs"]]
     assert parts[:4] == ["attention", "kv cache", "top-k", "indexer"] and parts[-1] == "KDA"
     assert ("fp8 stores" in parts) == (not has_fp8_conversion(tuple(int(x) for x in cap.split("."))))
