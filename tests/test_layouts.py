@@ -34,3 +34,33 @@ def test_kv_cache_dtype_names_match_whatever_their_case():
     for bad in ("fp8 ", "", "fp9", None, 8, "bfloat16,fp8"):
         with pytest.raises(UserInputError, match="is not accepted; accepted: 'auto'"):
             check_kv_cache_dtype(bad)
+
+
+def test_nope_fp8_ds_mla_row():
+    """GLM-5.3-Flash's NoPE row: the 656-byte row without its 64 bf16 rope values; scales at the same place."""
+    import pytest
+
+    from sparse_mla.errors import UserInputError
+
+    assert (L.FP8_DS_MLA_NOPE_ROW_BYTES, L.FP8_DS_MLA_NOPE_ROW_F32) == (528, 132)
+    assert L.FP8_DS_MLA_NOPE_ROW_BYTES == L.FP8_DS_MLA_ROW_BYTES - 2 * L.ROPE_DIM == L.FP8_DS_MLA_ROPE_BF16 * 2
+    assert L.fp8_ds_mla_row_bytes(512, 64) == 656 and L.fp8_ds_mla_row_bytes(512, 0) == 528
+    with pytest.raises(UserInputError, match="has no fp8_ds_mla layout"):
+        L.fp8_ds_mla_row_bytes(448, 64)
+
+
+def test_vllm_sizes_the_nope_row_as_we_do():
+    """vLLM 0.33/0.34's SM120 impl answers the NoPE row's bytes (the KV-cache spec's ``state_content_bytes``); 0.26
+    has no such method."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from sparse_mla.diagnose.probe import load_vllm_extensions
+
+    load_vllm_extensions()
+    sm120 = pytest.importorskip("vllm.v1.attention.backends.mla.flashinfer_mla_sparse_sm120")
+    rows = getattr(sm120.FlashInferMLASparseSM120Impl, "get_fp8_ds_mla_row_bytes", None)
+    if rows is None:
+        pytest.skip("this vLLM (0.26) sizes every fp8_ds_mla row at 656 bytes: no NoPE row")
+    assert rows(SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=0)) == L.FP8_DS_MLA_NOPE_ROW_BYTES

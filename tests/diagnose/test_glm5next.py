@@ -313,8 +313,8 @@ DEEPGEMM_CAPS = ("9.0", "10.0", "12.0", "12.1")
 @pytest.mark.parametrize("cap", CAPS)
 def test_says_whether_the_plugin_runs_it_and_what_our_kernels_would_need(flash_dir, cap):
     """The plugin runs GLM-5.3-Flash only where vLLM's KPool indexer has kernels (it keeps vLLM's) and our backend
-    takes the MLA layer with the cache vLLM gives it: the NoPE head 512 (its spec's) with the model dtype's cache; an
-    fp8 one (10.0's and 12.0's pick) is refused by name. Elsewhere the record says it is a diagnosis, and the needs."""
+    takes the MLA layer with the cache vLLM gives it: the NoPE head 512 (its spec's) with the model dtype's cache or
+    its 528-byte fp8 rows (10.0's and 12.0's pick). Elsewhere the record says it is a diagnosis, and the needs."""
     from sparse_mla.diagnose import format_record
     from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
 
@@ -323,11 +323,12 @@ def test_says_whether_the_plugin_runs_it_and_what_our_kernels_would_need(flash_d
     assert 512 in TritonMLASparseBackend.get_supported_head_sizes()
     reasons = ours["attention_reasons"]      # none for the model dtype's cache; an fp8 one is refused
     assert "head_size not supported" not in reasons and all("fp8" in r for r in reasons), reasons
-    assert bool(reasons) == ("fp8" in (rec["effective_kv_cache_dtype"] or "")), (reasons, rec["effective_kv_cache_dtype"])
+    if cap in DEEPGEMM_CAPS:      # vLLM's cache there: bf16 (9.0) or the 528-byte fp8 rows (10.0, 12.x), both ours
+        assert reasons == [], (cap, reasons, rec["effective_kv_cache_dtype"])
     runs = cap in DEEPGEMM_CAPS and not reasons
     assert ours["supported"] is runs
     assert ("runs here by vLLM's own decisions" if runs else "does not run GLM-5.3-Flash here") in ours["statement"]
-    assert "not yet its fp8 rows" in ours["needs"][0]["need"]
+    assert "528-byte fp8_ds_mla rows" in ours["needs"][0]["need"]
     parts = [n["part"] for n in ours["needs"]]
     assert parts[:4] == ["attention", "kv cache", "top-k", "indexer"] and parts[-1] == "KDA"
     assert ("fp8 stores" in parts) == (not has_fp8_conversion(tuple(int(x) for x in cap.split("."))))

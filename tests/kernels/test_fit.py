@@ -195,23 +195,26 @@ NOPE_SCRIPT = r"""
 import json, sys, torch
 from sparse_mla.kernels import DEVICE_LIMITS, choose_config
 from sparse_mla.kernels.aot import compile_for
-caps, shapes = json.loads(sys.argv[1])
+caps, shapes, kvs = json.loads(sys.argv[1])
 rows = []
-for cap in map(tuple, caps):
+for kv in kvs:
+  for cap in map(tuple, caps):
     for T, H in shapes:
-        cfg = choose_config(T, H, 2176, torch.bfloat16, torch.device("cpu"), capability=cap, limits=DEVICE_LIMITS[cap])
+        cfg = choose_config(T, H, 2176, torch.bfloat16, torch.device("cpu"), capability=cap, limits=DEVICE_LIMITS[cap],
+                            kv_cache_dtype=kv)
         for split in sorted({cfg.split, False}):
             k = compile_for(cfg, torch.bfloat16, cap, split=split, DL=512, DR=0)
-            rows.append({"cap": list(cap), "T": T, "H": H, "split": split, "shared": int(k.metadata.shared),
-                         "limit": DEVICE_LIMITS[cap].smem_per_block})
+            rows.append({"kv": kv, "cap": list(cap), "T": T, "H": H, "split": split, "scales": cfg.fp8_scales,
+                         "tile": [cfg.block_h, cfg.block_n, cfg.num_warps, cfg.num_stages],
+                         "shared": int(k.metadata.shared), "limit": DEVICE_LIMITS[cap].smem_per_block})
 print(json.dumps(rows))
 """
 
 
-def _nope_fits(caps, shapes):
+def _nope_fits(caps, shapes, kvs=("auto",)):
     env = {**os.environ, "TRITON_INTERPRET": "0", "CUDA_VISIBLE_DEVICES": ""}
-    r = subprocess.run([sys.executable, "-c", NOPE_SCRIPT, json.dumps([caps, shapes])], env=env, capture_output=True,
-                       text=True)
+    r = subprocess.run([sys.executable, "-c", NOPE_SCRIPT, json.dumps([caps, shapes, list(kvs)])], env=env,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = json.loads(r.stdout.strip().splitlines()[-1])
     assert rows and all(x["shared"] <= x["limit"] for x in rows), rows
@@ -228,3 +231,20 @@ def test_nope_head_512_tiles_fit_the_users_gpu_and_an_a100():
 def test_nope_head_512_tiles_fit_every_gpu_we_plan_for():
     """The same for sm_80/86/89/90/120 at 8 and 64 heads (TP 8 and TP 1 of a 64-head model)."""
     _nope_fits([[8, 0], [8, 6], [8, 9], [9, 0], [12, 0]], [[1, 8], [4096, 8], [1, 64], [4096, 64]])
+
+
+def test_nope_head_fp8_tiles_fit_the_users_gpu_and_an_a100():
+    """The NoPE head on its 528-byte fp8_ds_mla rows (the fp8 kernels at ``DR = 0``): the planner's tiles at 8 heads,
+    decode and prefill, compiled ahead of time for sm_120 and sm_80 (software e4m3 decode), fit."""
+    rows = _nope_fits([[12, 0], [8, 0]], [[1, 8], [4096, 8]], kvs=["fp8_ds_mla"])
+    assert len(rows) >= 4 and {r["scales"] for r in rows} == {"fold"}
+
+
+@pytest.mark.slow
+def test_nope_head_fp8_tiles_fit_every_gpu_we_plan_for():
+    """The same for sm_80/86/89/90/120 at 8 and 64 heads; at 64 heads on sm_90 the planner picks the "registers"
+    variant (its wgmma tile), elsewhere "fold": both variants build at ``DR = 0``."""
+    rows = _nope_fits([[8, 0], [8, 6], [8, 9], [9, 0], [12, 0]], [[1, 8], [4096, 8], [1, 64], [4096, 64]],
+                      kvs=["fp8_ds_mla"])
+    assert {r["scales"] for r in rows} == {"fold", "registers"}
+    print("\n" + "\n".join(json.dumps(r) for r in rows))

@@ -50,17 +50,21 @@ def _metadata(b):
         num_decodes=1, num_prefills=2, num_decode_tokens=1)
 
 
-def _forward_mqa(impl, b, cache, monkeypatch, drop: bool = False):
+def _forward_mqa(impl, b, cache, monkeypatch, drop: bool = False, poison: bool = False):
     """``impl.forward_mqa`` on batch ``b`` (vLLM 0.33: vLLM's own, which calls ours), the kernel launch it makes
     recorded: ``(out, lse, cfg)`` -- ``lse`` as the kernel wrote it (vLLM's sparse MLA path returns ``(out, None)``;
     the kernel's lse is what a split merge would use) and the launch configuration the planner chose. ``drop``: every
-    other valid slot of the first (decode) token set to -1 on its way to the kernel (a planted fault)."""
+    other valid slot of the first (decode) token set to -1 on its way to the kernel (a planted fault); ``poison``: the
+    impl's ``out`` and ``lse`` filled with NaN before the kernel runs (an element it leaves unwritten shows)."""
     import sparse_mla.kernels as kernels
 
     real, seen = kernels.launch, {}
 
     def launch(q_nope, q_pe, kv, slots, scale, out, lse, cfg, **kw):
         seen.update(lse=lse, cfg=cfg)
+        if poison:
+            out.fill_(float("nan"))
+            lse.fill_(float("nan"))
         if drop:
             slots = slots.clone()
             slots[0, (slots[0] >= 0).nonzero()[::2, 0]] = -1
@@ -117,9 +121,47 @@ def test_forward_mqa_nope_head_512(H, dtype, seed, monkeypatch):
     c = _check(b, b.kv_cache, out, lse, cfg)
     assert c.ok, c.explain()
     assert 512 in TritonMLASparseBackend.get_supported_head_sizes()
-    fp8 = TritonMLASparseBackend.supports_combination(512, torch.bfloat16, "fp8_ds_mla", 64, True, False, True, False,
-                                                     None)
-    assert fp8 and "NoPE head 512's fp8 rows are not read yet" in fp8, fp8
+
+
+def test_nope_head_fp8_is_taken_where_vllm_has_its_rows():
+    """The NoPE head's fp8 cache: accepted where vLLM sizes the rows by the impl (0.33/0.34: 528 bytes), refused by
+    name on 0.26 (no such row, no GLM-5.3-Flash); the impl answers vLLM's row size, the 0.26-style shape agrees."""
+    from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend, vllm_sizes_fp8_rows_per_impl
+
+    for kv in ("fp8", "fp8_e4m3", "fp8_ds_mla"):
+        why = TritonMLASparseBackend.supports_combination(512, torch.bfloat16, kv, 64, True, False, True, False, None)
+        if vllm_sizes_fp8_rows_per_impl():
+            assert why is None, why
+        else:
+            assert why and "528-byte rows vLLM 0.33/0.34 size and write; this vLLM has no such row" in why, why
+    impl = make_impl(8, torch.zeros(1, 128, dtype=torch.int32), kv_cache_dtype="fp8_ds_mla", dr=0)
+    assert impl.get_fp8_ds_mla_row_bytes() == 528
+    assert make_impl(8, torch.zeros(1, 128, dtype=torch.int32), kv_cache_dtype="fp8_ds_mla").get_fp8_ds_mla_row_bytes() \
+        == 656
+    assert TritonMLASparseBackend.get_kv_cache_shape(3, 64, 1, 512, cache_dtype_str="fp8_ds_mla") == (3, 64, 528)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("H,dtype", [(8, torch.float32), (16, torch.float16), (64, torch.float32)])
+def test_forward_mqa_nope_head_fp8_cache(H, dtype, seed, monkeypatch):
+    """GLM-5.3-Flash's NoPE layer on its 528-byte fp8_ds_mla rows, written as vLLM 0.34's ``concat_and_cache_mla``
+    writes them (:func:`fp8_ds_mla_encode_vllm034_ref`) from the batch's latents in bf16, through vLLM's own entry
+    point, ``out`` and ``lse`` poisoned first, against the float64 reference on the same bytes within the limits of
+    the scale variant the planner ran."""
+    from sparse_mla.kernels.reference import fp8_ds_mla_encode_vllm034_ref
+
+    dev = _device()
+    if dev == "cuda":
+        dtype = torch.bfloat16
+    b = mixed_batch(H=H, topk=128, dtype=dtype, device=dev, seed=300 + H + 70 * seed, dr=0)
+    cache = fp8_ds_mla_encode_vllm034_ref(b.kv_cache.cpu().to(torch.bfloat16)).to(dev)
+    assert cache.shape == (*b.kv_cache.shape[:2], 528) and cache.dtype == torch.uint8
+    impl = make_impl(H, b.topk_indices.clone(), kv_cache_dtype="fp8_ds_mla", dr=0)
+    assert impl.kernel_kv_cache_dtype == "fp8_ds_mla"
+    out, lse, cfg = _forward_mqa(impl, b, cache, monkeypatch, poison=True)
+    assert cfg.kv_cache_dtype == "fp8_ds_mla"
+    c = _check(b, cache, out, lse, cfg)
+    assert c.ok, c.explain()
 
 
 @pytest.mark.parametrize("kv, match", [("fp8", "canonicalization"), ("fp8_e4m3", "canonicalization"),
@@ -255,7 +297,7 @@ def test_fp8_needs_the_fp8_ds_mla_dims():
         for kv in ("fp8", "fp8_ds_mla"):
             assert TritonMLASparseBackend.validate_configuration(**{**args, "kv_cache_dtype": kv}) == [
                 f"{BACKEND_NAME} stores an fp8 KV cache as fp8_ds_mla, which needs kv_lora_rank 512 and "
-                f"qk_rope_head_dim 64; got 448 and 128"]
+                f"qk_rope_head_dim 64 (or 0, the NoPE head); got 448 and 128"]
         assert TritonMLASparseBackend.validate_configuration(**{**args, "kv_cache_dtype": "auto"}) == []
 
 

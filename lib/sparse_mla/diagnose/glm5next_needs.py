@@ -71,15 +71,17 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
                          f"{text.kv_lora_rank} + qk_rope_head_dim {text.qk_rope_head_dim}; V the latent, softmax scale "
                          f"qk_head_dim^-0.5 = {nope}^-0.5 as vLLM's Glm5NextMLAAttention); ours (head sizes "
                          f"{TritonMLASparseBackend.get_supported_head_sizes()}) takes the NoPE head {layouts.KV_LORA_RANK} "
-                         f"over a bf16/fp16 cache (the kernel with q_pe [T, H, 0], checked through vLLM's entry point "
-                         f"against the float64 reference), not yet its fp8 rows: "
+                         f"over a bf16/fp16 cache and over vLLM 0.33/0.34's {layouts.FP8_DS_MLA_NOPE_ROW_BYTES}-byte "
+                         f"fp8_ds_mla rows (the kernels with q_pe [T, H, 0], checked through vLLM's entry point "
+                         f"against the float64 reference; no GPU has run them): "
                          + ("; ".join(reasons) or "accepted by our validate_configuration")),
            ("kv cache", (f"the selected backend's {kv} cache" if kv else
                          "no backend selected (the memory stage sizes the model dtype's cache)")
                         + (f", {row} B per token and MLA layer as vLLM's spec sizes it" if row else "")
                         + f"; ours reads {layouts.LATENT_DIM}- or {layouts.KV_LORA_RANK}-wide bf16/fp16 rows, or "
-                          f"{layouts.FP8_DS_MLA_ROW_BYTES}-byte fp8_ds_mla rows of head {layouts.LATENT_DIM} only "
-                          f"(512 fp8 + 4 scales + 64 bf16 rope)"),
+                          f"{layouts.FP8_DS_MLA_ROW_BYTES}-byte fp8_ds_mla rows of head {layouts.LATENT_DIM} "
+                          f"(512 fp8 + 4 scales + 64 bf16 rope) and {layouts.FP8_DS_MLA_NOPE_ROW_BYTES}-byte ones of "
+                          f"the NoPE head (512 fp8 + 4 scales)"),
            ("top-k", f"rows of {kpool['topk_width']} indices (vLLM's get_sparse_topk_buffer_width: index_topk "
                      f"{kpool['index_topk']} + index_kpool {kpool['index_kpool']} - 1, rounded up to 128): the "
                      f"{kpool['pools_selected']} selected pools expanded to tokens plus the incomplete tail pool"),

@@ -11,7 +11,7 @@ import numbers
 import torch
 
 from ..errors import UserInputError
-from ..layouts import FP8_DS_MLA_ROW_BYTES
+from ..layouts import FP8_DS_MLA_ROW_BYTES_BY_DIMS
 from .launch_plan import CONFIG_KEYS, FLOAT_DTYPES, check_cache_layout, choose_config
 from .launcher import launch
 
@@ -45,20 +45,22 @@ def _check_inputs(q_nope, q_pe, kv_cache, indices, sm_scale, kv_cache_dtype="aut
             f"q_nope, q_pe and the cache of one dtype, bfloat16, float16 or float32 (a uint8 fp8_ds_mla cache needs "
             f"kv_cache_dtype='fp8_ds_mla')")
     for name, d in (("q_nope", DL), ("q_pe", DR)):
-        if (d < 16 or d > 1024 or d & (d - 1)) and not (name == "q_pe" and d == 0 and not fp8):
+        if (d < 16 or d > 1024 or d & (d - 1)) and not (name == "q_pe" and d == 0):
             raise UserInputError(f"{name} last dimension {d} is not accepted; accepted: a power of two from 16 to 1024 "
-                                 f"(512 and 64 for DeepSeek-V3.2 / GLM-5), or 0 for q_pe of a NoPE head with a float "
-                                 f"cache (GLM-5.3-Flash: 512 and 0)")
-    if fp8 and (DL, DR) != (512, 64):
+                                 f"(512 and 64 for DeepSeek-V3.2 / GLM-5), or 0 for q_pe of a NoPE head "
+                                 f"(GLM-5.3-Flash: 512 and 0)")
+    if fp8 and (DL, DR) not in FP8_DS_MLA_ROW_BYTES_BY_DIMS:
         raise UserInputError(f"q_nope / q_pe last dimensions {DL} / {DR} are not accepted with kv_cache_dtype="
-                             f"'fp8_ds_mla'; accepted: 512 / 64 (the layout's kv_lora_rank and qk_rope_head_dim)")
-    row = FP8_DS_MLA_ROW_BYTES if fp8 else DL + DR
+                             f"'fp8_ds_mla'; accepted: 512 / 64 (656-byte rows) or 512 / 0 (the NoPE head's 528-byte "
+                             f"rows), the layouts' kv_lora_rank and qk_rope_head_dim")
+    row = FP8_DS_MLA_ROW_BYTES_BY_DIMS[(DL, DR)] if fp8 else DL + DR
     if kv_cache.dim() not in (2, 3):
         raise UserInputError(f"kv_cache must be [num_blocks, block_size, {row}] (or [num_slots, {row}]); "
                              f"got shape {tuple(kv_cache.shape)}")
     if fp8 and kv_cache.shape[-1] != row:
+        parts = "512 e4m3 + 4 fp32 scales" + (" + 64 bf16 rope" if DR else ", the NoPE head's row")
         raise UserInputError(f"kv_cache last dimension {kv_cache.shape[-1]} is not accepted with kv_cache_dtype="
-                             f"'fp8_ds_mla'; accepted: {row} bytes per token (512 e4m3 + 4 fp32 scales + 64 bf16 rope)")
+                             f"'fp8_ds_mla' and q_pe width {DR}; accepted: {row} bytes per token ({parts})")
     if not fp8 and kv_cache.shape[-1] != DL + DR:
         raise UserInputError(f"kv_cache last dimension {kv_cache.shape[-1]} != q_nope {DL} + q_pe {DR} = {DL + DR}; "
                              f"accepted: a latent cache row c_kv ({DL}) || k_pe ({DR})")
@@ -157,12 +159,15 @@ def sparse_mla_attention(
         q_nope: ``[T, H, kv_lora_rank=512]`` query absorbed into the latent space (``ql_nope`` in vLLM), bf16, fp16
             or fp32; any strides with a unit last stride (vLLM passes a strided view).
         q_pe: ``[T, H, qk_rope_head_dim=64]`` rotary query part, same dtype; strided views accepted. ``[T, H, 0]``
-            for a NoPE MLA head (GLM-5.3-Flash: ``qk_rope_head_dim`` 0, head 512) with a float cache of 512-wide rows.
+            for a NoPE MLA head (GLM-5.3-Flash: ``qk_rope_head_dim`` 0, head 512): a float cache of 512-wide rows, or
+            an fp8_ds_mla cache of 528-byte rows.
         kv_cache: ``[num_blocks, block_size, 576]`` contiguous paged latent cache (bf16, fp16 or fp32); per token
             ``c_kv (512) || k_pe (64)`` (vLLM's bf16 MLA cache layout; block size any, vLLM uses 64). With
             ``kv_cache_dtype="fp8_ds_mla"``: ``uint8 [num_blocks, block_size, 656]``, per token 512 e4m3 codes, 4
             fp32 scales (one per 128 codes) and 64 bf16 rope values, as vLLM's ``concat_and_cache_mla(...,
-            "fp8_ds_mla", ...)`` writes it (``vllm/v1/attention/backends/mla/flashmla_sparse.py``).
+            "fp8_ds_mla", ...)`` writes it (``vllm/v1/attention/backends/mla/flashmla_sparse.py``); for the NoPE
+            head (``q_pe`` ``[T, H, 0]``) ``uint8 [num_blocks, block_size, 528]``: the 512 codes and 4 scales alone,
+            vLLM 0.33/0.34's row for it (:data:`sparse_mla.layouts.FP8_DS_MLA_NOPE_ROW_BYTES`).
         indices: ``[T, topk]`` int32 global cache slots (``slot = block * block_size + offset``); ``-1`` = no token,
             anywhere in a row; repeats count repeatedly.
         sm_scale: the model's softmax scale, ``qk_head_dim ** -0.5`` (GLM-5: 1/16, not ``576 ** -0.5``).
@@ -196,7 +201,8 @@ def sparse_mla_attention(
     DR = q_pe.shape[2]
     _check_outputs(out, lse, T, H, DL, q_nope.dtype, q_nope.device)
     sm_scale = float(sm_scale)
-    num_slots = kv_cache.numel() // (FP8_DS_MLA_ROW_BYTES if kv_cache_dtype == "fp8_ds_mla" else DL + DR)
+    num_slots = kv_cache.numel() // (FP8_DS_MLA_ROW_BYTES_BY_DIMS[(DL, DR)] if kv_cache_dtype == "fp8_ds_mla"
+                                     else DL + DR)
     indices = _slots_int32(indices, num_slots, check_indices)
     if q_nope.stride(2) != 1:
         q_nope = q_nope.contiguous()

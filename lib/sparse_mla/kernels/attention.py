@@ -45,7 +45,13 @@ bf16 rope at ``[264:328)``, row stride 328), 64-bit offsets, codes decoded by :f
   99 KB of SM86/89/120); on SM90, where wgmma reads both operands from shared memory anyway, its 64-head tile is the
   one without register spills (:func:`sparse_mla.kernels.launch_plan.choose_config` picks it there).
 
-Either way the bytes gathered per row drop from 1152 (bf16) to 656. AOT numbers (shared memory, registers, spills
+**The NoPE head's fp8 rows** (GLM-5.3-Flash: ``qk_rope_head_dim`` 0, head 512; vLLM 0.33/0.34 store 528-byte rows
+for it, ``[512 e4m3 codes][4 fp32 scales]``, :mod:`sparse_mla.layouts`): both fp8 kernels take ``DR = 0`` and then read
+the 528-byte row (row strides 528 bytes / 132 fp32, the scales at the same fp32 element 128) and score the latent
+alone -- no rope load, no rope dot, ``Q_pe`` and the bf16 view never read. A compile-time branch on ``DR``: the
+``DR = 64`` kernels compile to the same machine code as before the branch existed (their SASS compared, sm_80/90/120).
+
+Either way the bytes gathered per row drop from 1152 (bf16) to 656 (528 for the NoPE head, from 1024). AOT numbers (shared memory, registers, spills
 per target) are in ``results/h200/KERNEL_NOTES.md``.
 """
 from __future__ import annotations
@@ -62,6 +68,9 @@ _ROW_F32 = tl.constexpr(layouts.FP8_DS_MLA_ROW_F32)
 _SCALES_F32 = tl.constexpr(layouts.FP8_DS_MLA_SCALES_F32)
 _ROW_BF16 = tl.constexpr(layouts.FP8_DS_MLA_ROW_BF16)
 _ROPE_BF16 = tl.constexpr(layouts.FP8_DS_MLA_ROPE_BF16)
+# the NoPE head's 528-byte row (DR = 0): the same codes and scales, no rope part
+_NOPE_ROW8 = tl.constexpr(layouts.FP8_DS_MLA_NOPE_ROW_BYTES)
+_NOPE_ROW_F32 = tl.constexpr(layouts.FP8_DS_MLA_NOPE_ROW_F32)
 _LN2 = tl.constexpr(layouts.LN2)
 
 
@@ -193,11 +202,15 @@ def _sparse_mla_fp8_registers_fwd_kernel(
     SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, FP8_HW: tl.constexpr,
 ):
     """The "registers" fp8_ds_mla kernel (module docstring): each ``[BLOCK_N, 512]`` tile of 656-byte rows (64-bit
-    offsets) dequantized in registers, then the float kernel's dots; ``DL = 512``, ``DR = 64``."""
+    offsets) dequantized in registers, then the float kernel's dots; ``DL = 512``, ``DR = 64``, or ``DR = 0`` for the
+    NoPE head's 528-byte rows (no rope part: the latent alone is scored)."""
+    tl.static_assert(DL == 512 and (DR == 64 or DR == 0))
+    ROW8: tl.constexpr = _ROW8 if DR > 0 else _NOPE_ROW8
+    ROW_F32: tl.constexpr = _ROW_F32 if DR > 0 else _NOPE_ROW_F32
     t, offs_h, mask_h, dvb, s, q_nope, q_pe, start, end = _program_tiles(
         Q_nope, Q_pe, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, H, TOPK, CHUNK, DL, DR, BLOCK_H, BLOCK_DV,
         DOT_DTYPE)
-    offs_dr = tl.arange(0, DR)
+    offs_dr = tl.arange(0, DR if DR > 0 else 16)    # (16: a placeholder width for the NoPE head, never read)
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
@@ -207,13 +220,15 @@ def _sparse_mla_fp8_registers_fwd_kernel(
         slot = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
         valid = slot >= 0
         slot64 = slot.to(tl.int64)[:, None]
-        row8 = KV + slot64 * _ROW8
-        rowf = KV_f32 + slot64 * _ROW_F32
+        row8 = KV + slot64 * ROW8
+        rowf = KV_f32 + slot64 * ROW_F32
         c_kv = _load_fp8_latent(row8, rowf, 0, valid, DL, DL // 128, FP8_HW).to(DOT_DTYPE)
-        k_pe = tl.load(KV_bf16 + slot64 * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :], mask=valid[:, None],
-                       other=0.0).to(DOT_DTYPE)
+        if DR > 0:   # the 656-byte row's bf16 rope part (a NoPE row has none)
+            k_pe = tl.load(KV_bf16 + slot64 * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :], mask=valid[:, None],
+                           other=0.0).to(DOT_DTYPE)
         qk = _dot(q_nope, tl.trans(c_kv), tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32), IEEE)
-        qk = _dot(q_pe, tl.trans(k_pe), qk, IEEE)
+        if DR > 0:
+            qk = _dot(q_pe, tl.trans(k_pe), qk, IEEE)
         p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
         if BLOCK_DV == DL:
             v = c_kv
@@ -293,19 +308,23 @@ def _row_scales(rowf, valid, VEC_SCALES: tl.constexpr):
 
 @triton.jit
 def _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
-                 FP8_HW: tl.constexpr, VEC_SCALES: tl.constexpr = False):
+                 FP8_HW: tl.constexpr, VEC_SCALES: tl.constexpr = False, ROPE: tl.constexpr = True):
     """Scores of the "fold" kernel, ``[BLOCK_H, BLOCK_N]`` fp32: ``q_pe . k_pe + sum_j scale_j (q_j . e4m3_j)`` over
     the four 128-column code tiles ``j`` of the rows (``row8``: uint8 row pointers ``[BLOCK_N, 1]``; ``rowf``: each
     row's first scale in the fp32 view, ``[BLOCK_N]``; ``rope``: ``[BLOCK_N, 64]`` pointers to its bf16 rope
-    values). Returns ``(qk, sc0, sc1, sc2, sc3)``, the scales reused by the PV dots."""
+    values; ``ROPE`` False: a NoPE row, ``q_pe`` and ``rope`` are not read and the rope term is absent). Returns
+    ``(qk, sc0, sc1, sc2, sc3)``, the scales reused by the PV dots."""
     k0 = _e4m3_tile(row8, 0, valid, DOT_DTYPE, FP8_HW)
     k1 = _e4m3_tile(row8, 128, valid, DOT_DTYPE, FP8_HW)
     k2 = _e4m3_tile(row8, 256, valid, DOT_DTYPE, FP8_HW)
     k3 = _e4m3_tile(row8, 384, valid, DOT_DTYPE, FP8_HW)
     sc0, sc1, sc2, sc3 = _row_scales(rowf, valid, VEC_SCALES)
-    k_pe = tl.load(rope, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
     zero = tl.zeros([q0.shape[0], k0.shape[0]], dtype=tl.float32)
-    qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
+    if ROPE:
+        k_pe = tl.load(rope, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+        qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
+    else:
+        qk = zero
     qk += _dot(q0, tl.trans(k0), zero, IEEE) * sc0[None, :]
     qk += _dot(q1, tl.trans(k1), zero, IEEE) * sc1[None, :]
     qk += _dot(q2, tl.trans(k2), zero, IEEE) * sc2[None, :]
@@ -315,19 +334,22 @@ def _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE: tl.co
 
 @triton.jit
 def _fold_scores_kept(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
-                      FP8_HW: tl.constexpr, VEC_SCALES: tl.constexpr):
+                      FP8_HW: tl.constexpr, VEC_SCALES: tl.constexpr, ROPE: tl.constexpr = True):
     """:func:`_fold_scores` that also returns the four raw code tiles (uint8 ``[BLOCK_N, 128]``, 32 registers per
     thread at 16 x 32 and 4 warps) for the PV dots to decode again, instead of reading them a second time
-    (``KEEP_CODES``): ``(qk, sc0..sc3, c0..c3)``."""
+    (``KEEP_CODES``): ``(qk, sc0..sc3, c0..c3)``; ``ROPE`` as there."""
     cols = tl.arange(0, 128)[None, :]
     c0 = tl.load(row8 + cols, mask=valid[:, None], other=0)
     c1 = tl.load(row8 + 128 + cols, mask=valid[:, None], other=0)
     c2 = tl.load(row8 + 256 + cols, mask=valid[:, None], other=0)
     c3 = tl.load(row8 + 384 + cols, mask=valid[:, None], other=0)
     sc0, sc1, sc2, sc3 = _row_scales(rowf, valid, VEC_SCALES)
-    k_pe = tl.load(rope, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
     zero = tl.zeros([q0.shape[0], c0.shape[0]], dtype=tl.float32)
-    qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
+    if ROPE:
+        k_pe = tl.load(rope, mask=valid[:, None], other=0.0).to(DOT_DTYPE)
+        qk = _dot(q_pe, tl.trans(k_pe), zero, IEEE)
+    else:
+        qk = zero
     qk += _dot(q0, tl.trans(e4m3_to_f32(c0, FP8_HW).to(DOT_DTYPE)), zero, IEEE) * sc0[None, :]
     qk += _dot(q1, tl.trans(e4m3_to_f32(c1, FP8_HW).to(DOT_DTYPE)), zero, IEEE) * sc1[None, :]
     qk += _dot(q2, tl.trans(e4m3_to_f32(c2, FP8_HW).to(DOT_DTYPE)), zero, IEEE) * sc2[None, :]
@@ -383,15 +405,20 @@ def _fold_store(a0, a1, a2, a3, m_i, l_i, j0, t, s, offs_h, mask_h, dvb, Out, Ls
 
 
 @triton.jit
-def _fold_q(q_nope_row, q_pe_row, mask_h, DOT_DTYPE: tl.constexpr):
+def _fold_q(q_nope_row, q_pe_row, mask_h, DOT_DTYPE: tl.constexpr, ROPE: tl.constexpr = True):
     """One program's query for the fold kernel, in ``DOT_DTYPE``: the latent's four ``[BLOCK_H, 128]`` tiles at
-    ``q_nope_row`` (``[BLOCK_H, 1]`` head-row pointers) and the rope part at ``q_pe_row`` (``[BLOCK_H, DR]``)."""
+    ``q_nope_row`` (``[BLOCK_H, 1]`` head-row pointers) and the rope part at ``q_pe_row`` (``[BLOCK_H, DR]``; with
+    ``ROPE`` False, a NoPE head, not read: a zero placeholder the kernel never uses)."""
     q_row = q_nope_row + tl.arange(0, 128)[None, :]
     q0 = tl.load(q_row, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
     q1 = tl.load(q_row + 128, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
     q2 = tl.load(q_row + 256, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
     q3 = tl.load(q_row + 384, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
-    return q0, q1, q2, q3, tl.load(q_pe_row, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    if ROPE:
+        q_pe = tl.load(q_pe_row, mask=mask_h[:, None], other=0.0).to(DOT_DTYPE)
+    else:
+        q_pe = tl.zeros([q0.shape[0], 16], dtype=DOT_DTYPE)
+    return q0, q1, q2, q3, q_pe
 
 
 @triton.jit
@@ -424,10 +451,13 @@ def _sparse_mla_fp8_fwd_kernel(
     KEEP_CODES: tl.constexpr = False, VEC_SCALES: tl.constexpr = False,
 ):
     """The "fold" fp8_ds_mla kernel (module docstring): same grid, outputs and online softmax as
-    :func:`_sparse_mla_fwd_kernel`; ``DL = 512``, ``DR = 64``; ``BLOCK_DV`` 128, 256 or 512 (``NTV = BLOCK_DV / 128``
+    :func:`_sparse_mla_fwd_kernel`; ``DL = 512``, ``DR = 64`` (656-byte rows) or ``DR = 0`` (the NoPE head's 528-byte
+    rows: no rope part, ``Q_pe`` and ``KV_bf16`` never read); ``BLOCK_DV`` 128, 256 or 512 (``NTV = BLOCK_DV / 128``
     value tiles per program, this program's tiles ``dvb * NTV + i``). ``KEEP_CODES`` and ``VEC_SCALES``: the two
     options under measurement (the comment above)."""
-    tl.static_assert(DL == 512 and DR == 64)
+    tl.static_assert(DL == 512 and (DR == 64 or DR == 0))
+    ROW8: tl.constexpr = _ROW8 if DR > 0 else _NOPE_ROW8
+    ROW_F32: tl.constexpr = _ROW_F32 if DR > 0 else _NOPE_ROW_F32
     # PV operands are p * scale_j * 2**9 (~ p * max|x| of the tile, as a plain cache's V): p * scale_j alone falls
     # into fp16's subnormals for small latents (scale = max|x| / 448); the power of two is undone exactly at the end
     P_SCALE: tl.constexpr = 512.0
@@ -440,10 +470,10 @@ def _sparse_mla_fp8_fwd_kernel(
 
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
-    offs_dr = tl.arange(0, DR)
+    offs_dr = tl.arange(0, DR if DR > 0 else 16)    # (16: a placeholder width for the NoPE head, never read)
     q0, q1, q2, q3, q_pe = _fold_q(Q_nope + t * stride_qn_t + offs_h[:, None] * stride_qn_h,
                                    Q_pe + t * stride_qp_t + offs_h[:, None] * stride_qp_h + offs_dr[None, :], mask_h,
-                                   DOT_DTYPE)
+                                   DOT_DTYPE, DR > 0)
 
     end = tl.minimum(s * CHUNK + CHUNK, TOPK)
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
@@ -456,16 +486,16 @@ def _sparse_mla_fp8_fwd_kernel(
         slot = tl.load(idx_row + offs_n, mask=offs_n < end, other=-1)
         valid = slot >= 0
         slot64 = slot.to(tl.int64)
-        row8 = KV + slot64[:, None] * _ROW8
-        rowf = KV_f32 + slot64 * _ROW_F32 + _SCALES_F32   # the 4 scales of each row
-        rope = KV_bf16 + slot64[:, None] * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :]
+        row8 = KV + slot64[:, None] * ROW8
+        rowf = KV_f32 + slot64 * ROW_F32 + _SCALES_F32   # the 4 scales of each row
+        rope = KV_bf16 + slot64[:, None] * _ROW_BF16 + _ROPE_BF16 + offs_dr[None, :]   # (not read when DR = 0)
         if KEEP_CODES:        # (a compile-time branch: the code tiles c0..c3 exist only in this variant)
             tl.static_assert(NTV == 4)
             qk, sc0, sc1, sc2, sc3, c0, c1, c2, c3 = _fold_scores_kept(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid,
-                                                                       DOT_DTYPE, IEEE, FP8_HW, VEC_SCALES)
+                                                                       DOT_DTYPE, IEEE, FP8_HW, VEC_SCALES, DR > 0)
         else:
             qk, sc0, sc1, sc2, sc3 = _fold_scores(q_pe, q0, q1, q2, q3, row8, rowf, rope, valid, DOT_DTYPE, IEEE,
-                                                  FP8_HW, VEC_SCALES)
+                                                  FP8_HW, VEC_SCALES, DR > 0)
         p, alpha, m_i, l_i = _softmax_step(qk, valid, m_i, l_i, sm_scale_log2)
         if KEEP_CODES:
             a0 = _fold_pv_kept(p, sc0, a0, alpha, c0, P_SCALE, DOT_DTYPE, IEEE, FP8_HW)

@@ -22,6 +22,12 @@ inputs, never from a run's measured error:
   (``lambda u_dot sqrt(sum_j (p_j v_j)^2)``).
 * **The stored output** rounds once more to ``out_dtype``.
 
+The fp8_ds_mla caches need no term of their own beyond ``u`` per score term (a dequantized value, or a folded scale
+times the tile's dot): the e4m3 codes are exact in every dot dtype, so the same limits hold for the 656-byte rows
+(``D = 576``) and for the NoPE head's 528-byte rows (``D = 512``, no rope term: ``q`` and ``k`` are 512 wide); the fold
+kernel's four 128-term partial dots plus their three additions round fewer times than one ``D``-term sum, which the
+bound assumes.
+
 First-order terms only (every relative error here is below 1e-2, so second-order terms are below 1 % of the
 limit). With fp32 everything (the CPU interpreter) the limit on ``lse`` comes out at a few 1e-5 for unit-variance
 inputs: the sum of ``|q_d k_jd|`` over 576 terms, not the much smaller error the dot usually makes, sets it.

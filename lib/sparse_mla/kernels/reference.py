@@ -23,12 +23,17 @@ The ``fp8_ds_mla`` cache (vLLM's ``FLASHMLA_SPARSE`` layout, ``vllm/v1/attention
 :func:`fp8_ds_mla_decode_ref` reads it with PyTorch's own ``float8_e4m3fn`` (no code shared with the Triton kernel);
 :func:`fp8_ds_mla_encode_ref` writes it the way vLLM's ``concat_and_cache_mla(..., "fp8_ds_mla", ...)`` is documented
 to (``scale = max(amax / 448, FLT_MIN)`` per tile, ``code = e4m3(x / scale)`` saturated, round to nearest even).
+
+The NoPE head's 528-byte ``fp8_ds_mla`` row (GLM-5.3-Flash, vLLM 0.33/0.34; :mod:`sparse_mla.layouts`): the same 512
+codes and 4 fp32 scales, no rope part. :func:`fp8_ds_mla_decode_ref` reads it too (by its width);
+:func:`fp8_ds_mla_encode_vllm034_ref` writes it as vLLM 0.34.0's ``concat_and_cache_ds_mla_kernel`` does (read from the
+kernel's SASS: power-of-two scales), which no Python or torch code in vLLM does.
 """
 from __future__ import annotations
 
 import torch
 
-from ..layouts import CACHE_LAYOUTS, FP8_DS_MLA_ROW_BYTES, LN2
+from ..layouts import CACHE_LAYOUTS, FP8_DS_MLA_NOPE_ROW_BYTES, FP8_DS_MLA_ROW_BYTES, LN2
 
 
 def sparse_mla_attention_ref(
@@ -72,8 +77,9 @@ def sparse_mla_attention_ref(
 
 def gather_rows_ref(kv_cache: torch.Tensor, indices: torch.Tensor, kv_cache_dtype: str = "auto",
                     dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
-    """The cache rows each token selected, ``[T, topk, 576]`` in ``dtype`` (fp8_ds_mla rows decoded by
-    :func:`fp8_ds_mla_decode_ref`; row 0 where the index is -1), and ``valid [T, topk]`` (index >= 0)."""
+    """The cache rows each token selected, ``[T, topk, 576]`` (``[T, topk, 512]`` for a NoPE head's rows) in
+    ``dtype`` (fp8_ds_mla rows decoded by :func:`fp8_ds_mla_decode_ref`; row 0 where the index is -1), and ``valid
+    [T, topk]`` (index >= 0)."""
     if kv_cache_dtype not in CACHE_LAYOUTS:
         raise ValueError(f"kv_cache_dtype {kv_cache_dtype!r}: one of {', '.join(CACHE_LAYOUTS)}")
     idx = indices.long()
@@ -87,16 +93,21 @@ def gather_rows_ref(kv_cache: torch.Tensor, indices: torch.Tensor, kv_cache_dtyp
 
 def fp8_ds_mla_decode_ref(cache: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Dequantize ``fp8_ds_mla`` rows: ``uint8 [..., 656]`` -> ``[..., 576]`` in ``dtype`` (``c_kv (512) || k_pe
-    (64)``), ``c_kv[d] = float8_e4m3fn(code[d]) * scale[d // 128]``, ``k_pe`` = the bf16 rope values. Plain PyTorch
-    byte views (the test oracle of the Triton kernel's fp8 path)."""
-    if cache.dtype != torch.uint8 or cache.shape[-1] != FP8_DS_MLA_ROW_BYTES:
-        raise ValueError(f"expected uint8 [..., {FP8_DS_MLA_ROW_BYTES}], got {cache.dtype} {tuple(cache.shape)}")
+    (64)``), ``c_kv[d] = float8_e4m3fn(code[d]) * scale[d // 128]``, ``k_pe`` = the bf16 rope values; the NoPE head's
+    ``uint8 [..., 528]`` rows -> ``[..., 512]`` (``c_kv`` alone). Plain PyTorch byte views (the test oracle of the
+    Triton kernel's fp8 path). Raises ValueError for another dtype or row width."""
+    width = cache.shape[-1] if cache.dim() else None
+    if cache.dtype != torch.uint8 or width not in (FP8_DS_MLA_ROW_BYTES, FP8_DS_MLA_NOPE_ROW_BYTES):
+        raise ValueError(f"expected uint8 [..., {FP8_DS_MLA_ROW_BYTES}] (or [..., {FP8_DS_MLA_NOPE_ROW_BYTES}] for the "
+                         f"NoPE head), got {cache.dtype} {tuple(cache.shape)}")
     lead = cache.shape[:-1]
-    rows = cache.reshape(-1, FP8_DS_MLA_ROW_BYTES)
+    rows = cache.reshape(-1, width)
     codes = rows[:, :512].contiguous().view(torch.float8_e4m3fn).to(dtype)
     scales = rows[:, 512:528].contiguous().view(torch.float32).to(dtype)            # [N, 4]
-    rope = rows[:, 528:].contiguous().view(torch.bfloat16).to(dtype)                # [N, 64]
     latent = (codes.view(-1, 4, 128) * scales[:, :, None]).reshape(-1, 512)
+    if width == FP8_DS_MLA_NOPE_ROW_BYTES:
+        return latent.reshape(*lead, 512)
+    rope = rows[:, 528:].contiguous().view(torch.bfloat16).to(dtype)                # [N, 64]
     return torch.cat([latent, rope], dim=-1).reshape(*lead, 576)
 
 
@@ -119,18 +130,57 @@ def fp8_ds_mla_encode_ref(kv_c: torch.Tensor, k_pe: torch.Tensor) -> torch.Tenso
     return fp8_ds_mla_pack_ref(codes.reshape(*lead, 512), scale.reshape(*lead, 4), k_pe)
 
 
-def fp8_ds_mla_pack_ref(codes: torch.Tensor, scales: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+def fp8_ds_mla_pack_ref(codes: torch.Tensor, scales: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
     """Assemble ``fp8_ds_mla`` rows byte by byte: ``codes`` uint8 ``[..., 512]`` (e4m3 bit patterns), ``scales``
     ``[..., 4]`` (stored as float32), ``rope`` ``[..., 64]`` (stored as bf16) -> ``uint8 [..., 656]`` (little-endian
-    byte views, as on the GPU)."""
+    byte views, as on the GPU); ``rope=None`` -> the NoPE head's ``uint8 [..., 528]`` (codes and scales alone).
+    Raises ValueError for other shapes or a non-uint8 ``codes``."""
     lead = codes.shape[:-1]
-    if codes.dtype != torch.uint8 or codes.shape[-1] != 512 or scales.shape != (*lead, 4) or rope.shape != (*lead, 64):
-        raise ValueError(f"expected uint8 codes [..., 512], scales [..., 4], rope [..., 64]; got {codes.dtype} "
-                         f"{tuple(codes.shape)}, {tuple(scales.shape)}, {tuple(rope.shape)}")
+    if (codes.dtype != torch.uint8 or codes.shape[-1] != 512 or scales.shape != (*lead, 4)
+            or (rope is not None and rope.shape != (*lead, 64))):
+        raise ValueError(f"expected uint8 codes [..., 512], scales [..., 4], rope [..., 64] or None; got {codes.dtype} "
+                         f"{tuple(codes.shape)}, {tuple(scales.shape)}, "
+                         f"{None if rope is None else tuple(rope.shape)}")
     sc = scales.reshape(-1, 4).to(torch.float32).contiguous().view(torch.uint8)               # [N, 16]
+    if rope is None:
+        return torch.cat([codes.reshape(-1, 512), sc], dim=-1).reshape(*lead, FP8_DS_MLA_NOPE_ROW_BYTES)
     rp = rope.reshape(-1, 64).to(torch.bfloat16).contiguous().view(torch.uint8)               # [N, 128]
     out = torch.cat([codes.reshape(-1, 512), sc, rp], dim=-1)
     return out.reshape(*lead, FP8_DS_MLA_ROW_BYTES)
+
+
+def fp8_ds_mla_encode_vllm034_ref(kv_c: torch.Tensor, k_pe: torch.Tensor | None = None) -> torch.Tensor:
+    """Quantize latent rows as vLLM 0.34.0's ``concat_and_cache_mla(kv_c, k_pe, cache, slots, "fp8_ds_mla", scale)``
+    does: ``uint8 [..., 528]`` for the NoPE head (``k_pe`` None or ``[..., 0]``: GLM-5.3-Flash with
+    ``FlashInferMLASparseSM120Impl.get_fp8_ds_mla_row_bytes`` 528, and ``TRITON_MLA_SPARSE``), else ``[..., 656]``.
+
+    vLLM 0.34.0 has no Python or torch writer for these rows; this follows its CUDA kernel
+    ``vllm::concat_and_cache_ds_mla_kernel<__nv_bfloat16, uint8_t, kFp8E4M3>`` as its SASS in
+    ``vllm/_C_stable_libtorch.abi3.so`` reads (sm_90; sm_80 and sm_120 the same arithmetic): per 128-value tile
+    ``amax`` of the inputs (a 16-lane ``fmaxf`` shuffle tree), ``s = max(amax / 448, 1e-4)`` in fp32 (IEEE
+    division, then ``FMNMX`` with ``9.9999997e-05``), ``scale = exp2(ceil(log2(s)))`` (``FRND.CEIL`` of ``log2f``,
+    ``MUFU.EX2``), stored as fp32 at float index ``128 + tile``; codes ``e4m3(x / scale)`` by
+    ``F2FP.SATFINITE.E4M3`` (saturate to +-448, round to nearest even) at bytes ``[0, 512)``; the rope part (bytes
+    ``[528, 656)``, bf16) only for a 656-byte row. ``ceil(log2(s))`` is taken exactly here (``frexp``); ``log2f``
+    may differ where ``s`` lies within an ulp above a power of two.
+
+    Args:
+        kv_c: ``[..., 512]`` latent (vLLM passes bf16; taken as float32 values, exact for bf16/fp16).
+        k_pe: ``[..., 64]`` rope part, or None / ``[..., 0]`` for the NoPE row.
+
+    Returns: ``uint8 [..., 528]`` or ``[..., 656]``. Raises ValueError for other shapes.
+    """
+    nope = k_pe is None or k_pe.shape[-1] == 0
+    if kv_c.shape[-1] != 512 or (not nope and (k_pe.shape[-1] != 64 or k_pe.shape[:-1] != kv_c.shape[:-1])):
+        raise ValueError(f"expected kv_c [..., 512] and k_pe [..., 64] or None/[..., 0], got {tuple(kv_c.shape)}, "
+                         f"{None if k_pe is None else tuple(k_pe.shape)}")
+    lead = kv_c.shape[:-1]
+    x = kv_c.reshape(-1, 4, 128).to(torch.float32)
+    s = torch.clamp(x.abs().amax(dim=-1) / 448.0, min=torch.tensor(1e-4, dtype=torch.float32).item())    # [N, 4]
+    mant, exp = torch.frexp(s)                      # s = mant * 2**exp, mant in [0.5, 1)
+    scale = torch.ldexp(torch.ones_like(s), torch.where(mant == 0.5, exp - 1, exp))   # 2**ceil(log2 s), exact
+    codes = (x / scale[:, :, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    return fp8_ds_mla_pack_ref(codes.reshape(*lead, 512), scale.reshape(*lead, 4), None if nope else k_pe)
 
 
 def flashmla_lse_to_natural(lse_base2: torch.Tensor) -> torch.Tensor:

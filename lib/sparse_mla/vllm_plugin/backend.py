@@ -8,19 +8,25 @@ indexer's request-local top-k positions to cache rows with vLLM's own ``triton_c
 (on 0.33 vLLM's base class does, with the block stride) and calls :func:`sparse_mla.kernels.launch`.
 
 Accepted: head size 576 (``kv_lora_rank 512 + qk_rope_head_dim 64``) or GLM-5.3-Flash's NoPE 512
-(``qk_rope_head_dim`` 0, bf16/fp16 cache only), model dtype bf16/fp16, KV cache ``auto``/``bfloat16``/``float16`` or,
-for head 576, ``fp8``/``fp8_e4m3``/``fp8_ds_mla`` (stored as vLLM's 656-byte ``fp8_ds_mla`` rows, the
-``FLASHMLA_SPARSE`` layout; vLLM's 528-byte rows of the NoPE head are not read yet), kernel block size 64 (the DSA indexer's), compute capability >= 8.0 (fp8
-decoded in software on SM80/86), any number of heads per rank, a model with ``index_topk``. Everything else is
-rejected by ``validate_configuration`` with vLLM-style reasons ("kv_cache_dtype not supported", ...), before any
-kernel runs.
+(``qk_rope_head_dim`` 0), model dtype bf16/fp16, KV cache ``auto``/``bfloat16``/``float16`` or
+``fp8``/``fp8_e4m3``/``fp8_ds_mla`` -- stored for head 576 as vLLM's 656-byte ``fp8_ds_mla`` rows (the
+``FLASHMLA_SPARSE`` layout), for the NoPE head as vLLM 0.33/0.34's 528-byte rows (512 e4m3 codes + 4 fp32 scales, the
+layout ``FLASHINFER_MLA_SPARSE_SM120`` asks for: :meth:`TritonMLASparseImpl.get_fp8_ds_mla_row_bytes` answers 528 as
+its ``get_fp8_ds_mla_row_bytes`` does; :data:`sparse_mla.layouts.FP8_DS_MLA_NOPE_ROW_BYTES`), only on a vLLM that asks
+the impl for the row's size (0.26 sizes every fp8_ds_mla row at 656 and has no GLM-5.3-Flash) --, kernel block size 64
+(the DSA indexer's), compute capability >= 8.0 (fp8 decoded in software on SM80/86), any number of heads per rank, a
+model with ``index_topk``. Everything else is rejected by ``validate_configuration`` with vLLM-style reasons
+("kv_cache_dtype not supported", ...), before any kernel runs.
 
 fp8: vLLM turns ``fp8``/``fp8_e4m3`` into ``fp8_ds_mla`` only for the backends it names in
 ``_canonicalize_sparse_mla_kv_cache_dtype`` (``vllm/model_executor/layers/attention/mla_attention.py``, called by
 ``MLAAttention.__init__`` after backend selection). :func:`install_fp8_ds_mla_canonicalization` (called by the plugin's
 ``register()``) wraps that function: vLLM's original first, then ``TRITON_MLA_SPARSE`` + ``fp8``/``fp8_e4m3`` ->
 ``fp8_ds_mla``, so the cache spec, shape (656 bytes per token) and vLLM's writer (``concat_and_cache_mla(...,
-"fp8_ds_mla", ...)``) follow the in-tree sparse backends'.
+"fp8_ds_mla", ...)``) follow the in-tree sparse backends'. For the NoPE head the same names map the same way, as
+vLLM maps them for ``FLASHINFER_MLA_SPARSE_SM120`` (which maps ``auto`` too: it reads no bf16 cache, ours does); the
+row is then the impl's 528 bytes (vLLM 0.34 ``mla_attention.py:1581-1584``, ``sparse_mla_attention.py:742-746``), which
+vLLM's writer fills without a rope part.
 
 Prefill: tokens of prompts no longer than ``index_topk`` go through vLLM's dense MHA prefill (inherited
 ``forward_mha``, the selected MLA prefill backend) exactly as for the in-tree sparse backends; all other tokens
@@ -46,8 +52,9 @@ from vllm.v1.attention.backend import (
 
 from ..capability import vllm_capability
 from ..kernels.fp8 import has_fp8_conversion
-from ..layouts import (BACKEND_KV_CACHE_DTYPES, FP8_DS_MLA_DIMS, FP8_DS_MLA_ROW_BYTES, FP8_KV_CACHE_DTYPES,
-                       IMPL_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE, KV_LORA_RANK, MLA_HEAD_SIZES, PATCH_MARK)
+from ..layouts import (BACKEND_KV_CACHE_DTYPES, FP8_DS_MLA_NOPE_ROW_BYTES, FP8_DS_MLA_ROW_BYTES,
+                       FP8_DS_MLA_ROW_BYTES_BY_DIMS, FP8_KV_CACHE_DTYPES, IMPL_KV_CACHE_DTYPES, INDEX_TOPK_MULTIPLE,
+                       KV_LORA_RANK, MLA_HEAD_SIZES, PATCH_MARK)
 from .lines import adapter
 
 #: The installed vLLM line's adapter (:mod:`sparse_mla.vllm_plugin.lines`): metadata class, impl entry point, spec.
@@ -56,6 +63,16 @@ LINE = adapter()
 BACKEND_NAME = "TRITON_MLA_SPARSE"
 KERNEL_BLOCK_SIZES = [64]
 MIN_CAPABILITY = (8, 0)
+
+
+def vllm_sizes_fp8_rows_per_impl() -> bool:
+    """True where this vLLM sizes an fp8_ds_mla row by asking the layer's impl (``MLAAttentionImpl.
+    get_fp8_ds_mla_row_bytes``, vLLM 0.34 ``v1/attention/backend.py:1017``; the KV-cache spec's
+    ``state_content_bytes``): there the NoPE head's 528-byte rows exist. vLLM 0.26 has no such method (every
+    fp8_ds_mla row is 656 bytes, its writer refuses a rope part other than 64)."""
+    from vllm.v1.attention.backend import MLAAttentionImpl as _Impl
+
+    return hasattr(_Impl, "get_fp8_ds_mla_row_bytes")
 
 
 class TritonMLASparseBackend(AttentionBackend):
@@ -120,13 +137,13 @@ class TritonMLASparseBackend(AttentionBackend):
             if hf_config.index_topk % INDEX_TOPK_MULTIPLE:
                 return (f"{BACKEND_NAME} requires index_topk to be a multiple of {INDEX_TOPK_MULTIPLE} "
                         f"(vLLM's top-k index conversion); got {hf_config.index_topk}")
-            if kv_cache_dtype in FP8_KV_CACHE_DTYPES:
-                if dims != FP8_DS_MLA_DIMS:
-                    return (f"{BACKEND_NAME} stores an fp8 KV cache as fp8_ds_mla, which needs kv_lora_rank 512 and "
-                            f"qk_rope_head_dim 64; got {dims[0]} and {dims[1]}")
-        if head_size == KV_LORA_RANK and kv_cache_dtype in FP8_KV_CACHE_DTYPES:
-            return (f"{BACKEND_NAME} reads an fp8 cache of head 576 only (fp8_ds_mla); the NoPE head {KV_LORA_RANK}'s "
-                    f"fp8 rows are not read yet; a bf16 cache (kv_cache_dtype auto) works")
+            if kv_cache_dtype in FP8_KV_CACHE_DTYPES and dims not in FP8_DS_MLA_ROW_BYTES_BY_DIMS:
+                return (f"{BACKEND_NAME} stores an fp8 KV cache as fp8_ds_mla, which needs kv_lora_rank 512 and "
+                        f"qk_rope_head_dim 64 (or 0, the NoPE head); got {dims[0]} and {dims[1]}")
+        if head_size == KV_LORA_RANK and kv_cache_dtype in FP8_KV_CACHE_DTYPES and not vllm_sizes_fp8_rows_per_impl():
+            return (f"{BACKEND_NAME} reads the NoPE head {KV_LORA_RANK}'s fp8 cache as the 528-byte rows vLLM 0.33/0.34 "
+                    f"size and write; this vLLM has no such row (nor GLM-5.3-Flash); a bf16 cache (kv_cache_dtype "
+                    f"auto) works")
         if (LINE.TRITON_FP8_MLA_CACHE_WRITE and kv_cache_dtype in FP8_KV_CACHE_DTYPES and device_capability is not None
                 and not has_fp8_conversion((device_capability.major, device_capability.minor))):
             return (f"{BACKEND_NAME}: this vLLM writes a {kv_cache_dtype} MLA cache in fused_norm_rope's Triton kernel, "
@@ -137,8 +154,10 @@ class TritonMLASparseBackend(AttentionBackend):
     @staticmethod
     def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
                            cache_dtype_str: str = "auto") -> tuple[int, ...]:
-        if cache_dtype_str == "fp8_ds_mla":     # uint8 rows: 512 e4m3 + 4 fp32 scales + 64 bf16 (FLASHMLA_SPARSE's)
-            return (num_blocks, block_size, FP8_DS_MLA_ROW_BYTES)
+        if cache_dtype_str == "fp8_ds_mla":     # uint8 rows: 512 e4m3 + 4 fp32 scales + 64 bf16 (FLASHMLA_SPARSE's),
+            # the NoPE head's without the rope part (vLLM 0.33+ ask the impl instead and never call this)
+            return (num_blocks, block_size,
+                    FP8_DS_MLA_NOPE_ROW_BYTES if head_size == KV_LORA_RANK else FP8_DS_MLA_ROW_BYTES)
         return (num_blocks, block_size, head_size)
 
 
@@ -162,7 +181,8 @@ class TritonMLASparseImpl(LINE.ImplForward, SparseMLACommonImpl[TritonMLASparseM
     """Sparse MLA on the Triton kernel. vLLM's MLA layer calls the line adapter's entry point
     (:mod:`sparse_mla.vllm_plugin.lines`) with ``(ql_nope [T, H, 512], q_pe [T, H, 64])`` strided views in the model
     dtype and the layer's cache -- ``[num_blocks, block_size, 576]`` (``uint8 [num_blocks, block_size, 656]`` for
-    fp8_ds_mla; the kernel decodes e4m3 for vLLM's device capability) -- which turns the indexer's top-k into cache
+    fp8_ds_mla, 528 for the NoPE head's; the kernel decodes e4m3 for vLLM's device capability) -- which turns the
+    indexer's top-k into cache
     rows and calls :meth:`attend`; ``out [T, H, 512]`` (q dtype) is returned. LSE is natural-log (``lse_base_on_e``)
     but not returned (no DCP)."""
 
@@ -188,6 +208,15 @@ class TritonMLASparseImpl(LINE.ImplForward, SparseMLACommonImpl[TritonMLASparseM
         # capability (a capability simulation sets it: the plan then uses that GPU's limits, kernels.occupancy)
         self.kernel_kv_cache_dtype = "fp8_ds_mla" if kv_cache_dtype == "fp8_ds_mla" else "auto"
         self.capability = vllm_capability()
+
+    def get_fp8_ds_mla_row_bytes(self) -> int:
+        """Bytes of one fp8_ds_mla row of this layer, which vLLM 0.33/0.34 asks the impl for to size the KV-cache
+        spec and the index group's rows (``mla_attention.py:1581-1584``, ``sparse_mla_attention.py:742-746``): 528
+        for the NoPE head (``kv_lora_rank`` 512, ``qk_rope_head_dim`` 0), as ``FlashInferMLASparseSM120Impl.
+        get_fp8_ds_mla_row_bytes`` answers (``flashinfer_mla_sparse_sm120.py:40-43``); 656 otherwise (vLLM's
+        base, ``v1/attention/backend.py:1017-1018``). vLLM 0.26 never calls it."""
+        dims = (getattr(self, "kv_lora_rank", None), getattr(self, "qk_rope_head_dim", None))
+        return FP8_DS_MLA_ROW_BYTES_BY_DIMS.get(dims, FP8_DS_MLA_ROW_BYTES)
 
     def split_q(self, q) -> tuple[torch.Tensor, torch.Tensor]:
         """``(q_nope [T, H, kv_lora_rank], q_pe [T, H, qk_rope_head_dim])`` from vLLM's tuple or one ``[T, H, 576]``
@@ -220,7 +249,9 @@ _CANON_MARK = "_sparse_mla_fp8_ds_mla"
 
 def canonical_kv_cache_dtype(backend_name: str, kv_cache_dtype: str) -> str | None:
     """Our rule, after vLLM's: ``fp8``/``fp8_e4m3`` for ``TRITON_MLA_SPARSE`` are stored as ``fp8_ds_mla`` (the
-    in-tree FLASHINFER_MLA_SPARSE_SM120 maps the same names); None where vLLM's answer stands."""
+    in-tree FLASHINFER_MLA_SPARSE_SM120 maps the same names, ``mla_attention.py:378-383`` in vLLM 0.34), for head 576
+    and the NoPE head alike: the row's bytes are the impl's (:meth:`TritonMLASparseImpl.get_fp8_ds_mla_row_bytes`, 528
+    for the NoPE head); ``auto`` stays the model dtype's cache, which we read. None where vLLM's answer stands."""
     if backend_name == BACKEND_NAME and kv_cache_dtype in ("fp8", "fp8_e4m3"):
         return "fp8_ds_mla"
     return None
