@@ -125,7 +125,10 @@ def _glm5next_rests_on(rec: dict[str, Any], cap: tuple[int, int], with_plugin: b
     NoPE kernel's checks where ours is selected, and the KPool indexer's DeepGEMM where vLLM claims it."""
     claims = []
     if with_plugin and rec.get("selected") == OURS:
-        claims.append(f"ours: the NoPE head 512 checked on the CPU against the float64 reference (bf16/fp16 cache) and "
+        kv = rec.get("effective_kv_cache_dtype")
+        rows = ("its 528-byte fp8 rows as vLLM 0.34's CUDA writer writes them (read from its machine code; that writer "
+                "never ran beside ours)" if kv == "fp8_ds_mla" else f"a {kv} cache")
+        claims.append(f"ours: the NoPE head 512 over {rows} checked on the CPU against the float64 reference and "
                       f"compiled for sm_{cap[0]}{cap[1]} ahead of time; no engine ran GLM-5.3-Flash with it")
     if rec.get("selected") == "FLASHINFER_MLA_SPARSE_SM120":
         claims.append("vLLM's claim: FlashInfer's SM120 sparse MLA kernel (host-dependent import)")
