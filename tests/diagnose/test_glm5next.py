@@ -352,7 +352,7 @@ def test_with_the_plugin_and_a_bf16_cache_it_runs_on_sm120(flash_dir):
     assert rec["indexer"]["stock"] == "DEEPGEMM" and rec["glm5next"]["ours"]["supported"] is True
     assert [b["stage"] for b in rec["blockers"]] in ([], ["memory"])
     assert rec["stages"]["ours"] == ("runs with the plugin, by vLLM's decisions: TRITON_MLA_SPARSE on the NoPE MLA "
-                                     "layers (bfloat16 cache), vLLM's KPool indexer (DEEPGEMM) and KDA kernels")
+                                     "layers (bfloat16 cache), vLLM's KPool indexer (DEEPGEMM), KDA and MHC kernels")
 
 
 BUILD_SCRIPT = """
@@ -432,3 +432,28 @@ def test_what_to_run_has_its_own_table_and_the_committed_one_is_current(flash_di
         pytest.skip(f"the committed table is vLLM 0.34's; this is {vllm.__version__}")
     committed = wtr.read(Path(__file__).resolve().parents[2] / "results" / f"{wtr.GLM5NEXT_STEM}.csv")
     assert committed.equals(wtr.as_written(df))
+
+
+@flash_line
+def test_the_mhc_layers_need_tilelang_in_vllms_words(flash_dir, monkeypatch):
+    """GLM-5.3-Flash's hyper-connections run on vLLM's TileLang kernels: with TileLang (vLLM requires it) the stage
+    names them; without it (vLLM's own has_tilelang() False, as in the H100 bundle of 2026-12-06, whose engines died in
+    their first forward) the engine stops at the mhc stage, before memory, with vLLM's ImportError text."""
+    import importlib.metadata
+
+    from vllm.utils import import_utils
+
+    from sparse_mla.diagnose import diagnose
+
+    rec = diagnose(str(flash_dir), "12.0", "bfloat16", tp=TP, with_plugin=True)
+    mhc = rec["glm5next"]["mhc"]
+    assert mhc["used"] is True and mhc["tilelang"] is import_utils.has_tilelang() is True and mhc["blocker"] is None
+    assert len(mhc["layers"]) == rec["config"].get("num_hidden_layers", len(mhc["layers"]))
+    assert any(r.startswith(mhc["tilelang_pin"]) for r in importlib.metadata.requires("vllm"))
+    assert rec["stages"]["mhc"].startswith(f"{len(mhc['layers'])} layers' hyper-connections")
+    monkeypatch.setattr(import_utils, "has_tilelang", lambda: False)
+    rec = diagnose(str(flash_dir), "12.0", "bfloat16", tp=TP, with_plugin=True)
+    assert "tilelang is required for mhc but is not installed" in rec["glm5next"]["mhc"]["blocker"]
+    stages = [b["stage"] for b in rec["blockers"]]
+    assert stages[0] == "mhc" and stages[1:] in ([], ["memory"]) and rec["engine_starts"] is False
+    assert rec["stages"]["mhc"].startswith("BLOCKED: vLLM's MHC layers")

@@ -159,3 +159,40 @@ def kda_stage(vc) -> dict[str, Any]:
     out["state"] = {role: {"shape": list(shape), "dtype": str(dtype).replace("torch.", "")}
                     for role, shape, dtype in zip(("conv", "recurrent"), shapes, dtypes)}
     return out
+
+
+def mhc_stage(vc) -> dict[str, Any]:
+    """The MHC (hyper-connection) layers as vLLM builds them: ``used`` (the config's ``mhc``), ``hc_mult``,
+    ``layers`` (every decoder layer where used), ``kernels`` (``vllm/model_executor/layers/mhc.py``'s ``forward_cuda``:
+    TileLang ops, JIT-compiled by TileLang for the GPU at first use), ``tilelang`` (vLLM's own ``has_tilelang()`` on
+    this host) with ``tilelang_pin`` (vLLM's requirement, from its metadata), and ``blocker``: where the layers are used
+    and TileLang is missing, vLLM's own ``ImportError`` -- ``vllm.tilelang_utils`` raises it on a CUDA platform, as
+    both engines did in their first forward on the H100 (2026-12-06: a bundle without TileLang) -- else None."""
+    import importlib
+    import importlib.metadata
+    import sys
+
+    from vllm.utils import import_utils
+
+    text = vc.model_config.hf_text_config
+    used = bool(getattr(text, "mhc", False))
+    pin = next((r.split(";")[0].strip() for r in importlib.metadata.requires("vllm") or []
+                if r.lower().startswith("tilelang")), None)
+    out: dict[str, Any] = {"used": used, "hc_mult": getattr(text, "hc_mult", None),
+                           "layers": list(range(int(text.num_hidden_layers))) if used else [],
+                           "kernels": "vllm.model_executor.layers.mhc (MHCPreOp, MHCPostOp, ...: "
+                                      "torch.ops.vllm.mhc_pre_tilelang, mhc_post_tilelang)",
+                           "tilelang": import_utils.has_tilelang(), "tilelang_pin": pin, "blocker": None}
+    if used and not out["tilelang"]:
+        kept = sys.modules.pop("vllm.tilelang_utils", None)      # vLLM's words: its module raises on import
+        try:
+            importlib.import_module("vllm.tilelang_utils")
+            out["blocker"] = "vLLM's MHC layers need TileLang, and vLLM's has_tilelang() is False here"
+        except ImportError as e:
+            out["blocker"] = f"vLLM's MHC layers (mhc_pre_tilelang in their first forward): {e}"
+        finally:
+            sys.modules.pop("vllm.tilelang_utils", None)
+            if kept is not None:
+                sys.modules["vllm.tilelang_utils"] = kept
+        out["blocker"] += f" (vLLM requires {pin})" if pin else ""
+    return out

@@ -157,6 +157,9 @@ def _probe(req: Request) -> dict[str, Any]:
             mem = None if vc is None else memory.memory_stage(req, vc, att, f"{cap.major}.{cap.minor}")
             blockers += [b for b in [memory.blocker(mem)] if b]
             flash = _glm5next_section(vc, cap, att, ix, mem, req.with_plugin)
+            if flash is not None and flash["mhc"]["blocker"]:   # vLLM meets it in the first forward: before memory
+                at = next((i for i, b in enumerate(blockers) if b["stage"] == "memory"), len(blockers))
+                blockers.insert(at, {"stage": "mhc", "reason": flash["mhc"]["blocker"]})
             from .gguf import checkpoint_record
             checkpoint = checkpoint_record(req)     # a GGUF's wall comes first: vLLM meets it loading the config
             if (checkpoint.get("wall") or {}).get("blocker"):
@@ -211,7 +214,8 @@ def _probe(req: Request) -> dict[str, Any]:
 
 def _glm5next_section(vc, cap, att, ix, mem, with_plugin: bool) -> dict[str, Any] | None:
     """GLM-5.3-Flash's part of the record (None for another model or where vLLM refused the configuration): ``kpool``
-    (the indexer's numbers, :func:`.glm5next.kpool_geometry`), ``kda`` (:func:`.glm5next.kda_stage`) and ``ours``
+    (the indexer's numbers, :func:`.glm5next.kpool_geometry`), ``kda`` (:func:`.glm5next.kda_stage`), ``mhc``
+    (:func:`.glm5next.mhc_stage`) and ``ours``
     (whether the plugin runs it and what our kernels would need, :func:`.glm5next_needs.needs`), ``with_plugin`` (the
     diagnosis registered the plugin)."""
     from . import glm5next
@@ -221,7 +225,8 @@ def _glm5next_section(vc, cap, att, ix, mem, with_plugin: bool) -> dict[str, Any
         return None
     kda = glm5next.kda_stage(vc)
     kv = att["effective_kv_cache_dtype"] if att["selected"] else None
-    return {"model": "GLM-5.3-Flash", "kpool": ix["kpool"], "kda": kda, "with_plugin": with_plugin,
+    return {"model": "GLM-5.3-Flash", "kpool": ix["kpool"], "kda": kda, "mhc": glm5next.mhc_stage(vc),
+            "with_plugin": with_plugin,
             "ours": needs(vc, cap, att["args"], kv, ix["kpool"], kda, mem, ix["stock"])}
 
 
@@ -266,6 +271,12 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
         lines["kda"] = (f"{len(kda['layers'])} linear-attention layers on {kda['mamba_backend']}, prefill "
                         f"{kda['prefill'] or 'refused: ' + str(kda['prefill_error'])}, state per request "
                         + ", ".join(f"{k} {v['shape']} {v['dtype']}" for k, v in kda["state"].items()))
+    if rec.get("glm5next") and rec["glm5next"]["mhc"]["used"]:
+        mhc = rec["glm5next"]["mhc"]
+        lines["mhc"] = (f"BLOCKED: {mhc['blocker']}" if mhc["blocker"] else
+                        f"{len(mhc['layers'])} layers' hyper-connections (hc_mult {mhc['hc_mult']}) on vLLM's TileLang "
+                        f"kernels ({mhc['kernels']}), compiled by TileLang at first use; whether TileLang builds them "
+                        f"for this GPU is not checked here")
     if rec.get("memory"):
         lines["memory"] = memory_line(rec["memory"])
     starts = rec["engine_starts"]
@@ -290,7 +301,7 @@ def _glm5next_ours(rec: dict[str, Any]) -> str:
                    "vLLM's KPool indexer has no kernels on this GPU and the plugin has none for it (the needs below)"))
     kv = rec["effective_kv_cache_dtype"] or "model dtype"
     parts = (f"TRITON_MLA_SPARSE on the NoPE MLA layers ({kv} cache), vLLM's KPool indexer "
-             f"({rec['indexer']['stock']}) and KDA kernels")
+             f"({rec['indexer']['stock']}), KDA and MHC kernels")
     if not rec["glm5next"]["with_plugin"]:
         return f"runs with the plugin (--with-plugin shows vLLM's path with it): {parts}"
     if rec["selected"] != "TRITON_MLA_SPARSE":
