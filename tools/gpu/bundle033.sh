@@ -128,9 +128,26 @@ calls() {
   echo "the last call's command goes on, e.g.: ... && python3 -c 'import torch, vllm; print(torch.__version__)'"
 }
 
+# GLM-5.3-Flash's extras for the glm5next stage (h200_session.sh), outside the bundle so that it need not be rebuilt:
+# transformers 5.22.2 and what it checks at import (the image's 5.17.0 has no glm5_next weight conversion), TileLang
+# 0.1.12 and its requirements the bundle lacks (vLLM runs GLM-5.3-Flash's MHC layers with TileLang only; the bundle's
+# apache-tvm-ffi 0.1.11 is the one TileLang takes). Two folders, each one call's carry beside the tree; on the GPU
+# machine each call runs `mkdir -p /tmp/tfw && cp .dev033/tf/*.whl /tmp/tfw/` (tl likewise), before the pieces.
+extras() {
+  local P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform any" t
+  for t in manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014; do
+    P="$P --platform ${t}_x86_64"; done
+  mkdir -p .dev033/tf .dev033/tl
+  python3 -m pip download -q $P -d .dev033/tf transformers==5.22.2 tokenizers==0.23.3 huggingface-hub==1.33.0 \
+    safetensors==0.8.0 regex==2026.12.2 'z3-solver>=4.13.0,<4.15.5' ml-dtypes torch-c-dlpack-ext cloudpickle
+  python3 -m pip download -q $P -d .dev033/tl tilelang==0.1.12
+  du -sh .dev033/tf .dev033/tl
+}
+
 case "${1:-}" in
   build) build ;;
   calls) calls ;;
+  extras) extras ;;
   *) sed -n 2,19p "$0"; exit 2 ;;
 esac
 exit 0

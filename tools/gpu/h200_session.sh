@@ -247,14 +247,15 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # against the float64 reference (transformers' model, launch/glm5next_reference.py) on this GPU, teacher-forced
     # along each engine's tokens: numbers, no verdict (tools/gpu/glm5next_parity.py says why). Not `launch --parity`:
     # it refuses GLM-5.3-Flash and its reference and criterion are GLM-5's. NOT YET RUN THROUGH: on the H100
-    # (2026-12-06c) both engines died in the MHC layer's first forward, `tilelang is required for mhc`: vLLM pins
-    # tilelang==0.1.12 (50 MB wheel; apache-tvm-ffi, z3-solver, ml-dtypes, torch-c-dlpack-ext), which the bundle
-    # does not carry yet
+    # (2026-12-06c) both engines died in the MHC layer's first forward, `tilelang is required for mhc` (vLLM pins
+    # tilelang==0.1.12). `bundle033.sh extras` now writes .dev033/tf (transformers 5.22.2 and TileLang's small
+    # requirements) and .dev033/tl (TileLang): one call each, before the pieces, `mkdir -p /tmp/tfw && cp
+    # .dev033/tf/*.whl /tmp/tfw/` (and tl); untried on a GPU
     glm5next) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0; t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
           # transformers 5.22.2 (the image's 5.17.0 has glm5_next but not its weight conversion: make-checkpoint
-          # refuses it) with the tokenizers, huggingface-hub, safetensors and regex it checks at import, carried as
-          # wheels in /tmp/tfw by a call of their own (`mkdir -p /tmp/tfw && cp .dev033/tf/*.whl /tmp/tfw/`) and put
+          # refuses it) with the tokenizers, huggingface-hub, safetensors and regex it checks at import, and TileLang
+          # with its requirements, carried as wheels into /tmp/tfw by calls of their own (bundle033.sh extras) and put
           # first on this stage's PYTHONPATH only
           python3 -m pip install -q --no-index --no-deps --target /tmp/tf_site /tmp/tfw/*.whl > $R/tf_install.log 2>&1
           local E=(env "PYTHONPATH=/tmp/tf_site:$W/tools/gpu/simulate_capability:$P033" "PATH=/tmp/site033/bin:$PATH"
