@@ -251,7 +251,10 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # tilelang==0.1.12). `bundle033.sh extras` now writes .dev033/tf (transformers 5.22.2 and TileLang's small
     # requirements) and .dev033/tl (TileLang): one call each, before the pieces, `mkdir -p /tmp/tfw && cp
     # .dev033/tf/*.whl /tmp/tfw/` (and tl); untried on a GPU
-    glm5next) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0; t0=$(date +%s)
+    # glm5next_ours: ours alone (one engine: what a lease's last minutes hold), the same record name
+    glm5next|glm5next_ours) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0 runs=FLASHMLA_SPARSE,TRITON_MLA_SPARSE
+          [ "$1" = glm5next_ours ] && runs=TRITON_MLA_SPARSE
+          t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
           # transformers 5.22.2 (the image's 5.17.0 has glm5_next but not its weight conversion: make-checkpoint
           # refuses it) with the tokenizers, huggingface-hub, safetensors and regex it checks at import, and TileLang
@@ -263,7 +266,7 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
           stage glm5next_checkpoint 180 "${E[@]}" python3 -m sparse_mla make-checkpoint /tmp/ck_glm53 \
               --preset glm-5.3-flash --index-topk 512 --overwrite
           stage glm5next_parity 900 "${E[@]}" python3 tools/gpu/glm5next_parity.py /tmp/ck_glm53 \
-              "results/$G/glm5next_parity_${G}_vllm033.json" --runs FLASHMLA_SPARSE,TRITON_MLA_SPARSE \
+              "results/$G/glm5next_parity_${G}_vllm033.json" --runs "$runs" \
               --prompt-lengths 48,900 --max-tokens 8 ;;
     # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
     # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
