@@ -40,7 +40,7 @@ def nope_case(T, H, topk, *, num_blocks=6, block_size=16, dtype=torch.float32, p
 def check(q_nope, q_pe, cache, idx, scale, **kw):
     T, H = q_pe.shape[:2]
     out = torch.full((T, H, 512), float("nan"), dtype=q_nope.dtype)
-    lse = torch.full((T, H), float("nan"))
+    lse = torch.full((T, H), float("nan"), dtype=torch.float32)
     o, l = sparse_mla_attention(q_nope, q_pe, cache, idx, scale, out=out, lse=lse, kv_cache_dtype=FP8, **kw)
     assert o is out and l is lse
     assert not torch.isnan(out).any(), "unwritten (poisoned) output left"
@@ -125,7 +125,7 @@ def test_fp16_strided_queries_flat_cache_and_fp16_dots(fp8_scales):
 @pytest.mark.interpreter
 def test_layout_mismatches_are_refused():
     q_nope, q_pe, cache, idx, scale = nope_case(1, 2, 16, seed=150)
-    wide_q_pe = torch.zeros(1, 2, 64)
+    wide_q_pe = torch.zeros(1, 2, 64, dtype=q_nope.dtype)
     with pytest.raises(UserInputError, match="accepted: 656 bytes per token"):
         sparse_mla_attention(q_nope, wide_q_pe, cache, idx, scale, kv_cache_dtype=FP8)
     with pytest.raises(UserInputError, match="accepted: 528 bytes per token"):

@@ -57,7 +57,6 @@ def _vllm_contexts(path):
     """vLLM's engine configuration of ``path`` (the diagnosis': EngineArgs on a probe platform for SM90) and the
     stand-ins under which its model is built and loaded (:mod:`sparse_mla.diagnose.meta_model`)."""
     from vllm.config import CompilationMode, set_current_vllm_config
-    from vllm.utils.torch_utils import set_default_torch_dtype
 
     from sparse_mla.diagnose import config as stage_config
     from sparse_mla.diagnose import meta_model as mm
@@ -75,7 +74,7 @@ def _vllm_contexts(path):
         vc.compilation_config.mode = CompilationMode.NONE
         vc.compilation_config.static_forward_context.clear()
         with mm._process_groups(1), mm._building(None), pr.cuda_alloc_on_meta(), \
-                set_default_torch_dtype(vc.model_config.dtype), set_current_vllm_config(vc):
+                mm.default_dtype(vc.model_config.dtype), set_current_vllm_config(vc):
             yield vc
         vc.compilation_config.static_forward_context.clear()
 
@@ -260,6 +259,7 @@ def test_what_the_preset_cannot_write_is_one_line(tmp_path, capsys, monkeypatch,
     assert not (tmp_path / "o").exists()
 
 
+@flash_line
 def test_a_transformers_without_the_weight_conversion_is_one_line(tmp_path, capsys, monkeypatch):
     """transformers 5.17.0 has glm5_next but no weight conversion for it: its names ('attn_hc.base') are not the ones
     vLLM loads (vLLM 0.33 on the H100 died on ``KeyError: 'layers.0.attn_hc.base'``, 2026-12-06). Stood in for by a

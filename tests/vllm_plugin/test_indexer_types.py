@@ -124,7 +124,6 @@ def _load_with_vllm(path, with_plugin: bool, quantization: str | None = None):
     from vllm.config import CompilationMode, LoadConfig, set_current_vllm_config
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.model_loader.utils import initialize_model
-    from vllm.utils.torch_utils import set_default_torch_dtype
 
     from sparse_mla.diagnose import config as stage_config
     from sparse_mla.diagnose import meta_model as mm
@@ -144,7 +143,7 @@ def _load_with_vllm(path, with_plugin: bool, quantization: str | None = None):
         vc.compilation_config.mode = CompilationMode.NONE
         vc.compilation_config.static_forward_context.clear()
         with mm._process_groups(1), mm._building(None), pr.cuda_alloc_on_meta(), torch.device("meta"), \
-                set_default_torch_dtype(vc.model_config.dtype), set_current_vllm_config(vc):
+                mm.default_dtype(vc.model_config.dtype), set_current_vllm_config(vc):
             model = initialize_model(vc)
             layers = sorted({int(n.split(".")[2]) for n, _ in model.named_parameters() if ".indexer." in n})
             vc.model_config.quantization = quantization

@@ -56,7 +56,7 @@ def test_a_profiles_folders_are_where_the_notebook_reads_and_writes(tmp_path):
     folder, launch_record a file in it -- refused before any notebook runs (the breaker's round on 2026-12-05)."""
     root = chain.project_root()
     nbs = root / "notebooks"
-    for given, says in (({"checkpoint_dir": "../lib/ck"}, "lib"), ({"results_dir": "/nonexistent"}, "not a folder"),
+    for given, says in (({"checkpoint_dir": "../lib/ck"}, "lib"), ({"results_dir": str(tmp_path / "missing")}, "not a folder"),
                         ({"launch_record": "h200/nope.json"}, "not a file in results_dir")):
         with pytest.raises(UserInputError, match="profile 'p': 05_x's ") as e:
             check_values("p", "05_x", given, {"results_dir": "../results"}, nbs)

@@ -226,13 +226,28 @@ def _cached(cache: OrderedDict, key: tuple, value=None):
     return value
 
 
+@contextlib.contextmanager
+def default_dtype(dtype):
+    """vLLM's ``set_default_torch_dtype`` (``vllm/utils/torch_utils.py``) with torch's default dtype restored also when
+    the block raises: vLLM's context restores it only after a clean exit, so a model vLLM refused to build left the
+    process's default dtype bf16 (tensors made later without a dtype came out bf16; CI, 2026-12-06)."""
+    import torch
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    before = torch.get_default_dtype()
+    try:
+        with set_default_torch_dtype(dtype):
+            yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 def _build(vc, tp: int, quant_config, backend_cls, cache_dtype: str | None) -> tuple[tuple, tuple]:
     """Build vLLM's model for one of ``tp`` ranks on a copy of ``vc``: ``(weights, kv)`` as :class:`RankModel`
     holds them."""
     import torch
     from vllm.config import CompilationMode
     from vllm.model_executor.model_loader.utils import initialize_model
-    from vllm.utils.torch_utils import set_default_torch_dtype
 
     vc = copy.deepcopy(vc)
     vc.quant_config = quant_config
@@ -242,7 +257,7 @@ def _build(vc, tp: int, quant_config, backend_cls, cache_dtype: str | None) -> t
     vc.compilation_config.mode = CompilationMode.NONE
     vc.compilation_config.static_forward_context.clear()
     with _process_groups(tp), _building(backend_cls), pr.cuda_alloc_on_meta(), torch.device("meta"), \
-            set_default_torch_dtype(vc.model_config.dtype):
+            default_dtype(vc.model_config.dtype):
         model = initialize_model(vc)
         specs = _kv_specs(vc)
         layers = vc.compilation_config.static_forward_context

@@ -152,14 +152,12 @@ def _probe(req: Request) -> dict[str, Any]:
             att, ix, kern, other, blockers = _stages(req, vc, cfg, platform_cls, cap, local)
             ixl = stage_config.indexer_layers_stage(req, vc, cfg)   # vLLM's model on meta; the weight index
             if ixl["blocker"]:      # vLLM meets it loading weights: after the attention stage, before the first forward
-                at = next((i for i, b in enumerate(blockers) if b["stage"] in ("indexer", "kernel")), len(blockers))
-                blockers.insert(at, {"stage": "indexer", "reason": ixl["blocker"]})
+                _insert_blocker(blockers, "indexer", ixl["blocker"], before=("indexer", "kernel"))
             mem = None if vc is None else memory.memory_stage(req, vc, att, f"{cap.major}.{cap.minor}")
             blockers += [b for b in [memory.blocker(mem)] if b]
             flash = _glm5next_section(vc, cap, att, ix, mem, req.with_plugin)
             if flash is not None and flash["mhc"]["blocker"]:   # vLLM meets it in the first forward: before memory
-                at = next((i for i, b in enumerate(blockers) if b["stage"] == "memory"), len(blockers))
-                blockers.insert(at, {"stage": "mhc", "reason": flash["mhc"]["blocker"]})
+                _insert_blocker(blockers, "mhc", flash["mhc"]["blocker"], before=("memory",))
             from .gguf import checkpoint_record
             checkpoint = checkpoint_record(req)     # a GGUF's wall comes first: vLLM meets it loading the config
             if (checkpoint.get("wall") or {}).get("blocker"):
@@ -203,13 +201,19 @@ def _probe(req: Request) -> dict[str, Any]:
         record["glm5next"] = flash
     from ..vllm_plugin.register import vllm_supported
 
-    ok, line = vllm_supported(vllm.__version__)
-    record["vllm_supported"] = {"supported": ok, "note": line}
+    record["vllm_supported"] = dict(zip(("supported", "note"), vllm_supported(vllm.__version__)))
     record["stages"] = _stage_lines(record, cfg, att, ix, kern, sparse)
     record["headline"] = headline(record)
     if plugin_info is not None:
         record["plugin"] = plugin_info
     return record
+
+
+def _insert_blocker(blockers: list[dict], stage: str, reason: str, before: tuple[str, ...]) -> None:
+    """``{"stage", "reason"}`` into ``blockers`` ahead of the first one of a stage in ``before`` (else last): where
+    on vLLM's path the engine meets it."""
+    at = next((i for i, b in enumerate(blockers) if b["stage"] in before), len(blockers))
+    blockers.insert(at, {"stage": stage, "reason": reason})
 
 
 def _glm5next_section(vc, cap, att, ix, mem, with_plugin: bool) -> dict[str, Any] | None:

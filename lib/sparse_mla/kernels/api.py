@@ -204,10 +204,7 @@ def sparse_mla_attention(
     num_slots = kv_cache.numel() // (FP8_DS_MLA_ROW_BYTES_BY_DIMS[(DL, DR)] if kv_cache_dtype == "fp8_ds_mla"
                                      else DL + DR)
     indices = _slots_int32(indices, num_slots, check_indices)
-    if q_nope.stride(2) != 1:
-        q_nope = q_nope.contiguous()
-    if q_pe.stride(2) != 1:
-        q_pe = q_pe.contiguous()
+    q_nope, q_pe = (x if x.stride(2) == 1 else x.contiguous() for x in (q_nope, q_pe))
     if out is None:
         out = torch.empty((T, H, DL), dtype=q_nope.dtype, device=q_nope.device)
     if lse is None:

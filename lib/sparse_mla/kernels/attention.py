@@ -450,11 +450,9 @@ def _sparse_mla_fp8_fwd_kernel(
     SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, FP8_HW: tl.constexpr,
     KEEP_CODES: tl.constexpr = False, VEC_SCALES: tl.constexpr = False,
 ):
-    """The "fold" fp8_ds_mla kernel (module docstring): same grid, outputs and online softmax as
-    :func:`_sparse_mla_fwd_kernel`; ``DL = 512``, ``DR = 64`` (656-byte rows) or ``DR = 0`` (the NoPE head's 528-byte
-    rows: no rope part, ``Q_pe`` and ``KV_bf16`` never read); ``BLOCK_DV`` 128, 256 or 512 (``NTV = BLOCK_DV / 128``
-    value tiles per program, this program's tiles ``dvb * NTV + i``). ``KEEP_CODES`` and ``VEC_SCALES``: the two
-    options under measurement (the comment above)."""
+    """The "fold" fp8_ds_mla kernel (module docstring; the grid, outputs and softmax of :func:`_sparse_mla_fwd_kernel`):
+    ``DL = 512``, ``DR = 64`` (656-byte rows) or 0 (the NoPE head's 528-byte rows: ``Q_pe``, ``KV_bf16`` never read);
+    ``BLOCK_DV`` 128, 256 or 512 (``NTV = BLOCK_DV / 128`` value tiles per program: ``dvb * NTV + i``)."""
     tl.static_assert(DL == 512 and (DR == 64 or DR == 0))
     ROW8: tl.constexpr = _ROW8 if DR > 0 else _NOPE_ROW8
     ROW_F32: tl.constexpr = _ROW_F32 if DR > 0 else _NOPE_ROW_F32
@@ -467,7 +465,6 @@ def _sparse_mla_fp8_fwd_kernel(
     hb = tl.program_id(1) // NUM_DV
     dvb = tl.program_id(1) % NUM_DV
     s = tl.program_id(2)
-
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
     offs_dr = tl.arange(0, DR if DR > 0 else 16)    # (16: a placeholder width for the NoPE head, never read)
