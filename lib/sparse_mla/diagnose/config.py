@@ -102,16 +102,19 @@ def raised_where(e: BaseException) -> str:
 
 
 def rope_hint(e: BaseException, cfg: dict[str, Any] | None) -> str:
-    """Where vLLM's rotary-embedding code raised a ``KeyError`` for a key the config's rope settings lack (its
-    ``get_rope`` reads ``factor`` or ``original_max_position_embeddings`` for any ``rope_type`` but ``"default"``):
+    """Where vLLM's rotary-embedding code, or a line of its model code that reads the rope settings, raised a
+    ``KeyError`` for a key the config's rope settings lack (``get_rope`` reads ``factor`` or
+    ``original_max_position_embeddings`` for any ``rope_type`` but ``"default"``; vLLM 0.34's DeepSeek-V3.2 attention
+    reads ``rope_parameters["factor"]``):
     ``"; config.json's rope_parameters (rope_type 'banana') has no 'factor', which vLLM reads for that rope type"``,
     naming the config's value, not vLLM's line alone; ``""`` for any other exception."""
     import traceback
 
     if not isinstance(e, KeyError) or not e.args or not isinstance(cfg, dict) or e.__traceback__ is None:
         return ""
-    if not any("rotary_embedding" in f.filename for f in traceback.extract_tb(e.__traceback__)):
-        return ""
+    if not any("rotary_embedding" in f.filename or "rope_parameters" in (f.line or "") or "rope_scaling" in
+               (f.line or "") for f in traceback.extract_tb(e.__traceback__)):
+        return ""       # (vLLM 0.34's DeepSeek-V3.2 attention reads rope_parameters["factor"] itself)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     for key in ("rope_parameters", "rope_scaling"):
         rope = text.get(key)
