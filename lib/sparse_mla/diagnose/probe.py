@@ -299,6 +299,21 @@ def _clear_platform_caches() -> None:
         fn = getattr(sys.modules.get(mod_name), attr, None)
         if hasattr(fn, "cache_clear"):
             fn.cache_clear()
+    _forget_platform_entry_packages()
+
+
+def _forget_platform_entry_packages() -> None:
+    """Drop vLLM's model packages (``vllm.models.<name>``, vLLM 0.33+; not their submodules) from ``sys.modules`` and
+    its registry's class cache, so that the next import runs their ``__init__`` under the platform current then:
+    ``vllm/models/deepseek_v32/__init__.py`` binds GLM-5's class by ``current_platform`` at import time (the CUDA DSA
+    model, else DeepSeek-V2's generic one, which ignores ``indexer_types``); imported once without a CUDA platform it
+    kept the generic class for every later diagnosis in the process (CI, 2026-12-06, tests/diagnose/test_config.py
+    after a test that resolved the class with no platform)."""
+    for name in [n for n in sys.modules if n.startswith("vllm.models.") and n.count(".") == 2]:
+        sys.modules.pop(name, None)
+    fn = getattr(sys.modules.get("vllm.model_executor.models.registry"), "_try_load_model_cls", None)
+    if hasattr(fn, "cache_clear"):
+        fn.cache_clear()
 
 
 @contextlib.contextmanager
