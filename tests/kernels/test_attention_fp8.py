@@ -49,7 +49,7 @@ def fp8_case(T, H, topk, *, num_blocks=6, block_size=16, dtype=torch.float32, pa
 def check(q_nope, q_pe, cache, idx, scale, **kw):
     T, H = q_pe.shape[:2]
     out = torch.full((T, H, 512), float("nan"), dtype=q_nope.dtype)
-    lse = torch.full((T, H), float("nan"))
+    lse = torch.full((T, H), float("nan"), dtype=torch.float32)
     o, l = sparse_mla_attention(q_nope, q_pe, cache, idx, scale, out=out, lse=lse, kv_cache_dtype=FP8, **kw)
     assert o is out and l is lse
     assert not torch.isnan(out).any(), "unwritten (poisoned) output left"

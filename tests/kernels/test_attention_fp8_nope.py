@@ -15,9 +15,9 @@ import torch
 from sparse_mla import sparse_mla_attention
 from sparse_mla.errors import UserInputError
 from sparse_mla.kernels.cases import random_indices, random_q
-from sparse_mla.kernels.error_bounds import check_attention
 from sparse_mla.kernels.reference import fp8_ds_mla_decode_ref, fp8_ds_mla_encode_vllm034_ref
 from sparse_mla.layouts import FP8_DS_MLA_NOPE_ROW_BYTES
+from test_attention_fp8 import check   # the 656-byte tests' run-and-check: poisoned outputs, derived limits
 
 FP8 = "fp8_ds_mla"
 ROW = FP8_DS_MLA_NOPE_ROW_BYTES
@@ -35,20 +35,6 @@ def nope_case(T, H, topk, *, num_blocks=6, block_size=16, dtype=torch.float32, p
     q_nope, q_pe = random_q(T, H, g, dtype=dtype, strided=strided_q)
     idx = random_indices(T, topk, num_blocks * block_size, g, pad=pad)
     return q_nope, q_pe[..., :0], cache, idx, 256 ** -0.5
-
-
-def check(q_nope, q_pe, cache, idx, scale, **kw):
-    T, H = q_pe.shape[:2]
-    out = torch.full((T, H, 512), float("nan"), dtype=q_nope.dtype)
-    lse = torch.full((T, H), float("nan"), dtype=torch.float32)
-    o, l = sparse_mla_attention(q_nope, q_pe, cache, idx, scale, out=out, lse=lse, kv_cache_dtype=FP8, **kw)
-    assert o is out and l is lse
-    assert not torch.isnan(out).any(), "unwritten (poisoned) output left"
-    assert not torch.isnan(lse).any(), "unwritten (poisoned) lse left"
-    c = check_attention(out, lse, q_nope, q_pe, cache, idx, scale, kv_cache_dtype=FP8,
-                        dot_dtype=kw.get("dot_dtype"), fp8_scales=kw.get("fp8_scales"))
-    assert c.ok, c.explain()
-    return c
 
 
 # ---- vLLM 0.34's writer, as emulated, and the reference's decoder --------------------------------------------------
