@@ -252,21 +252,25 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # requirements) and .dev033/tl (TileLang): one call each, before the pieces, `mkdir -p /tmp/tfw && cp
     # .dev033/tf/*.whl /tmp/tfw/` (and tl); untried on a GPU
     # glm5next_ours: ours alone (one engine: what a lease's last minutes hold), the same record name
-    glm5next|glm5next_ours) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0 runs=FLASHMLA_SPARSE,TRITON_MLA_SPARSE
+    # glm5next_sim: ours under a simulated 12.0 (the SM120 plan's own code on this GPU), a record of its own
+    glm5next|glm5next_ours|glm5next_sim) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0 \
+          runs=FLASHMLA_SPARSE,TRITON_MLA_SPARSE tag=""
           [ "$1" = glm5next_ours ] && runs=TRITON_MLA_SPARSE
+          [ "$1" = glm5next_sim ] && runs=TRITON_MLA_SPARSE@12.0 && tag=_sim120
           t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
           # transformers 5.22.2 (the image's 5.17.0 has glm5_next but not its weight conversion: make-checkpoint
           # refuses it) with the tokenizers, huggingface-hub, safetensors and regex it checks at import, and TileLang
           # with its requirements, carried as wheels into /tmp/tfw by calls of their own (bundle033.sh extras) and put
           # first on this stage's PYTHONPATH only
-          python3 -m pip install -q --no-index --no-deps --target /tmp/tf_site /tmp/tfw/*.whl > $R/tf_install.log 2>&1
+          [ -d /tmp/tf_site/transformers ] \
+            || python3 -m pip install -q --no-index --no-deps --target /tmp/tf_site /tmp/tfw/*.whl > $R/tf_install.log 2>&1
           local E=(env "PYTHONPATH=/tmp/tf_site:$W/tools/gpu/simulate_capability:$P033" "PATH=/tmp/site033/bin:$PATH"
                    VLLM_CACHE_ROOT=/tmp/vllmcache033 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1)
-          stage glm5next_checkpoint 180 "${E[@]}" python3 -m sparse_mla make-checkpoint /tmp/ck_glm53 \
-              --preset glm-5.3-flash --index-topk 512 --overwrite
-          stage glm5next_parity 900 "${E[@]}" python3 tools/gpu/glm5next_parity.py /tmp/ck_glm53 \
-              "results/$G/glm5next_parity_${G}_vllm033.json" --runs "$runs" \
+          [ -f /tmp/ck_glm53/config.json ] || stage glm5next_checkpoint 180 "${E[@]}" python3 -m sparse_mla \
+              make-checkpoint /tmp/ck_glm53 --preset glm-5.3-flash --index-topk 512 --overwrite
+          stage glm5next_parity$tag 900 "${E[@]}" python3 tools/gpu/glm5next_parity.py /tmp/ck_glm53 \
+              "results/$G/glm5next_parity_${G}_vllm033$tag.json" --runs "$runs" \
               --prompt-lengths 48,900 --max-tokens 8 ;;
     # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
     # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
