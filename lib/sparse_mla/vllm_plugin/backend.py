@@ -13,8 +13,8 @@ Accepted: head size 576 (``kv_lora_rank 512 + qk_rope_head_dim 64``) or GLM-5.3-
 ``FLASHMLA_SPARSE`` layout), for the NoPE head as vLLM 0.33/0.34's 528-byte rows (512 e4m3 codes + 4 fp32 scales, the
 layout ``FLASHINFER_MLA_SPARSE_SM120`` asks for: :meth:`TritonMLASparseImpl.get_fp8_ds_mla_row_bytes` answers 528 as
 its ``get_fp8_ds_mla_row_bytes`` does; :data:`sparse_mla.layouts.FP8_DS_MLA_NOPE_ROW_BYTES`), only on a vLLM that asks
-the impl for the row's size (0.26 sizes every fp8_ds_mla row at 656 and has no GLM-5.3-Flash) --, kernel block size 64
-(the DSA indexer's), compute capability >= 8.0 (fp8 decoded in software on SM80/86), any number of heads per rank, a
+the impl for the row's size (0.26 sizes every fp8_ds_mla row at 656 and has no GLM-5.3-Flash) --, kernel block size
+64 on 0.26, any multiple of 64 on 0.33/0.34 (as ``FLASHMLA_SPARSE``: GLM-5.3-Flash's manager blocks are 512 tokens), compute capability >= 8.0 (fp8 decoded in software on SM80/86), any number of heads per rank, a
 model with ``index_topk``. Everything else is rejected by ``validate_configuration`` with vLLM-style reasons
 ("kv_cache_dtype not supported", ...), before any kernel runs.
 
@@ -61,7 +61,6 @@ from .lines import adapter
 LINE = adapter()
 
 BACKEND_NAME = "TRITON_MLA_SPARSE"
-KERNEL_BLOCK_SIZES = [64]
 MIN_CAPABILITY = (8, 0)
 
 
@@ -86,8 +85,8 @@ class TritonMLASparseBackend(AttentionBackend):
         return BACKEND_NAME
 
     @staticmethod
-    def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list[int]:
-        return list(KERNEL_BLOCK_SIZES)     # any spec (vLLM 0.33 passes the layer's; 0.26 none)
+    def get_supported_kernel_block_sizes(kv_cache_spec=None) -> list:
+        return LINE.kernel_block_sizes()    # any spec (vLLM 0.33 passes the layer's; 0.26 none)
 
     @classmethod
     def customize_spec(cls, spec):

@@ -81,6 +81,12 @@ def customize_spec(spec):
     return spec
 
 
+def kernel_block_sizes() -> list[int]:
+    """64 tokens, ``FLASHMLA_SPARSE``'s answer on 0.26 (the DSA indexer's DeepGEMM paged logits read 64-token
+    blocks; 0.26 has no hybrid DSA model whose manager blocks are larger)."""
+    return [64]
+
+
 def deepgemm_adapters(prefill, paged):
     """``(fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits)`` with 0.26's DeepGEMM wrapper signatures around the indexer
     hook's kernels: ``prefill(q, kv, weights, ks, ke, clean_logits)`` -> ``[M, N]`` logits at absolute key columns

@@ -22,8 +22,8 @@ import torch
 from ...kernels.fused_q import launch_fused_q
 from ...kernels.indexer_k_cache import launch_indexer_k_cache
 
-__all__ = ["SparseMetadata", "ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS",
-           "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE"]
+__all__ = ["SparseMetadata", "ImplForward", "customize_spec", "kernel_block_sizes", "deepgemm_adapters",
+           "FP8_STORE_HOOKS", "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE"]
 
 
 class ImplForward:
@@ -46,6 +46,16 @@ def customize_spec(spec):
     from vllm.v1.attention.backends.mla.sparse_utils import align_blocks_to_rows
 
     return align_blocks_to_rows(spec)
+
+
+def kernel_block_sizes() -> list:
+    """Any multiple of 64 tokens (vLLM's ``MultipleOf(64)``), as ``FLASHMLA_SPARSE`` answers off SM100: the kernel
+    reads physical rows of vLLM's flat row view, so a kernel block may be a whole manager block. A hybrid model's
+    manager blocks are larger (GLM-5.3-Flash: 512 tokens, aligned to its KDA state), and a packed 512-token block
+    cannot be split into 64-token kernel blocks (``map_kv_cache_to_kernel_blocks``'s ValueError, H100 2026-12-06)."""
+    from vllm.v1.attention.backend import MultipleOf
+
+    return [MultipleOf(64)]
 
 
 def __getattr__(name: str):
