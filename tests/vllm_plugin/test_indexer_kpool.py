@@ -106,10 +106,15 @@ def test_rebinds_the_kpool_modules_deepgemm_names_on_sm89_and_undoes(vi, flash):
                      "fp8_fp4_paged_mqa_logits": dg.fp8_fp4_paged_mqa_logits}
     with on_gpu((8, 9)) as platform:
         assert not platform.support_deep_gemm() and vi.wanted() is True
-        assert vi.install_indexer_hook() is True and vi.install_indexer_hook() is True     # idempotent
-        assert kpool.fp8_fp4_mqa_logits is vi.fp8_fp4_mqa_logits
-        assert kpool.fp8_fp4_paged_mqa_logits is vi.fp8_fp4_paged_mqa_logits
-        assert kpool.has_deep_gemm is vi.deep_gemm_stand_in and kpool.has_deep_gemm() is True   # its __init__'s check
+        assert vi.install_indexer_hook() is True
+        ours = {n: getattr(kpool, n) for n in stock}
+        assert vi.install_indexer_hook() is True and {n: getattr(kpool, n) for n in stock} == ours    # idempotent
+        # the DSA module's stand-ins, as the KPool module's own objects (each marked with what it replaced there)
+        for name, theirs in (("fp8_fp4_mqa_logits", vi.fp8_fp4_mqa_logits), ("has_deep_gemm", vi.deep_gemm_stand_in),
+                             ("fp8_fp4_paged_mqa_logits", vi.fp8_fp4_paged_mqa_logits)):
+            assert ours[name].__code__ is theirs.__code__ and ours[name].__wrapped__ is stock[name], name
+            assert inspect.signature(ours[name]) == inspect.signature(stock[name]), name
+        assert kpool.has_deep_gemm() is True                                     # SparseAttnIndexerKpool's check
         assert importlib.import_module(BUILDER).has_deep_gemm() is False   # no get_paged_mqa_logits_metadata call
         hooked = vi.hooked()
         assert {k for k in hooked if k.startswith(KPOOL + ".")} == {f"{KPOOL}.{n}" for n in stock}

@@ -18,8 +18,8 @@ the module globals vLLM looks these functions up in at call time:
   unfilled, and our decode kernel does not read it);
 * on vLLM 0.33/0.34, GLM-5.3-Flash's KPool indexer too: ``fp8_fp4_mqa_logits``, ``fp8_fp4_paged_mqa_logits`` and
   ``has_deep_gemm`` in ``vllm.models.glm5next.nvidia.sparse_indexer`` (the line adapter's ``KPOOL_DEEPGEMM_MODULE``)
-  -> the same three stand-ins (:mod:`sparse_mla.vllm_plugin.indexer_kpool`: its logits over pools are the DSA
-  logits over a cache of pool keys);
+  -> copies of the same three stand-ins (:mod:`sparse_mla.vllm_plugin.indexer_kpool`: its logits over pools are the
+  DSA logits over a cache of pool keys);
 * only where the GPU has no fp8 conversion (SM80/86): ``vllm.model_executor.models.deepseek_v2.fused_indexer_q_rope_quant``
   -> ours (:mod:`sparse_mla.kernels.indexer_quant`), and ``...sparse_attn_indexer.pack_seq_triton`` -> a wrapper that
   packs fp8 q as bytes (the stock kernel stores an fp32 pad into fp8, which does not compile there; vLLM calls it for
@@ -185,6 +185,12 @@ def deep_gemm_stand_in() -> bool:
     return True
 
 
+#: The KPool indexer module's replacements (vLLM 0.33/0.34; none on 0.26): copies of the three above
+#: (:func:`sparse_mla.vllm_plugin.indexer_kpool.kpool_plan`).
+_KPOOL_PLAN = kpool_plan(KPOOL_MOD, {"prefill": fp8_fp4_mqa_logits, "paged": fp8_fp4_paged_mqa_logits,
+                                     "deep_gemm": deep_gemm_stand_in})
+
+
 def no_deep_gemm() -> bool:
     """``has_deep_gemm`` for the indexer's metadata builder: False, so it never calls DeepGEMM's
     ``get_paged_mqa_logits_metadata``."""
@@ -338,8 +344,7 @@ def install_indexer_hook() -> bool:
                 (SPARSE_MOD, "fp8_fp4_paged_mqa_logits"): fp8_fp4_paged_mqa_logits,
                 (SPARSE_MOD, "has_deep_gemm"): deep_gemm_stand_in,
                 (BUILDER_MOD, "has_deep_gemm"): no_deep_gemm,
-                **kpool_plan(KPOOL_MOD, {"prefill": fp8_fp4_mqa_logits, "paged": fp8_fp4_paged_mqa_logits,
-                                         "deep_gemm": deep_gemm_stand_in})}
+                **_KPOOL_PLAN}
         if cap is None or not has_fp8_conversion(cap):
             ours = {"q_rope_quant": fused_indexer_q_rope_quant, "pack_seq": pack_seq_triton,
                     **LINE.FP8_STORE_STAND_INS}

@@ -45,12 +45,27 @@ KPOOL_DEEPGEMM_NAMES = {"fp8_fp4_mqa_logits": "prefill", "fp8_fp4_paged_mqa_logi
 
 
 def kpool_plan(module: str | None, ours: dict[str, Callable]) -> dict[tuple[str, str], Callable]:
-    """``(module, name) -> ours[role]`` for every name of :data:`KPOOL_DEEPGEMM_NAMES`; ``{}`` where the vLLM line has
-    no KPool indexer (``module`` None: the line adapter's ``KPOOL_DEEPGEMM_MODULE`` on 0.26). ``ours`` maps the roles
-    ``prefill``, ``paged``, ``deep_gemm`` to the hook's functions; a missing role raises KeyError."""
+    """``(module, name) -> a copy of ours[role]`` (:func:`own_copy`) for every name of :data:`KPOOL_DEEPGEMM_NAMES`;
+    ``{}`` where the vLLM line has no KPool indexer (``module`` None: the line adapter's ``KPOOL_DEEPGEMM_MODULE`` on
+    0.26). ``ours`` maps the roles ``prefill``, ``paged``, ``deep_gemm`` to the hook's functions; a missing role raises
+    KeyError. Call it once: each call makes new copies."""
     if module is None:
         return {}
-    return {(module, name): ours[role] for name, role in KPOOL_DEEPGEMM_NAMES.items()}
+    return {(module, name): own_copy(ours[role]) for name, role in KPOOL_DEEPGEMM_NAMES.items()}
+
+
+def own_copy(fn: Callable) -> Callable:
+    """A second function object of ``fn``: the same code, globals, closure, defaults, annotations, names and docstring
+    (so the same signature and behaviour), none of its attributes. The hook marks each replacement with the function
+    it replaced (``__wrapped__``, which the diagnosis probe unwraps); the KPool module's replacements are their own
+    objects so that this mark is that module's original, whatever the DSA module held."""
+    import types
+
+    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__annotations__ = dict(fn.__annotations__)
+    new.__module__, new.__qualname__, new.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
+    return new
 
 
 def kpool_counters(module: str | None, calls: dict[str, int], originals: dict) -> dict[tuple[str, str], Callable]:
