@@ -307,14 +307,19 @@ def test_kda_prefill_is_vllms_choice_on_its_own_platform(flash_dir, cap):
 
 #: where vLLM's KPool indexer has kernels (DeepGEMM: Hopper and Blackwell; its fp8 stores compile there too)
 DEEPGEMM_CAPS = ("9.0", "10.0", "12.0", "12.1")
+#: where the plugin's indexer hook computes the KPool logits (no DeepGEMM kernels) and vLLM's fp8-storing pool kernels
+#: compile (SM89): Ada
+TRITON_INDEXER_CAPS = ("8.9",)
 
 
 @flash_line
 @pytest.mark.parametrize("cap", CAPS)
 def test_says_whether_the_plugin_runs_it_and_what_our_kernels_would_need(flash_dir, cap):
-    """The plugin runs GLM-5.3-Flash only where vLLM's KPool indexer has kernels (it keeps vLLM's) and our backend
-    takes the MLA layer with the cache vLLM gives it: the NoPE head 512 (its spec's) with the model dtype's cache or
-    its 528-byte fp8 rows (10.0's and 12.0's pick). Elsewhere the record says it is a diagnosis, and the needs."""
+    """The plugin runs GLM-5.3-Flash where the KPool indexer runs -- vLLM's DeepGEMM one where it has kernels, our
+    TRITON_DSA_INDEXER on its logits on 8.9 (the hook's GPU with vLLM's fp8 stores compiled) -- and our backend takes
+    the MLA layer with the cache vLLM gives it: the NoPE head 512 (its spec's) with the model dtype's cache or its
+    528-byte fp8 rows (10.0's and 12.0's pick). Elsewhere the record says it is a diagnosis, and the needs; on 8.0/8.6
+    our hook would compute the logits, but vLLM's fp8-storing pool kernels stop it."""
     from sparse_mla.diagnose import format_record
     from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
 
@@ -325,8 +330,11 @@ def test_says_whether_the_plugin_runs_it_and_what_our_kernels_would_need(flash_d
     assert "head_size not supported" not in reasons and all("fp8" in r for r in reasons), reasons
     if cap in DEEPGEMM_CAPS:      # vLLM's cache there: bf16 (9.0) or the 528-byte fp8 rows (10.0, 12.x), both ours
         assert reasons == [], (cap, reasons, rec["effective_kv_cache_dtype"])
-    runs = cap in DEEPGEMM_CAPS and not reasons
+    runs = (cap in DEEPGEMM_CAPS or cap in TRITON_INDEXER_CAPS) and not reasons
     assert ours["supported"] is runs
+    assert ours["indexer"] == ("DEEPGEMM" if cap in DEEPGEMM_CAPS else
+                               "TRITON_DSA_INDEXER" if cap in TRITON_INDEXER_CAPS else None)
+    assert ours["indexer_logits"] is (cap not in DEEPGEMM_CAPS)        # the hook's rule: wherever DeepGEMM has none
     assert ("runs here by vLLM's own decisions" if runs else "does not run GLM-5.3-Flash here") in ours["statement"]
     assert "528-byte fp8_ds_mla rows" in ours["needs"][0]["need"]
     parts = [n["part"] for n in ours["needs"]]
@@ -393,23 +401,42 @@ def test_vllms_kpool_fp8_kernel_builds_where_the_rule_says():
 
 
 @flash_line
-def test_with_the_plugin_the_kpool_indexer_stays_vllms(flash_dir):
-    """The plugin's hook rebinds the DSA path, not the KPool indexer's module: at SM80 its Triton indexer does not
-    serve GLM-5.3-Flash, and the reason says so; our backend is offered and takes the NoPE 512 head."""
-    from sparse_mla.diagnose.glm5next import KPOOL_MODULE
+@pytest.mark.parametrize("cap", ["8.0", "8.9"])
+def test_with_the_plugin_its_hook_computes_the_kpool_logits(flash_dir, cap):
+    """The plugin's indexer hook, registered by the diagnosis on a GPU without DeepGEMM kernels, rebinds the KPool
+    module's DeepGEMM names (read back from the hook): on 8.9 GLM-5.3-Flash's indexer runs as TRITON_DSA_INDEXER and
+    nothing else stops it before memory; on 8.0 the three fp8-storing KPool kernels do, each named. Our backend takes
+    the NoPE 512 head on both."""
+    from sparse_mla.diagnose.glm5next import KPOOL_FP8_KERNELS, KPOOL_MODULE
+    from sparse_mla.vllm_plugin.indexer_kpool import KPOOL_DEEPGEMM_NAMES
 
-    rec = _record(flash_dir, "8.0", with_plugin=True)
-    assert rec["indexer"]["with_plugin"] is None and rec["selected"] == "TRITON_MLA_SPARSE"
-    assert f"rebinds nothing in {KPOOL_MODULE}" in rec["stages"]["indexer"]
-    assert rec["backends"]["TRITON_MLA_SPARSE"]["reasons"] == []
-    assert rec["stages"]["attention"] == "ok: TRITON_MLA_SPARSE" and rec["stages"]["indexer"].startswith("BLOCKED")
+    rec = _record(flash_dir, cap, with_plugin=True)
+    assert rec["selected"] == "TRITON_MLA_SPARSE" and rec["backends"]["TRITON_MLA_SPARSE"]["reasons"] == []
+    assert rec["stages"]["attention"] == "ok: TRITON_MLA_SPARSE" and rec["indexer"]["stock"] is None
+    assert rec["glm5next"]["ours"]["indexer_logits"] is True
+    assert "rebinds nothing" not in rec["stages"]["indexer"]
+    if cap == "8.9":
+        assert rec["indexer"]["with_plugin"] == "TRITON_DSA_INDEXER"
+        assert rec["stages"]["indexer"].startswith("ok: TRITON_DSA_INDEXER (stock vLLM: vLLM's KPool indexer calls "
+                                                   "DeepGEMM")
+        assert [b["stage"] for b in rec["blockers"]] in ([], ["memory"]) and rec["glm5next"]["ours"]["supported"]
+        assert rec["stages"]["ours"] == (
+            "runs with the plugin, by vLLM's decisions: TRITON_MLA_SPARSE on the NoPE MLA layers (bfloat16 cache), our "
+            "TRITON_DSA_INDEXER on the KPool indexer's logits, KDA and MHC kernels")
+    else:
+        assert rec["indexer"]["with_plugin"] is None and rec["stages"]["indexer"].startswith("BLOCKED")
+        assert [b["stage"] for b in rec["blockers"]][0] == "indexer" and not rec["glm5next"]["ours"]["supported"]
+        for fn, mod, _ in KPOOL_FP8_KERNELS:
+            assert f"vLLM's {fn} ({mod}" in rec["stages"]["indexer"]
+        assert rec["stages"]["indexer"].count("the plugin has no byte-storing replacement for it") == 3
 
 
 @flash_line
 def test_what_to_run_has_its_own_table_and_the_committed_one_is_current(flash_dir):
     """``--what-to-run --model DIR`` for GLM-5.3-Flash: its own table (``what_to_run_glm5next``), the four machines,
     its placeholder checkpoints; with the plugin and a bf16 cache the user's 8x RTX PRO 6000 runs ours beside vLLM's
-    KPool indexer, the A100s stop at the indexer (ours takes the attention). ``results/what_to_run_glm5next.csv`` is
+    KPool indexer, the A100s stop at the indexer (ours takes the attention), the RTX 4090s run our indexer on the KPool
+    logits (whatever else stops them). ``results/what_to_run_glm5next.csv`` is
     vLLM 0.34's answer, recomputed whole here (about 40 s on 2 cores); regenerate it with ``sparse-mla diagnose
     --what-to-run --model DIR`` (DIR from ``make-checkpoint DIR --preset glm-5.3-flash --config-only``)."""
     from pathlib import Path
@@ -428,6 +455,8 @@ def test_what_to_run_has_its_own_table_and_the_committed_one_is_current(flash_di
                                       "bfloat16")
     a100 = df[(df["machine"] == "8x A100 80 GB") & (df["vllm"] == "with the plugin") & (df["kv_cache_dtype"] == "bfloat16")]
     assert set(a100["backend"]) == {"TRITON_MLA_SPARSE"} and set(a100["blocked_at"]) == {"indexer"}
+    ada = df[(df["machine"] == "8x RTX 4090") & (df["vllm"] == "with the plugin") & (df["backend"] == "TRITON_MLA_SPARSE")]
+    assert len(ada) and set(ada["indexer"]) == {"TRITON_DSA_INDEXER"} and "indexer" not in set(ada["blocked_at"])
     if not vllm.__version__.startswith("0.34."):
         pytest.skip(f"the committed table is vLLM 0.34's; this is {vllm.__version__}")
     committed = wtr.read(Path(__file__).resolve().parents[2] / "results" / f"{wtr.GLM5NEXT_STEM}.csv")

@@ -77,7 +77,8 @@ def test_install_patches_loaded_and_later_modules_and_undoes(vi):
         f"{SAI}.fp8_fp4_paged_mqa_logits": "sparse_mla.vllm_plugin.indexer.fp8_fp4_paged_mqa_logits",
         f"{SAI}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.deep_gemm_stand_in",
         **(soft_hooks if soft else {}),
-        f"{BUILDER}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.no_deep_gemm"}
+        f"{BUILDER}.has_deep_gemm": "sparse_mla.vllm_plugin.indexer.no_deep_gemm",
+        **kpool_hooks(vi)}
     vi.uninstall_indexer_hook()
     assert vi._FINDER not in sys.meta_path and vi.hooked() == {}
     assert builder.has_deep_gemm is stock_builder_flag
@@ -86,6 +87,17 @@ def test_install_patches_loaded_and_later_modules_and_undoes(vi):
     assert model.fused_indexer_q_rope_quant is sai.fused_indexer_q_rope_quant
     from vllm.v1.attention.ops.common import pack_seq_triton
     assert sai.pack_seq_triton is pack_seq_triton
+
+
+def kpool_hooks(vi) -> dict[str, str]:
+    """What the hook rebinds in GLM-5.3-Flash's KPool indexer module (vLLM 0.33/0.34; none on 0.26):
+    ``tests/vllm_plugin/test_indexer_kpool.py`` checks them there."""
+    if vi.KPOOL_MOD is None:
+        return {}
+    ours = "sparse_mla.vllm_plugin.indexer"
+    return {f"{vi.KPOOL_MOD}.fp8_fp4_mqa_logits": f"{ours}.fp8_fp4_mqa_logits",
+            f"{vi.KPOOL_MOD}.fp8_fp4_paged_mqa_logits": f"{ours}.fp8_fp4_paged_mqa_logits",
+            f"{vi.KPOOL_MOD}.has_deep_gemm": f"{ours}.deep_gemm_stand_in"}
 
 
 def test_a_diagnosis_probe_takes_the_hook_out_and_puts_it_back(vi):

@@ -408,7 +408,7 @@ def test_every_plugin_line_adapter_defines_the_same_names():
     from sparse_mla.vllm_plugin import lines
 
     names = ("ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS", "FP8_STORE_STAND_INS",
-             "TRITON_FP8_MLA_CACHE_WRITE")
+             "TRITON_FP8_MLA_CACHE_WRITE", "KPOOL_DEEPGEMM_MODULE")
     for line in TESTED_LINES:
         mod = importlib.import_module(f"sparse_mla.vllm_plugin.lines.{lines.module_name(line)}")
         assert all(hasattr(mod, n) for n in names), (line, [n for n in names if not hasattr(mod, n)])

@@ -14,7 +14,10 @@ The attention backend is the common stage's (:mod:`.selection`, vLLM's selector 
   of ``get_sparse_topk_buffer_width`` (``common/model.py``) that the attention backend's top-k conversion receives.
   vLLM's answer to "does DeepGEMM run on this GPU" is ``has_deep_gemm()`` and ``support_deep_gemm()``; the fp8 stores
   compile only from SM89 (Triton's rule, :func:`sparse_mla.kernels.fp8.has_fp8_conversion`;
-  ``tests/diagnose/test_glm5next.py`` compiles vLLM's ``_fwht_quant_kernel`` per target).
+  ``tests/diagnose/test_glm5next.py`` compiles vLLM's ``_fwht_quant_kernel`` per target). With the plugin
+  (:func:`plugin_verdict`), its indexer hook rebinds the module's DeepGEMM names where vLLM's DeepGEMM has no kernels
+  (:mod:`sparse_mla.vllm_plugin.indexer_kpool`): the logits are then ``TRITON_DSA_INDEXER``'s, and the fp8-storing
+  pool kernels, which it does not replace, decide (SM89 and up).
 * **KDA** (:func:`kda_stage`) -- the linear-attention layers (``Glm5NextLinearAttention``, ``common/kda.py``): vLLM's
   mamba backend for them, its choice of prefill kernel (``_resolve_kda_prefill_backend``: FlashKDA or Triton) and the
   per-request state its model class declares (``get_mamba_state_shape_from_config`` / ``..._dtype_...``).
@@ -26,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models import is_glm5_next
+from .runtime import DEEPGEMM_INDEXER
 
 #: vLLM 0.33's KPool indexer module (the DeepGEMM calls are looked up in its globals).
 KPOOL_MODULE = "vllm.models.glm5next.nvidia.sparse_indexer"
@@ -94,27 +98,51 @@ def _stock_reasons(c: str, cap) -> list[str]:
 def indexer_stage(vc, cap, with_plugin: bool) -> dict[str, Any]:
     """Stage 3 for GLM-5.3-Flash, in the shape of :func:`sparse_mla.diagnose.runtime.indexer_stage` (``needed``,
     ``stock`` ``"DEEPGEMM"`` or None, ``with_plugin``, ``reasons``, ``plugin_reasons``, ``hooked``) plus ``kpool``
-    (:func:`kpool_geometry`). With the plugin, what its indexer hook rebinds is read back: it rebinds the DSA path's
-    module (``vllm.model_executor.layers.sparse_attn_indexer``), not :data:`KPOOL_MODULE`, so the KPool indexer's
-    verdict stays stock vLLM's, and where that is None the reason says so."""
-    from .runtime import DEEPGEMM_INDEXER, _plugin_indexer
+    (:func:`kpool_geometry`) and ``plugin`` (:func:`plugin_verdict`: the indexer the plugin runs here). With the
+    plugin registered, what its indexer hook rebinds is read back (``hooked``) and ``with_plugin`` /
+    ``plugin_reasons`` are that verdict; without it, ``plugin`` is the hook's rule for this GPU (its ``wanted``)."""
+    from .runtime import _plugin_indexer
 
     c = f"{cap.major}.{cap.minor}"
     reasons = _stock_reasons(c, cap)
     out: dict[str, Any] = {"needed": True, "stock": None if reasons else DEEPGEMM_INDEXER, "with_plugin": None,
                            "reasons": reasons, "hooked": {}, "kpool": kpool_geometry(vc)}
-    if not with_plugin:
-        return out
-    ix = _plugin_indexer()
-    out["hooked"] = dict(ix.hooked()) if ix is not None else {}
-    on_kpool = sorted(k for k in out["hooked"] if k.startswith(KPOOL_MODULE + "."))
-    out["with_plugin"] = out["stock"] if not on_kpool else None
-    if out["with_plugin"] is None:
-        out["plugin_reasons"] = [
-            f"the plugin's Triton indexer is token-level and its hook rebinds "
-            f"{'only ' + ', '.join(on_kpool) if on_kpool else 'nothing'} in {KPOOL_MODULE}: GLM-5.3-Flash's KPool "
-            f"indexer keeps vLLM's DeepGEMM calls and fp8-storing kernels (not supported by the plugin)"]
+    if with_plugin:
+        ix = _plugin_indexer()
+        out["hooked"] = dict(ix.hooked()) if ix is not None else {}
+    out["plugin"] = plugin_verdict(vc, cap, out["stock"], out["hooked"] if with_plugin else None)
+    if with_plugin:
+        out["with_plugin"], out["plugin_reasons"] = out["plugin"]["indexer"], out["plugin"]["reasons"]
     return out
+
+
+def plugin_verdict(vc, cap, stock: str | None, hooked: dict[str, str] | None) -> dict[str, Any]:
+    """``{"indexer", "logits", "reasons"}``: the indexer GLM-5.3-Flash's KPool layers run on with the plugin at ``cap``
+    (``TRITON_DSA_INDEXER``, ``stock``, or None), whether the plugin's hook computes their logits (it rebinds every
+    DeepGEMM name of the KPool module, :func:`sparse_mla.vllm_plugin.indexer_kpool.kpool_served`), and why none runs.
+    ``hooked``: the hook's replacements as installed (:func:`sparse_mla.vllm_plugin.indexer.hooked`), or None for its
+    rule at ``cap`` (``wanted(cap)``: installed where vLLM's ``support_deep_gemm()`` is False, or by the switch)."""
+    from ..kernels.fp8 import has_fp8_conversion
+    from ..vllm_plugin.indexer_kpool import KPOOL_DEEPGEMM_NAMES, kpool_served
+    from .runtime import _plugin_indexer
+
+    ix = _plugin_indexer()
+    if ix is not None and hooked is None:
+        hooked = ({f"{ix.KPOOL_MOD}.{n}": "(by the hook's rule)" for n in KPOOL_DEEPGEMM_NAMES}
+                  if ix.KPOOL_MOD is not None and ix.wanted((cap.major, cap.minor)) else {})
+    if ix is None or not kpool_served(hooked, ix.KPOOL_MOD):
+        on = sorted(k for k in hooked or {} if k.startswith(KPOOL_MODULE + "."))
+        return {"indexer": stock, "logits": False, "reasons": [] if stock else [
+            f"the plugin's indexer hook rebinds {'only ' + ', '.join(on) if on else 'nothing'} in {KPOOL_MODULE} here: "
+            f"GLM-5.3-Flash's KPool indexer keeps vLLM's DeepGEMM calls"]}
+    text = vc.model_config.hf_text_config
+    c = f"{cap.major}.{cap.minor}"
+    reasons = list(ix.indexer_reasons(int(text.index_n_heads), int(text.index_head_dim), (cap.major, cap.minor)))
+    if not has_fp8_conversion((cap.major, cap.minor)):
+        reasons += [f"vLLM's {name} ({module}, called by {role}) stores fp8e4nv, which Triton compiles only from SM89 "
+                    f"(compute capability {c}), and the plugin has no byte-storing replacement for it"
+                    for name, module, role in KPOOL_FP8_KERNELS if not any(k.endswith(f".{name}") for k in hooked)]
+    return {"indexer": None if reasons else ix.INDEXER_NAME, "logits": True, "reasons": reasons}
 
 
 def _kda_kernels(prefill: str | None) -> dict[str, str]:

@@ -3,9 +3,10 @@ does not: :func:`needs` says which first.
 
 The plugin runs the model where vLLM's own parts run the rest: our ``TRITON_MLA_SPARSE`` takes the NoPE MLA layers
 (:func:`our_attention_reasons` empty: ``TritonMLASparseBackend.validate_configuration`` accepts the layer's arguments)
-and vLLM's KPool indexer has kernels on that GPU (its stock verdict, :func:`sparse_mla.diagnose.glm5next.indexer_stage`:
-DeepGEMM there, fp8 stores compiled); the KDA layers are vLLM's kernels everywhere. Our indexer hook does not reach the
-KPool indexer, so on SM80/86/89 the plugin does not run it.
+and the KPool indexer runs (the plugin's verdict, :func:`sparse_mla.diagnose.glm5next.plugin_verdict`: vLLM's DeepGEMM
+where it has kernels, else our ``TRITON_DSA_INDEXER`` computing its logits over pools through the indexer hook, with
+vLLM's fp8-storing pool kernels compiled: SM89 and up); the KDA layers are vLLM's kernels everywhere. On SM80/86 the
+hook computes the logits, but the three pool kernels that store fp8 have no byte-storing replacement.
 
 Each need sets vLLM 0.33's numbers for the model (read by :mod:`.glm5next` and the common stages from vLLM's code)
 against the workbook's own: the attention backend's ``validate_configuration`` for the MLA layer's arguments, in its
@@ -17,11 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The record's first word on it, by whether the plugin runs the model on that GPU (:func:`needs`).
-STATEMENT = {True: "with the plugin, GLM-5.3-Flash runs here by vLLM's own decisions: our TRITON_MLA_SPARSE on its "
-                   "NoPE MLA layers, vLLM's KPool indexer and KDA kernels for the rest",
-             False: "the sparse_mla plugin does not run GLM-5.3-Flash here: this is a diagnosis of what vLLM would "
-                    "do and what our kernels would need, not support"}
+def statement(supported: bool, indexer: str | None) -> str:
+    """The record's first word on it, by whether the plugin runs the model on that GPU (:func:`needs`) and on which
+    indexer (``TRITON_DSA_INDEXER``: ours on the KPool logits; else vLLM's KPool indexer)."""
+    if not supported:
+        return ("the sparse_mla plugin does not run GLM-5.3-Flash here: this is a diagnosis of what vLLM would do and "
+                "what our kernels would need, not support")
+    from ..vllm_plugin.switches import INDEXER_NAME
+
+    ix = (f"our {INDEXER_NAME} on its KPool indexer's logits (vLLM's pool kernels and top-k around it)"
+          if indexer == INDEXER_NAME else "vLLM's KPool indexer")
+    return (f"with the plugin, GLM-5.3-Flash runs here by vLLM's own decisions: our TRITON_MLA_SPARSE on its NoPE MLA "
+            f"layers, {ix}, vLLM's KDA kernels for the rest")
 
 
 def our_attention_reasons(vc, cap, args: dict[str, Any]) -> list[str]:
@@ -48,17 +56,17 @@ def _mla_row_bytes(mem: dict[str, Any] | None, mla_layers: int) -> int | None:
 
 
 def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], kda: dict[str, Any],
-          mem: dict[str, Any] | None, indexer: str | None) -> dict[str, Any]:
-    """``{"supported", "statement", "attention_reasons", "needs": [{"part", "need"}]}``: ``supported`` (the plugin runs
-    the model on this GPU: our backend accepts the MLA layer and ``indexer``, vLLM's stock KPool indexer verdict, is
-    not None), its :data:`STATEMENT`, our backend's reasons (:func:`our_attention_reasons`) and one need per part --
-    attention, KV cache (``kv``: the cache
-    dtype the selected backend runs, None where none was selected), top-k rows, indexer, fp8 stores (on a GPU
-    without fp8 conversions), KDA -- each with vLLM's number for the model (``kpool``:
-    :func:`.glm5next.kpool_geometry`; ``kda``: :func:`.glm5next.kda_stage`; ``mem``: the memory stage) and ours."""
+          mem: dict[str, Any] | None, plugin: dict[str, Any]) -> dict[str, Any]:
+    """``{"supported", "statement", "attention_reasons", "indexer", "indexer_logits", "needs": [{"part", "need"}]}``:
+    ``supported`` (the plugin runs the model on this GPU: our backend accepts the MLA layer and ``plugin``, the
+    plugin's KPool indexer verdict :func:`.glm5next.plugin_verdict`, names an indexer), its :func:`statement`, our
+    backend's reasons (:func:`our_attention_reasons`), that indexer and whether our hook computes its logits, and one
+    need per part -- attention, KV cache (``kv``: the cache dtype the selected backend runs, None where none was
+    selected), top-k rows, indexer, fp8 stores (on a GPU without fp8 conversions), KDA -- each with vLLM's number for
+    the model (``kpool``: :func:`.glm5next.kpool_geometry`; ``kda``: :func:`.glm5next.kda_stage`; ``mem``: the memory
+    stage) and ours."""
     from .. import layouts
     from ..kernels.fp8 import has_fp8_conversion
-    from ..kernels.indexer import HEAD_DIM
     from ..vllm_plugin.backend import TritonMLASparseBackend
     from .glm5next import KPOOL_FP8_KERNELS
 
@@ -85,11 +93,7 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
            ("top-k", f"rows of {kpool['topk_width']} indices (vLLM's get_sparse_topk_buffer_width: index_topk "
                      f"{kpool['index_topk']} + index_kpool {kpool['index_kpool']} - 1, rounded up to 128): the "
                      f"{kpool['pools_selected']} selected pools expanded to tokens plus the incomplete tail pool"),
-           ("indexer", f"a KPool indexer: an index cache of one Hadamard-rotated fp8 key per {kpool['index_kpool']} "
-                       f"tokens (block sizes {kpool['kernel_block_sizes']}), logits over pools, top-"
-                       f"{kpool['pools_selected']} pools, the tail cache; ours (TRITON_DSA_INDEXER) computes "
-                       f"token-level logits over a token-level fp8 cache (index_head_dim {HEAD_DIM}) and has none of "
-                       f"these")]
+           ("indexer", _indexer_need(kpool, plugin))]
     if not has_fp8_conversion((cap.major, cap.minor)):
         out.append(("fp8 stores", f"on compute capability {cap.major}.{cap.minor} Triton cannot compile the KPool "
                                   f"path's fp8 stores ({', '.join(n for n, _, _ in KPOOL_FP8_KERNELS)}): each needs a "
@@ -98,6 +102,26 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
                        f"{kda['prefill'] or kda['prefill_error']}: {kda['kernels']['prefill']}; decode "
                        f"{kda['kernels']['decode']}); no attention backend of ours is involved, and whether Triton "
                        f"compiles vLLM's KDA kernels for this GPU is not checked here"))
-    supported = not reasons and indexer is not None
-    return {"supported": supported, "statement": STATEMENT[supported], "attention_reasons": reasons,
+    supported = not reasons and plugin["indexer"] is not None
+    return {"supported": supported, "statement": statement(supported, plugin["indexer"]), "attention_reasons": reasons,
+            "indexer": plugin["indexer"], "indexer_logits": plugin["logits"],
             "needs": [{"part": p, "need": n} for p, n in out]}
+
+
+def _indexer_need(kpool: dict[str, Any], plugin: dict[str, Any]) -> str:
+    """The indexer part of :func:`needs`: vLLM's KPool indexer, and what ours does of it (``plugin["logits"]``: the
+    indexer hook computes its logits on this GPU)."""
+    from ..kernels.indexer import HEAD_DIM
+    from .glm5next import KPOOL_MODULE
+
+    vllms = (f"a KPool indexer: an index cache of one Hadamard-rotated fp8 key per {kpool['index_kpool']} tokens (block "
+             f"sizes {kpool['kernel_block_sizes']}), logits over pools, top-{kpool['pools_selected']} pools, the tail "
+             f"cache")
+    if not plugin["logits"]:
+        return (f"{vllms}; ours (TRITON_DSA_INDEXER) computes the logits over such a cache (its layout is the "
+                f"token-level cache's, index_head_dim {HEAD_DIM}) where its hook is installed (a GPU without DeepGEMM "
+                f"kernels, or SPARSE_MLA_TRITON_INDEXER=1), not here")
+    return (f"{vllms}; ours (TRITON_DSA_INDEXER) computes its logits over pools: the indexer hook rebinds DeepGEMM's "
+            f"fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits and has_deep_gemm in {KPOOL_MODULE} (the pool cache has "
+            f"the token-level cache's layout, index_head_dim {HEAD_DIM}); the pool compression, tail cache, query "
+            f"quantization, top-k and expansion stay vLLM's kernels")

@@ -231,7 +231,7 @@ def _glm5next_section(vc, cap, att, ix, mem, with_plugin: bool) -> dict[str, Any
     kv = att["effective_kv_cache_dtype"] if att["selected"] else None
     return {"model": "GLM-5.3-Flash", "kpool": ix["kpool"], "kda": kda, "mhc": glm5next.mhc_stage(vc),
             "with_plugin": with_plugin,
-            "ours": needs(vc, cap, att["args"], kv, ix["kpool"], kda, mem, ix["stock"])}
+            "ours": needs(vc, cap, att["args"], kv, ix["kpool"], kda, mem, ix["plugin"])}
 
 
 def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
@@ -297,15 +297,21 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
 def _glm5next_ours(rec: dict[str, Any]) -> str:
     """The "ours" line of a GLM-5.3-Flash record: whether the plugin runs it here (:func:`.glm5next_needs.needs`), and
     with what -- vLLM's selection with the plugin registered where the diagnosis had it, else what it would take."""
+    from ..vllm_plugin.switches import INDEXER_NAME
+
     ours = rec["glm5next"]["ours"]
     if not ours["supported"]:
         why = "; ".join(ours["attention_reasons"])
         return ("not run by the plugin here (a diagnosis, not support): "
                 + (f"TRITON_MLA_SPARSE's validate_configuration: {why}" if why else
+                   f"{INDEXER_NAME} would compute the KPool indexer's logits, but the rest of that indexer does not "
+                   f"run on this GPU (the indexer stage's reasons with --with-plugin, and the needs below)"
+                   if ours["indexer_logits"] else
                    "vLLM's KPool indexer has no kernels on this GPU and the plugin has none for it (the needs below)"))
     kv = rec["effective_kv_cache_dtype"] or "model dtype"
-    parts = (f"TRITON_MLA_SPARSE on the NoPE MLA layers ({kv} cache), vLLM's KPool indexer "
-             f"({rec['indexer']['stock']}), KDA and MHC kernels")
+    ix = (f"our {INDEXER_NAME} on the KPool indexer's logits" if ours["indexer"] == INDEXER_NAME else
+          f"vLLM's KPool indexer ({ours['indexer']})")
+    parts = f"TRITON_MLA_SPARSE on the NoPE MLA layers ({kv} cache), {ix}, KDA and MHC kernels"
     if not rec["glm5next"]["with_plugin"]:
         return f"runs with the plugin (--with-plugin shows vLLM's path with it): {parts}"
     if rec["selected"] != "TRITON_MLA_SPARSE":

@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import UserInputError
 from ..files import atomic_write_all
 from ..layouts import WHAT_TO_RUN_KV_CACHE_DTYPES
+from ..vllm_plugin.switches import INDEXER_NAME
 from .request import GPU_PRESETS, QUANTIZATIONS
 
 #: The machines the workbook answers for: label -> (GPU preset, GPUs). The first is the user's.
@@ -122,7 +123,8 @@ def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugi
 
 def _glm5next_rests_on(rec: dict[str, Any], cap: tuple[int, int], with_plugin: bool) -> str:
     """What a GLM-5.3-Flash answer rests on: vLLM's own decisions for the model (no GLM-5 record speaks for it), our
-    NoPE kernel's checks where ours is selected, and the KPool indexer's DeepGEMM where vLLM claims it."""
+    NoPE kernel's checks where ours is selected, our indexer's checks where it computes the KPool logits, and the KPool
+    indexer's DeepGEMM where vLLM claims it."""
     claims = []
     if with_plugin and rec.get("selected") == OURS:
         kv = rec.get("effective_kv_cache_dtype")
@@ -132,7 +134,12 @@ def _glm5next_rests_on(rec: dict[str, Any], cap: tuple[int, int], with_plugin: b
                       f"compiled for sm_{cap[0]}{cap[1]} ahead of time; no engine ran GLM-5.3-Flash with it")
     if rec.get("selected") == "FLASHINFER_MLA_SPARSE_SM120":
         claims.append("vLLM's claim: FlashInfer's SM120 sparse MLA kernel (host-dependent import)")
-    if (rec.get("indexer") or {}).get("stock") == "DEEPGEMM":
+    ix = rec.get("indexer") or {}
+    if with_plugin and ix.get("with_plugin") == INDEXER_NAME:
+        claims.append(f"ours: {INDEXER_NAME} on the KPool logits, through vLLM's KPool module on the CPU against vLLM's "
+                      f"torch references and float64 (tests/vllm_plugin/test_indexer_kpool.py); no engine ran "
+                      f"GLM-5.3-Flash with it")
+    if ix.get("stock") == "DEEPGEMM":
         claims.append(f"vLLM's claim: its KPool indexer's DeepGEMM calls on {cap[0]}.{cap[1]} (support_deep_gemm())")
     return "; ".join(claims) or "vLLM's decisions on the diagnosis' probe platform"
 

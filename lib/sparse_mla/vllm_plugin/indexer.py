@@ -16,6 +16,10 @@ the module globals vLLM looks these functions up in at call time:
 * ``vllm.v1.attention.backends.mla.indexer.has_deep_gemm`` -> False: the metadata builder then skips
   ``get_paged_mqa_logits_metadata`` (its only use of the flag; the schedule buffer it would fill is passed along
   unfilled, and our decode kernel does not read it);
+* on vLLM 0.33/0.34, GLM-5.3-Flash's KPool indexer too: ``fp8_fp4_mqa_logits``, ``fp8_fp4_paged_mqa_logits`` and
+  ``has_deep_gemm`` in ``vllm.models.glm5next.nvidia.sparse_indexer`` (the line adapter's ``KPOOL_DEEPGEMM_MODULE``)
+  -> copies of the same three stand-ins (:mod:`sparse_mla.vllm_plugin.indexer_kpool`: its logits over pools are the
+  DSA logits over a cache of pool keys);
 * only where the GPU has no fp8 conversion (SM80/86): ``vllm.model_executor.models.deepseek_v2.fused_indexer_q_rope_quant``
   -> ours (:mod:`sparse_mla.kernels.indexer_quant`), and ``...sparse_attn_indexer.pack_seq_triton`` -> a wrapper that
   packs fp8 q as bytes (the stock kernel stores an fp32 pad into fp8, which does not compile there; vLLM calls it for
@@ -46,6 +50,7 @@ from ..capability import as_capability, vllm_capability
 from ..layouts import PATCH_MARK
 from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill
 from ..kernels.indexer_quant import launch_q_rope_quant
+from .indexer_kpool import kpool_counters, kpool_plan
 from .lines import adapter
 from .switches import COUNT_ENV, FORCE_ENV, INDEXER_NAME  # noqa: F401  (the switches' home; named here too)
 
@@ -55,6 +60,8 @@ LINE = adapter()
 
 SPARSE_MOD = "vllm.model_executor.layers.sparse_attn_indexer"
 BUILDER_MOD = "vllm.v1.attention.backends.mla.indexer"
+#: GLM-5.3-Flash's KPool indexer module on this vLLM line (None on 0.26).
+KPOOL_MOD = LINE.KPOOL_DEEPGEMM_MODULE
 
 logger = logging.getLogger(__name__)
 
@@ -160,19 +167,28 @@ def counted_deepgemm_paged_mqa_logits(*args, **kwargs):
 
 
 _COUNTERS = {(SPARSE_MOD, "fp8_fp4_mqa_logits"): counted_deepgemm_mqa_logits,
-             (SPARSE_MOD, "fp8_fp4_paged_mqa_logits"): counted_deepgemm_paged_mqa_logits}
+             (SPARSE_MOD, "fp8_fp4_paged_mqa_logits"): counted_deepgemm_paged_mqa_logits,
+             **kpool_counters(KPOOL_MOD, _CALLS, _ORIGINALS)}
 
 
 def indexer_calls() -> dict[str, int]:
-    """``{"triton": n, "deepgemm": m}``: the indexer logits calls (prefill and paged decode) this process made through
+    """``{"triton": n, "deepgemm": m}``: the indexer logits calls (prefill and paged decode, DSA and KPool indexers
+    alike) this process made through
     the Triton indexer's adapters and, where ``SPARSE_MLA_COUNT_INDEXER_CALLS=1`` let them be counted, through vLLM's
     DeepGEMM functions. Python-level calls: eager steps and CUDA-graph captures count, graph replays do not."""
     return dict(_CALLS)
 
 
 def deep_gemm_stand_in() -> bool:
-    """``has_deep_gemm`` for ``SparseAttnIndexer.__init__``: True, the Triton indexer serves its calls."""
+    """``has_deep_gemm`` for ``SparseAttnIndexer.__init__`` (and, on vLLM 0.33/0.34, ``SparseAttnIndexerKpool``'s):
+    True, the Triton indexer serves their calls."""
     return True
+
+
+#: The KPool indexer module's replacements (vLLM 0.33/0.34; none on 0.26): copies of the three above
+#: (:func:`sparse_mla.vllm_plugin.indexer_kpool.kpool_plan`).
+_KPOOL_PLAN = kpool_plan(KPOOL_MOD, {"prefill": fp8_fp4_mqa_logits, "paged": fp8_fp4_paged_mqa_logits,
+                                     "deep_gemm": deep_gemm_stand_in})
 
 
 def no_deep_gemm() -> bool:
@@ -327,7 +343,8 @@ def install_indexer_hook() -> bool:
         plan = {(SPARSE_MOD, "fp8_fp4_mqa_logits"): fp8_fp4_mqa_logits,
                 (SPARSE_MOD, "fp8_fp4_paged_mqa_logits"): fp8_fp4_paged_mqa_logits,
                 (SPARSE_MOD, "has_deep_gemm"): deep_gemm_stand_in,
-                (BUILDER_MOD, "has_deep_gemm"): no_deep_gemm}
+                (BUILDER_MOD, "has_deep_gemm"): no_deep_gemm,
+                **_KPOOL_PLAN}
         if cap is None or not has_fp8_conversion(cap):
             ours = {"q_rope_quant": fused_indexer_q_rope_quant, "pack_seq": pack_seq_triton,
                     **LINE.FP8_STORE_STAND_INS}

@@ -16,6 +16,8 @@ each giving the same names:
   ``fused_q`` and ``fused_norm_rope``);
 * ``TRITON_FP8_MLA_CACHE_WRITE``: whether the line writes a quantized MLA cache in Triton (0.33), which the backend
   then refuses below SM89.
+* ``KPOOL_DEEPGEMM_MODULE``: the module of GLM-5.3-Flash's KPool indexer whose DeepGEMM names the indexer hook also
+  rebinds (0.33/0.34: ``vllm.models.glm5next.nvidia.sparse_indexer``; 0.26, which has no such model: None).
 
 The backend, indexer and registration are written once against these names.
 """

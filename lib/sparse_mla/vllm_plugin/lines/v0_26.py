@@ -126,5 +126,9 @@ FP8_STORE_HOOKS = {("vllm.model_executor.models.deepseek_v2", "fused_indexer_q_r
 #: Stand-ins of this adapter's own among :data:`FP8_STORE_HOOKS` (none: both are the hook's).
 FP8_STORE_STAND_INS: dict = {}
 
+#: 0.26 has no GLM-5.3-Flash, hence no KPool indexer module for the indexer hook to reach
+#: (:mod:`sparse_mla.vllm_plugin.indexer_kpool`).
+KPOOL_DEEPGEMM_MODULE = None
+
 #: 0.26 writes a quantized MLA cache with vLLM's CUDA op ``concat_and_cache_mla`` (built for SM80 too), not in Triton.
 TRITON_FP8_MLA_CACHE_WRITE = False

@@ -22,8 +22,13 @@ import torch
 from ...kernels.fused_q import launch_fused_q
 from ...kernels.indexer_k_cache import launch_indexer_k_cache
 
+<<<<<<< HEAD
 __all__ = ["SparseMetadata", "ImplForward", "customize_spec", "kernel_block_sizes", "deepgemm_adapters",
            "FP8_STORE_HOOKS", "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE"]
+=======
+__all__ = ["SparseMetadata", "ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS",
+           "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE", "KPOOL_DEEPGEMM_MODULE"]
+>>>>>>> i51-kpool-indexer
 
 
 class ImplForward:
@@ -119,6 +124,11 @@ def deepgemm_adapters(prefill, paged):
 FP8_STORE_HOOKS = {("vllm.model_executor.layers.sparse_attn_indexer", "pack_seq_triton"): "pack_seq",
                    ("vllm.models.deepseek_v32.attention", "fused_q"): "fused_q",
                    ("vllm.models.deepseek_v32.attention", "fused_norm_rope"): "fused_norm_rope"}
+
+#: GLM-5.3-Flash's KPool indexer (``SparseAttnIndexerKpool``), whose module binds DeepGEMM's logits calls and
+#: ``has_deep_gemm`` in its own globals: where the indexer hook also rebinds them
+#: (:mod:`sparse_mla.vllm_plugin.indexer_kpool`).
+KPOOL_DEEPGEMM_MODULE = "vllm.models.glm5next.nvidia.sparse_indexer"
 
 #: 0.33 writes the MLA cache inside ``fused_norm_rope``'s Triton kernel: a quantized cache (fp8, fp8_ds_mla) needs
 #: Triton's fp8 conversions, SM89 and up (the backend refuses it below; 0.26 writes it with a CUDA op).

@@ -14,13 +14,14 @@ SM100 family and never reached where the plugin's indexer runs.
 # No ``from __future__ import annotations``: the DeepGEMM adapters' signatures must equal vLLM's, annotations included.
 import torch
 
-from .v0_33 import (FP8_STORE_HOOKS, FP8_STORE_STAND_INS, TRITON_FP8_MLA_CACHE_WRITE, ImplForward,  # noqa: F401
-                    compress_logits, customize_spec, fused_norm_rope, fused_q, kernel_block_sizes)
+from .v0_33 import (FP8_STORE_HOOKS, FP8_STORE_STAND_INS, KPOOL_DEEPGEMM_MODULE,  # noqa: F401
+                    TRITON_FP8_MLA_CACHE_WRITE, ImplForward, compress_logits, customize_spec, fused_norm_rope, fused_q,
+                    kernel_block_sizes)
 from .v0_33 import deepgemm_adapters as deepgemm_adapters_033
 from .v0_33 import __getattr__  # noqa: F401  (SparseMetadata: vLLM's own SparseMLACommonMetadata, on first use)
 
 __all__ = ["SparseMetadata", "ImplForward", "customize_spec", "kernel_block_sizes", "deepgemm_adapters",
-           "FP8_STORE_HOOKS", "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE"]
+           "FP8_STORE_HOOKS", "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE", "KPOOL_DEEPGEMM_MODULE"]
 
 
 def deepgemm_adapters(prefill, paged):
