@@ -22,13 +22,8 @@ import torch
 from ...kernels.fused_q import launch_fused_q
 from ...kernels.indexer_k_cache import launch_indexer_k_cache
 
-<<<<<<< HEAD
 __all__ = ["SparseMetadata", "ImplForward", "customize_spec", "kernel_block_sizes", "deepgemm_adapters",
-           "FP8_STORE_HOOKS", "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE"]
-=======
-__all__ = ["SparseMetadata", "ImplForward", "customize_spec", "deepgemm_adapters", "FP8_STORE_HOOKS",
-           "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE", "KPOOL_DEEPGEMM_MODULE"]
->>>>>>> i51-kpool-indexer
+           "FP8_STORE_HOOKS", "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE", "KPOOL_DEEPGEMM_MODULE"]
 
 
 class ImplForward:
