@@ -254,10 +254,14 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # glm5next_ours: ours alone (one engine: what a lease's last minutes hold), the same record name
     # glm5next_sim: ours under a simulated 12.0 and, with our indexer in the KPool path, 8.9 (each plan's own code on
     # this GPU), a record of its own
-    glm5next|glm5next_ours|glm5next_sim) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0 \
+    # glm5next_sim120: ours at a simulated 12.0 alone; triton 3.8 asks for ptxas-blackwell for any target >= sm_100
+    # (compiler.py), which the bundle drops: the simulation assembles for the live GPU, which the bundle's ptxas serves
+    glm5next|glm5next_ours|glm5next_sim|glm5next_sim120) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0 \
           runs=FLASHMLA_SPARSE,TRITON_MLA_SPARSE tag=""
           [ "$1" = glm5next_ours ] && runs=TRITON_MLA_SPARSE
           [ "$1" = glm5next_sim ] && runs=TRITON_MLA_SPARSE@12.0,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9 && tag=_simulated
+          [ "$1" = glm5next_sim120 ] && runs=TRITON_MLA_SPARSE@12.0 && tag=_sim120 \
+            && export TRITON_PTXAS_BLACKWELL_PATH=/tmp/site033/triton/backends/nvidia/bin/ptxas
           t0=$(date +%s)
           while [ ! -f /tmp/site033/.nvidia_linked ] && [ $(( $(date +%s) - t0 )) -lt 900 ]; do sleep 5; done
           # transformers 5.22.2 (the image's 5.17.0 has glm5_next but not its weight conversion: make-checkpoint
