@@ -689,3 +689,53 @@ def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path)
     (repo / "r.json").symlink_to(outside / "r.json")
     [v] = proof.check([str(repo / "r.json")])
     assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()
+
+
+# ---- issue 47, the holes the verification round of 2026-12-07 found still open ---------------------------------------
+
+@pytest.mark.parametrize("name,edit,path", [
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=True), f"runs.{_T}.exit_code True"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(returncode=False), f"runs.{_T}.returncode False"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(exit_code=True),
+     f"runs.{_T}.passes[0].timed.exit_code True"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(exit_code=False),
+     f"runs.{_T}.servers[0].warmup.exit_code False"),
+])
+def test_a_boolean_exit_status_is_invalid(tmp_path, name, edit, path):
+    """Hole 1: ``exit_code: true`` was read as the integer 1 would not be (bool is an int in Python) and the record
+    stayed proven. An exit status is an integer; a boolean is a type no writer writes."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and f"{path} is not accepted; accepted: an integer exit status" in v.reason, v.line()
+
+
+@pytest.mark.parametrize("name,edit,status,says", [
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(crashed=True), "unproven", f"runs.{_T}.crashed says something failed"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(errored=True), "unproven", f"runs.{_T}.errored says something failed"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(failed_requests=3), "unproven",
+     "timed.failed_requests says something failed: 3"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(numFailed=2), "unproven", "numFailed says something failed: 2"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(ok=False), "unproven", "ok says something failed: ok False"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(status="errored"), "unproven", "status 'errored'"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="Y"), "invalid", "timed_out 'Y' is not accepted; accepted: "
+                                                                            "true or false"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(status=0), "invalid", "status 0 is not accepted; accepted: a text"),
+])
+def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edit, status, says):
+    """Hole 8: a failure in words outside the lists (a key ``crashed``, ``failed_requests``, ``errored``, a
+    ``timed_out`` of ``"Y"``) was no failure. A key naming a failure holds nothing or says one; an outcome key holds
+    its writer's success value, another value of its type (a failure) or is invalid."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == status and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("edit", [lambda r: r["runs"][_T].update(crashed=False, failed_requests=0, errors=[],
+                                                                   timed_out=False, exit_code=0, ok=True),
+                                  lambda r: r["runs"][_T].update(stderr="warnings only", error_bound=None)])
+def test_the_writers_success_values_stay_proven(tmp_path, edit):
+    rec = _committed(GGUF_RECORD)
+    edit(rec)
+    assert verdict(tmp_path, rec).status == "proven"

@@ -11,12 +11,15 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
 * ``unproven: REASON``: no ``ran`` block (every record made before the block existed, the 2026-12-01 ones included;
   benchmark records of single kernels, which start no engine), engines that failed (counted: a record whose engines
   all died proves nothing ran), or a record that says it failed (:func:`said_failed`: its ``failures``, an engine's
-  ``ran_contradictions`` as the writer found them, ``interrupted``, a serving benchmark's ``complete: false``), or
+  ``ran_contradictions`` as the writer found them, ``interrupted``, a serving benchmark's ``complete: false``; at any
+  depth a key naming a failure, :data:`FAILURE_STEMS`, that holds anything, and an outcome, :data:`OUTCOME_KEYS`, other
+  than its writer's success value: anything but the success value is a failure, whatever words it is in), or
   whose revision the full git repository holding it has no commit of (:func:`revision_unknown`); gaps in its header
   are listed too;
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
   :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line; a negative throughput, a date or
-  revision of another form), a record that claims proof (a ``ran`` block) with a header gap, a request that cannot
+  revision of another form; an outcome of another type, :func:`outcome_problems`: an exit status ``true``), a record
+  that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
   that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
   summaries that are not what the record's own data give (:mod:`sparse_mla.workbook.consistency`),
@@ -100,83 +103,127 @@ def said_failed(rec: dict) -> list[str]:
                   not in said]
 
 
-#: Keys that, anywhere in a record, say something went wrong when they hold anything (a list with items, a text, a
-#: count other than 0): what a writer of ours puts where a part of the run failed, and the names another writer would.
-FAILURE_KEYS = ("failures", "ran_contradictions", "error", "interrupted", "errors", "failed", "exception", "failure")
-#: Keys whose value says a process or a step failed: a non-zero exit status, a time limit reached, a failed status.
-def _nonzero_status(v) -> bool:
-    """An exit status other than 0, whatever it was written as: ``1``, ``137.0``, ``"1"`` (not ``True``/``False``)."""
-    if isinstance(v, str):
-        try:
-            v = float(v.strip())
-        except ValueError:
-            return bool(v.strip())                       # "killed": a status, and not 0
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0
-
-
-def _true(v) -> bool:
-    """A flag set, whatever it was written as: ``True``, ``"true"``, ``"yes"``, ``1``."""
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "yes", "1")
-    return v is True or (isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0)
-
-
-#: Words of a failed status, in any case, anywhere in its text ("failed", "killed by OOM", "Timeout", "aborted")
-FAILED_STATUS_WORDS = ("fail", "error", "kill", "oom", "abort", "crash", "timeout", "timed out")
+#: Word stems that make a key one naming a failure, wherever it is in a record and however it is spelled
+#: (``failures``, ``failed_requests``, ``num_failed``, ``errored``, ``Error``, ``crashed``, ``oom_killed``,
+#: ``ranContradictions``: a word of the key's name starting with a stem): such a key holds the writer's "nothing"
+#: (null, false, 0, an empty list or object, a spread of zeros) or says that something failed. What a writer of ours
+#: puts where a part of the run failed, and what another writer would name it; no list of the failure's own words.
+FAILURE_STEMS = ("fail", "error", "crash", "exception", "abort", "kill", "interrupt", "oom", "died", "fatal", "panic",
+                 "segfault", "contradiction")
 #: The statuses that say a step ended well, in any case; any other status text ("segfault", "died", "terminated by
 #: signal 9", "running") says it did not, whatever words another writer chose.
 OK_STATUSES = ("ok", "okay", "success", "succeeded", "successful", "pass", "passed", "done", "complete", "completed",
                "finished")
 
 
-def _failed_status(v) -> bool:
-    """A status text that says a step failed: one with a word of :data:`FAILED_STATUS_WORDS`, or any text but the
-    success words of :data:`OK_STATUSES` (no writer of ours writes a status; another writer's own words are
-    judged by what they do not say)."""
-    if not isinstance(v, str):
-        return False
-    text = v.strip().lower().rstrip(".!")
-    return any(w in text for w in FAILED_STATUS_WORDS) or text not in OK_STATUSES
+def _exit_status(v) -> str | None:
+    """An exit status: the integer 0 (success); another integer says the step failed; any other type (``true``,
+    ``"1"``, ``137.0``, ``[1]``) is no exit status a writer writes."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return None if v == 0 else "failed"
+    return "an integer exit status (0: success)"
 
 
-FAILURE_SIGNS = {"exit_code": _nonzero_status, "returncode": _nonzero_status, "timed_out": _true,
-                 "status": _failed_status}
+def _flag_of_failure(v) -> str | None:
+    """A flag that is set where the step failed (``timed_out``): ``false`` (success) or ``true`` (failed), nothing
+    else (``"Y"``, ``"true"``, ``1``)."""
+    if isinstance(v, bool):
+        return "failed" if v else None
+    return "true or false"
+
+
+def _flag_of_success(v) -> str | None:
+    """A flag that is set where the step succeeded (``ok``, ``success``, ``passed``): ``true``; ``false`` says it
+    failed; nothing else is a flag."""
+    if isinstance(v, bool):
+        return None if v else "failed"
+    return "true or false"
+
+
+def _status(v) -> str | None:
+    """A status text: one of :data:`OK_STATUSES` (any case, a final ``.`` or ``!`` aside) is success, any other text
+    says the step did not end well; a status that is no text is no status a writer writes."""
+    if isinstance(v, str):
+        return None if v.strip().lower().rstrip(".!") in OK_STATUSES else "failed"
+    return "a text (a status such as 'ok')"
+
+
+#: Keys (their words joined by ``_``, any case) whose value is the outcome of a step, and what each accepts: the
+#: writer's success value, what says the step failed (``"failed"``), else what is accepted (the value is of a type no
+#: writer writes: the record is invalid).
+OUTCOME_KEYS = {**dict.fromkeys(("exit_code", "exitcode", "returncode", "return_code", "exit_status"), _exit_status),
+                **dict.fromkeys(("timed_out", "timedout"), _flag_of_failure),
+                **dict.fromkeys(("ok", "success", "succeeded", "passed"), _flag_of_success), "status": _status}
+
+
+def _words(key: str) -> list[str]:
+    """A key's words: split at anything but letters and digits and between a lower-case letter and a capital
+    (``failedRequests`` -> ``failed``, ``requests``), lower-cased."""
+    return [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()) if w]
+
+
+def names_a_failure(key) -> bool:
+    """Whether a key's name is one of a failure (:data:`FAILURE_STEMS`)."""
+    return isinstance(key, str) and any(w.startswith(FAILURE_STEMS) for w in _words(key))
+
+
+def _outcomes(node, where: str, engines: list[int]):
+    """``(path, key, value, verdict)`` for every outcome in a record at any depth: keys naming a failure that hold
+    something (verdict ``"failed"``) and :data:`OUTCOME_KEYS` whose value is not their success (``"failed"``, or
+    what is accepted); an engine run's own ``error`` is counted apart (the engines that failed), the top level's
+    ``failures`` and ``interrupted`` by :func:`said_failed`."""
+    if isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _outcomes(v, f"{where}[{i}]", engines)
+        return
+    if not isinstance(node, dict):
+        return
+    for k, v in node.items():
+        here = f"{where}.{k}" if where else str(k)
+        judge_value = OUTCOME_KEYS.get("_".join(_words(k))) if isinstance(k, str) else None
+        if judge_value is not None:
+            verdict = judge_value(v)
+            if verdict is not None:
+                yield here, k, v, verdict
+        elif names_a_failure(k):
+            said_apart = (not where and k in ("failures", "interrupted")) or (k == "error" and id(node) in engines)
+            if not said_apart and _holds_something(v):
+                yield here, k, v, "failed"
+        elif isinstance(v, (dict, list)):
+            yield from _outcomes(v, here, engines)
+
+
+def outcome_problems(rec: dict) -> list[str]:
+    """The outcomes (:data:`OUTCOME_KEYS`) anywhere in ``rec`` written as no writer writes them (an exit status
+    ``true`` or ``"1"``, a ``timed_out`` of ``"Y"``, a status that is no text), one line each naming the value and
+    what is accepted."""
+    engines = [id(r) for r in engine_runs(rec).values()]
+    return [f"{path} {v!r} is not accepted; accepted: {verdict}" for path, _, v, verdict in _outcomes(rec, "", engines)
+            if verdict != "failed"]
 
 
 def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
-    """:data:`FAILURE_KEYS` holding anything at any depth of the record (a run's failures, a
-    server's error, a pass's failed count, the first-token criterion's failures), one line each; an engine run's own
-    ``error`` is counted apart (the engines that failed), the top level's failures and interruption by
-    :func:`said_failed`."""
+    """What the record says failed at any depth (:func:`_outcomes`), one line each, and a ``vllm bench serve``
+    result that completed fewer prompts than it asked."""
+    out = [f"{path} says something failed: " + (f"{k} {v!r}" if "_".join(_words(k)) in OUTCOME_KEYS else str(v)[:120])
+           for path, k, v, verdict in _outcomes(node, where, engines) if verdict == "failed"]
+    return out + _prompts_not_completed(node, where)
+
+
+def _prompts_not_completed(node, where: str) -> list[str]:
+    """Every ``vllm bench serve`` result (an object with ``completed`` and ``num_prompts``) at any depth that completed
+    fewer prompts than it asked, one line each."""
     out = []
     if isinstance(node, dict):
-        for k, v in node.items():
-            here = f"{where}.{k}" if where else k
-            top_said = not where and k in ("failures", "interrupted")           # said_failed says those
-            key = k.lower() if isinstance(k, str) else k         # "Error", "FAILURES": the same keys
-            if key in FAILURE_KEYS and not top_said and _holds_something(v) and not (k == "error" and id(node) in engines):
-                out.append(f"{here} says something failed: {str(v)[:120]}")
-            elif key in FAILURE_SIGNS and _sign(FAILURE_SIGNS[key], v):
-                out.append(f"{here} says something failed: {k} {v!r}")
-            elif isinstance(v, (dict, list)):
-                out += _said_anywhere(v, here, engines)
-        done, asked = _count(node.get("completed")), _count(node.get("num_prompts"))     # a vllm bench serve result
+        done, asked = _count(node.get("completed")), _count(node.get("num_prompts"))
         if done is not None and asked is not None and done < asked:
             out.append(f"{where or '(the record)'} says something failed: {done:g} of {asked:g} prompts completed")
+        for k, v in node.items():
+            out += _prompts_not_completed(v, f"{where}.{k}" if where else str(k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            out += _said_anywhere(v, f"{where}[{i}]", engines)
+            out += _prompts_not_completed(v, f"{where}[{i}]")
     return out
-
-
-def _sign(says_failed, v) -> bool:
-    """A failure sign's value, or any value inside it where it is a list or an object (``exit_code: [1]``,
-    ``status: {"text": "crashed"}``: no writer writes those, and they say the same)."""
-    if isinstance(v, list):
-        return any(_sign(says_failed, x) for x in v)
-    if isinstance(v, dict):
-        return any(_sign(says_failed, x) for x in v.values())
-    return says_failed(v)
 
 
 def _count(v) -> float | None:
@@ -540,7 +587,7 @@ def _judge(path: str, obj) -> Verdict:
     if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
         bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
     bad += header_problems(obj, with_ran)
-    bad += record_problems(obj, runs)
+    bad += record_problems(obj, runs) + outcome_problems(obj)
     bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
             for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
