@@ -739,3 +739,33 @@ def test_the_writers_success_values_stay_proven(tmp_path, edit):
     rec = _committed(GGUF_RECORD)
     edit(rec)
     assert verdict(tmp_path, rec).status == "proven"
+
+
+def _per_prompt(r, **changes):
+    for p in r["first_token_criterion"]["per_prompt"]:
+        p.update(changes)
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda r: r["first_token_criterion"].update(samples=-16), "first_token_criterion.samples is -16; accepted: a "
+                                                               "number of at least 2"),
+    (lambda r: r["first_token_criterion"].update(samples=0), "first_token_criterion.samples is 0"),
+    (lambda r: _per_prompt(r, sigma=-0.01), "per_prompt[0].sigma is -0.01; accepted: a number above 0"),
+    (lambda r: _per_prompt(r, sigma=0.0), "per_prompt[0].sigma is 0.0; accepted: a number above 0"),
+    (lambda r: _per_prompt(r, tolerance=0.0, decisive=True), "per_prompt[0].tolerance is 0.0; accepted: a number above"),
+    (lambda r: _per_prompt(r, gap=-1.0, decisive=False), "per_prompt[0].gap is -1.0; accepted: a number of at least 0"),
+    (lambda r: r["first_token_criterion"]["arithmetic"].update(store=-0.00390625), "arithmetic.store is -0.00390625"),
+    (lambda r: r["first_token_criterion"]["arithmetic"].update(acc=0), "arithmetic.acc is 0; accepted: a number above"),
+    # figures of the right sign that contradict each other
+    (lambda r: [p.update(sigma=p["sigma"] * 2) for p in r["first_token_criterion"]["per_prompt"]],
+     "is not 9.40416 x its sigma"),
+    (lambda r: r["first_token_criterion"]["arithmetic"].update(cache=0.0625), "is not vLLM's for a KV cache of 'auto'"),
+])
+def test_the_first_token_criterions_figures_are_positive_and_its_own(tmp_path, edit, says):
+    """Hole 3: the criterion's samples, sigma, tolerance and arithmetic were accepted negative or 0. Samples are at
+    least 2 (a spread needs two), sigma and tolerance above 0 and each tolerance lam sqrt(2) x its sigma (9.40416 for
+    the two prompts judged together, P_FAIL 1e-9), the arithmetic vLLM's unit roundoffs for the record's KV cache."""
+    rec = _committed(GGUF_RECORD)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()

@@ -365,6 +365,56 @@ class FirstToken(_Shape):
     max_abs_logprob_diff: Optional[NonNeg] = None
 
 
+#: A spread or a tolerance that a criterion divides or scales by: a finite number above 0 (never NaN).
+PositiveFinite = Annotated[float, Field(gt=0), AfterValidator(_finite_or_nan)]
+#: A difference of log-probabilities that is 0 or more by construction (the top-2 gap): finite, never NaN.
+NonNegFinite = Annotated[float, Field(ge=0), AfterValidator(_finite_or_nan)]
+#: A unit roundoff (``sparse_mla.kernels.error_bounds.unit_roundoff``): above 0 and below 1 (float32's 2**-24,
+#: bfloat16's 2**-8, fp8 e4m3's 2**-4).
+UnitRoundoff = Annotated[float, Field(gt=0, lt=1)]
+
+
+class CriterionArithmetic(_Shape):
+    """The engine's arithmetic the criterion simulated (``forward_rounding.Arithmetic``): unit roundoffs of the dot
+    products' sums, the stored activations, the indexer's q and k and the latent cache (null: not quantized)."""
+    acc: UnitRoundoff = None                 # may be absent, never null
+    store: UnitRoundoff = None
+    indexer: Optional[UnitRoundoff] = None
+    cache: Optional[UnitRoundoff] = None
+
+
+class CriterionPrompt(_Shape):
+    """One prompt of the first-token criterion: the reference's two most likely tokens (two tokens), their gap (0 or
+    more), the gap's spread ``sigma`` over the rounded forwards and the ``tolerance`` it gives (each above 0)."""
+    prompt_len: Annotated[int, Field(ge=1, le=2 ** 31 - 1)] = None
+    reference_argmax: Count = None
+    reference_second: Count = None
+    gap: NonNegFinite = None
+    tolerance: PositiveFinite = None
+    sigma: PositiveFinite = None
+    decisive: bool = None
+    first_tokens: dict[str, Count] = None
+
+    @model_validator(mode="after")
+    def _two_tokens(self):
+        if self.reference_argmax is not None and self.reference_argmax == self.reference_second:
+            raise ValueError(f"reference_second another token than reference_argmax {self.reference_argmax} (the "
+                             f"reference's top 2 are two tokens)")
+        return self
+
+
+class FirstTokenCriterion(_Shape):
+    """``first_token_criterion`` (:func:`sparse_mla.launch.first_token.first_token_criterion`): the arithmetic
+    simulated, ``samples`` rounded forwards per prompt (at least 2: a spread needs two), one entry per judged prompt,
+    the decisive prompts' count and the failures (or the writer's ``error`` where it could not be made, judged by
+    :mod:`sparse_mla.workbook.consistency`)."""
+    arithmetic: CriterionArithmetic = None
+    samples: Annotated[int, Field(ge=2, le=2 ** 20)] = None
+    per_prompt: list[CriterionPrompt] = None
+    decisive_prompts: Count = None
+    failures: list[str] = None
+
+
 #: A model dimension (heads, layers, top-k, vocabulary, a length in tokens): an integer from 1 to 2**31 - 1.
 Dimension = Optional[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]]
 
@@ -402,6 +452,7 @@ class Engine(Record, EngineRun):
     parity_vs_ours: Optional[dict[str, Pair]] = None
     parity_baseline: Text = None
     reference_first_token: Optional[dict[str, list[FirstToken]]] = None
+    first_token_criterion: Optional[FirstTokenCriterion] = None
     throughput_tokens_per_s: Optional[dict[str, Optional[TokenRate]]] = None
     model: Optional[ModelBlock] = None
     max_model_len: Dimension = None
@@ -513,6 +564,7 @@ def _expected(err: dict) -> str:
                      "greater_than": lambda: f"a number above {ctx.get('gt')}",
                      "greater_than_equal": lambda: f"a number of at least {ctx.get('ge')}",
                      "less_than_equal": lambda: f"a number up to {ctx.get('le')}",
+                     "less_than": lambda: f"a number below {ctx.get('lt')}",
                      "string_pattern_mismatch": lambda: "a capability 'M.m'" if ctx.get("pattern") == _CAPABILITY
                      else f"a text matching {ctx.get('pattern')}"}
     if err["type"] in by_constraint:

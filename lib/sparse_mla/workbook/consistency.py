@@ -9,7 +9,8 @@ data by the function named below, in the process that ran).
 * its ``reference_first_token`` has one entry per run and judged prompt (within ``reference_max_len``) whose first
   token, ``same_first_token`` and ``top_k`` are the run's (:func:`sparse_mla.launch.engine.compare_reference`), and
   its ``first_token_criterion`` (records from :data:`CRITERION_SINCE` on) judges the same prompts with the runs' first
-  tokens and the same reference argmax, ``decisive`` its gap above its tolerance, ``decisive_prompts`` their count;
+  tokens and the same reference argmax, ``decisive`` its gap above its tolerance, ``decisive_prompts`` their count,
+  each tolerance ``lam sqrt(2)`` times its sigma and its arithmetic vLLM's for the record's KV-cache dtype;
 * a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`);
 * ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``);
 * each engine run's ``throughput``: ``output_tokens_per_s`` its ``generated_tokens`` over its ``seconds``, no more
@@ -215,6 +216,36 @@ def _criterion(crit, ref: dict, gens: dict[str, list[dict]], date=None) -> list[
     return out
 
 
+def criterion_figure_problems(rec: dict) -> list[str]:
+    """``first_token_criterion``'s figures against each other, as
+    :func:`sparse_mla.launch.forward_rounding.first_token_gap` makes them: each prompt's ``tolerance`` is
+    ``lam * sqrt(2) * sigma``, ``lam = sqrt(2 ln(2 n / P_FAIL))`` for the ``n`` prompts judged together (to 1e-9
+    relative); its ``arithmetic`` is vLLM's (:func:`~sparse_mla.launch.forward_rounding.engine_arithmetic`) for a
+    checkpoint dtype and the record's KV-cache dtype (an fp8 cache: e4m3's roundoff, else none)."""
+    import math
+
+    crit = rec.get("first_token_criterion")
+    if not isinstance(crit, dict) or "error" in crit:
+        return []
+    from ..kernels.error_bounds import P_FAIL
+    from ..launch.forward_rounding import engine_arithmetic
+
+    per = [p for p in crit.get("per_prompt") or [] if isinstance(p, dict)]
+    lam = math.sqrt(2.0 * math.log(2.0 * max(1, len(per)) / P_FAIL)) * math.sqrt(2.0)
+    out = [f"first_token_criterion: tolerance {p['tolerance']!r} for the {p.get('prompt_len')}-token prompt is not "
+           f"{lam:.6g} x its sigma {p['sigma']!r} (lam sqrt(2) for {len(per)} prompts judged together)"
+           for p in per if _num(p.get("tolerance")) and _num(p.get("sigma"))
+           and not abs(p["tolerance"] - lam * p["sigma"]) <= 1e-9 * abs(lam * p["sigma"])]
+    kv = rec.get("kv_cache_dtype", "auto")
+    arith = crit.get("arithmetic")
+    if isinstance(arith, dict) and isinstance(kv, str):
+        engines = [engine_arithmetic(d, kv).__dict__ for d in ("bfloat16", "float16", "float32")]
+        if not any(_same(arith, e) for e in engines):
+            out.append(f"first_token_criterion: arithmetic {arith} is not vLLM's for a KV cache of {kv!r} "
+                       f"(engine_arithmetic: {engines[0]} for a bfloat16 checkpoint)")
+    return out
+
+
 def served_problems(rec: dict) -> list[str]:
     """``serve.matches_offline`` against the served tokens and the offline run it names (``compared_with``: the
     writer writes both or neither)."""
@@ -399,7 +430,8 @@ def serving_load_problems(rec: dict) -> list[str]:
 def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Every line of this module's checks for one record (``runs``: its engine runs,
     :func:`sparse_mla.records.engine_tables.engine_runs`); ``[]`` where its summaries are its data's."""
-    out = summary_problems(rec) + reference_problems(rec) + served_problems(rec) + serving_summary_problems(rec)
+    out = summary_problems(rec) + reference_problems(rec) + criterion_figure_problems(rec) + served_problems(rec)
+    out += serving_summary_problems(rec)
     out += serving_load_problems(rec)
     out += [p for k, r in runs.items() if k != "serve" for p in throughput_problems(k, r) + length_problems(rec, k, r)]
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]
