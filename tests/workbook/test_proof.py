@@ -769,3 +769,35 @@ def test_the_first_token_criterions_figures_are_positive_and_its_own(tmp_path, e
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def _served_check(r, layers: int):
+    """A served check beside the GGUF record's runs, its ``ran`` (the baseline's) counting ``layers`` layers."""
+    run = r["runs"][_T]
+    r["serve"] = {k: json.loads(json.dumps(run[k])) for k in ("run", "backend_requested", "indexer", "kv_cache_dtype",
+                                                                "environment", "checkpoint", "ran")}
+    r["serve"]["ran"].update(attention={_T: layers}, indexer_cache={"DEEPSEEK_V32_INDEXER": layers},
+                             mla_prefill={"FLASH_ATTN FA3": layers})
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    (GGUF_RECORD, lambda r: _served_check(r, 5), "serve: ran.indexer_cache counts 5 indexer-cache layer(s), more than "
+                                                 "the record's model's 2 layers"),
+    (GGUF_RECORD, lambda r: _served_check(r, 5), "serve: ran.attention counts 5 attention layer(s), the record's model "
+                                                 "has 2"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["ran"].update(indexer_cache={"DEEPSEEK_V32_INDEXER": 3}),
+     f"{_T}: servers[0].ran.indexer_cache counts 3 indexer-cache layer(s), more than the record's model's 2"),
+])
+def test_every_ran_blocks_indexer_cache_is_held_to_the_model(tmp_path, name, edit, says):
+    """Hole 2: the indexer-cache layers of a served check's ``ran`` or a live server's were held to no model (the
+    offline runs' were): 5 indexer-cache layers in a 2-layer model were proven."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_a_served_check_of_the_models_layers_stays_proven(tmp_path):
+    rec = _committed(GGUF_RECORD)
+    _served_check(rec, 2)
+    assert verdict(tmp_path, rec).status == "proven"

@@ -21,8 +21,9 @@ data by the function named below, in the process that ran).
 * each engine run: ``layers`` and ``generations`` not empty where the writer wrote them, one generation per prompt of
   ``prompt_lengths`` in its order, every attention layer's KV dtype the one asked (an fp8 request: vLLM's fp8 layout,
   ``fp8_ds_mla``, :data:`sparse_mla.layouts.FP8_KV_CACHE_DTYPES`), ``ran.attention`` counting as many layers as
-  the record's ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer), and
-  ``layers`` holding at least the attention and indexer-cache layers ``ran`` counts.
+  the record's ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer) and
+  ``ran.indexer_cache`` no more, in every ``ran`` block (a served check's and each live server's too), and ``layers``
+  holding at least the attention and indexer-cache layers ``ran`` counts.
 
 What it cannot see: a record whose data and summaries were edited together (:mod:`sparse_mla.workbook.proof`).
 """
@@ -275,7 +276,7 @@ def run_problems(rec: dict, name: str, run: dict) -> list[str]:
     out += [f"{name}: the generation for the {g.get('prompt_len')}-token prompt has {len(g.get('token_ids') or [])} "
             f"token(s) and {len(g.get('logprobs') or [])} log-prob(s)" for g in gens if isinstance(g, dict)
             and (not g.get("token_ids") or len(g.get("logprobs") or []) != len(g["token_ids"]))][:1]
-    return out + _layer_problems(rec, name, run) + _layer_count(rec, name, run)
+    return out + _layer_problems(rec, name, run)
 
 
 def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:
@@ -313,19 +314,48 @@ def _indexer_layers(layers: dict) -> set[str]:
             or not count_backends({n: v})[0]}
 
 
-def _layer_count(rec: dict, name: str, run: dict) -> list[str]:
-    """``ran.attention``'s layer count against ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2
-    checkpoint is an MLA layer); a count that is no integer is named."""
+def ran_blocks(runs: dict[str, dict]) -> list[tuple[str, dict]]:
+    """``(where, ran)`` of every ``ran`` block of a record's engine runs (``runs``: :func:`sparse_mla.records.
+    engine_tables.engine_runs`, the served check included): each run's own and each of its live servers'
+    (``servers[i].ran``, a serving benchmark's), where they are objects."""
+    out = []
+    for k, r in runs.items():
+        if isinstance(r.get("ran"), dict):
+            out.append((f"{k}: ran", r["ran"]))
+        servers = r.get("servers") if isinstance(r.get("servers"), list) else []
+        out += [(f"{k}: servers[{i}].ran", s["ran"]) for i, s in enumerate(servers)
+                if isinstance(s, dict) and isinstance(s.get("ran"), dict)]
+    return out
+
+
+def _layers(counts) -> int | None:
+    """The layers a ``ran`` count (``{backend: layers}``) adds up to; None where it is no such count."""
+    if not isinstance(counts, dict) or not all(_int(v) for v in counts.values()):
+        return None
+    return sum(counts.values())
+
+
+def model_layer_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """Every ``ran`` block (:func:`ran_blocks`) against the record's ``model``: ``attention`` counts
+    ``model.num_hidden_layers`` layers (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer), and the
+    indexer's cache layers (``indexer_cache``, one per layer with its own indexer) no more than the model's layers
+    nor than the attention layers that ran; a ``num_hidden_layers`` that is no integer is named."""
     model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
     want = model.get("num_hidden_layers")
-    att = (run.get("ran") or {}).get("attention") if isinstance(run.get("ran"), dict) else None
-    if want is not None and (isinstance(want, bool) or not isinstance(want, int)):
+    if want is not None and not _int(want):
         return [f"model.num_hidden_layers {want!r} is no layer count"]
-    if want is None or not isinstance(att, dict) or not all(isinstance(v, int) for v in att.values()):
-        return []
-    got = sum(att.values())
-    return [] if got == want else [f"{name}: ran.attention counts {got} attention layer(s), the record's model has "
-                                   f"{want}"]
+    out = []
+    for where, ran in ran_blocks(runs):
+        att, cache = _layers(ran.get("attention")), _layers(ran.get("indexer_cache"))
+        if want is not None and att is not None and att != want:
+            out.append(f"{where}.attention counts {att} attention layer(s), the record's model has {want}")
+        if want is not None and cache is not None and cache > want:
+            out.append(f"{where}.indexer_cache counts {cache} indexer-cache layer(s), more than the record's model's "
+                       f"{want} layers (one indexer per layer at most)")
+        if att is not None and cache is not None and cache > att:
+            out.append(f"{where}.indexer_cache counts {cache} indexer-cache layer(s), more than the {att} attention "
+                       f"layers that ran")
+    return out
 
 
 def serving_summary_problems(rec: dict) -> list[str]:
@@ -434,4 +464,5 @@ def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     out += serving_summary_problems(rec)
     out += serving_load_problems(rec)
     out += [p for k, r in runs.items() if k != "serve" for p in throughput_problems(k, r) + length_problems(rec, k, r)]
+    out += model_layer_problems(rec, runs)
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]
