@@ -801,3 +801,30 @@ def test_a_served_check_of_the_models_layers_stays_proven(tmp_path):
     rec = _committed(GGUF_RECORD)
     _served_check(rec, 2)
     assert verdict(tmp_path, rec).status == "proven"
+
+
+NO_SPEC = f"{_T}+no-speculation"
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    (MTP_RECORD, lambda r: r["runs"][NO_SPEC]["ran"].update(draft_attention={_T: 1}),
+     f"{NO_SPEC}: draft_attention: no drafter asked"),
+    (NGRAM_RECORD, lambda r: r["runs"][_T]["ran"].update(draft_attention={_T: 1}), f"{_T}: draft_attention: no drafter"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["ran"].update(draft_attention={_T: 3}),
+     f"{_T}: ran.draft_attention counts 3 drafter layer(s), the record's model has 1 MTP layer(s)"),
+    (MTP_RECORD, lambda r: r["runs"][_T].update(speculative=False), "speculative false beside the speculative_config"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["speculative_config"].update(num_speculative_tokens=3),
+     f"{_T}: speculative_config asks {{'method': 'mtp', 'num_speculative_tokens': 3}}, the record's"),
+    (NGRAM_RECORD, lambda r: r.update(speculative_config=None), "the record's None"),
+    (NGRAM_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(draft_tokens=900, acceptance_rate=447 / 900),
+     "900 draft tokens in 225 drafts, more than the 3 a draft"),
+])
+def test_a_runs_speculation_is_held_to_what_it_ran_and_the_records(tmp_path, name, edit, says):
+    """Hole 4: a run's speculation was held to its ``ran`` only where an MTP drafter's backend was asked: drafter
+    layers in a run without speculation (or with ngram, which drafts from the tokens alone), more drafter layers than
+    the model's MTP layers, a run asking other speculation than its record, or more draft tokens than its drafts
+    propose, were proven."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()

@@ -368,7 +368,8 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """What a record says of itself that its writer never writes: ``run_specs`` other than its runs' requests; a
     header naming a vLLM that is no tested line; a first-token criterion at odds with its own data
     (:func:`_criterion_problems`); a serving benchmark short of its repeats (:func:`_serving_problems`); an engine
-    run that is not its record's (:func:`_run_headers`); summaries that are not their data's
+    run that is not its record's (:func:`_run_headers`); speculation other than the record's or than its counters and
+    drafter layers allow (:func:`_speculation_problems`); summaries that are not their data's
     (:mod:`sparse_mla.workbook.consistency`)."""
     from ..vllm_lines import TESTED_LINES, line_of
 
@@ -388,7 +389,7 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         if isinstance(v, str) and line_of(v) not in TESTED_LINES:
             out.append(f"{where}: vLLM {v} is no tested line ({', '.join(TESTED_LINES)})")
     return out + _criterion_problems(rec) + _serving_problems(rec, runs) + _run_headers(rec, runs) + \
-        consistency_problems(rec, runs)
+        _speculation_problems(rec, runs) + consistency_problems(rec, runs)
 
 
 #: Header fields every engine run of one record shares with the record (one machine, one install, one revision).
@@ -434,6 +435,44 @@ def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
     if isinstance(heads, int) and isinstance(tp, int) and tp > 0 and heads % tp:
         out.append(f"tp {tp} does not divide the model's {heads} heads")
     return out
+
+
+def _speculation_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """Each run's speculation against the record's and against what ran: a run's ``speculative_config`` asks the
+    method and ``num_speculative_tokens`` of the record's (where the record has the key; a run without one runs
+    without speculation, e.g. ``+no-speculation``); its engine's ``speculative`` counters (every ``ran`` block)
+    propose at most ``num_speculative_tokens`` tokens a draft; an MTP drafter's layers (``draft_attention``) are at
+    most the model's MTP layers (``model.num_nextn_predict_layers``)."""
+    from ..launch.specs import is_mtp
+    from .consistency import ran_blocks
+
+    model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
+    nextn, top = model.get("num_nextn_predict_layers"), rec.get("speculative_config")
+    out = []
+    for k, r in runs.items():
+        scfg = r.get("speculative_config")
+        if not isinstance(scfg, dict):
+            continue
+        asked = {f: scfg.get(f) for f in ("method", "num_speculative_tokens")}
+        if r is not rec and "speculative_config" in rec and (
+                not isinstance(top, dict) or asked != {f: top.get(f) for f in asked}):
+            out.append(f"{k}: speculative_config asks {asked}, the record's {top}")
+        n = scfg.get("num_speculative_tokens")
+        for where, ran in ran_blocks({k: r}):
+            c = ran.get("speculative") if isinstance(ran.get("speculative"), dict) else {}
+            if _int(n) and _int(c.get("drafts")) and _int(c.get("draft_tokens")) and c["draft_tokens"] > c["drafts"] * n:
+                out.append(f"{where}.speculative: {c['draft_tokens']} draft tokens in {c['drafts']} drafts, more than "
+                           f"the {n} a draft of the speculative_config proposes")
+            drafted = sum(v for v in (ran.get("draft_attention") or {}).values() if _int(v)) \
+                if isinstance(ran.get("draft_attention"), dict) else 0
+            if is_mtp(scfg) and _int(nextn) and drafted > nextn:
+                out.append(f"{where}.draft_attention counts {drafted} drafter layer(s), the record's model has {nextn} "
+                           f"MTP layer(s)")
+    return out
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _criterion_problems(rec: dict) -> list[str]:
@@ -501,7 +540,8 @@ def _spec_mismatch(name, backend: str, indexer: str, cap) -> str | None:
 def asked(run: dict, rec: dict) -> dict | str:
     """What an engine run was asked for: its run spec and, where the record says so, a simulated capability (the run
     spec's ``@M.m``, ``simulated_capability``, else the ``simulated`` block of the run or the record) and speculation
-    (its ``speculative_config``: an MTP drafter's backend; drafts, for an offline engine); a string saying what is
+    (its ``speculative_config``: whether drafter layers run and an MTP drafter's backend,
+    :func:`sparse_mla.launch.specs.drafter_layers`; drafts, for an offline engine); a string saying what is
     malformed where the request cannot be read (no backend, a ``simulated`` that is not ``{"capability": "M.m",
     ...}``)."""
     sim = run.get("simulated", rec.get("simulated"))
@@ -527,11 +567,14 @@ def asked(run: dict, rec: dict) -> dict | str:
     scfg = run.get("speculative_config")
     if run.get("speculative") and not scfg:
         return "speculative true without a speculative_config"
-    if scfg:
-        if not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str):
-            return f"speculative_config {str(scfg)[:60]} is not {{'method': ..., ...}}"
-        from ..launch.specs import RunSpec, drafter_backend
+    if run.get("speculative") is False and scfg:
+        return f"speculative false beside the speculative_config {str(scfg)[:60]}"
+    if scfg and (not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str)):
+        return f"speculative_config {str(scfg)[:60]} is not {{'method': ..., ...}}"
+    from ..launch.specs import RunSpec, drafter_backend, drafter_layers
 
+    out["drafter_layers"] = drafter_layers(scfg)
+    if scfg:
         out["draft_backend"] = drafter_backend(RunSpec(backend, indexer), scfg)
     if "layers" in run:       # an offline engine reads its speculative counters (a server's are the benchmark's)
         out["speculative"] = scfg["method"] if scfg else None
