@@ -828,3 +828,23 @@ def test_a_runs_speculation_is_held_to_what_it_ran_and_the_records(tmp_path, nam
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("at", [0, 3])
+def test_a_nan_log_prob_is_never_proven_as_a_match(tmp_path, at):
+    """Hole 5: the parity summaries take the largest log-prob difference with Python's ``max``, which keeps a NaN
+    only where it comes first; a run with a NaN log-prob, its summaries made by the writer's own functions, was
+    proven. The largest difference of a list holding NaN is NaN, and a NaN log-prob leaves the record unproven."""
+    import math
+
+    from sparse_mla.launch.engine import compare
+    from sparse_mla.workbook.consistency import writer_summaries
+
+    rec = _committed(GGUF_RECORD)
+    rec["runs"][_T]["generations"][0]["logprobs"][at] = float("nan")
+    rec.update(writer_summaries(rec))                           # as the writer would summarise these runs
+    diff = compare(rec["runs"]["FLASHMLA_SPARSE"], rec["runs"][_T])["per_prompt"][0]["max_abs_logprob_diff"]
+    assert math.isnan(diff), diff
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and f"{_T}: the generation for the 48-token prompt has a NaN log-prob" in v.reason, \
+        v.line()

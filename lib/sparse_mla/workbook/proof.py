@@ -50,6 +50,7 @@ from ..errors import UserInputError, expand_path
 from ..files import DuplicateKey, no_duplicate_keys
 from ..records import schema
 from ..records.common import markdown
+from ..launch.engine import nan_logprobs
 from ..records.engine_tables import engine_runs
 from ..vllm_plugin.ran import contradictions
 from .consistency import consistency_problems
@@ -85,7 +86,8 @@ def _known(value) -> bool:
 def said_failed(rec: dict) -> list[str]:
     """What the record itself says went wrong, one line each: its ``failures`` (a parity run's verdict), each
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
-    the run short) and a serving benchmark's ``complete: false``."""
+    the run short), a serving benchmark's ``complete: false``, a generation with a NaN log-prob
+    (:func:`sparse_mla.launch.engine.nan_logprobs`) and what :func:`_said_anywhere` finds."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
     if rec.get("interrupted") is not None:
         died.add(f"parity run {rec['interrupted']}")                                               # said below
@@ -97,6 +99,8 @@ def said_failed(rec: dict) -> list[str]:
         out.append(f"it was interrupted: {str(rec['interrupted'])[:120]}")
     if rec.get("complete") is False or ("repeats" in rec and rec.get("complete") is not True):
         out.append(f"it says it is not complete (complete: {rec.get('complete', 'absent')})")
+    out += [f"{k}: {line}: no agreement of its tokens proves a match" for k, r in engine_runs(rec).items()
+            for line in nan_logprobs(r)]
     engines = [id(r) for r in engine_runs(rec).values()]
     said = " ".join(out)    # a line the record's failures already hold (the criterion's error) is not said twice
     return out + [ln for ln in _said_anywhere(rec, "", engines) if ln.split(" says something failed: ")[-1][:60]
