@@ -848,3 +848,33 @@ def test_a_nan_log_prob_is_never_proven_as_a_match(tmp_path, at):
     v = verdict(tmp_path, rec)
     assert v.status == "unproven" and f"{_T}: the generation for the 48-token prompt has a NaN log-prob" in v.reason, \
         v.line()
+
+
+def _all_checkpoints(r, **changes):
+    for c in (r["checkpoint"], *(v["checkpoint"] for v in r["runs"].values())):
+        c.update(changes)
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    (GGUF_RECORD, lambda r: r["checkpoint"].update(format="safetensors", file=None, load_format=None,
+                                                    quantization=None),
+     f"{_T}: checkpoint {{'format': 'gguf', 'file': 'model-Q8_0.gguf', 'load_format': 'gguf', 'quantization': "
+     f"'gguf'}}, the record's {{'format': 'safetensors'"),
+    (GGUF_RECORD, lambda r: r["checkpoint"].update(file="model-Q4_K.gguf"), "the record's {'format': 'gguf', 'file': "
+                                                                            "'model-Q4_K.gguf'"),
+    (GGUF_RECORD, lambda r: _all_checkpoints(r, quantization="fp8"), "'quantization': 'fp8'} is none of what launch "
+                                                                     "asks"),
+    (GGUF_RECORD, lambda r: _all_checkpoints(r, file="model-Q8_0.bin"), "is none of what launch asks"),
+    (GGUF_RECORD, lambda r: _all_checkpoints(r, file="other-Q8_0.gguf"), "model.path 'model-Q8_0.gguf' is not the "
+                                                                         "checkpoint asked"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["weights"].update(quantization="gguf"), "weights: a safetensors "
+                                                                                        "checkpoint asked"),
+])
+def test_the_records_checkpoint_is_what_its_runs_asked_and_loaded(tmp_path, name, edit, says):
+    """Hole 6: each run judged its weights by its own ``checkpoint`` block, and the record's top-level one (what was
+    asked to load) by none: a GGUF record saying it asked a folder, another GGUF file or an fp8 quantization was
+    proven."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()

@@ -241,7 +241,8 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     w = ran.get("weights") or {}
     if load is not None and w.get("load_format") != load:
         out.append(f"weights: asked load_format {load}, the engine loaded {w}")
-    if "load_format" in asked and load is None and w.get("load_format") == "gguf":
+    if "load_format" in asked and load is None and (w.get("load_format") == "gguf" or w.get("quantization") == "gguf"
+                                                     or w.get("gguf_adapter")):
         out.append(f"weights: a safetensors checkpoint asked, the engine loaded {w}")
     if str(load).lower() == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
         out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")

@@ -373,7 +373,8 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     header naming a vLLM that is no tested line; a first-token criterion at odds with its own data
     (:func:`_criterion_problems`); a serving benchmark short of its repeats (:func:`_serving_problems`); an engine
     run that is not its record's (:func:`_run_headers`); speculation other than the record's or than its counters and
-    drafter layers allow (:func:`_speculation_problems`); summaries that are not their data's
+    drafter layers allow (:func:`_speculation_problems`); weights asked otherwise than the record asks them
+    (:func:`_checkpoint_problems`); summaries that are not their data's
     (:mod:`sparse_mla.workbook.consistency`)."""
     from ..vllm_lines import TESTED_LINES, line_of
 
@@ -393,7 +394,7 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         if isinstance(v, str) and line_of(v) not in TESTED_LINES:
             out.append(f"{where}: vLLM {v} is no tested line ({', '.join(TESTED_LINES)})")
     return out + _criterion_problems(rec) + _serving_problems(rec, runs) + _run_headers(rec, runs) + \
-        _speculation_problems(rec, runs) + consistency_problems(rec, runs)
+        _speculation_problems(rec, runs) + _checkpoint_problems(rec, runs) + consistency_problems(rec, runs)
 
 
 #: Header fields every engine run of one record shares with the record (one machine, one install, one revision).
@@ -472,6 +473,40 @@ def _speculation_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
             if is_mtp(scfg) and _int(nextn) and drafted > nextn:
                 out.append(f"{where}.draft_attention counts {drafted} drafter layer(s), the record's model has {nextn} "
                            f"MTP layer(s)")
+    return out
+
+
+#: What ``launch`` asks an engine to load (:func:`sparse_mla.launch.engine.weights_asked`), field by field: a GGUF file
+#: through vllm-gguf-plugin, or a checkpoint folder at vLLM's defaults.
+ASKED_WEIGHTS = {"gguf": {"format": "gguf", "load_format": "gguf", "quantization": "gguf"},
+                 "safetensors": {"format": "safetensors", "file": None, "load_format": None, "quantization": None}}
+
+
+def _checkpoint_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """The record's ``checkpoint`` (what was asked to load) against its runs and model: each checkpoint block one of
+    :data:`ASKED_WEIGHTS` (a GGUF's ``file`` a ``*.gguf`` name), every run's own block the record's, and the
+    record's ``model.path`` the GGUF file asked (a folder's name otherwise). What each engine loaded against it:
+    :func:`sparse_mla.vllm_plugin.ran.contradictions`."""
+    fields = ("format", "file", "load_format", "quantization")
+    top = rec.get("checkpoint")
+    blocks = [("checkpoint", top)] if isinstance(top, dict) else []
+    blocks += [(f"{k}: checkpoint", r["checkpoint"]) for k, r in runs.items()
+               if r is not rec and isinstance(r.get("checkpoint"), dict)]
+    out = []
+    for where, c in blocks:
+        want = ASKED_WEIGHTS.get(c.get("format"))
+        file = c.get("file")
+        if want is None or any(c.get(f) != v for f, v in want.items()) or (
+                c.get("format") == "gguf" and not (isinstance(file, str) and file.lower().endswith(".gguf"))):
+            out.append(f"{where} {({f: c.get(f) for f in fields})} is none of what launch asks (a GGUF file: "
+                       f"{ {**ASKED_WEIGHTS['gguf'], 'file': 'NAME.gguf'} }, or a folder: {ASKED_WEIGHTS['safetensors']})")
+        elif isinstance(top, dict) and c is not top and any(c.get(f) != top.get(f) for f in fields):
+            out.append(f"{where} {({f: c.get(f) for f in fields})}, the record's {({f: top.get(f) for f in fields})}")
+    path = (rec.get("model") or {}).get("path") if isinstance(rec.get("model"), dict) else None
+    if isinstance(top, dict) and isinstance(path, str) and (path.lower().endswith(".gguf") != (top.get("format") ==
+                                                                                             "gguf") or (
+            top.get("format") == "gguf" and path != top.get("file"))):
+        out.append(f"model.path {path!r} is not the checkpoint asked ({top.get('format')!r}, file {top.get('file')!r})")
     return out
 
 
