@@ -398,6 +398,21 @@ def test_the_breakers_second_round_on_committed_records(tmp_path, name, edit, sa
 NGRAM_RECORD = "launch_h200_ngram.json"
 
 
+def _completed(r, run: str, completed):
+    """Repeat 1 of ``run`` completing ``completed`` requests (in vLLM's result, as vLLM or another writer wrote the
+    number), and what the writer derives from it: the pass's copy of the count, and the agreements comparing that
+    pass (no more requests than it completed)."""
+    n = int(float(completed))
+    r["repeats"][run][0]["completed"] = completed
+    r["runs"][run]["passes"][0]["timed"]["completed"] = n
+    for entry in (r["agreement_vs_baseline"][run], {"per_repeat": r["runs"][run]["agreement_across_repeats"]}):
+        for e in entry["per_repeat"]:
+            if e["repeat"] == 1 or e.get("against_repeat") == 1:
+                e.update(compared=min(e["compared"], n), identical=min(e["identical"], n))
+        if "compared" in entry:
+            entry.update({f: sum(e[f] for e in entry["per_repeat"]) for f in ("compared", "identical")})
+
+
 def _ran(r, **changes):
     r["runs"][_T]["ran"].update(changes)
 
@@ -445,12 +460,13 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="true"), "timed_out 'true'"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(status="killed by OOM"), "status 'killed by OOM'"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(Error="CUDA error: illegal memory access"), "Error says"),
-    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed=0), "0 of 160 prompts completed"),
-    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed="100"), "100 of 160 prompts"),
-    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed=100.0), "100 of 160 prompts"),
+    (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 0), "0 of 160 prompts completed"),
+    (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", "100"), "100 of 160 prompts"),
+    (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 100.0), "100 of 160 prompts"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=[1]), "exit_code [1]"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(status={"text": "crashed"}), "status {'text': 'crashed'}"),
-    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "failed: -5"),
+    # (a negative count is no writer's: since the pass's shape (issue 47, hole 7) invalid, no longer read as a failure)
+    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "timed.failed is -5"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(
         failed={"min": 0, "median": 3, "max": 0, "n": 5}), "summary.failed"),
     (SERVE_RECORD, lambda r: r["repeats"].update(FLASHMLA_SPARSE=[]), "0 repeats of the 5 repeats"),

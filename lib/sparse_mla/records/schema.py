@@ -493,9 +493,64 @@ class Summary(_Shape):
     tpot_ms_median: Optional[Stat] = None
 
 
+class ClientPass(_Shape):
+    """One ``vllm bench serve`` client run as the writer records it (``passes[].timed``, ``servers[].warmup``:
+    ``sparse_mla.bench.serve._bench_pass``): its command, its wall ``seconds`` (above 0), vLLM's ``duration`` (s,
+    above 0), the requests ``completed`` and ``failed`` (0 or more). Its exit status and time limit are judged
+    wherever they are (``sparse_mla.workbook.proof.OUTCOME_KEYS``)."""
+    command: list[str] = None
+    result_file: Text = None
+    seconds: Positive = None
+    duration: Positive = None
+    completed: Count = None
+    failed: Count = None
+    output_len: Dimension = None
+
+
+class Server(_Shape):
+    """One live ``vllm serve`` of a run: its command, start-up and wall time, warm-up pass, and the ``ran`` block
+    read in its workers after its last pass."""
+    command: list[str] = None
+    server_up_s: Optional[Seconds] = None
+    wall_s: Optional[Seconds] = None
+    warmup: ClientPass = None
+    failures: list[str] = None
+    ran: Optional[Ran] = None
+    ran_per_rank: Optional[list[Ran]] = None
+    ran_contradictions: Optional[list] = None
+
+
+class TimedPass(_Shape):
+    """One timed pass of a run: its repeat (1-based), its place in the round, its failures and its client run."""
+    repeat: Annotated[int, Field(ge=1, le=1024)] = None
+    position: Annotated[int, Field(ge=1, le=1024)] = None
+    failures: list[str] = None
+    timed: ClientPass = None
+
+
+class RepeatAgreement(_Shape):
+    """Greedy agreement of two passes (``sparse_mla.bench.vllm_client.text_agreement``): requests compared and
+    identical (at most compared), the first differing character (0 or more)."""
+    repeat: Annotated[int, Field(ge=1, le=1024)] = None
+    against_repeat: Annotated[int, Field(ge=1, le=1024)] = None
+    compared: Count = None
+    identical: Count = None
+    first_divergence_min: Int = None
+    first_divergence_median: Optional[NonNeg] = None
+
+    @model_validator(mode="after")
+    def _at_most_compared(self):
+        if self.identical is not None and self.compared is not None and self.identical > self.compared:
+            raise ValueError("identical <= compared")
+        return self
+
+
 class ServeRun(EngineRun):
     summary: Optional[Summary] = None
     spec_decode: Optional[AcceptanceRate] = None
+    servers: list[Server] = None
+    passes: list[TimedPass] = None
+    agreement_across_repeats: list[RepeatAgreement] = None
 
 
 class Agreement(_Shape):
@@ -503,12 +558,29 @@ class Agreement(_Shape):
     compared: Int = None
     baseline: Text = None
     plain: Text = None
+    per_repeat: list[RepeatAgreement] = None
+    output_throughput_ratio: Optional[Ratio] = None
+    acceptance_rate_percent: Num = None
 
     @model_validator(mode="after")
     def _at_most_compared(self):
         if self.identical is not None and self.compared is not None and self.identical > self.compared:
             raise ValueError("identical <= compared")
         return self
+
+
+class ServerBlock(_Shape):
+    """``server``: what every live ``vllm serve`` of the benchmark was given."""
+    kv_cache_dtype: Text = None
+    tp: Annotated[int, Field(ge=1, le=1024)] = None
+    enforce_eager: bool = None
+    cuda_graphs: bool = None
+    prefix_caching: bool = None
+    max_model_len: Dimension = None
+    max_num_seqs: Dimension = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = None
+    server_timeout_s: Positive = None
+    bench_timeout_s: Positive = None
 
 
 class BenchResult(_Shape):
@@ -539,6 +611,7 @@ class Serve(Record):
     load: Optional[Load] = None
     order: Optional[list[list[str]]] = None
     wall_s: Optional[Seconds] = None
+    server: ServerBlock = None
     agreement_vs_baseline: Optional[dict[str, Agreement]] = None
     speculative_vs_plain: Optional[dict[str, Agreement]] = None
     complete: Flag = None

@@ -11,7 +11,8 @@ data by the function named below, in the process that ran).
   its ``first_token_criterion`` (records from :data:`CRITERION_SINCE` on) judges the same prompts with the runs' first
   tokens and the same reference argmax, ``decisive`` its gap above its tolerance, ``decisive_prompts`` their count,
   each tolerance ``lam sqrt(2)`` times its sigma and its arithmetic vLLM's for the record's KV-cache dtype;
-* a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`);
+* a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`); its
+  passes, agreement summaries, verdict, server block and servers' ``ran`` (:mod:`sparse_mla.workbook.serving`);
 * ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``);
 * each engine run's ``throughput``: ``output_tokens_per_s`` its ``generated_tokens`` over its ``seconds``, no more
   tokens than ``num_seqs`` x ``max_tokens``; its prompts and generations within the record's ``max_model_len``;
@@ -33,6 +34,7 @@ import json
 
 from ..layouts import FP8_KV_CACHE_DTYPES
 from ..vllm_plugin.ran import count_backends
+from .serving import serving_record_problems
 
 
 def _same(a, b) -> bool:
@@ -317,7 +319,8 @@ def _indexer_layers(layers: dict) -> set[str]:
 def ran_blocks(runs: dict[str, dict]) -> list[tuple[str, dict]]:
     """``(where, ran)`` of every ``ran`` block of a record's engine runs (``runs``: :func:`sparse_mla.records.
     engine_tables.engine_runs`, the served check included): each run's own and each of its live servers'
-    (``servers[i].ran``, a serving benchmark's), where they are objects."""
+    (``servers[i].ran``, a serving benchmark's), and every rank's of a tensor-parallel engine (``ran_per_rank``),
+    where they are objects."""
     out = []
     for k, r in runs.items():
         if isinstance(r.get("ran"), dict):
@@ -325,6 +328,10 @@ def ran_blocks(runs: dict[str, dict]) -> list[tuple[str, dict]]:
         servers = r.get("servers") if isinstance(r.get("servers"), list) else []
         out += [(f"{k}: servers[{i}].ran", s["ran"]) for i, s in enumerate(servers)
                 if isinstance(s, dict) and isinstance(s.get("ran"), dict)]
+        out += [(f"{k}: {where}ran_per_rank[{j}]", ran) for where, holder in
+                [("", r), *((f"servers[{i}].", s) for i, s in enumerate(servers) if isinstance(s, dict))]
+                for j, ran in enumerate(holder.get("ran_per_rank") if isinstance(holder.get("ran_per_rank"), list)
+                                        else []) if isinstance(ran, dict)]
     return out
 
 
@@ -464,5 +471,5 @@ def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     out += serving_summary_problems(rec)
     out += serving_load_problems(rec)
     out += [p for k, r in runs.items() if k != "serve" for p in throughput_problems(k, r) + length_problems(rec, k, r)]
-    out += model_layer_problems(rec, runs)
+    out += model_layer_problems(rec, runs) + serving_record_problems(rec)
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]

@@ -48,12 +48,12 @@ from pathlib import Path
 
 from ..errors import UserInputError, expand_path
 from ..files import DuplicateKey, no_duplicate_keys
+from ..launch.engine import nan_logprobs
 from ..records import schema
 from ..records.common import markdown
-from ..launch.engine import nan_logprobs
 from ..records.engine_tables import engine_runs
 from ..vllm_plugin.ran import contradictions
-from .consistency import consistency_problems
+from .consistency import consistency_problems, ran_blocks
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
 #: What a record that claims proof must also name: the GPU it ran on and its capability, read in the process.
@@ -674,6 +674,8 @@ def _judge(path: str, obj) -> Verdict:
             for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
             for c in contradictions(requests[k], r["ran"])]
+    bad += [f"{where}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)     # each live server's
+            for where, ran in ran_blocks({k: r}) if ran is not r["ran"] for c in contradictions(requests[k], ran)]
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     missing = [k for k in live if k not in with_ran]
