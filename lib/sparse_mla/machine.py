@@ -55,9 +55,11 @@ def check_environment() -> None:
 def _check_cache_folders() -> None:
     """The cache folders vLLM writes at import and model inspection, where the environment names them
     (``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME`` under which vLLM's default lies): a path whose nearest existing part is
-    not a folder (``/dev/null/x``) makes vLLM log an error with a traceback on every run. Raises
-    :class:`~sparse_mla.errors.UserInputError`."""
-    from .errors import UserInputError
+    not a folder (``/dev/null/x``) makes vLLM log an error with a traceback on every run, and one into the system's
+    own folders (``/proc/self/...``, ``/sys``, ``/dev``: :func:`~sparse_mla.errors.system_folder_of`) passes for a
+    folder but holds no cache. Raises :class:`~sparse_mla.errors.UserInputError` naming the variable, its value and
+    what is accepted."""
+    from .errors import UserInputError, system_folder_of
 
     for var in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME"):
         raw = os.environ.get(var)
@@ -69,6 +71,11 @@ def _check_cache_folders() -> None:
         if not os.path.isdir(here):
             raise UserInputError(f"{var}={raw!r} cannot hold vLLM's cache ({here} is not a folder); accepted: a "
                                  f"folder path, or {var} unset")
+        system = system_folder_of(os.path.abspath(os.path.expanduser(raw)))
+        if system is not None:
+            raise UserInputError(f"{var}={raw!r} cannot hold vLLM's cache: it leads into {system}, the folder of the "
+                                 f"system's devices, processes or kernel objects; accepted: a folder on a disk (e.g. "
+                                 f"~/.cache/vllm or /tmp/vllm-cache), or {var} unset")
 
 
 def _check_vllm_logging_config() -> None:
