@@ -20,6 +20,19 @@ def has_nvidia_gpu() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
 
 
+def cuda_unavailable() -> str | None:
+    """Why a process started from this one (a notebook's kernel) would find no CUDA GPU, or None where it would find
+    one as far as can be told without initialising CUDA here: no NVIDIA driver (:func:`has_nvidia_gpu`), or a
+    ``CUDA_VISIBLE_DEVICES`` that hides every device (empty, or starting with a negative index, as the CUDA runtime
+    reads it; :func:`apply_cpu_defaults` sets it empty on a machine without a GPU)."""
+    if not has_nvidia_gpu():
+        return "has no NVIDIA GPU (no /dev/nvidiactl, /dev/nvidia0 or nvidia-smi)"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.split(",")[0].strip().startswith("-")):
+        return f"hides its GPUs from CUDA (CUDA_VISIBLE_DEVICES={visible!r})"
+    return None
+
+
 def require_gpu(what: str, instead: str) -> None:
     """The one "needs a GPU" refusal: a :class:`~sparse_mla.errors.UserInputError` line saying that ``what`` needs a
     CUDA GPU and naming what works here instead (``instead``), where :func:`has_nvidia_gpu` finds none. Creates no
