@@ -144,19 +144,26 @@ def what_would_fix(e: OSError) -> str:
 SYSTEM_FOLDERS = ("/dev", "/proc", "/sys")
 
 
-def refuse_system_folders(p, path, what: str) -> None:
-    """:data:`SYSTEM_FOLDERS` (where ``path`` leads, links followed), ``/dev/shm`` excepted: one UserInputError line."""
+def system_folder_of(p):
+    """The folder of :data:`SYSTEM_FOLDERS` that path ``p`` leads into (links followed; ``/dev/shm`` excepted), as a
+    :class:`pathlib.Path`, or None (also where the path cannot be resolved)."""
     from pathlib import Path
 
     try:
-        where = p.resolve()
+        where = Path(p).resolve()
     except (OSError, RuntimeError):
-        return
-    for folder in map(Path, SYSTEM_FOLDERS):
-        if where.is_relative_to(folder) and not where.is_relative_to("/dev/shm"):
-            raise UserInputError(f"{what} {str(path)!r} leads into {folder}, the folder of the system's devices, "
-                                 f"processes or kernel objects; accepted: a folder on a disk (e.g. results/ or a "
-                                 f"scratch directory such as /tmp)")
+        return None
+    return next((f for f in map(Path, SYSTEM_FOLDERS) if where.is_relative_to(f)
+                 and not where.is_relative_to("/dev/shm")), None)
+
+
+def refuse_system_folders(p, path, what: str) -> None:
+    """:data:`SYSTEM_FOLDERS` (where ``path`` leads, links followed), ``/dev/shm`` excepted: one UserInputError line."""
+    folder = system_folder_of(p)
+    if folder is not None:
+        raise UserInputError(f"{what} {str(path)!r} leads into {folder}, the folder of the system's devices, "
+                             f"processes or kernel objects; accepted: a folder on a disk (e.g. results/ or a "
+                             f"scratch directory such as /tmp)")
 
 
 def _refuse_the_workbooks_own_folders(p, path, what: str) -> None:

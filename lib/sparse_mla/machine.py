@@ -20,6 +20,19 @@ def has_nvidia_gpu() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
 
 
+def cuda_unavailable() -> str | None:
+    """Why a process started from this one (a notebook's kernel) would find no CUDA GPU, or None where it would find
+    one as far as can be told without initialising CUDA here: no NVIDIA driver (:func:`has_nvidia_gpu`), or a
+    ``CUDA_VISIBLE_DEVICES`` that hides every device (empty, or starting with a negative index, as the CUDA runtime
+    reads it; :func:`apply_cpu_defaults` sets it empty on a machine without a GPU)."""
+    if not has_nvidia_gpu():
+        return "has no NVIDIA GPU (no /dev/nvidiactl, /dev/nvidia0 or nvidia-smi)"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.split(",")[0].strip().startswith("-")):
+        return f"hides its GPUs from CUDA (CUDA_VISIBLE_DEVICES={visible!r})"
+    return None
+
+
 def require_gpu(what: str, instead: str) -> None:
     """The one "needs a GPU" refusal: a :class:`~sparse_mla.errors.UserInputError` line saying that ``what`` needs a
     CUDA GPU and naming what works here instead (``instead``), where :func:`has_nvidia_gpu` finds none. Creates no
@@ -55,9 +68,11 @@ def check_environment() -> None:
 def _check_cache_folders() -> None:
     """The cache folders vLLM writes at import and model inspection, where the environment names them
     (``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME`` under which vLLM's default lies): a path whose nearest existing part is
-    not a folder (``/dev/null/x``) makes vLLM log an error with a traceback on every run. Raises
-    :class:`~sparse_mla.errors.UserInputError`."""
-    from .errors import UserInputError
+    not a folder (``/dev/null/x``) makes vLLM log an error with a traceback on every run, and one into the system's
+    own folders (``/proc/self/...``, ``/sys``, ``/dev``: :func:`~sparse_mla.errors.system_folder_of`) passes for a
+    folder but holds no cache. Raises :class:`~sparse_mla.errors.UserInputError` naming the variable, its value and
+    what is accepted."""
+    from .errors import UserInputError, system_folder_of
 
     for var in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME"):
         raw = os.environ.get(var)
@@ -69,6 +84,11 @@ def _check_cache_folders() -> None:
         if not os.path.isdir(here):
             raise UserInputError(f"{var}={raw!r} cannot hold vLLM's cache ({here} is not a folder); accepted: a "
                                  f"folder path, or {var} unset")
+        system = system_folder_of(os.path.abspath(os.path.expanduser(raw)))
+        if system is not None:
+            raise UserInputError(f"{var}={raw!r} cannot hold vLLM's cache: it leads into {system}, the folder of the "
+                                 f"system's devices, processes or kernel objects; accepted: a folder on a disk (e.g. "
+                                 f"~/.cache/vllm or /tmp/vllm-cache), or {var} unset")
 
 
 def _check_vllm_logging_config() -> None:

@@ -255,12 +255,7 @@ def check_config(cfg, name: str) -> dict[str, Any]:
                                  f"to {large}")
     _check_rope_scaling(text, name)
     _check_block_size(text, cfg, name)
-    for k, kind, what in (("index_topk_pattern", str, "a string of F (full) and S (shared), one per layer"),
-                          ("indexer_types", list, "a list of 'full' / 'shared', one per layer"),
-                          ("index_skip_topk_offset", int, "an integer (vLLM's default: 2)")):
-        v = text.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, kind)):
-            raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: {what}")
+    _check_sharing(text, name)
     for k in ("dtype", "torch_dtype"):
         v = text.get(k, cfg.get(k))
         if v is not None and not (isinstance(v, str) and v.isidentifier()):
@@ -276,6 +271,33 @@ def check_config(cfg, name: str) -> dict[str, Any]:
     return text
 
 
+#: The indexer sharing keys of a config, their type and their items (``None``: any), as transformers maps them
+#: (``{"F": "full", "S": "shared"}[c]`` for each letter of ``index_topk_pattern``, ``configuration_glm_moe_dsa.py``).
+SHARING_KEYS = {"index_topk_pattern": (str, ("F", "S"), "a string of F (full) and S (shared), one per layer"),
+                "indexer_types": (list, ("full", "shared"), "a list of 'full' / 'shared', one per layer"),
+                "index_skip_topk_offset": (int, None, "an integer (vLLM's default: 2)")}
+
+
+def _check_sharing(text: dict[str, Any], name: str) -> None:
+    """The indexer sharing keys (:data:`SHARING_KEYS`), where present, of their type, each letter or item one that
+    transformers maps (another letter is a bare ``KeyError`` in transformers' config class). Raises
+    :class:`UserInputError` naming the key, the value, the item and what is accepted."""
+    for k, (kind, items, what) in SHARING_KEYS.items():
+        v = text.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, kind):
+            raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: {what}")
+        bad = next(((i, x) for i, x in enumerate(v) if x not in items), None) if items else None
+        if bad is not None:
+            raise UserInputError(f"config {name!r} has {k} = {_short(v)}, whose {'letter' if kind is str else 'item'} "
+                                 f"{bad[0]} is {_short(bad[1])}; accepted: {what}")
+
+
+#: The longest model a config may describe in tokens: vLLM holds ``max_model_len`` as an integer, and a rope scaling
+#: factor times the positions it scales is one (``factor * original_max_position_embeddings``).
+MAX_MODEL_TOKENS = 2**31 - 1
+
 #: The rope scaling fields vLLM's ``get_rope`` reads as numbers (YaRN's betas and mscales, Llama 3's frequency factors).
 ROPE_NUMBERS = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "low_freq_factor",
                 "high_freq_factor", "extrapolation_factor")
@@ -286,13 +308,18 @@ ROPE_POSITIVE = ("beta_fast", "beta_slow")
 
 
 def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
-    """The rotary base ``rope_theta`` (top level or in ``rope_parameters``) a positive finite number, and a rope
-    scaling's ``factor`` (``rope_parameters`` or the older ``rope_scaling``) a positive finite number and its
-    ``original_max_position_embeddings`` a positive integer: vLLM multiplies the two into the model's length, so a
-    negative factor otherwise surfaces as a negative ``max_model_len``. Raises :class:`UserInputError`."""
+    """The rotary base ``rope_theta`` (top level or in ``rope_parameters``) a positive finite number; the rope
+    settings (``rope_parameters`` or the older ``rope_scaling``) an object or null; a rope scaling's ``factor`` a
+    positive finite number and its ``original_max_position_embeddings`` a positive integer: vLLM multiplies the two
+    into the model's length, so a negative factor otherwise surfaces as a negative ``max_model_len`` and a huge one as
+    an infinity vLLM cannot convert (:func:`_check_rope_length`). Raises :class:`UserInputError`."""
     _check_rope_theta(text.get("rope_theta"), "rope_theta", name)
     for key in ("rope_parameters", "rope_scaling"):
         rope = text.get(key)
+        if rope is not None and not isinstance(rope, dict):
+            raise UserInputError(f"config {name!r} has {key} = {_short(rope)}; accepted: an object of the rope's "
+                                 f"settings, e.g. {{\"rope_type\": \"default\", \"rope_theta\": 1000000.0}} (GLM-5) or "
+                                 f"{{\"rope_type\": \"yarn\", \"factor\": 40, ...}}, or null")
         if not isinstance(rope, dict):
             continue
         if key == "rope_parameters":                 # where transformers' newer configs keep the rotary base
@@ -314,10 +341,27 @@ def _check_rope_scaling(text: dict[str, Any], name: str) -> None:
             raise UserInputError(f"config {name!r} has {key}.original_max_position_embeddings = {_short(m)}; "
                                  f"accepted: an integer from 1 to {2**31 - 1}")
         base = m if isinstance(m, int) and not isinstance(m, bool) else text.get("max_position_embeddings")
-        if isinstance(f, (int, float)) and f > 0 and isinstance(base, int) and base > 0 and f * base < 1:
-            raise UserInputError(f"config {name!r} has {key}.factor = {f!r}, which times the {base} positions it scales "
-                                 f"gives a model of no token (vLLM's max_model_len 0); accepted: a factor of at least "
-                                 f"1/{base}, e.g. 40 for YaRN")
+        _check_rope_length(f, base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else None,
+                           key, name)
+
+
+def _check_rope_length(f, base: int | None, key: str, name: str) -> None:
+    """A rope scaling ``factor`` times the ``base`` positions it scales (``original_max_position_embeddings``, else
+    ``max_position_embeddings``; 1 where neither is known) gives a model of at least one token and at most
+    :data:`MAX_MODEL_TOKENS` (vLLM turns the product into its integer ``max_model_len``: ``1e308`` overflows to an
+    infinity it cannot convert). Raises :class:`UserInputError` naming the factor and the factors accepted."""
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not f > 0:
+        return
+    if base is not None and f * base < 1:
+        raise UserInputError(f"config {name!r} has {key}.factor = {f!r}, which times the {base} positions it scales "
+                             f"gives a model of no token (vLLM's max_model_len 0); accepted: a factor of at least "
+                             f"1/{base}, e.g. 40 for YaRN")
+    if f * (base or 1) > MAX_MODEL_TOKENS:
+        tokens = "more tokens than a float holds" if math.isinf(f * (base or 1)) else f"{f * (base or 1):.3g} tokens"
+        scaled = f"times the {base} positions it scales gives {tokens}" if base else f"is a length of {tokens}"
+        raise UserInputError(f"config {name!r} has {key}.factor = {f!r}, which {scaled}, past the longest model vLLM "
+                             f"holds ({MAX_MODEL_TOKENS} tokens); accepted: a factor up to "
+                             f"{MAX_MODEL_TOKENS / (base or 1):.6g}, e.g. 40 for YaRN")
 
 
 def _check_rope_type(rope: dict[str, Any], key: str, name: str) -> None:
@@ -342,7 +386,8 @@ def _check_block_size(text: dict[str, Any], cfg: dict[str, Any], name: str) -> N
     if not isinstance(wbs, list) or not all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= 2**31 - 1
                                             for b in wbs):
         raise UserInputError(f"config {name!r} has quantization_config.weight_block_size = {_short(wbs)}; accepted: "
-                             f"a list of positive integers, e.g. [128, 128] (the block of one fp8 weight scale)")
+                             f"a list of positive integers up to {2**31 - 1} each, e.g. [128, 128] (the block of one "
+                             f"fp8 weight scale)")
 
 
 def _check_rope_theta(theta, where: str, name: str) -> None:

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.every_line
     ({"qk_rope_head_dim": 7}, "RoPE requires an even rotary dimension"),
 ])
 def test_vllm_loader_refusal_keeps_its_reason(tmp_path, capsys, change, reason):
-    """transformers puts the reason on the line after "Validation error for field 'x':", which alone was shown."""
+    """transformers puts the reason on the line after "Validation error for field 'x':", which alone was shown; what
+    is accepted is the field's value (or the values the class validates), not another model_type (issue 47)."""
     from transformers import AutoConfig
 
     cfg = tmp_path / "config.json"
@@ -32,6 +33,9 @@ def test_vllm_loader_refusal_keeps_its_reason(tmp_path, capsys, change, reason):
     assert cli.main(["diagnose", "--model", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "vLLM cannot load the config" in err[0] and reason in err[0], err
+    field = next(iter(change))
+    assert f"accepted: a {field} that transformers' config class takes" in err[0] or (
+        "accepted: values that transformers' config class validates" in err[0]), err
 
 
 def test_refusal_names_the_users_file_not_the_temporary_copy(tmp_path, capsys):
@@ -180,8 +184,9 @@ def test_quantized_indexer_types_checkpoint_runs_uninitialized_indexers(tmp_path
 
 
 @pytest.mark.parametrize("change, says", [
-    ({"index_topk_pattern": "FX"}, "vLLM cannot load the config of model '{m}': KeyError 'X' (in index_topk_pattern "
-                                   "= 'FX')"),
+    # (since issue 47's round of 2026-12-07 refused before vLLM's loader, whose KeyError 'X' said no more)
+    ({"index_topk_pattern": "FX"}, "config '{m}' has index_topk_pattern = 'FX', whose letter 1 is 'X'; accepted: a "
+                                   "string of F (full) and S (shared)"),
     ({"index_topk_freq": 0}, "config '{m}' has index_topk_freq = 0, which must be a positive integer"),
 ])
 def test_a_config_value_vllm_cannot_use_is_named_with_its_field(run_cli, tmp_path, change, says):

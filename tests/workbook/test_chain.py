@@ -266,7 +266,12 @@ def test_a_profile_value_of_another_kind_than_the_default_is_refused_by_name(pro
     chain._check_parameter_type("p", "nb", "anything", "x", "None")    # None takes anything
 
 
-def test_the_committed_profiles_name_only_parameters_the_notebooks_have():
+def test_the_committed_profiles_name_only_parameters_the_notebooks_have(monkeypatch):
+    import sparse_mla.machine
+
+    # each profile as judged on the machine it is for: the gpu profile's device: cuda where a GPU is (issue 47)
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     root = chain.project_root()
     nbs = chain.discover(root / "notebooks")
     for profile in chain.profiles(root / "params"):

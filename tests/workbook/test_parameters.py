@@ -30,7 +30,11 @@ def test_a_refused_value_names_the_notebook_key_value_and_what_is_accepted(key, 
 REQUEST_KEYS = ("tp", "capability", "kv_cache_dtype", "model")
 
 
-def test_accepted_values_and_the_notebooks_defaults_pass(tmp_path):
+def test_accepted_values_and_the_notebooks_defaults_pass(tmp_path, monkeypatch):
+    import sparse_mla.machine
+
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: True)      # device: cuda where a GPU is
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     check_values("p", "nb", {"tokens": 1, "bench_heads": [8, 64], "seed": 0, "device": "cuda",
                              "machine": "8x RTX PRO 6000", "tp": 4, "results_dir": "../results"},
                  {"model": "glm-5", "capability": "h200"}, chain.project_root() / "notebooks")
@@ -63,3 +67,29 @@ def test_a_profiles_folders_are_where_the_notebook_reads_and_writes(tmp_path):
         assert says in str(e.value), str(e.value)
     check_values("p", "05_x", {"checkpoint_dir": str(tmp_path / "ck"), "launch_record": "h200/launch_h200.json"},
                  {"results_dir": "../results"}, nbs)
+
+
+@pytest.mark.parametrize("gpu, visible, says", [
+    (False, None, "this machine has no NVIDIA GPU (no /dev/nvidiactl, /dev/nvidia0 or nvidia-smi)"),
+    (True, "", "this machine hides its GPUs from CUDA (CUDA_VISIBLE_DEVICES='')"),
+    (True, "-1", "CUDA_VISIBLE_DEVICES='-1'"),
+])
+def test_device_cuda_where_the_notebooks_find_no_gpu_is_refused_before_any_notebook(monkeypatch, capsys, tmp_path,
+                                                                                     gpu, visible, says):
+    """Issue 47, the verification round of 2026-12-07: a profile other than ``gpu`` saying ``device: cuda`` on a
+    machine without a GPU ran notebook 02 up to its ``RuntimeError``; refused up front (exit 2), one line naming the
+    notebook, the value and what this machine accepts."""
+    import sparse_mla.machine
+
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: gpu)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"02_sparse_mla_triton_kernel": {"device": "cuda"}})
+    monkeypatch.setattr(chain, "_execute", lambda *a, **k: pytest.fail("a notebook ran"))
+    assert cli.main(["run", "--profile", "mine", "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile 'mine': 02_sparse_mla_triton_kernel's device = 'cuda' is not accepted; " \
+        in err[0] and says in err[0] and err[0].endswith("accepted on this machine: cpu"), err
+    assert not (tmp_path / "out").exists()

@@ -398,6 +398,21 @@ def test_the_breakers_second_round_on_committed_records(tmp_path, name, edit, sa
 NGRAM_RECORD = "launch_h200_ngram.json"
 
 
+def _completed(r, run: str, completed):
+    """Repeat 1 of ``run`` completing ``completed`` requests (in vLLM's result, as vLLM or another writer wrote the
+    number), and what the writer derives from it: the pass's copy of the count, and the agreements comparing that
+    pass (no more requests than it completed)."""
+    n = int(float(completed))
+    r["repeats"][run][0]["completed"] = completed
+    r["runs"][run]["passes"][0]["timed"]["completed"] = n
+    for entry in (r["agreement_vs_baseline"][run], {"per_repeat": r["runs"][run]["agreement_across_repeats"]}):
+        for e in entry["per_repeat"]:
+            if e["repeat"] == 1 or e.get("against_repeat") == 1:
+                e.update(compared=min(e["compared"], n), identical=min(e["identical"], n))
+        if "compared" in entry:
+            entry.update({f: sum(e[f] for e in entry["per_repeat"]) for f in ("compared", "identical")})
+
+
 def _ran(r, **changes):
     r["runs"][_T]["ran"].update(changes)
 
@@ -445,12 +460,13 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="true"), "timed_out 'true'"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(status="killed by OOM"), "status 'killed by OOM'"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(Error="CUDA error: illegal memory access"), "Error says"),
-    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed=0), "0 of 160 prompts completed"),
-    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed="100"), "100 of 160 prompts"),
-    (SERVE_RECORD, lambda r: r["repeats"]["FLASHMLA_SPARSE"][0].update(completed=100.0), "100 of 160 prompts"),
+    (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 0), "0 of 160 prompts completed"),
+    (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", "100"), "100 of 160 prompts"),
+    (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 100.0), "100 of 160 prompts"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=[1]), "exit_code [1]"),
     (GGUF_RECORD, lambda r: r["runs"][_T].update(status={"text": "crashed"}), "status {'text': 'crashed'}"),
-    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "failed: -5"),
+    # (a negative count is no writer's: since the pass's shape (issue 47, hole 7) invalid, no longer read as a failure)
+    (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "timed.failed is -5"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(
         failed={"min": 0, "median": 3, "max": 0, "n": 5}), "summary.failed"),
     (SERVE_RECORD, lambda r: r["repeats"].update(FLASHMLA_SPARSE=[]), "0 repeats of the 5 repeats"),
@@ -689,3 +705,192 @@ def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path)
     (repo / "r.json").symlink_to(outside / "r.json")
     [v] = proof.check([str(repo / "r.json")])
     assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()
+
+
+# ---- issue 47, the holes the verification round of 2026-12-07 found still open ---------------------------------------
+
+@pytest.mark.parametrize("name,edit,path", [
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=True), f"runs.{_T}.exit_code True"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(returncode=False), f"runs.{_T}.returncode False"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(exit_code=True),
+     f"runs.{_T}.passes[0].timed.exit_code True"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(exit_code=False),
+     f"runs.{_T}.servers[0].warmup.exit_code False"),
+])
+def test_a_boolean_exit_status_is_invalid(tmp_path, name, edit, path):
+    """Hole 1: ``exit_code: true`` was read as the integer 1 would not be (bool is an int in Python) and the record
+    stayed proven. An exit status is an integer; a boolean is a type no writer writes."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and f"{path} is not accepted; accepted: an integer exit status" in v.reason, v.line()
+
+
+@pytest.mark.parametrize("name,edit,status,says", [
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(crashed=True), "unproven", f"runs.{_T}.crashed says something failed"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(errored=True), "unproven", f"runs.{_T}.errored says something failed"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(failed_requests=3), "unproven",
+     "timed.failed_requests says something failed: 3"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(numFailed=2), "unproven", "numFailed says something failed: 2"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(ok=False), "unproven", "ok says something failed: ok False"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(status="errored"), "unproven", "status 'errored'"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="Y"), "invalid", "timed_out 'Y' is not accepted; accepted: "
+                                                                            "true or false"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(status=0), "invalid", "status 0 is not accepted; accepted: a text"),
+])
+def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edit, status, says):
+    """Hole 8: a failure in words outside the lists (a key ``crashed``, ``failed_requests``, ``errored``, a
+    ``timed_out`` of ``"Y"``) was no failure. A key naming a failure holds nothing or says one; an outcome key holds
+    its writer's success value, another value of its type (a failure) or is invalid."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == status and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("edit", [lambda r: r["runs"][_T].update(crashed=False, failed_requests=0, errors=[],
+                                                                   timed_out=False, exit_code=0, ok=True),
+                                  lambda r: r["runs"][_T].update(stderr="warnings only", error_bound=None)])
+def test_the_writers_success_values_stay_proven(tmp_path, edit):
+    rec = _committed(GGUF_RECORD)
+    edit(rec)
+    assert verdict(tmp_path, rec).status == "proven"
+
+
+def _per_prompt(r, **changes):
+    for p in r["first_token_criterion"]["per_prompt"]:
+        p.update(changes)
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda r: r["first_token_criterion"].update(samples=-16), "first_token_criterion.samples is -16; accepted: a "
+                                                               "number of at least 2"),
+    (lambda r: r["first_token_criterion"].update(samples=0), "first_token_criterion.samples is 0"),
+    (lambda r: _per_prompt(r, sigma=-0.01), "per_prompt[0].sigma is -0.01; accepted: a number above 0"),
+    (lambda r: _per_prompt(r, sigma=0.0), "per_prompt[0].sigma is 0.0; accepted: a number above 0"),
+    (lambda r: _per_prompt(r, tolerance=0.0, decisive=True), "per_prompt[0].tolerance is 0.0; accepted: a number above"),
+    (lambda r: _per_prompt(r, gap=-1.0, decisive=False), "per_prompt[0].gap is -1.0; accepted: a number of at least 0"),
+    (lambda r: r["first_token_criterion"]["arithmetic"].update(store=-0.00390625), "arithmetic.store is -0.00390625"),
+    (lambda r: r["first_token_criterion"]["arithmetic"].update(acc=0), "arithmetic.acc is 0; accepted: a number above"),
+    # figures of the right sign that contradict each other
+    (lambda r: [p.update(sigma=p["sigma"] * 2) for p in r["first_token_criterion"]["per_prompt"]],
+     "is not 9.40416 x its sigma"),
+    (lambda r: r["first_token_criterion"]["arithmetic"].update(cache=0.0625), "is not vLLM's for a KV cache of 'auto'"),
+])
+def test_the_first_token_criterions_figures_are_positive_and_its_own(tmp_path, edit, says):
+    """Hole 3: the criterion's samples, sigma, tolerance and arithmetic were accepted negative or 0. Samples are at
+    least 2 (a spread needs two), sigma and tolerance above 0 and each tolerance lam sqrt(2) x its sigma (9.40416 for
+    the two prompts judged together, P_FAIL 1e-9), the arithmetic vLLM's unit roundoffs for the record's KV cache."""
+    rec = _committed(GGUF_RECORD)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def _served_check(r, layers: int):
+    """A served check beside the GGUF record's runs, its ``ran`` (the baseline's) counting ``layers`` layers."""
+    run = r["runs"][_T]
+    r["serve"] = {k: json.loads(json.dumps(run[k])) for k in ("run", "backend_requested", "indexer", "kv_cache_dtype",
+                                                                "environment", "checkpoint", "ran")}
+    r["serve"]["ran"].update(attention={_T: layers}, indexer_cache={"DEEPSEEK_V32_INDEXER": layers},
+                             mla_prefill={"FLASH_ATTN FA3": layers})
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    (GGUF_RECORD, lambda r: _served_check(r, 5), "serve: ran.indexer_cache counts 5 indexer-cache layer(s), more than "
+                                                 "the record's model's 2 layers"),
+    (GGUF_RECORD, lambda r: _served_check(r, 5), "serve: ran.attention counts 5 attention layer(s), the record's model "
+                                                 "has 2"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["ran"].update(indexer_cache={"DEEPSEEK_V32_INDEXER": 3}),
+     f"{_T}: servers[0].ran.indexer_cache counts 3 indexer-cache layer(s), more than the record's model's 2"),
+])
+def test_every_ran_blocks_indexer_cache_is_held_to_the_model(tmp_path, name, edit, says):
+    """Hole 2: the indexer-cache layers of a served check's ``ran`` or a live server's were held to no model (the
+    offline runs' were): 5 indexer-cache layers in a 2-layer model were proven."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_a_served_check_of_the_models_layers_stays_proven(tmp_path):
+    rec = _committed(GGUF_RECORD)
+    _served_check(rec, 2)
+    assert verdict(tmp_path, rec).status == "proven"
+
+
+NO_SPEC = f"{_T}+no-speculation"
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    (MTP_RECORD, lambda r: r["runs"][NO_SPEC]["ran"].update(draft_attention={_T: 1}),
+     f"{NO_SPEC}: draft_attention: no drafter asked"),
+    (NGRAM_RECORD, lambda r: r["runs"][_T]["ran"].update(draft_attention={_T: 1}), f"{_T}: draft_attention: no drafter"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["ran"].update(draft_attention={_T: 3}),
+     f"{_T}: ran.draft_attention counts 3 drafter layer(s), the record's model has 1 MTP layer(s)"),
+    (MTP_RECORD, lambda r: r["runs"][_T].update(speculative=False), "speculative false beside the speculative_config"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["speculative_config"].update(num_speculative_tokens=3),
+     f"{_T}: speculative_config asks {{'method': 'mtp', 'num_speculative_tokens': 3}}, the record's"),
+    (NGRAM_RECORD, lambda r: r.update(speculative_config=None), "the record's None"),
+    (NGRAM_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(draft_tokens=900, acceptance_rate=447 / 900),
+     "900 draft tokens in 225 drafts, more than the 3 a draft"),
+])
+def test_a_runs_speculation_is_held_to_what_it_ran_and_the_records(tmp_path, name, edit, says):
+    """Hole 4: a run's speculation was held to its ``ran`` only where an MTP drafter's backend was asked: drafter
+    layers in a run without speculation (or with ngram, which drafts from the tokens alone), more drafter layers than
+    the model's MTP layers, a run asking other speculation than its record, or more draft tokens than its drafts
+    propose, were proven."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("at", [0, 3])
+def test_a_nan_log_prob_is_never_proven_as_a_match(tmp_path, at):
+    """Hole 5: the parity summaries take the largest log-prob difference with Python's ``max``, which keeps a NaN
+    only where it comes first; a run with a NaN log-prob, its summaries made by the writer's own functions, was
+    proven. The largest difference of a list holding NaN is NaN, and a NaN log-prob leaves the record unproven."""
+    import math
+
+    from sparse_mla.launch.engine import compare
+    from sparse_mla.workbook.consistency import writer_summaries
+
+    rec = _committed(GGUF_RECORD)
+    rec["runs"][_T]["generations"][0]["logprobs"][at] = float("nan")
+    rec.update(writer_summaries(rec))                           # as the writer would summarise these runs
+    diff = compare(rec["runs"]["FLASHMLA_SPARSE"], rec["runs"][_T])["per_prompt"][0]["max_abs_logprob_diff"]
+    assert math.isnan(diff), diff
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and f"{_T}: the generation for the 48-token prompt has a NaN log-prob" in v.reason, \
+        v.line()
+
+
+def _all_checkpoints(r, **changes):
+    for c in (r["checkpoint"], *(v["checkpoint"] for v in r["runs"].values())):
+        c.update(changes)
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    (GGUF_RECORD, lambda r: r["checkpoint"].update(format="safetensors", file=None, load_format=None,
+                                                    quantization=None),
+     f"{_T}: checkpoint {{'format': 'gguf', 'file': 'model-Q8_0.gguf', 'load_format': 'gguf', 'quantization': "
+     f"'gguf'}}, the record's {{'format': 'safetensors'"),
+    (GGUF_RECORD, lambda r: r["checkpoint"].update(file="model-Q4_K.gguf"), "the record's {'format': 'gguf', 'file': "
+                                                                            "'model-Q4_K.gguf'"),
+    (GGUF_RECORD, lambda r: _all_checkpoints(r, quantization="fp8"), "'quantization': 'fp8'} is none of what launch "
+                                                                     "asks"),
+    (GGUF_RECORD, lambda r: _all_checkpoints(r, file="model-Q8_0.bin"), "is none of what launch asks"),
+    (GGUF_RECORD, lambda r: _all_checkpoints(r, file="other-Q8_0.gguf"), "model.path 'model-Q8_0.gguf' is not the "
+                                                                         "checkpoint asked"),
+    (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["weights"].update(quantization="gguf"), "weights: a safetensors "
+                                                                                        "checkpoint asked"),
+])
+def test_the_records_checkpoint_is_what_its_runs_asked_and_loaded(tmp_path, name, edit, says):
+    """Hole 6: each run judged its weights by its own ``checkpoint`` block, and the record's top-level one (what was
+    asked to load) by none: a GGUF record saying it asked a folder, another GGUF file or an fp8 quantization was
+    proven."""
+    rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()

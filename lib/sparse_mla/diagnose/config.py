@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -145,7 +146,9 @@ def _collapse_lists(msg: str) -> str:
 
 def load_hf_config(path: Path, name: str):
     """vLLM's own loading of ``config.json`` (``vllm.transformers_utils.config.get_config``). A config vLLM cannot
-    load is bad input: :class:`UserInputError` with vLLM's reason and what it accepts."""
+    load is bad input: :class:`UserInputError` with vLLM's reason and what it accepts -- the field transformers
+    refused, where its error names one (a validation error for a field, a ``KeyError`` of a letter a field holds),
+    else a config of a model type vLLM or transformers knows."""
     from vllm.transformers_utils.config import get_config
 
     try:
@@ -154,11 +157,25 @@ def load_hf_config(path: Path, name: str):
         # on one line: transformers' validation errors put the reason on the line after "Validation error for field
         # 'x':"; the folder vLLM read may be a temporary copy of the user's config.json, named as the user named it
         first = (" ".join(str(e).replace(str(path), name).split()) or type(e).__name__)[:300]
+        field = None
         if isinstance(e, KeyError):          # transformers' lookup of a config value's part: say which value holds it
-            first = f"KeyError {first}{_holding(path, e.args[0] if e.args else None)}"
-        raise UserInputError(f"vLLM cannot load the config of model {name!r}: {first}; accepted: a Hugging Face "
-                             f"config.json with a model_type vLLM or transformers knows (e.g. glm_moe_dsa, "
-                             f"deepseek_v32)") from None
+            held = _holding(path, e.args[0] if e.args else None)
+            first, field = f"KeyError {first}{held}", held.split(" = ")[0].removeprefix(" (in ") or None
+        field = field or next(iter(re.findall(r"[Vv]alidation error for field '([^']+)'", str(e))), None)
+        accepted = _accepted_config(field, "validation error" in str(e).lower())
+        raise UserInputError(f"vLLM cannot load the config of model {name!r}: {first}; accepted: {accepted}") from None
+
+
+def _accepted_config(field: str | None, validated: bool) -> str:
+    """What :func:`load_hf_config` says is accepted: the field transformers refused where its error names one, values
+    its config class validates where a validator of the whole class refused them, else a known model type (an
+    unrecognised model, the only case where the model type is what to change)."""
+    compare = "compare the config.json `sparse-mla make-checkpoint` writes"
+    if field:
+        return f"a {field} that transformers' config class takes, of the type the error names ({compare})"
+    if validated:
+        return f"values that transformers' config class validates, as the error says ({compare})"
+    return "a Hugging Face config.json with a model_type vLLM or transformers knows (e.g. glm_moe_dsa, deepseek_v32)"
 
 
 def _holding(path: Path, key) -> str:

@@ -10,6 +10,16 @@ from __future__ import annotations
 import math
 
 
+def largest(values) -> float | None:
+    """The largest of ``values`` (numbers), NaN where any is NaN, None where there are none. Python's ``max`` is no
+    such maximum: a NaN compares false with everything, so ``max([nan, 1.0])`` is NaN but ``max([1.0, nan])`` is 1.0
+    -- a NaN log-probability would vanish from a parity summary by its place in the list."""
+    values = list(values)
+    if not values:
+        return None
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
 def split_prompts(prompts: list[list[int]], reference_max_len: int | None) -> tuple[list[int], list[int]]:
     """``(judged, beyond)``: the indices of the prompts the reference forward judges (length <= ``reference_max_len``;
     all when it is ``None``) and of those it does not."""
@@ -41,7 +51,7 @@ def first_token_agreement(runs: dict[str, dict], baseline: str, keep: list[int])
             diffs = [abs(top[t] - btop[t]) for t in top.keys() & btop.keys()]
             row["vs"][k] = {"first_token": g["token_ids"][0], "same_first_token": g["token_ids"][0] ==
                             base["token_ids"][0], "common_top_k": len(diffs),
-                            "max_abs_logprob_diff": max(diffs) if diffs else None}
+                            "max_abs_logprob_diff": largest(diffs)}
         out.append(row)
     return out
 

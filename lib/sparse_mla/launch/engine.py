@@ -36,7 +36,7 @@ from pathlib import Path
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, cli_int, expand_path, writable_file
 from ..gguf.files import is_gguf
-from .agreement import first_token_agreement, only_prompts, split_prompts
+from .agreement import first_token_agreement, largest, only_prompts, split_prompts
 from .first_token import first_token_criterion
 from .server import HOST, ServerError, backend_log_lines, collective_rpc, free_port, served
 from ..vllm_plugin.switches import COUNT_ENV
@@ -511,14 +511,15 @@ def reference_first_token(model: str | os.PathLike, prompts: list[list[int]], de
 
 
 def compare(a: dict, b: dict) -> dict:
-    """Greedy agreement and log-prob differences between two runs' generations (prompt by prompt)."""
+    """Greedy agreement and log-prob differences between two runs' generations (prompt by prompt): the largest
+    absolute difference over the tokens before they part, NaN where a log-prob is NaN (:func:`~.agreement.largest`)."""
     res = []
     for ga, gb in zip(a["generations"], b["generations"]):
         ta, tb = ga["token_ids"], gb["token_ids"]
         n = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
         d = [abs(x - y) for x, y in zip(ga["logprobs"][:n], gb["logprobs"][:n])]
         res.append({"prompt_len": ga["prompt_len"], "identical": ta == tb, "first_divergence": None if ta == tb else n,
-                    "max_abs_logprob_diff": max(d) if d else None})
+                    "max_abs_logprob_diff": largest(d)})
     return {"per_prompt": res, "all_identical": all(r["identical"] for r in res)}
 
 
@@ -530,7 +531,7 @@ def compare_reference(run: dict, ref: list[dict]) -> list[dict]:
         diffs = [abs(v - float(r["logprobs"][k])) for k, v in top.items() if math.isfinite(v)]
         out.append({"prompt_len": g["prompt_len"], "vllm_first_token": g["token_ids"][0],
                     "reference_argmax": r["argmax"], "same_first_token": g["token_ids"][0] == r["argmax"],
-                    "top_k": len(top), "max_abs_logprob_diff": max(diffs) if diffs else None})
+                    "top_k": len(top), "max_abs_logprob_diff": largest(diffs)})
     return out
 
 
@@ -708,16 +709,26 @@ def _judge_engines(rec: dict, model, prompts, backends, kv_cache_dtype: str, ser
                             if (log_dir / "serve.log").exists() else ""}
 
 
+def nan_logprobs(run: dict) -> list[str]:
+    """One line per generation of ``run`` (an offline run record) with a NaN log-probability: the engine computed no
+    probability there, and no agreement of its tokens proves anything."""
+    gens = run.get("generations") if isinstance(run.get("generations"), list) else []
+    return [f"the generation for the {g.get('prompt_len')}-token prompt has a NaN log-prob" for g in gens
+            if isinstance(g, dict) and isinstance(g.get("logprobs"), list)
+            and any(isinstance(x, float) and math.isnan(x) for x in g["logprobs"])]
+
+
 def parity_failures(rec: dict) -> list[str]:
     """What makes a parity run a failed run, one line each, written into its record: an engine that did not start or
     died, an engine whose ``ran`` block contradicts its run spec (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
-    no reference comparison, the parity criterion (:mod:`sparse_mla.launch.first_token`: a first token other than
+    an engine that generated a NaN log-prob (:func:`nan_logprobs`), no reference comparison, the parity criterion (:mod:`sparse_mla.launch.first_token`: a first token other than
     the reference's argmax where the reference's top-2 gap exceeds the tolerance) failed or not evaluated, a served
     engine that failed or whose ``ran`` contradicts its request."""
     failures = [f"engine {k}: {v['error']}" for k, v in rec.get("runs", {}).items() if "error" in v]
     failures += [f"parity run {rec['interrupted']}"] if rec.get("interrupted") else []
     failures += [f"engine {k}: what ran contradicts what was asked: {c}" for k, v in rec.get("runs", {}).items()
                  for c in v.get("ran_contradictions", [])]
+    failures += [f"engine {k}: {line}" for k, v in rec.get("runs", {}).items() for line in nan_logprobs(v)]
     ref = rec.get("reference_first_token")
     if ref is None or (isinstance(ref, dict) and "error" in ref):
         judged = [n for n in rec.get("prompt_lengths", []) if rec.get("reference_max_len") is None

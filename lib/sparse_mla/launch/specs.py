@@ -208,6 +208,20 @@ def is_mtp(speculative_config: dict | None) -> bool:
     return bool(speculative_config) and speculative_config.get("method") in get_args(MTPModelTypes)
 
 
+#: vLLM's speculative methods that draft from the tokens alone (``SpeculativeMethod`` in ``vllm/config/speculative.py``):
+#: their engines run no drafter layers.
+TOKEN_ONLY_METHODS = ("ngram", "ngram_gpu", "suffix")
+
+
+def drafter_layers(speculative_config: dict | None) -> bool | None:
+    """Whether an engine given ``speculative_config`` runs drafter layers (``ran.draft_attention``): False without
+    speculation or for a method of :data:`TOKEN_ONLY_METHODS`, True for an MTP method (the checkpoint's own MTP
+    layers, :func:`is_mtp`), None for another drafter (a draft model of its own: not told here)."""
+    if not speculative_config or speculative_config.get("method") in TOKEN_ONLY_METHODS:
+        return False
+    return True if is_mtp(speculative_config) else None
+
+
 def with_drafter_backend(spec: RunSpec, speculative_config: dict | None) -> dict | None:
     """The speculative config an engine of ``spec`` gets: for an MTP method, the drafter's ``attention_backend`` set to
     the run's backend (``CUSTOM`` for ours) unless the config names one -- vLLM otherwise selects the drafter's

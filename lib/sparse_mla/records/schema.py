@@ -365,6 +365,56 @@ class FirstToken(_Shape):
     max_abs_logprob_diff: Optional[NonNeg] = None
 
 
+#: A spread or a tolerance that a criterion divides or scales by: a finite number above 0 (never NaN).
+PositiveFinite = Annotated[float, Field(gt=0), AfterValidator(_finite_or_nan)]
+#: A difference of log-probabilities that is 0 or more by construction (the top-2 gap): finite, never NaN.
+NonNegFinite = Annotated[float, Field(ge=0), AfterValidator(_finite_or_nan)]
+#: A unit roundoff (``sparse_mla.kernels.error_bounds.unit_roundoff``): above 0 and below 1 (float32's 2**-24,
+#: bfloat16's 2**-8, fp8 e4m3's 2**-4).
+UnitRoundoff = Annotated[float, Field(gt=0, lt=1)]
+
+
+class CriterionArithmetic(_Shape):
+    """The engine's arithmetic the criterion simulated (``forward_rounding.Arithmetic``): unit roundoffs of the dot
+    products' sums, the stored activations, the indexer's q and k and the latent cache (null: not quantized)."""
+    acc: UnitRoundoff = None                 # may be absent, never null
+    store: UnitRoundoff = None
+    indexer: Optional[UnitRoundoff] = None
+    cache: Optional[UnitRoundoff] = None
+
+
+class CriterionPrompt(_Shape):
+    """One prompt of the first-token criterion: the reference's two most likely tokens (two tokens), their gap (0 or
+    more), the gap's spread ``sigma`` over the rounded forwards and the ``tolerance`` it gives (each above 0)."""
+    prompt_len: Annotated[int, Field(ge=1, le=2 ** 31 - 1)] = None
+    reference_argmax: Count = None
+    reference_second: Count = None
+    gap: NonNegFinite = None
+    tolerance: PositiveFinite = None
+    sigma: PositiveFinite = None
+    decisive: bool = None
+    first_tokens: dict[str, Count] = None
+
+    @model_validator(mode="after")
+    def _two_tokens(self):
+        if self.reference_argmax is not None and self.reference_argmax == self.reference_second:
+            raise ValueError(f"reference_second another token than reference_argmax {self.reference_argmax} (the "
+                             f"reference's top 2 are two tokens)")
+        return self
+
+
+class FirstTokenCriterion(_Shape):
+    """``first_token_criterion`` (:func:`sparse_mla.launch.first_token.first_token_criterion`): the arithmetic
+    simulated, ``samples`` rounded forwards per prompt (at least 2: a spread needs two), one entry per judged prompt,
+    the decisive prompts' count and the failures (or the writer's ``error`` where it could not be made, judged by
+    :mod:`sparse_mla.workbook.consistency`)."""
+    arithmetic: CriterionArithmetic = None
+    samples: Annotated[int, Field(ge=2, le=2 ** 20)] = None
+    per_prompt: list[CriterionPrompt] = None
+    decisive_prompts: Count = None
+    failures: list[str] = None
+
+
 #: A model dimension (heads, layers, top-k, vocabulary, a length in tokens): an integer from 1 to 2**31 - 1.
 Dimension = Optional[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]]
 
@@ -402,6 +452,7 @@ class Engine(Record, EngineRun):
     parity_vs_ours: Optional[dict[str, Pair]] = None
     parity_baseline: Text = None
     reference_first_token: Optional[dict[str, list[FirstToken]]] = None
+    first_token_criterion: Optional[FirstTokenCriterion] = None
     throughput_tokens_per_s: Optional[dict[str, Optional[TokenRate]]] = None
     model: Optional[ModelBlock] = None
     max_model_len: Dimension = None
@@ -442,9 +493,64 @@ class Summary(_Shape):
     tpot_ms_median: Optional[Stat] = None
 
 
+class ClientPass(_Shape):
+    """One ``vllm bench serve`` client run as the writer records it (``passes[].timed``, ``servers[].warmup``:
+    ``sparse_mla.bench.serve._bench_pass``): its command, its wall ``seconds`` (above 0), vLLM's ``duration`` (s,
+    above 0), the requests ``completed`` and ``failed`` (0 or more). Its exit status and time limit are judged
+    wherever they are (``sparse_mla.workbook.proof.OUTCOME_KEYS``)."""
+    command: list[str] = None
+    result_file: Text = None
+    seconds: Positive = None
+    duration: Positive = None
+    completed: Count = None
+    failed: Count = None
+    output_len: Dimension = None
+
+
+class Server(_Shape):
+    """One live ``vllm serve`` of a run: its command, start-up and wall time, warm-up pass, and the ``ran`` block
+    read in its workers after its last pass."""
+    command: list[str] = None
+    server_up_s: Optional[Seconds] = None
+    wall_s: Optional[Seconds] = None
+    warmup: ClientPass = None
+    failures: list[str] = None
+    ran: Optional[Ran] = None
+    ran_per_rank: Optional[list[Ran]] = None
+    ran_contradictions: Optional[list] = None
+
+
+class TimedPass(_Shape):
+    """One timed pass of a run: its repeat (1-based), its place in the round, its failures and its client run."""
+    repeat: Annotated[int, Field(ge=1, le=1024)] = None
+    position: Annotated[int, Field(ge=1, le=1024)] = None
+    failures: list[str] = None
+    timed: ClientPass = None
+
+
+class RepeatAgreement(_Shape):
+    """Greedy agreement of two passes (``sparse_mla.bench.vllm_client.text_agreement``): requests compared and
+    identical (at most compared), the first differing character (0 or more)."""
+    repeat: Annotated[int, Field(ge=1, le=1024)] = None
+    against_repeat: Annotated[int, Field(ge=1, le=1024)] = None
+    compared: Count = None
+    identical: Count = None
+    first_divergence_min: Int = None
+    first_divergence_median: Optional[NonNeg] = None
+
+    @model_validator(mode="after")
+    def _at_most_compared(self):
+        if self.identical is not None and self.compared is not None and self.identical > self.compared:
+            raise ValueError("identical <= compared")
+        return self
+
+
 class ServeRun(EngineRun):
     summary: Optional[Summary] = None
     spec_decode: Optional[AcceptanceRate] = None
+    servers: list[Server] = None
+    passes: list[TimedPass] = None
+    agreement_across_repeats: list[RepeatAgreement] = None
 
 
 class Agreement(_Shape):
@@ -452,12 +558,29 @@ class Agreement(_Shape):
     compared: Int = None
     baseline: Text = None
     plain: Text = None
+    per_repeat: list[RepeatAgreement] = None
+    output_throughput_ratio: Optional[Ratio] = None
+    acceptance_rate_percent: Num = None
 
     @model_validator(mode="after")
     def _at_most_compared(self):
         if self.identical is not None and self.compared is not None and self.identical > self.compared:
             raise ValueError("identical <= compared")
         return self
+
+
+class ServerBlock(_Shape):
+    """``server``: what every live ``vllm serve`` of the benchmark was given."""
+    kv_cache_dtype: Text = None
+    tp: Annotated[int, Field(ge=1, le=1024)] = None
+    enforce_eager: bool = None
+    cuda_graphs: bool = None
+    prefix_caching: bool = None
+    max_model_len: Dimension = None
+    max_num_seqs: Dimension = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = None
+    server_timeout_s: Positive = None
+    bench_timeout_s: Positive = None
 
 
 class BenchResult(_Shape):
@@ -488,6 +611,7 @@ class Serve(Record):
     load: Optional[Load] = None
     order: Optional[list[list[str]]] = None
     wall_s: Optional[Seconds] = None
+    server: ServerBlock = None
     agreement_vs_baseline: Optional[dict[str, Agreement]] = None
     speculative_vs_plain: Optional[dict[str, Agreement]] = None
     complete: Flag = None
@@ -513,6 +637,7 @@ def _expected(err: dict) -> str:
                      "greater_than": lambda: f"a number above {ctx.get('gt')}",
                      "greater_than_equal": lambda: f"a number of at least {ctx.get('ge')}",
                      "less_than_equal": lambda: f"a number up to {ctx.get('le')}",
+                     "less_than": lambda: f"a number below {ctx.get('lt')}",
                      "string_pattern_mismatch": lambda: "a capability 'M.m'" if ctx.get("pattern") == _CAPABILITY
                      else f"a text matching {ctx.get('pattern')}"}
     if err["type"] in by_constraint:

@@ -204,7 +204,9 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     gives its :func:`shape_errors`). ``asked`` holds the run's
     ``backend_requested`` (``"auto"``: vLLM's choice, not checked), ``indexer`` (``"vllm"`` or ``TRITON_DSA_INDEXER``),
     optionally ``capability`` (a simulated one, ``"8.0"``), ``draft_backend`` (the backend a draft model's layers
-    must run: speculation with a drafter on our backend) and ``speculative`` (the method asked: the engine's
+    must run: speculation with a drafter on our backend), ``drafter_layers`` (whether drafter layers run:
+    :func:`sparse_mla.launch.specs.drafter_layers`; False: ``draft_attention`` must be absent) and ``speculative``
+    (the method asked: the engine's
     ``speculative`` counters must show drafts) and ``load_format`` (``"gguf"``: the weights loaded in that format
     through :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter`). Checked: the capability vLLM saw;
     every attention layer on the requested backend (the drafter's on ``draft_backend``); our Triton kernels generated for that capability's
@@ -229,11 +231,18 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     draft = asked.get("draft_backend")
     if draft is not None and set(ran.get("draft_attention") or {}) != {draft}:
         out.append(f"draft_attention: asked {draft} in the drafter's layers, they ran {ran.get('draft_attention')}")
+    layers = asked.get("drafter_layers")
+    if layers is False and ran.get("draft_attention"):
+        out.append(f"draft_attention: no drafter asked (no speculation, or one drafting from the tokens alone), the "
+                   f"engine ran drafter layers {ran['draft_attention']}")
+    if layers is True and draft is None and not ran.get("draft_attention"):
+        out.append("draft_attention: an MTP drafter asked, the engine ran no drafter layer")
     load = asked.get("load_format")
     w = ran.get("weights") or {}
     if load is not None and w.get("load_format") != load:
         out.append(f"weights: asked load_format {load}, the engine loaded {w}")
-    if "load_format" in asked and load is None and w.get("load_format") == "gguf":
+    if "load_format" in asked and load is None and (w.get("load_format") == "gguf" or w.get("quantization") == "gguf"
+                                                     or w.get("gguf_adapter")):
         out.append(f"weights: a safetensors checkpoint asked, the engine loaded {w}")
     if str(load).lower() == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
         out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")

@@ -9,8 +9,10 @@ data by the function named below, in the process that ran).
 * its ``reference_first_token`` has one entry per run and judged prompt (within ``reference_max_len``) whose first
   token, ``same_first_token`` and ``top_k`` are the run's (:func:`sparse_mla.launch.engine.compare_reference`), and
   its ``first_token_criterion`` (records from :data:`CRITERION_SINCE` on) judges the same prompts with the runs' first
-  tokens and the same reference argmax, ``decisive`` its gap above its tolerance, ``decisive_prompts`` their count;
-* a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`);
+  tokens and the same reference argmax, ``decisive`` its gap above its tolerance, ``decisive_prompts`` their count,
+  each tolerance ``lam sqrt(2)`` times its sigma and its arithmetic vLLM's for the record's KV-cache dtype;
+* a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`); its
+  passes, agreement summaries, verdict, server block and servers' ``ran`` (:mod:`sparse_mla.workbook.serving`);
 * ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``);
 * each engine run's ``throughput``: ``output_tokens_per_s`` its ``generated_tokens`` over its ``seconds``, no more
   tokens than ``num_seqs`` x ``max_tokens``; its prompts and generations within the record's ``max_model_len``;
@@ -20,8 +22,9 @@ data by the function named below, in the process that ran).
 * each engine run: ``layers`` and ``generations`` not empty where the writer wrote them, one generation per prompt of
   ``prompt_lengths`` in its order, every attention layer's KV dtype the one asked (an fp8 request: vLLM's fp8 layout,
   ``fp8_ds_mla``, :data:`sparse_mla.layouts.FP8_KV_CACHE_DTYPES`), ``ran.attention`` counting as many layers as
-  the record's ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer), and
-  ``layers`` holding at least the attention and indexer-cache layers ``ran`` counts.
+  the record's ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer) and
+  ``ran.indexer_cache`` no more, in every ``ran`` block (a served check's and each live server's too), and ``layers``
+  holding at least the attention and indexer-cache layers ``ran`` counts.
 
 What it cannot see: a record whose data and summaries were edited together (:mod:`sparse_mla.workbook.proof`).
 """
@@ -31,6 +34,7 @@ import json
 
 from ..layouts import FP8_KV_CACHE_DTYPES
 from ..vllm_plugin.ran import count_backends
+from .serving import serving_record_problems
 
 
 def _same(a, b) -> bool:
@@ -215,6 +219,36 @@ def _criterion(crit, ref: dict, gens: dict[str, list[dict]], date=None) -> list[
     return out
 
 
+def criterion_figure_problems(rec: dict) -> list[str]:
+    """``first_token_criterion``'s figures against each other, as
+    :func:`sparse_mla.launch.forward_rounding.first_token_gap` makes them: each prompt's ``tolerance`` is
+    ``lam * sqrt(2) * sigma``, ``lam = sqrt(2 ln(2 n / P_FAIL))`` for the ``n`` prompts judged together (to 1e-9
+    relative); its ``arithmetic`` is vLLM's (:func:`~sparse_mla.launch.forward_rounding.engine_arithmetic`) for a
+    checkpoint dtype and the record's KV-cache dtype (an fp8 cache: e4m3's roundoff, else none)."""
+    import math
+
+    crit = rec.get("first_token_criterion")
+    if not isinstance(crit, dict) or "error" in crit:
+        return []
+    from ..kernels.error_bounds import P_FAIL
+    from ..launch.forward_rounding import engine_arithmetic
+
+    per = [p for p in crit.get("per_prompt") or [] if isinstance(p, dict)]
+    lam = math.sqrt(2.0 * math.log(2.0 * max(1, len(per)) / P_FAIL)) * math.sqrt(2.0)
+    out = [f"first_token_criterion: tolerance {p['tolerance']!r} for the {p.get('prompt_len')}-token prompt is not "
+           f"{lam:.6g} x its sigma {p['sigma']!r} (lam sqrt(2) for {len(per)} prompts judged together)"
+           for p in per if _num(p.get("tolerance")) and _num(p.get("sigma"))
+           and not abs(p["tolerance"] - lam * p["sigma"]) <= 1e-9 * abs(lam * p["sigma"])]
+    kv = rec.get("kv_cache_dtype", "auto")
+    arith = crit.get("arithmetic")
+    if isinstance(arith, dict) and isinstance(kv, str):
+        engines = [engine_arithmetic(d, kv).__dict__ for d in ("bfloat16", "float16", "float32")]
+        if not any(_same(arith, e) for e in engines):
+            out.append(f"first_token_criterion: arithmetic {arith} is not vLLM's for a KV cache of {kv!r} "
+                       f"(engine_arithmetic: {engines[0]} for a bfloat16 checkpoint)")
+    return out
+
+
 def served_problems(rec: dict) -> list[str]:
     """``serve.matches_offline`` against the served tokens and the offline run it names (``compared_with``: the
     writer writes both or neither)."""
@@ -244,7 +278,7 @@ def run_problems(rec: dict, name: str, run: dict) -> list[str]:
     out += [f"{name}: the generation for the {g.get('prompt_len')}-token prompt has {len(g.get('token_ids') or [])} "
             f"token(s) and {len(g.get('logprobs') or [])} log-prob(s)" for g in gens if isinstance(g, dict)
             and (not g.get("token_ids") or len(g.get("logprobs") or []) != len(g["token_ids"]))][:1]
-    return out + _layer_problems(rec, name, run) + _layer_count(rec, name, run)
+    return out + _layer_problems(rec, name, run)
 
 
 def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:
@@ -282,19 +316,53 @@ def _indexer_layers(layers: dict) -> set[str]:
             or not count_backends({n: v})[0]}
 
 
-def _layer_count(rec: dict, name: str, run: dict) -> list[str]:
-    """``ran.attention``'s layer count against ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2
-    checkpoint is an MLA layer); a count that is no integer is named."""
+def ran_blocks(runs: dict[str, dict]) -> list[tuple[str, dict]]:
+    """``(where, ran)`` of every ``ran`` block of a record's engine runs (``runs``: :func:`sparse_mla.records.
+    engine_tables.engine_runs`, the served check included): each run's own and each of its live servers'
+    (``servers[i].ran``, a serving benchmark's), and every rank's of a tensor-parallel engine (``ran_per_rank``),
+    where they are objects."""
+    out = []
+    for k, r in runs.items():
+        if isinstance(r.get("ran"), dict):
+            out.append((f"{k}: ran", r["ran"]))
+        servers = r.get("servers") if isinstance(r.get("servers"), list) else []
+        out += [(f"{k}: servers[{i}].ran", s["ran"]) for i, s in enumerate(servers)
+                if isinstance(s, dict) and isinstance(s.get("ran"), dict)]
+        out += [(f"{k}: {where}ran_per_rank[{j}]", ran) for where, holder in
+                [("", r), *((f"servers[{i}].", s) for i, s in enumerate(servers) if isinstance(s, dict))]
+                for j, ran in enumerate(holder.get("ran_per_rank") if isinstance(holder.get("ran_per_rank"), list)
+                                        else []) if isinstance(ran, dict)]
+    return out
+
+
+def _layers(counts) -> int | None:
+    """The layers a ``ran`` count (``{backend: layers}``) adds up to; None where it is no such count."""
+    if not isinstance(counts, dict) or not all(_int(v) for v in counts.values()):
+        return None
+    return sum(counts.values())
+
+
+def model_layer_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """Every ``ran`` block (:func:`ran_blocks`) against the record's ``model``: ``attention`` counts
+    ``model.num_hidden_layers`` layers (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer), and the
+    indexer's cache layers (``indexer_cache``, one per layer with its own indexer) no more than the model's layers
+    nor than the attention layers that ran; a ``num_hidden_layers`` that is no integer is named."""
     model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
     want = model.get("num_hidden_layers")
-    att = (run.get("ran") or {}).get("attention") if isinstance(run.get("ran"), dict) else None
-    if want is not None and (isinstance(want, bool) or not isinstance(want, int)):
+    if want is not None and not _int(want):
         return [f"model.num_hidden_layers {want!r} is no layer count"]
-    if want is None or not isinstance(att, dict) or not all(isinstance(v, int) for v in att.values()):
-        return []
-    got = sum(att.values())
-    return [] if got == want else [f"{name}: ran.attention counts {got} attention layer(s), the record's model has "
-                                   f"{want}"]
+    out = []
+    for where, ran in ran_blocks(runs):
+        att, cache = _layers(ran.get("attention")), _layers(ran.get("indexer_cache"))
+        if want is not None and att is not None and att != want:
+            out.append(f"{where}.attention counts {att} attention layer(s), the record's model has {want}")
+        if want is not None and cache is not None and cache > want:
+            out.append(f"{where}.indexer_cache counts {cache} indexer-cache layer(s), more than the record's model's "
+                       f"{want} layers (one indexer per layer at most)")
+        if att is not None and cache is not None and cache > att:
+            out.append(f"{where}.indexer_cache counts {cache} indexer-cache layer(s), more than the {att} attention "
+                       f"layers that ran")
+    return out
 
 
 def serving_summary_problems(rec: dict) -> list[str]:
@@ -399,7 +467,9 @@ def serving_load_problems(rec: dict) -> list[str]:
 def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Every line of this module's checks for one record (``runs``: its engine runs,
     :func:`sparse_mla.records.engine_tables.engine_runs`); ``[]`` where its summaries are its data's."""
-    out = summary_problems(rec) + reference_problems(rec) + served_problems(rec) + serving_summary_problems(rec)
+    out = summary_problems(rec) + reference_problems(rec) + criterion_figure_problems(rec) + served_problems(rec)
+    out += serving_summary_problems(rec)
     out += serving_load_problems(rec)
     out += [p for k, r in runs.items() if k != "serve" for p in throughput_problems(k, r) + length_problems(rec, k, r)]
+    out += model_layer_problems(rec, runs) + serving_record_problems(rec)
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]

@@ -1,5 +1,7 @@
 """The values a profile gives the notebooks' parameters, checked before any notebook runs (issue 47): a ``tp: -8`` or
-``device: gpu`` of the right kind would otherwise run a notebook up to the cell that refuses it.
+``device: gpu`` of the right kind would otherwise run a notebook up to the cell that refuses it, and so would
+``device: cuda`` on a machine whose notebooks would find no CUDA GPU (:func:`sparse_mla.machine.cuda_unavailable`,
+told without initialising CUDA in this process).
 
 Each check is the library's own where it has one (:func:`sparse_mla.diagnose.request.resolve` for a diagnosis's
 model, capability, KV-cache dtype and tensor parallelism; :data:`sparse_mla.diagnose.what_to_run.MACHINES`); the
@@ -44,6 +46,12 @@ def _one(key: str, value) -> str | None:
         return "set by sparse-mla run itself; accepted: sparse-mla run --out-dir DIR"
     if key == "device" and value not in DEVICES:
         return f"accepted: {', '.join(DEVICES)}"
+    if key == "device" and value == "cuda":
+        from ..machine import cuda_unavailable
+
+        why = cuda_unavailable()
+        if why:
+            return f"this machine {why}, and the notebook would fail inside; accepted on this machine: cpu"
     if key == "machine":
         from ..diagnose.what_to_run import MACHINES
 

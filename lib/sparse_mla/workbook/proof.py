@@ -11,12 +11,15 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
 * ``unproven: REASON``: no ``ran`` block (every record made before the block existed, the 2026-12-01 ones included;
   benchmark records of single kernels, which start no engine), engines that failed (counted: a record whose engines
   all died proves nothing ran), or a record that says it failed (:func:`said_failed`: its ``failures``, an engine's
-  ``ran_contradictions`` as the writer found them, ``interrupted``, a serving benchmark's ``complete: false``), or
+  ``ran_contradictions`` as the writer found them, ``interrupted``, a serving benchmark's ``complete: false``; at any
+  depth a key naming a failure, :data:`FAILURE_STEMS`, that holds anything, and an outcome, :data:`OUTCOME_KEYS`, other
+  than its writer's success value: anything but the success value is a failure, whatever words it is in), or
   whose revision the full git repository holding it has no commit of (:func:`revision_unknown`); gaps in its header
   are listed too;
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
   :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line; a negative throughput, a date or
-  revision of another form), a record that claims proof (a ``ran`` block) with a header gap, a request that cannot
+  revision of another form; an outcome of another type, :func:`outcome_problems`: an exit status ``true``), a record
+  that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
   that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
   summaries that are not what the record's own data give (:mod:`sparse_mla.workbook.consistency`),
@@ -45,11 +48,12 @@ from pathlib import Path
 
 from ..errors import UserInputError, expand_path
 from ..files import DuplicateKey, no_duplicate_keys
+from ..launch.engine import nan_logprobs
 from ..records import schema
 from ..records.common import markdown
 from ..records.engine_tables import engine_runs
 from ..vllm_plugin.ran import contradictions
-from .consistency import consistency_problems
+from .consistency import consistency_problems, ran_blocks
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
 #: What a record that claims proof must also name: the GPU it ran on and its capability, read in the process.
@@ -82,7 +86,8 @@ def _known(value) -> bool:
 def said_failed(rec: dict) -> list[str]:
     """What the record itself says went wrong, one line each: its ``failures`` (a parity run's verdict), each
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
-    the run short) and a serving benchmark's ``complete: false``."""
+    the run short), a serving benchmark's ``complete: false``, a generation with a NaN log-prob
+    (:func:`sparse_mla.launch.engine.nan_logprobs`) and what :func:`_said_anywhere` finds."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
     if rec.get("interrupted") is not None:
         died.add(f"parity run {rec['interrupted']}")                                               # said below
@@ -94,89 +99,135 @@ def said_failed(rec: dict) -> list[str]:
         out.append(f"it was interrupted: {str(rec['interrupted'])[:120]}")
     if rec.get("complete") is False or ("repeats" in rec and rec.get("complete") is not True):
         out.append(f"it says it is not complete (complete: {rec.get('complete', 'absent')})")
+    out += [f"{k}: {line}: no agreement of its tokens proves a match" for k, r in engine_runs(rec).items()
+            for line in nan_logprobs(r)]
     engines = [id(r) for r in engine_runs(rec).values()]
     said = " ".join(out)    # a line the record's failures already hold (the criterion's error) is not said twice
     return out + [ln for ln in _said_anywhere(rec, "", engines) if ln.split(" says something failed: ")[-1][:60]
                   not in said]
 
 
-#: Keys that, anywhere in a record, say something went wrong when they hold anything (a list with items, a text, a
-#: count other than 0): what a writer of ours puts where a part of the run failed, and the names another writer would.
-FAILURE_KEYS = ("failures", "ran_contradictions", "error", "interrupted", "errors", "failed", "exception", "failure")
-#: Keys whose value says a process or a step failed: a non-zero exit status, a time limit reached, a failed status.
-def _nonzero_status(v) -> bool:
-    """An exit status other than 0, whatever it was written as: ``1``, ``137.0``, ``"1"`` (not ``True``/``False``)."""
-    if isinstance(v, str):
-        try:
-            v = float(v.strip())
-        except ValueError:
-            return bool(v.strip())                       # "killed": a status, and not 0
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0
-
-
-def _true(v) -> bool:
-    """A flag set, whatever it was written as: ``True``, ``"true"``, ``"yes"``, ``1``."""
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "yes", "1")
-    return v is True or (isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0)
-
-
-#: Words of a failed status, in any case, anywhere in its text ("failed", "killed by OOM", "Timeout", "aborted")
-FAILED_STATUS_WORDS = ("fail", "error", "kill", "oom", "abort", "crash", "timeout", "timed out")
+#: Word stems that make a key one naming a failure, wherever it is in a record and however it is spelled
+#: (``failures``, ``failed_requests``, ``num_failed``, ``errored``, ``Error``, ``crashed``, ``oom_killed``,
+#: ``ranContradictions``: a word of the key's name starting with a stem): such a key holds the writer's "nothing"
+#: (null, false, 0, an empty list or object, a spread of zeros) or says that something failed. What a writer of ours
+#: puts where a part of the run failed, and what another writer would name it; no list of the failure's own words.
+FAILURE_STEMS = ("fail", "error", "crash", "exception", "abort", "kill", "interrupt", "oom", "died", "fatal", "panic",
+                 "segfault", "contradiction")
 #: The statuses that say a step ended well, in any case; any other status text ("segfault", "died", "terminated by
 #: signal 9", "running") says it did not, whatever words another writer chose.
 OK_STATUSES = ("ok", "okay", "success", "succeeded", "successful", "pass", "passed", "done", "complete", "completed",
                "finished")
 
 
-def _failed_status(v) -> bool:
-    """A status text that says a step failed: one with a word of :data:`FAILED_STATUS_WORDS`, or any text but the
-    success words of :data:`OK_STATUSES` (no writer of ours writes a status; another writer's own words are
-    judged by what they do not say)."""
-    if not isinstance(v, str):
-        return False
-    text = v.strip().lower().rstrip(".!")
-    return any(w in text for w in FAILED_STATUS_WORDS) or text not in OK_STATUSES
+def _exit_status(v) -> str | None:
+    """An exit status: the integer 0 (success); another integer says the step failed; any other type (``true``,
+    ``"1"``, ``137.0``, ``[1]``) is no exit status a writer writes."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return None if v == 0 else "failed"
+    return "an integer exit status (0: success)"
 
 
-FAILURE_SIGNS = {"exit_code": _nonzero_status, "returncode": _nonzero_status, "timed_out": _true,
-                 "status": _failed_status}
+def _flag_of_failure(v) -> str | None:
+    """A flag that is set where the step failed (``timed_out``): ``false`` (success) or ``true`` (failed), nothing
+    else (``"Y"``, ``"true"``, ``1``)."""
+    if isinstance(v, bool):
+        return "failed" if v else None
+    return "true or false"
+
+
+def _flag_of_success(v) -> str | None:
+    """A flag that is set where the step succeeded (``ok``, ``success``, ``passed``): ``true``; ``false`` says it
+    failed; nothing else is a flag."""
+    if isinstance(v, bool):
+        return None if v else "failed"
+    return "true or false"
+
+
+def _status(v) -> str | None:
+    """A status text: one of :data:`OK_STATUSES` (any case, a final ``.`` or ``!`` aside) is success, any other text
+    says the step did not end well; a status that is no text is no status a writer writes."""
+    if isinstance(v, str):
+        return None if v.strip().lower().rstrip(".!") in OK_STATUSES else "failed"
+    return "a text (a status such as 'ok')"
+
+
+#: Keys (their words joined by ``_``, any case) whose value is the outcome of a step, and what each accepts: the
+#: writer's success value, what says the step failed (``"failed"``), else what is accepted (the value is of a type no
+#: writer writes: the record is invalid).
+OUTCOME_KEYS = {**dict.fromkeys(("exit_code", "exitcode", "returncode", "return_code", "exit_status"), _exit_status),
+                **dict.fromkeys(("timed_out", "timedout"), _flag_of_failure),
+                **dict.fromkeys(("ok", "success", "succeeded", "passed"), _flag_of_success), "status": _status}
+
+
+def _words(key: str) -> list[str]:
+    """A key's words: split at anything but letters and digits and between a lower-case letter and a capital
+    (``failedRequests`` -> ``failed``, ``requests``), lower-cased."""
+    return [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()) if w]
+
+
+def names_a_failure(key) -> bool:
+    """Whether a key's name is one of a failure (:data:`FAILURE_STEMS`)."""
+    return isinstance(key, str) and any(w.startswith(FAILURE_STEMS) for w in _words(key))
+
+
+def _outcomes(node, where: str, engines: list[int]):
+    """``(path, key, value, verdict)`` for every outcome in a record at any depth: keys naming a failure that hold
+    something (verdict ``"failed"``) and :data:`OUTCOME_KEYS` whose value is not their success (``"failed"``, or
+    what is accepted); an engine run's own ``error`` is counted apart (the engines that failed), the top level's
+    ``failures`` and ``interrupted`` by :func:`said_failed`."""
+    if isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _outcomes(v, f"{where}[{i}]", engines)
+        return
+    if not isinstance(node, dict):
+        return
+    for k, v in node.items():
+        here = f"{where}.{k}" if where else str(k)
+        judge_value = OUTCOME_KEYS.get("_".join(_words(k))) if isinstance(k, str) else None
+        if judge_value is not None:
+            verdict = judge_value(v)
+            if verdict is not None:
+                yield here, k, v, verdict
+        elif names_a_failure(k):
+            said_apart = (not where and k in ("failures", "interrupted")) or (k == "error" and id(node) in engines)
+            if not said_apart and _holds_something(v):
+                yield here, k, v, "failed"
+        elif isinstance(v, (dict, list)):
+            yield from _outcomes(v, here, engines)
+
+
+def outcome_problems(rec: dict) -> list[str]:
+    """The outcomes (:data:`OUTCOME_KEYS`) anywhere in ``rec`` written as no writer writes them (an exit status
+    ``true`` or ``"1"``, a ``timed_out`` of ``"Y"``, a status that is no text), one line each naming the value and
+    what is accepted."""
+    engines = [id(r) for r in engine_runs(rec).values()]
+    return [f"{path} {v!r} is not accepted; accepted: {verdict}" for path, _, v, verdict in _outcomes(rec, "", engines)
+            if verdict != "failed"]
 
 
 def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
-    """:data:`FAILURE_KEYS` holding anything at any depth of the record (a run's failures, a
-    server's error, a pass's failed count, the first-token criterion's failures), one line each; an engine run's own
-    ``error`` is counted apart (the engines that failed), the top level's failures and interruption by
-    :func:`said_failed`."""
+    """What the record says failed at any depth (:func:`_outcomes`), one line each, and a ``vllm bench serve``
+    result that completed fewer prompts than it asked."""
+    out = [f"{path} says something failed: " + (f"{k} {v!r}" if "_".join(_words(k)) in OUTCOME_KEYS else str(v)[:120])
+           for path, k, v, verdict in _outcomes(node, where, engines) if verdict == "failed"]
+    return out + _prompts_not_completed(node, where)
+
+
+def _prompts_not_completed(node, where: str) -> list[str]:
+    """Every ``vllm bench serve`` result (an object with ``completed`` and ``num_prompts``) at any depth that completed
+    fewer prompts than it asked, one line each."""
     out = []
     if isinstance(node, dict):
-        for k, v in node.items():
-            here = f"{where}.{k}" if where else k
-            top_said = not where and k in ("failures", "interrupted")           # said_failed says those
-            key = k.lower() if isinstance(k, str) else k         # "Error", "FAILURES": the same keys
-            if key in FAILURE_KEYS and not top_said and _holds_something(v) and not (k == "error" and id(node) in engines):
-                out.append(f"{here} says something failed: {str(v)[:120]}")
-            elif key in FAILURE_SIGNS and _sign(FAILURE_SIGNS[key], v):
-                out.append(f"{here} says something failed: {k} {v!r}")
-            elif isinstance(v, (dict, list)):
-                out += _said_anywhere(v, here, engines)
-        done, asked = _count(node.get("completed")), _count(node.get("num_prompts"))     # a vllm bench serve result
+        done, asked = _count(node.get("completed")), _count(node.get("num_prompts"))
         if done is not None and asked is not None and done < asked:
             out.append(f"{where or '(the record)'} says something failed: {done:g} of {asked:g} prompts completed")
+        for k, v in node.items():
+            out += _prompts_not_completed(v, f"{where}.{k}" if where else str(k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            out += _said_anywhere(v, f"{where}[{i}]", engines)
+            out += _prompts_not_completed(v, f"{where}[{i}]")
     return out
-
-
-def _sign(says_failed, v) -> bool:
-    """A failure sign's value, or any value inside it where it is a list or an object (``exit_code: [1]``,
-    ``status: {"text": "crashed"}``: no writer writes those, and they say the same)."""
-    if isinstance(v, list):
-        return any(_sign(says_failed, x) for x in v)
-    if isinstance(v, dict):
-        return any(_sign(says_failed, x) for x in v.values())
-    return says_failed(v)
 
 
 def _count(v) -> float | None:
@@ -321,7 +372,9 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """What a record says of itself that its writer never writes: ``run_specs`` other than its runs' requests; a
     header naming a vLLM that is no tested line; a first-token criterion at odds with its own data
     (:func:`_criterion_problems`); a serving benchmark short of its repeats (:func:`_serving_problems`); an engine
-    run that is not its record's (:func:`_run_headers`); summaries that are not their data's
+    run that is not its record's (:func:`_run_headers`); speculation other than the record's or than its counters and
+    drafter layers allow (:func:`_speculation_problems`); weights asked otherwise than the record asks them
+    (:func:`_checkpoint_problems`); summaries that are not their data's
     (:mod:`sparse_mla.workbook.consistency`)."""
     from ..vllm_lines import TESTED_LINES, line_of
 
@@ -341,7 +394,7 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         if isinstance(v, str) and line_of(v) not in TESTED_LINES:
             out.append(f"{where}: vLLM {v} is no tested line ({', '.join(TESTED_LINES)})")
     return out + _criterion_problems(rec) + _serving_problems(rec, runs) + _run_headers(rec, runs) + \
-        consistency_problems(rec, runs)
+        _speculation_problems(rec, runs) + _checkpoint_problems(rec, runs) + consistency_problems(rec, runs)
 
 
 #: Header fields every engine run of one record shares with the record (one machine, one install, one revision).
@@ -387,6 +440,78 @@ def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
     if isinstance(heads, int) and isinstance(tp, int) and tp > 0 and heads % tp:
         out.append(f"tp {tp} does not divide the model's {heads} heads")
     return out
+
+
+def _speculation_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """Each run's speculation against the record's and against what ran: a run's ``speculative_config`` asks the
+    method and ``num_speculative_tokens`` of the record's (where the record has the key; a run without one runs
+    without speculation, e.g. ``+no-speculation``); its engine's ``speculative`` counters (every ``ran`` block)
+    propose at most ``num_speculative_tokens`` tokens a draft; an MTP drafter's layers (``draft_attention``) are at
+    most the model's MTP layers (``model.num_nextn_predict_layers``)."""
+    from ..launch.specs import is_mtp
+    from .consistency import ran_blocks
+
+    model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
+    nextn, top = model.get("num_nextn_predict_layers"), rec.get("speculative_config")
+    out = []
+    for k, r in runs.items():
+        scfg = r.get("speculative_config")
+        if not isinstance(scfg, dict):
+            continue
+        asked = {f: scfg.get(f) for f in ("method", "num_speculative_tokens")}
+        if r is not rec and "speculative_config" in rec and (
+                not isinstance(top, dict) or asked != {f: top.get(f) for f in asked}):
+            out.append(f"{k}: speculative_config asks {asked}, the record's {top}")
+        n = scfg.get("num_speculative_tokens")
+        for where, ran in ran_blocks({k: r}):
+            c = ran.get("speculative") if isinstance(ran.get("speculative"), dict) else {}
+            if _int(n) and _int(c.get("drafts")) and _int(c.get("draft_tokens")) and c["draft_tokens"] > c["drafts"] * n:
+                out.append(f"{where}.speculative: {c['draft_tokens']} draft tokens in {c['drafts']} drafts, more than "
+                           f"the {n} a draft of the speculative_config proposes")
+            drafted = sum(v for v in (ran.get("draft_attention") or {}).values() if _int(v)) \
+                if isinstance(ran.get("draft_attention"), dict) else 0
+            if is_mtp(scfg) and _int(nextn) and drafted > nextn:
+                out.append(f"{where}.draft_attention counts {drafted} drafter layer(s), the record's model has {nextn} "
+                           f"MTP layer(s)")
+    return out
+
+
+#: What ``launch`` asks an engine to load (:func:`sparse_mla.launch.engine.weights_asked`), field by field: a GGUF file
+#: through vllm-gguf-plugin, or a checkpoint folder at vLLM's defaults.
+ASKED_WEIGHTS = {"gguf": {"format": "gguf", "load_format": "gguf", "quantization": "gguf"},
+                 "safetensors": {"format": "safetensors", "file": None, "load_format": None, "quantization": None}}
+
+
+def _checkpoint_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """The record's ``checkpoint`` (what was asked to load) against its runs and model: each checkpoint block one of
+    :data:`ASKED_WEIGHTS` (a GGUF's ``file`` a ``*.gguf`` name), every run's own block the record's, and the
+    record's ``model.path`` the GGUF file asked (a folder's name otherwise). What each engine loaded against it:
+    :func:`sparse_mla.vllm_plugin.ran.contradictions`."""
+    fields = ("format", "file", "load_format", "quantization")
+    top = rec.get("checkpoint")
+    blocks = [("checkpoint", top)] if isinstance(top, dict) else []
+    blocks += [(f"{k}: checkpoint", r["checkpoint"]) for k, r in runs.items()
+               if r is not rec and isinstance(r.get("checkpoint"), dict)]
+    out = []
+    for where, c in blocks:
+        want = ASKED_WEIGHTS.get(c.get("format"))
+        file = c.get("file")
+        if want is None or any(c.get(f) != v for f, v in want.items()) or (
+                c.get("format") == "gguf" and not (isinstance(file, str) and file.lower().endswith(".gguf"))):
+            out.append(f"{where} {({f: c.get(f) for f in fields})} is none of what launch asks (a GGUF file: "
+                       f"{ {**ASKED_WEIGHTS['gguf'], 'file': 'NAME.gguf'} }, or a folder: {ASKED_WEIGHTS['safetensors']})")
+        elif isinstance(top, dict) and c is not top and any(c.get(f) != top.get(f) for f in fields):
+            out.append(f"{where} {({f: c.get(f) for f in fields})}, the record's {({f: top.get(f) for f in fields})}")
+    path = (rec.get("model") or {}).get("path") if isinstance(rec.get("model"), dict) else None
+    if isinstance(top, dict) and isinstance(path, str) and (path.lower().endswith(".gguf") != (top.get("format") ==
+                                                                                             "gguf") or (
+            top.get("format") == "gguf" and path != top.get("file"))):
+        out.append(f"model.path {path!r} is not the checkpoint asked ({top.get('format')!r}, file {top.get('file')!r})")
+    return out
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _criterion_problems(rec: dict) -> list[str]:
@@ -454,7 +579,8 @@ def _spec_mismatch(name, backend: str, indexer: str, cap) -> str | None:
 def asked(run: dict, rec: dict) -> dict | str:
     """What an engine run was asked for: its run spec and, where the record says so, a simulated capability (the run
     spec's ``@M.m``, ``simulated_capability``, else the ``simulated`` block of the run or the record) and speculation
-    (its ``speculative_config``: an MTP drafter's backend; drafts, for an offline engine); a string saying what is
+    (its ``speculative_config``: whether drafter layers run and an MTP drafter's backend,
+    :func:`sparse_mla.launch.specs.drafter_layers`; drafts, for an offline engine); a string saying what is
     malformed where the request cannot be read (no backend, a ``simulated`` that is not ``{"capability": "M.m",
     ...}``)."""
     sim = run.get("simulated", rec.get("simulated"))
@@ -480,11 +606,14 @@ def asked(run: dict, rec: dict) -> dict | str:
     scfg = run.get("speculative_config")
     if run.get("speculative") and not scfg:
         return "speculative true without a speculative_config"
-    if scfg:
-        if not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str):
-            return f"speculative_config {str(scfg)[:60]} is not {{'method': ..., ...}}"
-        from ..launch.specs import RunSpec, drafter_backend
+    if run.get("speculative") is False and scfg:
+        return f"speculative false beside the speculative_config {str(scfg)[:60]}"
+    if scfg and (not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str)):
+        return f"speculative_config {str(scfg)[:60]} is not {{'method': ..., ...}}"
+    from ..launch.specs import RunSpec, drafter_backend, drafter_layers
 
+    out["drafter_layers"] = drafter_layers(scfg)
+    if scfg:
         out["draft_backend"] = drafter_backend(RunSpec(backend, indexer), scfg)
     if "layers" in run:       # an offline engine reads its speculative counters (a server's are the benchmark's)
         out["speculative"] = scfg["method"] if scfg else None
@@ -540,11 +669,13 @@ def _judge(path: str, obj) -> Verdict:
     if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
         bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
     bad += header_problems(obj, with_ran)
-    bad += record_problems(obj, runs)
+    bad += record_problems(obj, runs) + outcome_problems(obj)
     bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
             for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
             for c in contradictions(requests[k], r["ran"])]
+    bad += [f"{where}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)     # each live server's
+            for where, ran in ran_blocks({k: r}) if ran is not r["ran"] for c in contradictions(requests[k], ran)]
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     missing = [k for k in live if k not in with_ran]

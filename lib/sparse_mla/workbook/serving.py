@@ -1,0 +1,280 @@
+"""A serving benchmark's record (``bench_serve_*.json``, :mod:`sparse_mla.bench.serve`) against itself: ``records
+check`` calls one whose parts say otherwise than each other **invalid** (no writer of ours makes one). Checked, where
+the record has them (a record of the live-server method: runs with ``servers`` and ``passes``):
+
+* each timed pass (``passes[].timed``, what :func:`sparse_mla.bench.serve._bench_pass` wrote of its ``vllm bench
+  serve``) against vLLM's result it kept (``repeats[run][repeat - 1]``): the same ``duration``, ``completed`` and
+  ``failed``; vLLM's ``duration`` within the client's wall ``seconds``; no more prompts completed than the load asks;
+  a pass that says no failure has its result; each repeat timed once; each server's warm-up pass likewise;
+* the agreement summaries: ``agreement_vs_baseline`` one entry per run without speculation but the ``baseline``,
+  ``speculative_vs_plain`` one per speculative run naming its plain run, each total the sum of its repeats
+  (``per_repeat``), no repeat comparing more requests than both passes completed; ``output_throughput_ratio`` and
+  ``acceptance_rate_percent`` the runs' summaries' (:func:`sparse_mla.bench.serve.compare_runs`); each run's
+  ``agreement_across_repeats`` against its first repeat with a result;
+* ``verdict``: each pair, its ranges, its ranking and its line as :func:`sparse_mla.bench.serve.session_verdict`
+  gives them from the repeats (the line up to the numbers later writers added to it);
+* ``server``: the ``vllm serve`` options each server's ``command`` was given (``--max-model-len``,
+  ``--tensor-parallel-size``, ``--kv-cache-dtype``, ``--gpu-memory-utilization``, ``--max-num-seqs``,
+  ``--enforce-eager``), a ``tp`` on the GPUs the header counts that divides the model's heads, a ``max_model_len``
+  that holds the load's longest prompt and its new tokens and is no more than the writer gives it
+  (:func:`sparse_mla.bench.serve.server_max_model_len`), ``max_num_seqs`` the load's concurrency, each run's KV-cache
+  dtype and CUDA graphs the server's;
+* each run's ``ran`` one of its live servers' (the writer's ``refresh_run``); each server's ``ran`` is judged against
+  the run's request (:func:`sparse_mla.vllm_plugin.ran.contradictions`) by :mod:`sparse_mla.workbook.proof` and
+  against the model by :func:`sparse_mla.workbook.consistency.model_layer_problems`.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _same(a, b) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def _number(v):
+    """A count or a time however vLLM's result wrote it (``100``, ``100.0``, ``"100"``: the same number), else the
+    value itself."""
+    try:
+        return float(v) if isinstance(v, (int, float, str)) and not isinstance(v, bool) else v
+    except ValueError:
+        return v
+
+
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v) -> list:
+    return v if isinstance(v, list) else []
+
+
+def live_server_runs(rec: dict) -> dict[str, dict]:
+    """The runs of a serving benchmark of the live-server method (``repeats`` an object, runs with ``servers``):
+    ``{name: run}``; ``{}`` for another record."""
+    if not isinstance(rec.get("repeats"), dict) or not isinstance(rec.get("runs"), dict):
+        return {}
+    return {k: r for k, r in rec["runs"].items() if isinstance(r, dict) and isinstance(r.get("servers"), list)}
+
+
+def _result(rec: dict, key: str, repeat) -> dict | None:
+    """vLLM's result of run ``key``'s repeat ``repeat`` (1-based), or None."""
+    reps = _list(_dict(rec.get("repeats")).get(key))
+    return reps[repeat - 1] if _int(repeat) and 1 <= repeat <= len(reps) and isinstance(reps[repeat - 1], dict) \
+        else None
+
+
+def _bench_pass(where: str, timed: dict, result: dict | None, asked) -> list[str]:
+    """One ``vllm bench serve`` pass as recorded (``timed`` or ``warmup``) against vLLM's result and the load."""
+    out = [f"{where}.{f} {timed[f]!r}, vLLM's result {result.get(f)!r}" for f in ("duration", "completed", "failed")
+           if result is not None and f in timed and _number(timed[f]) != _number(result.get(f))]
+    dur, sec = timed.get("duration"), timed.get("seconds")
+    if _num(dur) and _num(sec) and dur > sec + 0.005:         # seconds: the client's wall time, to 0.01 s
+        out.append(f"{where}: vLLM's duration {dur!r} s is longer than the {sec!r} s the client ran")
+    if _num(timed.get("completed")) and _int(asked) and timed["completed"] > asked:
+        out.append(f"{where}: {timed['completed']} prompts completed, more than the load's {asked}")
+    return out
+
+
+def pass_problems(rec: dict) -> list[str]:
+    """Each timed pass and warm-up against vLLM's results and the load (module docstring)."""
+    load = _dict(rec.get("load"))
+    asked, n = load.get("num_prompts"), load.get("repeats")
+    out = []
+    for k, run in live_server_runs(rec).items():
+        seen = []
+        for i, p in enumerate(_list(run.get("passes"))):
+            if not isinstance(p, dict):
+                continue
+            r, where = p.get("repeat"), f"runs.{k}.passes[{i}]"
+            if not _int(r) or (_int(n) and not 1 <= r <= n) or r in seen:
+                out.append(f"{where}: repeat {r!r} is not one of the load's repeats 1 to {n}, each timed once")
+            seen.append(r)
+            result = _result(rec, k, r)
+            if result is None and not p.get("failures") and not p.get("error"):
+                out.append(f"{where}: no failure, yet repeats.{k}[{r}] holds no result of vLLM's")
+            out += _bench_pass(f"{where}.timed", _dict(p.get("timed")), result, asked)
+        for i, s in enumerate(_list(run.get("servers"))):
+            warm = _dict(_dict(s).get("warmup"))
+            out += _bench_pass(f"runs.{k}.servers[{i}].warmup", warm, None, asked)
+            if "output_len" in warm and warm["output_len"] != load.get("output_len"):
+                out.append(f"runs.{k}.servers[{i}].warmup.output_len {warm['output_len']!r}, the load's "
+                           f"{load.get('output_len')!r}")
+    return out
+
+
+def _summed(where: str, entry: dict, rec: dict, a: str, b: str) -> list[str]:
+    """An agreement of runs ``a`` and ``b`` over repeats: its totals the sums of ``per_repeat``, each repeat
+    comparing no more requests than both passes completed, each identical count at most its compared."""
+    per = [p for p in _list(entry.get("per_repeat")) if isinstance(p, dict)]
+    if "per_repeat" not in entry:
+        return []
+    out = [f"{where}.{f} {entry.get(f)!r}, its repeats' sum {sum(p.get(f) for p in per if _num(p.get(f)))}"
+           for f in ("compared", "identical") if not _same(entry.get(f), sum(p.get(f) for p in per
+                                                                                 if _num(p.get(f))))]
+    for p in per:
+        done = [(_result(rec, x, p.get("repeat")) or {}).get("completed") for x in (a, b)]
+        if _num(p.get("compared")) and all(_num(d) for d in done) and p["compared"] > min(done):
+            out.append(f"{where}: repeat {p.get('repeat')} compares {p['compared']} requests, more than the "
+                       f"{min(done)} both passes completed")
+        if _num(p.get("identical")) and _num(p.get("compared")) and p["identical"] > p["compared"]:
+            out.append(f"{where}: repeat {p.get('repeat')} has {p['identical']} identical of {p['compared']} compared")
+    return out
+
+
+def agreement_problems(rec: dict) -> list[str]:
+    """``agreement_vs_baseline``, ``speculative_vs_plain`` and each run's ``agreement_across_repeats`` against the
+    runs and repeats they summarise (module docstring)."""
+    runs = live_server_runs(rec)
+    if not runs or "baseline" not in rec:
+        return []
+    base = rec["baseline"]
+    plain = [k for k, r in runs.items() if not r.get("speculative_config")]
+    spec = [k for k in runs if k not in plain]
+    vs_base, vs_plain = _dict(rec.get("agreement_vs_baseline")), _dict(rec.get("speculative_vs_plain"))
+    out = [f"{what} compares {sorted(have)}, the record's runs give {sorted(want)}" for what, have, want in
+           (("agreement_vs_baseline", vs_base, set(plain) - {base}), ("speculative_vs_plain", vs_plain, set(spec)))
+           if set(have) != want]
+    for k, e in vs_base.items():
+        if isinstance(e, dict) and k in runs:
+            out += [f"agreement_vs_baseline.{k}: baseline {e.get('baseline')!r}, the record's {base!r}"] \
+                if e.get("baseline") != base else []
+            out += _summed(f"agreement_vs_baseline.{k}", e, rec, base, k)
+    for k, e in vs_plain.items():
+        if isinstance(e, dict) and k in runs:
+            out += _speculative_summary(rec, k, e)
+    for k, run in runs.items():
+        for e in _list(run.get("agreement_across_repeats")):
+            if isinstance(e, dict):
+                out += _summed(f"runs.{k}.agreement_across_repeats", {"per_repeat": [e], "compared": e.get(
+                    "compared"), "identical": e.get("identical")}, rec, k, k)
+    return out
+
+
+def _speculative_summary(rec: dict, k: str, e: dict) -> list[str]:
+    """One ``speculative_vs_plain`` entry against its runs: the plain run is the speculative run's run spec, its
+    sums its repeats', its throughput ratio and acceptance rate the runs' summaries' medians."""
+    run = rec["runs"][k]
+    plain = run.get("run_spec")
+    out = [f"speculative_vs_plain.{k}: plain {e.get('plain')!r}, the run's run spec {plain!r}"] \
+        if e.get("plain") != plain else []
+    out += _summed(f"speculative_vs_plain.{k}", e, rec, str(plain), k)
+    med = lambda r, m: (_dict(_dict(_dict(r).get("summary")).get(m))).get("median")  # noqa: E731
+    tp_spec, tp_plain = med(run, "output_throughput"), med(_dict(rec["runs"]).get(plain), "output_throughput")
+    want = {"output_throughput_ratio": tp_spec / tp_plain if tp_spec and tp_plain else None,
+            "acceptance_rate_percent": med(run, "spec_decode_acceptance_rate")}
+    return out + [f"speculative_vs_plain.{k}.{f} {e.get(f)!r}, the runs' summaries give {v!r}"
+                  for f, v in want.items() if f in e and not _same(e[f], v)]
+
+
+def _line_core(line) -> str:
+    """A verdict line without the numbers a later writer added to an unranked pair (``; spread over repeats ...``)."""
+    return re.sub(r"; spread over repeats [^)]*\)$", ")", str(line))
+
+
+def verdict_problems(rec: dict) -> list[str]:
+    """``verdict`` against :func:`sparse_mla.bench.serve.session_verdict` of the record's repeats: the same pairs in
+    order, each with its ranges, the run ranked better and its line; ``lines`` the pairs' lines."""
+    have = rec.get("verdict")
+    if not isinstance(have, dict) or not live_server_runs(rec):
+        return []
+    from ..bench.serve import session_verdict
+
+    try:
+        want = session_verdict(rec)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return [f"verdict: the repeats cannot give a verdict ({type(e).__name__}: {str(e)[:120]})"]
+    pairs = [p for p in _list(have.get("pairs")) if isinstance(p, dict)]
+    if len(pairs) != len(want["pairs"]):
+        return [f"verdict: {len(pairs)} pairs, the record's runs and metrics give {len(want['pairs'])}"]
+    out = []
+    for i, (p, w) in enumerate(zip(pairs, want["pairs"])):
+        bad = [f for f in ("metric", "runs", "ranges", "better", "spread", "medians_apart")
+               if (f in p or f in ("metric", "runs", "ranges", "better")) and not _same(p.get(f), w.get(f))]
+        if _line_core(p.get("line")) != _line_core(w["line"]):
+            bad.append("line")
+        if bad:
+            out.append(f"verdict.pairs[{i}]: {', '.join(bad)} not what the repeats give ({w['line']})")
+    if "lines" in have and have["lines"] != [p.get("line") for p in pairs]:
+        out.append("verdict.lines are not its pairs' lines")
+    return out
+
+
+#: ``vllm serve`` options of a server's command and the ``server`` fields they carry.
+SERVER_OPTIONS = {"--max-model-len": "max_model_len", "--tensor-parallel-size": "tp",
+                  "--kv-cache-dtype": "kv_cache_dtype", "--gpu-memory-utilization": "gpu_memory_utilization",
+                  "--max-num-seqs": "max_num_seqs"}
+
+
+def server_problems(rec: dict) -> list[str]:
+    """The ``server`` block against each server's command, the header, the model and the load (module docstring)."""
+    srv, runs = rec.get("server"), live_server_runs(rec)
+    if not isinstance(srv, dict) or not runs:
+        return []
+    out = []
+    for k, run in runs.items():
+        for i, s in enumerate(_list(run.get("servers"))):
+            cmd = [str(c) for c in _list(_dict(s).get("command"))]
+            given = {f: cmd[cmd.index(o) + 1] if o in cmd[:-1] else None for o, f in SERVER_OPTIONS.items()}
+            bad = [f"{o} {given[f]}" for o, f in SERVER_OPTIONS.items() if f in srv and given[f] != str(srv[f])]
+            if "enforce_eager" in srv and ("--enforce-eager" in cmd) != (srv["enforce_eager"] is True):
+                bad.append(f"--enforce-eager {'given' if '--enforce-eager' in cmd else 'not given'}")
+            if cmd and bad:
+                out.append(f"runs.{k}.servers[{i}].command: {', '.join(bad)}, the record's server block "
+                           f"{({f: srv.get(f) for f in (*SERVER_OPTIONS.values(), 'enforce_eager')})}")
+        out += [f"runs.{k}.{f} {run[f]!r}, the server's {srv[f]!r}" for f in ("kv_cache_dtype", "cuda_graphs")
+                if f in run and f in srv and run[f] != srv[f]]
+    return out + _server_sizes(rec, srv)
+
+
+def _server_sizes(rec: dict, srv: dict) -> list[str]:
+    """The server's ``tp`` (the header's GPUs, the model's heads), ``max_model_len`` (the load's longest prompt and
+    new tokens, at most what the writer gives) and ``max_num_seqs`` (the load's concurrency)."""
+    from ..bench.serve import PROMPT_SLACK, input_length_range, server_max_model_len
+
+    env, model, load = _dict(rec.get("environment")), _dict(rec.get("model")), _dict(rec.get("load"))
+    tp, mml, out = srv.get("tp"), srv.get("max_model_len"), []
+    if _int(tp) and _int(env.get("gpu_count")) and tp > env["gpu_count"]:
+        out.append(f"server.tp {tp} on the header's {env['gpu_count']} GPU(s)")
+    if _int(tp) and _int(model.get("num_attention_heads")) and model["num_attention_heads"] % tp:
+        out.append(f"server.tp {tp} does not divide the model's {model['num_attention_heads']} heads")
+    if "max_num_seqs" in srv and "max_concurrency" in load and srv["max_num_seqs"] != load["max_concurrency"]:
+        out.append(f"server.max_num_seqs {srv['max_num_seqs']!r}, the load's max_concurrency {load['max_concurrency']!r}")
+    topk, new = model.get("index_topk"), load.get("output_len")
+    spec = _dict(rec.get("speculative_config")).get("num_speculative_tokens") or 0
+    if _int(mml) and _int(topk) and _int(new) and _int(spec):
+        need = input_length_range(topk)[1] + PROMPT_SLACK + new + spec
+        most = server_max_model_len(topk, new, spec)
+        if not need <= mml <= most:
+            out.append(f"server.max_model_len {mml}: the load's longest prompt, its slack and new tokens need {need}, "
+                       f"and the writer gives at most {most}")
+    return out
+
+
+def ran_problems(rec: dict) -> list[str]:
+    """Each run's ``ran``, where it has one, one of its live servers' ``ran`` (the writer copies the first server's,
+    a contradicting one's first)."""
+    out = []
+    for k, run in live_server_runs(rec).items():
+        served = [s["ran"] for s in _list(run.get("servers")) if isinstance(s, dict) and "ran" in s]
+        if "ran" in run and not any(_same(run["ran"], r) for r in served):
+            out.append(f"runs.{k}.ran is none of its servers' ran ({len(served)} server(s) with one)")
+    return out
+
+
+def serving_record_problems(rec: dict) -> list[str]:
+    """Every line of this module's checks for one record; ``[]`` where its parts agree or it is no serving benchmark
+    of the live-server method."""
+    if not live_server_runs(rec):
+        return []
+    return pass_problems(rec) + agreement_problems(rec) + verdict_problems(rec) + server_problems(rec) + \
+        ran_problems(rec)

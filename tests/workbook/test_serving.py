@@ -1,0 +1,70 @@
+"""``sparse_mla.workbook.serving`` through ``records check``: a serving benchmark's passes, agreement summaries,
+verdict, server block and servers' ``ran`` blocks against each other (issue 47, hole 7 of the verification round of
+2026-12-07: none was checked, and each edit below of the committed, proven H200 serving record was proven)."""
+import json
+
+import pytest
+
+from sparse_mla.workbook import proof
+from sparse_mla.workbook.chain import project_root
+
+SERVE_RECORD = project_root() / "results" / "h200" / "bench_serve_h200_8heads.json"
+T, F = "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE"
+
+
+def verdict(tmp_path, rec):
+    (tmp_path / "r.json").write_text(json.dumps(rec))
+    [v] = proof.check([str(tmp_path / "r.json")])
+    return v
+
+
+def _timed(r, **changes):
+    r["runs"][T]["passes"][0]["timed"].update(changes)
+
+
+def _servers(r, **changes):
+    """Every server's command and the server block given ``changes`` alike (``max_model_len``, ``tp``)."""
+    flags = {"max_model_len": "--max-model-len", "tp": "--tensor-parallel-size"}
+    r["server"].update(changes)
+    for run in r["runs"].values():
+        cmd = run["servers"][0]["command"]
+        for f, v in changes.items():
+            cmd[cmd.index(flags[f]) + 1] = str(v)
+
+
+@pytest.mark.parametrize("edit,says", [
+    # the timed passes against vLLM's results and the load
+    (lambda r: _timed(r, completed=999), f"runs.{T}.passes[0].timed.completed 999, vLLM's result 160"),
+    (lambda r: _timed(r, duration=-3.0), f"runs.{T}.passes[0].timed.duration is -3.0; accepted: a number above 0"),
+    (lambda r: _timed(r, seconds=0.5), "vLLM's duration 3.977707426000052 s is longer than the 0.5 s the client ran"),
+    (lambda r: r["runs"][T]["passes"][1].update(repeat=1), f"runs.{T}.passes[1]: repeat 1 is not one of the load's"),
+    # the agreement summaries against the repeats they sum
+    (lambda r: r["agreement_vs_baseline"][F].update(identical=799), f"agreement_vs_baseline.{F}.identical 799, its "
+                                                                     f"repeats' sum 36"),
+    (lambda r: r["agreement_vs_baseline"][F].update(baseline=T + "X"), f"baseline '{T}X', the record's '{T}'"),
+    (lambda r: r["agreement_vs_baseline"].pop(F), "agreement_vs_baseline compares ['FLASH_ATTN_MLA_SPARSE'], the "
+                                                  "record's runs give"),
+    (lambda r: r["speculative_vs_plain"].update({T + "+mtp": {"plain": T, "compared": 5, "identical": 5}}),
+     f"speculative_vs_plain compares ['{T}+mtp'], the record's runs give []"),
+    (lambda r: r["agreement_vs_baseline"][F]["per_repeat"][0].update(compared=900), "repeat 1 compares 900 requests, "
+                                                                                    "more than the 160"),
+    # the verdict against the repeats it ranks
+    (lambda r: r["verdict"]["pairs"][0].update(better=T), "verdict.pairs[0]: better not what the repeats give"),
+    (lambda r: r["verdict"]["pairs"][0].update(line=f"output tokens/s: {T} > {F}"), "verdict.pairs[0]: line not"),
+    (lambda r: r["verdict"]["lines"].__setitem__(0, f"output tokens/s: {T} > {F}"), "verdict.lines are not its pairs'"),
+    # the server block against the servers' commands, the header, the model and the load
+    (lambda r: r["server"].update(tp=8), f"runs.{T}.servers[0].command: --tensor-parallel-size 1, the record's server"),
+    (lambda r: _servers(r, tp=8), "server.tp 8 on the header's 1 GPU(s)"),
+    (lambda r: _servers(r, max_model_len=512), "server.max_model_len 512: the load's longest prompt, its slack and new "
+                                               "tokens need 1216"),
+    (lambda r: _servers(r, max_model_len=10 ** 6), "and the writer gives at most 4096"),
+    # the servers' ran blocks: against the request, and the run's one of them
+    (lambda r: r["runs"][T]["servers"][0]["ran"].update(attention={F: 2}), f"{T}: servers[0].ran: attention: asked {T}"),
+    (lambda r: r["runs"][T]["servers"][0].pop("ran"), f"runs.{T}.ran is none of its servers' ran"),
+])
+def test_a_serving_records_parts_are_each_others(tmp_path, edit, says):
+    rec = json.loads(SERVE_RECORD.read_text())
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
