@@ -10,6 +10,15 @@ from sparse_mla.errors import UserInputError
 from sparse_mla.launch import specs
 
 
+@pytest.fixture(scope="module")
+def vllm_cuda():
+    """vLLM's CUDA platform importable here (the diagnosis probe's stubs for the driver-bound extensions): the
+    simulated-indexer rule asks vLLM's ``support_deep_gemm()`` at the simulated capability."""
+    from sparse_mla.diagnose import probe
+
+    probe.load_vllm_extensions()
+
+
 def _accepted_in_message(name: str) -> list[str]:
     with pytest.raises(UserInputError) as e:
         specs.attention_config(name)
@@ -66,9 +75,10 @@ def test_parse_run_spec(text, name, backend, indexer):
 
 @pytest.mark.parametrize("text,name,cap", [
     ("custom+triton_dsa_indexer@8.0", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0", "8.0"),
-    ("TRITON_MLA_SPARSE @ 12.0 ", "TRITON_MLA_SPARSE@12.0", "12.0"),
+    ("TRITON_MLA_SPARSE @ 8.6 ", "TRITON_MLA_SPARSE@8.6", "8.6"),
+    ("TRITON_MLA_SPARSE+TRITON_DSA_INDEXER @ 12.0 ", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@12.0", "12.0"),
 ])
-def test_a_simulated_capability_goes_to_the_engines_environment(text, name, cap):
+def test_a_simulated_capability_goes_to_the_engines_environment(text, name, cap, vllm_cuda):
     s = specs.parse_run_spec(text)
     assert (s.name, s.capability) == (name, cap)
     assert s.env["SPARSE_MLA_SIMULATED_CAPABILITY"] == cap            # only the test harness acts on it
@@ -98,6 +108,20 @@ def test_normalize_backends_with_run_specs():
         "FLASHMLA_SPARSE+TRITON_DSA_INDEXER")
     with pytest.raises(UserInputError, match="names no backend"):
         specs.normalize_backends(["auto+TRITON_DSA_INDEXER"])
+
+
+@pytest.mark.parametrize("name,refused", [
+    ("TRITON_MLA_SPARSE@12.0", True), ("FLASHMLA_SPARSE@9.0", True), ("TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@12.0", False),
+    ("TRITON_MLA_SPARSE@8.0", False), ("TRITON_MLA_SPARSE@8.9", False), ("TRITON_MLA_SPARSE", False)])
+def test_a_simulation_runs_vllms_deepgemm_indexer_nowhere(name, refused, vllm_cuda):
+    """vLLM's indexer under a simulated capability only where the plugin's default is the Triton indexer there: on
+    12.0 and 9.0 vLLM's is DeepGEMM, built for the live GPU (H100, 2026-12-06: wrong tokens at a simulated 12.0)."""
+    if refused:
+        with pytest.raises(UserInputError, match=re.escape(f"{name.split('@')[0]}+TRITON_DSA_INDEXER@")) as e:
+            specs.normalize_backends([name])
+        assert len(str(e.value).splitlines()) == 1 and name in str(e.value)
+    else:
+        assert specs.normalize_backends([name]) == (specs.parse_run_spec(name).name,)
 
 
 def _cfg_dir(tmp_path, n_mtp):

@@ -30,8 +30,10 @@ CHILD = textwrap.dedent("""
         indexer._CALLS["triton"] += 1          # what each adapter call does (tests/vllm_plugin/test_indexer.py)
 
     class Backend:
-        def __init__(self, name):
+        def __init__(self, name, mla=None):
             self.name = name
+            if mla is not None:                 # vLLM's backends answer is_mla(); GLM-5.3-Flash's KDA/tail are not
+                self.is_mla = lambda: mla
         def get_name(self):
             return self.name
 
@@ -41,13 +43,18 @@ CHILD = textwrap.dedent("""
         def get_name():
             return "FLASH_ATTN"
 
-    def layer(kind, backend, prefill=None):
-        return type(kind, (), {"attn_backend": Backend(backend), "kv_cache_dtype": "auto", "prefill_backend": prefill})()
+    def layer(kind, backend, prefill=None, mla=None):
+        return type(kind, (), {"attn_backend": Backend(backend, mla), "kv_cache_dtype": "auto",
+                               "prefill_backend": prefill})()
 
     ctx = {"model.layers.0.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE", Prefill()),
            "model.layers.1.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE", Prefill()),
            "model.layers.0.self_attn.indexer.k_cache": layer("DeepseekV32IndexerCache", "DEEPSEEK_V32_INDEXER"),
-           "model.layers.2.self_attn.attn": layer("MLAAttention", "FLASHMLA_SPARSE")}
+           "model.layers.2.self_attn.attn": layer("MLAAttention", "FLASHMLA_SPARSE"),
+           # a hybrid model's layers that are not MLA (GLM-5.3-Flash's KDA layer and KPool tail cache, H100 2026-12-06)
+           "model.layers.3.self_attn": layer("Glm5NextLinearAttention", "GDN_ATTN", mla=False),
+           "model.layers.4.self_attn.indexer.tail_cache": layer("Glm5NextTailCache", "KPOOL_TAIL", mla=False),
+           "model.layers.5.self_attn.attn": layer("MLAAttention", "TRITON_MLA_SPARSE", mla=True)}
     # the MTP drafter's layer (vLLM's proposer keeps their names): counted apart from the model's
     drafter = types.SimpleNamespace(_draft_attn_layer_names={"model.layers.2.self_attn.attn"})
     worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(
@@ -68,7 +75,8 @@ def test_collect_reads_the_compiled_target_the_calls_and_the_layers_in_its_own_p
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["triton_targets"] == {"indexer_quant._indexer_q_rope_quant_kernel": [f"sm{arch}"]}
     assert got["indexer"] == {"triton": calls, "deepgemm": 0}
-    assert got["attention"] == {"TRITON_MLA_SPARSE": 2}
+    assert got["attention"] == {"TRITON_MLA_SPARSE": 3}                   # an MLA backend with or without is_mla
+    assert got["other_layers"] == {"GDN_ATTN": 1, "KPOOL_TAIL": 1}
     assert got["draft_attention"] == {"FLASHMLA_SPARSE": 1}
     assert got["indexer_cache"] == {"DEEPSEEK_V32_INDEXER": 1}
     assert got["mla_prefill"] == {"FLASH_ATTN FA3": 2}                    # the drafter's layer has none here

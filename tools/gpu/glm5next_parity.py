@@ -146,11 +146,12 @@ def main(argv: list[str]) -> int:
     from sparse_mla.launch.engine import prompt_ids
     from sparse_mla.records import environment
 
-    from sparse_mla.launch.specs import parse_run_spec
+    from sparse_mla.launch.specs import check_simulated_indexer, parse_run_spec
 
     runs = [r.strip() for r in a.runs.split(",") if r.strip()]
-    for r in runs:            # a bad name stops here, before any engine starts
-        parse_run_spec(r)
+    for r in runs:            # a bad name, or a simulation of vLLM's DeepGEMM indexer, stops here, before any engine
+        if r != "auto":
+            check_simulated_indexer(parse_run_spec(r))
     prompts = prompt_ids(a.checkpoint, [int(n) for n in a.prompt_lengths.split(",")])
     rec = {"what": "GLM-5.3-Flash tiny checkpoint: engines against the first run and against the float64 reference "
                    "(transformers' model); numbers only, no verdict", "environment": environment(

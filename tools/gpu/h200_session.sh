@@ -270,7 +270,9 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
           # first on this stage's PYTHONPATH only
           [ -d /tmp/tf_site/transformers ] \
             || python3 -m pip install -q --no-index --no-deps --target /tmp/tf_site /tmp/tfw/*.whl > $R/tf_install.log 2>&1
-          local E=(env "PYTHONPATH=/tmp/tf_site:$W/tools/gpu/simulate_capability:$P033" "PATH=/tmp/site033/bin:$PATH"
+          # $W/lib ahead of the bundle's editable install of the call's checkout, whose git is the landed revision:
+          # the records then name the carried tree's REVISION (2026-12-06: "9aab38c+dirty" for later trees)
+          local E=(env "PYTHONPATH=/tmp/tf_site:$W/lib:$W/tools/gpu/simulate_capability:$P033" "PATH=/tmp/site033/bin:$PATH"
                    VLLM_CACHE_ROOT=/tmp/vllmcache033 PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1)
           [ -f /tmp/ck_glm53/config.json ] || stage glm5next_checkpoint 180 "${E[@]}" python3 -m sparse_mla \
               make-checkpoint /tmp/ck_glm53 --preset glm-5.3-flash --index-topk 512 --overwrite

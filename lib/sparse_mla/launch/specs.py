@@ -88,6 +88,26 @@ def parse_run_spec(text) -> RunSpec:
     return RunSpec(backend, TRITON_INDEXER if suffixes else "vllm", cap if at else None)
 
 
+def check_simulated_indexer(spec: RunSpec) -> RunSpec:
+    """``spec``, where its indexer can be simulated: a simulated capability (``@M.m``) with vLLM's own indexer only
+    where the plugin's default puts the Triton indexer at ``M.m`` anyway (SM80/86/89,
+    :func:`sparse_mla.vllm_plugin.indexer.wanted_by_default`). Elsewhere vLLM's indexer is DeepGEMM, a CUDA library
+    built for the live GPU, whose inputs vLLM then lays out for ``M.m`` (page sizes, scale formats,
+    ``vllm/utils/deep_gemm.py``): such a run tests neither GPU (H100 at a simulated 12.0, 2026-12-06: the engine ran and
+    left the float64 reference on the first token of a 900-token prompt, regret 1.9 nats; with the Triton indexer it
+    kept the reference's tokens). Raises :class:`UserInputError` naming the run spec."""
+    if spec.capability and spec.indexer == "vllm":
+        from ..vllm_plugin.indexer import wanted_by_default
+
+        if not wanted_by_default(spec.capability):
+            raise UserInputError(
+                f"run spec {spec.name!r} simulates capability {spec.capability} with vLLM's own indexer, which there "
+                f"is DeepGEMM: a library built for the live GPU, fed as vLLM lays out inputs for {spec.capability}, "
+                f"so the run would test neither GPU; accepted: {spec.backend}+{TRITON_INDEXER}@{spec.capability}, or "
+                f"{spec.backend} without @ (the live GPU)")
+    return spec
+
+
 def normalize_backends(backends) -> tuple[str, ...]:
     """Run-spec names for a parity run (:func:`parse_run_spec`): upper-cased, stripped, duplicates dropped (order
     kept). Raises :class:`UserInputError` for a plain string, an empty list, ``auto`` or an unknown name."""
@@ -99,6 +119,7 @@ def normalize_backends(backends) -> tuple[str, ...]:
         if spec.backend == "auto":
             raise UserInputError(f"backend {b!r} in a parity run names no backend (each run is compared by its "
                                  f"backend's name); accepted: {accepted_backends(auto=False)}")
+        check_simulated_indexer(spec)
         if spec.name not in out:
             out.append(spec.name)
     if not out:

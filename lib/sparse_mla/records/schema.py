@@ -278,6 +278,7 @@ class Ran(_Shape):
     indexer: IndexerCalls
     attention: Annotated[dict[str, Layers], Field(min_length=1)]
     indexer_cache: Optional[dict[str, Layers]] = None
+    other_layers: Optional[dict[str, Layers]] = None
     draft_attention: Optional[dict[str, Layers]] = None
     mla_prefill: Optional[dict[str, Layers]] = None
     device_capability: Optional[Capability] = None

@@ -16,6 +16,8 @@ generated and reads, there:
 * ``attention``: ``{backend: number of layers}`` over the MLA attention layers of vLLM's static forward context
   (the indexer's cache layers, backend ``DEEPSEEK_V32_INDEXER``, apart under ``indexer_cache``), without the
   speculative drafter's layers, which are ``draft_attention`` (``{backend: layers}``, present with a draft model);
+* ``other_layers``: ``{backend: layers}`` of a hybrid model's layers that are not MLA (GLM-5.3-Flash: ``GDN_ATTN``,
+  ``KPOOL_TAIL``; absent for GLM-5 and DeepSeek-V3.2);
 * ``mla_prefill``: ``{prefill: layers}``, the dense-MHA prefill the MLA layers run for prompts no longer than
   ``index_topk`` (:func:`prefill_name`, e.g. ``"FLASH_ATTN FA3"``; absent where no layer has one);
 * ``speculative`` (offline engines that speculated): ``{"drafts", "draft_tokens", "accepted_tokens",
@@ -103,9 +105,9 @@ def prefill_name(layer) -> str | None:
 
 
 def layer_backends(worker) -> dict:
-    """Every attention layer of a vLLM worker's static forward context: ``{name: {"layer", "backend", "impl",
-    "kv_cache_dtype", "prefill"}}`` (``worker.model_runner.compilation_config.static_forward_context``;
-    ``prefill``: :func:`prefill_name`)."""
+    """Every attention layer of a vLLM worker's static forward context: ``{name: {"layer", "backend", "mla", "impl",
+    "kv_cache_dtype", "prefill"}}`` (``worker.model_runner.compilation_config.static_forward_context``; ``mla``: the
+    backend's own ``is_mla()``, None without a backend; ``prefill``: :func:`prefill_name`)."""
     ctx = worker.model_runner.compilation_config.static_forward_context
     out = {}
     for name, layer in ctx.items():
@@ -115,8 +117,10 @@ def layer_backends(worker) -> dict:
                 backend = layer.get_attn_backend()
             except Exception:  # noqa: BLE001
                 backend = None
+        is_mla = getattr(backend, "is_mla", None)
         out[name] = {"layer": type(layer).__name__,
                      "backend": backend.get_name() if backend is not None else None,
+                     "mla": bool(is_mla()) if callable(is_mla) else None,
                      "impl": type(getattr(layer, "impl", None)).__name__,
                      "kv_cache_dtype": str(getattr(layer, "kv_cache_dtype", "")), "prefill": prefill_name(layer)}
     return out
@@ -124,14 +128,27 @@ def layer_backends(worker) -> dict:
 
 def count_backends(layers: dict) -> tuple[dict[str, int], dict[str, int]]:
     """``(attention, indexer_cache)``: ``{backend: layers}`` of :func:`layer_backends`' output, split by whether the
-    layer is the indexer's cache."""
+    layer is the indexer's cache; layers whose backend says it is not MLA (``"mla": False``: a hybrid model's
+    linear-attention layers, GLM-5.3-Flash's ``GDN_ATTN`` and its KPool tail cache ``KPOOL_TAIL``) are in neither
+    (:func:`other_layers`)."""
     att, idx = {}, {}
     for v in layers.values():
         b = v.get("backend")
-        if b:
+        if b and (b == INDEXER_CACHE_BACKEND or v.get("mla") is not False):
             side = idx if b == INDEXER_CACHE_BACKEND else att
             side[b] = side.get(b, 0) + 1
     return att, idx
+
+
+def other_layers(layers: dict) -> dict[str, int]:
+    """``{backend: layers}`` of :func:`layer_backends`' layers that are neither MLA nor the indexer's cache (a hybrid
+    model's: GLM-5.3-Flash's KDA layers on ``GDN_ATTN``, its KPool tail cache on ``KPOOL_TAIL``); ``{}`` for GLM-5."""
+    out = {}
+    for v in layers.values():
+        b = v.get("backend")
+        if b and b != INDEXER_CACHE_BACKEND and v.get("mla") is False:
+            out[b] = out.get(b, 0) + 1
+    return out
 
 
 def weights_loaded(worker) -> dict:
@@ -171,6 +188,9 @@ def collect(worker) -> dict:
             prefill[v["prefill"]] = prefill.get(v["prefill"], 0) + 1
     if prefill:
         out["mla_prefill"] = prefill
+    other = other_layers({k: v for k, v in layers.items() if k not in draft})
+    if other:
+        out["other_layers"] = other
     if draft:
         out["draft_attention"] = count_backends({k: v for k, v in layers.items() if k in draft})[0]
     return out

@@ -303,8 +303,8 @@ def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:
             out.append(f"{name}: layer {n} has KV dtype {kv!r}, the run asked {asked!r}")
             break
     listed = run.get("attention_backends")
-    named = {**(ran.get("attention") or {}), **(ran.get("indexer_cache") or {})} if isinstance(ran.get("attention"),
-                                                                                              dict) else None
+    named = {**(ran.get("attention") or {}), **(ran.get("indexer_cache") or {}), **(ran.get("other_layers") or {})} \
+        if isinstance(ran.get("attention"), dict) else None
     if isinstance(listed, list) and named is not None and set(listed) - set(named):
         out.append(f"{name}: attention_backends {listed}, ran counts {sorted(named)}")
     return out
