@@ -115,6 +115,21 @@ def test_the_committed_records(capsys):
     assert "/results/h200/launch_h200_long_prompts.json: unproven: it says it failed: first-token criterion: " \
            "OutOfMemoryError" in out, out
     assert "/results/h200/launch_h200_ran_indexer.json: proven" in out, out
+    # GLM-5.3-Flash's comparisons (H100, 2026-12-06): numbers against the float64 reference, no criterion yet
+    assert "/results/h100-80gb-hbm3/glm5next_parity_h100-80gb-hbm3_vllm033.json: unproven: a GLM-5.3-Flash " \
+           "comparison" in out, out
+
+
+def test_a_glm5next_comparison_is_never_proven():
+    """Whatever its runs say, a record of ``tools/gpu/glm5next_parity.py`` (its model's config under
+    ``model_config``, or ``checkpoint`` as on 2026-12-06) is unproven: no criterion for GLM-5.3-Flash exists."""
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results" / "h100-80gb-hbm3" /
+                      "glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
+    assert proof.judge("x.json", rec).status == "unproven"
+    renamed = {**{k: v for k, v in rec.items() if k != "checkpoint"}, "model_config": rec["checkpoint"]}
+    assert proof.judge("x.json", renamed).status == "unproven"
+    other = {**renamed, "model_config": {**rec["checkpoint"], "model_type": "glm_moe_dsa"}}
+    assert proof.judge("x.json", other).status == "invalid"     # judged as a launch record: GLM-5's rules
 
 
 def test_the_h200_record_of_the_old_simulation_is_invalid():

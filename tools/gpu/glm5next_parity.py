@@ -156,7 +156,7 @@ def main(argv: list[str]) -> int:
     rec = {"what": "GLM-5.3-Flash tiny checkpoint: engines against the first run and against the float64 reference "
                    "(transformers' model); numbers only, no verdict", "environment": environment(
                        " ".join(["python3", "tools/gpu/glm5next_parity.py", *argv])),
-           "checkpoint": json.loads((a.checkpoint / "config.json").read_text()), "max_tokens": a.max_tokens,
+           "model_config": json.loads((a.checkpoint / "config.json").read_text()), "max_tokens": a.max_tokens,
            "runs": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for run in runs:

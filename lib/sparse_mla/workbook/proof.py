@@ -630,6 +630,22 @@ def is_run_record(obj) -> bool:
     return isinstance(obj, dict) and bool(RECORD_KEYS & set(obj))
 
 
+#: The verdict's reason for a GLM-5.3-Flash comparison record (``tools/gpu/glm5next_parity.py``).
+GLM5NEXT_UNPROVEN = ("a GLM-5.3-Flash comparison (tools/gpu/glm5next_parity.py): engines against each other and the "
+                     "float64 reference, numbers only; no criterion for this model yet")
+
+
+def is_glm5next_comparison(obj) -> bool:
+    """Whether ``obj`` is a record of ``tools/gpu/glm5next_parity.py``: its model's ``config.json`` (under
+    ``model_config``; ``checkpoint`` in those of 2026-12-06) says ``glm5_next``. Such a record gives numbers and no
+    verdict (its tool says why), and its engines' ``ran`` blocks are GLM-5's reading of a hybrid model (before
+    ``other_layers``): never proven, never judged as a launch record."""
+    if not isinstance(obj, dict):
+        return False
+    cfg = obj.get("model_config", obj.get("checkpoint"))
+    return isinstance(cfg, dict) and cfg.get("model_type") == "glm5_next"
+
+
 def judge(path: str, obj) -> Verdict:
     """The verdict on one run record (module docstring); never raises (a record that breaks the reading is invalid,
     with the error)."""
@@ -644,6 +660,8 @@ def _judge(path: str, obj) -> Verdict:
     if shape:
         more = f" (and {len(shape) - 1} more)" if len(shape) > 1 else ""
         return Verdict(path, "invalid", f"not a record as the project writes it: {shape[0]}{more}")
+    if is_glm5next_comparison(obj):
+        return Verdict(path, "unproven", GLM5NEXT_UNPROVEN)
     gaps = header_gaps(obj)
     runs = engine_runs(obj)
     failed = [r for r in runs.values() if "error" in r and r["error"] is not None]    # "" too: no writer makes it
