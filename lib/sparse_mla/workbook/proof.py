@@ -661,7 +661,10 @@ def _judge(path: str, obj) -> Verdict:
         more = f" (and {len(shape) - 1} more)" if len(shape) > 1 else ""
         return Verdict(path, "invalid", f"not a record as the project writes it: {shape[0]}{more}")
     if is_glm5next_comparison(obj):
-        return Verdict(path, "unproven", GLM5NEXT_UNPROVEN)
+        runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
+        failed = [k for k, r in runs.items() if not isinstance(r, dict) or r.get("error") is not None]
+        return Verdict(path, "unproven", GLM5NEXT_UNPROVEN + (f"; {len(failed)} engine(s) failed: {', '.join(failed)}"
+                                                               if failed else ""))
     gaps = header_gaps(obj)
     runs = engine_runs(obj)
     failed = [r for r in runs.values() if "error" in r and r["error"] is not None]    # "" too: no writer makes it
