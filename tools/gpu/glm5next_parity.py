@@ -81,7 +81,9 @@ def engine_in_child(a, prompts: list[list[int]], run: str, scratch: Path) -> dic
     capability): a GPU context and vLLM's process state never outlive one engine."""
     from sparse_mla.launch.specs import parse_run_spec
 
-    env = dict(os.environ)
+    from sparse_mla.vllm_plugin.switches import COUNT_ENV
+
+    env = {**os.environ, COUNT_ENV: "1"}      # vLLM's DeepGEMM calls counted too (KPool's included), as launch does
     for k, v in parse_run_spec(run).env.items():
         env.pop(k, None) if v is None else env.__setitem__(k, v)
     pin, pout = scratch / f"prompts_{len(prompts)}.json", scratch / f"engine_{run.replace('@', '_at_')}.json"
