@@ -100,7 +100,7 @@ def test_unknown_home_directory_is_a_clear_error(tmp_path):
     # the breaker's sixth round (2026-12-06): vLLM logged a traceback saving its cache, the plugin took a typo as on
     ({"VLLM_CACHE_ROOT": "/dev/null/x"}, "VLLM_CACHE_ROOT='/dev/null/x' cannot hold vLLM's cache (/dev/null is not"),
     ({"XDG_CACHE_HOME": "/dev/null"}, "XDG_CACHE_HOME='/dev/null' cannot hold vLLM's cache"),
-    # issue 47, the verification round of 2026-12-07: a folder of the system's own file systems passed as a folder
+    # issue 47, the verification round of 2026-12-06: a folder of the system's own file systems passed as a folder
     ({"VLLM_CACHE_ROOT": "/proc/self/vllm"}, "VLLM_CACHE_ROOT='/proc/self/vllm' cannot hold vLLM's cache: it leads "
                                              "into /proc"),
     ({"VLLM_CACHE_ROOT": "/sys/fs/vllm"}, "leads into /sys"),

@@ -131,7 +131,7 @@ def test_writable_dir(tmp_path):
     ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [-128, 128]}}, "weight_block_size = [-128"),
     ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128.5, 128]}}, "weight_block_size = [128.5"),
     ({"quantization_config": {"quant_method": "fp8", "weight_block_size": "128x128"}}, "weight_block_size = '128x128'"),
-    # issue 47, the verification round of 2026-12-07: refused, but the message pointed elsewhere (vLLM's "cannot
+    # issue 47, the verification round of 2026-12-06: refused, but the message pointed elsewhere (vLLM's "cannot
     # convert float infinity to integer", a limit not said, a model_type to change for a letter or a string)
     ({"rope_parameters": {"rope_type": "yarn", "factor": 1e308, "original_max_position_embeddings": 4096}},
      "rope_parameters.factor = 1e+308, which times the 4096 positions it scales gives more tokens than a float holds, "

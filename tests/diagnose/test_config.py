@@ -184,7 +184,7 @@ def test_quantized_indexer_types_checkpoint_runs_uninitialized_indexers(tmp_path
 
 
 @pytest.mark.parametrize("change, says", [
-    # (since issue 47's round of 2026-12-07 refused before vLLM's loader, whose KeyError 'X' said no more)
+    # (since issue 47's round of 2026-12-06 refused before vLLM's loader, whose KeyError 'X' said no more)
     ({"index_topk_pattern": "FX"}, "config '{m}' has index_topk_pattern = 'FX', whose letter 1 is 'X'; accepted: a "
                                    "string of F (full) and S (shared)"),
     ({"index_topk_freq": 0}, "config '{m}' has index_topk_freq = 0, which must be a positive integer"),

@@ -76,7 +76,7 @@ def test_a_profiles_folders_are_where_the_notebook_reads_and_writes(tmp_path):
 ])
 def test_device_cuda_where_the_notebooks_find_no_gpu_is_refused_before_any_notebook(monkeypatch, capsys, tmp_path,
                                                                                      gpu, visible, says):
-    """Issue 47, the verification round of 2026-12-07: a profile other than ``gpu`` saying ``device: cuda`` on a
+    """Issue 47, the verification round of 2026-12-06: a profile other than ``gpu`` saying ``device: cuda`` on a
     machine without a GPU ran notebook 02 up to its ``RuntimeError``; refused up front (exit 2), one line naming the
     notebook, the value and what this machine accepts."""
     import sparse_mla.machine

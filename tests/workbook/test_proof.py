@@ -725,7 +725,7 @@ def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path)
     assert v.status == "unproven" and f"its revision {fake} is no commit" in v.reason, v.line()
 
 
-# ---- issue 47, the holes the verification round of 2026-12-07 found still open ---------------------------------------
+# ---- issue 47, the holes the verification round of 2026-12-06 found still open ---------------------------------------
 
 @pytest.mark.parametrize("name,edit,path", [
     (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=True), f"runs.{_T}.exit_code True"),

@@ -1,6 +1,6 @@
 """``sparse_mla.workbook.serving`` through ``records check``: a serving benchmark's passes, agreement summaries,
 verdict, server block and servers' ``ran`` blocks against each other (issue 47, hole 7 of the verification round of
-2026-12-07: none was checked, and each edit below of the committed, proven H200 serving record was proven)."""
+2026-12-06: none was checked, and each edit below of the committed, proven H200 serving record was proven)."""
 import json
 
 import pytest
