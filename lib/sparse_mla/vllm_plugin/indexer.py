@@ -258,6 +258,17 @@ def wanted_by_default(capability) -> bool:
     return cap >= (8, 0) and not _platform_at(cap).support_deep_gemm()
 
 
+def fp8_store_sites(capability) -> list[str]:
+    """``"module.attr"`` of every fp8-store site the hook gives a byte-storing stand-in on a GPU of ``capability``
+    (``(8, 6)``, ``"8.6"``) where it is installed: the line adapter's ``FP8_STORE_HOOKS`` below SM89, none from
+    SM89 (Triton compiles vLLM's fp8 stores there)."""
+    from ..kernels.fp8 import has_fp8_conversion
+
+    if has_fp8_conversion(as_capability(capability, text=True)):
+        return []
+    return [f"{mod}.{attr}" for mod, attr in LINE.FP8_STORE_HOOKS]
+
+
 def indexer_reasons(index_n_heads: int, index_head_dim: int, capability) -> list[str]:
     """Short reasons (vLLM's ``validate_configuration`` style) why our kernels cannot serve this indexer; ``[]``: they
     can. ``capability`` as ``(major, minor)``, ``"8.6"`` or ``None`` (not checked)."""
