@@ -307,19 +307,19 @@ def test_kda_prefill_is_vllms_choice_on_its_own_platform(flash_dir, cap):
 
 #: where vLLM's KPool indexer has kernels (DeepGEMM: Hopper and Blackwell; its fp8 stores compile there too)
 DEEPGEMM_CAPS = ("9.0", "10.0", "12.0", "12.1")
-#: where the plugin's indexer hook computes the KPool logits (no DeepGEMM kernels) and vLLM's fp8-storing pool kernels
-#: compile (SM89): Ada
-TRITON_INDEXER_CAPS = ("8.9",)
+#: where the plugin's indexer hook computes the KPool logits (no DeepGEMM kernels), with vLLM's fp8-storing pool kernels
+#: (Ada) or, below SM89, the hook's byte-storing stand-ins (Ampere)
+TRITON_INDEXER_CAPS = ("8.0", "8.6", "8.9")
 
 
 @flash_line
 @pytest.mark.parametrize("cap", CAPS)
 def test_says_whether_the_plugin_runs_it_and_what_our_kernels_would_need(flash_dir, cap):
     """The plugin runs GLM-5.3-Flash where the KPool indexer runs -- vLLM's DeepGEMM one where it has kernels, our
-    TRITON_DSA_INDEXER on its logits on 8.9 (the hook's GPU with vLLM's fp8 stores compiled) -- and our backend takes
-    the MLA layer with the cache vLLM gives it: the NoPE head 512 (its spec's) with the model dtype's cache or its
-    528-byte fp8 rows (10.0's and 12.0's pick). Elsewhere the record says it is a diagnosis, and the needs; on 8.0/8.6
-    our hook would compute the logits, but vLLM's fp8-storing pool kernels stop it."""
+    TRITON_DSA_INDEXER on its logits on 8.0/8.6/8.9 (the hook's GPUs: vLLM's fp8 stores compiled on 8.9, the hook's
+    byte-storing stand-ins below) -- and our backend takes the MLA layer with the cache vLLM gives it: the NoPE head
+    512 (its spec's) with the model dtype's cache or its 528-byte fp8 rows (10.0's and 12.0's pick). Elsewhere the
+    record says it is a diagnosis, and the needs; below SM89 the needs name the fp8 stores and their stand-ins."""
     from sparse_mla.diagnose import format_record
     from sparse_mla.vllm_plugin.backend import TritonMLASparseBackend
 
@@ -404,38 +404,61 @@ def test_vllms_kpool_fp8_kernel_builds_where_the_rule_says():
 @pytest.mark.parametrize("cap", ["8.0", "8.9"])
 def test_with_the_plugin_its_hook_computes_the_kpool_logits(flash_dir, cap):
     """The plugin's indexer hook, registered by the diagnosis on a GPU without DeepGEMM kernels, rebinds the KPool
-    module's DeepGEMM names (read back from the hook): on 8.9 GLM-5.3-Flash's indexer runs as TRITON_DSA_INDEXER and
-    nothing else stops it before memory; on 8.0 the three fp8-storing KPool kernels do, each named. Our backend takes
-    the NoPE 512 head on both."""
-    from sparse_mla.diagnose.glm5next import KPOOL_FP8_KERNELS, KPOOL_MODULE
-    from sparse_mla.vllm_plugin.indexer_kpool import KPOOL_DEEPGEMM_NAMES
+    module's DeepGEMM names (read back from the hook), and on 8.0 every fp8-store site of the KPool path
+    (``KPOOL_FP8_CALLERS``) as well: GLM-5.3-Flash's indexer runs as TRITON_DSA_INDEXER on both and nothing else stops
+    it before memory. Stock vLLM's reasons name the fp8-storing kernels on 8.0 only. Our backend takes the NoPE 512
+    head on both."""
+    from sparse_mla.diagnose.glm5next import KPOOL_FP8_KERNELS
 
     rec = _record(flash_dir, cap, with_plugin=True)
     assert rec["selected"] == "TRITON_MLA_SPARSE" and rec["backends"]["TRITON_MLA_SPARSE"]["reasons"] == []
     assert rec["stages"]["attention"] == "ok: TRITON_MLA_SPARSE" and rec["indexer"]["stock"] is None
     assert rec["glm5next"]["ours"]["indexer_logits"] is True
     assert "rebinds nothing" not in rec["stages"]["indexer"]
-    if cap == "8.9":
-        assert rec["indexer"]["with_plugin"] == "TRITON_DSA_INDEXER"
-        assert rec["stages"]["indexer"].startswith("ok: TRITON_DSA_INDEXER (stock vLLM: vLLM's KPool indexer calls "
-                                                   "DeepGEMM")
-        assert [b["stage"] for b in rec["blockers"]] in ([], ["memory"]) and rec["glm5next"]["ours"]["supported"]
-        assert rec["stages"]["ours"] == (
-            "runs with the plugin, by vLLM's decisions: TRITON_MLA_SPARSE on the NoPE MLA layers (bfloat16 cache), our "
-            "TRITON_DSA_INDEXER on the KPool indexer's logits, KDA and MHC kernels")
-    else:
-        assert rec["indexer"]["with_plugin"] is None and rec["stages"]["indexer"].startswith("BLOCKED")
-        assert [b["stage"] for b in rec["blockers"]][0] == "indexer" and not rec["glm5next"]["ours"]["supported"]
-        for fn, mod, _ in KPOOL_FP8_KERNELS:
-            assert f"vLLM's {fn} ({mod}" in rec["stages"]["indexer"]
-        assert rec["stages"]["indexer"].count("the plugin has no byte-storing replacement for it") == 3
+    assert all((f"vLLM's {fn} ({mod}" in rec["stages"]["indexer"]) is (cap == "8.0") for fn, mod, _ in KPOOL_FP8_KERNELS)
+    assert "no byte-storing replacement" not in rec["stages"]["indexer"]
+    assert rec["indexer"]["with_plugin"] == "TRITON_DSA_INDEXER"
+    assert rec["stages"]["indexer"].startswith("ok: TRITON_DSA_INDEXER (stock vLLM: vLLM's KPool indexer calls "
+                                               "DeepGEMM")
+    assert [b["stage"] for b in rec["blockers"]] in ([], ["memory"]) and rec["glm5next"]["ours"]["supported"]
+    assert rec["stages"]["ours"] == (
+        "runs with the plugin, by vLLM's decisions: TRITON_MLA_SPARSE on the NoPE MLA layers (bfloat16 cache), our "
+        "TRITON_DSA_INDEXER on the KPool indexer's logits, KDA and MHC kernels")
+
+
+@flash_line
+@pytest.mark.parametrize("cap", [(8, 0), (8, 6), (8, 9)])
+def test_the_verdict_names_each_fp8_store_site_the_hook_leaves(cap):
+    """``plugin_verdict`` on the hook's replacements: every DeepGEMM name of the KPool module and, below SM89, every
+    fp8-store site where vLLM's callers look the kernels up (``KPOOL_FP8_CALLERS``, the hook's rule
+    ``fp8_store_sites``) rebound -> TRITON_DSA_INDEXER; one site left -> that kernel, and only it, named."""
+    from types import SimpleNamespace
+
+    from sparse_mla.diagnose.glm5next import KPOOL_FP8_CALLERS, KPOOL_FP8_KERNELS, KPOOL_MODULE, plugin_verdict
+    from sparse_mla.vllm_plugin import indexer as ix
+    from sparse_mla.vllm_plugin.indexer_kpool import KPOOL_DEEPGEMM_NAMES
+
+    vc = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=SimpleNamespace(index_n_heads=32,
+                                                                                     index_head_dim=128)))
+    c = SimpleNamespace(major=cap[0], minor=cap[1])
+    sites = ix.fp8_store_sites(cap)
+    callers = {f"{KPOOL_FP8_CALLERS[fn]}.{fn}" for fn, _, _ in KPOOL_FP8_KERNELS}
+    assert (callers <= set(sites)) is (cap < (8, 9)) and (sites == []) is (cap >= (8, 9))
+    full = {**{f"{KPOOL_MODULE}.{n}": "ours" for n in KPOOL_DEEPGEMM_NAMES}, **{s: "ours" for s in sites}}
+    ok = {"indexer": "TRITON_DSA_INDEXER", "logits": True, "reasons": []}
+    assert plugin_verdict(vc, c, None, full) == ok
+    assert plugin_verdict(vc, c, None, None) == ok                      # the hook's rule at cap
+    for site in sorted(callers & set(sites)):
+        left = plugin_verdict(vc, c, None, {k: v for k, v in full.items() if k != site})
+        name = site.rsplit(".", 1)[1]
+        assert left["indexer"] is None and len(left["reasons"]) == 1 and f"vLLM's {name} (" in left["reasons"][0]
 
 
 @flash_line
 def test_what_to_run_has_its_own_table_and_the_committed_one_is_current(flash_dir):
     """``--what-to-run --model DIR`` for GLM-5.3-Flash: its own table (``what_to_run_glm5next``), the four machines,
     its placeholder checkpoints; with the plugin and a bf16 cache the user's 8x RTX PRO 6000 runs ours beside vLLM's
-    KPool indexer, the A100s stop at the indexer (ours takes the attention), the RTX 4090s run our indexer on the KPool
+    KPool indexer, the A100s (the hook's byte-storing KPool stand-ins) and the RTX 4090s run our indexer on the KPool
     logits (whatever else stops them). ``results/what_to_run_glm5next.csv`` is
     vLLM 0.34's answer, recomputed whole here (about 40 s on 2 cores); regenerate it with ``sparse-mla diagnose
     --what-to-run --model DIR`` (DIR from ``make-checkpoint DIR --preset glm-5.3-flash --config-only``)."""
@@ -454,7 +477,8 @@ def test_what_to_run_has_its_own_table_and_the_committed_one_is_current(flash_di
     assert plugin["serve"].startswith("vllm serve /models/GLM-5.3-Flash --tensor-parallel-size 8 --kv-cache-dtype "
                                       "bfloat16")
     a100 = df[(df["machine"] == "8x A100 80 GB") & (df["vllm"] == "with the plugin") & (df["kv_cache_dtype"] == "bfloat16")]
-    assert set(a100["backend"]) == {"TRITON_MLA_SPARSE"} and set(a100["blocked_at"]) == {"indexer"}
+    assert set(a100["backend"]) == {"TRITON_MLA_SPARSE"} and set(a100["indexer"]) == {"TRITON_DSA_INDEXER"}
+    assert "indexer" not in set(a100["blocked_at"]) and all("kpool_stores" in r for r in a100["rests_on"])
     ada = df[(df["machine"] == "8x RTX 4090") & (df["vllm"] == "with the plugin") & (df["backend"] == "TRITON_MLA_SPARSE")]
     assert len(ada) and set(ada["indexer"]) == {"TRITON_DSA_INDEXER"} and "indexer" not in set(ada["blocked_at"])
     if not vllm.__version__.startswith("0.34."):

@@ -123,6 +123,71 @@ def test_rebinds_the_kpool_modules_deepgemm_names_on_sm89_and_undoes(vi, flash):
     assert {n: getattr(kpool, n) for n in stock} == stock and vi.hooked() == {} and vi._FINDER not in sys.meta_path
 
 
+ATTENTION = "vllm.models.glm5next.common.attention"
+OPS = "vllm.models.glm5next.nvidia.ops.kpool_compress"
+#: GLM-5.3-Flash's fp8-store sites (``module.name``) and the stand-in each gets below SM89.
+KPOOL_STORES = {f"{ATTENTION}.fwht128_quant_fp8": "sparse_mla.vllm_plugin.kpool_stores.fwht128_quant_fp8",
+                f"{OPS}.kpool_compress_and_write_cache":
+                    "sparse_mla.vllm_plugin.kpool_stores.kpool_compress_and_write_cache",
+                f"{OPS}.kpool_decode_update_and_maybe_write_cache_batched":
+                    "sparse_mla.vllm_plugin.kpool_stores.kpool_decode_update_and_maybe_write_cache_batched",
+                f"{KPOOL}.pack_seq_triton": "sparse_mla.vllm_plugin.indexer.pack_seq_triton"}
+
+
+@pytest.mark.parametrize("cap", [(8, 0), (8, 6), (8, 9)])
+def test_fp8_store_stand_ins_where_the_gpu_has_no_fp8_conversion_only(vi, flash, cap):
+    """Below SM89 the hook puts the byte-storing stand-ins where GLM-5.3-Flash's callers look them up (the
+    ``Indexer``'s own ``fwht128_quant_fp8``, ``kpool_ops.<writer>`` in ``sparse_indexer.py``, its ``pack_seq_triton``),
+    each marked with vLLM's function it replaced; from SM89 it leaves them; uninstalling puts vLLM's back."""
+    kpool, _ = flash
+    mods = {m: importlib.import_module(m) for m in (ATTENTION, OPS, KPOOL)}
+    stock = {site: getattr(mods[site.rsplit(".", 1)[0]], site.rsplit(".", 1)[1]) for site in KPOOL_STORES}
+    with on_gpu(cap):
+        assert vi.install_indexer_hook() is True
+        hooked = vi.hooked()
+        now = {site: getattr(mods[site.rsplit(".", 1)[0]], site.rsplit(".", 1)[1]) for site in KPOOL_STORES}
+        if cap >= (8, 9):
+            assert not set(KPOOL_STORES) & set(hooked) and now == stock
+        else:
+            assert {site: hooked.get(site) for site in KPOOL_STORES} == KPOOL_STORES
+            for site, fn in now.items():
+                assert fn is not stock[site] and fn.__wrapped__ is stock[site], site
+                assert inspect.signature(fn) == inspect.signature(stock[site]), site
+            assert kpool.kpool_ops.kpool_compress_and_write_cache is now[f"{OPS}.kpool_compress_and_write_cache"]
+            sai = importlib.import_module("vllm.model_executor.layers.sparse_attn_indexer")
+            assert kpool.pack_seq_triton is not sai.pack_seq_triton          # each module's own copy
+            assert kpool.pack_seq_triton.__code__ is sai.pack_seq_triton.__code__
+    vi.uninstall_indexer_hook()
+    assert {site: getattr(mods[site.rsplit(".", 1)[0]], site.rsplit(".", 1)[1]) for site in KPOOL_STORES} == stock
+
+
+@pytest.mark.interpreter
+def test_the_prefill_writer_runs_through_its_caller_on_sm86(vi, flash):
+    """``sparse_attn_indexer_kpool``'s prefill helper (``_kpool_compress_insert``: pools gathered from the batch,
+    written at the pool slots of the pools' last tokens) through the hook's stand-in: the pools it writes are the
+    stand-in's own output for those pools, every other byte of the poisoned cache untouched."""
+    from sparse_mla.vllm_plugin import kpool_stores
+
+    kpool, cfg = flash
+    pool = int(cfg.index_kpool)
+    g = torch.Generator().manual_seed(4)
+    n = 3 * pool + 1
+    k = torch.randn(n, D, generator=g).to(torch.bfloat16)
+    gate = torch.randn(n, D, generator=g).to(torch.bfloat16)
+    ape = torch.randn(pool, D, generator=g)
+    slots = torch.full((n,), -1, dtype=torch.int64)
+    slots[pool - 1::pool] = torch.tensor([5, 0, 9])
+    poison = torch.randint(0, 256, (2, 8, D + 4), generator=g, dtype=torch.uint8)
+    cache = poison.clone()
+    with on_gpu((8, 6)):
+        assert vi.install_indexer_hook() is True
+        kpool._kpool_compress_insert(k, gate, ape, cache, slots, pool, D, True)
+    idx = torch.arange(pool)[None, :] + torch.arange(0, 3 * pool, pool)[:, None]
+    want = poison.clone()
+    kpool_stores.kpool_compress_and_write_cache(want, k[idx], gate[idx], ape, torch.tensor([5, 0, 9]), pool)
+    assert torch.equal(cache, want) and not torch.equal(cache, poison)
+
+
 def test_not_installed_where_deepgemm_runs_and_counted_there_where_asked(vi, flash, monkeypatch):
     """SM90: vLLM's ``support_deep_gemm()`` is True, the KPool module keeps DeepGEMM; with
     ``SPARSE_MLA_COUNT_INDEXER_CALLS=1`` its calls pass through a counter (a stand-in for DeepGEMM here, which has no

@@ -16,8 +16,9 @@ The attention backend is the common stage's (:mod:`.selection`, vLLM's selector 
   compile only from SM89 (Triton's rule, :func:`sparse_mla.kernels.fp8.has_fp8_conversion`;
   ``tests/diagnose/test_glm5next.py`` compiles vLLM's ``_fwht_quant_kernel`` per target). With the plugin
   (:func:`plugin_verdict`), its indexer hook rebinds the module's DeepGEMM names where vLLM's DeepGEMM has no kernels
-  (:mod:`sparse_mla.vllm_plugin.indexer_kpool`): the logits are then ``TRITON_DSA_INDEXER``'s, and the fp8-storing
-  pool kernels, which it does not replace, decide (SM89 and up).
+  (:mod:`sparse_mla.vllm_plugin.indexer_kpool`): the logits are then ``TRITON_DSA_INDEXER``'s; below SM89 it also puts
+  byte-storing stand-ins where vLLM's callers look up the fp8-storing kernels (:data:`KPOOL_FP8_CALLERS`,
+  :mod:`sparse_mla.vllm_plugin.kpool_stores`), so that these stop it only where a site is not rebound.
 * **KDA** (:func:`kda_stage`) -- the linear-attention layers (``Glm5NextLinearAttention``, ``common/kda.py``): vLLM's
   mamba backend for them, its choice of prefill kernel (``_resolve_kda_prefill_backend``: FlashKDA or Triton) and the
   per-request state its model class declares (``get_mamba_state_shape_from_config`` / ``..._dtype_...``).
@@ -44,7 +45,18 @@ KPOOL_FP8_KERNELS: tuple[tuple[str, str, str], ...] = (
                                                   "compressed to one fp8 key and written to the index cache"),
     ("kpool_decode_update_and_maybe_write_cache_batched", KPOOL_OPS, "the KPool indexer's decode: the tail pool "
                                                                      "updated and, once full, written as an fp8 key"),
+    ("pack_seq_triton", "vllm.v1.attention.ops.common", "the KPool indexer's decode of a batch that needs padding "
+                                                        "(MTP of uneven lengths, short prefills taken as decodes): "
+                                                        "the fp8 query packed with an fp32 pad"),
 )
+
+#: Where vLLM's callers look each of :data:`KPOOL_FP8_KERNELS` up (the site the plugin's hook rebinds):
+#: ``fwht128_quant_fp8`` imported by name into the ``Indexer``'s module, the pool writers called as
+#: ``kpool_ops.<name>`` (the ops module itself), ``pack_seq_triton`` imported by name into the KPool module.
+KPOOL_FP8_CALLERS = {"fwht128_quant_fp8": "vllm.models.glm5next.common.attention",
+                     "kpool_compress_and_write_cache": KPOOL_OPS,
+                     "kpool_decode_update_and_maybe_write_cache_batched": KPOOL_OPS,
+                     "pack_seq_triton": KPOOL_MODULE}
 
 #: The DeepGEMM functions the KPool path calls.
 KPOOL_DEEPGEMM = ("fp8_fp4_mqa_logits", "fp8_fp4_paged_mqa_logits", "get_paged_mqa_logits_metadata")
@@ -128,7 +140,8 @@ def plugin_verdict(vc, cap, stock: str | None, hooked: dict[str, str] | None) ->
 
     ix = _plugin_indexer()
     if ix is not None and hooked is None:
-        hooked = ({f"{ix.KPOOL_MOD}.{n}": "(by the hook's rule)" for n in KPOOL_DEEPGEMM_NAMES}
+        rule = [f"{ix.KPOOL_MOD}.{n}" for n in KPOOL_DEEPGEMM_NAMES] + ix.fp8_store_sites((cap.major, cap.minor))
+        hooked = ({site: "(by the hook's rule)" for site in rule}
                   if ix.KPOOL_MOD is not None and ix.wanted((cap.major, cap.minor)) else {})
     if ix is None or not kpool_served(hooked, ix.KPOOL_MOD):
         on = sorted(k for k in hooked or {} if k.startswith(KPOOL_MODULE + "."))
@@ -141,7 +154,7 @@ def plugin_verdict(vc, cap, stock: str | None, hooked: dict[str, str] | None) ->
     if not has_fp8_conversion((cap.major, cap.minor)):
         reasons += [f"vLLM's {name} ({module}, called by {role}) stores fp8e4nv, which Triton compiles only from SM89 "
                     f"(compute capability {c}), and the plugin has no byte-storing replacement for it"
-                    for name, module, role in KPOOL_FP8_KERNELS if not any(k.endswith(f".{name}") for k in hooked)]
+                    for name, module, role in KPOOL_FP8_KERNELS if f"{KPOOL_FP8_CALLERS[name]}.{name}" not in hooked]
     return {"indexer": None if reasons else ix.INDEXER_NAME, "logits": True, "reasons": reasons}
 
 

@@ -5,8 +5,8 @@ The plugin runs the model where vLLM's own parts run the rest: our ``TRITON_MLA_
 (:func:`our_attention_reasons` empty: ``TritonMLASparseBackend.validate_configuration`` accepts the layer's arguments)
 and the KPool indexer runs (the plugin's verdict, :func:`sparse_mla.diagnose.glm5next.plugin_verdict`: vLLM's DeepGEMM
 where it has kernels, else our ``TRITON_DSA_INDEXER`` computing its logits over pools through the indexer hook, with
-vLLM's fp8-storing pool kernels compiled: SM89 and up); the KDA layers are vLLM's kernels everywhere. On SM80/86 the
-hook computes the logits, but the three pool kernels that store fp8 have no byte-storing replacement.
+vLLM's fp8-storing pool kernels compiled from SM89, and below it the hook's byte-storing stand-ins in their place,
+:mod:`sparse_mla.vllm_plugin.kpool_stores`); the KDA layers are vLLM's kernels everywhere.
 
 Each need sets vLLM 0.33's numbers for the model (read by :mod:`.glm5next` and the common stages from vLLM's code)
 against the workbook's own: the attention backend's ``validate_configuration`` for the MLA layer's arguments, in its
@@ -97,7 +97,10 @@ def needs(vc, cap, args: dict[str, Any], kv: str | None, kpool: dict[str, Any], 
     if not has_fp8_conversion((cap.major, cap.minor)):
         out.append(("fp8 stores", f"on compute capability {cap.major}.{cap.minor} Triton cannot compile the KPool "
                                   f"path's fp8 stores ({', '.join(n for n, _, _ in KPOOL_FP8_KERNELS)}): each needs a "
-                                  f"byte-storing replacement, as the plugin gives 0.26's fused_indexer_q_rope_quant"))
+                                  f"byte-storing replacement; the plugin's indexer hook puts one in each caller's "
+                                  f"place (sparse_mla.vllm_plugin.kpool_stores: the e4m3 bytes vLLM's kernels store, "
+                                  f"rounded in software; checked byte for byte against vLLM's kernels in Triton's "
+                                  f"interpreter, no GPU has run them)"))
     out.append(("KDA", f"{len(kda['layers'])} linear-attention layers on vLLM's own kernels (prefill "
                        f"{kda['prefill'] or kda['prefill_error']}: {kda['kernels']['prefill']}; decode "
                        f"{kda['kernels']['decode']}); no attention backend of ours is involved, and whether Triton "

@@ -139,6 +139,11 @@ def _glm5next_rests_on(rec: dict[str, Any], cap: tuple[int, int], with_plugin: b
         claims.append(f"ours: {INDEXER_NAME} on the KPool logits, through vLLM's KPool module on the CPU against vLLM's "
                       f"torch references and float64 (tests/vllm_plugin/test_indexer_kpool.py); no engine ran "
                       f"GLM-5.3-Flash with it")
+        if cap < (8, 9):
+            claims.append(f"ours: the KPool path's fp8 stores written as bytes (sparse_mla.vllm_plugin.kpool_stores), "
+                          f"byte for byte against vLLM's kernels in Triton's interpreter "
+                          f"(tests/kernels/test_kpool_stand_ins.py) and compiled for sm_{cap[0]}{cap[1]} ahead of "
+                          f"time; no GPU ran them")
     if ix.get("stock") == "DEEPGEMM":
         claims.append(f"vLLM's claim: its KPool indexer's DeepGEMM calls on {cap[0]}.{cap[1]} (support_deep_gemm())")
     return "; ".join(claims) or "vLLM's decisions on the diagnosis' probe platform"

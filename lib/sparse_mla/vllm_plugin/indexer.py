@@ -23,7 +23,9 @@ the module globals vLLM looks these functions up in at call time:
 * only where the GPU has no fp8 conversion (SM80/86): ``vllm.model_executor.models.deepseek_v2.fused_indexer_q_rope_quant``
   -> ours (:mod:`sparse_mla.kernels.indexer_quant`), and ``...sparse_attn_indexer.pack_seq_triton`` -> a wrapper that
   packs fp8 q as bytes (the stock kernel stores an fp32 pad into fp8, which does not compile there; vLLM calls it for
-  MTP batches of uneven decode lengths).
+  MTP batches of uneven decode lengths); on vLLM 0.33/0.34 also the line adapter's other fp8-store sites
+  (``FP8_STORE_HOOKS``: GLM-5's ``fused_q`` / ``fused_norm_rope``; GLM-5.3-Flash's ``fwht128_quant_fp8``, its two
+  pool writers and its KPool module's ``pack_seq_triton``, :mod:`sparse_mla.vllm_plugin.kpool_stores`).
 
 Modules not imported yet are patched right after their import (a ``sys.meta_path`` finder that wraps their loader);
 installing twice changes nothing; :func:`uninstall_indexer_hook` puts vLLM's functions back. The index-cache layout,
@@ -50,7 +52,7 @@ from ..capability import as_capability, vllm_capability
 from ..layouts import PATCH_MARK
 from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill
 from ..kernels.indexer_quant import launch_q_rope_quant
-from .indexer_kpool import kpool_counters, kpool_plan
+from .indexer_kpool import kpool_counters, kpool_plan, own_copy
 from .lines import adapter
 from .switches import COUNT_ENV, FORCE_ENV, INDEXER_NAME  # noqa: F401  (the switches' home; named here too)
 
@@ -256,6 +258,17 @@ def wanted_by_default(capability) -> bool:
     return cap >= (8, 0) and not _platform_at(cap).support_deep_gemm()
 
 
+def fp8_store_sites(capability) -> list[str]:
+    """``"module.attr"`` of every fp8-store site the hook gives a byte-storing stand-in on a GPU of ``capability``
+    (``(8, 6)``, ``"8.6"``) where it is installed: the line adapter's ``FP8_STORE_HOOKS`` below SM89, none from
+    SM89 (Triton compiles vLLM's fp8 stores there)."""
+    from ..kernels.fp8 import has_fp8_conversion
+
+    if has_fp8_conversion(as_capability(capability, text=True)):
+        return []
+    return [f"{mod}.{attr}" for mod, attr in LINE.FP8_STORE_HOOKS]
+
+
 def indexer_reasons(index_n_heads: int, index_head_dim: int, capability) -> list[str]:
     """Short reasons (vLLM's ``validate_configuration`` style) why our kernels cannot serve this indexer; ``[]``: they
     can. ``capability`` as ``(major, minor)``, ``"8.6"`` or ``None`` (not checked)."""
@@ -348,7 +361,7 @@ def install_indexer_hook() -> bool:
         if cap is None or not has_fp8_conversion(cap):
             ours = {"q_rope_quant": fused_indexer_q_rope_quant, "pack_seq": pack_seq_triton,
                     **LINE.FP8_STORE_STAND_INS}
-            plan.update({key: ours[role] for key, role in LINE.FP8_STORE_HOOKS.items()})
+            plan.update(_store_plan(ours))
         _install(plan, dict(capability=cap, q_hw=cap is not None and has_fp8_conversion(cap) and not interpreting(),
                             soft_bf16=interpreting()))
     except Exception as e:  # noqa: BLE001
@@ -358,6 +371,17 @@ def install_indexer_hook() -> bool:
     logger.info("sparse_mla: %s replaces DeepGEMM's indexer kernels (capability %s): %s", INDEXER_NAME,
                 "?" if cap is None else f"{cap[0]}.{cap[1]}", ", ".join(sorted(hooked())))
     return True
+
+
+def _store_plan(ours: dict) -> dict:
+    """``(module, attr) -> stand-in`` for every fp8-store site of the line (``LINE.FP8_STORE_HOOKS``), ``ours`` the
+    stand-ins by role; a role serving a second site gets its own copy there (``own_copy``: each replacement is marked
+    with what it replaced in its own module)."""
+    plan, seen = {}, set()
+    for key, role in LINE.FP8_STORE_HOOKS.items():
+        plan[key] = own_copy(ours[role]) if role in seen else ours[role]
+        seen.add(role)
+    return plan
 
 
 def _install(plan: dict, state: dict | None = None) -> None:

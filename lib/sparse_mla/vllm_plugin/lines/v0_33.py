@@ -13,7 +13,8 @@ returns *compressed* logits (row ``i`` holds keys ``[ks[i], ke[i])`` from column
 (the varlen form, SM100 only). On CUDA, GLM-5 and DeepSeek-V3.2 run through ``vllm/models/deepseek_v32/``, whose
 indexer q quant (``fused_q``) and K insert (``fused_norm_rope``, which also writes the MLA cache) are Triton kernels
 that store fp8, which SM80/86 cannot compile: the hook puts :func:`fused_q` and :func:`fused_norm_rope` in their place
-there (:data:`FP8_STORE_STAND_INS`). An fp8 MLA cache stays out of reach below SM89 on this line
+there (:data:`FP8_STORE_STAND_INS`), and GLM-5.3-Flash's KPool pool writers and query quantization store fp8 too
+(:mod:`sparse_mla.vllm_plugin.kpool_stores` stands in). An fp8 MLA cache stays out of reach below SM89 on this line
 (:data:`TRITON_FP8_MLA_CACHE_WRITE`).
 """
 # No ``from __future__ import annotations``: the DeepGEMM adapters' signatures must equal vLLM's, annotations included.
@@ -21,6 +22,7 @@ import torch
 
 from ...kernels.fused_q import launch_fused_q
 from ...kernels.indexer_k_cache import launch_indexer_k_cache
+from .. import kpool_stores
 
 __all__ = ["SparseMetadata", "ImplForward", "customize_spec", "kernel_block_sizes", "deepgemm_adapters",
            "FP8_STORE_HOOKS", "FP8_STORE_STAND_INS", "TRITON_FP8_MLA_CACHE_WRITE", "KPOOL_DEEPGEMM_MODULE"]
@@ -113,12 +115,22 @@ def deepgemm_adapters(prefill, paged):
     return fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits
 
 
-#: Where 0.33 calls Triton kernels that store fp8 on the DSA path (which SM80/86 cannot compile), and the hook's
-#: stand-in for each: the decode q packing (``sparse_attn_indexer.pack_seq_triton``; 0.26's q quant in ``deepseek_v2``
-#: is off the CUDA path now), and ``fused_q`` / ``fused_norm_rope`` as ``DeepseekV32Attention.forward`` looks them up.
+#: Where 0.33 calls Triton kernels that store fp8 (which SM80/86 cannot compile), and the hook's stand-in for each.
+#: The DSA path: the decode q packing (``sparse_attn_indexer.pack_seq_triton``; 0.26's q quant in ``deepseek_v2`` is
+#: off the CUDA path now), and ``fused_q`` / ``fused_norm_rope`` as ``DeepseekV32Attention.forward`` looks them up.
+#: GLM-5.3-Flash's KPool path (:mod:`sparse_mla.vllm_plugin.kpool_stores`): ``fwht128_quant_fp8`` where its
+#: ``Indexer`` (``glm5next/common/attention.py``) imported it, the pool writers where ``sparse_indexer.py`` calls them
+#: (``kpool_ops.<name>``: the ``kpool_compress`` module itself), and the KPool module's own ``pack_seq_triton``
+#: (fp8 q of a decode batch that needs padding: MTP with uneven lengths, short chunked prefills taken as decodes).
 FP8_STORE_HOOKS = {("vllm.model_executor.layers.sparse_attn_indexer", "pack_seq_triton"): "pack_seq",
                    ("vllm.models.deepseek_v32.attention", "fused_q"): "fused_q",
-                   ("vllm.models.deepseek_v32.attention", "fused_norm_rope"): "fused_norm_rope"}
+                   ("vllm.models.deepseek_v32.attention", "fused_norm_rope"): "fused_norm_rope",
+                   ("vllm.models.glm5next.common.attention", "fwht128_quant_fp8"): "kpool_q_quant",
+                   ("vllm.models.glm5next.nvidia.ops.kpool_compress", "kpool_compress_and_write_cache"):
+                       "kpool_compress",
+                   ("vllm.models.glm5next.nvidia.ops.kpool_compress",
+                    "kpool_decode_update_and_maybe_write_cache_batched"): "kpool_decode",
+                   ("vllm.models.glm5next.nvidia.sparse_indexer", "pack_seq_triton"): "pack_seq"}
 
 #: GLM-5.3-Flash's KPool indexer (``SparseAttnIndexerKpool``), whose module binds DeepGEMM's logits calls and
 #: ``has_deep_gemm`` in its own globals: where the indexer hook also rebinds them
@@ -222,4 +234,7 @@ def fused_norm_rope(
 
 
 #: The hook's stand-ins named in :data:`FP8_STORE_HOOKS` that this adapter provides.
-FP8_STORE_STAND_INS = {"fused_q": fused_q, "fused_norm_rope": fused_norm_rope}
+FP8_STORE_STAND_INS = {"fused_q": fused_q, "fused_norm_rope": fused_norm_rope,
+                       "kpool_q_quant": kpool_stores.fwht128_quant_fp8,
+                       "kpool_compress": kpool_stores.kpool_compress_and_write_cache,
+                       "kpool_decode": kpool_stores.kpool_decode_update_and_maybe_write_cache_batched}
