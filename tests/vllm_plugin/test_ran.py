@@ -88,6 +88,18 @@ def test_collect_reads_the_compiled_target_the_calls_and_the_layers_in_its_own_p
                                                                 "smem_per_sm": 232448}}
 
 
+def test_every_kernels_module_with_a_triton_kernel_is_read():
+    """``ran.KERNEL_MODULES`` names every module of ``sparse_mla.kernels`` that defines a ``@triton.jit`` kernel (the
+    KPool stand-ins of 2026-12-06 were missing: an engine would have run them without ``triton_targets`` saying so)."""
+    import pathlib
+
+    import sparse_mla.kernels as k
+
+    root = pathlib.Path(k.__file__).parent
+    jitted = {f"sparse_mla.kernels.{p.stem}" for p in root.glob("*.py") if "@triton.jit" in p.read_text()}
+    assert jitted <= set(ran.KERNEL_MODULES), sorted(jitted - set(ran.KERNEL_MODULES))
+
+
 def test_our_kernels_are_the_packages_triton_kernels():
     names = set(ran.our_kernels()) if os.environ.get("TRITON_INTERPRET") != "1" else None
     if names is None:                        # interpreted functions keep no compiled variants: ask a fresh process

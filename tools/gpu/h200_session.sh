@@ -256,10 +256,12 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # this GPU), a record of its own
     # glm5next_sim120: ours at a simulated 12.0 alone; triton 3.8 asks for ptxas-blackwell for any target >= sm_100
     # (compiler.py), which the bundle drops: the simulation assembles for the live GPU, which the bundle's ptxas serves
-    glm5next|glm5next_ours|glm5next_sim|glm5next_sim120) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0 \
+    # glm5next_sim80: ours at a simulated 8.0 with our indexer and the KPool fp8-store stand-ins
+    glm5next|glm5next_ours|glm5next_sim|glm5next_sim80|glm5next_sim120) local P033="/tmp/site033${PYTHONPATH#/tmp/site}" t0 \
           runs=FLASHMLA_SPARSE,TRITON_MLA_SPARSE tag=""
           [ "$1" = glm5next_ours ] && runs=TRITON_MLA_SPARSE
           [ "$1" = glm5next_sim ] && runs=TRITON_MLA_SPARSE@12.0,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9 && tag=_simulated
+          [ "$1" = glm5next_sim80 ] && runs=TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0 && tag=_sim80
           [ "$1" = glm5next_sim120 ] && runs=TRITON_MLA_SPARSE@12.0 && tag=_sim120 \
             && export TRITON_PTXAS_BLACKWELL_PATH=/tmp/site033/triton/backends/nvidia/bin/ptxas
           t0=$(date +%s)

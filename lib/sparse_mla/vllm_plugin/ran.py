@@ -39,7 +39,7 @@ from ..records import schema
 #: Modules whose ``@triton.jit`` kernels are ours.
 KERNEL_MODULES = ("sparse_mla.kernels.attention", "sparse_mla.kernels.fp8", "sparse_mla.kernels.indexer",
                   "sparse_mla.kernels.indexer_quant", "sparse_mla.kernels.fused_q", "sparse_mla.kernels.indexer_k_cache",
-                  "sparse_mla.kernels.simple")
+                  "sparse_mla.kernels.simple", "sparse_mla.kernels.kpool_quant", "sparse_mla.kernels.kpool_cache")
 #: vLLM's name for the indexer's cache layers (``DeepseekV32IndexerCache``), which are not attention.
 INDEXER_CACHE_BACKEND = "DEEPSEEK_V32_INDEXER"
 
