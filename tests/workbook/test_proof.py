@@ -13,8 +13,16 @@ RAN = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel
        "indexer": {"triton": 0, "deepgemm": 8}, "attention": {"TRITON_MLA_SPARSE": 4}}
 
 
+def command(*backends: str) -> str:
+    """The ``sparse-mla launch`` command line of a parity run of ``backends`` (``records check`` holds a record's runs
+    to it: :mod:`sparse_mla.workbook.commands`); none: one engine's."""
+    if not backends:
+        return "sparse-mla launch --model /tmp/ck --backend TRITON_MLA_SPARSE"
+    return f"sparse-mla launch --model /tmp/ck --parity --eager-only --no-serve --backends {','.join(backends)}"
+
+
 def record(**run_changes):
-    env = environment("sparse-mla launch --parity (test)")
+    env = environment(command("TRITON_MLA_SPARSE"))
     env.setdefault("vllm", "0.26.0")
     env.update(gpu="NVIDIA H200", capability="9.0")   # what the GPU's process reads; a proven record names both
     if env["revision"].startswith("unknown"):
@@ -75,6 +83,7 @@ def test_unreadable_and_partial_records(tmp_path):
     assert verdict(tmp_path, "{not json").status == "invalid"
     rec = record()
     rec["runs"]["FLASHMLA_SPARSE"] = {"backend_requested": "FLASHMLA_SPARSE", "error": "exit 1"}
+    rec["environment"]["command"] = command("TRITON_MLA_SPARSE", "FLASHMLA_SPARSE")
     v = verdict(tmp_path, rec)
     assert v.status == "unproven" and "1 engine(s) failed" in v.reason, v.line()
     del rec["runs"]["TRITON_MLA_SPARSE"]                                   # every engine died: said so, not "no ran"
@@ -334,7 +343,7 @@ def test_records_no_writer_makes_or_that_say_they_failed_are_never_proven(tmp_pa
 def test_a_one_engine_records_served_check_counts(tmp_path):
     layer = {"layer": "MLAAttention", "backend": "TRITON_MLA_SPARSE", "impl": "TritonMLASparseImpl",
              "kv_cache_dtype": "auto", "prefill": None}
-    rec = {**record()["runs"]["TRITON_MLA_SPARSE"], "environment": record()["environment"],
+    rec = {**record()["runs"]["TRITON_MLA_SPARSE"], "environment": {**record()["environment"], "command": command()},
            "layers": {f"model.layers.{i}.self_attn.attn": layer for i in range(4)}}
     assert verdict(tmp_path, rec).status == "proven"
     rec["serve"] = {"backend_requested": "TRITON_MLA_SPARSE", "error": "server died"}

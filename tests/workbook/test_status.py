@@ -13,6 +13,7 @@ def _write(tmp_path, name, rec):
 def test_status_places_each_proven_run_of_ours_and_says_never_elsewhere(tmp_path):
     real = record(kv_cache_dtype="fp8_ds_mla", enforce_eager=False)
     real["tp"] = 2
+    real["environment"]["command"] += " --kv-cache-dtype fp8_ds_mla --tp 2"     # what the record says it asked
     _write(tmp_path, "real.json", real)
     h100 = copy.deepcopy(real)                    # the same capability on another GPU: the row names both GPUs
     h100["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError, expand_path
+from .commands import command_problems
 from ..files import DuplicateKey, no_duplicate_keys
 from ..launch.engine import nan_logprobs
 from ..records import schema
@@ -646,6 +647,25 @@ def is_glm5next_comparison(obj) -> bool:
     return isinstance(cfg, dict) and cfg.get("model_type") == "glm5_next"
 
 
+def _glm5next_verdict(path: str, obj: dict) -> Verdict:
+    """A GLM-5.3-Flash comparison: invalid where a run names a backend or indexer no vLLM of ours has or the header's
+    GPU is not its capability; else unproven, naming the engines that failed."""
+    from ..launch.specs import TRITON_INDEXER
+
+    runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
+    known = known_backends()
+    bad = [f"{k}: backend {r.get('backend_requested')!r} is no vLLM backend" for k, r in runs.items()
+           if isinstance(r, dict) and r.get("backend_requested", "auto") not in known]
+    bad += [f"{k}: indexer {r.get('indexer')!r} is neither 'vllm' nor {TRITON_INDEXER!r}" for k, r in runs.items()
+            if isinstance(r, dict) and r.get("indexer", "vllm") not in ("vllm", TRITON_INDEXER)]
+    bad += header_problems(obj, {})
+    if bad:
+        return Verdict(path, "invalid", "; ".join(bad))
+    failed = [k for k, r in runs.items() if not isinstance(r, dict) or r.get("error") is not None]
+    return Verdict(path, "unproven", GLM5NEXT_UNPROVEN + (f"; {len(failed)} engine(s) failed: {', '.join(failed)}"
+                                                           if failed else ""))
+
+
 def judge(path: str, obj) -> Verdict:
     """The verdict on one run record (module docstring); never raises (a record that breaks the reading is invalid,
     with the error)."""
@@ -661,10 +681,7 @@ def _judge(path: str, obj) -> Verdict:
         more = f" (and {len(shape) - 1} more)" if len(shape) > 1 else ""
         return Verdict(path, "invalid", f"not a record as the project writes it: {shape[0]}{more}")
     if is_glm5next_comparison(obj):
-        runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
-        failed = [k for k, r in runs.items() if not isinstance(r, dict) or r.get("error") is not None]
-        return Verdict(path, "unproven", GLM5NEXT_UNPROVEN + (f"; {len(failed)} engine(s) failed: {', '.join(failed)}"
-                                                               if failed else ""))
+        return _glm5next_verdict(path, obj)
     gaps = header_gaps(obj)
     runs = engine_runs(obj)
     failed = [r for r in runs.values() if "error" in r and r["error"] is not None]    # "" too: no writer makes it
@@ -690,7 +707,7 @@ def _judge(path: str, obj) -> Verdict:
     if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
         bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
     bad += header_problems(obj, with_ran)
-    bad += record_problems(obj, runs) + outcome_problems(obj)
+    bad += record_problems(obj, runs) + outcome_problems(obj) + command_problems(obj)
     bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
             for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)

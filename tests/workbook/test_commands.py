@@ -1,0 +1,67 @@
+"""``sparse_mla.workbook.commands``: an engine record against its own ``sparse-mla launch`` command line (issue 47,
+round 7: each edit below of a committed, proven H200 record was proven), and a GLM-5.3-Flash comparison's names."""
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from sparse_mla.workbook import proof
+from sparse_mla.workbook.commands import command_problems
+
+ROOT = Path(__file__).resolve().parents[2]
+SIM = ROOT / "results" / "h200" / "launch_h200_simulated.json"
+
+
+def _with_command(rec: dict, old: str, new: str) -> dict:
+    out = copy.deepcopy(rec)
+    out["environment"]["command"] = out["environment"]["command"].replace(old, new)
+    assert out["environment"]["command"] != rec["environment"]["command"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def sim():
+    rec = json.loads(SIM.read_text())
+    assert proof.judge(str(SIM), rec).status == "proven"          # the unedited record
+    return rec
+
+
+@pytest.mark.parametrize("old,new,says", [
+    ("FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE,FLASHINFER_MLA_SPARSE", "the command's parity plan"),
+    ("--max-tokens 16", "--max-tokens 8", "16 tokens generated, the command asked --max-tokens 8"),
+    ("--prompt-lengths 48,560,900", "--prompt-lengths 48,560,901", "a prompt of 900 tokens"),
+    ("--parity", "--parity --kv-cache-dtype fp8", "the command asked --kv-cache-dtype fp8"),
+    ("sparse-mla launch", "sparse-mla bench kernel", "an engine record's is `sparse-mla launch ...`"),
+    ("--parity", "--parity --no-such-flag", "arguments launch does not take"),
+])
+def test_a_record_contradicting_its_command_is_invalid(sim, old, new, says):
+    edited = _with_command(sim, old, new)
+    assert any(says in p for p in command_problems(edited)), command_problems(edited)
+    v = proof.judge("x.json", edited)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_every_committed_engine_record_agrees_with_its_command():
+    """Those with ``ran`` blocks, which ``records check`` compares (the 2026-12-01 records, made before ``ran`` and
+    before today's plan names, are unproven without it)."""
+    checked = 0
+    for f in sorted((ROOT / "results").rglob("launch_*.json")):
+        rec = json.loads(f.read_text())
+        if any(isinstance(r, dict) and "ran" in r for r in (rec.get("runs") or {}).values()):
+            assert command_problems(rec) == [], (f, command_problems(rec))
+            checked += 1
+    assert checked >= 10
+
+
+def test_a_glm5next_comparison_naming_no_backend_is_invalid():
+    rec = json.loads((ROOT / "results" / "h100-80gb-hbm3" / "glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
+    edited = copy.deepcopy(rec)
+    edited["runs"]["TRITON_MLA_SPARSE"]["backend_requested"] = "BANANA_ATTN"
+    v = proof.judge("x.json", edited)
+    assert v.status == "invalid" and "'BANANA_ATTN' is no vLLM backend" in v.reason, v.line()
+    edited = copy.deepcopy(rec)
+    edited["environment"]["gpu"] = "NVIDIA H200"          # the header's GPU against its capability (9.0 either way)
+    assert proof.judge("x.json", edited).status == "unproven"
+    edited["environment"]["gpu"] = "NVIDIA A100-SXM4-80GB"
+    assert proof.judge("x.json", edited).status == "invalid"
