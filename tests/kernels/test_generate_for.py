@@ -42,6 +42,10 @@ built["indexer._paged_logits_kernel"] = indexer_build.compile_for(
 built["indexer_quant._indexer_q_rope_quant_kernel"] = indexer_build.compile_for("q_quant", live, generate_for=gen)
 built["fused_q._fused_q_kernel"] = indexer_build.compile_stand_in("fused_q", live, generate_for=gen)
 built["indexer_k_cache._indexer_k_cache_kernel"] = indexer_build.compile_stand_in("k_cache", live, generate_for=gen)
+from sparse_mla.kernels.kpool_build import compile_kpool          # GLM-5.3-Flash's KPool fp8-store stand-ins
+built["kpool_quant._fwht_quant_kernel"] = compile_kpool("fwht", live, generate_for=gen)
+built["kpool_cache._kpool_compress_kernel"] = compile_kpool("compress", live, generate_for=gen)
+built["kpool_cache._kpool_decode_kernel"] = compile_kpool("decode", live, generate_for=gen)
 out = {}
 for name, k in built.items():
     ptx = k.asm["ptx"]

@@ -31,10 +31,12 @@ KPOOL_KERNELS = {
 _FP8_OUTPUTS = ("qout_ptr", "compressed_k_ptr")
 
 
-def compile_kpool(kernel: str, capability: tuple[int, int], *, fn=None):
+def compile_kpool(kernel: str, capability: tuple[int, int], *, fn=None, generate_for: tuple[int, int] | None = None):
     """Compile the stand-in ``kernel`` (``"fwht"``, ``"compress"``, ``"decode"``) for ``capability`` (``(8, 0)``)
     with the fp8 store path of that GPU (hardware from SM89), or ``fn``: another Triton kernel of the same arguments
-    without ``HW`` (vLLM's), its fp8 outputs typed ``fp8e4nv``. Returns Triton's compiled kernel (``.asm["ptx"]``).
+    without ``HW`` (vLLM's), its fp8 outputs typed ``fp8e4nv``; ``generate_for``: the code of that GPU assembled for
+    ``capability`` (a capability simulation, :func:`.aot.compile_options`). Returns Triton's compiled kernel
+    (``.asm["ptx"]``).
     Raises RuntimeError under the interpreter, ValueError for another kernel name, and Triton's compile error where
     the kernel does not build for that GPU."""
     from triton.backends.compiler import GPUTarget
@@ -52,8 +54,8 @@ def compile_kpool(kernel: str, capability: tuple[int, int], *, fn=None):
     K = fn or ours
     types, consts = KPOOL_KERNELS[kernel]
     types = dict(types, **({n: "*fp8e4nv" for n in _FP8_OUTPUTS} if fn is not None else {}))
-    consts = dict(consts, **({"HW": has_fp8_conversion(capability)} if "HW" in K.arg_names else {}))
+    consts = dict(consts, **({"HW": has_fp8_conversion(generate_for or capability)} if "HW" in K.arg_names else {}))
     sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in K.arg_names}
     src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(n),): v for n, v in consts.items()})
     return triton.compile(src, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32),
-                          options=compile_options(capability, None, num_warps=2 if kernel == "fwht" else 4))
+                          options=compile_options(capability, generate_for, num_warps=2 if kernel == "fwht" else 4))
