@@ -86,10 +86,10 @@ def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
 
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     if not args.parity:
-        asked = parse_run_spec(args.backend).name
+        asked = parse_run_spec(args.backend)
         said = rec.get("run") or rec.get("backend_requested")
         return [f"the engine ran {said!r}, the command asked --backend {args.backend}"] \
-            if isinstance(said, str) and said not in (asked, parse_run_spec(args.backend).backend) else []
+            if isinstance(said, str) and said not in (asked.name, asked.backend) else []
     names = str(args.backends).split(",") if args.backends else [OURS, *PEERS]
     specs = tuple(dict.fromkeys(parse_run_spec(n).name for n in names if n.strip()))
     plan = {k for k, *_ in parity_plan(specs, graph=not args.eager_only, speculative=bool(args.speculative_config))}

@@ -30,16 +30,11 @@ What it cannot see: a record whose data and summaries were edited together (:mod
 """
 from __future__ import annotations
 
-import json
 
 from ..layouts import FP8_KV_CACHE_DTYPES
+from ..records.values import is_int as _int, is_number as _num, same_json as _same
 from ..vllm_plugin.ran import count_backends
 from .serving import serving_record_problems
-
-
-def _same(a, b) -> bool:
-    """Equal as JSON writes them (a NaN equals a NaN; float values survive JSON exactly)."""
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def _with_generations(rec: dict) -> dict[str, dict]:
@@ -384,14 +379,6 @@ def serving_summary_problems(rec: dict) -> list[str]:
         if bad:
             out.append(f"{k}: {', '.join('summary.' + m for m in bad)} not the spread of its repeats")
     return out
-
-
-def _int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def throughput_problems(name: str, run: dict) -> list[str]:

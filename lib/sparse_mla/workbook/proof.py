@@ -47,13 +47,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserInputError, expand_path
-from .commands import command_problems
 from ..files import DuplicateKey, no_duplicate_keys
 from ..launch.engine import nan_logprobs
 from ..records import schema
 from ..records.common import markdown
 from ..records.engine_tables import engine_runs
+from ..records.values import is_int as _int
 from ..vllm_plugin.ran import contradictions
+from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
@@ -450,7 +451,6 @@ def _speculation_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     propose at most ``num_speculative_tokens`` tokens a draft; an MTP drafter's layers (``draft_attention``) are at
     most the model's MTP layers (``model.num_nextn_predict_layers``)."""
     from ..launch.specs import is_mtp
-    from .consistency import ran_blocks
 
     model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
     nextn, top = model.get("num_nextn_predict_layers"), rec.get("speculative_config")
@@ -509,10 +509,6 @@ def _checkpoint_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
             top.get("format") == "gguf" and path != top.get("file"))):
         out.append(f"model.path {path!r} is not the checkpoint asked ({top.get('format')!r}, file {top.get('file')!r})")
     return out
-
-
-def _int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _criterion_problems(rec: dict) -> list[str]:
@@ -650,14 +646,9 @@ def is_glm5next_comparison(obj) -> bool:
 def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     """A GLM-5.3-Flash comparison: invalid where a run names a backend or indexer no vLLM of ours has or the header's
     GPU is not its capability; else unproven, naming the engines that failed."""
-    from ..launch.specs import TRITON_INDEXER
-
     runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
-    known = known_backends()
-    bad = [f"{k}: backend {r.get('backend_requested')!r} is no vLLM backend" for k, r in runs.items()
-           if isinstance(r, dict) and r.get("backend_requested", "auto") not in known]
-    bad += [f"{k}: indexer {r.get('indexer')!r} is neither 'vllm' nor {TRITON_INDEXER!r}" for k, r in runs.items()
-            if isinstance(r, dict) and r.get("indexer", "vllm") not in ("vllm", TRITON_INDEXER)]
+    bad = [f"{k}: {n}" for k, r in runs.items() if isinstance(r, dict)     # the request's names (its ran: GLM-5's)
+           for n in unknown_names({f: r[f] for f in ("backend_requested", "indexer") if f in r})]
     bad += header_problems(obj, {})
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))

@@ -25,20 +25,9 @@ the record has them (a record of the live-server method: runs with ``servers`` a
 """
 from __future__ import annotations
 
-import json
 import re
 
-
-def _int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _same(a, b) -> bool:
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+from ..records.values import is_int as _int, is_number as _num, same_json as _same
 
 
 def _number(v):

@@ -1,0 +1,20 @@
+"""What a value in a record is, as the checks of ``records check`` ask it (``sparse_mla.workbook.proof``,
+``.consistency``, ``.serving``): JSON values, where ``true`` is no number."""
+from __future__ import annotations
+
+import json
+
+
+def is_int(v) -> bool:
+    """An integer, not a boolean."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v) -> bool:
+    """An integer or a float, not a boolean."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def same_json(a, b) -> bool:
+    """Equal as JSON writes them (a NaN equals a NaN; float values survive JSON exactly)."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
