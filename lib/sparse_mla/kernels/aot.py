@@ -32,6 +32,21 @@ def compile_options(capability: tuple[int, int], generate_for: tuple[int, int] |
     return {**options, "arch": f"sm{major * 10 + minor}"}
 
 
+def compile_by_names(kernel, types: dict[str, str], consts: dict, capability: tuple[int, int],
+                     generate_for: tuple[int, int] | None = None, **options):
+    """``triton.compile`` of the ``@triton.jit`` function ``kernel`` for ``capability`` (``generate_for``:
+    :func:`compile_options`), its arguments typed by name: ``consts`` the constexprs, ``types`` the pointer and float
+    types (``"*u8"``, ``"fp32"``), every other argument ``i32``. Returns Triton's compiled kernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in kernel.arg_names}
+    src = ASTSource(fn=kernel, signature=sig,
+                    constexprs={(kernel.arg_names.index(n),): v for n, v in consts.items()})
+    return triton.compile(src, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32),
+                          options=compile_options(capability, generate_for, **options))
+
+
 def compile_for(cfg, dtype: torch.dtype, capability: tuple[int, int], split: bool | None = None,
                 DL: int = 512, DR: int = 64, generate_for: tuple[int, int] | None = None,
                 fp8_options: dict | None = None):

@@ -119,9 +119,7 @@ STAND_INS = {
 def compile_stand_in(kernel: str, capability: tuple[int, int], *, generate_for: tuple[int, int] | None = None):
     """Compile a stand-in of :data:`STAND_INS` (``"fused_q"`` or ``"k_cache"``) for ``capability`` with the fp8
     store path of the GPU generated for (hardware from SM89). Returns Triton's compiled kernel (``.asm["ptx"]``)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    from .aot import compile_by_names
     from .fp8 import E4M3_MAX, has_fp8_conversion
     from .fused_q import _fused_q_kernel
     from .indexer_k_cache import _indexer_k_cache_kernel
@@ -133,11 +131,7 @@ def compile_stand_in(kernel: str, capability: tuple[int, int], *, generate_for: 
     K = {"fused_q": _fused_q_kernel, "k_cache": _indexer_k_cache_kernel}[kernel]
     ptrs, consts = STAND_INS[kernel]
     consts = {**consts, "FP8_MAX": E4M3_MAX, "HW": has_fp8_conversion(generate_for or capability)}
-    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in K.arg_names}
-    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(n),): v for n, v in consts.items()})
-    major, minor = capability
-    return triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
-                          options=compile_options(capability, generate_for, num_warps=1))
+    return compile_by_names(K, ptrs, consts, capability, generate_for, num_warps=1)
 
 
 def resource_usage(compiled) -> dict | None:

@@ -6,10 +6,7 @@ own, given by the caller -- with its fp8 pointers typed ``fp8e4nv``, as vLLM lau
 """
 from __future__ import annotations
 
-import triton
-
 from ..machine import interpreting
-from .aot import compile_options
 
 #: ``kernel -> (pointer and float types by argument name, constexprs)``; other arguments are i32.
 KPOOL_KERNELS = {
@@ -39,9 +36,7 @@ def compile_kpool(kernel: str, capability: tuple[int, int], *, fn=None, generate
     (``.asm["ptx"]``).
     Raises RuntimeError under the interpreter, ValueError for another kernel name, and Triton's compile error where
     the kernel does not build for that GPU."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    from .aot import compile_by_names
     from .fp8 import has_fp8_conversion
     from .kpool_cache import _kpool_compress_kernel, _kpool_decode_kernel
     from .kpool_quant import _fwht_quant_kernel
@@ -55,7 +50,4 @@ def compile_kpool(kernel: str, capability: tuple[int, int], *, fn=None, generate
     types, consts = KPOOL_KERNELS[kernel]
     types = dict(types, **({n: "*fp8e4nv" for n in _FP8_OUTPUTS} if fn is not None else {}))
     consts = dict(consts, **({"HW": has_fp8_conversion(generate_for or capability)} if "HW" in K.arg_names else {}))
-    sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in K.arg_names}
-    src = ASTSource(fn=K, signature=sig, constexprs={(K.arg_names.index(n),): v for n, v in consts.items()})
-    return triton.compile(src, target=GPUTarget("cuda", capability[0] * 10 + capability[1], 32),
-                          options=compile_options(capability, generate_for, num_warps=2 if kernel == "fwht" else 4))
+    return compile_by_names(K, types, consts, capability, generate_for, num_warps=2 if kernel == "fwht" else 4)

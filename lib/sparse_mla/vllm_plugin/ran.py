@@ -126,29 +126,35 @@ def layer_backends(worker) -> dict:
     return out
 
 
+def _side(layer: dict) -> str | None:
+    """Where a :func:`layer_backends` entry is counted: ``"indexer_cache"`` (backend :data:`INDEXER_CACHE_BACKEND`),
+    ``"other"`` (its backend says it is not MLA, ``"mla": False``: a hybrid model's linear-attention layers,
+    GLM-5.3-Flash's ``GDN_ATTN`` and its KPool tail cache ``KPOOL_TAIL``), ``"attention"`` (the rest; entries written
+    before ``mla`` existed included), None without a backend."""
+    b = layer.get("backend")
+    if not b:
+        return None
+    return "indexer_cache" if b == INDEXER_CACHE_BACKEND else "other" if layer.get("mla") is False else "attention"
+
+
+def _count(layers: dict, side: str) -> dict[str, int]:
+    out = {}
+    for v in layers.values():
+        if _side(v) == side:
+            out[v["backend"]] = out.get(v["backend"], 0) + 1
+    return out
+
+
 def count_backends(layers: dict) -> tuple[dict[str, int], dict[str, int]]:
     """``(attention, indexer_cache)``: ``{backend: layers}`` of :func:`layer_backends`' output, split by whether the
-    layer is the indexer's cache; layers whose backend says it is not MLA (``"mla": False``: a hybrid model's
-    linear-attention layers, GLM-5.3-Flash's ``GDN_ATTN`` and its KPool tail cache ``KPOOL_TAIL``) are in neither
-    (:func:`other_layers`)."""
-    att, idx = {}, {}
-    for v in layers.values():
-        b = v.get("backend")
-        if b and (b == INDEXER_CACHE_BACKEND or v.get("mla") is not False):
-            side = idx if b == INDEXER_CACHE_BACKEND else att
-            side[b] = side.get(b, 0) + 1
-    return att, idx
+    layer is the indexer's cache; layers whose backend says it is not MLA are in neither (:func:`other_layers`)."""
+    return _count(layers, "attention"), _count(layers, "indexer_cache")
 
 
 def other_layers(layers: dict) -> dict[str, int]:
     """``{backend: layers}`` of :func:`layer_backends`' layers that are neither MLA nor the indexer's cache (a hybrid
     model's: GLM-5.3-Flash's KDA layers on ``GDN_ATTN``, its KPool tail cache on ``KPOOL_TAIL``); ``{}`` for GLM-5."""
-    out = {}
-    for v in layers.values():
-        b = v.get("backend")
-        if b and b != INDEXER_CACHE_BACKEND and v.get("mla") is False:
-            out[b] = out.get(b, 0) + 1
-    return out
+    return _count(layers, "other")
 
 
 def weights_loaded(worker) -> dict:
