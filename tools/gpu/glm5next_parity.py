@@ -14,6 +14,9 @@ its own process (greedy with log-probs, vLLM's top 20 per step), with the ``ran`
 
 * engines against the first run (``launch --parity``'s :func:`~sparse_mla.launch.engine.compare`): token-identical
   or where they first part, the largest log-prob difference before that;
+* the first-token criterion (:func:`sparse_mla.launch.first_token.glm5next_first_token_criterion`, Monte Carlo
+  arithmetic on the reference: :mod:`sparse_mla.launch.glm5next_rounding`): where the reference's top-2 gap exceeds
+  what vLLM's arithmetic may move it, each engine's first token must be the reference's argmax;
 * each engine against the float64 reference (:class:`sparse_mla.launch.glm5next_reference.Glm5NextReference`:
   transformers' own model, on this GPU), teacher-forced along the engine's own tokens (one forward of prompt + its
   tokens): at every step the reference's log-prob of the engine's token, the difference to the engine's log-prob of
@@ -24,9 +27,9 @@ its own process (greedy with log-probs, vLLM's top 20 per step), with the ``ran`
 ``sparse-mla launch --parity`` does not run this model: ``engine.check_model_dir`` refuses GLM-5.3-Flash, its
 reference forward (``engine.reference_first_token``) is :class:`~sparse_mla.launch.glm5_reference.Glm5Reference`
 (GLM-5's layers: no KDA, MHC or KPool indexer), and its first-token criterion's tolerance comes from Monte Carlo
-arithmetic on that reference (:mod:`sparse_mla.launch.forward_rounding`). So this record gives the numbers and no
-verdict: no tolerance for this model is derived yet. Exits 1 if an engine or the reference failed, or an engine's
-``ran`` contradicts what was asked, else 0.
+arithmetic on that reference (:mod:`sparse_mla.launch.forward_rounding`). This tool applies the same criterion to
+transformers' model (``first_token_criterion``); ``records check`` judges the record by it. Exits 1 if an engine,
+the reference or the criterion failed, or an engine's ``ran`` contradicts what was asked, else 0.
 """
 from __future__ import annotations
 
@@ -156,7 +159,7 @@ def main(argv: list[str]) -> int:
             check_simulated_indexer(parse_run_spec(r))
     prompts = prompt_ids(a.checkpoint, [int(n) for n in a.prompt_lengths.split(",")])
     rec = {"what": "GLM-5.3-Flash tiny checkpoint: engines against the first run and against the float64 reference "
-                   "(transformers' model); numbers only, no verdict", "environment": environment(
+                   "(transformers' model), and the first-token criterion", "environment": environment(
                        " ".join(["python3", "tools/gpu/glm5next_parity.py", *argv])),
            "model_config": json.loads((a.checkpoint / "config.json").read_text()), "max_tokens": a.max_tokens,
            "runs": {}}
@@ -197,7 +200,25 @@ def finish(rec: dict, ckpt: Path, prompts: list[list[int]], max_tokens: int) -> 
     except Exception as e:  # noqa: BLE001 - the record says why
         rec["reference"], failed = {"error": f"{type(e).__name__}: {e}",
                                     "traceback": traceback.format_exc()[-4000:]}, True
-    return failed
+        return failed
+    return criterion(rec, ref, prompts, ok) or failed
+
+
+def criterion(rec: dict, ref, prompts: list[list[int]], ok: dict[str, dict]) -> bool:
+    """The first-token criterion (:func:`sparse_mla.launch.first_token.glm5next_first_token_criterion`) of the runs
+    that ran, into ``rec``; ``True`` where it failed or could not be computed."""
+    from sparse_mla.launch.first_token import glm5next_first_token_criterion
+
+    t0 = time.time()
+    try:
+        crit = glm5next_first_token_criterion(ref, prompts, ok, str(rec["model_config"].get("dtype", "bfloat16")))
+    except Exception as e:  # noqa: BLE001 - the record says why
+        rec["first_token_criterion"] = {"error": f"{type(e).__name__}: {e}"}
+        return True
+    rec["first_token_criterion"] = crit
+    print(f"criterion ({time.time() - t0:.0f} s): {json.dumps(crit['per_prompt'])}; failures {crit['failures']}",
+          flush=True)
+    return bool(crit["failures"])
 
 
 if __name__ == "__main__":

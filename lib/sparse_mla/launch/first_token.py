@@ -37,18 +37,51 @@ def first_token_criterion(model: str | os.PathLike, prompts: list[list[int]], re
     cfg, sd = load_weights(model)
     arithmetic = engine_arithmetic(str(cfg.get("dtype", cfg.get("torch_dtype", "bfloat16"))), kv_cache_dtype)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def gap(ids, top2):
+        return first_token_gap(cfg, sd, torch.tensor(ids), top2, samples=samples, count=len(prompts),
+                               arithmetic=arithmetic, device=device)
+
+    return judge_first_tokens(prompts, [r["logprobs"] for r in ref], runs, gap, arithmetic, samples)
+
+
+def glm5next_first_token_criterion(reference, prompts: list[list[int]], runs: dict[str, dict],
+                                   dtype: str = "bfloat16", samples: int = 16) -> dict:
+    """:func:`first_token_criterion` for GLM-5.3-Flash: ``reference`` a :class:`~sparse_mla.launch.glm5next_reference.
+    Glm5NextReference` (its device runs the float64 forwards), its first-token log-probs and the gap's spread under
+    vLLM's arithmetic for a checkpoint of ``dtype`` (its ``config.json``'s) and a cache of that dtype
+    (:func:`sparse_mla.launch.glm5next_rounding.first_token_gap`); the same record."""
+    import torch
+
+    from .forward_rounding import engine_arithmetic
+    from .glm5next_rounding import first_token_gap
+
+    arithmetic = engine_arithmetic(dtype, "auto")
+    ref = [torch.log_softmax(reference.logits(ids)[-1], -1).cpu() for ids in prompts]
+
+    def gap(ids, top2):
+        return first_token_gap(reference, ids, top2, samples=samples, count=len(prompts), arithmetic=arithmetic)
+
+    return judge_first_tokens(prompts, ref, runs, gap, arithmetic, samples)
+
+
+def judge_first_tokens(prompts: list[list[int]], ref: list, runs: dict[str, dict], gap, arithmetic,
+                       samples: int) -> dict:
+    """The criterion's record from the reference's first-token log-probs ``ref`` (one float tensor ``[vocab]`` per
+    prompt) and ``gap(ids, (argmax, second))`` (a ``first_token_gap`` dict with ``tolerance`` and ``sigma``)."""
+    import torch
+
     per, failures = [], []
-    for i, (ids, r) in enumerate(zip(prompts, ref)):
-        top = [int(t) for t in torch.topk(r["logprobs"], 2).indices]
-        gap = float(r["logprobs"][top[0]] - r["logprobs"][top[1]])
-        g = first_token_gap(cfg, sd, torch.tensor(ids), (top[0], top[1]), samples=samples, count=len(prompts),
-                            arithmetic=arithmetic, device=device)
+    for i, (ids, lp) in enumerate(zip(prompts, ref)):
+        top = [int(t) for t in torch.topk(lp, 2).indices]
+        g = gap(ids, (top[0], top[1]))
+        gap_ = float(lp[top[0]] - lp[top[1]])
         firsts = {k: v["generations"][i]["token_ids"][0] for k, v in runs.items()}
-        decisive = gap > g["tolerance"]
-        per.append({"prompt_len": len(ids), "reference_argmax": top[0], "reference_second": top[1], "gap": gap,
+        decisive = gap_ > g["tolerance"]
+        per.append({"prompt_len": len(ids), "reference_argmax": top[0], "reference_second": top[1], "gap": gap_,
                     "tolerance": g["tolerance"], "sigma": g["sigma"], "decisive": decisive, "first_tokens": firsts})
         failures += [f"first token: {k} gave {t} for the {len(ids)}-token prompt, the reference's argmax is {top[0]} "
-                     f"with a top-2 gap {gap:.4g} > tolerance {g['tolerance']:.4g}"
+                     f"with a top-2 gap {gap_:.4g} > tolerance {g['tolerance']:.4g}"
                      for k, t in firsts.items() if decisive and t != top[0]]
     return {"rule": RULE, "arithmetic": arithmetic.__dict__, "samples": samples, "per_prompt": per,
             "decisive_prompts": sum(p["decisive"] for p in per), "failures": failures}
