@@ -627,34 +627,67 @@ def is_run_record(obj) -> bool:
     return isinstance(obj, dict) and bool(RECORD_KEYS & set(obj))
 
 
-#: The verdict's reason for a GLM-5.3-Flash comparison record (``tools/gpu/glm5next_parity.py``).
-GLM5NEXT_UNPROVEN = ("a GLM-5.3-Flash comparison (tools/gpu/glm5next_parity.py): engines against each other and the "
-                     "float64 reference, numbers only; no criterion for this model yet")
+#: The verdict's reason for a GLM-5.3-Flash comparison record without a criterion (``tools/gpu/glm5next_parity.py``
+#: before it wrote ``first_token_criterion``).
+GLM5NEXT_UNPROVEN = ("a GLM-5.3-Flash comparison (tools/gpu/glm5next_parity.py) without first_token_criterion: "
+                     "engines against each other and the float64 reference, numbers only")
 
 
 def is_glm5next_comparison(obj) -> bool:
     """Whether ``obj`` is a record of ``tools/gpu/glm5next_parity.py``: its model's ``config.json`` (under
-    ``model_config``; ``checkpoint`` in those of 2026-12-06) says ``glm5_next``. Such a record gives numbers and no
-    verdict (its tool says why), and its engines' ``ran`` blocks are GLM-5's reading of a hybrid model (before
-    ``other_layers``): never proven, never judged as a launch record."""
+    ``model_config``; ``checkpoint`` in those of 2026-12-06) says ``glm5_next``. Such a record is judged by
+    :func:`_glm5next_verdict`, never as a launch record (its engines run no ``launch`` request)."""
     if not isinstance(obj, dict):
         return False
     cfg = obj.get("model_config", obj.get("checkpoint"))
     return isinstance(cfg, dict) and cfg.get("model_type") == "glm5_next"
 
 
+def _glm5next_request(name: str) -> dict | None:
+    """What the run spec ``name`` (a key of the record's ``runs``) asked, as ``ran.contradictions`` reads it; None for
+    ``auto`` (vLLM's choice: nothing to hold ``ran`` to)."""
+    if name == "auto":
+        return None
+    from ..launch.specs import parse_run_spec
+
+    spec = parse_run_spec(name)
+    return {**spec.describe(), "capability": spec.capability}
+
+
 def _glm5next_verdict(path: str, obj: dict) -> Verdict:
-    """A GLM-5.3-Flash comparison: invalid where a run names a backend or indexer no vLLM of ours has or the header's
-    GPU is not its capability; else unproven, naming the engines that failed."""
+    """A GLM-5.3-Flash comparison: invalid where a run names a backend or indexer no vLLM of ours has, the header's
+    GPU is not its capability, a run's ``ran`` contradicts its run spec or the criterion's figures are not what its
+    runs and reference give; unproven where an engine, the reference or the criterion failed or there is no criterion
+    (records before it); else proven."""
+    from .consistency import glm5next_criterion_problems
+
     runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
-    bad = [f"{k}: {n}" for k, r in runs.items() if isinstance(r, dict)     # the request's names (its ran: GLM-5's)
+    bad = [f"{k}: {n}" for k, r in runs.items() if isinstance(r, dict)     # the request's names
            for n in unknown_names({f: r[f] for f in ("backend_requested", "indexer") if f in r})]
     bad += header_problems(obj, {})
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     failed = [k for k, r in runs.items() if not isinstance(r, dict) or r.get("error") is not None]
-    return Verdict(path, "unproven", GLM5NEXT_UNPROVEN + (f"; {len(failed)} engine(s) failed: {', '.join(failed)}"
-                                                           if failed else ""))
+    if failed or not runs:
+        return Verdict(path, "unproven", f"{len(failed)} engine(s) failed: {', '.join(failed)}" if runs else
+                       "no engine run")
+    if "first_token_criterion" not in obj:
+        return Verdict(path, "unproven", GLM5NEXT_UNPROVEN)
+    bad = [f"{k}: {c}" for k, r in runs.items() if (req := _glm5next_request(k)) is not None
+           for c in contradictions(req, r.get("ran"))]
+    bad += glm5next_criterion_problems(obj)
+    if bad:
+        return Verdict(path, "invalid", "; ".join(bad))
+    said = [f"{k}: ran_contradictions {r['ran_contradictions']}" for k, r in runs.items() if r.get("ran_contradictions")]
+    said += [f"{k}: no ran block ({r.get('ran_error')})" for k, r in runs.items() if "ran" not in r]
+    ref, crit = obj.get("reference"), obj["first_token_criterion"]
+    said += [f"reference: {ref['error']}"] if isinstance(ref, dict) and "error" in ref else []
+    said += [f"first_token_criterion: {crit['error']}"] if "error" in crit else list(crit.get("failures") or [])
+    if said:
+        return Verdict(path, "unproven", "; ".join(said[:3]) + (f" (and {len(said) - 3} more)" if len(said) > 3
+                                                                 else ""))
+    return Verdict(path, "proven", f"{len(runs)} engine run(s) with ran; first-token criterion: "
+                                   f"{crit['decisive_prompts']} decisive prompt(s)")
 
 
 def judge(path: str, obj) -> Verdict:
