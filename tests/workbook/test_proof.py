@@ -124,17 +124,16 @@ def test_the_committed_records(capsys):
     assert "/results/h200/launch_h200_long_prompts.json: unproven: it says it failed: first-token criterion: " \
            "OutOfMemoryError" in out, out
     assert "/results/h200/launch_h200_ran_indexer.json: proven" in out, out
-    # GLM-5.3-Flash's comparisons (H100, 2026-12-06): numbers against the float64 reference, no criterion yet
+    # GLM-5.3-Flash's comparisons (H100, 2026-12-06): numbers against the float64 reference, written before the criterion
     assert "/results/h100-80gb-hbm3/glm5next_parity_h100-80gb-hbm3_vllm033.json: unproven: a GLM-5.3-Flash " \
            "comparison" in out, out
-    assert "glm5next_parity_h100-80gb-hbm3_vllm033_flashmla.json: unproven: a GLM-5.3-Flash comparison (tools/gpu/" \
-           "glm5next_parity.py): engines against each other and the float64 reference, numbers only; no criterion " \
-           "for this model yet; 1 engine(s) failed: TRITON_MLA_SPARSE" in out, out
+    assert "glm5next_parity_h100-80gb-hbm3_vllm033_flashmla.json: unproven: 1 engine(s) failed: TRITON_MLA_SPARSE" \
+        in out, out
 
 
-def test_a_glm5next_comparison_is_never_proven():
-    """Whatever its runs say, a record of ``tools/gpu/glm5next_parity.py`` (its model's config under
-    ``model_config``, or ``checkpoint`` as on 2026-12-06) is unproven: no criterion for GLM-5.3-Flash exists."""
+def test_a_glm5next_comparison_without_a_criterion_is_unproven():
+    """A record of ``tools/gpu/glm5next_parity.py`` (its model's config under ``model_config``, or ``checkpoint`` as
+    on 2026-12-06) written before its first-token criterion is unproven, whatever its runs say."""
     rec = json.loads((Path(__file__).resolve().parents[2] / "results" / "h100-80gb-hbm3" /
                       "glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
     assert proof.judge("x.json", rec).status == "unproven"
@@ -142,6 +141,94 @@ def test_a_glm5next_comparison_is_never_proven():
     assert proof.judge("x.json", renamed).status == "unproven"
     other = {**renamed, "model_config": {**rec["checkpoint"], "model_type": "glm_moe_dsa"}}
     assert proof.judge("x.json", other).status == "invalid"     # judged as a launch record: GLM-5's rules
+
+
+GLM5NEXT_RUN = "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9"
+
+
+def _glm5next_record(sigma: float = 0.02) -> dict:
+    """The H100's simulated-8.9 GLM-5.3-Flash run (2026-12-06d) as the tool writes it now: ``ran`` with the KDA and
+    KPool-tail layers under ``other_layers``, and a first-token criterion over its two prompts with the spread
+    ``sigma`` (0.02: the 48-token prompt's gap 0.317 decides, the 900-token prompt's 0.033 does not)."""
+    import math
+
+    from sparse_mla.kernels.error_bounds import P_FAIL
+    from sparse_mla.launch.first_token import RULE
+    from sparse_mla.launch.forward_rounding import VLLM_BF16
+
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results" / "h100-80gb-hbm3" /
+                      "glm5next_parity_h100-80gb-hbm3_vllm033_simulated.json").read_text())
+    run = dict(rec["runs"][GLM5NEXT_RUN])
+    att = run["ran"]["attention"]
+    run["ran"] = {**run["ran"], "attention": {"TRITON_MLA_SPARSE": att["TRITON_MLA_SPARSE"]},
+                  "other_layers": {n: c for n, c in att.items() if n != "TRITON_MLA_SPARSE"}}
+    run["ran_contradictions"] = []
+    ref = rec["reference"][GLM5NEXT_RUN]
+    tol = math.sqrt(2.0 * math.log(4.0 / P_FAIL)) * math.sqrt(2.0) * sigma
+    per = [{"prompt_len": e["prompt_len"], "reference_argmax": e["first_token"]["reference_argmax"],
+            "reference_second": 0, "gap": e["first_token"]["reference_top2_gap"], "tolerance": tol, "sigma": sigma,
+            "decisive": e["first_token"]["reference_top2_gap"] > tol,
+            "first_tokens": {GLM5NEXT_RUN: g["token_ids"][0]}} for e, g in zip(ref, run["generations"])]
+    crit = {"rule": RULE, "arithmetic": VLLM_BF16.__dict__, "samples": 16, "per_prompt": per,
+            "decisive_prompts": sum(p["decisive"] for p in per), "failures": []}
+    return {**{k: v for k, v in rec.items() if k != "checkpoint"}, "model_config": rec["checkpoint"],
+            "runs": {GLM5NEXT_RUN: run}, "reference": {GLM5NEXT_RUN: ref}, "first_token_criterion": crit}
+
+
+def test_a_glm5next_comparison_is_proven_by_its_criterion():
+    rec = _glm5next_record()
+    assert [p["decisive"] for p in rec["first_token_criterion"]["per_prompt"]] == [True, False]
+    v = proof.judge("x.json", rec)
+    assert v.status == "proven", v.line()
+    assert "1 decisive prompt" in v.reason
+
+
+def _wrong_first_token(rec: dict, failures: list[str]) -> dict:
+    """``rec`` with the decisive prompt's first token another (generations and criterion alike)."""
+    import copy
+
+    rec = copy.deepcopy(rec)
+    gen = rec["runs"][GLM5NEXT_RUN]["generations"][0]
+    gen["token_ids"][0] += 1
+    rec["first_token_criterion"]["per_prompt"][0]["first_tokens"][GLM5NEXT_RUN] = gen["token_ids"][0]
+    rec["first_token_criterion"]["failures"] = failures
+    return rec
+
+
+def _edit(rec: dict, path: str, value) -> dict:
+    """``rec`` with the value at the dotted ``path`` (``RUN`` for the run's name, which has dots) replaced."""
+    import copy
+
+    rec = copy.deepcopy(rec)
+    *keys, last = [GLM5NEXT_RUN if k == "RUN" else k for k in path.split(".")]
+    d = rec
+    for k in keys:
+        d = d[int(k)] if isinstance(d, list) else d[k]
+    d[int(last) if isinstance(d, list) else last] = value
+    return rec
+
+
+@pytest.mark.parametrize("make, status, needle", [
+    (lambda r: _wrong_first_token(r, ["first token: wrong"]), "unproven", "first token: wrong"),
+    (lambda r: _wrong_first_token(r, []), "invalid", "is decisive and"),
+    (lambda r: _edit(r, "first_token_criterion.per_prompt.0.tolerance", 0.5), "invalid", "tolerance 0.5"),
+    (lambda r: _edit(r, "first_token_criterion.per_prompt.1.decisive", True), "invalid", "decisive True"),
+    (lambda r: _edit(r, "first_token_criterion.per_prompt.0.reference_argmax", 7), "invalid", "reference_argmax 7"),
+    (lambda r: _edit(r, "first_token_criterion.decisive_prompts", 2), "invalid", "decisive_prompts 2"),
+    (lambda r: _edit(r, "first_token_criterion.arithmetic.store", 1e-7), "invalid", "arithmetic"),
+    (lambda r: _edit(r, "first_token_criterion", {"error": "OutOfMemoryError: x"}), "unproven", "OutOfMemoryError"),
+    (lambda r: {k: v for k, v in r.items() if k != "first_token_criterion"}, "unproven", "without first_token_crit"),
+    (lambda r: _edit(r, "runs.RUN.ran.indexer", {"triton": 0, "deepgemm": 18}), "invalid", "indexer"),
+    (lambda r: _edit(r, "runs.RUN.ran.capability", "9.0"), "invalid", "capability"),
+    (lambda r: _edit(r, "runs.RUN.ran_contradictions", ["x"]), "unproven", "ran_contradictions"),
+    (lambda r: _edit(r, "runs.RUN.error", "RuntimeError: died"), "unproven", "1 engine(s) failed"),
+    (lambda r: _edit(r, "reference", {"error": "OOM"}), "unproven", "reference: OOM"),
+    (lambda r: _edit(r, "runs.RUN.backend_requested", "NOPE"), "invalid", "NOPE"),
+    (lambda r: {**r, "runs": {"TRITON_MLA_SPARSE@12.0": r["runs"][GLM5NEXT_RUN]}}, "unproven", "test neither GPU"),
+])
+def test_a_glm5next_comparison_that_says_otherwise_is_not_proven(make, status, needle):
+    v = proof.judge("x.json", make(_glm5next_record()))
+    assert v.status == status and needle in v.reason, v.line()
 
 
 def test_the_h200_record_of_the_old_simulation_is_invalid():

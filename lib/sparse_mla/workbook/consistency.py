@@ -263,7 +263,14 @@ def glm5next_criterion_problems(rec: dict) -> list[str]:
     except (KeyError, TypeError) as e:
         return [f"reference: an entry without first_token.reference_argmax ({type(e).__name__}: {e})"]
     gens = {k: r["generations"] for k, r in ok.items()}
-    return _criterion(rec.get("first_token_criterion"), argmax, gens) + criterion_figure_problems(rec)
+    out = _criterion(rec.get("first_token_criterion"), argmax, gens) + criterion_figure_problems(rec)
+    crit = rec.get("first_token_criterion")
+    if out or not isinstance(crit, dict) or "error" in crit or crit.get("failures"):
+        return out
+    return [f"first_token_criterion: the {p.get('prompt_len')}-token prompt is decisive and {k} gave {t}, not the "
+            f"reference's argmax {p.get('reference_argmax')}, yet no failure is recorded"
+            for p in crit.get("per_prompt") or [] if p.get("decisive") is True
+            for k, t in (p.get("first_tokens") or {}).items() if t != p.get("reference_argmax")]
 
 
 def served_problems(rec: dict) -> list[str]:

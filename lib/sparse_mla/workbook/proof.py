@@ -654,11 +654,24 @@ def _glm5next_request(name: str) -> dict | None:
     return {**spec.describe(), "capability": spec.capability}
 
 
+def _glm5next_spec_problem(name: str) -> str | None:
+    """Why the run spec ``name`` tests no GPU (:func:`sparse_mla.launch.specs.check_simulated_indexer`: a simulation
+    of vLLM's DeepGEMM indexer) or is no run spec; None for one that does, and ``auto``."""
+    from ..launch.specs import check_simulated_indexer, parse_run_spec
+
+    try:
+        name == "auto" or check_simulated_indexer(parse_run_spec(name))
+    except UserInputError as e:
+        return str(e).split("; accepted")[0]
+    return None
+
+
 def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     """A GLM-5.3-Flash comparison: invalid where a run names a backend or indexer no vLLM of ours has, the header's
     GPU is not its capability, a run's ``ran`` contradicts its run spec or the criterion's figures are not what its
-    runs and reference give; unproven where an engine, the reference or the criterion failed or there is no criterion
-    (records before it); else proven."""
+    runs and reference give; unproven where a run simulates vLLM's DeepGEMM indexer (the tool refuses those since
+    2026-12-06d; a record from before says what ran), an engine, the reference or the criterion failed or there is no
+    criterion (records before it); else proven."""
     from .consistency import glm5next_criterion_problems
 
     runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
@@ -667,6 +680,9 @@ def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     bad += header_problems(obj, {})
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
+    meaningless = [f"{k}: {e}" for k in runs if (e := _glm5next_spec_problem(k))]     # written before the refusal
+    if meaningless:
+        return Verdict(path, "unproven", "; ".join(meaningless))
     failed = [k for k, r in runs.items() if not isinstance(r, dict) or r.get("error") is not None]
     if failed or not runs:
         return Verdict(path, "unproven", f"{len(failed)} engine(s) failed: {', '.join(failed)}" if runs else
