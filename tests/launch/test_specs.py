@@ -51,11 +51,15 @@ def test_the_accepted_list_is_what_launch_accepts():
 
 
 def test_head_size_comes_from_the_backend_classes():
-    """A 512-wide head (DeepSeek-V4) gets the *_DSV4 backends and not GLM-5's: the filter is the classes'
-    supports_head_size, not a list typed here."""
+    """A 512-wide head (DeepSeek-V4) gets the *_DSV4 backends, and GLM-5's FLASHMLA_SPARSE only on the lines where it
+    also takes GLM-5.3-Flash's NoPE 512 head (0.33 on): the filter is the classes' supports_head_size, not a list typed
+    here."""
+    from sparse_mla.models import GLM5_NEXT_VLLM_LINES
+    from sparse_mla.vllm_lines import current_line
+
     names_512 = specs.sparse_mla_backend_names(512)
     assert any(n.endswith("_DSV4") for n in names_512)
-    assert "FLASHMLA_SPARSE" not in names_512
+    assert ("FLASHMLA_SPARSE" in names_512) is (current_line() in GLM5_NEXT_VLLM_LINES)
     assert not any(n.endswith("_DSV4") for n in specs.sparse_mla_backend_names())
 
 
