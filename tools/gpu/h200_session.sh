@@ -251,6 +251,9 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
     # tilelang==0.1.12). `bundle033.sh extras` now writes .dev033/tf (transformers 5.22.2 and TileLang's small
     # requirements) and .dev033/tl (TileLang): one call each, before the pieces, `mkdir -p /tmp/tfw && cp
     # .dev033/tf/*.whl /tmp/tfw/` (and tl); untried on a GPU
+    # prompts 48,160,560,900 (a prompt's text depends on its place in the list): on the CPU (2026-12-06e, 4 Monte Carlo
+    # samples) the reference's first-token gaps are 0.317, 0.439, 0.704, 0.148 against tolerances 0.195, 0.214, 4.68
+    # (the 560-token prompt's router flips; the 900's not computed): the 48- and 160-token prompts decide
     # glm5next_ours: ours alone (one engine: what a lease's last minutes hold), the same record name
     # glm5next_sim: ours under a simulated 12.0 and, with our indexer in the KPool path, 8.9 (each plan's own code on
     # this GPU), a record of its own
@@ -280,7 +283,7 @@ print("CUSTOM ->", A.CUSTOM.get_path(), "| sparse_mla from", sparse_mla.__file__
               make-checkpoint /tmp/ck_glm53 --preset glm-5.3-flash --index-topk 512 --overwrite
           stage glm5next_parity$tag 900 "${E[@]}" python3 tools/gpu/glm5next_parity.py /tmp/ck_glm53 \
               "results/$G/glm5next_parity_${G}_vllm033$tag.json" --runs "$runs" \
-              --prompt-lengths 48,900 --max-tokens 8 ;;
+              --prompt-lengths 48,160,560,900 --max-tokens 8 ;;
     # issue 32 item 5: the workbook's GPU chain (`sparse-mla run --profile gpu`), one notebook per stage so that a
     # failing notebook does not cost the ones after it; the output folder is outside results/ (the chain writes only
     # results/<profile>/ there), so each notebook's own files (the live launch record, the quick benchmarks) land
