@@ -20,6 +20,15 @@ def has_nvidia_gpu() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
 
 
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (``sysconf``: pages x page size), or None where the system does not
+    say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def cuda_unavailable() -> str | None:
     """Why a process started from this one (a notebook's kernel) would find no CUDA GPU, or None where it would find
     one as far as can be told without initialising CUDA here: no NVIDIA driver (:func:`has_nvidia_gpu`), or a
