@@ -103,8 +103,10 @@ def add_cli(subparsers) -> None:
                         "gets its own table, bf16/fp8 weights): what_to_run.csv and .md (what_to_run_glm5next.*) into "
                         "--out-dir, the Markdown on stdout")
     p.add_argument("--with-plugin", action="store_true",
-                   help="register the step 4 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting; with "
-                        "--matrix: stock and with-plugin verdicts side by side (diagnose_matrix_plugin.csv/.png)")
+                   help="register the step 4 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting, "
+                        "where vLLM's plugin loader would load it (else, e.g. VLLM_PLUGINS naming other plugins only: "
+                        "stock vLLM's answer, its first line saying why); with --matrix: stock and with-plugin "
+                        "verdicts side by side (diagnose_matrix_plugin.csv/.png)")
     p.set_defaults(func=_cli)
 
 

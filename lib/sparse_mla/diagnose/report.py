@@ -117,8 +117,9 @@ def format_record(rec: Mapping[str, Any]) -> str:
     lines += ["", f"vLLM: {rec['verdict']}", f"Simulated: {describe_simulated(rec['simulated'])}"]
     if rec.get("plugin"):
         p = rec["plugin"]
-        lines.append(f"Plugin: {p.get('called')} " + (f"overrides {p.get('overrides') or '{}'}" if p.get("registered", True)
-                                                      else "registered nothing"))
+        lines.append(f"Plugin: not loaded by vLLM: {p['not_loaded']}" if p.get("not_loaded") else
+                     f"Plugin: {p.get('called')} " + (f"overrides {p.get('overrides') or '{}'}"
+                                                      if p.get("registered", True) else "registered nothing"))
     return "\n".join(lines)
 
 
@@ -164,7 +165,7 @@ def format_stages(rec: Mapping[str, Any], width: int | None = None) -> str:
     head = (f"{rec['model']} on {rec['capability']}" + (f" [{rec['gpu']}]" if rec.get("gpu") else "")
             + f", --kv-cache-dtype {rec['kv_cache_dtype']}" + (f", --attention-backend {rec['forced_backend']}"
                                                                if rec.get("forced_backend") else "")
-            + (" (with the plugin)" if rec.get("plugin") else "") + ":")
+            + (" (with the plugin)" if rec.get("plugin") and not rec["plugin"].get("not_loaded") else "") + ":")
     lines = [head]
     w = max(len(k) for k in rec["stages"])
     for stage, text in rec["stages"].items():
