@@ -106,6 +106,11 @@ def test_unknown_home_directory_is_a_clear_error(tmp_path):
     ({"VLLM_CACHE_ROOT": "/sys/fs/vllm"}, "leads into /sys"),
     ({"XDG_CACHE_HOME": "/dev/disk"}, "XDG_CACHE_HOME='/dev/disk' cannot hold vLLM's cache: it leads into /dev"),
     ({"SPARSE_MLA_TRITON_INDEXER": "flase"}, "SPARSE_MLA_TRITON_INDEXER='flase' is no switch value"),
+    # issue 47, breaker round 7: the selector's switches took any text but an off word as on
+    ({"SPARSE_MLA_DISABLE_FALLBACK": "maybe"}, "SPARSE_MLA_DISABLE_FALLBACK='maybe' is no switch value"),
+    ({"SPARSE_MLA_PREFER_TRITON": "2"}, "SPARSE_MLA_PREFER_TRITON='2' is no switch value"),
+    # issue 47, breaker round 7 (e13): a home below /proc ended in FlashInfer's makedirs traceback (tests/test_machine.py)
+    ({"HOME": "/proc/self"}, "HOME='/proc/self' cannot hold the caches of"),
 ])
 def test_environment_variables_are_named_up_front(capsys, monkeypatch, env, says):
     import sparse_mla.machine

@@ -146,6 +146,13 @@ def test_writable_dir(tmp_path):
     ({"indexer_types": ["full", "banana"]}, "indexer_types = ['full', 'banana'], whose item 1 is 'banana'"),
     ({"rope_parameters": "yarn"}, "rope_parameters = 'yarn'; accepted: an object of the rope's settings"),
     ({"rope_scaling": ["yarn", 40]}, "rope_scaling = ['yarn', 40]; accepted: an object of the rope's settings"),
+    # issue 47, breaker round 7 (nan_eps): a NaN epsilon passed, and the diagnosis answered "engine starts"
+    ({"rms_norm_eps": float("nan")}, "rms_norm_eps = nan; accepted: a finite number of at least 0 (GLM-5: "
+                                     "rms_norm_eps 1e-05)"),
+    ({"rms_norm_eps": -1e-5}, "rms_norm_eps = -1e-05"),
+    ({"rms_norm_eps": float("inf")}, "rms_norm_eps = inf"),
+    ({"rms_norm_eps": "1e-5"}, "rms_norm_eps = '1e-5'"),
+    ({"routed_scaling_factor": float("nan")}, "routed_scaling_factor = nan; accepted: a finite number of at least 0"),
 ])
 def test_check_config_names_the_field(change, names):
     from sparse_mla.models import check_config

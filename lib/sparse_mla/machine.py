@@ -20,6 +20,15 @@ def has_nvidia_gpu() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
 
 
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes (``sysconf``: pages x page size), or None where the system does not
+    say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def cuda_unavailable() -> str | None:
     """Why a process started from this one (a notebook's kernel) would find no CUDA GPU, or None where it would find
     one as far as can be told without initialising CUDA here: no NVIDIA driver (:func:`has_nvidia_gpu`), or a
@@ -65,30 +74,77 @@ def check_environment() -> None:
     _check_cache_folders()
 
 
-def _check_cache_folders() -> None:
-    """The cache folders vLLM writes at import and model inspection, where the environment names them
-    (``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME`` under which vLLM's default lies): a path whose nearest existing part is
-    not a folder (``/dev/null/x``) makes vLLM log an error with a traceback on every run, and one into the system's
-    own folders (``/proc/self/...``, ``/sys``, ``/dev``: :func:`~sparse_mla.errors.system_folder_of`) passes for a
-    folder but holds no cache. Raises :class:`~sparse_mla.errors.UserInputError` naming the variable, its value and
-    what is accepted."""
-    from .errors import UserInputError, system_folder_of
+#: The cache folders vLLM, FlashInfer and Triton create and write (at import, model inspection, kernel builds): per
+#: library, the variables that name its cache, the first one set winning, each with the part of the path the library
+#: adds below it; the last is ``HOME`` (``~``). As vLLM's ``envs.VLLM_CACHE_ROOT``, FlashInfer's
+#: ``jit.env.FLASHINFER_CACHE_DIR`` and Triton's ``knobs.cache.dir`` derive them (tests/test_machine.py asks them).
+CACHE_FOLDERS = (("vLLM", (("VLLM_CACHE_ROOT", ""), ("XDG_CACHE_HOME", "vllm"), ("HOME", ".cache/vllm"))),
+                 ("FlashInfer", (("FLASHINFER_WORKSPACE_BASE", ".cache/flashinfer"), ("HOME", ".cache/flashinfer"))),
+                 ("Triton", (("TRITON_CACHE_DIR", ""), ("TRITON_HOME", ".triton/cache"), ("HOME", ".triton/cache"))))
 
-    for var in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME"):
-        raw = os.environ.get(var)
-        if not raw:
-            continue
-        here = os.path.abspath(os.path.expanduser(raw))
-        while not os.path.lexists(here) and os.path.dirname(here) != here:
-            here = os.path.dirname(here)
-        if not os.path.isdir(here):
-            raise UserInputError(f"{var}={raw!r} cannot hold vLLM's cache ({here} is not a folder); accepted: a "
-                                 f"folder path, or {var} unset")
-        system = system_folder_of(os.path.abspath(os.path.expanduser(raw)))
-        if system is not None:
-            raise UserInputError(f"{var}={raw!r} cannot hold vLLM's cache: it leads into {system}, the folder of the "
-                                 f"system's devices, processes or kernel objects; accepted: a folder on a disk (e.g. "
-                                 f"~/.cache/vllm or /tmp/vllm-cache), or {var} unset")
+
+def cache_folders() -> dict[str, str]:
+    """``{library: its cache folder}`` for :data:`CACHE_FOLDERS`, as each library derives it from this environment
+    (absolute paths)."""
+    out = {}
+    for owner, chain in CACHE_FOLDERS:
+        var, sub = next((v, s) for v, s in chain if v == "HOME" or os.environ.get(v))
+        base = os.path.expanduser("~") if var == "HOME" else os.path.expanduser(os.environ[var])
+        out[owner] = os.path.abspath(os.path.join(base, sub))
+    return out
+
+
+def _cache_folder_problem(folder: str) -> str | None:
+    """Why ``folder`` cannot be made and written, as the rest of a "cannot hold ..." line (`` (X is not a folder)``,
+    ``: it leads into /proc, ...``), or None: its nearest existing part no folder (``/dev/null/x``), in the system's
+    own folders (:func:`~sparse_mla.errors.system_folder_of`: it passes for a folder but holds nothing), or not
+    writable by this user."""
+    from .errors import system_folder_of
+
+    here = folder
+    while not os.path.lexists(here) and os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+    if not os.path.isdir(here):
+        return f" ({here} is not a folder)"
+    system = system_folder_of(folder)
+    if system is not None:
+        return f": it leads into {system}, the folder of the system's devices, processes or kernel objects"
+    if not os.access(here, os.W_OK | os.X_OK):
+        return f" ({here} is not writable by this user)"
+    return None
+
+
+def _check_cache_folders() -> None:
+    """The cache folders of :data:`CACHE_FOLDERS`: each variable set names a folder that can be made and written
+    (:func:`_cache_folder_problem`), and so does the home folder where a cache falls back to it. Otherwise vLLM logs
+    an error with a traceback on every run, and FlashInfer stops at import (``HOME=/proc/self``: its ``makedirs``).
+    Raises :class:`~sparse_mla.errors.UserInputError` naming the variable, its value, the folder and what to set."""
+    from .errors import UserInputError
+
+    under_home = []
+    for owner, chain in CACHE_FOLDERS:
+        named = [(var, sub) for var, sub in chain[:-1] if os.environ.get(var)]
+        for var, sub in named:
+            raw = os.environ[var]
+            why = _cache_folder_problem(os.path.abspath(os.path.join(os.path.expanduser(raw), sub)))
+            if why is not None:
+                ok = ("a folder path" if "not a folder" in why else "a folder this user may write" if "writable" in
+                      why else f"a folder on a disk (e.g. ~/.cache/{owner.lower()} or /tmp/{owner.lower()}-cache)")
+                raise UserInputError(f"{var}={raw!r} cannot hold {owner}'s cache{why}; accepted: {ok}, or {var} unset")
+        if not named:
+            under_home.append((owner, chain[-1][1], chain[0][0]))
+    home = os.path.expanduser("~")
+    bad = [(owner, os.path.join(home, sub), var) for owner, sub, var in under_home
+           if _cache_folder_problem(os.path.join(home, sub)) is not None]
+    if bad:
+        shown = f"HOME={os.environ['HOME']!r}" if os.environ.get("HOME") else f"the home folder {home!r} (HOME unset)"
+        raise UserInputError(f"{shown} cannot hold the caches of {_and([o for o, _, _ in bad])} below it "
+                             f"({', '.join(f for _, f, _ in bad)}){_cache_folder_problem(bad[0][1])}; accepted: HOME "
+                             f"a folder this user may write, on a disk, or {_and([v for _, _, v in bad])} set to one")
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _check_vllm_logging_config() -> None:

@@ -210,6 +210,12 @@ AT_MOST = (("num_experts_per_tok", "n_routed_experts"), ("topk_group", "n_group"
 UPPER_BOUNDS = {"num_hidden_layers": 1024, "n_routed_experts": 65536, "num_experts_per_tok": 65536}
 
 
+#: Numbers of a config vLLM's model code computes with (``RMSNorm(..., eps=config.rms_norm_eps)``, the routed experts'
+#: output times ``routed_scaling_factor`` in ``deepseek_v2.py``): finite and not negative (a NaN epsilon makes every
+#: norm NaN, yet vLLM builds the model and the engine starts).
+FINITE_NON_NEGATIVE = ("rms_norm_eps", "routed_scaling_factor")
+
+
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The text model's part of a Hugging Face config: its ``text_config`` when that is an object, else the config
     itself (the one reading of every module)."""
@@ -242,6 +248,11 @@ def check_config(cfg, name: str) -> dict[str, Any]:
         v = text.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**31 - 1):
             raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: an integer from 0 to {2**31 - 1}")
+    for k in FINITE_NON_NEGATIVE:
+        v = text.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: a finite number of at least 0 "
+                                 f"(GLM-5: {k} {PRESET_CONFIGS['glm-5'][k]})")
     ihd = text.get("index_head_dim")
     if isinstance(ihd, int) and ihd % INDEXER_QUANT_BLOCK:
         raise UserInputError(f"config {name!r} has index_head_dim = {ihd}; accepted: a multiple of "

@@ -236,6 +236,25 @@ def test_each_fix_fits_when_applied():
     assert less_offload["fits"] is False                                      # the smallest that fits
 
 
+def test_an_offload_says_the_host_memory_it_pins_over_all_ranks(monkeypatch):
+    """Issue 47, breaker round 7 (f22): ``--cpu-offload-gb 100000`` at TP 8 said "fits" without a word on host memory.
+    The memory line names the pinned host memory of all ranks, that vLLM moves no more than every decoder layer, and
+    where that is more than this machine's memory (the GPUs' host is not this one: said, not a blocker)."""
+    import sparse_mla.machine
+
+    monkeypatch.setattr(sparse_mla.machine, "host_memory_bytes", lambda: 64 * GIB)
+    rec = diagnose("glm-5", "h100", "bfloat16", tp=8, gpu_memory_gib=80, cpu_offload_gb=100000)
+    off = rec["memory"]["offload"]
+    assert off["asked_gib"] == 100000 and off["ranks"] == 8 and off["this_machine_gib"] == 64
+    assert off["moved_gib"] == rec["memory"]["offloaded_gib"] < rec["memory"]["weights_gib_per_rank"] < 100000
+    assert abs(off["host_gib"] - 8 * off["moved_gib"]) < 0.01
+    line = rec["stages"]["memory"]
+    assert f"({off['host_gib']:.1f} GiB of pinned host memory over 8 rank(s); --cpu-offload-gb 100000 asks more: " \
+           f"vLLM moves every decoder layer's weights, no more; more than this machine's 64.0 GiB of memory" in line
+    assert "\n" not in line and rec["engine_starts"] is True
+    assert diagnose("glm-5", "h100", "bfloat16", tp=8, gpu_memory_gib=80)["memory"]["offload"] is None
+
+
 def test_quantization_from_the_checkpoint_config_equals_the_option(tmp_path):
     from sparse_mla.diagnose.request import QUANTIZATIONS
 

@@ -242,6 +242,27 @@ def test_forced_backend_gets_vllms_rejection():
     assert ours["selected"] == "TRITON_MLA_SPARSE" and ours["forced_backend"] == "CUSTOM"
 
 
+def test_with_plugin_where_vllm_would_not_load_it_is_stock_vllms_answer_said_so(monkeypatch):
+    """Issue 47, breaker round 7 (e23): ``VLLM_PLUGINS=some_other_plugin`` with ``--with-plugin`` answered "engine
+    starts" on our backend; vLLM would not load the plugin, so its answer is stock vLLM's (no valid backend on SM120
+    with a bf16 cache), with a first stage line naming the variable and its value."""
+    from sparse_mla.diagnose import format_record
+
+    monkeypatch.setenv("VLLM_PLUGINS", "some_other_plugin")
+    rec = diagnose("glm-5", "12.0", "bfloat16", with_plugin=True)
+    assert rec["selected"] is None and rec["engine_starts"] is False and "TRITON_MLA_SPARSE" not in rec["backends"]
+    assert rec["blockers"][0]["stage"] == "attention" and rec["indexer"]["with_plugin"] is None
+    assert rec["plugin"]["loaded"] is False and rec["plugin"]["registered"] is False
+    first = next(iter(rec["stages"].items()))
+    assert first[0] == "plugin" and first[1].startswith("NOT LOADED: VLLM_PLUGINS='some_other_plugin' does not name "
+                                                        "triton_mla_sparse") and "stock vLLM's answer" in first[1]
+    assert "VLLM_PLUGINS='some_other_plugin'" in rec["headline"] and "\n" not in rec["headline"]
+    assert "Plugin: not loaded by vLLM: VLLM_PLUGINS='some_other_plugin'" in format_record(rec)
+    monkeypatch.setenv("VLLM_PLUGINS", "some_other_plugin,triton_mla_sparse")
+    named = diagnose("glm-5", "12.0", "bfloat16", with_plugin=True)
+    assert named["selected"] == "TRITON_MLA_SPARSE" and named["engine_starts"] is True and "plugin" not in named["stages"]
+
+
 def test_stock_probe_never_sees_our_plugin():
     """vLLM's EngineArgs loads installed general plugins (ours is one); a stock probe must not."""
     from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES

@@ -129,6 +129,37 @@ def test_vllm_plugin_loader_calls_register(vllm_state, monkeypatch):
     assert calls == [1]
 
 
+@pytest.mark.parametrize("allowed", [None, "triton_mla_sparse", "some_other_plugin", "", "gguf, triton_mla_sparse",
+                                     "some_other_plugin,triton_mla_sparse"])
+def test_not_loaded_by_vllm_is_what_vllms_loader_does(vllm_state, monkeypatch, allowed):
+    """Issue 47, breaker round 7 (e23): with ``VLLM_PLUGINS`` naming other plugins only, vLLM never calls our
+    ``register()``. :func:`not_loaded_by_vllm` answers as vLLM's own ``load_general_plugins()`` then does (spied on),
+    and names the variable and its value where it says no."""
+    import vllm.envs as envs
+    import vllm.plugins as vplugins
+
+    import sparse_mla.vllm_plugin as plugin
+    from sparse_mla.vllm_plugin.register import not_loaded_by_vllm
+
+    if envs._is_envs_cache_enabled():
+        pytest.skip("vLLM's environment cache is on in this process; VLLM_PLUGINS would not be re-read")
+    if allowed is None:
+        monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_PLUGINS", allowed)
+    why = not_loaded_by_vllm()
+    calls = []
+    monkeypatch.setattr(plugin, "register", lambda: calls.append(1))
+    monkeypatch.setattr(vplugins, "plugins_loaded", False)
+    monkeypatch.setattr(vplugins, "load_plugins_by_group", lambda group, real=vplugins.load_plugins_by_group: {
+        k: f for k, f in real(group).items() if k == "triton_mla_sparse"})     # ours only: no other plugin runs here
+    vplugins.load_general_plugins()
+    assert (why is None) == (calls == [1]), (allowed, why, calls)
+    if why is not None:
+        assert why.startswith(f"VLLM_PLUGINS={allowed!r} does not name triton_mla_sparse: ") and "\n" not in why
+        assert "accepted: VLLM_PLUGINS unset, or naming triton_mla_sparse" in why
+
+
 def test_register_leaves_another_plugins_custom_backend_alone(vllm_state, caplog):
     """vLLM has one CUSTOM slot: a backend another plugin put there is kept, with a warning, and the fallback then
     offers nothing (vLLM would resolve CUSTOM to the other class)."""

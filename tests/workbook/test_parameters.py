@@ -66,7 +66,72 @@ def test_a_profiles_folders_are_where_the_notebook_reads_and_writes(tmp_path):
             check_values("p", "05_x", given, {"results_dir": "../results"}, nbs)
         assert says in str(e.value), str(e.value)
     check_values("p", "05_x", {"checkpoint_dir": str(tmp_path / "ck"), "launch_record": "h200/launch_h200.json"},
-                 {"results_dir": "../results"}, nbs)
+                 {"results_dir": "../results"}, nbs, out_dir=tmp_path)
+
+
+@pytest.mark.parametrize("value", ["../params/ck", "../results/h200/ck", ".", "../notebooks", "../results/p", 5, ""])
+def test_a_checkpoint_dir_outside_the_runs_output_folder_is_refused(value):
+    """Issue 47, breaker round 7 (p08, p12, p13, p25, p26): notebook 05 writes and replaces its checkpoint at
+    ``checkpoint_dir``; ``../params/ck`` put 199 MB into the checkout. Inside the run's output folder only (here the
+    default, results/p/), not that folder itself."""
+    nbs = chain.project_root() / "notebooks"
+    with pytest.raises(UserInputError) as e:
+        check_values("p", "05_x", {"checkpoint_dir": value}, {"results_dir": "../results"}, nbs)
+    line = str(e.value)
+    assert line.startswith(f"profile 'p': 05_x's checkpoint_dir {value!r} ") and "\n" not in line, line
+    assert f"the run's output folder ({chain.project_root() / 'results' / 'p'})" in line, line
+    assert "e.g. '../results/p/tmp/ck'" in line and "or null" in line, line
+
+
+def test_a_checkpoint_dir_inside_the_runs_output_folder_passes_links_followed(tmp_path):
+    nbs = chain.project_root() / "notebooks"
+    out = tmp_path / "out"
+    for ok in ("../results/p/tmp/ck", str(chain.project_root() / "results" / "p" / "ck")):
+        check_values("p", "05_x", {"checkpoint_dir": ok}, {}, nbs)
+    check_values("p", "05_x", {"checkpoint_dir": str(out / "tmp" / "ck")}, {}, nbs, out_dir=out)
+    out.mkdir()
+    (out / "away").symlink_to(tmp_path)                         # inside by name, outside where it leads
+    with pytest.raises(UserInputError, match="not inside the run's output folder"):
+        check_values("p", "05_x", {"checkpoint_dir": str(out / "away" / "ck")}, {}, nbs, out_dir=out)
+
+
+@pytest.mark.parametrize("given, says", [
+    # p09: torch.manual_seed in notebook 02 failed, "Overflow when unpacking long long"
+    ({"seed": 1180591620717411303424}, "accepted: an integer >= 0 and at most 18446744073709551615"),
+    ({"seed": 2 ** 64}, "at most 18446744073709551615"),
+    # p14: make_checkpoint in notebook 05 refused it, after the notebook had run four cells
+    ({"index_topk": 100}, "is not accepted; make-checkpoint's rule: index_topk 100 is not a positive multiple of 128"),
+    ({"index_topk": 200}, "not a positive multiple of 128"),
+    # p19: resolved outside results/ (and /etc/passwd is a file)
+    ({"launch_record": "../../../../etc/passwd"}, "leads to /etc/passwd, outside results_dir"),
+    ({"launch_record": "/etc/passwd"}, "leads to /etc/passwd, outside results_dir"),
+])
+def test_what_the_notebook_would_fail_on_is_refused_by_the_check_before_the_run(given, says):
+    """Issue 47, breaker round 7: values the check passed and the notebook then failed on (or read outside results/)."""
+    nbs = chain.project_root() / "notebooks"
+    with pytest.raises(UserInputError) as e:
+        check_values("p", "05_x", given, {"results_dir": "../results"}, nbs)
+    assert str(e.value).startswith(f"profile 'p': 05_x's {next(iter(given))}") and says in str(e.value), str(e.value)
+
+
+def test_the_largest_seed_torch_takes_and_make_checkpoints_index_topk_pass():
+    import torch
+
+    from sparse_mla.workbook.parameters import SEED_MAX
+
+    torch.Generator().manual_seed(SEED_MAX)                     # the bound is torch's own
+    with pytest.raises(ValueError):
+        torch.Generator().manual_seed(SEED_MAX + 1)
+    check_values("p", "05_x", {"seed": SEED_MAX, "index_topk": 256}, {}, chain.project_root() / "notebooks")
+
+
+def test_sparse_mla_run_refuses_a_checkpoint_dir_in_the_checkout_before_any_notebook(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"05_launch_glm5": {"checkpoint_dir": "../params/ck"}})
+    monkeypatch.setattr(chain, "_execute", lambda *a, **k: pytest.fail("a notebook ran"))
+    assert cli.main(["run", "--profile", "mine", "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"not inside the run's output folder ({tmp_path / 'out'})" in err[0], err
+    assert not (tmp_path / "out").exists() and not (chain.project_root() / "params" / "ck").exists()
 
 
 @pytest.mark.parametrize("gpu, visible, says", [

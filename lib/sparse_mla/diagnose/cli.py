@@ -87,7 +87,10 @@ def add_cli(subparsers) -> None:
     m.add_argument("--max-model-len", default=None, metavar="TOKENS",
                    help="vLLM's --max-model-len (default: vLLM's, from the config)")
     m.add_argument("--cpu-offload-gb", default=None, metavar="GIB",
-                   help="vLLM's --cpu-offload-gb: GiB of weights per GPU kept in host memory (default 0)")
+                   help="vLLM's --cpu-offload-gb: GiB of weights per GPU kept in host memory (default 0; at most "
+                        "1048576). Not refused for the host's size: the memory line names the pinned host memory "
+                        "it takes over all ranks (vLLM moves at most every decoder layer's weights) and says where "
+                        "that is more than this machine's memory; the GPU presets name no host memory")
     m.add_argument("--memory-matrix", action="store_true",
                    help="what fits: " + " / ".join(MEMORY_MATRIX_MODELS) + " x "
                         + " / ".join(MEMORY_MATRIX_QUANTIZATIONS) + " x 8 x " + " / ".join(MEMORY_MATRIX_GPUS)
@@ -100,8 +103,10 @@ def add_cli(subparsers) -> None:
                         "gets its own table, bf16/fp8 weights): what_to_run.csv and .md (what_to_run_glm5next.*) into "
                         "--out-dir, the Markdown on stdout")
     p.add_argument("--with-plugin", action="store_true",
-                   help="register the step 4 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting; with "
-                        "--matrix: stock and with-plugin verdicts side by side (diagnose_matrix_plugin.csv/.png)")
+                   help="register the step 4 TRITON_MLA_SPARSE backend (sparse_mla.vllm_plugin) before selecting, "
+                        "where vLLM's plugin loader would load it (else, e.g. VLLM_PLUGINS naming other plugins only: "
+                        "stock vLLM's answer, its first line saying why); with --matrix: stock and with-plugin "
+                        "verdicts side by side (diagnose_matrix_plugin.csv/.png)")
     p.set_defaults(func=_cli)
 
 

@@ -372,7 +372,8 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
     then ``fits`` and ``max_tokens`` are None), ``gpu_memory_source``, ``gpu_memory_utilization``, ``quantization``,
     ``model_dtype`` (vLLM's: what unquantized weights are held in), ``weights_gib_per_rank``, ``offloaded_gib``, ``allowance_gib``, ``kv_cache_available_gib``, ``kv_cache_dtype``,
     ``kv_cache_block_size``, ``kv_cache_bytes_per_token`` (and ``_by_layer``), ``max_tokens``, ``max_model_len``,
-    ``fits``, ``reason`` (vLLM's refusal, or why the weights do not load), ``assumptions``, ``fixes``."""
+    ``fits``, ``reason`` (vLLM's refusal, or why the weights do not load), ``assumptions``, ``fixes``, ``offload``
+    (:func:`offload`: the host memory ``--cpu-offload-gb`` pins, None without it)."""
     from .request import MemorySettings, checkpoint_quantization
 
     mem = req.memory or MemorySettings(checkpoint_quantization(req.geometry))
@@ -411,10 +412,26 @@ def memory_stage(req: Request, vc, att: dict[str, Any], capability: str) -> dict
                kv_cache_block_size=rank.vllm_config.cache_config.block_size,
                kv_cache_bytes_per_token=sum(per.values()), kv_cache_bytes_per_token_by_layer=per,
                max_tokens=r["max_tokens"], fits=r["fits"], reason=r["reason"],
-               assumptions=_assumptions(req, quant, source, rank))
+               assumptions=_assumptions(req, quant, source, rank), offload=offload(mem.cpu_offload_gb, r, req.tp))
     if r["fits"] is False:
         out["fixes"] = fixes(base, quant, build, req.geometry.num_attention_heads, req.geometry.use_sparse)
     return out
+
+
+def offload(cpu_offload_gb: float, result: dict[str, Any], tp: int) -> dict[str, Any] | None:
+    """What ``--cpu-offload-gb`` takes from the GPUs' host, or None without it: ``asked_gib`` (per GPU),
+    ``moved_gib`` (per rank, what vLLM's offloader moves: at most every decoder layer's weights, :func:`offloaded_bytes`),
+    ``ranks``, ``host_gib`` (the pinned host memory of all ranks together, GiB) and ``this_machine_gib`` (this
+    machine's memory, :func:`sparse_mla.machine.host_memory_bytes`; None where unknown). The host that runs the GPUs is
+    not this one unless ``--capability local``, and the GPU presets name no host memory: this is said, not a blocker."""
+    from ..machine import host_memory_bytes
+
+    if not cpu_offload_gb:
+        return None
+    here = host_memory_bytes()
+    return {"asked_gib": cpu_offload_gb, "moved_gib": round(result["offloaded_bytes"] / GIB, 3), "ranks": tp,
+            "host_gib": round(result["offloaded_bytes"] * tp / GIB, 3),
+            "this_machine_gib": None if here is None else round(here / GIB, 3)}
 
 
 def blocker(mem: dict[str, Any] | None) -> dict[str, str] | None:

@@ -26,6 +26,7 @@ patched globals and logger levels are restored.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Any
@@ -350,7 +351,10 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
         kv_cache_dtype: ``--kv-cache-dtype``: ``auto``, ``bfloat16``, ``fp8``, ``fp8_ds_mla`` or another vLLM
             ``CacheDType``.
         tp: ``--tensor-parallel-size`` (heads per rank = heads / tp; the probe reports ``tp`` GPUs).
-        with_plugin: also call the step 4 plugin's ``register()`` (as vLLM's entry-point loader does) first.
+        with_plugin: also call the step 4 plugin's ``register()`` (as vLLM's entry-point loader does) first; where
+            vLLM's loader would not load it (``VLLM_PLUGINS`` naming other plugins only, no entry point installed:
+            :func:`sparse_mla.vllm_plugin.register.not_loaded_by_vllm`), stock vLLM's answer, with a ``plugin`` stage
+            line saying so.
         backend: ``--attention-backend``: ``None``/``"auto"`` for vLLM's choice, a vLLM backend name, or
             ``TRITON_MLA_SPARSE`` (with ``with_plugin``); vLLM's own rejection is reported when it does not fit.
         quantization: the checkpoint's quantization (``bf16``, ``fp8``, ``nvfp4``, ``gguf-q4_k``, ...; see
@@ -397,4 +401,21 @@ def diagnose(model: str | os.PathLike = "glm-5", capability: str = "12.0", kv_ca
                   gpu_memory_gib=gpu_memory_gib, gpu_memory_utilization=gpu_memory_utilization,
                   max_model_len=max_model_len, cpu_offload_gb=cpu_offload_gb)
     with pr.quiet_logs():
-        return _probe(req)
+        from ..vllm_plugin.register import not_loaded_by_vllm
+
+        unloaded = not_loaded_by_vllm() if req.with_plugin else None     # vLLM's plugin loader would skip ours
+        rec = _probe(req if unloaded is None else dataclasses.replace(req, with_plugin=False))
+    return rec if unloaded is None else _plugin_not_loaded(rec, unloaded)
+
+
+def _plugin_not_loaded(rec: dict[str, Any], why: str) -> dict[str, Any]:
+    """A ``with_plugin`` record where vLLM would not load the plugin (``why``: :func:`~sparse_mla.vllm_plugin.register.
+    not_loaded_by_vllm`): stock vLLM's answer, which it is, said first in its ``stages`` and in its ``headline``, and
+    ``plugin`` ``{"loaded": False, "not_loaded": why, "registered": False}``."""
+    rec["plugin"] = {"module": "sparse_mla.vllm_plugin", "called": None, "loaded": False, "registered": False,
+                     "not_loaded": why, "overrides": {}, "wrapped": []}
+    rec["stages"] = {"plugin": f"NOT LOADED: {why}; what follows is stock vLLM's answer", **rec["stages"]}
+    raw = os.environ.get("VLLM_PLUGINS")
+    rec["headline"] += f" (stock: VLLM_PLUGINS={raw!r} leaves the plugin out)" if raw is not None else \
+        " (stock: the plugin is not loaded)"
+    return rec

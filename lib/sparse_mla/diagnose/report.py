@@ -61,7 +61,7 @@ def memory_line(mem: Mapping[str, Any]) -> str:
         held = f"unquantized, {mem['model_dtype']}"
     weights = f"weights {mem['weights_gib_per_rank']:.1f} GiB per rank ({held})"
     if mem.get("offloaded_gib"):
-        weights += f", {mem['offloaded_gib']:.1f} GiB of it offloaded to the CPU"
+        weights += f", {mem['offloaded_gib']:.1f} GiB of it offloaded to the CPU" + offload_text(mem.get("offload"))
     if mem["fits"] is None:
         return f"{weights}; {kv}; fits: not checked (GPU memory {mem['gpu_memory_source']})"
     tokens = (f"room for {mem['max_tokens']:,} tokens" if mem.get("kv_cache_available_gib") is not None else "no room")
@@ -72,6 +72,21 @@ def memory_line(mem: Mapping[str, Any]) -> str:
     reason = str(mem["reason"]).split(" Try increasing")[0]      # vLLM's advice follows; the record keeps it whole
     return (f"BLOCKED: {weights}; {kv}; {tokens}: {reason}"
             + (f"; fits with: {'; '.join(fixes)}" if fixes else "; no single change found that makes it fit"))
+
+
+def offload_text(off: Mapping[str, Any] | None) -> str:
+    """The host memory ``--cpu-offload-gb`` pins (the memory stage's ``offload``), in parentheses: over all ranks,
+    whether the asked amount is more than vLLM moves (every decoder layer), and where it is more than this machine's
+    memory; ``""`` without an offload."""
+    if not off:
+        return ""
+    text = f" ({off['host_gib']:.1f} GiB of pinned host memory over {off['ranks']} rank(s)"
+    if off["asked_gib"] > off["moved_gib"] + 1:
+        text += f"; --cpu-offload-gb {off['asked_gib']:g} asks more: vLLM moves every decoder layer's weights, no more"
+    here = off.get("this_machine_gib")
+    if here is not None and off["host_gib"] > here:
+        text += f"; more than this machine's {here:.1f} GiB of memory: the GPUs' host needs that much, not checked"
+    return text + ")"
 
 
 def format_record(rec: Mapping[str, Any]) -> str:
@@ -102,8 +117,9 @@ def format_record(rec: Mapping[str, Any]) -> str:
     lines += ["", f"vLLM: {rec['verdict']}", f"Simulated: {describe_simulated(rec['simulated'])}"]
     if rec.get("plugin"):
         p = rec["plugin"]
-        lines.append(f"Plugin: {p.get('called')} " + (f"overrides {p.get('overrides') or '{}'}" if p.get("registered", True)
-                                                      else "registered nothing"))
+        lines.append(f"Plugin: not loaded by vLLM: {p['not_loaded']}" if p.get("not_loaded") else
+                     f"Plugin: {p.get('called')} " + (f"overrides {p.get('overrides') or '{}'}"
+                                                      if p.get("registered", True) else "registered nothing"))
     return "\n".join(lines)
 
 
@@ -149,7 +165,7 @@ def format_stages(rec: Mapping[str, Any], width: int | None = None) -> str:
     head = (f"{rec['model']} on {rec['capability']}" + (f" [{rec['gpu']}]" if rec.get("gpu") else "")
             + f", --kv-cache-dtype {rec['kv_cache_dtype']}" + (f", --attention-backend {rec['forced_backend']}"
                                                                if rec.get("forced_backend") else "")
-            + (" (with the plugin)" if rec.get("plugin") else "") + ":")
+            + (" (with the plugin)" if rec.get("plugin") and not rec["plugin"].get("not_loaded") else "") + ":")
     lines = [head]
     w = max(len(k) for k in rec["stages"])
     for stage, text in rec["stages"].items():

@@ -135,6 +135,18 @@ MAX_HEADS = 128
 MAX_POSITIONS = 2**20
 
 
+def check_index_topk(index_topk) -> None:
+    """The ``index_topk`` a GLM-5 / DeepSeek-V3.2 checkpoint is made with (``make-checkpoint --index-topk``, notebook
+    05's parameter): a positive multiple of :data:`~sparse_mla.layouts.INDEX_TOPK_MULTIPLE` (128) up to
+    :data:`MAX_INDEX_TOPK`. Raises :class:`UserInputError` naming the value and what is accepted."""
+    if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk <= 0 \
+            or index_topk % INDEX_TOPK_MULTIPLE or index_topk > MAX_INDEX_TOPK:
+        raise UserInputError(
+            f"index_topk {index_topk!r} is not a positive multiple of {INDEX_TOPK_MULTIPLE} up to {MAX_INDEX_TOPK} "
+            f"(vLLM converts top-k indices in groups of {INDEX_TOPK_MULTIPLE}; `sparse-mla launch` takes at most "
+            f"{MAX_INDEX_TOPK}); accepted: e.g. 256, 512, 1024, 2048")
+
+
 def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers: int | None = None,
                   mtp: bool = False, num_heads: int | None = None, max_position_embeddings: int | None = None,
                   **sharing) -> dict:
@@ -153,12 +165,7 @@ def preset_config(preset: str = "glm-5-tiny", index_topk: int = 2048, num_layers
         what = " (make_checkpoint writes it, with glm5next_config)" if preset == GLM5_NEXT_PRESET else ""
         raise UserInputError(f"unknown checkpoint preset {preset!r}{what}; accepted: "
                               f"{', '.join([*PRESET_CONFIGS, GLM5_NEXT_PRESET])}")
-    if isinstance(index_topk, bool) or not isinstance(index_topk, int) or index_topk <= 0 \
-            or index_topk % INDEX_TOPK_MULTIPLE or index_topk > MAX_INDEX_TOPK:
-        raise UserInputError(
-            f"index_topk {index_topk!r} is not a positive multiple of {INDEX_TOPK_MULTIPLE} up to {MAX_INDEX_TOPK} "
-            f"(vLLM converts top-k indices in groups of {INDEX_TOPK_MULTIPLE}; `sparse-mla launch` takes at most "
-            f"{MAX_INDEX_TOPK}); accepted: e.g. 256, 512, 1024, 2048")
+    check_index_topk(index_topk)
     cfg = copy.deepcopy(PRESET_CONFIGS[preset])
     letters = sharing.get("index_topk_pattern") or sharing.get("indexer_types")
     if num_layers is None and isinstance(letters, str) and letters:

@@ -42,7 +42,6 @@ in full CUDA graphs).
 # (``vllm/utils/deep_gemm.py``), annotations included.
 import importlib.abc
 import logging
-import os
 import sys
 import threading
 
@@ -54,7 +53,7 @@ from ..kernels.indexer import indexer_logits_paged, indexer_logits_prefill
 from ..kernels.indexer_quant import launch_q_rope_quant
 from .indexer_kpool import kpool_counters, kpool_plan, own_copy
 from .lines import adapter
-from .switches import COUNT_ENV, FORCE_ENV, INDEXER_NAME  # noqa: F401  (the switches' home; named here too)
+from .switches import COUNT_ENV, FORCE_ENV, INDEXER_NAME, switch  # noqa: F401  (the switches' home; named here too)
 
 #: The installed vLLM line's adapter (:mod:`sparse_mla.vllm_plugin.lines`): DeepGEMM signatures, fp8-store hooks.
 LINE = adapter()
@@ -220,10 +219,7 @@ def _platform_at(capability: tuple[int, int]):
 
 
 def _force() -> bool | None:
-    raw = os.environ.get(FORCE_ENV)
-    if raw is None or raw.strip() == "":
-        return None
-    return raw.strip().lower() not in ("0", "false", "no", "off")
+    return switch(FORCE_ENV)
 
 
 def wanted(capability=None) -> bool:
@@ -346,7 +342,7 @@ def install_indexer_hook() -> bool:
     raises: a failure is logged and leaves vLLM as it was."""
     try:
         if not wanted():
-            if os.environ.get(COUNT_ENV) == "1":
+            if switch(COUNT_ENV):
                 _install(dict(_COUNTERS))
             return False
         from ..kernels.fp8 import has_fp8_conversion

@@ -31,12 +31,16 @@ on the ``CUSTOM`` slot.
 from __future__ import annotations
 
 import logging
+import os
 
 from ..vllm_lines import installed_vllm, line_of, tested_text
 from .selector import BACKEND_PATH, custom_slot_holder, install_selector_fallback
 
 
 logger = logging.getLogger(__name__)
+
+#: The plugin's entry point in vLLM's ``vllm.general_plugins`` group (pyproject.toml), by its object reference.
+ENTRY_POINT = "sparse_mla.vllm_plugin:register"
 
 #: The vLLM releases the plugin is built and tested for are its lines (:data:`sparse_mla.vllm_lines.TESTED_LINES`).
 #: The workbook's GPU records are 0.26.0's but for one 0.33 session (results/h200/sessions/2026-12-05/GPU_SESSION_2026-12-05.md: torch 2.14
@@ -86,3 +90,34 @@ def register() -> bool:
     from .backend import install_fp8_ds_mla_canonicalization  # fp8 -> fp8_ds_mla, as vLLM's sparse backends get
     install_fp8_ds_mla_canonicalization()
     return True
+
+
+def not_loaded_by_vllm() -> str | None:
+    """Why vLLM would not call :func:`register` in its processes here, one line, or None where it would: decided by
+    vLLM's own loader (``vllm.plugins.load_plugins_by_group``, which reads ``VLLM_PLUGINS`` through ``vllm.envs``),
+    shown only this plugin's installed entry points (:data:`ENTRY_POINT`), so that no other plugin is imported.
+    Where no such entry point is installed, vLLM finds no plugin to load."""
+    import importlib.metadata as md
+
+    import vllm.plugins as vllm_plugins
+
+    group = vllm_plugins.DEFAULT_PLUGINS_GROUP
+    ours = [ep for ep in md.entry_points(group=group) if ep.value == ENTRY_POINT]
+    if not ours:
+        return (f"no {group} entry point {ENTRY_POINT!r} is installed in this Python, so vLLM finds no plugin to load; "
+                f"accepted: the package installed (pip install -e . in the checkout)")
+    real = md.entry_points
+    md.entry_points = lambda **kw: md.EntryPoints(ours) if kw.get("group") == group else real(**kw)
+    try:
+        loaded = vllm_plugins.load_plugins_by_group(group)
+    finally:
+        md.entry_points = real
+    if any(ep.name in loaded for ep in ours):
+        return None
+    names = ", ".join(ep.name for ep in ours)
+    raw = os.environ.get("VLLM_PLUGINS")
+    if raw is None:
+        return f"vLLM's plugin loader did not load {names} (its log says why)"
+    return (f"VLLM_PLUGINS={raw!r} does not name {names}: vLLM loads only the plugins it names, so it would not call "
+            f"sparse_mla.vllm_plugin.register() and TRITON_MLA_SPARSE is not registered; accepted: VLLM_PLUGINS unset, "
+            f"or naming {names} (e.g. VLLM_PLUGINS={','.join([*filter(None, raw.split(',')), names])})")

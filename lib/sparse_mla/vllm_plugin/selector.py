@@ -6,19 +6,20 @@ list has no valid backend (or ahead of it with ``SPARSE_MLA_PREFER_TRITON=1``), 
 from __future__ import annotations
 
 import logging
-import os
+
+from .switches import DISABLE_ENV, PREFER_ENV, switch
 
 #: Where vLLM finds the backend class (``register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)``).
 BACKEND_PATH = "sparse_mla.vllm_plugin.backend.TritonMLASparseBackend"
-PREFER_ENV = "SPARSE_MLA_PREFER_TRITON"
-DISABLE_ENV = "SPARSE_MLA_DISABLE_FALLBACK"
 _MARK = "_sparse_mla_fallback"
 
 logger = logging.getLogger(__name__)
 
 
 def flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() not in ("", "0", "false", "no", "off")
+    """Whether the switch ``name`` (:data:`PREFER_ENV`, :data:`DISABLE_ENV`) is on, as
+    :func:`sparse_mla.vllm_plugin.switches.switch` reads it (a value it does not accept: off, with a warning)."""
+    return switch(name) is True
 
 
 def custom_slot_holder() -> str | None:

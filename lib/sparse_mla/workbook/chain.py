@@ -152,7 +152,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         raise UserInputError(f"output directory {str(out_dir)!r} is empty; accepted: a directory path (default "
                              f"results/<profile>/)")
     out_dir = Path(out_dir) if out_dir is not None else root / "results" / str(profile)
-    params, chain, names = _select(profile, only, timeout, notebooks_dir)
+    params, chain, names = _select(profile, only, timeout, notebooks_dir, out_dir)
     out_dir, overview = _output_dir(out_dir, profile, chain, notebooks_dir, root)
     stale = [p.name for p in summary.executed_notebooks(out_dir) if p.name not in names] if out_dir.is_dir() else []
     if progress and stale:
@@ -184,8 +184,10 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     return done
 
 
-def _select(profile: str, only, timeout, notebooks_dir: Path) -> tuple[dict, list[Path], set[str]]:
-    """``(parameters, the notebooks to run, the whole chain's names)``, every argument checked (UserInputError)."""
+def _select(profile: str, only, timeout, notebooks_dir: Path,
+            out_dir: Path | None = None) -> tuple[dict, list[Path], set[str]]:
+    """``(parameters, the notebooks to run, the whole chain's names)``, every argument checked (UserInputError);
+    ``out_dir``: the run's output folder (default ``results/<profile>/``), which a profile's folders must lie in."""
     params = load_profile(profile)
     if profile == "gpu":
         from ..machine import require_gpu
@@ -197,7 +199,8 @@ def _select(profile: str, only, timeout, notebooks_dir: Path) -> tuple[dict, lis
     if stray:
         raise UserInputError(f"profile {profile!r} has parameters for {', '.join(map(repr, stray))}, which is no "
                              f"notebook; accepted: {', '.join(nb.stem for nb in chain)}")
-    _check_parameter_names(profile, params, chain)
+    _check_parameter_names(profile, params, chain, project_root() / "results" / str(profile) if out_dir is None
+                           else Path(out_dir))
     if only is not None and (not only or any(not str(o).strip() for o in only)):
         raise UserInputError(f"--only {only!r} names an empty notebook; accepted: stems or prefixes such as 01 02")
     if only:
@@ -212,11 +215,11 @@ def _select(profile: str, only, timeout, notebooks_dir: Path) -> tuple[dict, lis
     return params, chain, names
 
 
-def _check_parameter_names(profile: str, params: dict, chain: list[Path]) -> None:
+def _check_parameter_names(profile: str, params: dict, chain: list[Path], out_dir: Path | None = None) -> None:
     """Every parameter a profile gives a notebook is a name of that notebook's ``parameters`` cell (papermill's
     ``inspect_notebook``): papermill only warns about another name and runs the notebook with its default (a
     misspelled ``capabilty`` would run the default GPU). Raises :class:`UserInputError` naming the key and the
-    accepted names."""
+    accepted names; ``out_dir``: the run's output folder (:func:`~sparse_mla.workbook.parameters.check_values`)."""
     from papermill import inspect_notebook
 
     from .parameters import check_values
@@ -233,7 +236,7 @@ def _check_parameter_names(profile: str, params: dict, chain: list[Path]) -> Non
                                  f"accepted: {', '.join(declared)} (its parameters cell)")
         for k, v in given.items():
             _check_parameter_type(profile, nb.stem, k, v, cell[k]["default"])
-        check_values(profile, nb.stem, given, _defaults(cell), nb.parent)
+        check_values(profile, nb.stem, given, _defaults(cell), nb.parent, out_dir)
 
 
 def _defaults(cell: dict) -> dict:

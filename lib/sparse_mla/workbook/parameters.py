@@ -5,9 +5,11 @@ told without initialising CUDA in this process).
 
 Each check is the library's own where it has one (:func:`sparse_mla.diagnose.request.resolve` for a diagnosis's
 model, capability, KV-cache dtype and tensor parallelism; :data:`sparse_mla.diagnose.what_to_run.MACHINES`); the
-notebooks' sizes are integers within what a run could use, their seeds non-negative ones; ``out_dir`` is the run's own
-(``--out-dir``), the folders and the record a profile names must be where the notebook reads or writes them. A
-parameter named here by no notebook is harmless.
+notebooks' sizes are integers within what a run could use, their seeds what ``torch.manual_seed`` takes, a
+checkpoint's ``index_topk`` what ``make-checkpoint`` takes (:func:`sparse_mla.launch.checkpoint.check_index_topk`);
+``out_dir`` is the run's own (``--out-dir``), the folder a profile has a notebook write (``checkpoint_dir``) must lie
+inside the run's output folder, and the record it has one read (``launch_record``) inside ``results_dir``. A parameter
+named here by no notebook is harmless.
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ POSITIVE = {"tokens": 4096, "heads": 128, "topk": 32768, "block_size": 1024, "nu
             "index_topk": 32768, "prompt_len": 202752, "bench_cache_tokens": 2 ** 24}
 #: lists of sizes: non-empty, each an integer >= 1
 POSITIVE_LISTS = ("bench_heads", "bench_tokens")
-#: seeds: integers >= 0
+#: seeds: integers >= 0, at most what ``torch.manual_seed`` / ``torch.Generator.manual_seed`` take (the notebooks seed
+#: torch only; a larger one fails inside the notebook, "Overflow when unpacking long long")
 SEEDS = ("seed",)
+SEED_MAX = 2 ** 64 - 1
 #: where a notebook's kernels run
 DEVICES = ("cpu", "cuda")
 #: the parameters a diagnosis request is made of (request.resolve checks them together)
@@ -40,8 +44,15 @@ def _one(key: str, value) -> str | None:
         return f"accepted: an integer from 1 to {POSITIVE[key]}"
     if key in POSITIVE_LISTS and not (isinstance(value, list) and value and all(_is_int(v) and v >= 1 for v in value)):
         return "accepted: a non-empty list of integers >= 1"
-    if key in SEEDS and not (_is_int(value) and value >= 0):
-        return "accepted: an integer >= 0"
+    if key in SEEDS and not (_is_int(value) and 0 <= value <= SEED_MAX):
+        return f"accepted: an integer >= 0 and at most {SEED_MAX} (2**64 - 1, the largest seed torch.manual_seed takes)"
+    if key == "index_topk":
+        from ..launch.checkpoint import check_index_topk
+
+        try:
+            check_index_topk(value)         # the notebook makes its checkpoint with it: make-checkpoint's own rule
+        except UserInputError as e:
+            return f"make-checkpoint's rule: {e}"
     if key == "out_dir":
         return "set by sparse-mla run itself; accepted: sparse-mla run --out-dir DIR"
     if key == "device" and value not in DEVICES:
@@ -65,21 +76,51 @@ def _as_read(value, notebooks_dir: Path) -> Path:
     return Path(str(value)) if Path(str(value)).is_absolute() else notebooks_dir / str(value)
 
 
-def _folders(given: dict, values: dict, notebooks_dir: Path) -> None:
+def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path) -> None:
     """A profile's folders, relative to the notebooks' folder as the notebook reads them: ``checkpoint_dir`` a folder
-    any command may write (:func:`sparse_mla.errors.writable_dir`: not the package, ``lib/``, ``tests/``, ``.git``),
-    ``results_dir`` an existing folder, ``launch_record`` a file in it."""
+    any command may write (:func:`sparse_mla.errors.writable_dir`: not the package, ``lib/``, ``tests/``, ``.git``)
+    inside the run's output folder ``out_dir`` (:func:`_inside_the_run`), ``results_dir`` an existing folder,
+    ``launch_record`` a file in it (after ``..`` and links: ``../../../../etc/passwd`` is not)."""
     from ..errors import writable_dir
 
     if given.get("checkpoint_dir") is not None:
-        writable_dir(_as_read(given["checkpoint_dir"], notebooks_dir), "checkpoint_dir")
+        _inside_the_run(given["checkpoint_dir"], notebooks_dir, out_dir)
     results = _as_read(values.get("results_dir", "../results"), notebooks_dir)
     if "results_dir" in given and not results.is_dir():
         raise UserInputError(f"results_dir {given['results_dir']!r} is not a folder; accepted: the folder of the "
                              f"records (results/, relative to notebooks/)")
-    if "launch_record" in given and not (results / str(given["launch_record"])).is_file():
-        raise UserInputError(f"launch_record {given['launch_record']!r} is not a file in results_dir; accepted: a "
-                             f"launch record there (h200/launch_h200.json)")
+    if "launch_record" in given:
+        record = (results / str(given["launch_record"])).resolve()
+        if not record.is_relative_to(results.resolve()):
+            raise UserInputError(f"launch_record {given['launch_record']!r} leads to {record}, outside results_dir "
+                                 f"({results.resolve()}), where the notebook reads records; accepted: a launch record "
+                                 f"there (h200/launch_h200.json)")
+        if not record.is_file():
+            raise UserInputError(f"launch_record {given['launch_record']!r} is not a file in results_dir; accepted: a "
+                                 f"launch record there (h200/launch_h200.json)")
+    if given.get("checkpoint_dir") is not None:
+        writable_dir(_as_read(given["checkpoint_dir"], notebooks_dir), "checkpoint_dir")
+
+
+def _inside_the_run(value, notebooks_dir: Path, out_dir: Path) -> None:
+    """``checkpoint_dir``, where the notebook writes (and replaces) its checkpoint, a path (text) that leads inside the
+    run's output folder ``out_dir``, below it (``~``, ``..`` and links followed, as ``make_checkpoint`` follows them):
+    ``../params/ck`` put 199 MB into the checkout. Raises :class:`UserInputError` naming the value, where it leads and
+    what is accepted."""
+    import os
+
+    from ..errors import expand_path
+
+    out = expand_path(out_dir, "output directory").resolve()
+    example = os.path.relpath(out / "tmp" / "ck", notebooks_dir.resolve())
+    if not isinstance(value, str) or not value.strip():
+        raise UserInputError(f"checkpoint_dir {value!r} is no folder path; accepted: a folder inside the run's output "
+                             f"folder ({out}), e.g. {example!r} (tmp/ is git-ignored), or null (the notebook's own)")
+    where = _as_read(expand_path(value, "checkpoint_dir"), notebooks_dir).resolve()
+    if where == out or not where.is_relative_to(out):
+        raise UserInputError(f"checkpoint_dir {value!r} leads to {where}, not inside the run's output folder ({out}); "
+                             f"accepted: a folder inside it, e.g. {example!r} (tmp/ is git-ignored; relative to "
+                             f"notebooks/), or null (the notebook's own, <out_dir>/tmp/glm5-tiny)")
 
 
 def _request(values: dict, notebooks_dir: Path) -> None:
@@ -96,9 +137,12 @@ def _request(values: dict, notebooks_dir: Path) -> None:
             values.get("with_plugin", False))
 
 
-def check_values(profile: str, notebook: str, given: dict, defaults: dict, notebooks_dir: Path) -> None:
+def check_values(profile: str, notebook: str, given: dict, defaults: dict, notebooks_dir: Path,
+                 out_dir: Path | None = None) -> None:
     """Every value ``given`` (a profile's parameters of ``notebook``) that a check here names; ``defaults``: the
-    notebook's own (papermill's ``inspect_notebook``, evaluated), which the request check completes ``given`` with.
+    notebook's own (papermill's ``inspect_notebook``, evaluated), which the request check completes ``given`` with;
+    ``out_dir``: the run's output folder (default ``results/<profile>/`` beside ``notebooks_dir``, as ``sparse-mla
+    run`` has it).
 
     Raises:
         UserInputError: naming the profile, the notebook, the key, the value and what is accepted.
@@ -108,7 +152,8 @@ def check_values(profile: str, notebook: str, given: dict, defaults: dict, noteb
         if why:
             raise UserInputError(f"profile {profile!r}: {notebook}'s {key} = {value!r} is not accepted; {why}")
     try:
-        _folders(given, {**defaults, **given}, notebooks_dir)
+        _folders(given, {**defaults, **given}, notebooks_dir,
+                 notebooks_dir.parent / "results" / profile if out_dir is None else Path(out_dir))
     except UserInputError as e:
         raise UserInputError(f"profile {profile!r}: {notebook}'s {e}") from None
     asked = [k for k in REQUEST if k in given]

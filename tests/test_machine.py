@@ -1,0 +1,102 @@
+"""``sparse_mla.machine``: the cache folders vLLM, FlashInfer and Triton derive from the environment, as each library
+derives them (asked of vLLM's ``envs``, Triton's ``knobs`` and, in a fresh process, FlashInfer's ``jit.env``), and the
+check before a command starts that each can be made and written -- ``HOME=/proc/self`` ended in FlashInfer's
+``makedirs`` traceback (issue 47, breaker round 7, e13)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sparse_mla import machine
+from sparse_mla.errors import UserInputError
+
+VARIABLES = [v for _, chain in machine.CACHE_FOLDERS for v, _ in chain if v != "HOME"]
+
+
+@pytest.fixture
+def bare(monkeypatch, tmp_path):
+    """No cache variable set, HOME a fresh folder."""
+    for v in VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("env", [{}, {"XDG_CACHE_HOME": "x", "TRITON_HOME": "t"},
+                                 {"XDG_CACHE_HOME": "x", "VLLM_CACHE_ROOT": "v", "TRITON_HOME": "t",
+                                  "TRITON_CACHE_DIR": "c"}])
+def test_vllm_and_triton_folders_are_the_libraries_own(bare, monkeypatch, env):
+    import triton
+    import vllm.envs
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(bare / v))
+    folders = machine.cache_folders()
+    assert folders["vLLM"] == vllm.envs.VLLM_CACHE_ROOT
+    if env:          # Triton's default home is read at its import (the fresh process below asks it)
+        assert folders["Triton"] == triton.knobs.cache.dir
+
+
+@pytest.mark.parametrize("env", [{}, {"FLASHINFER_WORKSPACE_BASE": "f"}])
+def test_flashinfer_and_triton_folders_under_home_are_their_own(bare, env):
+    """FlashInfer derives its folder once, at import (and makes it there), and Triton its default home: asked in a
+    fresh process."""
+    pytest.importorskip("flashinfer")
+    env = {**os.environ, **{k: str(bare / v) for k, v in env.items()}}
+    code = ("import json, triton, flashinfer.jit.env as e; from sparse_mla.machine import cache_folders; "
+            "print(json.dumps([cache_folders(), {'FlashInfer': str(e.FLASHINFER_CACHE_DIR), "
+            "'Triton': triton.knobs.cache.dir}]))")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    ours, theirs = json.loads(p.stdout.strip().splitlines()[-1])
+    assert {k: ours[k] for k in theirs} == theirs
+
+
+@pytest.mark.parametrize("home, says", [
+    ("/proc/self", "HOME='/proc/self' cannot hold the caches of vLLM, FlashInfer and Triton below it "
+                   "(/proc/self/.cache/vllm, /proc/self/.cache/flashinfer, /proc/self/.triton/cache): it leads into "
+                   "/proc"),
+    ("/dev/null", "(/dev/null is not a folder)"),
+])
+def test_a_home_that_cannot_hold_the_caches_is_named_with_what_to_set(bare, monkeypatch, home, says):
+    monkeypatch.setenv("HOME", home)
+    with pytest.raises(UserInputError) as e:
+        machine.check_environment()
+    assert says in str(e.value) and str(e.value).endswith(
+        "accepted: HOME a folder this user may write, on a disk, or VLLM_CACHE_ROOT, FLASHINFER_WORKSPACE_BASE and "
+        "TRITON_CACHE_DIR set to one"), str(e.value)
+    for v in ("VLLM_CACHE_ROOT", "FLASHINFER_WORKSPACE_BASE"):           # each named cache leaves the list
+        monkeypatch.setenv(v, str(bare / v))
+    with pytest.raises(UserInputError, match=r"the caches of Triton below it \(.*; accepted: .* or TRITON_CACHE_DIR "
+                                             r"set to one$"):
+        machine.check_environment()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(bare / "t"))
+    machine.check_environment()
+
+
+@pytest.mark.parametrize("var, value, says", [
+    ("FLASHINFER_WORKSPACE_BASE", "/proc/x", "FLASHINFER_WORKSPACE_BASE='/proc/x' cannot hold FlashInfer's cache: it "
+                                            "leads into /proc"),
+    ("TRITON_HOME", "/dev/null", "TRITON_HOME='/dev/null' cannot hold Triton's cache (/dev/null is not a folder)"),
+    ("TRITON_CACHE_DIR", "/sys/x", "TRITON_CACHE_DIR='/sys/x' cannot hold Triton's cache: it leads into /sys"),
+])
+def test_each_cache_variable_is_checked_like_vllms(bare, monkeypatch, var, value, says):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(UserInputError) as e:
+        machine.check_environment()
+    assert str(e.value).startswith(says) and str(e.value).endswith(f", or {var} unset"), str(e.value)
+
+
+def test_a_folder_this_user_may_not_write_is_named(bare, monkeypatch):
+    """(Root may write any folder, so the answer of ``os.access`` is planted.)"""
+    ro = bare / "ro"
+    ro.mkdir()
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(ro / "vllm"))
+    monkeypatch.setattr(machine.os, "access", lambda p, mode: os.fspath(p) != str(ro))
+    with pytest.raises(UserInputError, match=rf"VLLM_CACHE_ROOT='{ro}/vllm' cannot hold vLLM's cache \({ro} is not "
+                                             r"writable by this user\); accepted: a folder this user may write"):
+        machine.check_environment()
