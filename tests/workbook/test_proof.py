@@ -343,13 +343,21 @@ def test_the_what_to_run_table_renders_what_starts_and_refuses_bad_input(tmp_pat
 @pytest.mark.parametrize("top,says", [
     ({"failures": ["first-token criterion: OutOfMemoryError"]}, "it says it failed: first-token criterion"),
     ({"interrupted": "interrupted during engine X"}, "it was interrupted"),
-    ({"complete": False}, "not complete"),
 ])
 def test_a_record_that_says_it_failed_is_never_proven(tmp_path, top, says):
     """Every engine ran and matches its request, but the record itself says the run failed (a parity verdict, a time
-    limit, a serving benchmark cut short): unproven, with the record's own words."""
+    limit): unproven, with the record's own words. (A serving benchmark cut short, ``complete: false``:
+    :func:`test_a_serving_benchmark_cut_short_is_never_proven`; an engine record holding ``complete``, a key no writer
+    of its writes, is invalid since issue 47 round 7: ``tests/workbook/test_written.py``.)"""
     v = verdict(tmp_path, {**record(), **top})
     assert v.status == "unproven" and says in v.reason, v.line()
+
+
+def test_a_serving_benchmark_cut_short_is_never_proven(tmp_path):
+    rec = _committed(SERVE_RECORD)
+    rec["complete"] = False
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and "not complete" in v.reason, v.line()
 
 
 def test_an_engine_whose_writer_found_contradictions_is_never_proven(tmp_path):
@@ -476,10 +484,13 @@ _T = "TRITON_MLA_SPARSE"
 @pytest.mark.parametrize("name,edit,says", [
     # what the record says anywhere below its top level, and its top level's own keys
     (GGUF_RECORD, lambda r: r.setdefault("first_token_criterion", {}).update(failures=["x"]), "first_token_criterion"),
-    (GGUF_RECORD, lambda r: r.update(ran_contradictions=["attention: x"]), "ran_contradictions says"),
-    (GGUF_RECORD, lambda r: r.update(error="it died"), "error says"),
+    # (keys no writer of an engine record writes at their level: invalid since issue 47 round 7)
+    (GGUF_RECORD, lambda r: r.update(ran_contradictions=["attention: x"]),
+     "no writer writes the key 'ran_contradictions' at the top level"),
+    (GGUF_RECORD, lambda r: r.update(error="it died"), "no writer writes the key 'error' at the top level"),
     (GGUF_RECORD, lambda r: r.update(interrupted=""), "it was interrupted"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(failures=["x"]), f"runs.{_T}.failures"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(failures=["x"]), f"no writer writes the key 'failures' at runs.{_T}"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(failures=["x"]), "servers[0].failures"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(error="died"), "servers[0].error"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0].update(failures=["x"]), "passes[0].failures"),
     (SERVE_RECORD, lambda r: r.pop("complete"), "not complete (complete: absent)"),
@@ -568,24 +579,25 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     # failures the record holds under other names
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(exit_code=1), "exit_code 1"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(timed_out=True), "timed_out"),
-    # the same signs written as other types or in other words (the breaker's round of 2026-12-06)
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code="1"), "exit_code '1'"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(returncode=137.0), "returncode 137.0"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="true"), "timed_out 'true'"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(status="killed by OOM"), "status 'killed by OOM'"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(Error="CUDA error: illegal memory access"), "Error says"),
+    # the same signs written as other types or in other words (the breaker's round of 2026-12-06; in an engine run
+    # of an engine record, a key no writer writes there, invalid since issue 47 round 7: tests/workbook/test_written.py)
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code="1"), "exit_code '1'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(returncode=137.0), "returncode 137.0"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(timed_out="true"), "timed_out 'true'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="killed by OOM"), "status 'killed by OOM'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(Error="CUDA error: illegal memory access"), "Error says"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 0), "0 of 160 prompts completed"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", "100"), "100 of 160 prompts"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 100.0), "100 of 160 prompts"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=[1]), "exit_code [1]"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(status={"text": "crashed"}), "status {'text': 'crashed'}"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=[1]), "exit_code [1]"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status={"text": "crashed"}), "status {'text': 'crashed'}"),
     # (a negative count is no writer's: since the pass's shape (issue 47, hole 7) invalid, no longer read as a failure)
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "timed.failed is -5"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(
         failed={"min": 0, "median": 3, "max": 0, "n": 5}), "summary.failed"),
     (SERVE_RECORD, lambda r: r["repeats"].update(FLASHMLA_SPARSE=[]), "0 repeats of the 5 repeats"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"].update(servers=[]), "no server"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(exception="RuntimeError: CUDA error"), "exception says"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exception="RuntimeError: CUDA error"), "exception says"),
     (GGUF_RECORD, lambda r: r["first_token_criterion"]["per_prompt"][0]["first_tokens"].update(FLASHMLA_SPARSE=42),
      "is not the reference's argmax"),
     # a run pasted from another record or machine
@@ -770,9 +782,14 @@ def _throughput(r, **changes):
     (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(acceptance_rate=float("nan")), "invalid",
      "acceptance_rate = accepted_tokens / draft_tokens"),
     (MTP_RECORD, lambda r: r["runs"][_T].update(engine_init_s=1e12), "invalid", "engine_init_s is 1000000000000.0"),
-    # a status in another writer's words
-    (MTP_RECORD, lambda r: r["runs"][_T].update(status="segfault"), "unproven", "status 'segfault'"),
-    (MTP_RECORD, lambda r: r["runs"][_T].update(status="terminated by signal 9"), "unproven", "signal 9"),
+    # a status in another writer's words: in an engine run, a key no writer writes (issue 47 round 7, superseding the
+    # reading of its words); in a serving benchmark's server, read as before
+    (MTP_RECORD, lambda r: r["runs"][_T].update(status="segfault"), "invalid",
+     f"no writer writes the key 'status' at runs.{_T}"),
+    (MTP_RECORD, lambda r: r["runs"][_T].update(status="terminated by signal 9"), "invalid",
+     f"no writer writes the key 'status' at runs.{_T}"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="terminated by signal 9"), "unproven",
+     "signal 9"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="died"), "unproven", "status 'died'"),
 ])
 def test_the_breakers_round_six(tmp_path, name, edit, status, says):
@@ -788,9 +805,16 @@ def test_the_breakers_round_six(tmp_path, name, edit, status, says):
 
 
 @pytest.mark.parametrize("text", ["ok", "Success", "done.", "completed"])
-def test_a_status_of_success_stays_proven(tmp_path, text):
+def test_a_status_no_writer_writes_makes_an_engine_run_invalid_and_a_servers_success_stays_proven(tmp_path, text):
+    """Issue 47 round 7 supersedes the reading of a status in an engine run: no writer of an engine record writes a
+    ``status`` there, whatever its words (the maintainer's allow-list). Where keys are not all known (a serving
+    benchmark's server) a status of success is still one."""
     rec = _committed(MTP_RECORD)
     rec["runs"][_T]["status"] = text
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and f"no writer writes the key 'status' at runs.{_T}; accepted: " in v.reason, v.line()
+    rec = _committed(SERVE_RECORD)
+    rec["runs"][_T]["servers"][0]["status"] = text
     assert verdict(tmp_path, rec).status == "proven"
 
 
@@ -824,8 +848,10 @@ def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path)
 # ---- issue 47, the holes the verification round of 2026-12-06 found still open ---------------------------------------
 
 @pytest.mark.parametrize("name,edit,path", [
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=True), f"runs.{_T}.exit_code True"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(returncode=False), f"runs.{_T}.returncode False"),
+    # (in an engine run of an engine record: a key no writer writes there, tests/workbook/test_written.py)
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=True), f"runs.{_T}.servers[0].exit_code True"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(returncode=False),
+     f"runs.{_T}.servers[0].returncode False"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(exit_code=True),
      f"runs.{_T}.passes[0].timed.exit_code True"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(exit_code=False),
@@ -841,16 +867,21 @@ def test_a_boolean_exit_status_is_invalid(tmp_path, name, edit, path):
 
 
 @pytest.mark.parametrize("name,edit,status,says", [
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(crashed=True), "unproven", f"runs.{_T}.crashed says something failed"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(errored=True), "unproven", f"runs.{_T}.errored says something failed"),
+    # (in an engine run of an engine record: a key no writer writes there, tests/workbook/test_written.py)
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(crashed=True), "unproven",
+     f"runs.{_T}.servers[0].crashed says something failed"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(errored=True), "unproven",
+     f"runs.{_T}.servers[0].errored says something failed"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(failed_requests=3), "unproven",
      "timed.failed_requests says something failed: 3"),
     (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(numFailed=2), "unproven", "numFailed says something failed: 2"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(ok=False), "unproven", "ok says something failed: ok False"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(status="errored"), "unproven", "status 'errored'"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="Y"), "invalid", "timed_out 'Y' is not accepted; accepted: "
-                                                                            "true or false"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(status=0), "invalid", "status 0 is not accepted; accepted: a text"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(ok=False), "unproven",
+     "ok says something failed: ok False"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="errored"), "unproven", "status 'errored'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(timed_out="Y"), "invalid",
+     "timed_out 'Y' is not accepted; accepted: true or false"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status=0), "invalid",
+     "status 0 is not accepted; accepted: a text"),
 ])
 def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edit, status, says):
     """Hole 8: a failure in words outside the lists (a key ``crashed``, ``failed_requests``, ``errored``, a
@@ -862,12 +893,14 @@ def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edi
     assert v.status == status and says in v.reason, v.line()
 
 
-@pytest.mark.parametrize("edit", [lambda r: r["runs"][_T].update(crashed=False, failed_requests=0, errors=[],
-                                                                   timed_out=False, exit_code=0, ok=True),
-                                  lambda r: r["runs"][_T].update(stderr="warnings only", error_bound=None)])
+@pytest.mark.parametrize("edit", [lambda s: s.update(crashed=False, failed_requests=0, errors=[], timed_out=False,
+                                                     exit_code=0, ok=True),
+                                  lambda s: s.update(stderr="warnings only", error_bound=None)])
 def test_the_writers_success_values_stay_proven(tmp_path, edit):
-    rec = _committed(GGUF_RECORD)
-    edit(rec)
+    """Where a record's keys are not all known (a serving benchmark's server). In an engine run of an engine record
+    these are keys no writer writes there, invalid since issue 47 round 7 (tests/workbook/test_written.py)."""
+    rec = _committed(SERVE_RECORD)
+    edit(rec["runs"][_T]["servers"][0])
     assert verdict(tmp_path, rec).status == "proven"
 
 
@@ -905,7 +938,7 @@ def _served_check(r, layers: int):
     """A served check beside the GGUF record's runs, its ``ran`` (the baseline's) counting ``layers`` layers."""
     run = r["runs"][_T]
     r["serve"] = {k: json.loads(json.dumps(run[k])) for k in ("run", "backend_requested", "indexer", "kv_cache_dtype",
-                                                                "environment", "checkpoint", "ran")}
+                                                                "checkpoint", "ran")}   # run_serve writes no header
     r["serve"]["ran"].update(attention={_T: layers}, indexer_cache={"DEEPSEEK_V32_INDEXER": layers},
                              mla_prefill={"FLASH_ATTN FA3": layers})
 

@@ -18,7 +18,10 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
   are listed too;
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
   :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line; a negative throughput, a date or
-  revision of another form; an outcome of another type, :func:`outcome_problems`: an exit status ``true``), a record
+  revision of another form; an outcome of another type, :func:`outcome_problems`: an exit status ``true``), an
+  engine record or ``ran`` block holding a key no writer of the project writes at its level
+  (:mod:`sparse_mla.workbook.written`: ``"timeout": true``, a run's ``"rc": 1``; the failure words above are read
+  where a record's keys are not all known, a serving benchmark's), a record
   that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
   that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
@@ -56,6 +59,7 @@ from ..records.values import is_int as _int
 from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks
+from .written import is_glm5next_comparison, unwritten_keys
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
 #: What a record that claims proof must also name: the GPU it ran on and its capability, read in the process.
@@ -633,16 +637,6 @@ GLM5NEXT_UNPROVEN = ("a GLM-5.3-Flash comparison (tools/gpu/glm5next_parity.py) 
                      "engines against each other and the float64 reference, numbers only")
 
 
-def is_glm5next_comparison(obj) -> bool:
-    """Whether ``obj`` is a record of ``tools/gpu/glm5next_parity.py``: its model's ``config.json`` (under
-    ``model_config``; ``checkpoint`` in those of 2026-12-06) says ``glm5_next``. Such a record is judged by
-    :func:`_glm5next_verdict`, never as a launch record (its engines run no ``launch`` request)."""
-    if not isinstance(obj, dict):
-        return False
-    cfg = obj.get("model_config", obj.get("checkpoint"))
-    return isinstance(cfg, dict) and cfg.get("model_type") == "glm5_next"
-
-
 def _glm5next_request(name: str) -> dict | None:
     """What the run spec ``name`` (a key of the record's ``runs``) asked, as ``ran.contradictions`` reads it; None for
     ``auto`` (vLLM's choice: nothing to hold ``ran`` to)."""
@@ -667,7 +661,8 @@ def _glm5next_spec_problem(name: str) -> str | None:
 
 
 def _glm5next_verdict(path: str, obj: dict) -> Verdict:
-    """A GLM-5.3-Flash comparison: invalid where a run names a backend or indexer no vLLM of ours has, the header's
+    """A GLM-5.3-Flash comparison (:func:`sparse_mla.workbook.written.is_glm5next_comparison`, never judged as a
+    launch record: its engines run no ``launch`` request): invalid where a run names a backend or indexer no vLLM of ours has, the header's
     GPU is not its capability, a run's ``ran`` contradicts its run spec or the criterion's figures are not what its
     runs and reference give; unproven where a run simulates vLLM's DeepGEMM indexer (the tool refuses those since
     2026-12-06d; a record from before says what ran), an engine, the reference or the criterion failed or there is no
@@ -722,6 +717,9 @@ def _judge(path: str, obj) -> Verdict:
         return Verdict(path, "invalid", f"not a record as the project writes it: {shape[0]}{more}")
     if is_glm5next_comparison(obj):
         return _glm5next_verdict(path, obj)
+    unwritten = unwritten_keys(obj)
+    if unwritten:
+        return Verdict(path, "invalid", "; ".join(unwritten))
     gaps = header_gaps(obj)
     runs = engine_runs(obj)
     failed = [r for r in runs.values() if "error" in r and r["error"] is not None]    # "" too: no writer makes it
