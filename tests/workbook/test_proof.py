@@ -220,6 +220,9 @@ def _edit(rec: dict, path: str, value) -> dict:
     (lambda r: {k: v for k, v in r.items() if k != "first_token_criterion"}, "unproven", "without first_token_crit"),
     (lambda r: _edit(r, "runs.RUN.ran.indexer", {"triton": 0, "deepgemm": 18}), "invalid", "indexer"),
     (lambda r: _edit(r, "runs.RUN.ran.capability", "9.0"), "invalid", "capability"),
+    # the device an engine read against the header's GPU (issue 47 round 7, a49), the header's GPU one of ours
+    (lambda r: _edit(r, "runs.RUN.ran.device_capability", "12.0"), "invalid", "is not the device the engine read (12.0)"),
+    (lambda r: _edit(r, "environment.gpu", "Tesla V100-SXM2-32GB"), "invalid", "is none of ours"),
     (lambda r: _edit(r, "runs.RUN.ran_contradictions", ["x"]), "unproven", "ran_contradictions"),
     (lambda r: _edit(r, "runs.RUN.error", "RuntimeError: died"), "unproven", "1 engine(s) failed"),
     (lambda r: _edit(r, "reference", {"error": "OOM"}), "unproven", "reference: OOM"),
@@ -1038,6 +1041,51 @@ def test_the_records_checkpoint_is_what_its_runs_asked_and_loaded(tmp_path, name
     asked to load) by none: a GGUF record saying it asked a folder, another GGUF file or an fp8 quantization was
     proven."""
     rec = _committed(name)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+# ---- issue 47, the breaker's round 7 (revision 3938ff8) -------------------------------------------------------------
+
+SIMULATED_RECORD = "launch_h200_simulated.json"
+_T8 = "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0"
+
+
+def _every_header(r, **changes):
+    for env in (r["environment"], *(v["environment"] for v in r["runs"].values())):
+        env.update(changes)
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    # a GPU that is none of ours, with the capability of one (b36, b37)
+    (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Tesla V100-SXM2-32GB"),
+     "the header's GPU 'Tesla V100-SXM2-32GB' is none of ours; accepted: a name holding one of "),
+    (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Banana Accelerator 9000"), "'Banana Accelerator 9000' is none"),
+    # SMs no GPU has, or not the device's the launch was planned with (a20, a21)
+    (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count=-1), "environment.sm_count is -1; accepted: a number"),
+    (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count="lots"), "environment.sm_count is 'lots'; accepted: an "
+                                                                           "integer"),
+    (GGUF_RECORD, lambda r: _every_header(r, sm_count=100), f"{_T}: ran.launch_plan.9.0 was planned with the device's "
+                                                            f"132 SMs, the header's sm_count is 100"),
+    # a Python the project does not run on (a18)
+    (SIMULATED_RECORD, lambda r: _every_header(r, python="2.7.18"), "environment.python is '2.7.18'; accepted: a Python "
+                                                                    "the project runs on, 3.11 to 3.13"),
+    # a plan made with another GPU's row, other numbers (b53)
+    (SIMULATED_RECORD, lambda r: r["runs"][_T8]["ran"]["launch_plan"]["8.0"].update(sm_count=0),
+     "launch_plan.8.0.sm_count is 0; accepted: a number of at least 1"),
+    (SIMULATED_RECORD, lambda r: r["runs"][_T8]["ran"]["launch_plan"]["8.0"].update(sm_count=100),
+     f"{_T8}: launch_plan.8.0: {{'from': 'DEVICE_LIMITS[8.0]', 'sm_count': 100, 'smem_per_block': 166912, "
+     f"'smem_per_sm': 167936}} is not DEVICE_LIMITS[8.0] ({{'sm_count': 108, "),
+    (SIMULATED_RECORD, lambda r: r["runs"][_T8]["ran"]["launch_plan"]["8.0"].update({"from": "a guess"}),
+     "launch_plan.8.0.from is 'a guess'"),
+])
+def test_header_fields_nobody_compared_are_held_to_the_device(tmp_path, name, edit, says):
+    """Issue 47 round 7, class 4: a GPU name that is none of our presets beside capability 9.0, an SM count below 1
+    or of another type, a Python 2.7 beside torch 2.11, a launch plan of 0 SMs were proven. The header's GPU names a
+    preset, its SMs are the device's plan's, its Python one the project runs on, each plan its source's numbers."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()

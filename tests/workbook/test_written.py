@@ -45,14 +45,16 @@ def _served_check(r: dict) -> dict:
      "the key 'failed_requests' at the top level"),
     # each engine run (a27, a28, a30 to a33)
     (SIMULATED, lambda r: r["runs"][FM].update(result="ERROR"), f"the key 'result' at runs.{FM}"),
-    (SIMULATED, lambda r: r["runs"][FM].update(traceback="RuntimeError: CUDA error"), f"the key 'traceback' at runs.{FM}"),
+    (SIMULATED, lambda r: r["runs"][FM].update(traceback="RuntimeError: CUDA error"),
+     f"the key 'traceback' at runs.{FM}"),
     (SIMULATED, lambda r: r["runs"][FM].update(errno=12), f"the key 'errno' at runs.{FM}"),
     (SIMULATED, lambda r: r["runs"][FM].update(exit=1), f"the key 'exit' at runs.{FM}"),
     (SIMULATED, lambda r: r["runs"][FM].update(rc=1, signal=9), f"the keys 'rc', 'signal' at runs.{FM}"),
     (SIMULATED, lambda r: r["runs"][FM].update(exit_code=0), f"the key 'exit_code' at runs.{FM}"),
     # the ran block, wherever it is (c30), and its weights
     (SIMULATED, lambda r: r["runs"][FM]["ran"].update(nan_detected=True), f"the key 'nan_detected' at runs.{FM}.ran"),
-    (SIMULATED, lambda r: r["runs"][FM]["ran"]["weights"].update(dtype="fp8"), f"the key 'dtype' at runs.{FM}.ran.weights"),
+    (SIMULATED, lambda r: r["runs"][FM]["ran"]["weights"].update(dtype="fp8"),
+     f"the key 'dtype' at runs.{FM}.ran.weights"),
     (GGUF, lambda r: _served_check(r)["ran"].update(oom=False), "the key 'oom' at serve.ran"),
     # the served check, one engine's record, the diagnosis against engines
     (GGUF, lambda r: _served_check(r).update(exit_code=0), "the key 'exit_code' at serve"),
@@ -63,7 +65,8 @@ def _served_check(r: dict) -> dict:
     # another kind's keys do not make an engine record another kind, nor does a GLM-5.3-Flash block
     (SIMULATED, lambda r: r.update(repeats={}, complete=True, timeout=True),
      "the keys 'repeats', 'complete', 'timeout' at the top level"),
-    (SIMULATED, lambda r: r.update(model_config={"model_type": "glm5_next"}), "the key 'model_config' at the top level"),
+    (SIMULATED, lambda r: r.update(model_config={"model_type": "glm5_next"}),
+     "the key 'model_config' at the top level"),
     (SIMULATED, lambda r: r.update(diagnosis={}), "the key 'diagnosis' at the top level"),
 ])
 def test_a_key_no_writer_writes_makes_an_engine_record_invalid(tmp_path, name, edit, where):

@@ -64,6 +64,10 @@ TokenRate = Annotated[float, AfterValidator(_within(0.0, 1e9, "tokens per second
 #: A run's time in seconds (an engine's start-up, a pass, a benchmark's wall time): 0 to 1e6 s (11 days; no run of
 #: ours takes an hour), or NaN (not measured).
 Seconds = Annotated[float, AfterValidator(_within(0.0, 1e6, "seconds from 0 to 1e6 (or NaN: not measured)"))]
+#: A count of SMs: one GPU has at least one and no GPU of ours 1024 (an H200: 132).
+SmCount = Annotated[int, Field(ge=1, le=1024)]
+#: Bytes of shared memory: at least one, at most 2**31 - 1 (an H200's per SM: 233472).
+SharedMemory = Annotated[int, Field(ge=1, le=2 ** 31 - 1)]
 #: A log-probability: at most 0 (vLLM's logprobs are natural-log probabilities).
 LogProb = Annotated[float, AfterValidator(_within(-1e9, 0.0, "a log-probability, at most 0"))]
 
@@ -121,6 +125,19 @@ Revision = Optional[Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{7,40}\
 #: word there.
 VERSION_PATTERN = r"^\d{1,4}\.\d{1,4}(\.\d{1,4})?((a|b|rc)\d+|\.(dev|post)\d+)*(\+[0-9a-z.]+)?$"
 Version = Optional[Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]]
+#: The Pythons the project runs on, ``[first, end)``: pyproject.toml's ``requires-python`` (held equal by
+#: tests/records/test_schema.py). No writer of ours ran on another.
+REQUIRES_PYTHON = ((3, 11), (3, 14))
+
+
+def _our_python(v: str) -> str:
+    first, end = REQUIRES_PYTHON
+    if not first <= tuple(int(x) for x in v.split(".")[:2]) < end:
+        raise ValueError(f"a Python the project runs on, {first[0]}.{first[1]} to {end[0]}.{end[1] - 1} "
+                         f"(requires-python)")
+    return v
+
+
 #: A GPU's name: some text.
 GpuName = Optional[Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]]
 
@@ -137,7 +154,8 @@ class Header(_Shape):
     peer: Text = None
     torch: Version = None
     triton: Version = None
-    python: Version = None
+    python: Optional[Annotated[str, StringConstraints(pattern=VERSION_PATTERN), AfterValidator(_our_python)]] = None
+    sm_count: Optional[SmCount] = None
     cuda: Version = None
     vllm: Version = None
 
@@ -266,8 +284,18 @@ class IndexerCalls(_Shape):
     deepgemm: Count
 
 
-class PlanLimits(_Shape):
-    from_: str = Field(alias="from")
+#: Where a plan's limits came from: the device, the interpreter's stand-in, or another GPU's row.
+PLAN_SOURCE = r"^(device|cpu|DEVICE_LIMITS\[\d{1,2}\.\d\])$"
+
+
+class PlanLimits(_Written):
+    """The limits a launch plan was made with (``sparse_mla.kernels.occupancy.planning_limits``): where from (the
+    device's own properties, another GPU's row of ``gpus.DEVICE_LIMITS``, the interpreter's stand-in) and the
+    numbers; held to their source by :func:`sparse_mla.vllm_plugin.ran.contradictions`."""
+    from_: Annotated[str, StringConstraints(pattern=PLAN_SOURCE)] = Field(alias="from")
+    sm_count: SmCount = None
+    smem_per_block: SharedMemory = None
+    smem_per_sm: SharedMemory = None
 
 
 class SpeculativeCounts(_Shape):

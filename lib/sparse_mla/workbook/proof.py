@@ -259,15 +259,27 @@ def _holds_something(v) -> bool:
 
 
 def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
-    """The header's GPU capability (``environment.capability``, the live device's) against the device capability
-    each ``ran`` block read inside its engine (``device_capability``; ``capability`` where no simulation was asked):
+    """The header's GPU (``environment.gpu``, a name holding one of our GPU presets, :data:`sparse_mla.gpus.GPUS`)
+    and capability (``environment.capability``, the live device's) against each other, and the device each ``ran``
+    block read inside its engine: its capability (``device_capability``; ``capability`` where no simulation was
+    asked) and the SMs of a launch planned with the device's own limits (``launch_plan``, ``environment.sm_count``):
     one line per disagreement."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     cap = env.get("capability")
     if not isinstance(cap, str):
         return []
+    named = gpu_presets_named(env.get("gpu"))
     out = [f"the header's GPU {env.get('gpu')!r} is a {name} (capability {c}), not capability {cap}"
-           for name, c in gpu_presets_named(env.get("gpu")) if c != cap]
+           for name, c in named if c != cap]
+    if isinstance(env.get("gpu"), str) and not named:
+        from ..gpus import GPUS
+
+        out.append(f"the header's GPU {env['gpu']!r} is none of ours; accepted: a name holding one of "
+                   f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS)")
+    out += [f"{k}: ran.launch_plan.{c} was planned with the device's {p.get('sm_count')!r} SMs, the header's "
+            f"sm_count is {env['sm_count']!r}" for k, r in with_ran.items() if "sm_count" in env
+            for c, p in ((r.get("ran") or {}).get("launch_plan") or {}).items()
+            if isinstance(p, dict) and p.get("from") == "device" and p.get("sm_count") != env["sm_count"]]
     for k, r in with_ran.items():
         ran = r["ran"] if isinstance(r.get("ran"), dict) else {}
         device = ran.get("device_capability")
@@ -662,9 +674,9 @@ def _glm5next_spec_problem(name: str) -> str | None:
 
 def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     """A GLM-5.3-Flash comparison (:func:`sparse_mla.workbook.written.is_glm5next_comparison`, never judged as a
-    launch record: its engines run no ``launch`` request): invalid where a run names a backend or indexer no vLLM of ours has, the header's
-    GPU is not its capability, a run's ``ran`` contradicts its run spec or the criterion's figures are not what its
-    runs and reference give; unproven where a run simulates vLLM's DeepGEMM indexer (the tool refuses those since
+    launch record: its engines run no ``launch`` request): invalid where a run names a backend or indexer no vLLM of
+    ours has, the header's GPU is not its capability nor the device its engines read, a run's ``ran`` contradicts its
+    run spec or the criterion's figures are not what its runs and reference give; unproven where a run simulates vLLM's DeepGEMM indexer (the tool refuses those since
     2026-12-06d; a record from before says what ran), an engine, the reference or the criterion failed or there is no
     criterion (records before it); else proven."""
     from .consistency import glm5next_criterion_problems
@@ -672,7 +684,8 @@ def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
     bad = [f"{k}: {n}" for k, r in runs.items() if isinstance(r, dict)     # the request's names
            for n in unknown_names({f: r[f] for f in ("backend_requested", "indexer") if f in r})]
-    bad += header_problems(obj, {})
+    bad += header_problems(obj, {k: r for k, r in runs.items() if isinstance(r, dict) and isinstance(r.get("ran"),
+                                                                                                       dict)})
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     meaningless = [f"{k}: {e}" for k in runs if (e := _glm5next_spec_problem(k))]     # written before the refusal
