@@ -442,7 +442,8 @@ def test_a_one_engine_records_served_check_counts(tmp_path):
     layer = {"layer": "MLAAttention", "backend": "TRITON_MLA_SPARSE", "impl": "TritonMLASparseImpl",
              "kv_cache_dtype": "auto", "prefill": None}
     rec = {**record()["runs"]["TRITON_MLA_SPARSE"], "environment": {**record()["environment"], "command": command()},
-           "layers": {f"model.layers.{i}.self_attn.attn": layer for i in range(4)}}
+           "layers": {f"model.layers.{i}.self_attn.attn": layer for i in range(4)},
+           "generations": [{"prompt_len": 48, "token_ids": [7, 8], "logprobs": [-0.5, -0.25]}]}   # launch's default
     assert verdict(tmp_path, rec).status == "proven"
     rec["serve"] = {"backend_requested": "TRITON_MLA_SPARSE", "error": "server died"}
     v = verdict(tmp_path, rec)
@@ -1089,3 +1090,59 @@ def test_header_fields_nobody_compared_are_held_to_the_device(tmp_path, name, ed
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+ONE_ENGINE_RECORD = "launch_h200_vllm033_simulated_sm80_engine.json"
+_FM = "FLASHMLA_SPARSE"
+
+
+def _speculation(r, **cfg):
+    """The ngram record's speculative config, at the top and in each speculating run, set to ``cfg``."""
+    for x in (r, *(v for k, v in r["runs"].items() if not k.endswith("+no-speculation"))):
+        x["speculative_config"] = cfg
+
+
+@pytest.mark.parametrize("name,edit,status,says", [
+    # a speculative config vLLM's own SpeculativeConfig refuses (c16, c17), or another than the command's
+    (NGRAM_RECORD, lambda r: _speculation(r, method="banana", num_speculative_tokens=3), "invalid",
+     "method 'banana' is none of vLLM's; accepted: ngram, "),
+    (NGRAM_RECORD, lambda r: _speculation(r, method="ngram", num_speculative_tokens=3, prompt_lookup_max=2,
+                                          prompt_lookup_min=9), "invalid",
+     "vLLM's SpeculativeConfig refuses it: Value error, prompt_lookup_min=9 must be <= prompt_lookup_max=2"),
+    (NGRAM_RECORD, lambda r: _speculation(r, method="ngram", num_speculative_tokens=3, prompt_lookup_max=5,
+                                          prompt_lookup_min=2), "invalid",
+     "speculative_config {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 5, 'prompt_lookup_min': "
+     "2}, the command asked --speculative-config"),
+    # an engine in another mode than the command's plan or command (b39)
+    (SIMULATED_RECORD, lambda r: r["runs"][_FM].update(enforce_eager=False), "invalid",
+     f"{_FM}: enforce_eager False, the command's plan runs it eager (--eager-only)"),
+    (ONE_ENGINE_RECORD, lambda r: r.update(enforce_eager=False), "invalid",
+     "enforce_eager False, the command runs eager (no --cuda-graphs)"),
+    # one engine's weights loaded otherwise than the others' (b45)
+    (SIMULATED_RECORD, lambda r: r["runs"][_FM]["ran"]["weights"].update(quantization="fp8"), "invalid",
+     f"the engines of one checkpoint loaded it differently: "),
+    # one engine's record without its generations, or with a prompt of no token (c05, c09)
+    (ONE_ENGINE_RECORD, lambda r: r.pop("generations"), "invalid",
+     "generations for the prompts none, the command asked --prompt-lengths 48,560,900 (one each, in order)"),
+    (ONE_ENGINE_RECORD, lambda r: r["generations"][0].update(prompt_len=-48), "invalid",
+     "generations[0].prompt_len is -48; accepted: a number of at least 1"),
+    # a first-step top log-prob that is NaN, or keyed by no token (c31)
+    (SIMULATED_RECORD, lambda r: r["runs"][_FM]["generations"][0]["first_top_logprobs"].update({"1752": float("nan")}),
+     "unproven", f"{_FM}: the generation for the 48-token prompt has a NaN first-step top log-prob"),
+    (SIMULATED_RECORD, lambda r: r["runs"][_FM]["generations"][0]["first_top_logprobs"].update(banana=-1.0),
+     "invalid", "first_top_logprobs.banana (a key) is 'banana'"),
+    # the model another than the command's (b48), a simulation without the block its engine writes (c01)
+    (SIMULATED_RECORD, lambda r: r["model"].update(path="GLM-5-real"), "invalid",
+     "model.path 'GLM-5-real', the command asked --model /tmp/ck512 ('ck512')"),
+    (SIMULATED_RECORD, lambda r: r["runs"][_T8].pop("simulated"), "invalid",
+     f"{_T8}: simulated_capability '8.0' without the simulated block its engine writes"),
+])
+def test_what_a_run_asked_is_held_to_vllm_and_its_command(tmp_path, name, edit, status, says):
+    """Issue 47 round 7, class 5: a speculation method vLLM does not have, an ngram config vLLM refuses, an engine in
+    CUDA-graph mode under --eager-only, one engine of a checkpoint loading fp8 weights, one engine's record without
+    generations, a NaN top log-prob, another model than the command's were proven."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == status and says in v.reason, v.line()

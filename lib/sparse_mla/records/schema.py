@@ -368,11 +368,17 @@ class Throughput(_Shape):
     generated_tokens: Int = None
 
 
+#: A token id as a JSON object's key (``first_top_logprobs``): its decimal digits.
+TokenKey = Annotated[str, StringConstraints(pattern=r"^\d{1,10}$")]
+
+
 class Generation(_Shape):
-    """One prompt's generated tokens and their log-probabilities."""
-    prompt_len: Int = None
+    """One prompt's generated tokens and their log-probabilities: a prompt of at least one token, the first step's
+    top-k log-probabilities by token id (``launch.engine.generations``)."""
+    prompt_len: Optional[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]] = None
     token_ids: Optional[list[Count]] = None
     logprobs: Optional[list[LogProb]] = None
+    first_top_logprobs: Optional[dict[TokenKey, LogProb]] = None
 
 
 class EngineRun(_Shape):

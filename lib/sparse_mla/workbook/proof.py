@@ -524,7 +524,21 @@ def _checkpoint_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
                                                                                              "gguf") or (
             top.get("format") == "gguf" and path != top.get("file"))):
         out.append(f"model.path {path!r} is not the checkpoint asked ({top.get('format')!r}, file {top.get('file')!r})")
-    return out
+    return out + _weights_alike(runs)
+
+
+def _weights_alike(runs: dict[str, dict]) -> list[str]:
+    """Every engine of one record loads its one checkpoint alike: the ``ran.weights`` of each ``ran`` block (every
+    run's, server's and rank's) the same load format, quantization and adapter; one line naming each way where they
+    differ (``quantization: 'fp8'`` in one engine of a bfloat16 checkpoint, issue 47 round 7)."""
+    ways: dict[str, list[str]] = {}
+    for where, ran in ran_blocks(runs):
+        if isinstance(ran.get("weights"), dict):
+            ways.setdefault(json.dumps(ran["weights"], sort_keys=True), []).append(where.removesuffix(": ran"))
+    if len(ways) < 2:
+        return []
+    return ["the engines of one checkpoint loaded it differently: " +
+            "; ".join(f"{', '.join(w)}: weights {json.loads(k)}" for k, w in ways.items())]
 
 
 def _criterion_problems(rec: dict) -> list[str]:
@@ -595,7 +609,7 @@ def asked(run: dict, rec: dict) -> dict | str:
     (its ``speculative_config``: whether drafter layers run and an MTP drafter's backend,
     :func:`sparse_mla.launch.specs.drafter_layers`; drafts, for an offline engine); a string saying what is
     malformed where the request cannot be read (no backend, a ``simulated`` that is not ``{"capability": "M.m",
-    ...}``)."""
+    ...}``, a speculative config vLLM refuses, :func:`sparse_mla.launch.specs.speculative_config_problem`)."""
     sim = run.get("simulated", rec.get("simulated"))
     if sim is not None and not (isinstance(sim, dict) and isinstance(sim.get("capability"), str)):
         return f"simulated {str(sim)[:60]} is not {{'capability': 'M.m', ...}}"
@@ -616,6 +630,8 @@ def asked(run: dict, rec: dict) -> dict | str:
         return f"checkpoint format 'gguf' with load_format {out['load_format']!r}: launch asks a GGUF as 'gguf'"
     if cap is not None and sim is not None and sim["capability"] != cap:
         return f"simulated_capability {cap!r} and simulated {sim['capability']!r} disagree"
+    if cap is not None and sim is None and "ran" in run:   # an engine that simulated writes what it was given
+        return f"simulated_capability {cap!r} without the simulated block its engine writes (launch.specs.with_simulated)"
     scfg = run.get("speculative_config")
     if run.get("speculative") and not scfg:
         return "speculative true without a speculative_config"
@@ -623,7 +639,11 @@ def asked(run: dict, rec: dict) -> dict | str:
         return f"speculative false beside the speculative_config {str(scfg)[:60]}"
     if scfg and (not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str)):
         return f"speculative_config {str(scfg)[:60]} is not {{'method': ..., ...}}"
-    from ..launch.specs import RunSpec, drafter_backend, drafter_layers
+    from ..launch.specs import RunSpec, drafter_backend, drafter_layers, speculative_config_problem
+
+    refused = speculative_config_problem(scfg) if scfg else None       # vLLM's own config, where it can be asked
+    if refused:
+        return f"speculative_config {str(scfg)[:80]}: {refused}"
 
     out["drafter_layers"] = drafter_layers(scfg)
     if scfg:
