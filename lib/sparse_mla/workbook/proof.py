@@ -59,6 +59,7 @@ from ..records.values import is_int as _int
 from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks
+from .diagnosis import diagnosis_problems, diagnosis_said
 from .written import is_glm5next_comparison, unwritten_keys
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
@@ -93,7 +94,8 @@ def said_failed(rec: dict) -> list[str]:
     """What the record itself says went wrong, one line each: its ``failures`` (a parity run's verdict), each
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
     the run short), a serving benchmark's ``complete: false``, a generation with a NaN log-prob
-    (:func:`sparse_mla.launch.engine.nan_logprobs`) and what :func:`_said_anywhere` finds."""
+    (:func:`sparse_mla.launch.engine.nan_logprobs`), a diagnosis that predicted otherwise than its engine ran
+    (:func:`sparse_mla.workbook.diagnosis.diagnosis_said`) and what :func:`_said_anywhere` finds."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
     if rec.get("interrupted") is not None:
         died.add(f"parity run {rec['interrupted']}")                                               # said below
@@ -107,6 +109,7 @@ def said_failed(rec: dict) -> list[str]:
         out.append(f"it says it is not complete (complete: {rec.get('complete', 'absent')})")
     out += [f"{k}: {line}: no agreement of its tokens proves a match" for k, r in engine_runs(rec).items()
             for line in nan_logprobs(r)]
+    out += diagnosis_said(rec)
     engines = [id(r) for r in engine_runs(rec).values()]
     said = " ".join(out)    # a line the record's failures already hold (the criterion's error) is not said twice
     return out + [ln for ln in _said_anywhere(rec, "", engines) if ln.split(" says something failed: ")[-1][:60]
@@ -778,7 +781,7 @@ def _judge(path: str, obj) -> Verdict:
     if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
         bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
     bad += header_problems(obj, with_ran)
-    bad += record_problems(obj, runs) + outcome_problems(obj) + command_problems(obj)
+    bad += record_problems(obj, runs) + outcome_problems(obj) + command_problems(obj) + diagnosis_problems(obj)
     bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
             for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
