@@ -529,10 +529,21 @@ NGRAM_RECORD = "launch_h200_ngram.json"
 
 def _completed(r, run: str, completed):
     """Repeat 1 of ``run`` completing ``completed`` requests (in vLLM's result, as vLLM or another writer wrote the
-    number), and what the writer derives from it: the pass's copy of the count, and the agreements comparing that
-    pass (no more requests than it completed)."""
+    number), the figures vLLM derives from it (its token totals and throughputs over the same duration: records check
+    holds them to each other since issue 47 round 7), and what the writer derives from those: the pass's copy of the
+    count, the run's summary and the verdict, and the agreements comparing that pass (no more requests than it
+    completed)."""
+    from sparse_mla.bench.serve import SUMMARY_METRICS, session_verdict, spread
+
     n = int(float(completed))
-    r["repeats"][run][0]["completed"] = completed
+    res = r["repeats"][run][0]
+    res.update(completed=completed, total_output_tokens=n * r["load"]["output_len"],
+               total_input_tokens=round(res["total_input_tokens"] * n / res["num_prompts"]))
+    res.update(request_throughput=n / res["duration"], output_throughput=res["total_output_tokens"] / res["duration"],
+               total_token_throughput=(res["total_input_tokens"] + res["total_output_tokens"]) / res["duration"])
+    reps = [x for x in r["repeats"][run] if x is not None]
+    r["runs"][run]["summary"].update({m: spread(x.get(m) for x in reps) for m in SUMMARY_METRICS})
+    r["verdict"] = session_verdict(r)
     r["runs"][run]["passes"][0]["timed"]["completed"] = n
     for entry in (r["agreement_vs_baseline"][run], {"per_repeat": r["runs"][run]["agreement_across_repeats"]}):
         for e in entry["per_repeat"]:
