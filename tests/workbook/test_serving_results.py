@@ -54,8 +54,8 @@ def _drop_backend(cmd: list):
     (lambda r: _result(r, median_itl_ms=50.0), f"repeats.{FM}[0].median_itl_ms 50.0, its p50 "),
     # the load, the server, the session (b12, b13, b16)
     (lambda r: _result(r, max_concurrency=64), f"repeats.{FM}[0].max_concurrency 64, the load's 32"),
-    (lambda r: _result(r, model_id="/tmp/some_other_model"), f"repeats.{FM}[0].model_id '/tmp/some_other_model', the "
-                                                             f"run's server serves ['/tmp/ck8']"),
+    (lambda r: _result(r, model_id="/tmp/some_other_model"),
+     f"repeats.{FM}[0].model_id '/tmp/some_other_model', the run's server serves ['/tmp/ck8']"),
     (lambda r: _result(r, date="19991204-132508"), f"repeats.{FM}[0].date '19991204-132508' is not within the session"),
     # each server's command line against its run and the record (b07, b09, b21)
     (lambda r: _server_command(r, lambda c: c.__setitem__(c.index("--attention-backend") + 1,
@@ -67,6 +67,9 @@ def _drop_backend(cmd: list):
      f"runs.{FM}.servers[0].command: serves '/tmp/other_model', the record's model.path 'ck8'"),
     (lambda r: _server_command(r, lambda c: c.__setitem__(c.index("--port") + 1, "1")),
      f"runs.{FM}.warmup: --base-url http://127.0.0.1:37221, its server listens on port 1"),
+    # the load's prompts sized by another top-k than the model's
+    (lambda r: r["model"].update(index_topk=500), "load.input_lengths [128, 896], the model's index_topk 500 gives "
+                                                  "[125, 875]"),
     # the session's wall time (b10)
     (lambda r: r.update(wall_s=1.0), "wall_s 1.0: the session ran 3 server(s) and 15 timed pass(es) one after "
                                      "another, 418.4 s"),

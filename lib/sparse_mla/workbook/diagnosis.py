@@ -68,7 +68,8 @@ def diagnosis_problems(rec: dict) -> list[str]:
         if "kv_cache_dtype" in run and run["kv_cache_dtype"] != kv:
             out.append(f"runs.{kv}: kv_cache_dtype {run['kv_cache_dtype']!r}, not the dtype it is the run of")
         if not isinstance(pred, dict) or set(pred) != {"attention", "kv_cache_dtype", "indexer", "engine_starts"}:
-            out.append(f"diagnosis.{kv}.predicted {pred!r} is not {{attention, kv_cache_dtype, indexer, engine_starts}}")
+            out.append(f"diagnosis.{kv}.predicted {pred!r} is not {{attention, kv_cache_dtype, indexer, "
+                       f"engine_starts}}")
             continue
         want = differences(pred, observed(run))
         if said[kv] != want:

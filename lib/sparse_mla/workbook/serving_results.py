@@ -13,7 +13,8 @@ load's ``output_len`` (``ignore_eos``: each request makes exactly its length; ``
 input tokens ``completed`` x the load's ``input_lengths`` (``PROMPT_SLACK`` either side); each latency figure (mean,
 median, std, pN of ttft, tpot, itl, e2el) 0 or more, percentiles in order, the median the p50; ``max_concurrency``
 and ``num_prompts`` the load's; ``model_id`` the model the run's server serves; ``date`` within the session (the
-header's date, ``wall_s`` and 14 hours of time zone either side).
+header's date, ``wall_s`` and 14 hours of time zone either side). The load's prompt lengths are the model's
+``index_topk``'s (:func:`load_problems`).
 """
 from __future__ import annotations
 
@@ -207,6 +208,26 @@ def session_time_problems(rec: dict) -> list[str]:
     return []
 
 
+def load_problems(rec: dict) -> list[str]:
+    """The load's prompt lengths the model's: ``input_lengths`` :func:`sparse_mla.bench.serve.input_length_range` of
+    ``model.index_topk`` and a random dataset's ``--random-input-len`` that index_topk (the writer sizes the prompts
+    around the indexer's top-k, so that the sparse selection binds)."""
+    from ..bench.serve import input_length_range
+    from ..records.values import is_int
+
+    topk, load = _dict(rec.get("model")).get("index_topk"), _dict(rec.get("load"))
+    if not live_server_runs(rec) or not is_int(topk) or topk < 1:
+        return []
+    out = [f"load.input_lengths {load['input_lengths']!r}, the model's index_topk {topk} gives "
+           f"{list(input_length_range(topk))}" for _ in [0]
+           if "input_lengths" in load and load["input_lengths"] != list(input_length_range(topk))]
+    args = [str(a) for a in _list(load.get("dataset_args"))]
+    if "--random-input-len" in args[:-1] and args[args.index("--random-input-len") + 1] != str(topk):
+        out.append(f"load.dataset_args: --random-input-len {args[args.index('--random-input-len') + 1]}, the model's "
+                   f"index_topk {topk}")
+    return out
+
+
 def serving_result_problems(rec: dict) -> list[str]:
     """Every line of this module's checks; ``[]`` for a record that is no live-server serving benchmark."""
-    return result_problems(rec) + server_command_problems(rec) + session_time_problems(rec)
+    return result_problems(rec) + server_command_problems(rec) + session_time_problems(rec) + load_problems(rec)
