@@ -221,7 +221,8 @@ def _edit(rec: dict, path: str, value) -> dict:
     (lambda r: _edit(r, "runs.RUN.ran.indexer", {"triton": 0, "deepgemm": 18}), "invalid", "indexer"),
     (lambda r: _edit(r, "runs.RUN.ran.capability", "9.0"), "invalid", "capability"),
     # the device an engine read against the header's GPU (issue 47 round 7, a49), the header's GPU one of ours
-    (lambda r: _edit(r, "runs.RUN.ran.device_capability", "12.0"), "invalid", "is not the device the engine read (12.0)"),
+    (lambda r: _edit(r, "runs.RUN.ran.device_capability", "12.0"), "invalid",
+     "is not the device the engine read (12.0)"),
     (lambda r: _edit(r, "environment.gpu", "Tesla V100-SXM2-32GB"), "invalid", "is none of ours"),
     (lambda r: _edit(r, "runs.RUN.ran_contradictions", ["x"]), "unproven", "ran_contradictions"),
     (lambda r: _edit(r, "runs.RUN.error", "RuntimeError: died"), "unproven", "1 engine(s) failed"),
@@ -600,19 +601,22 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(returncode=137.0), "returncode 137.0"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(timed_out="true"), "timed_out 'true'"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="killed by OOM"), "status 'killed by OOM'"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(Error="CUDA error: illegal memory access"), "Error says"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(Error="CUDA error: illegal memory access"),
+     "Error says"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 0), "0 of 160 prompts completed"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", "100"), "100 of 160 prompts"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 100.0), "100 of 160 prompts"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=[1]), "exit_code [1]"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status={"text": "crashed"}), "status {'text': 'crashed'}"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status={"text": "crashed"}),
+     "status {'text': 'crashed'}"),
     # (a negative count is no writer's: since the pass's shape (issue 47, hole 7) invalid, no longer read as a failure)
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "timed.failed is -5"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(
         failed={"min": 0, "median": 3, "max": 0, "n": 5}), "summary.failed"),
     (SERVE_RECORD, lambda r: r["repeats"].update(FLASHMLA_SPARSE=[]), "0 repeats of the 5 repeats"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"].update(servers=[]), "no server"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exception="RuntimeError: CUDA error"), "exception says"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exception="RuntimeError: CUDA error"),
+     "exception says"),
     (GGUF_RECORD, lambda r: r["first_token_criterion"]["per_prompt"][0]["first_tokens"].update(FLASHMLA_SPARSE=42),
      "is not the reference's argmax"),
     # a run pasted from another record or machine
@@ -864,7 +868,8 @@ def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path)
 
 @pytest.mark.parametrize("name,edit,path", [
     # (in an engine run of an engine record: a key no writer writes there, tests/workbook/test_written.py)
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=True), f"runs.{_T}.servers[0].exit_code True"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=True),
+     f"runs.{_T}.servers[0].exit_code True"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(returncode=False),
      f"runs.{_T}.servers[0].returncode False"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(exit_code=True),
@@ -1075,14 +1080,15 @@ def _every_header(r, **changes):
      "the header's GPU 'Tesla V100-SXM2-32GB' is none of ours; accepted: a name holding one of "),
     (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Banana Accelerator 9000"), "'Banana Accelerator 9000' is none"),
     # SMs no GPU has, or not the device's the launch was planned with (a20, a21)
-    (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count=-1), "environment.sm_count is -1; accepted: a number"),
-    (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count="lots"), "environment.sm_count is 'lots'; accepted: an "
-                                                                           "integer"),
+    (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count=-1),
+     "environment.sm_count is -1; accepted: a number"),
+    (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count="lots"),
+     "environment.sm_count is 'lots'; accepted: an integer"),
     (GGUF_RECORD, lambda r: _every_header(r, sm_count=100), f"{_T}: ran.launch_plan.9.0 was planned with the device's "
                                                             f"132 SMs, the header's sm_count is 100"),
     # a Python the project does not run on (a18)
-    (SIMULATED_RECORD, lambda r: _every_header(r, python="2.7.18"), "environment.python is '2.7.18'; accepted: a Python "
-                                                                    "the project runs on, 3.11 to 3.13"),
+    (SIMULATED_RECORD, lambda r: _every_header(r, python="2.7.18"),
+     "environment.python is '2.7.18'; accepted: a Python the project runs on, 3.11 to 3.13"),
     # a plan made with another GPU's row, other numbers (b53)
     (SIMULATED_RECORD, lambda r: r["runs"][_T8]["ran"]["launch_plan"]["8.0"].update(sm_count=0),
      "launch_plan.8.0.sm_count is 0; accepted: a number of at least 1"),

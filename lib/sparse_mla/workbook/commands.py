@@ -4,9 +4,9 @@ parsed by launch's own argument parser) against what the record holds.
 ``records check`` otherwise judges the runs a record holds, and a run asked for but never written (``--backends
 A,B,C`` with runs A and B), another KV cache, TP, prompt lengths or token budget, an engine run in another mode
 (``enforce_eager: false`` under ``--eager-only``) or with other speculation than the plan's, one engine's record
-without its generations, or a command of another tool, passed unseen (issue 47, round 7). A record whose command is not ``sparse-mla launch ...`` as written by
-:func:`sparse_mla.records.environment` (``python: sparse_mla (called from ...)`` from a notebook, none in the earliest
-records) is not compared.
+without its generations, or a command of another tool, passed unseen (issue 47, round 7). A record whose command is
+not ``sparse-mla launch ...`` as written by :func:`sparse_mla.records.environment` (``python: sparse_mla (called from
+...)`` from a notebook, none in the earliest records) is not compared.
 """
 from __future__ import annotations
 

@@ -634,7 +634,8 @@ def asked(run: dict, rec: dict) -> dict | str:
     if cap is not None and sim is not None and sim["capability"] != cap:
         return f"simulated_capability {cap!r} and simulated {sim['capability']!r} disagree"
     if cap is not None and sim is None and "ran" in run:   # an engine that simulated writes what it was given
-        return f"simulated_capability {cap!r} without the simulated block its engine writes (launch.specs.with_simulated)"
+        return (f"simulated_capability {cap!r} without the simulated block its engine writes "
+                f"(launch.specs.with_simulated)")
     scfg = run.get("speculative_config")
     if run.get("speculative") and not scfg:
         return "speculative true without a speculative_config"
@@ -699,9 +700,9 @@ def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     """A GLM-5.3-Flash comparison (:func:`sparse_mla.workbook.written.is_glm5next_comparison`, never judged as a
     launch record: its engines run no ``launch`` request): invalid where a run names a backend or indexer no vLLM of
     ours has, the header's GPU is not its capability nor the device its engines read, a run's ``ran`` contradicts its
-    run spec or the criterion's figures are not what its runs and reference give; unproven where a run simulates vLLM's DeepGEMM indexer (the tool refuses those since
-    2026-12-06d; a record from before says what ran), an engine, the reference or the criterion failed or there is no
-    criterion (records before it); else proven."""
+    run spec or the criterion's figures are not what its runs and reference give; unproven where a run simulates
+    vLLM's DeepGEMM indexer (the tool refuses those since 2026-12-06d; a record from before says what ran), an engine,
+    the reference or the criterion failed or there is no criterion (records before it); else proven."""
     from .consistency import glm5next_criterion_problems
 
     runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
