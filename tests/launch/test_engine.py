@@ -19,6 +19,7 @@ from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint
 from sparse_mla.launch.forward_rounding import forward_limit
 from sparse_mla.errors import UserInputError
 from sparse_mla.launch.glm5_reference import Glm5Reference
+from sparse_mla.workbook.written import unwritten_keys
 
 INDEX_TOPK = 128
 PROMPT_LEN = 160  # > INDEX_TOPK: the indexer selects a strict subset for the last 32 positions
@@ -567,6 +568,7 @@ def test_parity_run_specs_kv_dtype_and_speculative_config_reach_every_engine(ckp
     assert served["backend"] == "TRITON_MLA_SPARSE" and served["kv_cache_dtype"] == "fp8_ds_mla"
     assert served["speculative_config"] == mtp and rec["serve"]["compared_with"] == "TRITON_MLA_SPARSE+eager"
     assert served["criterion"] == (2, sorted(keys), "fp8_ds_mla") and rec["first_token_criterion"] == {"failures": []}
+    assert unwritten_keys(rec) == []        # every key the writer wrote is one records check knows
     assert json.loads((tmp_path / "rec.json").read_text())["run_specs"] == rec["run_specs"]
 
 
@@ -659,6 +661,7 @@ def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
     assert cmd[cmd.index("--worker-extension-cls") + 1] == "sparse_mla.vllm_plugin.ran.RanWorkerExtension"
     assert rec["ran"]["attention"] == {"TRITON_MLA_SPARSE": 2} and rec["ran"]["capability"] == "12.0"
     assert rec["ran_contradictions"] == []
+    assert unwritten_keys(rec) == [] and unwritten_keys({"runs": {}, "serve": rec}) == []   # records check's lists
 
 
 def test_run_serve_records_what_the_server_ran_against_the_request(tmp_path, fake_gpu, monkeypatch):
@@ -715,6 +718,44 @@ def test_run_offline_starts_vllm_engines_with_spawn(tmp_path, monkeypatch):
     assert seen["method"] == "fork"
 
 
+def test_run_offline_writes_only_the_keys_records_check_knows(tmp_path, monkeypatch):
+    """One engine's record as run_offline writes it (a stand-in ``LLM``: layers, one greedy generation, the ``ran``
+    block of every rank of a TP-2 engine): its keys are those ``records check`` holds an engine record to
+    (:mod:`sparse_mla.workbook.written`, issue 47 round 7), its ``ran`` blocks of the schema's shape."""
+    import types
+
+    import vllm
+
+    from sparse_mla.launch import checkpoint as ck
+    from sparse_mla.records import schema
+
+    (tmp_path / "config.json").write_text(json.dumps(ck.preset_config("glm-5-tiny", index_topk=256)))
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: True)
+    monkeypatch.setattr(launch, "check_tp", lambda model, tp: tp)
+    ran = {"capability": "9.0", "device_capability": "9.0", "triton_targets": {}, "triton_binaries": [],
+           "launch_plan": {}, "indexer": {"triton": 0, "deepgemm": 2}, "attention": {"TRITON_MLA_SPARSE": 2},
+           "indexer_cache": {"DEEPSEEK_V32_INDEXER": 2}, "weights": {"load_format": "auto", "quantization": None,
+                                                                  "gguf_adapter": None}}
+
+    class FakeLLM:
+        def __init__(self, **kw):
+            pass
+
+        def collective_rpc(self, fn):
+            return [{}, {}] if fn is launch.layer_backends else [dict(ran), dict(ran)]
+
+        def generate(self, prompts, sp, use_tqdm=False):
+            out = types.SimpleNamespace(token_ids=[5, 6], logprobs=[{5: types.SimpleNamespace(logprob=-0.5)},
+                                                                    {6: types.SimpleNamespace(logprob=-0.25)}])
+            return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
+
+    monkeypatch.setattr(vllm, "LLM", FakeLLM)
+    rec = launch.run_offline(tmp_path, "TRITON_MLA_SPARSE", tp=2, prompts=[[1, 2, 3]], max_tokens=2)
+    assert len(rec["ran_per_rank"]) == 2 and rec["generations"][0]["token_ids"] == [5, 6]
+    assert unwritten_keys(rec) == [] and unwritten_keys({"runs": {"x": {**rec, "speculative": False}}}) == []
+    assert [schema.problems(r, schema.Ran) for r in rec["ran_per_rank"]] == [[], []]
+
+
 def test_backends_without_parity_is_refused_not_ignored(tmp_path, capsys, no_gpu):
     d = _model_dir(tmp_path)
     assert cli.main(["launch", "--model", str(d), "--backends", "FLASHMLA_SPARSE"]) == 2
@@ -735,6 +776,7 @@ def test_a_parity_run_whose_engines_died_fails_and_keeps_its_record(ckpt, tmp_pa
     assert len(engines) == len(rec["runs"]) >= 2 and all(f.endswith("exit 1") for f in engines)
     assert "reference comparison: not made (no engine ran)" in rec["failures"]
     assert "parity run failed: engine " in capsys.readouterr().err
+    assert unwritten_keys(rec) == []
 
 
 def test_an_interrupted_parity_run_writes_what_ran_before_it(ckpt, tmp_path, fake_gpu, monkeypatch, capsys):
@@ -762,6 +804,7 @@ def test_an_interrupted_parity_run_writes_what_ran_before_it(ckpt, tmp_path, fak
     assert rec["interrupted"] == "interrupted during engine FLASHMLA_SPARSE"
     assert "parity run interrupted during engine FLASHMLA_SPARSE" in rec["failures"]
     assert str(out) in capsys.readouterr().err
+    assert unwritten_keys(rec) == []
 
 
 def test_an_interruption_in_the_reference_forward_keeps_every_engines_run(ckpt, tmp_path, fake_gpu, monkeypatch,

@@ -258,3 +258,18 @@ def test_a_wrong_type_in_any_field_of_any_kind_is_named(kind):
         if not any(line.startswith(dotted + " ") or line.startswith(dotted + "[") for line in lines):
             missed.append((dotted, value, lines[:3]))
     assert not missed, missed
+
+
+def test_the_pythons_a_header_may_name_are_the_projects():
+    """``environment.python`` is one the project runs on (issue 47 round 7: Python 2.7.18 beside torch 2.11 was
+    proven): :data:`sparse_mla.records.schema.REQUIRES_PYTHON` is pyproject.toml's ``requires-python``."""
+    import tomllib
+
+    want = tomllib.loads((RESULTS.parent / "pyproject.toml").read_text())["project"]["requires-python"]
+    (a, b), (c, d) = schema.REQUIRES_PYTHON
+    assert want == f">={a}.{b},<{c}.{d}"
+    assert schema.problems({"environment": {"python": f"{a}.{b}.0"}}, schema.Record) == []
+    for bad in (f"{a}.{b - 1}.9", f"{c}.{d}.0", "2.7.18"):
+        assert schema.problems({"environment": {"python": bad}}, schema.Record) == [
+            f"environment.python is {bad!r}; accepted: a Python the project runs on, {a}.{b} to {c}.{d - 1} "
+            f"(requires-python)"]

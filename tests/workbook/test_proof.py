@@ -220,6 +220,10 @@ def _edit(rec: dict, path: str, value) -> dict:
     (lambda r: {k: v for k, v in r.items() if k != "first_token_criterion"}, "unproven", "without first_token_crit"),
     (lambda r: _edit(r, "runs.RUN.ran.indexer", {"triton": 0, "deepgemm": 18}), "invalid", "indexer"),
     (lambda r: _edit(r, "runs.RUN.ran.capability", "9.0"), "invalid", "capability"),
+    # the device an engine read against the header's GPU (issue 47 round 7, a49), the header's GPU one of ours
+    (lambda r: _edit(r, "runs.RUN.ran.device_capability", "12.0"), "invalid",
+     "is not the device the engine read (12.0)"),
+    (lambda r: _edit(r, "environment.gpu", "Tesla V100-SXM2-32GB"), "invalid", "is none of ours"),
     (lambda r: _edit(r, "runs.RUN.ran_contradictions", ["x"]), "unproven", "ran_contradictions"),
     (lambda r: _edit(r, "runs.RUN.error", "RuntimeError: died"), "unproven", "1 engine(s) failed"),
     (lambda r: _edit(r, "reference", {"error": "OOM"}), "unproven", "reference: OOM"),
@@ -343,13 +347,21 @@ def test_the_what_to_run_table_renders_what_starts_and_refuses_bad_input(tmp_pat
 @pytest.mark.parametrize("top,says", [
     ({"failures": ["first-token criterion: OutOfMemoryError"]}, "it says it failed: first-token criterion"),
     ({"interrupted": "interrupted during engine X"}, "it was interrupted"),
-    ({"complete": False}, "not complete"),
 ])
 def test_a_record_that_says_it_failed_is_never_proven(tmp_path, top, says):
     """Every engine ran and matches its request, but the record itself says the run failed (a parity verdict, a time
-    limit, a serving benchmark cut short): unproven, with the record's own words."""
+    limit): unproven, with the record's own words. (A serving benchmark cut short, ``complete: false``:
+    :func:`test_a_serving_benchmark_cut_short_is_never_proven`; an engine record holding ``complete``, a key no writer
+    of its writes, is invalid since issue 47 round 7: ``tests/workbook/test_written.py``.)"""
     v = verdict(tmp_path, {**record(), **top})
     assert v.status == "unproven" and says in v.reason, v.line()
+
+
+def test_a_serving_benchmark_cut_short_is_never_proven(tmp_path):
+    rec = _committed(SERVE_RECORD)
+    rec["complete"] = False
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and "not complete" in v.reason, v.line()
 
 
 def test_an_engine_whose_writer_found_contradictions_is_never_proven(tmp_path):
@@ -431,7 +443,8 @@ def test_a_one_engine_records_served_check_counts(tmp_path):
     layer = {"layer": "MLAAttention", "backend": "TRITON_MLA_SPARSE", "impl": "TritonMLASparseImpl",
              "kv_cache_dtype": "auto", "prefill": None}
     rec = {**record()["runs"]["TRITON_MLA_SPARSE"], "environment": {**record()["environment"], "command": command()},
-           "layers": {f"model.layers.{i}.self_attn.attn": layer for i in range(4)}}
+           "layers": {f"model.layers.{i}.self_attn.attn": layer for i in range(4)},
+           "generations": [{"prompt_len": 48, "token_ids": [7, 8], "logprobs": [-0.5, -0.25]}]}   # launch's default
     assert verdict(tmp_path, rec).status == "proven"
     rec["serve"] = {"backend_requested": "TRITON_MLA_SPARSE", "error": "server died"}
     v = verdict(tmp_path, rec)
@@ -476,10 +489,13 @@ _T = "TRITON_MLA_SPARSE"
 @pytest.mark.parametrize("name,edit,says", [
     # what the record says anywhere below its top level, and its top level's own keys
     (GGUF_RECORD, lambda r: r.setdefault("first_token_criterion", {}).update(failures=["x"]), "first_token_criterion"),
-    (GGUF_RECORD, lambda r: r.update(ran_contradictions=["attention: x"]), "ran_contradictions says"),
-    (GGUF_RECORD, lambda r: r.update(error="it died"), "error says"),
+    # (keys no writer of an engine record writes at their level: invalid since issue 47 round 7)
+    (GGUF_RECORD, lambda r: r.update(ran_contradictions=["attention: x"]),
+     "no writer writes the key 'ran_contradictions' at the top level"),
+    (GGUF_RECORD, lambda r: r.update(error="it died"), "no writer writes the key 'error' at the top level"),
     (GGUF_RECORD, lambda r: r.update(interrupted=""), "it was interrupted"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(failures=["x"]), f"runs.{_T}.failures"),
+    (GGUF_RECORD, lambda r: r["runs"][_T].update(failures=["x"]), f"no writer writes the key 'failures' at runs.{_T}"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(failures=["x"]), "servers[0].failures"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(error="died"), "servers[0].error"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0].update(failures=["x"]), "passes[0].failures"),
     (SERVE_RECORD, lambda r: r.pop("complete"), "not complete (complete: absent)"),
@@ -514,10 +530,21 @@ NGRAM_RECORD = "launch_h200_ngram.json"
 
 def _completed(r, run: str, completed):
     """Repeat 1 of ``run`` completing ``completed`` requests (in vLLM's result, as vLLM or another writer wrote the
-    number), and what the writer derives from it: the pass's copy of the count, and the agreements comparing that
-    pass (no more requests than it completed)."""
+    number), the figures vLLM derives from it (its token totals and throughputs over the same duration: records check
+    holds them to each other since issue 47 round 7), and what the writer derives from those: the pass's copy of the
+    count, the run's summary and the verdict, and the agreements comparing that pass (no more requests than it
+    completed)."""
+    from sparse_mla.bench.serve import SUMMARY_METRICS, session_verdict, spread
+
     n = int(float(completed))
-    r["repeats"][run][0]["completed"] = completed
+    res = r["repeats"][run][0]
+    res.update(completed=completed, total_output_tokens=n * r["load"]["output_len"],
+               total_input_tokens=round(res["total_input_tokens"] * n / res["num_prompts"]))
+    res.update(request_throughput=n / res["duration"], output_throughput=res["total_output_tokens"] / res["duration"],
+               total_token_throughput=(res["total_input_tokens"] + res["total_output_tokens"]) / res["duration"])
+    reps = [x for x in r["repeats"][run] if x is not None]
+    r["runs"][run]["summary"].update({m: spread(x.get(m) for x in reps) for m in SUMMARY_METRICS})
+    r["verdict"] = session_verdict(r)
     r["runs"][run]["passes"][0]["timed"]["completed"] = n
     for entry in (r["agreement_vs_baseline"][run], {"per_repeat": r["runs"][run]["agreement_across_repeats"]}):
         for e in entry["per_repeat"]:
@@ -568,24 +595,28 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     # failures the record holds under other names
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(exit_code=1), "exit_code 1"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(timed_out=True), "timed_out"),
-    # the same signs written as other types or in other words (the breaker's round of 2026-12-06)
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code="1"), "exit_code '1'"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(returncode=137.0), "returncode 137.0"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="true"), "timed_out 'true'"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(status="killed by OOM"), "status 'killed by OOM'"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(Error="CUDA error: illegal memory access"), "Error says"),
+    # the same signs written as other types or in other words (the breaker's round of 2026-12-06; in an engine run
+    # of an engine record, a key no writer writes there, invalid since issue 47 round 7: tests/workbook/test_written.py)
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code="1"), "exit_code '1'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(returncode=137.0), "returncode 137.0"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(timed_out="true"), "timed_out 'true'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="killed by OOM"), "status 'killed by OOM'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(Error="CUDA error: illegal memory access"),
+     "Error says"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 0), "0 of 160 prompts completed"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", "100"), "100 of 160 prompts"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 100.0), "100 of 160 prompts"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=[1]), "exit_code [1]"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(status={"text": "crashed"}), "status {'text': 'crashed'}"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=[1]), "exit_code [1]"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status={"text": "crashed"}),
+     "status {'text': 'crashed'}"),
     # (a negative count is no writer's: since the pass's shape (issue 47, hole 7) invalid, no longer read as a failure)
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "timed.failed is -5"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(
         failed={"min": 0, "median": 3, "max": 0, "n": 5}), "summary.failed"),
     (SERVE_RECORD, lambda r: r["repeats"].update(FLASHMLA_SPARSE=[]), "0 repeats of the 5 repeats"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"].update(servers=[]), "no server"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(exception="RuntimeError: CUDA error"), "exception says"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exception="RuntimeError: CUDA error"),
+     "exception says"),
     (GGUF_RECORD, lambda r: r["first_token_criterion"]["per_prompt"][0]["first_tokens"].update(FLASHMLA_SPARSE=42),
      "is not the reference's argmax"),
     # a run pasted from another record or machine
@@ -770,9 +801,14 @@ def _throughput(r, **changes):
     (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(acceptance_rate=float("nan")), "invalid",
      "acceptance_rate = accepted_tokens / draft_tokens"),
     (MTP_RECORD, lambda r: r["runs"][_T].update(engine_init_s=1e12), "invalid", "engine_init_s is 1000000000000.0"),
-    # a status in another writer's words
-    (MTP_RECORD, lambda r: r["runs"][_T].update(status="segfault"), "unproven", "status 'segfault'"),
-    (MTP_RECORD, lambda r: r["runs"][_T].update(status="terminated by signal 9"), "unproven", "signal 9"),
+    # a status in another writer's words: in an engine run, a key no writer writes (issue 47 round 7, superseding the
+    # reading of its words); in a serving benchmark's server, read as before
+    (MTP_RECORD, lambda r: r["runs"][_T].update(status="segfault"), "invalid",
+     f"no writer writes the key 'status' at runs.{_T}"),
+    (MTP_RECORD, lambda r: r["runs"][_T].update(status="terminated by signal 9"), "invalid",
+     f"no writer writes the key 'status' at runs.{_T}"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="terminated by signal 9"), "unproven",
+     "signal 9"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="died"), "unproven", "status 'died'"),
 ])
 def test_the_breakers_round_six(tmp_path, name, edit, status, says):
@@ -788,9 +824,16 @@ def test_the_breakers_round_six(tmp_path, name, edit, status, says):
 
 
 @pytest.mark.parametrize("text", ["ok", "Success", "done.", "completed"])
-def test_a_status_of_success_stays_proven(tmp_path, text):
+def test_a_status_no_writer_writes_makes_an_engine_run_invalid_and_a_servers_success_stays_proven(tmp_path, text):
+    """Issue 47 round 7 supersedes the reading of a status in an engine run: no writer of an engine record writes a
+    ``status`` there, whatever its words (the maintainer's allow-list). Where keys are not all known (a serving
+    benchmark's server) a status of success is still one."""
     rec = _committed(MTP_RECORD)
     rec["runs"][_T]["status"] = text
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and f"no writer writes the key 'status' at runs.{_T}; accepted: " in v.reason, v.line()
+    rec = _committed(SERVE_RECORD)
+    rec["runs"][_T]["servers"][0]["status"] = text
     assert verdict(tmp_path, rec).status == "proven"
 
 
@@ -824,8 +867,11 @@ def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path)
 # ---- issue 47, the holes the verification round of 2026-12-06 found still open ---------------------------------------
 
 @pytest.mark.parametrize("name,edit,path", [
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(exit_code=True), f"runs.{_T}.exit_code True"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(returncode=False), f"runs.{_T}.returncode False"),
+    # (in an engine run of an engine record: a key no writer writes there, tests/workbook/test_written.py)
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=True),
+     f"runs.{_T}.servers[0].exit_code True"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(returncode=False),
+     f"runs.{_T}.servers[0].returncode False"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(exit_code=True),
      f"runs.{_T}.passes[0].timed.exit_code True"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(exit_code=False),
@@ -841,16 +887,21 @@ def test_a_boolean_exit_status_is_invalid(tmp_path, name, edit, path):
 
 
 @pytest.mark.parametrize("name,edit,status,says", [
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(crashed=True), "unproven", f"runs.{_T}.crashed says something failed"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(errored=True), "unproven", f"runs.{_T}.errored says something failed"),
+    # (in an engine run of an engine record: a key no writer writes there, tests/workbook/test_written.py)
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(crashed=True), "unproven",
+     f"runs.{_T}.servers[0].crashed says something failed"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(errored=True), "unproven",
+     f"runs.{_T}.servers[0].errored says something failed"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(failed_requests=3), "unproven",
      "timed.failed_requests says something failed: 3"),
     (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(numFailed=2), "unproven", "numFailed says something failed: 2"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(ok=False), "unproven", "ok says something failed: ok False"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(status="errored"), "unproven", "status 'errored'"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(timed_out="Y"), "invalid", "timed_out 'Y' is not accepted; accepted: "
-                                                                            "true or false"),
-    (GGUF_RECORD, lambda r: r["runs"][_T].update(status=0), "invalid", "status 0 is not accepted; accepted: a text"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(ok=False), "unproven",
+     "ok says something failed: ok False"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="errored"), "unproven", "status 'errored'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(timed_out="Y"), "invalid",
+     "timed_out 'Y' is not accepted; accepted: true or false"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status=0), "invalid",
+     "status 0 is not accepted; accepted: a text"),
 ])
 def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edit, status, says):
     """Hole 8: a failure in words outside the lists (a key ``crashed``, ``failed_requests``, ``errored``, a
@@ -862,12 +913,14 @@ def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edi
     assert v.status == status and says in v.reason, v.line()
 
 
-@pytest.mark.parametrize("edit", [lambda r: r["runs"][_T].update(crashed=False, failed_requests=0, errors=[],
-                                                                   timed_out=False, exit_code=0, ok=True),
-                                  lambda r: r["runs"][_T].update(stderr="warnings only", error_bound=None)])
+@pytest.mark.parametrize("edit", [lambda s: s.update(crashed=False, failed_requests=0, errors=[], timed_out=False,
+                                                     exit_code=0, ok=True),
+                                  lambda s: s.update(stderr="warnings only", error_bound=None)])
 def test_the_writers_success_values_stay_proven(tmp_path, edit):
-    rec = _committed(GGUF_RECORD)
-    edit(rec)
+    """Where a record's keys are not all known (a serving benchmark's server). In an engine run of an engine record
+    these are keys no writer writes there, invalid since issue 47 round 7 (tests/workbook/test_written.py)."""
+    rec = _committed(SERVE_RECORD)
+    edit(rec["runs"][_T]["servers"][0])
     assert verdict(tmp_path, rec).status == "proven"
 
 
@@ -905,7 +958,7 @@ def _served_check(r, layers: int):
     """A served check beside the GGUF record's runs, its ``ran`` (the baseline's) counting ``layers`` layers."""
     run = r["runs"][_T]
     r["serve"] = {k: json.loads(json.dumps(run[k])) for k in ("run", "backend_requested", "indexer", "kv_cache_dtype",
-                                                                "environment", "checkpoint", "ran")}
+                                                                "checkpoint", "ran")}   # run_serve writes no header
     r["serve"]["ran"].update(attention={_T: layers}, indexer_cache={"DEEPSEEK_V32_INDEXER": layers},
                              mla_prefill={"FLASH_ATTN FA3": layers})
 
@@ -1008,3 +1061,105 @@ def test_the_records_checkpoint_is_what_its_runs_asked_and_loaded(tmp_path, name
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+# ---- issue 47, the breaker's round 7 (revision 3938ff8) -------------------------------------------------------------
+
+SIMULATED_RECORD = "launch_h200_simulated.json"
+_T8 = "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0"
+
+
+def _every_header(r, **changes):
+    for env in (r["environment"], *(v["environment"] for v in r["runs"].values())):
+        env.update(changes)
+
+
+@pytest.mark.parametrize("name,edit,says", [
+    # a GPU that is none of ours, with the capability of one (b36, b37)
+    (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Tesla V100-SXM2-32GB"),
+     "the header's GPU 'Tesla V100-SXM2-32GB' is none of ours; accepted: a name holding one of "),
+    (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Banana Accelerator 9000"), "'Banana Accelerator 9000' is none"),
+    # SMs no GPU has, or not the device's the launch was planned with (a20, a21)
+    (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count=-1),
+     "environment.sm_count is -1; accepted: a number"),
+    (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count="lots"),
+     "environment.sm_count is 'lots'; accepted: an integer"),
+    (GGUF_RECORD, lambda r: _every_header(r, sm_count=100), f"{_T}: ran.launch_plan.9.0 was planned with the device's "
+                                                            f"132 SMs, the header's sm_count is 100"),
+    # a Python the project does not run on (a18)
+    (SIMULATED_RECORD, lambda r: _every_header(r, python="2.7.18"),
+     "environment.python is '2.7.18'; accepted: a Python the project runs on, 3.11 to 3.13"),
+    # a plan made with another GPU's row, other numbers (b53)
+    (SIMULATED_RECORD, lambda r: r["runs"][_T8]["ran"]["launch_plan"]["8.0"].update(sm_count=0),
+     "launch_plan.8.0.sm_count is 0; accepted: a number of at least 1"),
+    (SIMULATED_RECORD, lambda r: r["runs"][_T8]["ran"]["launch_plan"]["8.0"].update(sm_count=100),
+     f"{_T8}: launch_plan.8.0: {{'from': 'DEVICE_LIMITS[8.0]', 'sm_count': 100, 'smem_per_block': 166912, "
+     f"'smem_per_sm': 167936}} is not DEVICE_LIMITS[8.0] ({{'sm_count': 108, "),
+    (SIMULATED_RECORD, lambda r: r["runs"][_T8]["ran"]["launch_plan"]["8.0"].update({"from": "a guess"}),
+     "launch_plan.8.0.from is 'a guess'"),
+])
+def test_header_fields_nobody_compared_are_held_to_the_device(tmp_path, name, edit, says):
+    """Issue 47 round 7, class 4: a GPU name that is none of our presets beside capability 9.0, an SM count below 1
+    or of another type, a Python 2.7 beside torch 2.11, a launch plan of 0 SMs were proven. The header's GPU names a
+    preset, its SMs are the device's plan's, its Python one the project runs on, each plan its source's numbers."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+ONE_ENGINE_RECORD = "launch_h200_vllm033_simulated_sm80_engine.json"
+_FM = "FLASHMLA_SPARSE"
+
+
+def _speculation(r, **cfg):
+    """The ngram record's speculative config, at the top and in each speculating run, set to ``cfg``."""
+    for x in (r, *(v for k, v in r["runs"].items() if not k.endswith("+no-speculation"))):
+        x["speculative_config"] = cfg
+
+
+@pytest.mark.parametrize("name,edit,status,says", [
+    # a speculative config vLLM's own SpeculativeConfig refuses (c16, c17), or another than the command's
+    (NGRAM_RECORD, lambda r: _speculation(r, method="banana", num_speculative_tokens=3), "invalid",
+     "method 'banana' is none of vLLM's; accepted: ngram, "),
+    (NGRAM_RECORD, lambda r: _speculation(r, method="ngram", num_speculative_tokens=3, prompt_lookup_max=2,
+                                          prompt_lookup_min=9), "invalid",
+     "vLLM's SpeculativeConfig refuses it: Value error, prompt_lookup_min=9 must be <= prompt_lookup_max=2"),
+    (NGRAM_RECORD, lambda r: _speculation(r, method="ngram", num_speculative_tokens=3, prompt_lookup_max=5,
+                                          prompt_lookup_min=2), "invalid",
+     "speculative_config {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 5, 'prompt_lookup_min': "
+     "2}, the command asked --speculative-config"),
+    # an engine in another mode than the command's plan or command (b39)
+    (SIMULATED_RECORD, lambda r: r["runs"][_FM].update(enforce_eager=False), "invalid",
+     f"{_FM}: enforce_eager False, the command's plan runs it eager (--eager-only)"),
+    (ONE_ENGINE_RECORD, lambda r: r.update(enforce_eager=False), "invalid",
+     "enforce_eager False, the command runs eager (no --cuda-graphs)"),
+    # one engine's weights loaded otherwise than the others' (b45)
+    (SIMULATED_RECORD, lambda r: r["runs"][_FM]["ran"]["weights"].update(quantization="fp8"), "invalid",
+     f"the engines of one checkpoint loaded it differently: "),
+    # one engine's record without its generations, or with a prompt of no token (c05, c09)
+    (ONE_ENGINE_RECORD, lambda r: r.pop("generations"), "invalid",
+     "generations for the prompts none, the command asked --prompt-lengths 48,560,900 (one each, in order)"),
+    (ONE_ENGINE_RECORD, lambda r: r["generations"][0].update(prompt_len=-48), "invalid",
+     "generations[0].prompt_len is -48; accepted: a number of at least 1"),
+    # a first-step top log-prob that is NaN, or keyed by no token (c31)
+    (SIMULATED_RECORD, lambda r: r["runs"][_FM]["generations"][0]["first_top_logprobs"].update({"1752": float("nan")}),
+     "unproven", f"{_FM}: the generation for the 48-token prompt has a NaN first-step top log-prob"),
+    (SIMULATED_RECORD, lambda r: r["runs"][_FM]["generations"][0]["first_top_logprobs"].update(banana=-1.0),
+     "invalid", "first_top_logprobs.banana (a key) is 'banana'"),
+    # the model another than the command's (b48), a simulation without the block its engine writes (c01)
+    (SIMULATED_RECORD, lambda r: r["model"].update(path="GLM-5-real"), "invalid",
+     "model.path 'GLM-5-real', the command asked --model /tmp/ck512 ('ck512')"),
+    (SIMULATED_RECORD, lambda r: r["runs"][_T8].pop("simulated"), "invalid",
+     f"{_T8}: simulated_capability '8.0' without the simulated block its engine writes"),
+])
+def test_what_a_run_asked_is_held_to_vllm_and_its_command(tmp_path, name, edit, status, says):
+    """Issue 47 round 7, class 5: a speculation method vLLM does not have, an ngram config vLLM refuses, an engine in
+    CUDA-graph mode under --eager-only, one engine of a checkpoint loading fp8 weights, one engine's record without
+    generations, a NaN top log-prob, another model than the command's were proven."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == status and says in v.reason, v.line()

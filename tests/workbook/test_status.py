@@ -13,14 +13,17 @@ def _write(tmp_path, name, rec):
 def test_status_places_each_proven_run_of_ours_and_says_never_elsewhere(tmp_path):
     real = record(kv_cache_dtype="fp8_ds_mla", enforce_eager=False)
     real["tp"] = 2
-    real["environment"]["command"] += " --kv-cache-dtype fp8_ds_mla --tp 2"     # what the record says it asked
+    real["environment"]["command"] = real["environment"]["command"].replace(" --eager-only", "") + \
+        " --kv-cache-dtype fp8_ds_mla --tp 2"     # what the record says it asked: CUDA graphs and the eager baseline
+    real["runs"]["TRITON_MLA_SPARSE+eager"] = {**real["runs"]["TRITON_MLA_SPARSE"], "enforce_eager": True}
     _write(tmp_path, "real.json", real)
     h100 = copy.deepcopy(real)                    # the same capability on another GPU: the row names both GPUs
     h100["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"
     _write(tmp_path, "real_h100.json", h100)
-    sim = record(simulated_capability="8.0", ran={**RAN, "capability": "8.0", "device_capability": "9.0",
-                                                  "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"]},
-                                                  "indexer": {"triton": 5, "deepgemm": 0}})
+    sim = record(simulated_capability="8.0", simulated={"capability": "8.0"},     # the block its engine writes
+                 ran={**RAN, "capability": "8.0", "device_capability": "9.0",
+                      "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"]},
+                      "indexer": {"triton": 5, "deepgemm": 0}})
     _write(tmp_path, "sim.json", sim)
     failed = copy.deepcopy(real)
     failed["failures"] = ["first-token criterion: OutOfMemoryError"]      # unproven: left out

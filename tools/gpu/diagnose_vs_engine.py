@@ -17,33 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sparse_mla.workbook.diagnosis import differences, observed, predicted   # records check reads them the same
 
-def predicted(diag: dict) -> dict:
-    """What a diagnosis record says the engine will do: the attention backend, the cache dtype string of its MLA
-    layers (``configured_kv_cache_dtype``: what ``layer.kv_cache_dtype`` reads in the engine, ``auto`` unresolved --
-    like with like; the resolved dtype is ``effective_kv_cache_dtype``, kept in the record beside it) and who computes
-    the indexer's logits (``"triton"`` where the plugin's Triton indexer replaces DeepGEMM's)."""
-    ix = diag.get("indexer") or {}
-    ours = ix.get("with_plugin") == "TRITON_DSA_INDEXER"
-    return {"attention": diag.get("selected"), "kv_cache_dtype": diag.get("configured_kv_cache_dtype"),
-            "indexer": "triton" if ours else "deepgemm", "engine_starts": diag.get("engine_starts")}
-
-
-def observed(engine: dict) -> dict:
-    """The same three facts, read off an engine record (its ``layers`` and its ``ran`` block)."""
-    ran = engine.get("ran") or {}
-    att = sorted(ran.get("attention") or {})
-    kv = sorted({v.get("kv_cache_dtype") for v in (engine.get("layers") or {}).values()
-                 if v.get("backend") in att and v.get("kv_cache_dtype")})
-    calls = ran.get("indexer") or {}
-    return {"attention": att[0] if len(att) == 1 else att, "kv_cache_dtype": kv[0] if len(kv) == 1 else kv,
-            "indexer": "triton" if calls.get("triton") else "deepgemm" if calls.get("deepgemm") else None,
-            "engine_starts": "error" not in engine}
-
-
-def differences(pred: dict, obs: dict) -> list[str]:
-    """One line per fact the prediction got wrong (``[]``: the diagnosis said what the engine did)."""
-    return [f"{k}: diagnosed {pred[k]!r}, the engine ran {obs[k]!r}" for k in pred if pred[k] != obs.get(k)]
+__all__ = ["differences", "main", "observed", "predicted"]
 
 
 def main(argv: list[str]) -> int:

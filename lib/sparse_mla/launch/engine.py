@@ -710,12 +710,20 @@ def _judge_engines(rec: dict, model, prompts, backends, kv_cache_dtype: str, ser
 
 
 def nan_logprobs(run: dict) -> list[str]:
-    """One line per generation of ``run`` (an offline run record) with a NaN log-probability: the engine computed no
-    probability there, and no agreement of its tokens proves anything."""
+    """One line per generation of ``run`` (an offline run record) with a NaN log-probability, of a chosen token
+    (``logprobs``) or of the first step's top-k (``first_top_logprobs``, what the reference comparison reads): the
+    engine computed no probability there, and no agreement of its tokens proves anything."""
     gens = run.get("generations") if isinstance(run.get("generations"), list) else []
-    return [f"the generation for the {g.get('prompt_len')}-token prompt has a NaN log-prob" for g in gens
-            if isinstance(g, dict) and isinstance(g.get("logprobs"), list)
-            and any(isinstance(x, float) and math.isnan(x) for x in g["logprobs"])]
+    out = []
+    for g in gens:
+        if not isinstance(g, dict):
+            continue
+        for field, values in (("log-prob", g.get("logprobs")),
+                              ("first-step top log-prob", g.get("first_top_logprobs"))):
+            values = values.values() if isinstance(values, dict) else values if isinstance(values, list) else []
+            if any(isinstance(x, float) and math.isnan(x) for x in values):
+                out.append(f"the generation for the {g.get('prompt_len')}-token prompt has a NaN {field}")
+    return out
 
 
 def parity_failures(rec: dict) -> list[str]:

@@ -234,6 +234,32 @@ def is_mtp(speculative_config: dict | None) -> bool:
 TOKEN_ONLY_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
+def speculative_config_problem(cfg: dict) -> str | None:
+    """What the installed vLLM's own ``SpeculativeConfig`` (``vllm/config/speculative.py``) refuses in ``cfg``, where
+    it can be asked without a GPU or a model: a ``method`` none of its ``SpeculativeMethod`` names, and for a method
+    drafting from the tokens alone (:data:`TOKEN_ONLY_METHODS`) the whole config (``prompt_lookup_min`` above
+    ``prompt_lookup_max``, a count below 1, a key it does not take). One line, the value and what vLLM accepts; None
+    where vLLM takes it (an MTP or draft-model config is held to its method's name: the rest needs the model)."""
+    from typing import get_args
+
+    from pydantic import ValidationError
+    from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
+
+    methods = get_args(SpeculativeMethod)
+    if cfg.get("method") not in methods:
+        return f"method {cfg.get('method')!r} is none of vLLM's; accepted: {', '.join(methods)}"
+    if cfg["method"] not in TOKEN_ONLY_METHODS:
+        return None
+    try:
+        SpeculativeConfig(**cfg)
+    except (ValidationError, ValueError, TypeError) as e:
+        errors = e.errors() if isinstance(e, ValidationError) else [{"msg": str(e), "loc": ()}]
+        first = errors[0]
+        where = ".".join(str(x) for x in first.get("loc") or ())
+        return f"vLLM's SpeculativeConfig refuses it: {(where + ': ') if where else ''}{first['msg']}"
+    return None
+
+
 def drafter_layers(speculative_config: dict | None) -> bool | None:
     """Whether an engine given ``speculative_config`` runs drafter layers (``ran.draft_attention``): False without
     speculation or for a method of :data:`TOKEN_ONLY_METHODS`, True for an MTP method (the checkpoint's own MTP

@@ -16,10 +16,11 @@ Kinds (:data:`KINDS`): the attention-kernel benchmark (``bench_kernel_*.json``),
 from __future__ import annotations
 
 import math
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError,
-                      model_validator)
+                      create_model, model_validator)
+from pydantic_core import PydanticCustomError
 
 from ..errors import UserInputError
 
@@ -63,12 +64,35 @@ TokenRate = Annotated[float, AfterValidator(_within(0.0, 1e9, "tokens per second
 #: A run's time in seconds (an engine's start-up, a pass, a benchmark's wall time): 0 to 1e6 s (11 days; no run of
 #: ours takes an hour), or NaN (not measured).
 Seconds = Annotated[float, AfterValidator(_within(0.0, 1e6, "seconds from 0 to 1e6 (or NaN: not measured)"))]
+#: A count of SMs: one GPU has at least one and no GPU of ours 1024 (an H200: 132).
+SmCount = Annotated[int, Field(ge=1, le=1024)]
+#: Bytes of shared memory: at least one, at most 2**31 - 1 (an H200's per SM: 233472).
+SharedMemory = Annotated[int, Field(ge=1, le=2 ** 31 - 1)]
 #: A log-probability: at most 0 (vLLM's logprobs are natural-log probabilities).
 LogProb = Annotated[float, AfterValidator(_within(-1e9, 0.0, "a log-probability, at most 0"))]
 
 
 class _Shape(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
+
+
+class _Written(_Shape):
+    """A level of a record whose writers' keys are all known (issue 47: a failure said under a key of its own --
+    ``timeout``, ``rc``, ``traceback`` -- was read by no check): its fields are every key some writer of the project
+    writes there, past or present, and another key is a problem, ``no writer writes the key 'K' at PATH; accepted:
+    ...`` (:func:`problems`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _written_keys(cls, data):
+        if isinstance(data, dict):
+            known = {f.alias or n for n, f in cls.model_fields.items()}
+            unknown = [k for k in data if k not in known]
+            if unknown:
+                raise PydanticCustomError("unwritten_key", "no writer writes {keys}", {
+                    "keys": ("the key " if len(unknown) == 1 else "the keys ") + ", ".join(map(repr, unknown)),
+                    "accepted": ", ".join(sorted(known))})
+        return data
 
 
 # -- the header -------------------------------------------------------------------------------------------------------
@@ -101,6 +125,19 @@ Revision = Optional[Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{7,40}\
 #: word there.
 VERSION_PATTERN = r"^\d{1,4}\.\d{1,4}(\.\d{1,4})?((a|b|rc)\d+|\.(dev|post)\d+)*(\+[0-9a-z.]+)?$"
 Version = Optional[Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]]
+#: The Pythons the project runs on, ``[first, end)``: pyproject.toml's ``requires-python`` (held equal by
+#: tests/records/test_schema.py). No writer of ours ran on another.
+REQUIRES_PYTHON = ((3, 11), (3, 14))
+
+
+def _our_python(v: str) -> str:
+    first, end = REQUIRES_PYTHON
+    if not first <= tuple(int(x) for x in v.split(".")[:2]) < end:
+        raise ValueError(f"a Python the project runs on, {first[0]}.{first[1]} to {end[0]}.{end[1] - 1} "
+                         f"(requires-python)")
+    return v
+
+
 #: A GPU's name: some text.
 GpuName = Optional[Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]]
 
@@ -117,7 +154,8 @@ class Header(_Shape):
     peer: Text = None
     torch: Version = None
     triton: Version = None
-    python: Version = None
+    python: Optional[Annotated[str, StringConstraints(pattern=VERSION_PATTERN), AfterValidator(_our_python)]] = None
+    sm_count: Optional[SmCount] = None
     cuda: Version = None
     vllm: Version = None
 
@@ -246,8 +284,18 @@ class IndexerCalls(_Shape):
     deepgemm: Count
 
 
-class PlanLimits(_Shape):
-    from_: str = Field(alias="from")
+#: Where a plan's limits came from: the device, the interpreter's stand-in, or another GPU's row.
+PLAN_SOURCE = r"^(device|cpu|DEVICE_LIMITS\[\d{1,2}\.\d\])$"
+
+
+class PlanLimits(_Written):
+    """The limits a launch plan was made with (``sparse_mla.kernels.occupancy.planning_limits``): where from (the
+    device's own properties, another GPU's row of ``gpus.DEVICE_LIMITS``, the interpreter's stand-in) and the
+    numbers; held to their source by :func:`sparse_mla.vllm_plugin.ran.contradictions`."""
+    from_: Annotated[str, StringConstraints(pattern=PLAN_SOURCE)] = Field(alias="from")
+    sm_count: SmCount = None
+    smem_per_block: SharedMemory = None
+    smem_per_sm: SharedMemory = None
 
 
 class SpeculativeCounts(_Shape):
@@ -268,11 +316,19 @@ class SpeculativeCounts(_Shape):
         return self
 
 
-class Ran(_Shape):
-    """What ran, read inside the engine (:func:`sparse_mla.vllm_plugin.ran.collect`): ``capability`` ``"M.m"``,
-    ``triton_targets`` ``{kernel: [target, ...]}``, ``indexer`` ``{"triton": calls, "deepgemm": calls}``,
-    ``attention`` ``{backend: layers}`` (non-empty: a ``ran`` without a worker's layers proves no engine); the later
-    fields where present."""
+class RanWeights(_Written):
+    """How a worker loaded its weights (:func:`sparse_mla.vllm_plugin.ran.weights_loaded`): vLLM's load format and
+    quantization, the GGUF adapter that mapped the file (null: none)."""
+    load_format: Text = None
+    quantization: Text = None
+    gguf_adapter: Text = None
+
+
+class Ran(_Written):
+    """What ran, read inside the engine (:func:`sparse_mla.vllm_plugin.ran.collect`, and the engine's speculative
+    counters ``launch.engine`` adds): ``capability`` ``"M.m"``, ``triton_targets`` ``{kernel: [target, ...]}``,
+    ``indexer`` ``{"triton": calls, "deepgemm": calls}``, ``attention`` ``{backend: layers}`` (non-empty: a ``ran``
+    without a worker's layers proves no engine); the later fields where present. Its keys are ``collect``'s alone."""
     capability: Capability
     triton_targets: dict[str, Annotated[list[str], Field(min_length=1)]]
     indexer: IndexerCalls
@@ -285,6 +341,7 @@ class Ran(_Shape):
     triton_binaries: Optional[list[str]] = None
     launch_plan: Optional[dict[Capability, PlanLimits]] = None
     speculative: Optional[SpeculativeCounts] = None
+    weights: Optional[RanWeights] = None
 
 
 class Simulated(_Shape):
@@ -311,11 +368,17 @@ class Throughput(_Shape):
     generated_tokens: Int = None
 
 
+#: A token id as a JSON object's key (``first_top_logprobs``): its decimal digits.
+TokenKey = Annotated[str, StringConstraints(pattern=r"^\d{1,10}$")]
+
+
 class Generation(_Shape):
-    """One prompt's generated tokens and their log-probabilities."""
-    prompt_len: Int = None
+    """One prompt's generated tokens and their log-probabilities: a prompt of at least one token, the first step's
+    top-k log-probabilities by token id (``launch.engine.generations``)."""
+    prompt_len: Optional[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]] = None
     token_ids: Optional[list[Count]] = None
     logprobs: Optional[list[LogProb]] = None
+    first_top_logprobs: Optional[dict[TokenKey, LogProb]] = None
 
 
 class EngineRun(_Shape):
@@ -331,6 +394,7 @@ class EngineRun(_Shape):
     cuda_graphs: Flag = None
     matches_offline: Flag = None
     ran: Optional[Ran] = None
+    ran_per_rank: Optional[list[Ran]] = None          # every rank's, where the engine is tensor-parallel
     layers: Optional[dict[str, Layer]] = None
     attention_backends: Optional[list[str]] = None
     backend_log_lines: Optional[list[str]] = None
@@ -459,6 +523,62 @@ class Engine(Record, EngineRun):
     max_model_len: Dimension = None
     prompt_lengths: Optional[list[Annotated[int, Field(ge=1, le=2 ** 31 - 1)]]] = None
     reference_max_len: Dimension = None
+
+
+# -- the keys an engine record's writers write ------------------------------------------------------------------------
+# (audited 2026-12-07 in launch/engine.py, vllm_plugin/ran.py, cli.py, tools/gpu/diagnose_vs_engine.py and every
+# committed record; the ``ran`` block's are :class:`Ran`'s fields)
+
+#: The header, at the top level where the earliest records kept it (2026-11-30/12-01: ``command``, ``date``), and a
+#: record's description (``what``, ``note``).
+HEADER_KEYS = ("environment", "gpu", "date", "command", "revision", "note", "what")
+#: One offline engine's record: :func:`sparse_mla.launch.engine.run_offline` (``launch --json-out``; ``simulated``
+#: by ``with_simulated``, ``throughput`` where asked, ``ran_per_rank`` where tensor-parallel).
+OFFLINE_KEYS = ("environment", "run", "backend_requested", "indexer", "simulated_capability", "checkpoint",
+                "kv_cache_dtype", "tp", "enforce_eager", "speculative_config", "engine_init_s", "layers",
+                "attention_backends", "generations", "throughput", "ran", "ran_per_rank", "ran_contradictions",
+                "simulated")
+#: One engine of a parity run (``launch.engine._engine_runs``): the request (with ``speculative``, whether it
+#: speculates), then the engine's record, or ``error`` and the tail of its log.
+PARITY_RUN_KEYS = (*OFFLINE_KEYS, "speculative", "error", "log_tail")
+#: A served engine: :func:`sparse_mla.launch.engine.run_serve` (``launch --serve``; ``ran_error`` where the server
+#: could not answer the ``ran`` call, ``served_ran``).
+SERVED_KEYS = ("run", "backend_requested", "indexer", "simulated_capability", "checkpoint", "kv_cache_dtype", "tp",
+               "speculative_config", "command", "server_up_s", "token_ids", "logprobs", "backend_log_lines",
+               "custom_backend_selected", "ran", "ran_per_rank", "ran_contradictions", "ran_error", "simulated")
+#: A parity record's served check (``launch.engine._judge_engines``: the offline run it is compared with, whether
+#: it matched, or ``error`` and the log's tail; ``plugin_loaded``: the served check of 2026-12-01).
+SERVED_CHECK_KEYS = (*SERVED_KEYS, "compared_with", "matches_offline", "error", "log_tail", "plugin_loaded")
+#: A parity record's top level (:func:`sparse_mla.launch.engine.run_parity`, ``_judge_engines``).
+PARITY_KEYS = (*HEADER_KEYS, "model", "checkpoint", "tp", "kv_cache_dtype", "speculative_config", "prompt_lengths",
+               "max_model_len", "reference_max_len", "run_specs", "runs", "interrupted", "failures", "parity_baseline",
+               "parity_vs_ours", "parity_pairs", "engine_agreement", "reference_first_token", "first_token_criterion",
+               "throughput_tokens_per_s", "serve", "simulated")
+#: One engine's record at the top level (offline or served), with a served check beside it.
+ONE_ENGINE_KEYS = tuple(dict.fromkeys((*HEADER_KEYS, *OFFLINE_KEYS, *SERVED_KEYS, "serve")))
+#: ``tools/gpu/diagnose_vs_engine.py``: the diagnosis per KV-cache dtype against an engine each (its ``launch
+#: --json-out`` record without its generations, or ``error`` and the log's tail).
+DIAGNOSIS_KEYS = ("what", "environment", "runs", "diagnosis", "differences")
+DIAGNOSED_ENGINE_KEYS = (*OFFLINE_KEYS, "error", "log_tail")
+
+
+def _written(name: str, keys: tuple[str, ...], doc: str, **typed) -> type[_Written]:
+    """A model of one level's keys (``keys``, each may hold anything: their types are the record kinds' shapes'),
+    ``typed`` the levels below it that are written too."""
+    fields = {k: (Any, None) for k in keys}
+    fields.update({k: (Optional[t], None) for k, t in typed.items()})
+    return create_model(name, __base__=_Written, __doc__=doc, **fields)
+
+
+ParityRun = _written("ParityRun", PARITY_RUN_KEYS, "One engine of a parity run (runs.X).")
+ServedCheck = _written("ServedCheck", SERVED_CHECK_KEYS, "A served engine or a parity record's served check.")
+#: The keys of an engine (launch) record as its writers write them, per form: a parity run, one engine's record,
+#: the diagnosis against engines. A record of another kind has no such model (its keys are not all known).
+ParityRecord = _written("ParityRecord", PARITY_KEYS, "A parity record's top level.", runs=dict[str, ParityRun],
+                        serve=ServedCheck)
+OneEngineRecord = _written("OneEngineRecord", ONE_ENGINE_KEYS, "One engine's record.", serve=ServedCheck)
+DiagnosisRecord = _written("DiagnosisRecord", DIAGNOSIS_KEYS, "The diagnosis against engines.",
+                           runs=dict[str, _written("DiagnosedEngine", DIAGNOSED_ENGINE_KEYS, "One diagnosed engine.")])
 
 
 # -- serving benchmark ------------------------------------------------------------------------------------------------
@@ -643,6 +763,8 @@ def _expected(err: dict) -> str:
                      else f"a text matching {ctx.get('pattern')}"}
     if err["type"] in by_constraint:
         return by_constraint[err["type"]]()
+    if err["type"] == "unwritten_key":
+        return ctx["accepted"]
     if err["type"] == "value_error":          # this module's validators say what they accept
         return str(err["msg"]).removeprefix("Value error, ")
     return _EXPECTED.get(err["type"], err["msg"][0].lower() + err["msg"][1:])
@@ -678,6 +800,10 @@ def problems(obj, shape: type[_Shape]) -> list[str]:
                 continue
             seen.add(loc)
             want = _expected(err)
+            if err["type"] == "unwritten_key":
+                where = _path(loc) if loc else "the top level"
+                out.append(f"no writer writes {err['ctx']['keys']} at {where}; accepted: {want}")
+                continue
             got = "missing" if err["type"] == "missing" else repr(loc[-1] if key else _value(obj, loc))[:60]
             out.append(f"{_path(loc)}{' (a key)' if key else ''} is {got}; accepted: {want}")
         return out

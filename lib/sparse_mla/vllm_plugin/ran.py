@@ -343,4 +343,23 @@ def _plan_contradictions(cap: str, ran: dict) -> list[str]:
     if mine is not None and dev is not None and dev != cap and mine.get("from") == "device":
         out.append(f"launch_plan: vLLM saw {cap} on a {dev} device, and the launch was planned with the device's "
                    f"limits, not {cap}'s")
+    return out + _plan_sources(plan)
+
+
+def _plan_sources(plan: dict) -> list[str]:
+    """Each plan made with another GPU's row of :data:`sparse_mla.gpus.DEVICE_LIMITS` (``from``
+    ``DEVICE_LIMITS[M.m]``) for that GPU, with that row's numbers (those it records), one line each."""
+    from ..gpus import DEVICE_LIMITS
+
+    out = []
+    for k, v in plan.items():
+        src = v.get("from") if isinstance(v, dict) else None
+        if not (isinstance(src, str) and src.startswith("DEVICE_LIMITS[")):
+            continue
+        row = src[len("DEVICE_LIMITS["):-1]
+        lim = DEVICE_LIMITS.get(tuple(int(x) for x in row.split(".")))
+        want = None if lim is None else {f: getattr(lim, f) for f in ("sm_count", "smem_per_block", "smem_per_sm")}
+        if row != k or want is None or any(f in v and v[f] != n for f, n in want.items()):
+            have = {f: v.get(f) for f in ("from", "sm_count", "smem_per_block", "smem_per_sm")}
+            out.append(f"launch_plan.{k}: {have} is not {src} ({want or 'no such row'}) for {k}")
     return out

@@ -2,15 +2,18 @@
 parsed by launch's own argument parser) against what the record holds.
 
 ``records check`` otherwise judges the runs a record holds, and a run asked for but never written (``--backends
-A,B,C`` with runs A and B), another KV cache, TP, prompt lengths or token budget, or a command of another tool,
-passed unseen (issue 47, round 7). A record whose command is not ``sparse-mla launch ...`` as written by
-:func:`sparse_mla.records.environment` (``python: sparse_mla (called from ...)`` from a notebook, none in the earliest
-records) is not compared.
+A,B,C`` with runs A and B), another KV cache, TP, prompt lengths or token budget, an engine run in another mode
+(``enforce_eager: false`` under ``--eager-only``) or with other speculation than the plan's, one engine's record
+without its generations, or a command of another tool, passed unseen (issue 47, round 7). A record whose command is
+not ``sparse-mla launch ...`` as written by :func:`sparse_mla.records.environment` (``python: sparse_mla (called from
+...)`` from a notebook, none in the earliest records) is not compared.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
+from pathlib import Path
 
 from ..layouts import FP8_KV_CACHE_DTYPES
 
@@ -47,8 +50,10 @@ def _same_kv(a, b) -> bool:
 def command_problems(rec: dict) -> list[str]:
     """What in engine record ``rec`` contradicts its ``environment.command`` (module docstring), one line each: the
     runs (the parity plan of ``--backends``, ``--eager-only``, ``--speculative-config``:
-    :func:`sparse_mla.launch.engine.parity_plan`), or the one engine's run spec; ``--prompt-lengths`` against the
-    prompts generated; ``--max-tokens`` against the tokens each generated; ``--kv-cache-dtype`` and ``--tp``."""
+    :func:`sparse_mla.launch.engine.parity_plan`, each run's mode and speculation the plan's), or the one engine's run
+    spec, mode, speculation and generations; ``--prompt-lengths`` against the
+    prompts generated; ``--max-tokens`` against the tokens each generated; ``--kv-cache-dtype``, ``--tp`` and
+    ``--model`` (``model.path``, :func:`model_name`)."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     cmd = env.get("command")
     if not isinstance(cmd, str) or any(k in rec for k in SERVE_KEYS):
@@ -76,23 +81,93 @@ def command_problems(rec: dict) -> list[str]:
                            f"{args.max_tokens}")
     if isinstance(rec.get("tp"), int) and rec["tp"] != args.tp:
         out.append(f"tp {rec['tp']}, the command asked --tp {args.tp}")
+    path = rec["model"].get("path") if isinstance(rec.get("model"), dict) else None
+    if isinstance(path, str) and path != model_name(args.model):
+        out.append(f"model.path {path!r}, the command asked --model {args.model} ({model_name(args.model)!r})")
     return list(dict.fromkeys(out))
 
 
+def model_name(model: str) -> str:
+    """The ``model.path`` launch writes for ``--model`` (``run_parity``: the checkpoint's name; a split GGUF's first
+    shard, which ``check_model`` loads from whichever shard is named)."""
+    from ..gguf.files import SPLIT
+
+    name = Path(str(model)).name
+    return SPLIT.sub(lambda m: f"-{1:0{len(m[1])}d}-of-{m[2]}.gguf", name)
+
+
+def _asked_speculation(args: argparse.Namespace) -> dict | None | str:
+    """The ``--speculative-config`` of a launch command line as launch reads it (a JSON object, or None), or a line
+    saying it is none."""
+    if args.speculative_config is None or not str(args.speculative_config).strip():
+        return None
+    try:
+        cfg = json.loads(args.speculative_config)
+    except ValueError:
+        cfg = None
+    return cfg if isinstance(cfg, dict) and cfg else \
+        f"environment.command's --speculative-config {str(args.speculative_config)[:80]!r} is no JSON object"
+
+
 def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
-    """The runs ``rec`` holds against the ones ``args`` asked for."""
+    """The runs ``rec`` holds against the ones ``args`` asked for: the parity plan's engines, each in its mode (eager
+    or CUDA graphs) and with or without speculation as the plan runs it, the record's speculative config the
+    command's; or the one engine's (:func:`_one_engine_problems`)."""
     from ..launch.engine import parity_plan
     from ..launch.specs import OURS, PEERS, parse_run_spec
 
-    runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     if not args.parity:
-        asked = parse_run_spec(args.backend)
-        said = rec.get("run") or rec.get("backend_requested")
-        return [f"the engine ran {said!r}, the command asked --backend {args.backend}"] \
-            if isinstance(said, str) and said not in (asked.name, asked.backend) else []
+        return _one_engine_problems(rec, args)
+    runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     names = str(args.backends).split(",") if args.backends else [OURS, *PEERS]
     specs = tuple(dict.fromkeys(parse_run_spec(n).name for n in names if n.strip()))
-    plan = {k for k, *_ in parity_plan(specs, graph=not args.eager_only, speculative=bool(args.speculative_config))}
-    if set(runs) != plan:
-        return [f"runs {sorted(runs)}, the command's parity plan {sorted(plan)}"]
-    return []
+    scfg = _asked_speculation(args)
+    if isinstance(scfg, str):
+        return [scfg]
+    plan = parity_plan(specs, graph=not args.eager_only, speculative=scfg is not None)
+    if set(runs) != {k for k, *_ in plan}:
+        return [f"runs {sorted(runs)}, the command's parity plan {sorted(k for k, *_ in plan)}"]
+    out = [f"speculative_config {rec['speculative_config']!r}, the command asked --speculative-config {scfg!r}"
+           for _ in [0] if "speculative_config" in rec and rec["speculative_config"] != scfg]
+    for key, _, graph, speculates in plan:
+        run = runs[key] if isinstance(runs[key], dict) else {}
+        if "enforce_eager" in run and run["enforce_eager"] is graph:
+            why = "--eager-only" if args.eager_only else "no --eager-only"
+            out.append(f"{key}: enforce_eager {run['enforce_eager']!r}, the command's plan runs it "
+                       f"{'with CUDA graphs' if graph else 'eager'} ({why})")
+        if "speculative" in run and run["speculative"] is not speculates:
+            out.append(f"{key}: speculative {run['speculative']!r}, the command's plan runs it "
+                       f"{'with' if speculates else 'without'} --speculative-config")
+    return out
+
+
+def _method(cfg):
+    """A speculative config's method and token count (an MTP drafter's backend is added by the writer), else it."""
+    return {f: cfg.get(f) for f in ("method", "num_speculative_tokens")} if isinstance(cfg, dict) else cfg
+
+
+def _one_engine_problems(rec: dict, args: argparse.Namespace) -> list[str]:
+    """One engine's record against its command line: the run spec, the mode (``--cuda-graphs``), the speculation's
+    method and tokens, and for an offline engine (not ``--serve``) one generation per ``--prompt-lengths`` entry, in
+    its order (run_offline writes one for each)."""
+    from ..launch.specs import parse_run_spec
+
+    asked = parse_run_spec(args.backend)
+    said = rec.get("run") or rec.get("backend_requested")
+    out = [f"the engine ran {said!r}, the command asked --backend {args.backend}"] \
+        if isinstance(said, str) and said not in (asked.name, asked.backend) else []
+    if "enforce_eager" in rec and rec["enforce_eager"] is bool(args.cuda_graphs):
+        out.append(f"enforce_eager {rec['enforce_eager']!r}, the command "
+                   f"{'asked --cuda-graphs' if args.cuda_graphs else 'runs eager (no --cuda-graphs)'}")
+    scfg, have = _asked_speculation(args), rec.get("speculative_config")
+    if isinstance(scfg, str) or ("speculative_config" in rec and _method(have) != _method(scfg)):
+        out.append(scfg if isinstance(scfg, str) else f"speculative_config {have!r}, the command asked "
+                                                      f"--speculative-config {scfg!r}")
+    lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip().isdigit()]
+    gens = rec.get("generations")
+    if not args.serve and "error" not in rec and ("layers" in rec or "ran" in rec) and not (
+            isinstance(gens, list) and [g.get("prompt_len") if isinstance(g, dict) else g for g in gens] == lens):
+        got = [g.get("prompt_len") if isinstance(g, dict) else g for g in gens] if isinstance(gens, list) else "none"
+        out.append(f"generations for the prompts {got}, the command asked --prompt-lengths {args.prompt_lengths} "
+                   f"(one each, in order)")
+    return out

@@ -13,6 +13,7 @@ data by the function named below, in the process that ran).
   each tolerance ``lam sqrt(2)`` times its sigma and its arithmetic vLLM's for the record's KV-cache dtype;
 * a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`); its
   passes, agreement summaries, verdict, server block and servers' ``ran`` (:mod:`sparse_mla.workbook.serving`);
+  vLLM's results, its servers' command lines and its wall time (:mod:`sparse_mla.workbook.serving_results`);
 * ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``);
 * each engine run's ``throughput``: ``output_tokens_per_s`` its ``generated_tokens`` over its ``seconds``, no more
   tokens than ``num_seqs`` x ``max_tokens``; its prompts and generations within the record's ``max_model_len``;
@@ -35,6 +36,7 @@ from ..layouts import FP8_KV_CACHE_DTYPES
 from ..records.values import is_int as _int, is_number as _num, same_json as _same
 from ..vllm_plugin.ran import count_backends
 from .serving import serving_record_problems
+from .serving_results import serving_result_problems
 
 
 def _with_generations(rec: dict) -> dict[str, dict]:
@@ -487,5 +489,5 @@ def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     out += serving_summary_problems(rec)
     out += serving_load_problems(rec)
     out += [p for k, r in runs.items() if k != "serve" for p in throughput_problems(k, r) + length_problems(rec, k, r)]
-    out += model_layer_problems(rec, runs) + serving_record_problems(rec)
+    out += model_layer_problems(rec, runs) + serving_record_problems(rec) + serving_result_problems(rec)
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]

@@ -18,7 +18,10 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
   are listed too;
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
   :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line; a negative throughput, a date or
-  revision of another form; an outcome of another type, :func:`outcome_problems`: an exit status ``true``), a record
+  revision of another form; an outcome of another type, :func:`outcome_problems`: an exit status ``true``), an
+  engine record or ``ran`` block holding a key no writer of the project writes at its level
+  (:mod:`sparse_mla.workbook.written`: ``"timeout": true``, a run's ``"rc": 1``; the failure words above are read
+  where a record's keys are not all known, a serving benchmark's), a record
   that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
   that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
@@ -56,6 +59,8 @@ from ..records.values import is_int as _int
 from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks
+from .diagnosis import diagnosis_problems, diagnosis_said
+from .written import is_glm5next_comparison, unwritten_keys
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
 #: What a record that claims proof must also name: the GPU it ran on and its capability, read in the process.
@@ -89,7 +94,8 @@ def said_failed(rec: dict) -> list[str]:
     """What the record itself says went wrong, one line each: its ``failures`` (a parity run's verdict), each
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
     the run short), a serving benchmark's ``complete: false``, a generation with a NaN log-prob
-    (:func:`sparse_mla.launch.engine.nan_logprobs`) and what :func:`_said_anywhere` finds."""
+    (:func:`sparse_mla.launch.engine.nan_logprobs`), a diagnosis that predicted otherwise than its engine ran
+    (:func:`sparse_mla.workbook.diagnosis.diagnosis_said`) and what :func:`_said_anywhere` finds."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
     if rec.get("interrupted") is not None:
         died.add(f"parity run {rec['interrupted']}")                                               # said below
@@ -103,6 +109,7 @@ def said_failed(rec: dict) -> list[str]:
         out.append(f"it says it is not complete (complete: {rec.get('complete', 'absent')})")
     out += [f"{k}: {line}: no agreement of its tokens proves a match" for k, r in engine_runs(rec).items()
             for line in nan_logprobs(r)]
+    out += diagnosis_said(rec)
     engines = [id(r) for r in engine_runs(rec).values()]
     said = " ".join(out)    # a line the record's failures already hold (the criterion's error) is not said twice
     return out + [ln for ln in _said_anywhere(rec, "", engines) if ln.split(" says something failed: ")[-1][:60]
@@ -255,15 +262,27 @@ def _holds_something(v) -> bool:
 
 
 def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
-    """The header's GPU capability (``environment.capability``, the live device's) against the device capability
-    each ``ran`` block read inside its engine (``device_capability``; ``capability`` where no simulation was asked):
+    """The header's GPU (``environment.gpu``, a name holding one of our GPU presets, :data:`sparse_mla.gpus.GPUS`)
+    and capability (``environment.capability``, the live device's) against each other, and the device each ``ran``
+    block read inside its engine: its capability (``device_capability``; ``capability`` where no simulation was
+    asked) and the SMs of a launch planned with the device's own limits (``launch_plan``, ``environment.sm_count``):
     one line per disagreement."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     cap = env.get("capability")
     if not isinstance(cap, str):
         return []
+    named = gpu_presets_named(env.get("gpu"))
     out = [f"the header's GPU {env.get('gpu')!r} is a {name} (capability {c}), not capability {cap}"
-           for name, c in gpu_presets_named(env.get("gpu")) if c != cap]
+           for name, c in named if c != cap]
+    if isinstance(env.get("gpu"), str) and not named:
+        from ..gpus import GPUS
+
+        out.append(f"the header's GPU {env['gpu']!r} is none of ours; accepted: a name holding one of "
+                   f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS)")
+    out += [f"{k}: ran.launch_plan.{c} was planned with the device's {p.get('sm_count')!r} SMs, the header's "
+            f"sm_count is {env['sm_count']!r}" for k, r in with_ran.items() if "sm_count" in env
+            for c, p in ((r.get("ran") or {}).get("launch_plan") or {}).items()
+            if isinstance(p, dict) and p.get("from") == "device" and p.get("sm_count") != env["sm_count"]]
     for k, r in with_ran.items():
         ran = r["ran"] if isinstance(r.get("ran"), dict) else {}
         device = ran.get("device_capability")
@@ -508,7 +527,21 @@ def _checkpoint_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
                                                                                              "gguf") or (
             top.get("format") == "gguf" and path != top.get("file"))):
         out.append(f"model.path {path!r} is not the checkpoint asked ({top.get('format')!r}, file {top.get('file')!r})")
-    return out
+    return out + _weights_alike(runs)
+
+
+def _weights_alike(runs: dict[str, dict]) -> list[str]:
+    """Every engine of one record loads its one checkpoint alike: the ``ran.weights`` of each ``ran`` block (every
+    run's, server's and rank's) the same load format, quantization and adapter; one line naming each way where they
+    differ (``quantization: 'fp8'`` in one engine of a bfloat16 checkpoint, issue 47 round 7)."""
+    ways: dict[str, list[str]] = {}
+    for where, ran in ran_blocks(runs):
+        if isinstance(ran.get("weights"), dict):
+            ways.setdefault(json.dumps(ran["weights"], sort_keys=True), []).append(where.removesuffix(": ran"))
+    if len(ways) < 2:
+        return []
+    return ["the engines of one checkpoint loaded it differently: " +
+            "; ".join(f"{', '.join(w)}: weights {json.loads(k)}" for k, w in ways.items())]
 
 
 def _criterion_problems(rec: dict) -> list[str]:
@@ -579,7 +612,7 @@ def asked(run: dict, rec: dict) -> dict | str:
     (its ``speculative_config``: whether drafter layers run and an MTP drafter's backend,
     :func:`sparse_mla.launch.specs.drafter_layers`; drafts, for an offline engine); a string saying what is
     malformed where the request cannot be read (no backend, a ``simulated`` that is not ``{"capability": "M.m",
-    ...}``)."""
+    ...}``, a speculative config vLLM refuses, :func:`sparse_mla.launch.specs.speculative_config_problem`)."""
     sim = run.get("simulated", rec.get("simulated"))
     if sim is not None and not (isinstance(sim, dict) and isinstance(sim.get("capability"), str)):
         return f"simulated {str(sim)[:60]} is not {{'capability': 'M.m', ...}}"
@@ -600,6 +633,9 @@ def asked(run: dict, rec: dict) -> dict | str:
         return f"checkpoint format 'gguf' with load_format {out['load_format']!r}: launch asks a GGUF as 'gguf'"
     if cap is not None and sim is not None and sim["capability"] != cap:
         return f"simulated_capability {cap!r} and simulated {sim['capability']!r} disagree"
+    if cap is not None and sim is None and "ran" in run:   # an engine that simulated writes what it was given
+        return (f"simulated_capability {cap!r} without the simulated block its engine writes "
+                f"(launch.specs.with_simulated)")
     scfg = run.get("speculative_config")
     if run.get("speculative") and not scfg:
         return "speculative true without a speculative_config"
@@ -607,7 +643,11 @@ def asked(run: dict, rec: dict) -> dict | str:
         return f"speculative false beside the speculative_config {str(scfg)[:60]}"
     if scfg and (not isinstance(scfg, dict) or not isinstance(scfg.get("method"), str)):
         return f"speculative_config {str(scfg)[:60]} is not {{'method': ..., ...}}"
-    from ..launch.specs import RunSpec, drafter_backend, drafter_layers
+    from ..launch.specs import RunSpec, drafter_backend, drafter_layers, speculative_config_problem
+
+    refused = speculative_config_problem(scfg) if scfg else None       # vLLM's own config, where it can be asked
+    if refused:
+        return f"speculative_config {str(scfg)[:80]}: {refused}"
 
     out["drafter_layers"] = drafter_layers(scfg)
     if scfg:
@@ -631,16 +671,6 @@ def is_run_record(obj) -> bool:
 #: before it wrote ``first_token_criterion``).
 GLM5NEXT_UNPROVEN = ("a GLM-5.3-Flash comparison (tools/gpu/glm5next_parity.py) without first_token_criterion: "
                      "engines against each other and the float64 reference, numbers only")
-
-
-def is_glm5next_comparison(obj) -> bool:
-    """Whether ``obj`` is a record of ``tools/gpu/glm5next_parity.py``: its model's ``config.json`` (under
-    ``model_config``; ``checkpoint`` in those of 2026-12-06) says ``glm5_next``. Such a record is judged by
-    :func:`_glm5next_verdict`, never as a launch record (its engines run no ``launch`` request)."""
-    if not isinstance(obj, dict):
-        return False
-    cfg = obj.get("model_config", obj.get("checkpoint"))
-    return isinstance(cfg, dict) and cfg.get("model_type") == "glm5_next"
 
 
 def _glm5next_request(name: str) -> dict | None:
@@ -667,17 +697,19 @@ def _glm5next_spec_problem(name: str) -> str | None:
 
 
 def _glm5next_verdict(path: str, obj: dict) -> Verdict:
-    """A GLM-5.3-Flash comparison: invalid where a run names a backend or indexer no vLLM of ours has, the header's
-    GPU is not its capability, a run's ``ran`` contradicts its run spec or the criterion's figures are not what its
-    runs and reference give; unproven where a run simulates vLLM's DeepGEMM indexer (the tool refuses those since
-    2026-12-06d; a record from before says what ran), an engine, the reference or the criterion failed or there is no
-    criterion (records before it); else proven."""
+    """A GLM-5.3-Flash comparison (:func:`sparse_mla.workbook.written.is_glm5next_comparison`, never judged as a
+    launch record: its engines run no ``launch`` request): invalid where a run names a backend or indexer no vLLM of
+    ours has, the header's GPU is not its capability nor the device its engines read, a run's ``ran`` contradicts its
+    run spec or the criterion's figures are not what its runs and reference give; unproven where a run simulates
+    vLLM's DeepGEMM indexer (the tool refuses those since 2026-12-06d; a record from before says what ran), an engine,
+    the reference or the criterion failed or there is no criterion (records before it); else proven."""
     from .consistency import glm5next_criterion_problems
 
     runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
     bad = [f"{k}: {n}" for k, r in runs.items() if isinstance(r, dict)     # the request's names
            for n in unknown_names({f: r[f] for f in ("backend_requested", "indexer") if f in r})]
-    bad += header_problems(obj, {})
+    bad += header_problems(obj, {k: r for k, r in runs.items() if isinstance(r, dict) and isinstance(r.get("ran"),
+                                                                                                       dict)})
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     meaningless = [f"{k}: {e}" for k in runs if (e := _glm5next_spec_problem(k))]     # written before the refusal
@@ -722,6 +754,9 @@ def _judge(path: str, obj) -> Verdict:
         return Verdict(path, "invalid", f"not a record as the project writes it: {shape[0]}{more}")
     if is_glm5next_comparison(obj):
         return _glm5next_verdict(path, obj)
+    unwritten = unwritten_keys(obj)
+    if unwritten:
+        return Verdict(path, "invalid", "; ".join(unwritten))
     gaps = header_gaps(obj)
     runs = engine_runs(obj)
     failed = [r for r in runs.values() if "error" in r and r["error"] is not None]    # "" too: no writer makes it
@@ -747,7 +782,7 @@ def _judge(path: str, obj) -> Verdict:
     if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
         bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
     bad += header_problems(obj, with_ran)
-    bad += record_problems(obj, runs) + outcome_problems(obj) + command_problems(obj)
+    bad += record_problems(obj, runs) + outcome_problems(obj) + command_problems(obj) + diagnosis_problems(obj)
     bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
             for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)

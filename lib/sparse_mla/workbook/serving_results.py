@@ -1,0 +1,233 @@
+"""vLLM's own results of a serving benchmark (``bench_serve_*.json`` of the live-server method, its ``repeats``)
+against themselves, the load, the servers and the header; each server's command line against its run; the session's
+wall time against what it ran. ``records check`` calls a record whose parts say otherwise **invalid** (issue 47,
+round 7: ``total_output_tokens: 1``, a p99 below the median, a negative ``p99_tpot_ms``, a billion input tokens, a
+request throughput that is not completed over duration, ``max_concurrency`` 64 under a load of 32, another
+``model_id`` than the server's, a result dated 1999, ``wall_s: 1.0`` beside passes of minutes, a server started with
+another ``--attention-backend`` or none were proven).
+
+Checked per result (``repeats[run][i]``, as ``vllm bench serve --save-result`` writes it,
+``vllm/benchmarks/serve.py``): ``request_throughput`` = completed / duration, ``output_throughput`` = output tokens /
+duration, ``total_token_throughput`` = (input + output tokens) / duration; the output tokens ``completed`` x the
+load's ``output_len`` (``ignore_eos``: each request makes exactly its length; ``output_range_ratio`` widens it), the
+input tokens ``completed`` x the load's ``input_lengths`` (``PROMPT_SLACK`` either side); each latency figure (mean,
+median, std, pN of ttft, tpot, itl, e2el) 0 or more, percentiles in order, the median the p50; ``max_concurrency``
+and ``num_prompts`` the load's; ``model_id`` the model the run's server serves; ``date`` within the session (the
+header's date, ``wall_s`` and 14 hours of time zone either side). The load's prompt lengths are the model's
+``index_topk``'s (:func:`load_problems`).
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from pathlib import Path
+
+from ..records.values import is_number as _num
+from .serving import live_server_runs
+
+#: A latency figure of vLLM's result: its statistic and metric (``p99_ttft_ms``, ``median_tpot_ms``).
+LATENCY = re.compile(r"^(mean|median|std|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el)_ms$")
+#: vLLM's throughputs, as its numerator over the result's ``duration``.
+RATES = {"request_throughput": ("completed",), "output_throughput": ("total_output_tokens",),
+         "total_token_throughput": ("total_input_tokens", "total_output_tokens")}
+
+
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v) -> list:
+    return v if isinstance(v, list) else []
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(abs(a), abs(b), 1e-9)
+
+
+def _rate_problems(where: str, res: dict) -> list[str]:
+    """The throughputs of one result against its counts and duration."""
+    dur = res.get("duration")
+    if not (_num(dur) and dur > 0):
+        return []
+    out = []
+    for rate, parts in RATES.items():
+        have, counts = res.get(rate), [res.get(p) for p in parts]
+        if _num(have) and all(_num(c) for c in counts) and not _close(have, sum(counts) / dur):
+            out.append(f"{where}.{rate} {have!r}, not its {' + '.join(parts)} {sum(counts)!r} over its duration "
+                       f"{dur!r} s ({sum(counts) / dur!r})")
+    return out
+
+
+def _token_problems(where: str, res: dict, load: dict) -> list[str]:
+    """One result's token totals against the load: output tokens ``completed`` x ``output_len`` (within
+    ``output_range_ratio``; at least one a request without ``ignore_eos``), input tokens within ``input_lengths``."""
+    from ..bench.serve import PROMPT_SLACK
+
+    done, out = res.get("completed"), []
+    if not _num(done):
+        return []
+    n, ratio = load.get("output_len"), load.get("output_range_ratio") or 0
+    if _num(n) and _num(res.get("total_output_tokens")):
+        lo = done * (math.floor(n * (1 - ratio)) if load.get("ignore_eos") else 1)
+        hi = done * math.ceil(n * (1 + ratio))
+        if not lo <= res["total_output_tokens"] <= hi:
+            out.append(f"{where}.total_output_tokens {res['total_output_tokens']!r}: {done} requests of the load's "
+                       f"output_len {n} make {lo} to {hi}")
+    lens = _list(load.get("input_lengths"))
+    if len(lens) == 2 and all(_num(x) for x in lens) and _num(res.get("total_input_tokens")):
+        lo, hi = done * max(1, lens[0] - PROMPT_SLACK), done * (lens[1] + PROMPT_SLACK)
+        if not lo <= res["total_input_tokens"] <= hi:
+            out.append(f"{where}.total_input_tokens {res['total_input_tokens']!r}: {done} prompts of the load's "
+                       f"{lens[0]} to {lens[1]} tokens (+-{PROMPT_SLACK}) make {lo} to {hi}")
+    return out
+
+
+def _latency_problems(where: str, res: dict) -> list[str]:
+    """One result's latency figures: each a number of 0 or more, each metric's percentiles in order, its median
+    its p50."""
+    per: dict[str, dict[str, float]] = {}
+    out = []
+    for k, v in res.items():
+        m = LATENCY.match(str(k))
+        if not m:
+            continue
+        if not _num(v) or math.isnan(v) or v < 0:
+            out.append(f"{where}.{k} is {v!r}; accepted: a time in ms of at least 0")
+            continue
+        per.setdefault(m[3], {})[m[1]] = v
+    for metric, stats in per.items():
+        pct = sorted((float(s[1:]), v) for s, v in stats.items() if s.startswith("p"))
+        if [v for _, v in pct] != sorted(v for _, v in pct):
+            out.append(f"{where}: the {metric} percentiles {dict((f'p{p:g}', v) for p, v in pct)} are not in order")
+        if "median" in stats and "p50" in stats and not _close(stats["median"], stats["p50"]):
+            out.append(f"{where}.median_{metric}_ms {stats['median']!r}, its p50 {stats['p50']!r}")
+    return out
+
+
+def _when(text) -> datetime.datetime | None:
+    """A date as the header (ISO 8601, no zone: UTC) or vLLM's result (``%Y%m%d-%H%M%S``) writes it."""
+    for parse in (datetime.datetime.fromisoformat, lambda s: datetime.datetime.strptime(s, "%Y%m%d-%H%M%S")):
+        try:
+            t = parse(str(text))
+        except ValueError:
+            continue
+        return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
+    return None
+
+
+def result_problems(rec: dict) -> list[str]:
+    """Each of vLLM's results of a live-server serving benchmark against itself, the load, its run's server and the
+    session's date (module docstring), one line each."""
+    load, env = _dict(rec.get("load")), _dict(rec.get("environment"))
+    start, wall = _when(env.get("date")), rec.get("wall_s")
+    zone = datetime.timedelta(hours=14, seconds=wall if _num(wall) and not math.isnan(wall) else 0)
+    out = []
+    for k, run in live_server_runs(rec).items():
+        models = {_served_model(s) for s in _list(run.get("servers")) if isinstance(s, dict)} - {None}
+        for i, res in enumerate(_list(_dict(rec.get("repeats")).get(k))):
+            if not isinstance(res, dict):
+                continue
+            where = f"repeats.{k}[{i}]"
+            out += _rate_problems(where, res) + _token_problems(where, res, load) + _latency_problems(where, res)
+            out += [f"{where}.{f} {res[f]!r}, the load's {load[f]!r}" for f in ("max_concurrency", "num_prompts")
+                    if f in res and f in load and res[f] != load[f]]
+            if "model_id" in res and models and res["model_id"] not in models:
+                out.append(f"{where}.model_id {res['model_id']!r}, the run's server serves {sorted(models)}")
+            when = _when(res.get("date")) if "date" in res else None
+            if "date" in res and (when is None or (start and not start - zone <= when <= start + zone)):
+                out.append(f"{where}.date {res['date']!r} is not within the session of {env.get('date')} "
+                           f"(its wall time and 14 hours of time zone either side)")
+    return out
+
+
+def _served_model(server: dict) -> str | None:
+    """The model a ``vllm serve`` command line serves (the word after ``serve``)."""
+    cmd = [str(c) for c in _list(server.get("command"))]
+    return cmd[cmd.index("serve") + 1] if "serve" in cmd[:-1] else None
+
+
+def server_command_problems(rec: dict) -> list[str]:
+    """Each server's command line against its run and the record: ``--attention-backend`` the one launch gives the
+    run's run spec (:func:`sparse_mla.launch.engine.attention_config`: ``CUSTOM`` for ours, none for ``auto``), the
+    model it serves the record's (``model.path`` its name), each pass's ``--model`` and ``--base-url`` port its."""
+    from ..errors import UserInputError
+    from ..launch.engine import attention_config
+    from ..launch.specs import parse_run_spec
+
+    path = _dict(rec.get("model")).get("path")
+    out = []
+    for k, run in live_server_runs(rec).items():
+        try:
+            want = (attention_config(parse_run_spec(run.get("run_spec") or run.get("backend_requested")).backend)
+                    or {}).get("backend")
+        except (UserInputError, AttributeError, TypeError):
+            want = "?"
+        for i, s in enumerate(x for x in _list(run.get("servers")) if isinstance(x, dict)):
+            cmd, where = [str(c) for c in _list(s.get("command"))], f"runs.{k}.servers[{i}].command"
+            got = cmd[cmd.index("--attention-backend") + 1] if "--attention-backend" in cmd[:-1] else None
+            if cmd and want != "?" and got != want:
+                out.append(f"{where}: {f'--attention-backend {got}' if got else 'no --attention-backend'}, the run "
+                           f"spec {run.get('run_spec')!r} is served with {want or 'none (vLLM chooses)'}")
+            model = _served_model(s)
+            if model is not None and isinstance(path, str) and Path(model).name != path:
+                out.append(f"{where}: serves {model!r}, the record's model.path {path!r}")
+            out += _client_problems(f"runs.{k}", run, s, cmd)
+    return out
+
+
+def _client_problems(where: str, run: dict, server: dict, cmd: list[str]) -> list[str]:
+    """The ``vllm bench serve`` passes of a run's server (its warm-up and timed passes) asking its model at its
+    port."""
+    port = cmd[cmd.index("--port") + 1] if "--port" in cmd[:-1] else None
+    model, out = _served_model(server), []
+    passes = [("warmup", _dict(server.get("warmup")))]
+    passes += [(f"passes[{j}].timed", _dict(_dict(p).get("timed"))) for j, p in enumerate(_list(run.get("passes")))]
+    for name, p in passes:
+        c = [str(x) for x in _list(p.get("command"))]
+        asked = {o: c[c.index(o) + 1] for o in ("--model", "--base-url") if o in c[:-1]}
+        if model and "--model" in asked and asked["--model"] != model:
+            out.append(f"{where}.{name}: --model {asked['--model']}, its server serves {model}")
+        if port and "--base-url" in asked and not asked["--base-url"].rstrip("/").endswith(f":{port}"):
+            out.append(f"{where}.{name}: --base-url {asked['--base-url']}, its server listens on port {port}")
+    return out
+
+
+def session_time_problems(rec: dict) -> list[str]:
+    """The session's ``wall_s`` at least what it ran one after another: each server's start and warm-up (its
+    ``wall_s``) and every timed pass (their ``seconds``), to the 0.1 s each is rounded to."""
+    wall, runs = rec.get("wall_s"), live_server_runs(rec)
+    if not _num(wall) or math.isnan(wall) or not runs:
+        return []
+    servers = [s.get("wall_s") for r in runs.values() for s in _list(r.get("servers")) if isinstance(s, dict)]
+    timed = [_dict(_dict(p).get("timed")).get("seconds") for r in runs.values() for p in _list(r.get("passes"))]
+    parts = [x for x in servers + timed if _num(x) and not math.isnan(x)]
+    if wall + 0.1 * len(parts) < sum(parts):
+        return [f"wall_s {wall!r}: the session ran {len(servers)} server(s) and {len(timed)} timed pass(es) one "
+                f"after another, {sum(parts):.1f} s"]
+    return []
+
+
+def load_problems(rec: dict) -> list[str]:
+    """The load's prompt lengths the model's: ``input_lengths`` :func:`sparse_mla.bench.serve.input_length_range` of
+    ``model.index_topk`` and a random dataset's ``--random-input-len`` that index_topk (the writer sizes the prompts
+    around the indexer's top-k, so that the sparse selection binds)."""
+    from ..bench.serve import input_length_range
+    from ..records.values import is_int
+
+    topk, load = _dict(rec.get("model")).get("index_topk"), _dict(rec.get("load"))
+    if not live_server_runs(rec) or not is_int(topk) or topk < 1:
+        return []
+    out = [f"load.input_lengths {load['input_lengths']!r}, the model's index_topk {topk} gives "
+           f"{list(input_length_range(topk))}" for _ in [0]
+           if "input_lengths" in load and load["input_lengths"] != list(input_length_range(topk))]
+    args = [str(a) for a in _list(load.get("dataset_args"))]
+    if "--random-input-len" in args[:-1] and args[args.index("--random-input-len") + 1] != str(topk):
+        out.append(f"load.dataset_args: --random-input-len {args[args.index('--random-input-len') + 1]}, the model's "
+                   f"index_topk {topk}")
+    return out
+
+
+def serving_result_problems(rec: dict) -> list[str]:
+    """Every line of this module's checks; ``[]`` for a record that is no live-server serving benchmark."""
+    return result_problems(rec) + server_command_problems(rec) + session_time_problems(rec) + load_problems(rec)

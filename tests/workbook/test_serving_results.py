@@ -1,0 +1,87 @@
+"""``records check`` on vLLM's own results of a serving benchmark, its servers' command lines and its wall time
+(:mod:`sparse_mla.workbook.serving_results`): issue 47, round 7 -- edits of the committed live-server record that
+were proven."""
+import json
+from pathlib import Path
+
+import pytest
+
+from sparse_mla.workbook import proof, serving_results
+
+RECORD = Path(__file__).resolve().parents[2] / "results" / "h200" / "bench_serve_h200_8heads.json"
+FM = "FLASHMLA_SPARSE"
+
+
+def verdict(tmp_path, rec) -> proof.Verdict:
+    (tmp_path / "s.json").write_text(json.dumps(rec))
+    [v] = proof.check([str(tmp_path / "s.json")])
+    return v
+
+
+def _result(r, **changes):
+    r["repeats"][FM][0].update(changes)
+
+
+def _output_tokens(r, n: int):
+    """Repeat 1 of FLASHMLA_SPARSE making ``n`` output tokens, its throughputs what vLLM computes from them."""
+    res = r["repeats"][FM][0]
+    res.update(total_output_tokens=n, output_throughput=n / res["duration"],
+               total_token_throughput=(res["total_input_tokens"] + n) / res["duration"])
+
+
+def _server_command(r, edit):
+    edit(r["runs"][FM]["servers"][0]["command"])
+
+
+def _drop_backend(cmd: list):
+    i = cmd.index("--attention-backend")
+    del cmd[i:i + 2]
+
+
+@pytest.mark.parametrize("edit,says", [
+    # vLLM's figures against each other (b02, b04, b26)
+    (lambda r: _result(r, total_output_tokens=1), f"repeats.{FM}[0].output_throughput 6530.225439404965, not its "
+                                                  f"total_output_tokens 1 over its duration"),
+    (lambda r: _result(r, request_throughput=999.0), f"repeats.{FM}[0].request_throughput 999.0, not its completed 160"),
+    (lambda r: _output_tokens(r, 1), f"repeats.{FM}[0].total_output_tokens 1: 160 requests of the load's output_len "
+                                     f"256 make 40960 to 40960"),
+    (lambda r: _result(r, total_input_tokens=10 ** 9), "total_input_tokens 1000000000: 160 prompts of the load's 128 "
+                                                       "to 896 tokens"),
+    # latencies no run has, or out of order (b27, b28)
+    (lambda r: _result(r, p99_tpot_ms=-3.0), f"repeats.{FM}[0].p99_tpot_ms is -3.0; accepted: a time in ms of at "
+                                             f"least 0"),
+    (lambda r: _result(r, p99_ttft_ms=0.001), f"repeats.{FM}[0]: the ttft percentiles "),
+    (lambda r: _result(r, median_itl_ms=50.0), f"repeats.{FM}[0].median_itl_ms 50.0, its p50 "),
+    # the load, the server, the session (b12, b13, b16)
+    (lambda r: _result(r, max_concurrency=64), f"repeats.{FM}[0].max_concurrency 64, the load's 32"),
+    (lambda r: _result(r, model_id="/tmp/some_other_model"),
+     f"repeats.{FM}[0].model_id '/tmp/some_other_model', the run's server serves ['/tmp/ck8']"),
+    (lambda r: _result(r, date="19991204-132508"), f"repeats.{FM}[0].date '19991204-132508' is not within the session"),
+    # each server's command line against its run and the record (b07, b09, b21)
+    (lambda r: _server_command(r, lambda c: c.__setitem__(c.index("--attention-backend") + 1,
+                                                          "FLASH_ATTN_MLA_SPARSE")),
+     f"runs.{FM}.servers[0].command: --attention-backend FLASH_ATTN_MLA_SPARSE, the run spec 'FLASHMLA_SPARSE' is "
+     f"served with FLASHMLA_SPARSE"),
+    (lambda r: _server_command(r, _drop_backend), f"runs.{FM}.servers[0].command: no --attention-backend"),
+    (lambda r: _server_command(r, lambda c: c.__setitem__(2, "/tmp/other_model")),
+     f"runs.{FM}.servers[0].command: serves '/tmp/other_model', the record's model.path 'ck8'"),
+    (lambda r: _server_command(r, lambda c: c.__setitem__(c.index("--port") + 1, "1")),
+     f"runs.{FM}.warmup: --base-url http://127.0.0.1:37221, its server listens on port 1"),
+    # the load's prompts sized by another top-k than the model's
+    (lambda r: r["model"].update(index_topk=500), "load.input_lengths [128, 896], the model's index_topk 500 gives "
+                                                  "[125, 875]"),
+    # the session's wall time (b10)
+    (lambda r: r.update(wall_s=1.0), "wall_s 1.0: the session ran 3 server(s) and 15 timed pass(es) one after "
+                                     "another, 418.4 s"),
+])
+def test_a_serving_record_whose_results_servers_or_time_disagree_is_invalid(tmp_path, edit, says):
+    rec = json.loads(RECORD.read_text())
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_the_committed_serving_records_agree_with_themselves():
+    for f in sorted(RECORD.parent.glob("bench_serve_*.json")):
+        assert serving_results.serving_result_problems(json.loads(f.read_text())) == [], f

@@ -1,0 +1,103 @@
+"""``records check`` against the keys the project's writers write (:mod:`sparse_mla.workbook.written`): issue 47,
+round 7 -- failures under keys of their own (``"timeout": true``, a run's ``"rc": 1``, ``"traceback"``, a ``ran``
+block's ``nan_detected``) were proven; at the levels whose writers' keys are known, a key none writes is invalid."""
+import json
+from pathlib import Path
+
+import pytest
+
+from sparse_mla.records import schema
+from sparse_mla.workbook import proof, written
+
+ROOT = Path(__file__).resolve().parents[2]
+SIMULATED, GGUF = "h200/launch_h200_simulated.json", "h200/launch_h200_gguf_q8_0.json"
+DIAGNOSIS, ONE_ENGINE = "h200/diagnose_vs_engine_h200.json", "h200/launch_h200_vllm033_simulated_sm80_engine.json"
+FM = "FLASHMLA_SPARSE"
+
+
+def _committed(name: str) -> dict:
+    return json.loads((ROOT / "results" / name).read_text())
+
+
+def verdict(tmp_path, rec) -> proof.Verdict:
+    (tmp_path / "r.json").write_text(json.dumps(rec))
+    [v] = proof.check([str(tmp_path / "r.json")])
+    return v
+
+
+def _served_check(r: dict) -> dict:
+    """A served check beside the GGUF record's runs, with the keys run_serve and the parity run write."""
+    run = r["runs"]["TRITON_MLA_SPARSE"]
+    r["serve"] = {**{k: json.loads(json.dumps(run[k])) for k in ("run", "backend_requested", "indexer",
+                                                                  "kv_cache_dtype", "checkpoint", "ran")},
+                  "compared_with": "TRITON_MLA_SPARSE", "matches_offline": True,
+                  "token_ids": run["generations"][0]["token_ids"][:16]}
+    return r["serve"]
+
+
+@pytest.mark.parametrize("name,edit,where", [
+    # the engine record's top level (the breaker's a26, a29, a34, a35, a36)
+    (SIMULATED, lambda r: r.update(timeout=True), "the key 'timeout' at the top level"),
+    (SIMULATED, lambda r: r.update(state="failed"), "the key 'state' at the top level"),
+    (SIMULATED, lambda r: r.update(terminated=True), "the key 'terminated' at the top level"),
+    (SIMULATED, lambda r: r.update(stderr="torch.OutOfMemoryError"), "the key 'stderr' at the top level"),
+    (SIMULATED, lambda r: r.update(failed_requests={"min": 0, "median": 0, "max": 0, "total": 12}),
+     "the key 'failed_requests' at the top level"),
+    # each engine run (a27, a28, a30 to a33)
+    (SIMULATED, lambda r: r["runs"][FM].update(result="ERROR"), f"the key 'result' at runs.{FM}"),
+    (SIMULATED, lambda r: r["runs"][FM].update(traceback="RuntimeError: CUDA error"),
+     f"the key 'traceback' at runs.{FM}"),
+    (SIMULATED, lambda r: r["runs"][FM].update(errno=12), f"the key 'errno' at runs.{FM}"),
+    (SIMULATED, lambda r: r["runs"][FM].update(exit=1), f"the key 'exit' at runs.{FM}"),
+    (SIMULATED, lambda r: r["runs"][FM].update(rc=1, signal=9), f"the keys 'rc', 'signal' at runs.{FM}"),
+    (SIMULATED, lambda r: r["runs"][FM].update(exit_code=0), f"the key 'exit_code' at runs.{FM}"),
+    # the ran block, wherever it is (c30), and its weights
+    (SIMULATED, lambda r: r["runs"][FM]["ran"].update(nan_detected=True), f"the key 'nan_detected' at runs.{FM}.ran"),
+    (SIMULATED, lambda r: r["runs"][FM]["ran"]["weights"].update(dtype="fp8"),
+     f"the key 'dtype' at runs.{FM}.ran.weights"),
+    (GGUF, lambda r: _served_check(r)["ran"].update(oom=False), "the key 'oom' at serve.ran"),
+    # the served check, one engine's record, the diagnosis against engines
+    (GGUF, lambda r: _served_check(r).update(exit_code=0), "the key 'exit_code' at serve"),
+    (ONE_ENGINE, lambda r: r.update(rc=1), "the key 'rc' at the top level"),
+    (ONE_ENGINE, lambda r: r.update(speculative=False), "the key 'speculative' at the top level"),   # a parity run's
+    (DIAGNOSIS, lambda r: r.update(timeout=True), "the key 'timeout' at the top level"),
+    (DIAGNOSIS, lambda r: r["runs"]["fp8"].update(signal=9), "the key 'signal' at runs.fp8"),
+    # another kind's keys do not make an engine record another kind, nor does a GLM-5.3-Flash block
+    (SIMULATED, lambda r: r.update(repeats={}, complete=True, timeout=True),
+     "the keys 'repeats', 'complete', 'timeout' at the top level"),
+    (SIMULATED, lambda r: r.update(model_config={"model_type": "glm5_next"}),
+     "the key 'model_config' at the top level"),
+    (SIMULATED, lambda r: r.update(diagnosis={}), "the key 'diagnosis' at the top level"),
+])
+def test_a_key_no_writer_writes_makes_an_engine_record_invalid(tmp_path, name, edit, where):
+    """Each edit of a committed proven record (the breaker's round 7 and the forms a failure could take next): one
+    line naming the key, where it is and what is accepted there."""
+    rec = _committed(name)
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and f"no writer writes {where}; accepted: " in v.reason, v.line()
+
+
+def test_every_committed_record_holds_only_keys_its_writer_writes():
+    """Every run record under results/ and tests/**/records/ (the allow-lists were audited against them and the
+    writers): no line; and every committed engine record is held to a list."""
+    files = sorted([*(ROOT / "results").rglob("*.json"), *(ROOT / "tests").rglob("records/*.json")])
+    held = []
+    for f in files:
+        rec = json.loads(f.read_text())
+        assert written.unwritten_keys(rec) == [], f
+        assert not [line for line in schema.problems_of_any_kind(rec) if "no writer writes" in line], f
+        if written.written_shape(rec) is not None:
+            held.append(f.name)
+    assert {n for n in held if n.startswith("launch_")} == {f.name for f in files if f.name.startswith("launch_")}
+    assert "diagnose_vs_engine_h200.json" in held
+    assert not [n for n in held if n.startswith(("bench_", "glm5next_", "fp8_"))]
+
+
+def test_the_accepted_keys_are_named_once_in_one_line():
+    rec = _committed(SIMULATED)
+    rec["runs"][FM]["rc"] = 1
+    [line] = written.unwritten_keys(rec)
+    assert line.startswith(f"no writer writes the key 'rc' at runs.{FM}; accepted: attention_backends, ")
+    assert "\n" not in line and line.count("log_tail") == 1
