@@ -904,3 +904,31 @@ def test_a_simulated_run_spec_runs_in_its_own_process_only(tmp_path, fake_gpu, m
     assert launch.check_offline_spec(launch.parse_run_spec("TRITON_MLA_SPARSE@8.0")).capability == "8.0"
     spec = launch.parse_run_spec("TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9")
     assert launch.spec_env(spec, {})["SPARSE_MLA_SIMULATED_CAPABILITY"] == "8.9"
+
+
+def test_a_served_record_from_the_command_line_is_one_records_check_reads(tmp_path, ckpt, fake_gpu, monkeypatch):
+    """``launch --serve --json-out`` (the stand-in `vllm serve`) writes the header every record has and its served
+    check under ``serve``, as a parity record holds one; ``records check`` reads it, not as a record no writer makes
+    (issue 47, 2026-12-06e: at the top level, ``vllm serve``'s command list and no header made it invalid)."""
+    from pathlib import Path
+
+    from sparse_mla import cli
+    from sparse_mla.diagnose.probe import load_vllm_extensions
+    from sparse_mla.workbook import proof
+
+    load_vllm_extensions()   # vLLM's CUDA platform rules (the default indexer) importable without the driver
+    fake = Path(__file__).resolve().parents[1] / "bench" / "fake_vllm.py"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+    (bindir / "vllm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "served.json"
+    argv = ["launch", "--model", str(ckpt), "--serve", "--prompt-lengths", "16", "--max-tokens", "2",
+            "--json-out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["sparse-mla", *argv])       # the header's command is the process's own
+    assert cli.main(argv) == 0
+    rec = json.loads(out.read_text())
+    assert rec["environment"]["command"].startswith("sparse-mla launch") and rec["serve"]["token_ids"]
+    [v] = proof.check([str(out)])
+    assert v.status != "invalid", v.line()       # unproven: "no engine run" (a served check alone proves no parity)

@@ -855,6 +855,9 @@ def _cli(args) -> int:
     elif args.serve:
         rec = run_serve(model, args.backend, prompt=prompt_ids(model_dir(model), lengths[:1])[0], max_tokens=args.max_tokens,
                         kv_cache_dtype=args.kv_cache_dtype, tp=tp, speculative_config=spec_cfg)
+        from ..records import environment
+
+        rec = {"environment": environment(), "serve": rec}  # a parity record's served check, alone: the same shape
     else:
         rec = run_offline(model, args.backend, args.kv_cache_dtype, tp, prompts=prompt_ids(model_dir(model), lengths),
                           max_tokens=args.max_tokens, enforce_eager=not args.cuda_graphs, throughput=thr,
@@ -865,9 +868,9 @@ def _cli(args) -> int:
             atomic_write_text(args.json_out, text)
         else:
             print(text)
-        if rec.get("ran_contradictions"):   # the record is out, with them; the command fails
-            print(f"sparse-mla launch: what ran contradicts what was asked: {'; '.join(rec['ran_contradictions'])}",
-                  file=sys.stderr)
+        said = (rec.get("serve") or rec).get("ran_contradictions")
+        if said:   # the record is out, with them; the command fails
+            print(f"sparse-mla launch: what ran contradicts what was asked: {'; '.join(said)}", file=sys.stderr)
             return 1
         return 0
     print(json.dumps({k: rec.get(k) for k in ("parity_vs_ours", "throughput_tokens_per_s", "failures")},
