@@ -14,7 +14,8 @@ import pytest
 from sparse_mla import machine
 from sparse_mla.errors import UserInputError
 
-VARIABLES = [v for _, chain in machine.CACHE_FOLDERS for v, _ in chain if v != "HOME"]
+VARIABLES = [v for _, chain in machine.CACHE_FOLDERS for v, _ in chain if v != "HOME"] + \
+    [v for _, v in machine.NAMED_CACHE_FOLDERS]
 
 
 @pytest.fixture
@@ -83,6 +84,10 @@ def test_a_home_that_cannot_hold_the_caches_is_named_with_what_to_set(bare, monk
                                             "leads into /proc"),
     ("TRITON_HOME", "/dev/null", "TRITON_HOME='/dev/null' cannot hold Triton's cache (/dev/null is not a folder)"),
     ("TRITON_CACHE_DIR", "/sys/x", "TRITON_CACHE_DIR='/sys/x' cannot hold Triton's cache: it leads into /sys"),
+    ("TORCHINDUCTOR_CACHE_DIR", "/proc/x", "TORCHINDUCTOR_CACHE_DIR='/proc/x' cannot hold torch's inductor's cache: "
+                                          "it leads into /proc"),
+    ("TORCHINDUCTOR_CACHE_DIR", "/dev/null", "TORCHINDUCTOR_CACHE_DIR='/dev/null' cannot hold torch's inductor's "
+                                            "cache (/dev/null is not a folder)"),
 ])
 def test_each_cache_variable_is_checked_like_vllms(bare, monkeypatch, var, value, says):
     monkeypatch.setenv(var, value)

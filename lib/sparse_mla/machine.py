@@ -81,6 +81,10 @@ def check_environment() -> None:
 CACHE_FOLDERS = (("vLLM", (("VLLM_CACHE_ROOT", ""), ("XDG_CACHE_HOME", "vllm"), ("HOME", ".cache/vllm"))),
                  ("FlashInfer", (("FLASHINFER_WORKSPACE_BASE", ".cache/flashinfer"), ("HOME", ".cache/flashinfer"))),
                  ("Triton", (("TRITON_CACHE_DIR", ""), ("TRITON_HOME", ".triton/cache"), ("HOME", ".triton/cache"))))
+#: Caches whose default is outside the home folder, checked where their variable names one: torch's inductor
+#: (``torch._inductor.runtime.cache_dir_utils.cache_dir``: the variable, else the temp folder), which vLLM's logger
+#: import creates (issue 47, round 8: ``TORCHINDUCTOR_CACHE_DIR=/proc/x`` was a traceback).
+NAMED_CACHE_FOLDERS = (("torch's inductor", "TORCHINDUCTOR_CACHE_DIR"),)
 
 
 def cache_folders() -> dict[str, str]:
@@ -121,16 +125,14 @@ def _check_cache_folders() -> None:
     Raises :class:`~sparse_mla.errors.UserInputError` naming the variable, its value, the folder and what to set."""
     from .errors import UserInputError
 
+    for owner, var in NAMED_CACHE_FOLDERS:
+        if os.environ.get(var):
+            _check_named(owner, var, "")
     under_home = []
     for owner, chain in CACHE_FOLDERS:
         named = [(var, sub) for var, sub in chain[:-1] if os.environ.get(var)]
         for var, sub in named:
-            raw = os.environ[var]
-            why = _cache_folder_problem(os.path.abspath(os.path.join(os.path.expanduser(raw), sub)))
-            if why is not None:
-                ok = ("a folder path" if "not a folder" in why else "a folder this user may write" if "writable" in
-                      why else f"a folder on a disk (e.g. ~/.cache/{owner.lower()} or /tmp/{owner.lower()}-cache)")
-                raise UserInputError(f"{var}={raw!r} cannot hold {owner}'s cache{why}; accepted: {ok}, or {var} unset")
+            _check_named(owner, var, sub)
         if not named:
             under_home.append((owner, chain[-1][1], chain[0][0]))
     home = os.path.expanduser("~")
@@ -141,6 +143,19 @@ def _check_cache_folders() -> None:
         raise UserInputError(f"{shown} cannot hold the caches of {_and([o for o, _, _ in bad])} below it "
                              f"({', '.join(f for _, f, _ in bad)}){_cache_folder_problem(bad[0][1])}; accepted: HOME "
                              f"a folder this user may write, on a disk, or {_and([v for _, _, v in bad])} set to one")
+
+
+def _check_named(owner: str, var: str, sub: str) -> None:
+    """The folder ``$var/sub`` can hold ``owner``'s cache; else one UserInputError naming the variable and value."""
+    from .errors import UserInputError
+
+    raw = os.environ[var]
+    why = _cache_folder_problem(os.path.abspath(os.path.join(os.path.expanduser(raw), sub)))
+    if why is not None:
+        short = owner.split()[-1].lower()
+        ok = ("a folder path" if "not a folder" in why else "a folder this user may write" if "writable" in
+              why else f"a folder on a disk (e.g. ~/.cache/{short} or /tmp/{short}-cache)")
+        raise UserInputError(f"{var}={raw!r} cannot hold {owner}'s cache{why}; accepted: {ok}, or {var} unset")
 
 
 def _and(names: list[str]) -> str:

@@ -192,6 +192,11 @@ def _wrong_first_token(rec: dict, failures: list[str]) -> dict:
     gen["token_ids"][0] += 1
     rec["first_token_criterion"]["per_prompt"][0]["first_tokens"][GLM5NEXT_RUN] = gen["token_ids"][0]
     rec["first_token_criterion"]["failures"] = failures
+    ref = rec["reference"][GLM5NEXT_RUN][0]          # the reference's view of it, as the tool would write it
+    ref["steps"][0].update(token=gen["token_ids"][0], regret=0.5)
+    ref.update(max_regret=max(s["regret"] for s in ref["steps"]), first_divergence=0,
+               reference_gap_at_divergence=ref["reference_greedy"]["top2_gaps"][0])
+    ref["first_token"]["vllm"] = gen["token_ids"][0]
     return rec
 
 
@@ -206,6 +211,51 @@ def _edit(rec: dict, path: str, value) -> dict:
         d = d[int(k)] if isinstance(d, list) else d[k]
     d[int(last) if isinstance(d, list) else last] = value
     return rec
+
+
+def _layer_backend(r: dict, backend: str) -> dict:
+    import copy
+
+    r = copy.deepcopy(r)
+    r["runs"][GLM5NEXT_RUN]["layers"]["model.layers.3.self_attn.attn"]["backend"] = backend
+    return r
+
+
+def _nan_top(r: dict) -> dict:
+    import copy
+
+    r = copy.deepcopy(r)
+    top = r["runs"][GLM5NEXT_RUN]["generations"][0]["first_top_logprobs"]
+    top[next(iter(top))] = float("nan")
+    return r
+
+
+@pytest.mark.parametrize("make, status, needle", [      # issue 47, breaker round 8 (2026-12-06e)
+    (lambda r: _edit(r, "first_token_criterion.per_prompt.1.gap", 0.5), "invalid", "gap"),
+    (lambda r: _edit(r, "reference.RUN.0.steps.0.reference_argmax", 5), "invalid", "argmax"),
+    (lambda r: _edit(r, "reference.RUN.0.steps.1.regret", 3.0), "invalid", "regret"),
+    (lambda r: _edit(r, "reference.RUN.0.first_divergence", 0), "invalid", "first_divergence"),
+    (lambda r: _edit(r, "reference.RUN.0.steps.0.abs_diff", 4.0), "invalid", "abs_diff"),
+    (lambda r: _edit(r, "reference.RUN.0.max_abs_logprob_diff", 0.0), "invalid", "max_abs_logprob_diff"),
+    (lambda r: _edit(r, "reference.RUN.0.first_token.vllm", 999), "invalid", "first_token.vllm 999"),
+    (lambda r: _edit(r, "reference.RUN.0.first_token.reference_top2_gap", 0.9), "invalid", "reference_top2_gap"),
+    (lambda r: _edit(r, "reference.RUN.0.reference_greedy.token_ids.0", 5), "invalid", "argmax"),
+    (lambda r: _layer_backend(r, "FLASHMLA_SPARSE"), "invalid", "layers name"),
+    (lambda r: _edit(r, "runs.RUN.ran.other_layers", {"GDN_ATTN": 60, "KPOOL_TAIL": 2}), "invalid", "layers name"),
+    (lambda r: _edit(r, "runs.RUN.simulated_capability", "8.0"), "invalid", "not the request"),
+    (lambda r: _edit(r, "environment.vllm", "0.26.0"), "invalid", "no vLLM line with GLM-5.3-Flash"),
+    (lambda r: _edit(r, "model_config.index_topk", 100), "invalid", "index_topk 100"),
+    (lambda r: _edit(r, "model_config.num_hidden_layers", 2), "invalid", "num_hidden_layers is 2"),
+    (lambda r: _edit(r, "runs.RUN.status", "failed"), "invalid", "no writer writes the key 'status'"),
+    (lambda r: _edit(r, "banana", 1), "invalid", "no writer writes the key 'banana'"),
+    (lambda r: _edit(r, "failures", ["engine died"]), "invalid", "no writer writes the key 'failures'"),
+    (lambda r: _edit(r, "runs.RUN.generations.0.logprobs", [-1.0]), "invalid", "log-probs"),
+    (lambda r: _edit(r, "max_tokens", 4), "invalid", "max_tokens is 4"),
+    (_nan_top, "unproven", "NaN"),
+])
+def test_the_breakers_round_eight_on_glm5next_comparisons(make, status, needle):
+    v = proof.judge("x.json", make(_glm5next_record()))
+    assert v.status == status and needle in v.reason, v.line()
 
 
 @pytest.mark.parametrize("make, status, needle", [
@@ -228,7 +278,9 @@ def _edit(rec: dict, path: str, value) -> dict:
     (lambda r: _edit(r, "runs.RUN.error", "RuntimeError: died"), "unproven", "1 engine(s) failed"),
     (lambda r: _edit(r, "reference", {"error": "OOM"}), "unproven", "reference: OOM"),
     (lambda r: _edit(r, "runs.RUN.backend_requested", "NOPE"), "invalid", "NOPE"),
-    (lambda r: {**r, "runs": {"TRITON_MLA_SPARSE@12.0": r["runs"][GLM5NEXT_RUN]}}, "unproven", "test neither GPU"),
+    (lambda r: {**r, "runs": {"TRITON_MLA_SPARSE@12.0": {**r["runs"][GLM5NEXT_RUN], "indexer": "vllm",
+                                                         "simulated_capability": "12.0"}}},
+     "unproven", "test neither GPU"),
 ])
 def test_a_glm5next_comparison_that_says_otherwise_is_not_proven(make, status, needle):
     v = proof.judge("x.json", make(_glm5next_record()))

@@ -559,13 +559,22 @@ ONE_ENGINE_KEYS = tuple(dict.fromkeys((*HEADER_KEYS, *OFFLINE_KEYS, *SERVED_KEYS
 #: ``tools/gpu/diagnose_vs_engine.py``: the diagnosis per KV-cache dtype against an engine each (its ``launch
 #: --json-out`` record without its generations, or ``error`` and the log's tail).
 DIAGNOSIS_KEYS = ("what", "environment", "runs", "diagnosis", "differences")
+#: ``tools/gpu/glm5next_parity.py``: a GLM-5.3-Flash comparison (``checkpoint`` for the model's config in those of
+#: 2026-12-06), and one of its engines (its request, its record, or ``error`` and ``stderr``).
+GLM5NEXT_KEYS = ("what", "environment", "model_config", "checkpoint", "max_tokens", "runs", "engine_agreement",
+                 "reference", "first_token_criterion")
+GLM5NEXT_RUN_KEYS = ("run", "backend_requested", "indexer", "simulated_capability", "engine_init_s", "layers",
+                     "attention_backends", "generations", "ran", "ran_contradictions", "ran_error", "simulated",
+                     "error", "stderr")
 DIAGNOSED_ENGINE_KEYS = (*OFFLINE_KEYS, "error", "log_tail")
 
 
 def _written(name: str, keys: tuple[str, ...], doc: str, **typed) -> type[_Written]:
     """A model of one level's keys (``keys``, each may hold anything: their types are the record kinds' shapes'),
     ``typed`` the levels below it that are written too."""
-    fields = {k: (Any, None) for k in keys}
+    fields = {k: (Any, None) for k in keys if k != "model_config"}
+    if "model_config" in keys:              # pydantic's own name: the field under another, the key as its alias
+        fields["model_config_"] = (Any, Field(None, alias="model_config"))
     fields.update({k: (Optional[t], None) for k, t in typed.items()})
     return create_model(name, __base__=_Written, __doc__=doc, **fields)
 
@@ -577,6 +586,8 @@ ServedCheck = _written("ServedCheck", SERVED_CHECK_KEYS, "A served engine or a p
 ParityRecord = _written("ParityRecord", PARITY_KEYS, "A parity record's top level.", runs=dict[str, ParityRun],
                         serve=ServedCheck)
 OneEngineRecord = _written("OneEngineRecord", ONE_ENGINE_KEYS, "One engine's record.", serve=ServedCheck)
+Glm5NextRecord = _written("Glm5NextRecord", GLM5NEXT_KEYS, "A GLM-5.3-Flash comparison's top level.",
+                          runs=dict[str, _written("Glm5NextRun", GLM5NEXT_RUN_KEYS, "One compared engine.")])
 DiagnosisRecord = _written("DiagnosisRecord", DIAGNOSIS_KEYS, "The diagnosis against engines.",
                            runs=dict[str, _written("DiagnosedEngine", DIAGNOSED_ENGINE_KEYS, "One diagnosed engine.")])
 

@@ -246,35 +246,6 @@ def criterion_figure_problems(rec: dict) -> list[str]:
     return out
 
 
-def glm5next_criterion_problems(rec: dict) -> list[str]:
-    """A GLM-5.3-Flash comparison's (``tools/gpu/glm5next_parity.py``) ``first_token_criterion`` against its runs'
-    generations and its ``reference`` (each run's ``first_token.reference_argmax``), and its figures
-    (:func:`criterion_figure_problems`), as a parity record's; its writer judges every run that ran (no ``error``)."""
-    runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
-    ok = {k: r for k, r in runs.items() if isinstance(r, dict) and r.get("error") is None}
-    if any(not isinstance(r.get("generations"), list) or not r["generations"] for r in ok.values()):
-        return [f"{k}: no generations" for k, r in ok.items() if not r.get("generations")] or \
-            ["runs: generations are not lists"]
-    ref = rec.get("reference")
-    if not isinstance(ref, dict) or "error" in ref:
-        return []                    # no reference: no criterion to hold to it (said_failed names the error)
-    if set(ref) != set(ok):
-        return [f"reference compares {sorted(ref)}, the runs that ran are {sorted(ok)}"]
-    try:
-        argmax = {k: [{"reference_argmax": e["first_token"]["reference_argmax"]} for e in es] for k, es in ref.items()}
-    except (KeyError, TypeError) as e:
-        return [f"reference: an entry without first_token.reference_argmax ({type(e).__name__}: {e})"]
-    gens = {k: r["generations"] for k, r in ok.items()}
-    out = _criterion(rec.get("first_token_criterion"), argmax, gens) + criterion_figure_problems(rec)
-    crit = rec.get("first_token_criterion")
-    if out or not isinstance(crit, dict) or "error" in crit or crit.get("failures"):
-        return out
-    return [f"first_token_criterion: the {p.get('prompt_len')}-token prompt is decisive and {k} gave {t}, not the "
-            f"reference's argmax {p.get('reference_argmax')}, yet no failure is recorded"
-            for p in crit.get("per_prompt") or [] if p.get("decisive") is True
-            for k, t in (p.get("first_tokens") or {}).items() if t != p.get("reference_argmax")]
-
-
 def served_problems(rec: dict) -> list[str]:
     """``serve.matches_offline`` against the served tokens and the offline run it names (``compared_with``: the
     writer writes both or neither)."""

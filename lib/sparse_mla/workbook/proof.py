@@ -696,6 +696,29 @@ def _glm5next_spec_problem(name: str) -> str | None:
     return None
 
 
+def _glm5next_request_problems(obj: dict, runs: dict) -> list[str]:
+    """A GLM-5.3-Flash comparison's requests and header against what can have run: each run's request fields are its
+    run spec's; the header's vLLM is a line with GLM-5.3-Flash; the model's ``index_topk`` one make-checkpoint
+    writes."""
+    from ..launch.checkpoint import check_index_topk
+    from ..models import GLM5_NEXT_VLLM_LINES
+    from ..vllm_lines import line_of
+
+    out = [f"{k}: {m}" for k, r in runs.items() if isinstance(r, dict) and "backend_requested" in r
+           and (m := _spec_mismatch(k, r.get("backend_requested"), r.get("indexer"), r.get("simulated_capability")))]
+    out += [f"{k}: simulated_capability {r.get('simulated_capability')!r} in a run spec without @" for k, r in
+            runs.items() if isinstance(r, dict) and "@" not in k and r.get("simulated_capability") is not None]
+    vllm = (obj.get("environment") or {}).get("vllm")
+    if isinstance(vllm, str) and line_of(vllm) not in GLM5_NEXT_VLLM_LINES:
+        out.append(f"environment.vllm {vllm!r}: no vLLM line with GLM-5.3-Flash ({', '.join(GLM5_NEXT_VLLM_LINES)})")
+    cfg = obj.get("model_config", obj.get("checkpoint"))
+    try:
+        check_index_topk(cfg.get("index_topk"))
+    except UserInputError as e:
+        out.append(f"model_config: {e}")
+    return out
+
+
 def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     """A GLM-5.3-Flash comparison (:func:`sparse_mla.workbook.written.is_glm5next_comparison`, never judged as a
     launch record: its engines run no ``launch`` request): invalid where a run names a backend or indexer no vLLM of
@@ -703,13 +726,14 @@ def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     run spec or the criterion's figures are not what its runs and reference give; unproven where a run simulates
     vLLM's DeepGEMM indexer (the tool refuses those since 2026-12-06d; a record from before says what ran), an engine,
     the reference or the criterion failed or there is no criterion (records before it); else proven."""
-    from .consistency import glm5next_criterion_problems
+    from .glm5next_record import glm5next_record_problems
 
     runs = obj.get("runs") if isinstance(obj.get("runs"), dict) else {}
     bad = [f"{k}: {n}" for k, r in runs.items() if isinstance(r, dict)     # the request's names
            for n in unknown_names({f: r[f] for f in ("backend_requested", "indexer") if f in r})]
     bad += header_problems(obj, {k: r for k, r in runs.items() if isinstance(r, dict) and isinstance(r.get("ran"),
                                                                                                        dict)})
+    bad += _glm5next_request_problems(obj, runs)
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     meaningless = [f"{k}: {e}" for k in runs if (e := _glm5next_spec_problem(k))]     # written before the refusal
@@ -723,10 +747,11 @@ def _glm5next_verdict(path: str, obj: dict) -> Verdict:
         return Verdict(path, "unproven", GLM5NEXT_UNPROVEN)
     bad = [f"{k}: {c}" for k, r in runs.items() if (req := _glm5next_request(k)) is not None
            for c in contradictions(req, r.get("ran"))]
-    bad += glm5next_criterion_problems(obj)
+    bad += glm5next_record_problems(obj) + unwritten_keys(obj)
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
-    said = [f"{k}: ran_contradictions {r['ran_contradictions']}" for k, r in runs.items() if r.get("ran_contradictions")]
+    said = said_failed(obj)
+    said += [f"{k}: ran_contradictions {r['ran_contradictions']}" for k, r in runs.items() if r.get("ran_contradictions")]
     said += [f"{k}: no ran block ({r.get('ran_error')})" for k, r in runs.items() if "ran" not in r]
     ref, crit = obj.get("reference"), obj["first_token_criterion"]
     said += [f"reference: {ref['error']}"] if isinstance(ref, dict) and "error" in ref else []

@@ -6,8 +6,8 @@ The levels whose keys are known (:mod:`sparse_mla.records.schema`): an engine (l
 its engine runs (``runs.X``) and its served check, in each of its forms (a parity run, one engine's record, the
 diagnosis against engines of ``tools/gpu/diagnose_vs_engine.py``), and every ``ran`` block wherever it is (one writer,
 :func:`sparse_mla.vllm_plugin.ran.collect`: :class:`~sparse_mla.records.schema.Ran`, held by the record kinds'
-shapes). A serving benchmark, a GLM-5.3-Flash comparison and a kernel benchmark are held to no such list; a failure
-said anywhere in them is still read by :func:`sparse_mla.workbook.proof.said_failed`.
+shapes), and a GLM-5.3-Flash comparison's top level and engines. A serving benchmark and a kernel benchmark are
+held to no such list; a failure said anywhere in them is still read by :func:`sparse_mla.workbook.proof.said_failed`.
 """
 from __future__ import annotations
 
@@ -39,11 +39,13 @@ def is_glm5next_comparison(obj) -> bool:
 
 def written_shape(rec) -> type | None:
     """The model of the keys ``rec``'s writer writes (:data:`sparse_mla.records.schema.ParityRecord`,
-    ``OneEngineRecord``, ``DiagnosisRecord``), or None for a record whose keys are not all known. A record whose
+    ``OneEngineRecord``, ``DiagnosisRecord``, ``Glm5NextRecord``), or None for a record whose keys are not all known. A record whose
     command is ``sparse-mla launch`` is an engine record whatever else it holds (a ``repeats`` or ``diagnosis`` key
     added to it is a key its writer does not write)."""
-    if not isinstance(rec, dict) or is_glm5next_comparison(rec):
+    if not isinstance(rec, dict):
         return None
+    if is_glm5next_comparison(rec):
+        return schema.Glm5NextRecord
     if launch_command(rec):
         return schema.ParityRecord if "runs" in rec else schema.OneEngineRecord
     if "diagnosis" in rec:
