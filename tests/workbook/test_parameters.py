@@ -158,3 +158,26 @@ def test_device_cuda_where_the_notebooks_find_no_gpu_is_refused_before_any_noteb
     assert len(err) == 1 and "profile 'mine': 02_sparse_mla_triton_kernel's device = 'cuda' is not accepted; " \
         in err[0] and says in err[0] and err[0].endswith("accepted on this machine: cpu"), err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("nb, given, says", [        # issue 47, breaker round 8 (2026-12-06e)
+    ("02_x", {"results_dir": "EMPTY"}, "has no h200/bench_kernel_h200.json"),
+    ("01_x", {"results_dir": "EMPTY"}, "has no what_to_run.csv"),
+    ("04_x", {"launch_record": "../notebooks/../results/h200/bench_serve_h200_8heads.json"},
+     "is no record of `sparse-mla launch --parity`"),
+    ("04_x", {"launch_record": "what_to_run.csv"}, "is no record of `sparse-mla launch --parity`"),
+    ("05_x", {"prompt_len": 100}, "prompt_len 100 is not longer than index_topk 128"),
+    ("05_x", {"index_topk": 256}, "prompt_len 160 is not longer than index_topk 256"),
+])
+def test_what_the_notebooks_read_and_show_is_checked_before_the_run(tmp_path, nb, given, says):
+    """An empty ``results_dir`` (notebook 02 failed in its fifth cell), a ``launch_record`` that is no launch record
+    (04: KeyError after 68 s), a prompt no longer than the top-k (05: IndexError after 98 s) were accepted."""
+    nbs = chain.project_root() / "notebooks"
+    (tmp_path / "empty").mkdir()
+    given = {k: str(tmp_path / "empty") if v == "EMPTY" else v for k, v in given.items()}
+    defaults = {"results_dir": "../results", "prompt_len": 160, "index_topk": 128}
+    with pytest.raises(UserInputError, match=f"profile 'p': {nb}'s ") as e:
+        check_values("p", nb, given, defaults, nbs, out_dir=tmp_path)
+    assert says in str(e.value), str(e.value)
+    check_values("p", nb, {"results_dir": "../results", "launch_record": "h200/launch_h200.json", "prompt_len": 129},
+                 defaults, nbs, out_dir=tmp_path)             # what the committed results/ hold passes

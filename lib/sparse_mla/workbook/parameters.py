@@ -76,7 +76,40 @@ def _as_read(value, notebooks_dir: Path) -> Path:
     return Path(str(value)) if Path(str(value)).is_absolute() else notebooks_dir / str(value)
 
 
-def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path) -> None:
+#: What a notebook reads from ``results_dir`` whatever its other parameters (the committed records it shows), by its
+#: number: a ``results_dir`` a profile gives must hold them (issue 47, round 8: an empty folder was accepted and
+#: notebook 02 failed in its fifth cell).
+RESULTS_READ = {"01": ("what_to_run.csv",),
+                "02": ("h200/bench_kernel_h200.json", "h200/bench_kernel_h200.csv", "h200/bench_kernel_h200.png"),
+                "04": ("h200/launch_h200_cudagraph.json", "what_to_run.csv"),
+                "05": ("what_to_run.csv", "h200/bench_serve_h200_8heads.json", "h200/diagnose_vs_engine_h200.json")}
+
+
+def _results_read(notebook: str, results: Path) -> None:
+    """``results`` holds what the notebook ``notebook`` (its file stem, ``04_register...``) reads from it."""
+    missing = [f for f in RESULTS_READ.get(notebook[:2], ()) if not (results / f).is_file()]
+    if missing:
+        raise UserInputError(f"results_dir {str(results)!r} has no {', '.join(missing)}, which the notebook reads; "
+                             f"accepted: a folder of the records as results/ holds them (results/, relative to "
+                             f"notebooks/)")
+
+
+def _launch_record(given, record: Path) -> None:
+    """``launch_record`` a record ``sparse-mla launch --parity`` wrote: runs beside a header whose command is it."""
+    import json
+
+    from .written import launch_command
+
+    try:
+        rec = json.loads(record.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        rec = f"{type(e).__name__}"
+    if not isinstance(rec, dict) or not isinstance(rec.get("runs"), dict) or not launch_command(rec):
+        raise UserInputError(f"launch_record {given!r} is no record of `sparse-mla launch --parity` (runs and its "
+                             f"command in the header); accepted: one, e.g. h200/launch_h200.json")
+
+
+def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path, notebook: str = "") -> None:
     """A profile's folders, relative to the notebooks' folder as the notebook reads them: ``checkpoint_dir`` a folder
     any command may write (:func:`sparse_mla.errors.writable_dir`: not the package, ``lib/``, ``tests/``, ``.git``)
     inside the run's output folder ``out_dir`` (:func:`_inside_the_run`), ``results_dir`` an existing folder,
@@ -89,6 +122,8 @@ def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path) -> N
     if "results_dir" in given and not results.is_dir():
         raise UserInputError(f"results_dir {given['results_dir']!r} is not a folder; accepted: the folder of the "
                              f"records (results/, relative to notebooks/)")
+    if "results_dir" in given:
+        _results_read(notebook, results)
     if "launch_record" in given:
         record = (results / str(given["launch_record"])).resolve()
         if not record.is_relative_to(results.resolve()):
@@ -98,8 +133,18 @@ def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path) -> N
         if not record.is_file():
             raise UserInputError(f"launch_record {given['launch_record']!r} is not a file in results_dir; accepted: a "
                                  f"launch record there (h200/launch_h200.json)")
+        _launch_record(given["launch_record"], record)
     if given.get("checkpoint_dir") is not None:
         writable_dir(_as_read(given["checkpoint_dir"], notebooks_dir), "checkpoint_dir")
+
+
+def _prompt_beyond_topk(given: dict, values: dict) -> None:
+    """A notebook with both ``prompt_len`` and ``index_topk`` (05) shows the tokens the indexer drops: the prompt must
+    be longer than the top-k (issue 47, round 8: ``prompt_len: 100`` at top-k 128 failed in its twentieth cell)."""
+    n, k = values.get("prompt_len"), values.get("index_topk")
+    if ("prompt_len" in given or "index_topk" in given) and isinstance(n, int) and isinstance(k, int) and n <= k:
+        raise UserInputError(f"prompt_len {n} is not longer than index_topk {k}: the notebook shows the tokens the "
+                             f"indexer drops, and drops none; accepted: prompt_len > index_topk (e.g. 160 and 128)")
 
 
 def _inside_the_run(value, notebooks_dir: Path, out_dir: Path) -> None:
@@ -153,7 +198,8 @@ def check_values(profile: str, notebook: str, given: dict, defaults: dict, noteb
             raise UserInputError(f"profile {profile!r}: {notebook}'s {key} = {value!r} is not accepted; {why}")
     try:
         _folders(given, {**defaults, **given}, notebooks_dir,
-                 notebooks_dir.parent / "results" / profile if out_dir is None else Path(out_dir))
+                 notebooks_dir.parent / "results" / profile if out_dir is None else Path(out_dir), notebook)
+        _prompt_beyond_topk(given, {**defaults, **given})
     except UserInputError as e:
         raise UserInputError(f"profile {profile!r}: {notebook}'s {e}") from None
     asked = [k for k in REQUEST if k in given]
