@@ -299,3 +299,14 @@ def test_unknown_tables_and_argument_counts(tmp_path):
 def test_markdown_escapes_pipes_and_shows_missing_values():
     md = markdown(["a", "b"], [["x|y", None], [float("nan"), 1]], ["note"])
     assert md.split("\n") == ["| a | b |", "|---|---|", "| x\\|y | — |", "| — | 1 |", "", "note"]
+
+
+def test_a_record_that_is_no_json_is_named_in_a_whole_sentence(tmp_path):
+    """Issue 47, round 8: "accepted: a engine (launch) record (a JSON object with )" for a kind that needs no key."""
+    from sparse_mla.errors import UserInputError
+    from sparse_mla.records.common import load
+
+    (tmp_path / "x.json").write_text("not json")
+    with pytest.raises(UserInputError) as e:
+        load("x.json", tmp_path, "engine (launch)", ())
+    assert str(e.value).endswith("accepted: an engine (launch) record (a JSON object)"), str(e.value)

@@ -99,7 +99,9 @@ def load(arg: str, base: Path, kind: str, needs: tuple[str, ...]) -> dict:
     from ..errors import expand_path
 
     path = expand_path(Path(base) / arg, f"record {arg!r}")   # a name the file system refuses is one line
-    accepted = f"a {kind} record (a JSON object with {', '.join(repr(k) for k in needs)})"
+    article = "an" if kind[:1] in "aeiou" else "a"
+    accepted = f"{article} {kind} record" + (f" (a JSON object with {', '.join(repr(k) for k in needs)})" if needs
+                                             else " (a JSON object)")
     if not path.is_file():
         why = "does not exist" if not path.exists() else "is not a regular file"
         where = "" if str(path) == arg else f" ({path})"
