@@ -85,3 +85,23 @@ def test_a_serving_record_whose_results_servers_or_time_disagree_is_invalid(tmp_
 def test_the_committed_serving_records_agree_with_themselves():
     for f in sorted(RECORD.parent.glob("bench_serve_*.json")):
         assert serving_results.serving_result_problems(json.loads(f.read_text())) == [], f
+
+
+def _timed_option(r, option: str, value: str):
+    cmd = r["runs"][FM]["passes"][0]["timed"]["command"]
+    cmd[cmd.index(option) + 1] = value
+
+
+@pytest.mark.parametrize("edit, says", [                  # issue 47, breaker round 8 (s19, s20, s28, s21)
+    (lambda r: _timed_option(r, "--max-concurrency", "64"), "'--max-concurrency 64' where the writer puts "
+                                                            "'--max-concurrency 32'"),
+    (lambda r: _timed_option(r, "--num-prompts", "16"), "'--num-prompts 16'"),
+    (lambda r: r["load"].update(seed=7), "'--seed 0' where the writer puts '--seed 7'"),
+    (lambda r: r["runs"][FM]["servers"][0]["warmup"].update(result_file="other_r1.json"), "warmup.command"),
+])
+def test_a_client_pass_is_the_command_the_writer_builds_for_the_load(tmp_path, edit, says):
+    rec = json.loads(RECORD.read_text())
+    assert verdict(tmp_path, rec).status == "proven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()

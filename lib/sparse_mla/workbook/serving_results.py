@@ -173,6 +173,42 @@ def server_command_problems(rec: dict) -> list[str]:
             if model is not None and isinstance(path, str) and Path(model).name != path:
                 out.append(f"{where}: serves {model!r}, the record's model.path {path!r}")
             out += _client_problems(f"runs.{k}", run, s, cmd)
+            out += _client_load_problems(f"runs.{k}", run, s, _dict(rec.get("load")))
+    return out
+
+
+def _client_load_problems(where: str, run: dict, server: dict, load: dict) -> list[str]:
+    """Each ``vllm bench serve`` pass's command line (warm-up and timed) the one the writer builds for the record's
+    load (:func:`sparse_mla.bench.vllm_client.bench_argv`: its dataset arguments, prompts, concurrency, seed) and the
+    pass's ``result_file``, with the address, model, result folder and ready time-out the command itself names (issue
+    47, round 8: ``--max-concurrency 64``, ``--num-prompts 16``, ``--seed 7`` and another run's result file beside
+    a load of 32, 160 and 0 were proven)."""
+    from ..bench.vllm_client import bench_argv
+
+    keys = ("dataset_args", "num_prompts", "max_concurrency", "seed")
+    if not all(k in load for k in keys):
+        return []
+    passes = [("warmup", _dict(server.get("warmup")))]
+    passes += [(f"passes[{j}].timed", _dict(_dict(p).get("timed"))) for j, p in enumerate(_list(run.get("passes")))]
+    out = []
+    for name, p in passes:
+        c = [str(x) for x in _list(p.get("command"))]
+        named = {o: c[c.index(o) + 1] for o in ("--base-url", "--model", "--served-model-name", "--result-dir",
+                                                "--ready-check-timeout-sec") if o in c[:-1]}
+        if len(named) < 5 or not isinstance(p.get("result_file"), str):
+            continue
+        try:
+            want = ["vllm", "bench", "serve", *bench_argv(
+                named["--base-url"], named["--model"], named["--served-model-name"], list(load["dataset_args"]),
+                num_prompts=load["num_prompts"], max_concurrency=load["max_concurrency"], seed=load["seed"],
+                result_path=Path(named["--result-dir"]) / p["result_file"],
+                ready_timeout_s=float(named["--ready-check-timeout-sec"]))]
+        except (TypeError, ValueError):
+            continue
+        if c != want:
+            diff = next(i for i, (a, b) in enumerate(zip(c + [None] * len(want), want + [None] * len(c))) if a != b)
+            out.append(f"{where}.{name}.command: {' '.join(c[max(0, diff - 1):diff + 1])!r} where the writer puts "
+                       f"{' '.join(map(str, want[max(0, diff - 1):diff + 1]))!r} for the record's load and result_file")
     return out
 
 
