@@ -6,7 +6,9 @@ The levels whose keys are known (:mod:`sparse_mla.records.schema`): an engine (l
 its engine runs (``runs.X``) and its served check, in each of its forms (a parity run, one engine's record, the
 diagnosis against engines of ``tools/gpu/diagnose_vs_engine.py``), and every ``ran`` block wherever it is (one writer,
 :func:`sparse_mla.vllm_plugin.ran.collect`: :class:`~sparse_mla.records.schema.Ran`, held by the record kinds'
-shapes), and a GLM-5.3-Flash comparison's top level and engines. A serving benchmark and a kernel benchmark are
+shapes), and a GLM-5.3-Flash comparison's top level and engines; below them (round 8), each generation, each layer
+of ``layers``, ``throughput``, ``simulated``, ``checkpoint`` (a comparison's is its model's config), a parity record's
+``model`` and ``run_specs`` entries, and the header ``environment`` wherever an engine record has it. A serving benchmark and a kernel benchmark are
 held to no such list; a failure said anywhere in them is still read by :func:`sparse_mla.workbook.proof.said_failed`.
 """
 from __future__ import annotations
