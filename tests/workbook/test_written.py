@@ -134,7 +134,9 @@ def test_every_committed_record_holds_only_keys_its_writer_writes():
             held.append(f.name)
     assert {n for n in held if n.startswith("launch_")} == {f.name for f in files if f.name.startswith("launch_")}
     assert "diagnose_vs_engine_h200.json" in held
-    assert not [n for n in held if n.startswith(("bench_", "fp8_"))]
+    assert not [n for n in held if n.startswith(("bench_", "fp8_")) and not n.startswith("bench_serve")]
+    assert {n for n in held if n.startswith("bench_serve")} == {f.name for f in files
+                                                               if f.name.startswith("bench_serve")}
     assert {n for n in held if n.startswith("glm5next_")} == {f.name for f in files if f.name.startswith("glm5next_")}
 
 
@@ -157,3 +159,29 @@ def test_a_glm5next_comparison_is_held_to_its_writers_keys_below_its_engines():
     assert [line.split(";")[0] for line in written.unwritten_keys(rec)] == [
         "no writer writes the key 'note' at environment",
         f"no writer writes the key 'finish_reason' at runs.{run}.generations[0]"]
+
+
+SERVE = "h200/bench_serve_h200_8heads.json"
+
+
+@pytest.mark.parametrize("edit,where", [
+    # round 8: a serving benchmark at every level its writers' keys are known
+    (lambda r: r.update(banana=1), "the key 'banana' at the top level"),
+    (lambda r: r["environment"].update(note="engine hung"), "the key 'note' at environment"),
+    (lambda r: r["runs"][next(iter(r["runs"]))].update(note="hung"), "the key 'note' at runs.{run}"),
+    (lambda r: r["runs"][next(iter(r["runs"]))]["summary"].update(banana=1), "the key 'banana' at runs.{run}.summary"),
+    (lambda r: r["load"].update(banana=1), "the key 'banana' at load"),
+    (lambda r: r["server"].update(hung=True), "the key 'hung' at server"),
+    (lambda r: r["model"].update(banana=1), "the key 'banana' at model"),
+])
+def test_a_key_no_writer_writes_makes_a_serving_benchmark_invalid(tmp_path, edit, where):
+    """Round 8: a serving benchmark (``bench_serve_*.json``) held no list; an edit of a committed one at each level
+    held to one is invalid, naming the key and the level (its servers and passes are not: a server's success under a
+    key of its own stays one, tests/workbook/test_proof.py)."""
+    rec = _committed(SERVE)
+    before = verdict(tmp_path, rec).status
+    assert before != "invalid"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    where = where.format(run=next(iter(rec["runs"])))
+    assert v.status == "invalid" and f"no writer writes {where}; accepted: " in v.reason, v.line()

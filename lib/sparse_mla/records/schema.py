@@ -790,6 +790,48 @@ class Serve(Record):
     method: Text = None
 
 
+# -- the keys a serving benchmark's writers write ---------------------------------------------------------------------
+# (audited 2026-12-07 in bench/serve.py ``_session_record``, ``start_server``, ``timed_pass``, ``finish_server``,
+# ``refresh_run``, ``compare_runs``, bench/vllm_client.py ``run_pass``, launch/engine.py ``served_ran`` and the
+# committed records: those of 2026-12-01's client wrote a run's ``command``, ``log``, ``token_ids``, ``warmup``,
+# ``self_agreement`` and summaries under other names; vLLM's own results under ``repeats`` are held to no list)
+
+#: The top level (``_session_record`` with ``simulated`` by ``with_simulated``, then ``verdict`` and the comparisons).
+SERVING_KEYS = ("what", "method", "environment", "complete", "model", "load", "server", "speculative_config",
+                "baseline", "order", "runs", "repeats", "failures", "wall_s", "verdict", "agreement_vs_baseline",
+                "speculative_vs_plain", "simulated")
+#: One run (the run spec's request, its servers and passes, then ``refresh_run``'s; the 2026-12-01 client's). Its
+#: servers, passes and client runs are held to no list: a server's success said under a key of its own (``"status":
+#: "ok"``) stays one (tests/workbook/test_proof.py), and a failure said there is read by ``said_failed``.
+SERVE_RUN_KEYS = ("run", "backend_requested", "indexer", "simulated_capability", "run_spec", "kv_cache_dtype",
+                  "speculative_config", "cuda_graphs", "servers", "passes", "summary", "ran", "ran_contradictions",
+                  "error", "agreement_across_repeats", "command", "log", "repeats", "self_agreement", "server_up_s",
+                  "spec_decode", "token_ids", "wall_s", "warmup")
+#: A run's summary (``refresh_run``: ``SUMMARY_METRICS``, ``server_up_s``; the 2026-12-01 client's names).
+SUMMARY_KEYS = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms",
+                "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "failed", "server_up_s", "errors",
+                "output_tokens_per_s", "tpot_ms_all", "tpot_ms_median", "ttft_ms_all", "ttft_ms_median")
+#: The load (``bench.serve.Load``'s fields and what ``_session_record`` adds; the 2026-12-01 client's).
+LOAD_KEYS = ("num_prompts", "max_concurrency", "repeats", "output_len", "seed", "dataset", "input_lengths",
+             "output_range_ratio", "warmup_output_len", "temperature", "ignore_eos", "dataset_args", "prompts_file",
+             "concurrency", "greedy", "max_tokens", "num_requests", "prompt_kinds", "prompt_lengths",
+             "prompt_tokens", "request_timeout_s", "warmup_tokens")
+#: What every server was given (``bench_serve``'s ``server_kw`` and ``_session_record``'s).
+SERVER_BLOCK_KEYS = ("kv_cache_dtype", "tp", "enforce_eager", "max_model_len", "gpu_memory_utilization",
+                     "cuda_graphs", "max_num_seqs", "prefix_caching", "server_timeout_s", "bench_timeout_s")
+#: A serving benchmark's model (``_session_record``).
+SERVE_MODEL_KEYS = (*MODEL_KEYS, "vocab_size")
+
+_ServeRun = _written("WrittenServeRun", SERVE_RUN_KEYS, "One run of a serving benchmark.",
+                     summary=_written("WrittenSummary", SUMMARY_KEYS, "A run's summary."))
+#: The keys of a serving benchmark (``sparse-mla bench serve``) as its writers write them.
+ServeRecord = _written("ServeRecord", SERVING_KEYS, "A serving benchmark's top level.", runs=dict[str, _ServeRun],
+                       load=_written("WrittenLoad", LOAD_KEYS, "The load."),
+                       server=_written("WrittenServerBlock", SERVER_BLOCK_KEYS, "What every server was given."),
+                       model=_written("WrittenServeModel", SERVE_MODEL_KEYS, "A serving benchmark's model."),
+                       **_levels(SERVING_KEYS, "model"))
+
+
 #: kind (the name the tables use) -> its shape
 KINDS: dict[str, type[_Shape]] = {
     "kernel benchmark": KernelBench, "indexer benchmark": IndexerBench, "kernel-variants": KernelVariants,
