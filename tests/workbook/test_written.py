@@ -79,6 +79,48 @@ def test_a_key_no_writer_writes_makes_an_engine_record_invalid(tmp_path, name, e
     assert v.status == "invalid" and f"no writer writes {where}; accepted: " in v.reason, v.line()
 
 
+LAYER = "model.layers.0.self_attn.indexer.k_cache"      # the first layer of each record edited below
+
+
+@pytest.mark.parametrize("name,edit,where", [
+    # round 8: the levels below an engine run (the breaker's generations, layers, throughput, simulated, checkpoint)
+    (SIMULATED, lambda r: r["runs"][FM]["generations"][0].update(banana=1),
+     f"the key 'banana' at runs.{FM}.generations[0]"),
+    (SIMULATED, lambda r: r["runs"][FM]["generations"][0].update(finish_reason="abort"),
+     f"the key 'finish_reason' at runs.{FM}.generations[0]"),
+    (SIMULATED, lambda r: r["runs"][FM]["generations"][1].update(retries=3),
+     f"the key 'retries' at runs.{FM}.generations[1]"),
+    (SIMULATED, lambda r: r["runs"][FM]["layers"][LAYER].update(banana=1),
+     f"the key 'banana' at runs.{FM}.layers.{LAYER}"),
+    (SIMULATED, lambda r: r["runs"][FM]["throughput"].update(valid=False), f"the key 'valid' at runs.{FM}.throughput"),
+    (SIMULATED, lambda r: r["runs"][FM]["throughput"].update(truncated=True),
+     f"the key 'truncated' at runs.{FM}.throughput"),
+    (SIMULATED, lambda r: r["runs"][FM]["checkpoint"].update(banana=1), f"the key 'banana' at runs.{FM}.checkpoint"),
+    (ONE_ENGINE, lambda r: r["simulated"].update(banana=1), "the key 'banana' at simulated"),
+    (ONE_ENGINE, lambda r: r["generations"][0].update(finish_reason="abort"),
+     "the key 'finish_reason' at generations[0]"),
+    (ONE_ENGINE, lambda r: r["layers"][LAYER].update(hung=True), f"the key 'hung' at layers.{LAYER}"),
+    (ONE_ENGINE, lambda r: r["throughput"].update(valid=False), "the key 'valid' at throughput"),
+    # the parity record's own levels: the checkpoint, the model, each run spec
+    (SIMULATED, lambda r: r["checkpoint"].update(banana=1), "the key 'banana' at checkpoint"),
+    (SIMULATED, lambda r: r["model"].update(banana=1), "the key 'banana' at model"),
+    (SIMULATED, lambda r: r["run_specs"][FM].update(banana=1), f"the key 'banana' at run_specs.{FM}"),
+    # the header, at every level it appears
+    (SIMULATED, lambda r: r["environment"].update(note="engine hung"), "the key 'note' at environment"),
+    (SIMULATED, lambda r: r["runs"][FM]["environment"].update(note="engine hung"),
+     f"the key 'note' at runs.{FM}.environment"),
+    (ONE_ENGINE, lambda r: r["environment"].update(note="engine hung"), "the key 'note' at environment"),
+    (DIAGNOSIS, lambda r: r["environment"].update(note="engine hung"), "the key 'note' at environment"),
+    (DIAGNOSIS, lambda r: r["runs"]["fp8"]["environment"].update(note="engine hung"),
+     "the key 'note' at runs.fp8.environment"),
+    (DIAGNOSIS, lambda r: r["runs"]["fp8"]["layers"][LAYER].update(banana=1),
+     f"the key 'banana' at runs.fp8.layers.{LAYER}"),
+])
+def test_a_key_no_writer_writes_below_an_engine_run_makes_the_record_invalid(tmp_path, name, edit, where):
+    """Round 8: the levels below an engine run and the header are held to their writers' keys too."""
+    test_a_key_no_writer_writes_makes_an_engine_record_invalid(tmp_path, name, edit, where)
+
+
 def test_every_committed_record_holds_only_keys_its_writer_writes():
     """Every run record under results/ and tests/**/records/ (the allow-lists were audited against them and the
     writers): no line; and every committed engine record is held to a list."""
@@ -92,7 +134,9 @@ def test_every_committed_record_holds_only_keys_its_writer_writes():
             held.append(f.name)
     assert {n for n in held if n.startswith("launch_")} == {f.name for f in files if f.name.startswith("launch_")}
     assert "diagnose_vs_engine_h200.json" in held
-    assert not [n for n in held if n.startswith(("bench_", "fp8_"))]
+    assert not [n for n in held if n.startswith(("bench_", "fp8_")) and not n.startswith("bench_serve")]
+    assert {n for n in held if n.startswith("bench_serve")} == {f.name for f in files
+                                                               if f.name.startswith("bench_serve")}
     assert {n for n in held if n.startswith("glm5next_")} == {f.name for f in files if f.name.startswith("glm5next_")}
 
 
@@ -102,3 +146,42 @@ def test_the_accepted_keys_are_named_once_in_one_line():
     [line] = written.unwritten_keys(rec)
     assert line.startswith(f"no writer writes the key 'rc' at runs.{FM}; accepted: attention_backends, ")
     assert "\n" not in line and line.count("log_tail") == 1
+
+
+def test_a_glm5next_comparison_is_held_to_its_writers_keys_below_its_engines():
+    """A GLM-5.3-Flash comparison's engines' generations and layers and its header (its ``checkpoint`` is the
+    model's config.json, held to no list)."""
+    rec = json.loads((ROOT / "results" / "h100-80gb-hbm3/glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
+    run = next(iter(rec["runs"]))
+    rec["runs"][run]["generations"][0]["finish_reason"] = "abort"
+    rec["environment"]["note"] = "engine hung"
+    rec["checkpoint"]["banana"] = 1
+    assert [line.split(";")[0] for line in written.unwritten_keys(rec)] == [
+        "no writer writes the key 'note' at environment",
+        f"no writer writes the key 'finish_reason' at runs.{run}.generations[0]"]
+
+
+SERVE = "h200/bench_serve_h200_8heads.json"
+
+
+@pytest.mark.parametrize("edit,where", [
+    # round 8: a serving benchmark at every level its writers' keys are known
+    (lambda r: r.update(banana=1), "the key 'banana' at the top level"),
+    (lambda r: r["environment"].update(note="engine hung"), "the key 'note' at environment"),
+    (lambda r: r["runs"][next(iter(r["runs"]))].update(note="hung"), "the key 'note' at runs.{run}"),
+    (lambda r: r["runs"][next(iter(r["runs"]))]["summary"].update(banana=1), "the key 'banana' at runs.{run}.summary"),
+    (lambda r: r["load"].update(banana=1), "the key 'banana' at load"),
+    (lambda r: r["server"].update(hung=True), "the key 'hung' at server"),
+    (lambda r: r["model"].update(banana=1), "the key 'banana' at model"),
+])
+def test_a_key_no_writer_writes_makes_a_serving_benchmark_invalid(tmp_path, edit, where):
+    """Round 8: a serving benchmark (``bench_serve_*.json``) held no list; an edit of a committed one at each level
+    held to one is invalid, naming the key and the level (its servers and passes are not: a server's success under a
+    key of its own stays one, tests/workbook/test_proof.py)."""
+    rec = _committed(SERVE)
+    before = verdict(tmp_path, rec).status
+    assert before != "invalid"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    where = where.format(run=next(iter(rec["runs"])))
+    assert v.status == "invalid" and f"no writer writes {where}; accepted: " in v.reason, v.line()

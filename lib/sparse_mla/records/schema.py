@@ -567,6 +567,26 @@ GLM5NEXT_RUN_KEYS = ("run", "backend_requested", "indexer", "simulated_capabilit
                      "attention_backends", "generations", "ran", "ran_contradictions", "ran_error", "simulated",
                      "error", "stderr")
 DIAGNOSED_ENGINE_KEYS = (*OFFLINE_KEYS, "error", "log_tail")
+# The levels below (issue 47, round 8: a generation's ``finish_reason``, a layer's or the checkpoint's ``banana``,
+# ``throughput.valid``, ``environment.note`` were proven):
+#: The header, at every level an engine record has it (:func:`sparse_mla.records.environment`).
+ENVIRONMENT_KEYS = ("date", "command", "python", "torch", "triton", "revision", "vllm", "gpu", "gpu_count",
+                    "capability", "sm_count", "cuda")
+#: One prompt's generation (:func:`sparse_mla.launch.engine.generations`).
+GENERATION_KEYS = ("prompt_len", "token_ids", "logprobs", "first_top_logprobs")
+#: One layer of ``layers`` (:func:`sparse_mla.vllm_plugin.ran.layer_backends`; ``prefill`` and ``mla`` absent from
+#: the earlier records).
+LAYER_KEYS = ("layer", "backend", "mla", "impl", "kv_cache_dtype", "prefill")
+#: The throughput pass (``launch.engine.run_offline``: the pass asked for, its time, tokens and rate).
+THROUGHPUT_KEYS = ("num_seqs", "prompt_len", "max_tokens", "seconds", "generated_tokens", "output_tokens_per_s")
+#: The simulated capability (``launch.specs.simulated``; ``differs`` absent from the earlier records).
+SIMULATED_KEYS = ("capability", "how", "differs")
+#: The weights asked for (:func:`sparse_mla.launch.engine.weights_asked`).
+CHECKPOINT_KEYS = ("format", "file", "load_format", "quantization")
+#: A parity record's model (``launch.engine.run_parity``; ``num_nextn_predict_layers`` absent from the earlier ones).
+MODEL_KEYS = ("path", "index_topk", "num_attention_heads", "num_hidden_layers", "num_nextn_predict_layers")
+#: One run spec of a parity record's ``run_specs`` (``launch.engine.run_parity``).
+RUN_SPEC_KEYS = ("run", "backend_requested", "indexer", "kv_cache_dtype")
 
 
 def _written(name: str, keys: tuple[str, ...], doc: str, **typed) -> type[_Written]:
@@ -579,17 +599,37 @@ def _written(name: str, keys: tuple[str, ...], doc: str, **typed) -> type[_Writt
     return create_model(name, __base__=_Written, __doc__=doc, **fields)
 
 
-ParityRun = _written("ParityRun", PARITY_RUN_KEYS, "One engine of a parity run (runs.X).")
-ServedCheck = _written("ServedCheck", SERVED_CHECK_KEYS, "A served engine or a parity record's served check.")
+_LEVELS = {"environment": _written("Environment", ENVIRONMENT_KEYS, "The header."),
+           "generations": list[_written("WrittenGeneration", GENERATION_KEYS, "One prompt's generation.")],
+           "layers": dict[str, _written("WrittenLayer", LAYER_KEYS, "One layer's backend.")],
+           "throughput": _written("WrittenThroughput", THROUGHPUT_KEYS, "The throughput pass."),
+           "simulated": _written("WrittenSimulated", SIMULATED_KEYS, "The simulated capability."),
+           "checkpoint": _written("WrittenCheckpoint", CHECKPOINT_KEYS, "The weights asked for."),
+           "model": _written("WrittenModel", MODEL_KEYS, "A parity record's model."),
+           "run_specs": dict[str, _written("WrittenRunSpec", RUN_SPEC_KEYS, "One run spec.")]}
+
+
+def _levels(keys: tuple[str, ...], *but: str) -> dict[str, type]:
+    """The written levels (:data:`_LEVELS`) under the keys ``keys`` of a level, but ``but``."""
+    return {k: t for k, t in _LEVELS.items() if k in keys and k not in but}
+
+
+ParityRun = _written("ParityRun", PARITY_RUN_KEYS, "One engine of a parity run (runs.X).", **_levels(PARITY_RUN_KEYS))
+ServedCheck = _written("ServedCheck", SERVED_CHECK_KEYS, "A served engine or a parity record's served check.",
+                       **_levels(SERVED_CHECK_KEYS))
 #: The keys of an engine (launch) record as its writers write them, per form: a parity run, one engine's record,
 #: the diagnosis against engines. A record of another kind has no such model (its keys are not all known).
 ParityRecord = _written("ParityRecord", PARITY_KEYS, "A parity record's top level.", runs=dict[str, ParityRun],
-                        serve=ServedCheck)
-OneEngineRecord = _written("OneEngineRecord", ONE_ENGINE_KEYS, "One engine's record.", serve=ServedCheck)
+                        serve=ServedCheck, **_levels(PARITY_KEYS))
+OneEngineRecord = _written("OneEngineRecord", ONE_ENGINE_KEYS, "One engine's record.", serve=ServedCheck,
+                           **_levels(ONE_ENGINE_KEYS))
 Glm5NextRecord = _written("Glm5NextRecord", GLM5NEXT_KEYS, "A GLM-5.3-Flash comparison's top level.",
-                          runs=dict[str, _written("Glm5NextRun", GLM5NEXT_RUN_KEYS, "One compared engine.")])
+                          runs=dict[str, _written("Glm5NextRun", GLM5NEXT_RUN_KEYS, "One compared engine.",
+                                                  **_levels(GLM5NEXT_RUN_KEYS))],
+                          **_levels(GLM5NEXT_KEYS, "checkpoint"))     # its checkpoint: the model's config.json
 DiagnosisRecord = _written("DiagnosisRecord", DIAGNOSIS_KEYS, "The diagnosis against engines.",
-                           runs=dict[str, _written("DiagnosedEngine", DIAGNOSED_ENGINE_KEYS, "One diagnosed engine.")])
+                           runs=dict[str, _written("DiagnosedEngine", DIAGNOSED_ENGINE_KEYS, "One diagnosed engine.",
+                                                   **_levels(DIAGNOSED_ENGINE_KEYS))], **_levels(DIAGNOSIS_KEYS))
 
 
 # -- serving benchmark ------------------------------------------------------------------------------------------------
@@ -748,6 +788,48 @@ class Serve(Record):
     speculative_vs_plain: Optional[dict[str, Agreement]] = None
     complete: Flag = None
     method: Text = None
+
+
+# -- the keys a serving benchmark's writers write ---------------------------------------------------------------------
+# (audited 2026-12-07 in bench/serve.py ``_session_record``, ``start_server``, ``timed_pass``, ``finish_server``,
+# ``refresh_run``, ``compare_runs``, bench/vllm_client.py ``run_pass``, launch/engine.py ``served_ran`` and the
+# committed records: those of 2026-12-01's client wrote a run's ``command``, ``log``, ``token_ids``, ``warmup``,
+# ``self_agreement`` and summaries under other names; vLLM's own results under ``repeats`` are held to no list)
+
+#: The top level (``_session_record`` with ``simulated`` by ``with_simulated``, then ``verdict`` and the comparisons).
+SERVING_KEYS = ("what", "method", "environment", "complete", "model", "load", "server", "speculative_config",
+                "baseline", "order", "runs", "repeats", "failures", "wall_s", "verdict", "agreement_vs_baseline",
+                "speculative_vs_plain", "simulated")
+#: One run (the run spec's request, its servers and passes, then ``refresh_run``'s; the 2026-12-01 client's). Its
+#: servers, passes and client runs are held to no list: a server's success said under a key of its own (``"status":
+#: "ok"``) stays one (tests/workbook/test_proof.py), and a failure said there is read by ``said_failed``.
+SERVE_RUN_KEYS = ("run", "backend_requested", "indexer", "simulated_capability", "run_spec", "kv_cache_dtype",
+                  "speculative_config", "cuda_graphs", "servers", "passes", "summary", "ran", "ran_contradictions",
+                  "error", "agreement_across_repeats", "command", "log", "repeats", "self_agreement", "server_up_s",
+                  "spec_decode", "token_ids", "wall_s", "warmup")
+#: A run's summary (``refresh_run``: ``SUMMARY_METRICS``, ``server_up_s``; the 2026-12-01 client's names).
+SUMMARY_KEYS = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "median_itl_ms",
+                "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "failed", "server_up_s", "errors",
+                "output_tokens_per_s", "tpot_ms_all", "tpot_ms_median", "ttft_ms_all", "ttft_ms_median")
+#: The load (``bench.serve.Load``'s fields and what ``_session_record`` adds; the 2026-12-01 client's).
+LOAD_KEYS = ("num_prompts", "max_concurrency", "repeats", "output_len", "seed", "dataset", "input_lengths",
+             "output_range_ratio", "warmup_output_len", "temperature", "ignore_eos", "dataset_args", "prompts_file",
+             "concurrency", "greedy", "max_tokens", "num_requests", "prompt_kinds", "prompt_lengths",
+             "prompt_tokens", "request_timeout_s", "warmup_tokens")
+#: What every server was given (``bench_serve``'s ``server_kw`` and ``_session_record``'s).
+SERVER_BLOCK_KEYS = ("kv_cache_dtype", "tp", "enforce_eager", "max_model_len", "gpu_memory_utilization",
+                     "cuda_graphs", "max_num_seqs", "prefix_caching", "server_timeout_s", "bench_timeout_s")
+#: A serving benchmark's model (``_session_record``).
+SERVE_MODEL_KEYS = (*MODEL_KEYS, "vocab_size")
+
+_ServeRun = _written("WrittenServeRun", SERVE_RUN_KEYS, "One run of a serving benchmark.",
+                     summary=_written("WrittenSummary", SUMMARY_KEYS, "A run's summary."))
+#: The keys of a serving benchmark (``sparse-mla bench serve``) as its writers write them.
+ServeRecord = _written("ServeRecord", SERVING_KEYS, "A serving benchmark's top level.", runs=dict[str, _ServeRun],
+                       load=_written("WrittenLoad", LOAD_KEYS, "The load."),
+                       server=_written("WrittenServerBlock", SERVER_BLOCK_KEYS, "What every server was given."),
+                       model=_written("WrittenServeModel", SERVE_MODEL_KEYS, "A serving benchmark's model."),
+                       **_levels(SERVING_KEYS, "model"))
 
 
 #: kind (the name the tables use) -> its shape

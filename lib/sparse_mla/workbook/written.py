@@ -6,8 +6,13 @@ The levels whose keys are known (:mod:`sparse_mla.records.schema`): an engine (l
 its engine runs (``runs.X``) and its served check, in each of its forms (a parity run, one engine's record, the
 diagnosis against engines of ``tools/gpu/diagnose_vs_engine.py``), and every ``ran`` block wherever it is (one writer,
 :func:`sparse_mla.vllm_plugin.ran.collect`: :class:`~sparse_mla.records.schema.Ran`, held by the record kinds'
-shapes), and a GLM-5.3-Flash comparison's top level and engines. A serving benchmark and a kernel benchmark are
-held to no such list; a failure said anywhere in them is still read by :func:`sparse_mla.workbook.proof.said_failed`.
+shapes), and a GLM-5.3-Flash comparison's top level and engines; below them (round 8), each generation, each layer
+of ``layers``, ``throughput``, ``simulated``, ``checkpoint`` (a comparison's is its model's config), a parity record's
+``model`` and ``run_specs`` entries, and the header ``environment`` wherever an engine record has it; and a serving
+benchmark's (:data:`sparse_mla.records.schema.ServeRecord`: its top level, header, model, load, server block, each
+run and its summary; its servers, passes and client runs, and vLLM's own results under ``repeats``, are held to
+none). A kernel benchmark is held to no such list; a failure said anywhere in a record is still read by
+:func:`sparse_mla.workbook.proof.said_failed`.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ def is_glm5next_comparison(obj) -> bool:
 
 def written_shape(rec) -> type | None:
     """The model of the keys ``rec``'s writer writes (:data:`sparse_mla.records.schema.ParityRecord`,
-    ``OneEngineRecord``, ``DiagnosisRecord``, ``Glm5NextRecord``), or None for a record whose keys are not all known. A record whose
+    ``OneEngineRecord``, ``DiagnosisRecord``, ``Glm5NextRecord``, ``ServeRecord``), or None for a record whose keys are not all known. A record whose
     command is ``sparse-mla launch`` is an engine record whatever else it holds (a ``repeats`` or ``diagnosis`` key
     added to it is a key its writer does not write)."""
     if not isinstance(rec, dict):
@@ -50,7 +55,9 @@ def written_shape(rec) -> type | None:
         return schema.ParityRecord if "runs" in rec else schema.OneEngineRecord
     if "diagnosis" in rec:
         return schema.DiagnosisRecord
-    if any(k in rec for k in SERVE_KEYS) or not engine_runs(rec):
+    if any(k in rec for k in SERVE_KEYS):
+        return schema.ServeRecord
+    if not engine_runs(rec):
         return None
     return schema.ParityRecord if "runs" in rec else schema.OneEngineRecord
 
