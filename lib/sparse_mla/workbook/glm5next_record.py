@@ -172,9 +172,55 @@ def layer_problems(rec: dict) -> list[str]:
     return out
 
 
+#: The tool's command line (``environment.command``): its path and the options whose values the record holds.
+TOOL = "tools/gpu/glm5next_parity.py"
+#: The keys of the tool's ``first_token_criterion`` (``first_token.judge_first_tokens``), or of its error.
+CRITERION_KEYS = ({"rule", "arithmetic", "samples", "per_prompt", "decisive_prompts", "failures"}, {"error"})
+
+
+def _option(cmd: list[str], name: str, default: str) -> str:
+    return cmd[cmd.index(name) + 1] if name in cmd[:-1] else default
+
+
+def command_problems(rec: dict) -> list[str]:
+    """The record against the tool's command line it names: the tool's own, its ``--runs`` the record's runs (in
+    order), its ``--prompt-lengths`` each generation's prompts, its ``--max-tokens`` ``max_tokens`` (the tool's
+    defaults where an option is absent); a run's ``stderr`` only beside its ``error``; the criterion's keys and
+    rule the writer's; ``ran.weights`` a safetensors load (the tool loads no other)."""
+    from ..launch.first_token import RULE
+
+    cmd = str((rec.get("environment") or {}).get("command") or "").split()
+    if TOOL not in cmd:
+        return [f"environment.command {' '.join(cmd)[:80]!r} is not {TOOL}'s"]
+    runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
+    out = []
+    want = [r for r in _option(cmd, "--runs", "auto,TRITON_MLA_SPARSE").split(",") if r]
+    if list(runs) != want:
+        out.append(f"runs {list(runs)}, its command's --runs {want}")
+    lens = [int(x) for x in _option(cmd, "--prompt-lengths", "48,900").split(",") if x.isdigit()]
+    out += [f"{k}: generations of prompts {[g.get('prompt_len') for g in r['generations']]}, its command's "
+            f"--prompt-lengths {lens}" for k, r in _ok_runs(rec).items() if isinstance(r.get("generations"), list)
+            and [g.get("prompt_len") if isinstance(g, dict) else None for g in r["generations"]] != lens]
+    if str(rec.get("max_tokens")) != _option(cmd, "--max-tokens", "16"):
+        out.append(f"max_tokens {rec.get('max_tokens')!r}, its command's --max-tokens "
+                   f"{_option(cmd, '--max-tokens', '16')}")
+    out += [f"{k}: stderr beside no error (the tool writes it for an engine that failed)" for k, r in runs.items()
+            if isinstance(r, dict) and "stderr" in r and r.get("error") is None]
+    out += [f"{k}: ran.weights {r['ran']['weights']}, the tool loads safetensors (load_format auto, no quantization)"
+            for k, r in _ok_runs(rec).items() if isinstance(r.get("ran"), dict) and isinstance(r["ran"].get("weights"),
+                                                                                             dict)
+            and (r["ran"]["weights"].get("load_format"), r["ran"]["weights"].get("quantization")) != ("auto", None)]
+    crit = rec.get("first_token_criterion")
+    if isinstance(crit, dict) and set(crit) not in CRITERION_KEYS:
+        out.append(f"first_token_criterion holds {sorted(crit)}; the tool writes {sorted(CRITERION_KEYS[0])} or error")
+    elif isinstance(crit, dict) and "rule" in crit and crit["rule"] != RULE:
+        out.append(f"first_token_criterion.rule {str(crit['rule'])[:60]!r} is not the criterion's")
+    return out
+
+
 def glm5next_record_problems(rec: dict) -> list[str]:
     """Everything above, one line each (``[]``: the record's figures are what its data give)."""
-    out = generation_problems(rec) + layer_problems(rec)
+    out = command_problems(rec) + generation_problems(rec) + layer_problems(rec)
     return out + (reference_problems(rec) if not out else []) + (criterion_problems(rec) if not out else [])
 
 
