@@ -631,9 +631,8 @@ def test_serve_command_and_environments(monkeypatch):
     assert launch.server_env(plain)["VLLM_SERVER_DEV_MODE"] == "1"     # /collective_rpc: the ran block
 
 
-def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
-    """run_serve end to end on the CPU: the stand-in `vllm serve` (tests/bench/fake_vllm.py) gets the run spec's
-    backend, KV dtype, speculative config and indexer switch, answers one completion, and is stopped."""
+def _fake_vllm_on_path(tmp_path, monkeypatch) -> None:
+    """``vllm`` on PATH is the stand-in server (tests/bench/fake_vllm.py), for this test only."""
     from pathlib import Path
 
     fake = Path(__file__).resolve().parents[1] / "bench" / "fake_vllm.py"
@@ -642,6 +641,12 @@ def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
     (bindir / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
     (bindir / "vllm").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
+    """run_serve end to end on the CPU: the stand-in `vllm serve` (tests/bench/fake_vllm.py) gets the run spec's
+    backend, KV dtype, speculative config and indexer switch, answers one completion, and is stopped."""
+    _fake_vllm_on_path(tmp_path, monkeypatch)
     monkeypatch.setenv("SPARSE_MLA_SIMULATED_CAPABILITY", "12.0")
     d = _model_dir(tmp_path, num_nextn_predict_layers=1)
     prompt = [5, 6, 7]
@@ -667,18 +672,11 @@ def test_run_serve_against_a_fake_vllm(tmp_path, fake_gpu, monkeypatch):
 def test_run_serve_records_what_the_server_ran_against_the_request(tmp_path, fake_gpu, monkeypatch):
     """A server whose layers ran another backend (the stand-in told so) is a contradiction in the record, and the
     parity failures name it."""
-    from pathlib import Path
-
     from sparse_mla.diagnose.probe import load_vllm_extensions
 
     load_vllm_extensions()   # vLLM's CUDA platform rules (the default indexer) importable without the driver
 
-    fake = Path(__file__).resolve().parents[1] / "bench" / "fake_vllm.py"
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
-    (bindir / "vllm").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    _fake_vllm_on_path(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VLLM_RAN_BACKEND", "FLASHMLA_SPARSE")
     d = _model_dir(tmp_path)
     rec = launch.run_serve(d, "TRITON_MLA_SPARSE", prompt=[5, 6, 7], max_tokens=2, log_path=tmp_path / "s.log")
@@ -910,19 +908,12 @@ def test_a_served_record_from_the_command_line_is_one_records_check_reads(tmp_pa
     """``launch --serve --json-out`` (the stand-in `vllm serve`) writes the header every record has and its served
     check under ``serve``, as a parity record holds one; ``records check`` reads it, not as a record no writer makes
     (issue 47, 2026-12-06e: at the top level, ``vllm serve``'s command list and no header made it invalid)."""
-    from pathlib import Path
-
     from sparse_mla import cli
     from sparse_mla.diagnose.probe import load_vllm_extensions
     from sparse_mla.workbook import proof
 
     load_vllm_extensions()   # vLLM's CUDA platform rules (the default indexer) importable without the driver
-    fake = Path(__file__).resolve().parents[1] / "bench" / "fake_vllm.py"
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
-    (bindir / "vllm").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    _fake_vllm_on_path(tmp_path, monkeypatch)
     out = tmp_path / "served.json"
     argv = ["launch", "--model", str(ckpt), "--serve", "--prompt-lengths", "16", "--max-tokens", "2",
             "--json-out", str(out)]
