@@ -216,6 +216,19 @@ def _criterion(crit, ref: dict, gens: dict[str, list[dict]], date=None) -> list[
     return out
 
 
+def unrecorded_failures(crit: dict) -> list[str]:
+    """A first-token criterion's decisive prompts whose first token in some run is not the reference's argmax, where
+    it records no failure (its writer writes one for each): one line per prompt."""
+    out = []
+    for p in crit.get("per_prompt") or []:
+        if isinstance(p, dict) and p.get("decisive") is True and isinstance(p.get("first_tokens"), dict):
+            wrong = {k: t for k, t in p["first_tokens"].items() if t != p.get("reference_argmax")}
+            if wrong:
+                out.append(f"first_token_criterion: prompt {p.get('prompt_len')} is decisive and {wrong} is not the "
+                           f"reference's argmax {p.get('reference_argmax')}, yet no failure is recorded")
+    return out
+
+
 def criterion_figure_problems(rec: dict) -> list[str]:
     """``first_token_criterion``'s figures against each other, as
     :func:`sparse_mla.launch.forward_rounding.first_token_gap` makes them: each prompt's ``tolerance`` is

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 
 from ..records.values import is_number
-from .consistency import _criterion, criterion_figure_problems
+from .consistency import _criterion, criterion_figure_problems, unrecorded_failures
 
 #: Relative (and absolute, near 0) difference within which two of the writer's float figures are one number.
 SAME = 1e-9
@@ -142,12 +142,7 @@ def criterion_problems(rec: dict) -> list[str]:
     out += [f"first_token_criterion: gap {p.get('gap')!r} for the {p.get('prompt_len')}-token prompt, the "
             f"reference's top-2 gap {g!r}" for p, g in zip(crit.get("per_prompt") or [], gaps)
             if not _same(p.get("gap"), g)]
-    if crit.get("failures"):
-        return out
-    return out + [f"first_token_criterion: the {p.get('prompt_len')}-token prompt is decisive and {k} gave {t}, not "
-                  f"the reference's argmax {p.get('reference_argmax')}, yet no failure is recorded"
-                  for p in crit.get("per_prompt") or [] if p.get("decisive") is True
-                  for k, t in (p.get("first_tokens") or {}).items() if t != p.get("reference_argmax")]
+    return out if crit.get("failures") else out + unrecorded_failures(crit)
 
 
 def layer_problems(rec: dict) -> list[str]:

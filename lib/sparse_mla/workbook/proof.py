@@ -58,7 +58,7 @@ from ..records.engine_tables import engine_runs
 from ..records.values import is_int as _int
 from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
-from .consistency import consistency_problems, ran_blocks
+from .consistency import consistency_problems, ran_blocks, unrecorded_failures
 from .diagnosis import diagnosis_problems, diagnosis_said
 from .written import is_glm5next_comparison, unwritten_keys
 
@@ -559,13 +559,7 @@ def _criterion_problems(rec: dict) -> list[str]:
                    f"{sorted(have)}")
     if crit.get("failures") or rec.get("failures"):
         return out
-    for p in crit.get("per_prompt") or []:
-        if isinstance(p, dict) and p.get("decisive") is True and isinstance(p.get("first_tokens"), dict):
-            wrong = {k: t for k, t in p["first_tokens"].items() if t != p.get("reference_argmax")}
-            if wrong:
-                out.append(f"first_token_criterion: prompt {p.get('prompt_len')} is decisive and {wrong} is not the "
-                           f"reference's argmax {p.get('reference_argmax')}, yet no failure is recorded")
-    return out
+    return out + unrecorded_failures(crit)
 
 
 def _serving_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
