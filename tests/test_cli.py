@@ -179,6 +179,21 @@ def test_numbers_from_the_command_line_are_ascii_digits_everywhere(capsys, tmp_p
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["diagnose", "--backend", ""], "unknown attention backend ''; accepted: auto, TRITON_MLA_SPARSE (with "
+                                    "--with-plugin) or one of vLLM's: "),
+    (["diagnose", "--backend", " "], "unknown attention backend ' '; accepted: auto, "),
+    (["launch", "--model", "{ckpt}", "--backend", ""], "run spec '' is not accepted; accepted: BACKEND or "),
+    (["launch", "--model", "{ckpt}", "--backend", "+TRITON_DSA_INDEXER@8.0"], "run spec '+TRITON_DSA_INDEXER@8.0' "
+                                                                             "is not accepted; accepted: BACKEND or "),
+])
+def test_an_empty_backend_name_is_refused_like_an_unknown_one(capsys, tiny_ckpt, argv, says):
+    """``--backend ""`` ran as if no backend were named (issue 47, round 8): refused, naming the accepted ones."""
+    rc = cli.main([a.replace("{ckpt}", str(tiny_ckpt)) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and says in err[0] and "FLASHMLA_SPARSE" in err[0], err
+
+
 @pytest.mark.parametrize("option, value", [("--gpu-memory-gib", "1e308"), ("--gpu-memory-gib", "1e30"),
                                            ("--gpu-memory-gib", "inf"), ("--cpu-offload-gb", "1e308"),
                                            ("--cpu-offload-gb", "2e6"), ("--max-model-len", str(10 ** 20))])

@@ -79,6 +79,20 @@ def test_a_home_that_cannot_hold_the_caches_is_named_with_what_to_set(bare, monk
     machine.check_environment()
 
 
+def test_a_relative_home_is_named_as_relative(bare, monkeypatch):
+    """``HOME=relhome`` (no such folder here) said ``( is not a folder)``: the walk up its parts ended at ''
+    (issue 47, round 8). The libraries read a relative home against each process's folder: refused as relative."""
+    monkeypatch.setenv("HOME", "relhome")
+    with pytest.raises(UserInputError) as e:
+        machine.check_environment()
+    assert str(e.value).startswith("HOME='relhome' is a relative path: the caches of vLLM, FlashInfer and Triton "
+                                   "below it (relhome/.cache/vllm, "), str(e.value)
+    assert "accepted: HOME an absolute path" in str(e.value) and "( is" not in str(e.value)
+    for v in ("VLLM_CACHE_ROOT", "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"):   # no cache below HOME: no matter
+        monkeypatch.setenv(v, str(bare / v))
+    machine.check_environment()
+
+
 @pytest.mark.parametrize("var, value, says", [
     ("FLASHINFER_WORKSPACE_BASE", "/proc/x", "FLASHINFER_WORKSPACE_BASE='/proc/x' cannot hold FlashInfer's cache: it "
                                             "leads into /proc"),

@@ -105,7 +105,7 @@ def _cache_folder_problem(folder: str) -> str | None:
     writable by this user."""
     from .errors import system_folder_of
 
-    here = folder
+    here = os.path.abspath(folder)
     while not os.path.lexists(here) and os.path.dirname(here) != here:
         here = os.path.dirname(here)
     if not os.path.isdir(here):
@@ -120,7 +120,8 @@ def _cache_folder_problem(folder: str) -> str | None:
 
 def _check_cache_folders() -> None:
     """The cache folders of :data:`CACHE_FOLDERS`: each variable set names a folder that can be made and written
-    (:func:`_cache_folder_problem`), and so does the home folder where a cache falls back to it. Otherwise vLLM logs
+    (:func:`_cache_folder_problem`), and so does the home folder where a cache falls back to it, an absolute path
+    (a relative ``HOME`` is read against each process's own folder: issue 47, round 8). Otherwise vLLM logs
     an error with a traceback on every run, and FlashInfer stops at import (``HOME=/proc/self``: its ``makedirs``).
     Raises :class:`~sparse_mla.errors.UserInputError` naming the variable, its value, the folder and what to set."""
     from .errors import UserInputError
@@ -136,6 +137,12 @@ def _check_cache_folders() -> None:
         if not named:
             under_home.append((owner, chain[-1][1], chain[0][0]))
     home = os.path.expanduser("~")
+    if under_home and not os.path.isabs(home):
+        folders = ", ".join(os.path.join(home, sub) for _, sub, _ in under_home)
+        raise UserInputError(f"HOME={os.environ['HOME']!r} is a relative path: the caches of "
+                             f"{_and([o for o, _, _ in under_home])} below it ({folders}) would move with the folder "
+                             f"each process starts in; accepted: HOME an absolute path (a folder this user may write, "
+                             f"on a disk), or {_and([v for _, _, v in under_home])} set to one")
     bad = [(owner, os.path.join(home, sub), var) for owner, sub, var in under_home
            if _cache_folder_problem(os.path.join(home, sub)) is not None]
     if bad:

@@ -266,7 +266,8 @@ def test_check_model_dir(tmp_path):
 def test_attention_config_names():
     assert launch.attention_config("TRITON_MLA_SPARSE") == {"backend": "CUSTOM"}
     assert launch.attention_config("auto") is None
-    assert launch.attention_config("") is None
+    with pytest.raises(UserInputError, match=r"^attention backend '' names no backend; accepted: auto, "):
+        launch.attention_config("")           # was None, vLLM's choice: --backend "" ran as auto (issue 47, round 8)
     assert launch.attention_config(None) is None
     assert launch.attention_config("flashmla_sparse") == {"backend": "FLASHMLA_SPARSE"}
     assert launch.attention_config("FLASH_ATTN_MLA_SPARSE") == {"backend": "FLASH_ATTN_MLA_SPARSE"}

@@ -98,6 +98,8 @@ def test_a_simulated_capability_goes_to_the_engines_environment(text, name, cap,
     ("TRITON_MLA_SPARSE@8.0@9.0", "has capability '8.0@9.0'"),
     ("TRITON_MLA_SPARSE@", "has capability ''"),
     (7, "is not a name"),
+    ("", "run spec '' is not accepted"),                    # ran as auto (issue 47, round 8)
+    ("+TRITON_DSA_INDEXER", "run spec '+TRITON_DSA_INDEXER' is not accepted"),
 ])
 def test_parse_run_spec_refuses(bad, says):
     with pytest.raises(UserInputError, match=re.escape(says)) as e:

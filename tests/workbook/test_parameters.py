@@ -37,7 +37,7 @@ def test_accepted_values_and_the_notebooks_defaults_pass(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     check_values("p", "nb", {"tokens": 1, "bench_heads": [8, 64], "seed": 0, "device": "cuda",
                              "machine": "8x RTX PRO 6000", "tp": 4, "results_dir": "../results"},
-                 {"model": "glm-5", "capability": "h200"}, chain.project_root() / "notebooks")
+                 {"model": "glm-5", "capability": "rtx-pro-6000"}, chain.project_root() / "notebooks")
     root = chain.project_root()
     from papermill import inspect_notebook
 
@@ -181,3 +181,104 @@ def test_what_the_notebooks_read_and_show_is_checked_before_the_run(tmp_path, nb
     assert says in str(e.value), str(e.value)
     check_values("p", nb, {"results_dir": "../results", "launch_record": "h200/launch_h200.json", "prompt_len": 129},
                  defaults, nbs, out_dir=tmp_path)             # what the committed results/ hold passes
+
+
+@pytest.fixture(scope="module")
+def notebook_defaults():
+    """``{two-digit number: (stem, its parameters cell's defaults)}`` of the real notebooks, read once."""
+    from papermill import inspect_notebook
+
+    return {nb.stem[:2]: (nb.stem, chain._defaults(inspect_notebook(str(nb))))
+            for nb in chain.discover(chain.project_root() / "notebooks")}
+
+
+MAXED = {"heads": 128, "tokens": 4096, "topk": 32768, "num_blocks": 2 ** 20, "block_size": 1024}
+
+
+@pytest.mark.parametrize("nb, given, says", [        # issue 47, breaker round 8 (2026-12-06e), "unclear"
+    ("02", {"num_blocks": 2, "block_size": 16, "topk": 32},              # q01: stage 1's 64 slots drawn from 32
+     "'s cache of num_blocks * block_size = 2 * 16 = 32 slots holds fewer than the 64 that its stage 1 (dense, one "
+     "tile) selects per token: slots would repeat"),
+    ("02", {"topk": 200}, "= 8 * 16 = 128 slots holds fewer than the 200 that topk selects per token"),     # q02
+    ("02", {"block_size": 3, "topk": 24}, "= 8 * 3 = 24 slots holds fewer than the 64 that its stage 1"),  # q03
+    ("02", MAXED, "'s tokens 4096, heads 128, topk 32768, num_blocks 1048576, block_size 1024 would have the "  # q25
+                  "notebook hold at least 7,568.0 GiB in this machine's memory (its fp8_ds_mla section's caches of "
+                  "1073741824 slots, 7568 B each), more than its 64.0 GiB; accepted: sizes whose tensors fit"),
+    ("05", {"prompt_len": 9000}, "'s prompt_len 9000 is longer than the max_position_embeddings 8192 of the "   # q06
+                                 "checkpoint the notebook makes (glm-5-tiny)"),
+    ("05", {"checkpoint_dir": "OUT/05_launch_glm5.ipynb"},                                                 # q10
+     "05_launch_glm5.ipynb, where the run writes its own 05_launch_glm5.ipynb; accepted: a folder inside"),
+    ("05", {"checkpoint_dir": "OUT/.05_launch_glm5.running.ipynb/ck"}, "its own .05_launch_glm5.running.ipynb"),
+    ("05", {"checkpoint_dir": "OUT/summary.md"}, "where the run writes its own summary.md"),
+    ("01", {"machine": "8x H200", "capability": "a100"},                                                   # q15
+     "'s machine '8x H200' (GPU h200, capability 9.0) and capability 'a100' name different GPUs: sections 1-7 would "
+     "diagnose one and section 8 answer the other; accepted: capability 'h200' (or '9.0') with it, or machine '8x "
+     "A100 80 GB'"),
+    ("01", {"machine": "8x H200"}, "and capability 'rtx-pro-6000' name different GPUs"),
+    ("01", {"machine": "8x A100 80 GB", "capability": "8.9"}, "accepted: capability 'a100' (or '8.0') with it, or "
+                                                               "machine '8x RTX 4090'"),
+])
+def test_values_the_notebook_would_mis_run_together_are_refused(notebook_defaults, monkeypatch, tmp_path, nb, given,
+                                                                says):
+    """Each value passes alone; together they are what the notebook would fail on or silently mis-run: top-k slots
+    drawn with repeats from a smaller cache, tensors past the machine's memory, a prompt past the checkpoint's
+    positions, a checkpoint made where the run writes its own notebook, a diagnosis of one GPU beside the answer for
+    another machine."""
+    import sparse_mla.machine
+
+    monkeypatch.setattr(sparse_mla.machine, "host_memory_bytes", lambda: 64 * 2 ** 30)
+    stem, defaults = notebook_defaults[nb]
+    given = {k: v.replace("OUT", str(tmp_path)) if isinstance(v, str) else v for k, v in given.items()}
+    nbs = chain.project_root() / "notebooks"
+    with pytest.raises(UserInputError) as e:
+        check_values("p", stem, given, defaults, nbs, out_dir=tmp_path, run_files=chain.run_files(chain.discover(nbs)))
+    assert str(e.value).startswith(f"profile 'p': {stem}'s ") and says in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("nb, given", [
+    ("02", {"block_size": 3, "num_blocks": 32}),       # q03 held: the kernel reads global slots, any block size
+    ("02", {"topk": 128}), ("02", {"num_blocks": 4, "topk": 64}),
+    ("05", {"prompt_len": 8192}), ("05", {"checkpoint_dir": "OUT/tmp/05_launch_glm5.ipynb"}),
+    ("01", {"capability": "h100"}),                    # alone: section 8 answers its default machine
+    ("01", {"kv_cache_dtype": "fp8_e5m2", "capability": "h100"}),   # q23 held: the diagnosis shows vLLM's refusal
+    ("01", {"machine": "8x H200", "capability": "9.0"}), ("01", {"machine": "8x H200", "capability": "h200"}),
+])
+def test_values_the_notebook_runs_as_asked_pass(notebook_defaults, monkeypatch, tmp_path, nb, given):
+    import sparse_mla.machine
+
+    monkeypatch.setattr(sparse_mla.machine, "host_memory_bytes", lambda: 64 * 2 ** 30)
+    stem, defaults = notebook_defaults[nb]
+    given = {k: v.replace("OUT", str(tmp_path)) if isinstance(v, str) else v for k, v in given.items()}
+    nbs = chain.project_root() / "notebooks"
+    check_values("p", stem, given, defaults, nbs, out_dir=tmp_path, run_files=chain.run_files(chain.discover(nbs)))
+
+
+def test_notebook_02s_memory_is_bounded_where_its_check_runs(notebook_defaults, monkeypatch):
+    """The float64 reference check of a kernel run lands on the CPU with ``device: cpu`` only; the fp8_ds_mla
+    section's caches always (its ``torch.randn`` takes no device). Its stage 1's slot count is the notebook's own."""
+    import sparse_mla.machine
+    from sparse_mla.workbook.parameters import NB02_DENSE_TOPK
+
+    stem, defaults = notebook_defaults["02"]
+    source = (chain.project_root() / "notebooks" / f"{stem}.ipynb").read_text()
+    assert f"dense_topk = {NB02_DENSE_TOPK} " in source
+    monkeypatch.setattr(sparse_mla.machine, "host_memory_bytes", lambda: 2 ** 30)
+    monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    big = {"tokens": 4096, "heads": 128, "topk": 4096, "num_blocks": 512, "block_size": 16}   # 8192 slots: 59 MiB
+    with pytest.raises(UserInputError, match=r"at least 136\.0 GiB .*\(the float64 reference check of tokens x topk "
+                                             r"= 4096 x 4096 gathered rows and 128 heads' scores\), more than its 1\.0"):
+        check_values("p", stem, {**big, "device": "cpu"}, defaults, chain.project_root() / "notebooks")
+    check_values("p", stem, {**big, "device": "cuda"}, defaults, chain.project_root() / "notebooks")
+
+
+def test_sparse_mla_run_refuses_a_checkpoint_dir_at_its_own_notebook_before_any_notebook(monkeypatch, capsys,
+                                                                                       tmp_path):
+    out = tmp_path / "out"
+    monkeypatch.setattr(chain, "load_profile",
+                        lambda p: {"05_launch_glm5": {"checkpoint_dir": str(out / "05_launch_glm5.ipynb")}})
+    monkeypatch.setattr(chain, "_execute", lambda *a, **k: pytest.fail("a notebook ran"))
+    assert cli.main(["run", "--profile", "mine", "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "where the run writes its own 05_launch_glm5.ipynb" in err[0], err
+    assert not out.exists()

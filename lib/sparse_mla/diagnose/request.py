@@ -272,8 +272,9 @@ def check_gguf_flags(model, hf_config_path=None, tokenizer=None) -> None:
 
 def check_backend(backend, with_plugin: bool) -> str | None:
     """A forced backend (``--backend``) as vLLM's ``AttentionBackendEnum`` name, or None for vLLM's own choice
-    (``None``/``auto``). ``TRITON_MLA_SPARSE`` is the plugin's backend, which vLLM knows as ``CUSTOM``."""
-    if backend is None or str(backend).strip().lower() in ("", "auto"):
+    (``None``/``auto``; an empty name is refused like any unknown one: issue 47, round 8). ``TRITON_MLA_SPARSE`` is
+    the plugin's backend, which vLLM knows as ``CUSTOM``."""
+    if backend is None or str(backend).strip().lower() == "auto":
         return None
     name = str(backend).strip().upper()
     if name == PLUGIN_BACKEND_NAME:

@@ -80,7 +80,7 @@ def parse_run_spec(text) -> RunSpec:
                                  f"{OURS}+{TRITON_INDEXER}@8.0") from None
         cap = f"{major}.{minor}"
     head, *suffixes = [part.strip() for part in spec.split("+")]
-    if any(sfx.upper() != TRITON_INDEXER for sfx in suffixes) or len(suffixes) > 1:
+    if any(sfx.upper() != TRITON_INDEXER for sfx in suffixes) or len(suffixes) > 1 or not head:
         raise UserInputError(f"run spec {text!r} is not accepted; accepted: {accepted} (BACKEND: "
                              f"{accepted_backends()})")
     ac = attention_config(head)
@@ -166,13 +166,14 @@ def accepted_backends(auto: bool = True) -> str:
 def attention_config(backend: str) -> dict | None:
     """vLLM ``attention_config`` for a backend name (``None`` = vLLM's own choice).
 
-    Accepted: ``auto`` / empty / ``None``, ``TRITON_MLA_SPARSE`` (ours, vLLM's ``CUSTOM`` slot; ``CUSTOM`` is the
+    Accepted: ``auto`` / ``None``, ``TRITON_MLA_SPARSE`` (ours, vLLM's ``CUSTOM`` slot; ``CUSTOM`` is the
     same backend) or one of :func:`sparse_mla_backend_names`, any case. Raises :class:`UserInputError` for another
     name -- dense ones such as ``FLASH_ATTN`` or ``TRITON_MLA`` and DeepSeek-V4's ``*_DSV4`` included: vLLM would
-    reject them for a GLM-5 model only once an engine had started."""
+    reject them for a GLM-5 model only once an engine had started -- and an empty name (``--backend ""`` ran as
+    ``auto``: issue 47, round 8)."""
     if backend is not None and not isinstance(backend, str):
         raise UserInputError(f"attention backend {backend!r} is not a name; accepted: {accepted_backends()}")
-    if backend is None or backend.strip().lower() in ("", "auto"):
+    if backend is None or backend.strip().lower() == "auto":
         return None
     backend = backend.strip()
     if backend.upper() in (OURS, "CUSTOM"):
@@ -181,7 +182,8 @@ def attention_config(backend: str) -> dict | None:
 
     if backend.upper() not in sparse_mla_backend_names():
         what = (f"is not a CUDA sparse MLA backend for a {MLA_HEAD_SIZE}-wide MLA head (a DSA model's attention on an "
-                f"NVIDIA GPU needs one)" if backend.upper() in AttentionBackendEnum.__members__ else "is unknown")
+                f"NVIDIA GPU needs one)" if backend.upper() in AttentionBackendEnum.__members__
+                else "is unknown" if backend else "names no backend")
         raise UserInputError(f"attention backend {backend!r} {what}; accepted: {accepted_backends()}")
     return {"backend": backend.upper()}
 

@@ -163,7 +163,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
     make_dir(out_dir)   # every check passed (errors.writable_dir creates nothing)
     for nb in chain:
         target = out_dir / nb.name
-        tmp = out_dir / f".{nb.stem}.running.ipynb"
+        tmp = out_dir / _running(nb)
         t0 = time.time()
         if progress:
             print(f"[sparse-mla run] {nb.name} (profile {profile}) ...", flush=True)
@@ -173,7 +173,7 @@ def run_chain(profile: str = "cpu", only: list[str] | None = None, out_dir: Path
         _execute(nb, tmp, target, parameters, notebooks_dir, kernel_name, progress, timeout, root)
         _finalize(tmp, nb, target, root, profile)
         os.replace(tmp, target)
-        (out_dir / f"{nb.stem}.failed.ipynb").unlink(missing_ok=True)   # an older failure is no longer the news
+        (out_dir / _failed(nb)).unlink(missing_ok=True)   # an older failure is no longer the news
         done.append(target)
         overview = _write_summaries(out_dir, names, overview, root)   # after every notebook: a failure keeps what ran
         if progress:
@@ -236,7 +236,21 @@ def _check_parameter_names(profile: str, params: dict, chain: list[Path], out_di
                                  f"accepted: {', '.join(declared)} (its parameters cell)")
         for k, v in given.items():
             _check_parameter_type(profile, nb.stem, k, v, cell[k]["default"])
-        check_values(profile, nb.stem, given, _defaults(cell), nb.parent, out_dir)
+        check_values(profile, nb.stem, given, _defaults(cell), nb.parent, out_dir, run_files=run_files(chain))
+
+
+def run_files(chain: list[Path]) -> list[str]:
+    """The names a run writes in its output folder: each notebook's executed copy, its copy while it runs and its
+    partial output after a failure, and the profile's summary."""
+    return [n for nb in chain for n in (nb.name, _running(nb), _failed(nb))] + ["summary.json", "summary.md"]
+
+
+def _running(nb: Path) -> str:
+    return f".{nb.stem}.running.ipynb"
+
+
+def _failed(nb: Path) -> str:
+    return f"{nb.stem}.failed.ipynb"
 
 
 def _defaults(cell: dict) -> dict:
@@ -295,7 +309,7 @@ def _execute(nb: Path, tmp: Path, target: Path, parameters: dict, notebooks_dir:
                                 kernel_name=kernel_name, progress_bar=progress, execution_timeout=timeout,
                                 kernel_manager_class=QuietKernelManager)
     except BaseException as e:
-        failed = target.parent / f"{nb.stem}.failed.ipynb"
+        failed = target.parent / _failed(nb)
         if tmp.exists():
             os.replace(tmp, failed)
             if isinstance(e, KeyboardInterrupt):    # Ctrl-C or SIGTERM mid-notebook: say what is kept, not "nothing"
@@ -374,7 +388,7 @@ def _output_dir(out_dir: Path, profile: str, chain: list[Path], notebooks_dir: P
                              + f"; accepted: results/{profile}/ (the default) or a directory outside results/")
     out_dir = writable_dir(out_dir)
     overview = out_dir.resolve().parent == results_root
-    records = [nb.name for nb in chain] + ["summary.json", "summary.md"]
+    records = run_files(chain)
     if overview:
         records += ["../summary.json", "../summary.md"]
     blocked = [name for name in records if Path(os.path.normpath(out_dir / name)).is_dir()]   # out_dir may not exist

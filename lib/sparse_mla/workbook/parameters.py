@@ -8,14 +8,18 @@ model, capability, KV-cache dtype and tensor parallelism; :data:`sparse_mla.diag
 notebooks' sizes are integers within what a run could use, their seeds what ``torch.manual_seed`` takes, a
 checkpoint's ``index_topk`` what ``make-checkpoint`` takes (:func:`sparse_mla.launch.checkpoint.check_index_topk`);
 ``out_dir`` is the run's own (``--out-dir``), the folder a profile has a notebook write (``checkpoint_dir``) must lie
-inside the run's output folder, and the record it has one read (``launch_record``) inside ``results_dir``. A parameter
-named here by no notebook is harmless.
+inside the run's output folder (not at a file the run writes), and the record it has one read (``launch_record``)
+inside ``results_dir``. Values that each pass but not together are refused as the notebook would use them: notebook
+02's top-k within its cache and its tensors within this machine's memory, notebook 05's prompt within its
+checkpoint's positions and longer than its top-k, notebook 01's ``machine`` the GPU its ``capability`` names. A
+parameter named here by no notebook is harmless.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import UserInputError
+from ..layouts import FP8_DS_MLA_ROW_BYTES, KV_LORA_RANK, LATENT_DIM, ROPE_DIM
 
 #: sizes of the notebooks' checks and benchmarks: integers from 1 to what a run of the model could use -- heads per
 #: rank up to vLLM's MLA limit (128), top-k and index_topk up to 16 x GLM-5's 2048, a prompt up to GLM-5's
@@ -32,6 +36,15 @@ SEED_MAX = 2 ** 64 - 1
 DEVICES = ("cpu", "cuda")
 #: the parameters a diagnosis request is made of (request.resolve checks them together)
 REQUEST = ("model", "tp", "capability", "kv_cache_dtype", "with_plugin")
+#: notebook 02's stage 1 selects this many slots whatever ``topk`` says (its ``dense_topk``: one tile, a power of two;
+#: tests/workbook/test_parameters.py reads it in the notebook)
+NB02_DENSE_TOPK = 64
+#: bytes per cache slot notebook 02's fp8_ds_mla section holds at once on the CPU, whatever its device: the fp32
+#: latent (512) and rope (64), the 656-byte fp8_ds_mla row and its float64 decoding (576); and per (token, slot) of a
+#: checked kernel run, the float64 reference's gathered row (576) beside, per head, four float64 scores (scores,
+#: probabilities, masked scores, per-score errors: kernels.error_bounds.attention_limits)
+NB02_SLOT_BYTES = (KV_LORA_RANK + ROPE_DIM) * 4 + FP8_DS_MLA_ROW_BYTES + LATENT_DIM * 8
+NB02_ROW_BYTES, NB02_SCORE_BYTES = LATENT_DIM * 8, 4 * 8
 
 
 def _is_int(v) -> bool:
@@ -109,7 +122,8 @@ def _launch_record(given, record: Path) -> None:
                              f"command in the header); accepted: one, e.g. h200/launch_h200.json")
 
 
-def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path, notebook: str = "") -> None:
+def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path, notebook: str = "",
+             run_files=()) -> None:
     """A profile's folders, relative to the notebooks' folder as the notebook reads them: ``checkpoint_dir`` a folder
     any command may write (:func:`sparse_mla.errors.writable_dir`: not the package, ``lib/``, ``tests/``, ``.git``)
     inside the run's output folder ``out_dir`` (:func:`_inside_the_run`), ``results_dir`` an existing folder,
@@ -117,7 +131,7 @@ def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path, note
     from ..errors import writable_dir
 
     if given.get("checkpoint_dir") is not None:
-        _inside_the_run(given["checkpoint_dir"], notebooks_dir, out_dir)
+        _inside_the_run(given["checkpoint_dir"], notebooks_dir, out_dir, run_files)
     results = _as_read(values.get("results_dir", "../results"), notebooks_dir)
     if "results_dir" in given and not results.is_dir():
         raise UserInputError(f"results_dir {given['results_dir']!r} is not a folder; accepted: the folder of the "
@@ -147,11 +161,92 @@ def _prompt_beyond_topk(given: dict, values: dict) -> None:
                              f"indexer drops, and drops none; accepted: prompt_len > index_topk (e.g. 160 and 128)")
 
 
-def _inside_the_run(value, notebooks_dir: Path, out_dir: Path) -> None:
+def _kernel_sizes(given: dict, values: dict) -> None:
+    """Notebook 02's sizes (``tokens``, ``heads``, ``topk``, ``num_blocks``, ``block_size``) as it uses them: its
+    parameters cell's rule, ``topk`` at most ``num_blocks * block_size`` (else ``make_case`` draws repeated slots, which
+    vLLM never passes), also for its stage 1's :data:`NB02_DENSE_TOPK` slots; and the memory its tensors take within
+    this machine's (:func:`sparse_mla.machine.host_memory_bytes`), a lower bound (:data:`NB02_SLOT_BYTES`) refused
+    before the notebook allocates it (issue 47, round 8: every size at its maximum was accepted)."""
+    keys = ("tokens", "heads", "topk", "num_blocks", "block_size", "device")
+    if not any(k in given for k in keys) or not all(isinstance(values.get(k), int) for k in keys[:5]):
+        return
+    t, h, k, nb, bs = (values[k] for k in keys[:5])
+    if max(k, NB02_DENSE_TOPK) > nb * bs:
+        what = f"{k} that topk" if k > nb * bs else f"{NB02_DENSE_TOPK} that its stage 1 (dense, one tile)"
+        raise UserInputError(f"cache of num_blocks * block_size = {nb} * {bs} = {nb * bs} slots holds fewer than the "
+                             f"{what} selects per token: slots would repeat, which vLLM never passes; accepted: "
+                             f"num_blocks * block_size >= topk and >= {NB02_DENSE_TOPK} (its parameters cell: topk at "
+                             f"most num_blocks * block_size; defaults 8 * 16 = 128 and topk 96)")
+    from ..machine import host_memory_bytes
+
+    have = host_memory_bytes()
+    cache = nb * bs * NB02_SLOT_BYTES
+    check = t * k * (NB02_ROW_BYTES + h * NB02_SCORE_BYTES) if values.get("device", "cpu") == "cpu" else 0
+    if have is not None and max(cache, check) > have:
+        what = (f"its fp8_ds_mla section's caches of {nb * bs} slots, {NB02_SLOT_BYTES} B each" if cache >= check else
+                f"the float64 reference check of tokens x topk = {t} x {k} gathered rows and {h} heads' scores")
+        raise UserInputError(f"tokens {t}, heads {h}, topk {k}, num_blocks {nb}, block_size {bs} would have the "
+                             f"notebook hold at least {max(cache, check) / 2 ** 30:,.1f} GiB in this machine's memory "
+                             f"({what}), more than its {have / 2 ** 30:,.1f} GiB; accepted: sizes whose tensors fit "
+                             f"(the defaults take about 1 MiB)")
+
+
+def _prompt_fits_checkpoint(given: dict, values: dict) -> None:
+    """Notebook 05's ``prompt_len`` within the ``max_position_embeddings`` of the checkpoint it makes
+    (``make_checkpoint``'s default preset, :func:`sparse_mla.launch.checkpoint.preset_config`): the reference runs a
+    longer prompt past the positions the model declares, which vLLM refuses (issue 47, round 8: 9000 > 8192)."""
+    n = values.get("prompt_len")
+    if "prompt_len" not in given or not isinstance(n, int):
+        return
+    import inspect
+
+    from ..launch.checkpoint import make_checkpoint, preset_config
+
+    preset = inspect.signature(make_checkpoint).parameters["preset"].default
+    limit = preset_config(preset)["max_position_embeddings"]
+    if n > limit:
+        raise UserInputError(f"prompt_len {n} is longer than the max_position_embeddings {limit} of the checkpoint "
+                             f"the notebook makes ({preset}): positions past it are outside the model's, and vLLM "
+                             f"refuses such a prompt; accepted: prompt_len from index_topk + 1 to {limit}")
+
+
+def _machine_is_the_gpu(given: dict, values: dict) -> None:
+    """A ``machine`` a profile gives notebook 01 (section 8, :data:`sparse_mla.diagnose.what_to_run.MACHINES`: its
+    GPU preset) and its ``capability`` (the user's GPU, sections 1-7) name the same GPU: the preset, or its
+    ``major.minor`` (issue 47, round 8: ``8x H200`` with ``a100`` diagnosed one machine and answered another).
+    ``local`` is not compared, nor a ``capability`` given alone: section 8 then answers its default machine (the
+    table has four; an H100 user still diagnoses an H100)."""
+    if "machine" not in given or not {"machine", "capability"} <= set(values):
+        return
+    from ..diagnose.request import parse_capability
+    from ..diagnose.what_to_run import MACHINES
+    from ..gpus import GPU_PRESETS
+
+    machine, capability = values["machine"], values["capability"]
+    if machine not in MACHINES:
+        return
+    gpu = MACHINES[machine][0]
+    try:
+        cap, preset = parse_capability(capability)
+    except UserInputError:
+        return                                  # the request check names it
+    if preset == "local":
+        return
+    want, asked = GPU_PRESETS[gpu], f"{cap[0]}.{cap[1]}"
+    if (preset or asked) != (gpu if preset else want):
+        same = [m for m, (g, _) in MACHINES.items() if (g == preset if preset else GPU_PRESETS[g] == asked)]
+        raise UserInputError(f"machine {machine!r} (GPU {gpu}, capability {want}) and capability {capability!r} name "
+                             f"different GPUs: sections 1-7 would diagnose one and section 8 answer the other; "
+                             f"accepted: capability {gpu!r} (or {want!r}) with it" +
+                             (f", or machine {same[0]!r}" if same else ""))
+
+
+def _inside_the_run(value, notebooks_dir: Path, out_dir: Path, run_files=()) -> None:
     """``checkpoint_dir``, where the notebook writes (and replaces) its checkpoint, a path (text) that leads inside the
     run's output folder ``out_dir``, below it (``~``, ``..`` and links followed, as ``make_checkpoint`` follows them):
-    ``../params/ck`` put 199 MB into the checkout. Raises :class:`UserInputError` naming the value, where it leads and
-    what is accepted."""
+    ``../params/ck`` put 199 MB into the checkout; and not at or below one of ``run_files``, the names the run itself
+    writes there (:func:`sparse_mla.workbook.chain.run_files`; round 8: the notebook's own executed copy). Raises
+    :class:`UserInputError` naming the value, where it leads and what is accepted."""
     import os
 
     from ..errors import expand_path
@@ -166,6 +261,11 @@ def _inside_the_run(value, notebooks_dir: Path, out_dir: Path) -> None:
         raise UserInputError(f"checkpoint_dir {value!r} leads to {where}, not inside the run's output folder ({out}); "
                              f"accepted: a folder inside it, e.g. {example!r} (tmp/ is git-ignored; relative to "
                              f"notebooks/), or null (the notebook's own, <out_dir>/tmp/glm5-tiny)")
+    taken = next((n for n in run_files if where == out / n or where.is_relative_to(out / n)), None)
+    if taken is not None:
+        raise UserInputError(f"checkpoint_dir {value!r} leads to {where}, where the run writes its own {taken}; "
+                             f"accepted: a folder inside the run's output folder that no file of the run is named, "
+                             f"e.g. {example!r} (tmp/ is git-ignored; relative to notebooks/), or null")
 
 
 def _request(values: dict, notebooks_dir: Path) -> None:
@@ -183,11 +283,11 @@ def _request(values: dict, notebooks_dir: Path) -> None:
 
 
 def check_values(profile: str, notebook: str, given: dict, defaults: dict, notebooks_dir: Path,
-                 out_dir: Path | None = None) -> None:
+                 out_dir: Path | None = None, *, run_files=()) -> None:
     """Every value ``given`` (a profile's parameters of ``notebook``) that a check here names; ``defaults``: the
     notebook's own (papermill's ``inspect_notebook``, evaluated), which the request check completes ``given`` with;
     ``out_dir``: the run's output folder (default ``results/<profile>/`` beside ``notebooks_dir``, as ``sparse-mla
-    run`` has it).
+    run`` has it); ``run_files``: the names the run writes there (:func:`sparse_mla.workbook.chain.run_files`).
 
     Raises:
         UserInputError: naming the profile, the notebook, the key, the value and what is accepted.
@@ -197,9 +297,13 @@ def check_values(profile: str, notebook: str, given: dict, defaults: dict, noteb
         if why:
             raise UserInputError(f"profile {profile!r}: {notebook}'s {key} = {value!r} is not accepted; {why}")
     try:
-        _folders(given, {**defaults, **given}, notebooks_dir,
-                 notebooks_dir.parent / "results" / profile if out_dir is None else Path(out_dir), notebook)
-        _prompt_beyond_topk(given, {**defaults, **given})
+        values = {**defaults, **given}
+        _folders(given, values, notebooks_dir,
+                 notebooks_dir.parent / "results" / profile if out_dir is None else Path(out_dir), notebook, run_files)
+        _prompt_beyond_topk(given, values)
+        _prompt_fits_checkpoint(given, values)
+        _kernel_sizes(given, values)
+        _machine_is_the_gpu(given, values)
     except UserInputError as e:
         raise UserInputError(f"profile {profile!r}: {notebook}'s {e}") from None
     asked = [k for k in REQUEST if k in given]
