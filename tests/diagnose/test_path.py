@@ -28,6 +28,17 @@ def _config(tmp_path, name, **changes):
     return str(p)
 
 
+def _checked_as_written(rec: dict) -> None:
+    """``records check`` accepts this diagnosis as ``tools/gpu/diagnose_vs_engine.py`` writes it (its headline,
+    blockers and resolved KV-cache dtype recomputed from its prediction: :func:`sparse_mla.workbook.diagnosis.
+    entry_problems`), where it is no "starts only if the host ..." (``engine_starts`` None: the tool's diagnosis is
+    ``local``, whose answer never hangs on the host's software)."""
+    from sparse_mla.workbook import diagnosis
+
+    if rec["engine_starts"] is not None:
+        assert diagnosis.entry_problems(diagnosis.entry(json.loads(json.dumps(rec)))) == []
+
+
 def _vllm_selects(model, cap, kv, tp):
     """``(selected backend, cache dtype vLLM configures)`` from :func:`vllm_oracles.vllms_selection` (vLLM's
     engine-config path and selector on vLLM's own CUDA platform class); None = vLLM raises."""
@@ -55,6 +66,7 @@ def test_selection_equals_vllm_engine_config_path(model, gpu, kv, tp):
     assert rec["selected"] == selected
     assert rec["config"]["cache_dtype"] == cache_dtype
     assert (rec["selected"] is None) == any(b["stage"] == "attention" for b in rec["blockers"])
+    _checked_as_written(rec)
 
 
 def test_the_oracle_catches_a_planted_fault_in_the_capability_simulation(monkeypatch):
@@ -158,6 +170,8 @@ def test_deepseek_v32_without_index_topk_is_what_vllm_loads(tmp_path):
     dense = diagnose(_config(tmp_path, "deepseek-v3.2", index_topk=None, architectures=["DeepseekV3ForCausalLM"]),
                      "9.0")
     assert dense["mla"] == "dense" and dense["indexer"]["stock"] is None and dense["selected"] == "FLASH_ATTN_MLA"
+    _checked_as_written(rec)
+    _checked_as_written(dense)
 
 
 def test_missing_architectures_is_filled_in_by_vllm(tmp_path):
@@ -229,6 +243,8 @@ def test_sm80_with_plugin_names_the_indexer_wall_or_ours(monkeypatch):
     off = diagnose("glm-5", "8.0", with_plugin=True)
     assert off["selected"] == "TRITON_MLA_SPARSE" and off["indexer"]["with_plugin"] is None
     assert off["blockers"][0]["stage"] == "indexer" and off["engine_starts"] is False
+    _checked_as_written(rec)
+    _checked_as_written(off)
 
 
 def test_forced_backend_gets_vllms_rejection():
@@ -258,6 +274,7 @@ def test_with_plugin_where_vllm_would_not_load_it_is_stock_vllms_answer_said_so(
                                                         "triton_mla_sparse") and "stock vLLM's answer" in first[1]
     assert "VLLM_PLUGINS='some_other_plugin'" in rec["headline"] and "\n" not in rec["headline"]
     assert "Plugin: not loaded by vLLM: VLLM_PLUGINS='some_other_plugin'" in format_record(rec)
+    _checked_as_written(rec)
     monkeypatch.setenv("VLLM_PLUGINS", "some_other_plugin,triton_mla_sparse")
     named = diagnose("glm-5", "12.0", "bfloat16", with_plugin=True)
     assert named["selected"] == "TRITON_MLA_SPARSE" and named["engine_starts"] is True and "plugin" not in named["stages"]

@@ -1,7 +1,8 @@
 """``records check`` on the diagnosis against real engines (``tools/gpu/diagnose_vs_engine.py``,
 :mod:`sparse_mla.workbook.diagnosis`): issue 47, round 7 -- a record whose differences said the prediction was wrong,
 whose prediction named another backend than its engine ran, or whose engine ran a backend nobody predicted, was
-proven."""
+proven; round 8 -- a diagnosis's headline, blockers or resolved KV-cache dtype that its prediction does not give, or
+a key beside them no writer writes, was proven."""
 import json
 from pathlib import Path
 
@@ -75,3 +76,71 @@ def test_the_committed_records_differences_are_its_data():
     rec = json.loads(RECORD.read_text())
     assert diagnosis.diagnosis_problems(rec) == [] and diagnosis.diagnosis_said(rec) == []
     assert diagnosis.diagnosis_problems({"runs": {}}) == [] == diagnosis.diagnosis_said({"runs": {}})
+
+
+def _stops(ent: dict) -> dict:
+    """``ent`` as the diagnosis writes one that stops at the attention stage: its blocker, engine_starts False and
+    the headline the diagnosis's own function gives them."""
+    ent["blockers"] = [{"stage": "attention", "reason": "No valid attention backend found"}]
+    ent["predicted"]["engine_starts"] = False
+    ent["headline"] = diagnosis.headlines(ent["predicted"], ent["effective_kv_cache_dtype"], ent["blockers"])[0]
+    return ent
+
+
+@pytest.mark.parametrize("edit,says", [
+    # the breaker's d01: another dtype's headline
+    (lambda r: r["diagnosis"]["auto"].update(headline=r["diagnosis"]["fp8"]["headline"]),
+     "diagnosis.auto.headline 'FLASHMLA_SPARSE on fp8_ds_mla, indexer DEEPGEMM: engine starts', not what the "
+     "diagnosis writes for its prediction, effective_kv_cache_dtype and blockers; accepted: 'FLASH_ATTN_MLA_SPARSE on "
+     "bfloat16, indexer DEEPGEMM: engine starts' or "),
+    (lambda r: r["diagnosis"]["fp8"].update(headline="FLASHMLA_SPARSE on fp8_ds_mla, indexer DEEPGEMM: engine "
+                                                     "starts (stock: VLLM_PLUGINS=oops leaves the plugin out)"),
+     "diagnosis.fp8.headline 'FLASHMLA_SPARSE on fp8_ds_mla, indexer DEEPGEMM: engine starts (stock: VLLM_PLUGINS="),
+    # d02: a blocker beside "the engine starts" (a text, or as the diagnosis writes one); a blocker of another shape
+    (lambda r: r["diagnosis"]["fp8"].update(blockers=["no FP8 attention on this GPU"]),
+     "diagnosis.fp8.blockers ['no FP8 attention on this GPU'] beside predicted engine_starts True; accepted: a list, "
+     "empty where the engine starts (True), not where it stops (False)"),
+    (lambda r: r["diagnosis"]["fp8"].update(blockers=[{"stage": "memory", "reason": "does not fit"}]),
+     "diagnosis.fp8.blockers [{'stage': 'memory', 'reason': 'does not fit'}] beside predicted engine_starts True"),
+    (lambda r: r["diagnosis"]["fp8"].update(blockers=None), "diagnosis.fp8.blockers None beside predicted"),
+    (lambda r: _stops(r["diagnosis"]["fp8"])["blockers"][0].update(note="x"),
+     "diagnosis.fp8.blockers [{'stage': 'attention', 'reason': 'No valid attention backend found', 'note': 'x'}]; "
+     "accepted: [{'stage': TEXT, 'reason': TEXT}, ...]"),
+    # d03: a resolved KV-cache dtype its prediction's does not resolve to (auto: a model dtype; else itself)
+    (lambda r: r["diagnosis"]["auto"].update(effective_kv_cache_dtype="fp8_ds_mla"),
+     "diagnosis.auto.effective_kv_cache_dtype 'fp8_ds_mla': the predicted kv_cache_dtype 'auto' resolves to "
+     "'bfloat16' or 'float16' or 'float32'"),
+    (lambda r: r["diagnosis"]["fp8"].update(effective_kv_cache_dtype="fp8"),
+     "diagnosis.fp8.effective_kv_cache_dtype 'fp8': the predicted kv_cache_dtype 'fp8_ds_mla' resolves to "
+     "'fp8_ds_mla'"),
+    (lambda r: r["diagnosis"]["auto"].update(effective_kv_cache_dtype="float16"),    # a model dtype, not the headline's
+     "diagnosis.auto.headline 'FLASH_ATTN_MLA_SPARSE on bfloat16, indexer DEEPGEMM: engine starts', not what"),
+    # d06, d07: a key no writer writes beside the diagnosis's or its prediction's
+    (lambda r: r["diagnosis"]["auto"].update(note="prediction wrong on retry"),
+     "no writer writes the key 'note' at diagnosis.auto; accepted: blockers, effective_kv_cache_dtype, headline, "
+     "predicted"),
+    (lambda r: r["diagnosis"]["auto"]["predicted"].update(memory_ok=False),
+     "no writer writes the key 'memory_ok' at diagnosis.auto.predicted; accepted: attention, engine_starts, indexer, "
+     "kv_cache_dtype"),
+])
+def test_a_diagnosis_its_prediction_does_not_give_is_invalid(tmp_path, edit, says):
+    """Round 8 (d01, d02, d03, d06): each recomputed with the diagnosis's own functions from the entry's prediction."""
+    rec = json.loads(RECORD.read_text())
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_every_diagnosis_the_writer_may_write_is_accepted():
+    """The committed record's entries as they are, with the note of a plugin vLLM would not load (``VLLM_PLUGINS``
+    unset or quoted), and stopping at a stage: no line (the writer's own records: tests/diagnose/test_path.py)."""
+    from sparse_mla.diagnose.path import not_loaded_note
+
+    rec = json.loads(RECORD.read_text())
+    for ent in rec["diagnosis"].values():
+        assert diagnosis.entry_problems(ent) == []
+        base = ent["headline"]
+        for raw in (None, "some_other_plugin", "", "it's"):
+            assert diagnosis.entry_problems({**ent, "headline": base + not_loaded_note(raw)}) == [], raw
+        assert diagnosis.entry_problems(_stops(ent)) == []
+    assert list(rec["diagnosis"]["auto"]) == list(diagnosis.entry({}))      # the writer's keys, the record's

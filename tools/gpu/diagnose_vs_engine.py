@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sparse_mla.workbook.diagnosis import differences, observed, predicted   # records check reads them the same
+from sparse_mla.workbook.diagnosis import differences, entry, observed, predicted   # records check reads them alike
 
-__all__ = ["differences", "main", "observed", "predicted"]
+__all__ = ["differences", "entry", "main", "observed", "predicted"]
 
 
 def main(argv: list[str]) -> int:
@@ -36,9 +36,7 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="diag-vs-engine-"))
     for kv in kvs:
         diag = diagnose(str(ckpt), "local", kv, with_plugin=True)
-        rec["diagnosis"][kv] = {"predicted": predicted(diag), "headline": diag.get("headline"),
-                                "effective_kv_cache_dtype": diag.get("effective_kv_cache_dtype"),
-                                "blockers": diag.get("blockers")}
+        rec["diagnosis"][kv] = entry(diag)
         f = tmp / f"{kv}.json"
         r = subprocess.run([sys.executable, "-m", "sparse_mla", "launch", "--model", str(ckpt), "--backend", "auto",
                             "--kv-cache-dtype", kv, "--prompt-lengths", "48,900", "--max-tokens", "4",

@@ -111,9 +111,16 @@ def _host_dependence(vc, att: dict, other, blockers: list, local: bool) -> tuple
     host_dependent = other is not None and other != (selected or None) if not local else False
     if vc is not None and not local and (other or None) != (selected or None):
         host_dependent = True
+    return host_dependent, engine_starts_of(blockers, host_dependent)
+
+
+def engine_starts_of(blockers: list, host_dependent: bool) -> bool | None:
+    """A record's ``engine_starts`` from its ``blockers`` and whether the selection depends on the host: False with
+    a blocker, None without one where it depends on the host, else True (a ``local`` diagnosis never depends on it).
+    ``records check`` recomputes it from a diagnosis record's blockers (:mod:`sparse_mla.workbook.diagnosis`)."""
     if blockers:
-        return host_dependent, False
-    return host_dependent, None if host_dependent else True
+        return False
+    return None if host_dependent else True
 
 
 def _note_simulation(simulated: dict, att: dict, refreshed: list[str], host) -> None:
@@ -416,6 +423,12 @@ def _plugin_not_loaded(rec: dict[str, Any], why: str) -> dict[str, Any]:
                      "not_loaded": why, "overrides": {}, "wrapped": []}
     rec["stages"] = {"plugin": f"NOT LOADED: {why}; what follows is stock vLLM's answer", **rec["stages"]}
     raw = os.environ.get("VLLM_PLUGINS")
-    rec["headline"] += f" (stock: VLLM_PLUGINS={raw!r} leaves the plugin out)" if raw is not None else \
-        " (stock: the plugin is not loaded)"
+    rec["headline"] += not_loaded_note(raw)
     return rec
+
+
+def not_loaded_note(raw: str | None) -> str:
+    """What a ``with_plugin`` record's ``headline`` ends with where vLLM would not load the plugin: ``raw`` is
+    ``VLLM_PLUGINS`` as set (None: unset)."""
+    return f" (stock: VLLM_PLUGINS={raw!r} leaves the plugin out)" if raw is not None else \
+        " (stock: the plugin is not loaded)"

@@ -278,11 +278,34 @@ def _effective_kv_cache_dtype(vc, backend_cls, args, selected) -> tuple[str, str
                        f"mla_attention.py: {kv} -> {effective})")
     configured = effective
     if effective == "auto":      # resolved as vLLM resolves it, also where no backend was selected (the memory stage)
-        from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
-
-        effective = str(kv_cache_dtype_str_to_dtype("auto", vc.model_config)).replace("torch.", "")
+        effective = resolved_kv_cache_dtype(configured, vc.model_config)
         kv_note = f"{effective} (auto: vLLM's kv_cache_dtype_str_to_dtype gives the model dtype)"
     return configured, effective, kv_note
+
+
+def resolved_kv_cache_dtype(configured: str | None, model_config) -> str | None:
+    """A record's ``effective_kv_cache_dtype`` from its ``configured_kv_cache_dtype``: ``auto`` as vLLM's
+    ``kv_cache_dtype_str_to_dtype`` resolves it (``model_config.dtype``, the model's; ``"bfloat16"``), any other
+    string (or None: no backend) as it is."""
+    if configured != "auto":
+        return configured
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+
+    return str(kv_cache_dtype_str_to_dtype("auto", model_config)).replace("torch.", "")
+
+
+def auto_kv_cache_dtypes() -> set[str]:
+    """Every ``effective_kv_cache_dtype`` an ``auto`` cache may resolve to (:func:`resolved_kv_cache_dtype`): one per
+    model dtype vLLM accepts (``ModelDType``, each as vLLM's ``STR_DTYPE_TO_TORCH_DTYPE`` maps it), e.g.
+    ``{"float16", "bfloat16", "float32"}``."""
+    import types
+    import typing
+
+    from vllm.config.model import ModelDType
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+
+    return {resolved_kv_cache_dtype("auto", types.SimpleNamespace(dtype=STR_DTYPE_TO_TORCH_DTYPE[d]))
+            for d in typing.get_args(ModelDType) if d != "auto"}
 
 
 def flip_host_check(vc, args: dict[str, Any]) -> str | None:

@@ -567,6 +567,11 @@ GLM5NEXT_RUN_KEYS = ("run", "backend_requested", "indexer", "simulated_capabilit
                      "attention_backends", "generations", "ran", "ran_contradictions", "ran_error", "simulated",
                      "error", "stderr")
 DIAGNOSED_ENGINE_KEYS = (*OFFLINE_KEYS, "error", "log_tail")
+#: Its diagnosis of one KV-cache dtype (``sparse_mla.workbook.diagnosis.entry``: the prediction, and the diagnosis's
+#: own headline, resolved KV-cache dtype and blockers), and the prediction (``sparse_mla.workbook.diagnosis.predicted``;
+#: issue 47, round 8: a ``note`` beside them was proven).
+DIAGNOSIS_ENTRY_KEYS = ("predicted", "headline", "effective_kv_cache_dtype", "blockers")
+PREDICTED_KEYS = ("attention", "kv_cache_dtype", "indexer", "engine_starts")
 # The levels below (issue 47, round 8: a generation's ``finish_reason``, a layer's or the checkpoint's ``banana``,
 # ``throughput.valid``, ``environment.note`` were proven):
 #: The header, at every level an engine record has it (:func:`sparse_mla.records.environment`).
@@ -629,7 +634,12 @@ Glm5NextRecord = _written("Glm5NextRecord", GLM5NEXT_KEYS, "A GLM-5.3-Flash comp
                           **_levels(GLM5NEXT_KEYS, "checkpoint"))     # its checkpoint: the model's config.json
 DiagnosisRecord = _written("DiagnosisRecord", DIAGNOSIS_KEYS, "The diagnosis against engines.",
                            runs=dict[str, _written("DiagnosedEngine", DIAGNOSED_ENGINE_KEYS, "One diagnosed engine.",
-                                                   **_levels(DIAGNOSED_ENGINE_KEYS))], **_levels(DIAGNOSIS_KEYS))
+                                                   **_levels(DIAGNOSED_ENGINE_KEYS))],
+                           diagnosis=dict[str, _written("DiagnosisEntry", DIAGNOSIS_ENTRY_KEYS,
+                                                        "The diagnosis of one KV-cache dtype.",
+                                                        predicted=_written("Prediction", PREDICTED_KEYS,
+                                                                           "What it predicts."))],
+                           **_levels(DIAGNOSIS_KEYS))
 
 
 # -- serving benchmark ------------------------------------------------------------------------------------------------

@@ -5,10 +5,22 @@ writes the record and by ``records check`` when it reads one (issue 47, round 7:
 prediction was wrong, or whose engine ran a backend the diagnosis did not predict, was proven).
 
 ``records check`` calls such a record **invalid** where its ``differences`` are not what its predictions and engines
-give, or its three blocks do not name the same KV-cache dtypes, each run asking its own; **unproven** where the
-differences say the diagnosis was wrong (an honest record of a wrong prediction proves no diagnosis).
+give, or its three blocks do not name the same KV-cache dtypes, each run asking its own, or a diagnosis's own
+``effective_kv_cache_dtype``, ``blockers`` and ``headline`` are not what the diagnosis writes beside its prediction
+(round 8: a headline of another dtype, a blocker beside "engine starts", an ``auto`` cache resolved to
+``fp8_ds_mla`` were proven); **unproven** where the differences say the diagnosis was wrong (an honest record of a
+wrong prediction proves no diagnosis). The keys of a diagnosis and of its prediction are
+:data:`sparse_mla.records.schema.DIAGNOSIS_ENTRY_KEYS` and ``PREDICTED_KEYS`` (:mod:`.written` holds a record to them).
 """
 from __future__ import annotations
+
+import ast
+
+from ..diagnose.path import engine_starts_of, headline, not_loaded_note
+from ..diagnose.runtime import DEEPGEMM_INDEXER
+from ..diagnose.selection import auto_kv_cache_dtypes, resolved_kv_cache_dtype
+from ..records.schema import PREDICTED_KEYS
+from ..vllm_plugin.switches import INDEXER_NAME
 
 
 def predicted(diag: dict) -> dict:
@@ -18,9 +30,17 @@ def predicted(diag: dict) -> dict:
     record beside it), who computes the indexer's logits (``"triton"`` where the plugin's Triton indexer replaces
     DeepGEMM's) and whether the engine starts."""
     ix = diag.get("indexer") or {}
-    ours = ix.get("with_plugin") == "TRITON_DSA_INDEXER"
+    ours = ix.get("with_plugin") == INDEXER_NAME
     return {"attention": diag.get("selected"), "kv_cache_dtype": diag.get("configured_kv_cache_dtype"),
             "indexer": "triton" if ours else "deepgemm", "engine_starts": diag.get("engine_starts")}
+
+
+def entry(diag: dict) -> dict:
+    """A diagnosis record's (``sparse_mla.diagnose.diagnose``) entry in the record, under its KV-cache dtype:
+    ``{"predicted": predicted(diag), "headline", "effective_kv_cache_dtype", "blockers"}``, the last three the
+    diagnosis's own (:data:`sparse_mla.records.schema.DIAGNOSIS_ENTRY_KEYS`)."""
+    return {"predicted": predicted(diag), "headline": diag.get("headline"),
+            "effective_kv_cache_dtype": diag.get("effective_kv_cache_dtype"), "blockers": diag.get("blockers")}
 
 
 def observed(engine: dict) -> dict:
@@ -64,17 +84,76 @@ def diagnosis_problems(rec: dict) -> list[str]:
                 f"each, the same in all three"]
     out = []
     for kv in diag:
-        run, pred = runs[kv] if isinstance(runs[kv], dict) else {}, (diag[kv] or {}).get("predicted")
+        run, ent = (x[kv] if isinstance(x[kv], dict) else {} for x in (runs, diag))
+        pred = ent.get("predicted")
         if "kv_cache_dtype" in run and run["kv_cache_dtype"] != kv:
             out.append(f"runs.{kv}: kv_cache_dtype {run['kv_cache_dtype']!r}, not the dtype it is the run of")
-        if not isinstance(pred, dict) or set(pred) != {"attention", "kv_cache_dtype", "indexer", "engine_starts"}:
-            out.append(f"diagnosis.{kv}.predicted {pred!r} is not {{attention, kv_cache_dtype, indexer, "
-                       f"engine_starts}}")
+        if not isinstance(pred, dict) or set(pred) != set(PREDICTED_KEYS):
+            out.append(f"diagnosis.{kv}.predicted {pred!r} is not {{{', '.join(PREDICTED_KEYS)}}}")
             continue
         want = differences(pred, observed(run))
         if said[kv] != want:
             out.append(f"differences.{kv} {said[kv]!r}, its prediction and engine give {want!r}")
+        out += [f"diagnosis.{kv}.{line}" for line in entry_problems(ent)]
     return out
+
+
+def entry_problems(ent: dict) -> list[str]:
+    """What one diagnosis :func:`entry` says beside its prediction (a dict of ``PREDICTED_KEYS``) otherwise than the
+    diagnosis writes it, recomputed with the diagnosis's own functions; the first found, one line (``[]``: none):
+    ``effective_kv_cache_dtype`` not what the predicted ``kv_cache_dtype`` resolves to
+    (:func:`sparse_mla.diagnose.selection.resolved_kv_cache_dtype`: ``auto`` a model dtype vLLM accepts);
+    ``blockers`` not ``[{"stage", "reason"}]`` texts, or at odds with ``engine_starts``
+    (:func:`sparse_mla.diagnose.path.engine_starts_of`: the tool's diagnosis is ``local``, never host-dependent);
+    ``headline`` not :func:`sparse_mla.diagnose.path.headline` of them (:func:`headlines`)."""
+    pred, eff, blockers = ent["predicted"], ent.get("effective_kv_cache_dtype"), ent.get("blockers")
+    conf = pred["kv_cache_dtype"]
+    accepted = sorted(auto_kv_cache_dtypes()) if conf == "auto" else [resolved_kv_cache_dtype(conf, None)]
+    if not (eff is None or isinstance(eff, str)) or eff not in accepted:
+        return [f"effective_kv_cache_dtype {eff!r}: the predicted kv_cache_dtype {conf!r} resolves to "
+                f"{' or '.join(map(repr, accepted))}"]
+    if not isinstance(blockers, list) or engine_starts_of(blockers, False) is not pred["engine_starts"]:
+        return [f"blockers {blockers!r:.160} beside predicted engine_starts {pred['engine_starts']!r}; accepted: "
+                f"a list, empty where the engine starts (True), not where it stops (False)"]
+    if not all(isinstance(b, dict) and set(b) == {"stage", "reason"} and all(isinstance(v, str) for v in b.values())
+               for b in blockers):
+        return [f"blockers {blockers!r:.160}; accepted: [{{'stage': TEXT, 'reason': TEXT}}, ...]"]
+    said, want = ent.get("headline"), headlines(pred, eff, blockers)
+    if said in want or (pred["indexer"] != "triton" and any(_not_loaded(said, h) for h in want)):
+        return []
+    note = "" if pred["indexer"] == "triton" else ", each perhaps with the note that vLLM would not load the plugin"
+    return [f"headline {said!r:.160}, not what the diagnosis writes for its prediction, effective_kv_cache_dtype "
+            f"and blockers; accepted: {' or '.join(map(repr, want))}{note}"]
+
+
+def headlines(pred: dict, effective: str | None, blockers: list[dict]) -> list[str]:
+    """Every ``headline`` (:func:`sparse_mla.diagnose.path.headline`) a diagnosis writes for a prediction, its
+    ``effective_kv_cache_dtype`` and ``blockers``, by what the prediction does not keep: a ``"triton"`` indexer is
+    the plugin's (``INDEXER_NAME``) on a sparse model; ``"deepgemm"`` is stock vLLM's (``DEEPGEMM``), none (no
+    indexer kernels here) or a dense model's."""
+    forms = ([("sparse (DSA)", INDEXER_NAME, None)] if pred["indexer"] == "triton" else
+             [("sparse (DSA)", None, DEEPGEMM_INDEXER), ("sparse (DSA)", None, None), ("dense", None, None)])
+    return [headline({"blockers": blockers, "selected": pred["attention"], "effective_kv_cache_dtype": effective,
+                      "mla": mla, "indexer": {"with_plugin": ours, "stock": stock},
+                      "engine_starts": pred["engine_starts"]}) for mla, ours, stock in forms]
+
+
+def _not_loaded(said, base: str) -> bool:
+    """Whether ``said`` is ``base`` with :func:`sparse_mla.diagnose.path.not_loaded_note` after it (vLLM would not
+    load the plugin: stock vLLM's answer), for ``VLLM_PLUGINS`` unset or as the note quotes it."""
+    if not isinstance(said, str) or not said.startswith(base):
+        return False
+    note = said[len(base):]
+    if note == not_loaded_note(None):
+        return True
+    head, tail = not_loaded_note("\0").split(repr("\0"))
+    if not (note.startswith(head) and note.endswith(tail)) or len(note) <= len(head) + len(tail):
+        return False
+    try:
+        raw = ast.literal_eval(note[len(head):len(note) - len(tail)])
+    except (ValueError, SyntaxError):
+        return False
+    return isinstance(raw, str) and note == not_loaded_note(raw)
 
 
 def diagnosis_said(rec: dict) -> list[str]:
