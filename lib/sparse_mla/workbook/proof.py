@@ -19,9 +19,10 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
   :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line; a negative throughput, a date or
   revision of another form; an outcome of another type, :func:`outcome_problems`: an exit status ``true``), an
-  engine record or ``ran`` block holding a key no writer of the project writes at its level
-  (:mod:`sparse_mla.workbook.written`: ``"timeout": true``, a run's ``"rc": 1``; the failure words above are read
-  where a record's keys are not all known, a serving benchmark's), a record
+  engine record, serving benchmark or ``ran`` block holding a key no writer of the project writes at its level
+  (:mod:`sparse_mla.workbook.written`: ``"timeout": true``, a run's ``"rc": 1``, a server's ``"hung": true``; the
+  failure words above are read where a record's keys are not all known: vLLM's own results, a kernel benchmark), a
+  record
   that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
   that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
