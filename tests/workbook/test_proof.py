@@ -614,6 +614,8 @@ def _completed(r, run: str, completed):
         for e in entry["per_repeat"]:
             if e["repeat"] == 1 or e.get("against_repeat") == 1:
                 e.update(compared=min(e["compared"], n), identical=min(e["identical"], n))
+                if e["compared"] == e["identical"]:           # none differs: no first divergence
+                    e.update(first_divergence_min=None, first_divergence_median=None)
         if "compared" in entry:
             entry.update({f: sum(e[f] for e in entry["per_repeat"]) for f in ("compared", "identical")})
 
@@ -971,11 +973,13 @@ def test_a_boolean_exit_status_is_invalid(tmp_path, name, edit, path):
      "timed_out 'Y' is not accepted; accepted: true or false"),
     (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(status=0), "invalid",
      "status 0 is not accepted; accepted: a text"),
-    # the writer's own failure keys of a server's warm-up pass
+    # the writer's own failure keys of a server's warm-up pass (round 8: and the prompts it completed)
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(failed=3), "unproven",
      f"runs.{_T}.servers[0].warmup.failed says something failed: 3"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(exit_code=1), "unproven",
      "warmup.exit_code says something failed: exit_code 1"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(completed=100), "unproven",
+     f"runs.{_T}.servers[0].warmup says something failed: 100 of the load's 160 prompts completed"),
 ])
 def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edit, status, says):
     """Hole 8: a failure in words outside the lists (a key ``crashed``, ``failed_requests``, ``errored``, a
