@@ -614,6 +614,8 @@ def _completed(r, run: str, completed):
         for e in entry["per_repeat"]:
             if e["repeat"] == 1 or e.get("against_repeat") == 1:
                 e.update(compared=min(e["compared"], n), identical=min(e["identical"], n))
+                if e["compared"] == e["identical"]:           # none differs: no first divergence
+                    e.update(first_divergence_min=None, first_divergence_median=None)
         if "compared" in entry:
             entry.update({f: sum(e[f] for e in entry["per_repeat"]) for f in ("compared", "identical")})
 
@@ -659,28 +661,27 @@ def test_the_breakers_third_round_on_committed_records(tmp_path, name, edit, say
     # failures the record holds under other names
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(exit_code=1), "exit_code 1"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(timed_out=True), "timed_out"),
-    # the same signs written as other types or in other words (the breaker's round of 2026-12-06; in an engine run
-    # of an engine record, a key no writer writes there, invalid since issue 47 round 7: tests/workbook/test_written.py)
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code="1"), "exit_code '1'"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(returncode=137.0), "returncode 137.0"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(timed_out="true"), "timed_out 'true'"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="killed by OOM"), "status 'killed by OOM'"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(Error="CUDA error: illegal memory access"),
-     "Error says"),
+    # the same signs written as other types or in other words (the breaker's round of 2026-12-06): where the writer
+    # writes the key (a client pass's exit code and time limit), or where keys are not all known (vLLM's result); in a
+    # server, a pass or an engine run a key no writer writes there is invalid (issue 47 rounds 7 and 8:
+    # tests/workbook/test_written.py)
+    (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(exit_code="1"), "exit_code '1'"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(returncode=137.0), "returncode 137.0"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(timed_out="true"), "timed_out 'true'"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(status="killed by OOM"), "status 'killed by OOM'"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(Error="CUDA error: illegal memory access"), "Error says"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 0), "0 of 160 prompts completed"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", "100"), "100 of 160 prompts"),
     (SERVE_RECORD, lambda r: _completed(r, "FLASHMLA_SPARSE", 100.0), "100 of 160 prompts"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=[1]), "exit_code [1]"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status={"text": "crashed"}),
-     "status {'text': 'crashed'}"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(exit_code=[1]), "exit_code [1]"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(status={"text": "crashed"}), "status {'text': 'crashed'}"),
     # (a negative count is no writer's: since the pass's shape (issue 47, hole 7) invalid, no longer read as a failure)
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["passes"][0]["timed"].update(failed=-5), "timed.failed is -5"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"]["summary"].update(
         failed={"min": 0, "median": 3, "max": 0, "n": 5}), "summary.failed"),
     (SERVE_RECORD, lambda r: r["repeats"].update(FLASHMLA_SPARSE=[]), "0 repeats of the 5 repeats"),
     (SERVE_RECORD, lambda r: r["runs"]["FLASHMLA_SPARSE"].update(servers=[]), "no server"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exception="RuntimeError: CUDA error"),
-     "exception says"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(exception="RuntimeError: CUDA error"), "exception says"),
     (GGUF_RECORD, lambda r: r["first_token_criterion"]["per_prompt"][0]["first_tokens"].update(FLASHMLA_SPARSE=42),
      "is not the reference's argmax"),
     # a run pasted from another record or machine
@@ -865,15 +866,16 @@ def _throughput(r, **changes):
     (MTP_RECORD, lambda r: r["runs"][_T]["ran"]["speculative"].update(acceptance_rate=float("nan")), "invalid",
      "acceptance_rate = accepted_tokens / draft_tokens"),
     (MTP_RECORD, lambda r: r["runs"][_T].update(engine_init_s=1e12), "invalid", "engine_init_s is 1000000000000.0"),
-    # a status in another writer's words: in an engine run, a key no writer writes (issue 47 round 7, superseding the
-    # reading of its words); in a serving benchmark's server, read as before
+    # a status in another writer's words: in an engine run or a serving benchmark's server, a key no writer writes
+    # (issue 47 rounds 7 and 8, superseding the reading of its words); in vLLM's result, read as before
     (MTP_RECORD, lambda r: r["runs"][_T].update(status="segfault"), "invalid",
      f"no writer writes the key 'status' at runs.{_T}"),
     (MTP_RECORD, lambda r: r["runs"][_T].update(status="terminated by signal 9"), "invalid",
      f"no writer writes the key 'status' at runs.{_T}"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="terminated by signal 9"), "unproven",
-     "signal 9"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="died"), "unproven", "status 'died'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="died"), "invalid",
+     f"no writer writes the key 'status' at runs.{_T}.servers[0]"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(status="terminated by signal 9"), "unproven", "signal 9"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(status="died"), "unproven", "status 'died'"),
 ])
 def test_the_breakers_round_six(tmp_path, name, edit, status, says):
     """Issue 47, the sixth breaker round (2026-12-06): figures no run has (a model of 0 heads, a negative
@@ -888,16 +890,22 @@ def test_the_breakers_round_six(tmp_path, name, edit, status, says):
 
 
 @pytest.mark.parametrize("text", ["ok", "Success", "done.", "completed"])
-def test_a_status_no_writer_writes_makes_an_engine_run_invalid_and_a_servers_success_stays_proven(tmp_path, text):
-    """Issue 47 round 7 supersedes the reading of a status in an engine run: no writer of an engine record writes a
-    ``status`` there, whatever its words (the maintainer's allow-list). Where keys are not all known (a serving
-    benchmark's server) a status of success is still one."""
+def test_a_status_no_writer_writes_makes_an_engine_run_invalid_and_a_vllm_results_success_stays_proven(tmp_path,
+                                                                                                       text):
+    """Issue 47 round 7 supersedes the reading of a status in an engine run, round 8 in a serving benchmark's server:
+    no writer writes a ``status`` there, whatever its words (the maintainer's allow-lists). Where keys are not all
+    known (vLLM's own result of a pass) a status of success is still one."""
     rec = _committed(MTP_RECORD)
     rec["runs"][_T]["status"] = text
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and f"no writer writes the key 'status' at runs.{_T}; accepted: " in v.reason, v.line()
     rec = _committed(SERVE_RECORD)
     rec["runs"][_T]["servers"][0]["status"] = text
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and f"no writer writes the key 'status' at runs.{_T}.servers[0]; " in v.reason, \
+        v.line()
+    rec = _committed(SERVE_RECORD)
+    rec["repeats"][_T][0]["status"] = text
     assert verdict(tmp_path, rec).status == "proven"
 
 
@@ -931,11 +939,10 @@ def test_a_record_linked_into_a_repository_is_judged_where_it_is_shown(tmp_path)
 # ---- issue 47, the holes the verification round of 2026-12-06 found still open ---------------------------------------
 
 @pytest.mark.parametrize("name,edit,path", [
-    # (in an engine run of an engine record: a key no writer writes there, tests/workbook/test_written.py)
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(exit_code=True),
-     f"runs.{_T}.servers[0].exit_code True"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(returncode=False),
-     f"runs.{_T}.servers[0].returncode False"),
+    # (in an engine run of an engine record or a serving benchmark's server: a key no writer writes there,
+    # tests/workbook/test_written.py; in vLLM's result, whose keys are not all known, read)
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(exit_code=True), f"repeats.{_T}[0].exit_code True"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(returncode=False), f"repeats.{_T}[0].returncode False"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(exit_code=True),
      f"runs.{_T}.passes[0].timed.exit_code True"),
     (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(exit_code=False),
@@ -951,21 +958,28 @@ def test_a_boolean_exit_status_is_invalid(tmp_path, name, edit, path):
 
 
 @pytest.mark.parametrize("name,edit,status,says", [
-    # (in an engine run of an engine record: a key no writer writes there, tests/workbook/test_written.py)
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(crashed=True), "unproven",
-     f"runs.{_T}.servers[0].crashed says something failed"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(errored=True), "unproven",
-     f"runs.{_T}.servers[0].errored says something failed"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(failed_requests=3), "unproven",
-     "timed.failed_requests says something failed: 3"),
+    # (in an engine run of an engine record or a serving benchmark's server or pass: a key no writer writes there,
+    # tests/workbook/test_written.py; in vLLM's result, whose keys are not all known, read)
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(crashed=True), "unproven",
+     f"repeats.{_T}[0].crashed says something failed"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(errored=True), "unproven",
+     f"repeats.{_T}[0].errored says something failed"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(failed_requests=3), "unproven",
+     "failed_requests says something failed: 3"),
     (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(numFailed=2), "unproven", "numFailed says something failed: 2"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(ok=False), "unproven",
-     "ok says something failed: ok False"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status="errored"), "unproven", "status 'errored'"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(timed_out="Y"), "invalid",
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(ok=False), "unproven", "ok says something failed: ok False"),
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(status="errored"), "unproven", "status 'errored'"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["passes"][0]["timed"].update(timed_out="Y"), "invalid",
      "timed_out 'Y' is not accepted; accepted: true or false"),
-    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0].update(status=0), "invalid",
+    (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(status=0), "invalid",
      "status 0 is not accepted; accepted: a text"),
+    # the writer's own failure keys of a server's warm-up pass (round 8: and the prompts it completed)
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(failed=3), "unproven",
+     f"runs.{_T}.servers[0].warmup.failed says something failed: 3"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(exit_code=1), "unproven",
+     "warmup.exit_code says something failed: exit_code 1"),
+    (SERVE_RECORD, lambda r: r["runs"][_T]["servers"][0]["warmup"].update(completed=100), "unproven",
+     f"runs.{_T}.servers[0].warmup says something failed: 100 of the load's 160 prompts completed"),
 ])
 def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edit, status, says):
     """Hole 8: a failure in words outside the lists (a key ``crashed``, ``failed_requests``, ``errored``, a
@@ -981,11 +995,14 @@ def test_anything_but_the_writers_success_value_is_a_failure(tmp_path, name, edi
                                                      exit_code=0, ok=True),
                                   lambda s: s.update(stderr="warnings only", error_bound=None)])
 def test_the_writers_success_values_stay_proven(tmp_path, edit):
-    """Where a record's keys are not all known (a serving benchmark's server). In an engine run of an engine record
-    these are keys no writer writes there, invalid since issue 47 round 7 (tests/workbook/test_written.py)."""
+    """Where a record's keys are not all known (vLLM's result of a pass). In an engine run of an engine record and
+    in a serving benchmark's server these are keys no writer writes there, invalid since issue 47 rounds 7 and 8
+    (tests/workbook/test_written.py)."""
     rec = _committed(SERVE_RECORD)
-    edit(rec["runs"][_T]["servers"][0])
+    edit(rec["repeats"][_T][0])
     assert verdict(tmp_path, rec).status == "proven"
+    edit(rec["runs"][_T]["servers"][0])
+    assert verdict(tmp_path, rec).status == "invalid"
 
 
 def _per_prompt(r, **changes):

@@ -22,6 +22,13 @@ def _timed(r, **changes):
     r["runs"][T]["passes"][0]["timed"].update(changes)
 
 
+def _agreement(r, **changes):
+    """Repeat 1 of the first run's agreement with the baseline given ``changes``, its totals re-summed."""
+    a = r["agreement_vs_baseline"][F]
+    a["per_repeat"][0].update(changes)
+    a.update({f: sum(p[f] for p in a["per_repeat"]) for f in ("compared", "identical")})
+
+
 def _servers(r, **changes):
     """Every server's command and the server block given ``changes`` alike (``max_model_len``, ``tp``)."""
     flags = {"max_model_len": "--max-model-len", "tp": "--tensor-parallel-size"}
@@ -48,6 +55,30 @@ def _servers(r, **changes):
      f"speculative_vs_plain compares ['{T}+mtp'], the record's runs give []"),
     (lambda r: r["agreement_vs_baseline"][F]["per_repeat"][0].update(compared=900), "repeat 1 compares 900 requests, "
                                                                                     "more than the 160"),
+    # each repeat's first divergences those of its differing requests (issue 47, round 8 leftovers: the breaker's
+    # s08, 160 of 160 identical beside a divergence, and s10, a median past what 256 tokens can hold, were proven)
+    (lambda r: _agreement(r, identical=160), f"agreement_vs_baseline.{F}: repeat 1: none of its 160 requests "
+                                             f"differs, yet first_divergence_min 0 and first_divergence_median 161"),
+    (lambda r: _agreement(r, first_divergence_median=100000), "first_divergence_median 100000; accepted: character "
+                                                              "indexes, the least at most the median (equal where "
+                                                              "one differs), up to 65536 (the load's 256 tokens"),
+    (lambda r: _agreement(r, first_divergence_min=170), "first_divergence_min 170 and first_divergence_median 161"),
+    (lambda r: _agreement(r, first_divergence_min=None), "152 of its 160 requests differ, first_divergence_min None"),
+    (lambda r: _agreement(r, identical=159), "1 of its 160 requests differ, first_divergence_min 0 and "
+                                             "first_divergence_median 161"),
+    (lambda r: r["runs"][F]["agreement_across_repeats"][0].update(first_divergence_median=2.5),
+     f"runs.{F}.agreement_across_repeats: repeat 2: 121 of its 160 requests differ"),
+    # each timed pass's place in its round of the order (s17: every position 1)
+    (lambda r: [p.update(position=1) for p in r["runs"][F]["passes"]],
+     f"runs.{F}.passes[0].position 1: round 1 of the record's order ['{T}', '{F}', 'FLASH_ATTN_MLA_SPARSE'] serves "
+     f"it 2"),
+    (lambda r: r["runs"][T]["passes"][1].update(position=2), f"runs.{T}.passes[1].position 2: round 2"),
+    # the verdict's rule and metrics the writer's (s26)
+    (lambda r: r["verdict"].update(rule="A > B whenever the median is higher"),
+     "verdict.rule 'A > B whenever the median is higher' is not the writer's; accepted: 'A > B on a metric only"),
+    (lambda r: r["verdict"]["metrics"]["median_ttft_ms"].update(better="higher"),
+     "verdict.metrics \"{'median_ttft_ms': {'label': 'median TTFT (ms)', 'better': 'higher'}}\" is not the "
+     "writer's; accepted: \"{'median_ttft_ms': {'label': 'median TTFT (ms)', 'better': 'lower'}}\""),
     # the verdict against the repeats it ranks
     (lambda r: r["verdict"]["pairs"][0].update(better=T), "verdict.pairs[0]: better not what the repeats give"),
     (lambda r: r["verdict"]["pairs"][0].update(line=f"output tokens/s: {T} > {F}"), "verdict.pairs[0]: line not"),

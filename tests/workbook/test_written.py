@@ -174,14 +174,43 @@ SERVE = "h200/bench_serve_h200_8heads.json"
     (lambda r: r["server"].update(hung=True), "the key 'hung' at server"),
     (lambda r: r["model"].update(banana=1), "the key 'banana' at model"),
 ])
-def test_a_key_no_writer_writes_makes_a_serving_benchmark_invalid(tmp_path, edit, where):
+def test_a_key_no_writer_writes_makes_a_serving_benchmark_invalid(tmp_path, edit, where, name=SERVE):
     """Round 8: a serving benchmark (``bench_serve_*.json``) held no list; an edit of a committed one at each level
-    held to one is invalid, naming the key and the level (its servers and passes are not: a server's success under a
-    key of its own stays one, tests/workbook/test_proof.py)."""
-    rec = _committed(SERVE)
+    held to one is invalid, naming the key and the level."""
+    rec = _committed(name)
     before = verdict(tmp_path, rec).status
     assert before != "invalid"
     edit(rec)
     v = verdict(tmp_path, rec)
     where = where.format(run=next(iter(rec["runs"])))
     assert v.status == "invalid" and f"no writer writes {where}; accepted: " in v.reason, v.line()
+
+
+SERVE_2026_12_01 = "h200/bench_serve_h200.json"      # the 2026-12-01 client's (unproven: no ran block)
+_FM = "runs.FLASHMLA_SPARSE"
+
+
+@pytest.mark.parametrize("name,edit,where", [
+    # round 8 leftovers: below a run, its servers, passes and client passes (the breaker's s03 and s04), and a failure
+    # or success said there under a key of its own, read until then (tests/workbook/test_proof.py reads them in
+    # vLLM's result, whose keys are vLLM's)
+    (SERVE, lambda r: r["runs"][FM]["servers"][0].update(hung=True), f"the key 'hung' at {_FM}.servers[0]"),
+    (SERVE, lambda r: r["runs"][FM]["passes"][0]["timed"].update(valid=False),
+     f"the key 'valid' at {_FM}.passes[0].timed"),
+    (SERVE, lambda r: r["runs"][FM]["servers"][0].update(status="ok", crashed=False),
+     f"the keys 'status', 'crashed' at {_FM}.servers[0]"),
+    (SERVE, lambda r: r["runs"][FM]["servers"][0].update(exit_code=1), f"the key 'exit_code' at {_FM}.servers[0]"),
+    (SERVE, lambda r: r["runs"][FM]["passes"][1].update(ok=False), f"the key 'ok' at {_FM}.passes[1]"),
+    (SERVE, lambda r: r["runs"][FM]["passes"][0]["timed"].update(failed_requests=3),
+     f"the key 'failed_requests' at {_FM}.passes[0].timed"),
+    (SERVE, lambda r: r["runs"][FM]["servers"][0]["warmup"].update(returncode=0),
+     f"the key 'returncode' at {_FM}.servers[0].warmup"),
+    (SERVE, lambda r: r["runs"][FM]["passes"][0]["timed"].update(output_len=256),     # the warm-up's, not a timed one's
+     f"the key 'output_len' at {_FM}.passes[0].timed"),
+    # the 2026-12-01 client's warm-up and repeats of a run
+    (SERVE_2026_12_01, lambda r: r["runs"][FM]["warmup"].update(hung=True), f"the key 'hung' at {_FM}.warmup"),
+    (SERVE_2026_12_01, lambda r: r["runs"][FM]["repeats"][0].update(status="died"),
+     f"the key 'status' at {_FM}.repeats[0]"),
+])
+def test_a_key_no_writer_writes_below_a_serving_run_makes_the_record_invalid(tmp_path, name, edit, where):
+    test_a_key_no_writer_writes_makes_a_serving_benchmark_invalid(tmp_path, edit, where, name)

@@ -118,6 +118,14 @@ def failed_requests(result: dict | None) -> int | None:
     return None if result is None else int(result.get("failed") or 0)
 
 
+#: The most characters one generated token's text is taken to have: a bound on where two outputs of ``output_len``
+#: tokens can first differ (:func:`text_agreement`'s divergence, a character index), for ``records check``. The
+#: tokenizer ``sparse-mla make-checkpoint`` trains decodes none to more than 26 (its longest: the alphabet), LLaMA's
+#: SentencePiece none to more than 16 (its runs of spaces); a longer token is some other tokenizer's, and this bound
+#: an assumption, ten times past the longest known here.
+MAX_TOKEN_CHARS = 256
+
+
 def text_agreement(a: dict, b: dict) -> dict:
     """Greedy outputs of two passes over the same prompts, request by request (vLLM keeps its requests' order in
     ``generated_texts``): ``{"compared", "identical", "first_divergence_min", "first_divergence_median"}``, the

@@ -802,17 +802,17 @@ class Serve(Record):
 
 # -- the keys a serving benchmark's writers write ---------------------------------------------------------------------
 # (audited 2026-12-07 in bench/serve.py ``_session_record``, ``start_server``, ``timed_pass``, ``finish_server``,
-# ``refresh_run``, ``compare_runs``, bench/vllm_client.py ``run_pass``, launch/engine.py ``served_ran`` and the
-# committed records: those of 2026-12-01's client wrote a run's ``command``, ``log``, ``token_ids``, ``warmup``,
-# ``self_agreement`` and summaries under other names; vLLM's own results under ``repeats`` are held to no list)
+# ``refresh_run``, ``compare_runs``, bench/vllm_client.py ``run_pass``, launch/engine.py ``served_ran``, the writer
+# of 2026-12-03 (git 0ac84b4: a fresh server per repeat) and the committed records: those of 2026-12-01's client
+# wrote a run's ``command``, ``log``, ``token_ids``, ``warmup``, ``repeats``, ``self_agreement`` and summaries under
+# other names; vLLM's own results under the top level's ``repeats`` are held to no list: their keys are vLLM's, of
+# any version, and a failure said there is read by ``sparse_mla.workbook.proof.said_failed``)
 
 #: The top level (``_session_record`` with ``simulated`` by ``with_simulated``, then ``verdict`` and the comparisons).
 SERVING_KEYS = ("what", "method", "environment", "complete", "model", "load", "server", "speculative_config",
                 "baseline", "order", "runs", "repeats", "failures", "wall_s", "verdict", "agreement_vs_baseline",
                 "speculative_vs_plain", "simulated")
-#: One run (the run spec's request, its servers and passes, then ``refresh_run``'s; the 2026-12-01 client's). Its
-#: servers, passes and client runs are held to no list: a server's success said under a key of its own (``"status":
-#: "ok"``) stays one (tests/workbook/test_proof.py), and a failure said there is read by ``said_failed``.
+#: One run (the run spec's request, its servers and passes, then ``refresh_run``'s; the 2026-12-01 client's).
 SERVE_RUN_KEYS = ("run", "backend_requested", "indexer", "simulated_capability", "run_spec", "kv_cache_dtype",
                   "speculative_config", "cuda_graphs", "servers", "passes", "summary", "ran", "ran_contradictions",
                   "error", "agreement_across_repeats", "command", "log", "repeats", "self_agreement", "server_up_s",
@@ -831,9 +831,37 @@ SERVER_BLOCK_KEYS = ("kv_cache_dtype", "tp", "enforce_eager", "max_model_len", "
                      "cuda_graphs", "max_num_seqs", "prefix_caching", "server_timeout_s", "bench_timeout_s")
 #: A serving benchmark's model (``_session_record``).
 SERVE_MODEL_KEYS = (*MODEL_KEYS, "vocab_size")
+# Below a run (issue 47, round 8: a server's ``"hung": true`` and a pass's ``"valid": false`` were proven; a failure
+# said under a key of its own there is now a key no writer writes):
+#: One ``vllm bench serve`` pass, timed (``passes[].timed``): ``bench.serve._bench_pass`` (its command and result
+#: file, :func:`sparse_mla.bench.vllm_client.run_pass`'s exit code, wall seconds and time limit, vLLM's duration,
+#: completed and failed requests).
+CLIENT_PASS_KEYS = ("command", "result_file", "exit_code", "seconds", "timed_out", "duration", "completed", "failed")
+#: A server's warm-up pass (``servers[].warmup``, ``start_server``): a client pass and its new tokens per request.
+WARMUP_KEYS = (*CLIENT_PASS_KEYS, "output_len")
+#: One live server (``servers[]``): ``start_server`` (its command, logs, failures, start-up, warm-up and wall time,
+#: or ``error`` and the log's tail), ``finish_server`` (``launch.engine.served_ran``'s ``ran`` fields); ``repeat``,
+#: ``timed`` and ``position``: the 2026-12-03 writer's server per repeat, which held its timed pass.
+SERVER_KEYS = ("command", "log", "bench_log", "failures", "server_up_s", "warmup", "wall_s", "error", "log_tail",
+               "ran", "ran_per_rank", "ran_contradictions", "ran_error", "repeat", "timed", "position")
+#: One timed pass (``passes[]``): ``timed_pass`` (its repeat, failures, client pass or ``error``) and its place in
+#: the round (``position``, ``bench_serve``).
+PASS_KEYS = ("repeat", "failures", "error", "timed", "position")
+#: The 2026-12-01 client's warm-up (a run's ``warmup``) and repeats (a run's ``repeats``: ``repeat_stats``).
+WARMUP_2026_12_01_KEYS = ("requests", "max_tokens", "duration_s", "errors")
+REPEAT_2026_12_01_KEYS = ("requests", "errors", "first_errors", "duration_s", "output_tokens", "output_tokens_per_s",
+                          "ttft_ms", "tpot_ms", "latency_ms")
 
+_ClientPass = _written("WrittenClientPass", CLIENT_PASS_KEYS, "One timed vllm bench serve pass.")
 _ServeRun = _written("WrittenServeRun", SERVE_RUN_KEYS, "One run of a serving benchmark.",
-                     summary=_written("WrittenSummary", SUMMARY_KEYS, "A run's summary."))
+                     summary=_written("WrittenSummary", SUMMARY_KEYS, "A run's summary."),
+                     servers=list[_written("WrittenServer", SERVER_KEYS, "One live server.",
+                                           warmup=_written("WrittenWarmup", WARMUP_KEYS, "A server's warm-up pass."),
+                                           timed=_ClientPass)],
+                     passes=list[_written("WrittenPass", PASS_KEYS, "One timed pass.", timed=_ClientPass)],
+                     warmup=_written("WrittenWarmup20261201", WARMUP_2026_12_01_KEYS, "The 2026-12-01 warm-up."),
+                     repeats=list[_written("WrittenRepeat20261201", REPEAT_2026_12_01_KEYS,
+                                           "One repeat of the 2026-12-01 client.")])
 #: The keys of a serving benchmark (``sparse-mla bench serve``) as its writers write them.
 ServeRecord = _written("ServeRecord", SERVING_KEYS, "A serving benchmark's top level.", runs=dict[str, _ServeRun],
                        load=_written("WrittenLoad", LOAD_KEYS, "The load."),

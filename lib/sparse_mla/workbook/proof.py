@@ -19,9 +19,10 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
 * ``invalid: REASON``: a record with a field of another type than the project writes (the shapes of
   :mod:`sparse_mla.records.schema`, the ones the tables refuse: the same line; a negative throughput, a date or
   revision of another form; an outcome of another type, :func:`outcome_problems`: an exit status ``true``), an
-  engine record or ``ran`` block holding a key no writer of the project writes at its level
-  (:mod:`sparse_mla.workbook.written`: ``"timeout": true``, a run's ``"rc": 1``; the failure words above are read
-  where a record's keys are not all known, a serving benchmark's), a record
+  engine record, serving benchmark or ``ran`` block holding a key no writer of the project writes at its level
+  (:mod:`sparse_mla.workbook.written`: ``"timeout": true``, a run's ``"rc": 1``, a server's ``"hung": true``; the
+  failure words above are read where a record's keys are not all known: vLLM's own results, a kernel benchmark), a
+  record
   that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
   that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
@@ -59,6 +60,7 @@ from ..records.values import is_int as _int
 from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks, unrecorded_failures
+from .serving import passes_not_completed
 from .diagnosis import diagnosis_problems, diagnosis_said
 from .written import is_glm5next_comparison, unwritten_keys
 
@@ -93,7 +95,8 @@ def _known(value) -> bool:
 def said_failed(rec: dict) -> list[str]:
     """What the record itself says went wrong, one line each: its ``failures`` (a parity run's verdict), each
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
-    the run short), a serving benchmark's ``complete: false``, a generation with a NaN log-prob
+    the run short), a serving benchmark's ``complete: false`` and client passes that completed fewer prompts than
+    its load asks (:func:`sparse_mla.workbook.serving.passes_not_completed`), a generation with a NaN log-prob
     (:func:`sparse_mla.launch.engine.nan_logprobs`), a diagnosis that predicted otherwise than its engine ran
     (:func:`sparse_mla.workbook.diagnosis.diagnosis_said`) and what :func:`_said_anywhere` finds."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
@@ -109,7 +112,7 @@ def said_failed(rec: dict) -> list[str]:
         out.append(f"it says it is not complete (complete: {rec.get('complete', 'absent')})")
     out += [f"{k}: {line}: no agreement of its tokens proves a match" for k, r in engine_runs(rec).items()
             for line in nan_logprobs(r)]
-    out += diagnosis_said(rec)
+    out += diagnosis_said(rec) + passes_not_completed(rec)
     engines = [id(r) for r in engine_runs(rec).values()]
     said = " ".join(out)    # a line the record's failures already hold (the criterion's error) is not said twice
     return out + [ln for ln in _said_anywhere(rec, "", engines) if ln.split(" says something failed: ")[-1][:60]

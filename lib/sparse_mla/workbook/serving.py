@@ -5,14 +5,19 @@ the record has them (a record of the live-server method: runs with ``servers`` a
 * each timed pass (``passes[].timed``, what :func:`sparse_mla.bench.serve._bench_pass` wrote of its ``vllm bench
   serve``) against vLLM's result it kept (``repeats[run][repeat - 1]``): the same ``duration``, ``completed`` and
   ``failed``; vLLM's ``duration`` within the client's wall ``seconds``; no more prompts completed than the load asks;
-  a pass that says no failure has its result; each repeat timed once; each server's warm-up pass likewise;
+  a pass that says no failure has its result; each repeat timed once, at its place (``position``) in its round of
+  ``order``; each server's warm-up pass likewise (one that completed fewer prompts than the load asks says it failed:
+  :func:`passes_not_completed`, read by :func:`sparse_mla.workbook.proof.said_failed`);
 * the agreement summaries: ``agreement_vs_baseline`` one entry per run without speculation but the ``baseline``,
   ``speculative_vs_plain`` one per speculative run naming its plain run, each total the sum of its repeats
-  (``per_repeat``), no repeat comparing more requests than both passes completed; ``output_throughput_ratio`` and
-  ``acceptance_rate_percent`` the runs' summaries' (:func:`sparse_mla.bench.serve.compare_runs`); each run's
-  ``agreement_across_repeats`` against its first repeat with a result;
-* ``verdict``: each pair, its ranges, its ranking and its line as :func:`sparse_mla.bench.serve.session_verdict`
-  gives them from the repeats (the line up to the numbers later writers added to it);
+  (``per_repeat``), no repeat comparing more requests than both passes completed, each repeat's first divergences
+  those of the requests it found differing (:func:`_divergences`; the texts compared are not in the record, so the
+  counts are not recomputed); ``output_throughput_ratio`` and ``acceptance_rate_percent`` the runs' summaries'
+  (:func:`sparse_mla.bench.serve.compare_runs`); each run's ``agreement_across_repeats`` against its first repeat
+  with a result;
+* ``verdict``: its rule and metrics, each pair, its ranges, its ranking and its line as
+  :func:`sparse_mla.bench.serve.session_verdict` gives them from the repeats (the line up to the numbers later
+  writers added to it);
 * ``server``: the ``vllm serve`` options each server's ``command`` was given (``--max-model-len``,
   ``--tensor-parallel-size``, ``--kv-cache-dtype``, ``--gpu-memory-utilization``, ``--max-num-seqs``,
   ``--enforce-eager``), a ``tp`` on the GPUs the header counts that divides the model's heads, a ``max_model_len``
@@ -101,9 +106,46 @@ def pass_problems(rec: dict) -> list[str]:
     return out
 
 
+def position_problems(rec: dict) -> list[str]:
+    """Each timed pass's ``position`` its place in its round of ``order`` among the runs with live servers (those
+    with passes; ``bench_serve`` counts the runs whose server started), as the writer numbers it (1-based)."""
+    order, runs = _list(rec.get("order")), live_server_runs(rec)
+    live = {k for k, run in runs.items() if _list(run.get("passes"))}
+    out = []
+    for k, run in runs.items():
+        for i, p in enumerate(_list(run.get("passes"))):
+            r = _dict(p).get("repeat")
+            if not (_int(r) and 1 <= r <= len(order) and "position" in p) or k not in _list(order[r - 1]):
+                continue
+            want = [x for x in order[r - 1] if x in live].index(k) + 1
+            if p["position"] != want:
+                out.append(f"runs.{k}.passes[{i}].position {p['position']!r}: round {r} of the record's order "
+                           f"{order[r - 1]} serves it {want}")
+    return out
+
+
+def passes_not_completed(rec: dict) -> list[str]:
+    """What a live-server benchmark's client passes say failed, one line each: a warm-up or timed pass that completed
+    fewer prompts than the load asks (``vllm bench serve``'s ``completed``; its ``failed`` is a failure count that
+    :func:`sparse_mla.workbook.proof.said_failed` reads wherever it is)."""
+    asked = _dict(rec.get("load")).get("num_prompts")
+    if not _int(asked):
+        return []
+    out = []
+    for k, run in live_server_runs(rec).items():
+        passes = [(f"servers[{i}].warmup", _dict(s).get("warmup")) for i, s in enumerate(_list(run.get("servers")))]
+        passes += [(f"passes[{i}].timed", _dict(p).get("timed")) for i, p in enumerate(_list(run.get("passes")))]
+        for where, p in passes:
+            done = _number(_dict(p).get("completed"))
+            if _num(done) and done < asked:
+                out.append(f"runs.{k}.{where} says something failed: {done:g} of the load's {asked} prompts completed")
+    return out
+
+
 def _summed(where: str, entry: dict, rec: dict, a: str, b: str) -> list[str]:
     """An agreement of runs ``a`` and ``b`` over repeats: its totals the sums of ``per_repeat``, each repeat
-    comparing no more requests than both passes completed, each identical count at most its compared."""
+    comparing no more requests than both passes completed, each identical count at most its compared, its first
+    divergences those of its differing requests (:func:`_divergences`)."""
     per = [p for p in _list(entry.get("per_repeat")) if isinstance(p, dict)]
     if "per_repeat" not in entry:
         return []
@@ -117,7 +159,35 @@ def _summed(where: str, entry: dict, rec: dict, a: str, b: str) -> list[str]:
                        f"{min(done)} both passes completed")
         if _num(p.get("identical")) and _num(p.get("compared")) and p["identical"] > p["compared"]:
             out.append(f"{where}: repeat {p.get('repeat')} has {p['identical']} identical of {p['compared']} compared")
+        else:
+            out += _divergences(f"{where}: repeat {p.get('repeat')}", p, _dict(rec.get("load")).get("output_len"))
     return out
+
+
+def _divergences(where: str, p: dict, output_len) -> list[str]:
+    """One repeat's agreement as :func:`sparse_mla.bench.vllm_client.text_agreement` writes it: the requests that
+    differ (compared less identical) each have a first differing character, ``first_divergence_min`` the least of
+    them and ``first_divergence_median`` the middle one (the same where one differs), both integers from 0 to the
+    characters of ``output_len`` tokens (:data:`~sparse_mla.bench.vllm_client.MAX_TOKEN_CHARS` each); none differ:
+    both null."""
+    from ..bench.vllm_client import MAX_TOKEN_CHARS
+
+    low, mid = p.get("first_divergence_min"), p.get("first_divergence_median")
+    if not (_int(p.get("compared")) and _int(p.get("identical"))) or not {"first_divergence_min",
+                                                                         "first_divergence_median"} <= set(p):
+        return []
+    differ = p["compared"] - p["identical"]
+    if differ == 0:
+        return [] if low is None and mid is None else [
+            f"{where}: none of its {p['compared']} requests differs, yet first_divergence_min {low!r} and "
+            f"first_divergence_median {mid!r}; accepted: null and null"]
+    most = output_len * MAX_TOKEN_CHARS if _int(output_len) else None
+    if not (_int(low) and _int(mid) and low <= mid and (differ > 1 or low == mid) and (most is None or mid <= most)):
+        return [f"{where}: {differ} of its {p['compared']} requests differ, first_divergence_min {low!r} and "
+                f"first_divergence_median {mid!r}; accepted: character indexes, the least at most the median (equal "
+                f"where one differs)" + (f", up to {most} (the load's {output_len} tokens of at most "
+                                         f"{MAX_TOKEN_CHARS} characters)" if most is not None else "")]
+    return []
 
 
 def agreement_problems(rec: dict) -> list[str]:
@@ -170,6 +240,15 @@ def _line_core(line) -> str:
     return re.sub(r"; spread over repeats [^)]*\)$", ")", str(line))
 
 
+def _not_the_writers(where: str, have, want) -> str:
+    """One line for a verdict's ``rule`` or ``metrics`` that is not :func:`sparse_mla.bench.ranking.verdict`'s: of
+    metrics, the entries that differ."""
+    if isinstance(have, dict) and isinstance(want, dict):
+        keys = [k for k in dict.fromkeys([*have, *want]) if not _same(have.get(k), want.get(k))]
+        have, want = {k: have.get(k) for k in keys}, {k: want.get(k) for k in keys}
+    return f"{where} {str(have)[:80]!r} is not the writer's; accepted: {str(want)[:80]!r} (sparse_mla.bench.ranking)"
+
+
 def verdict_problems(rec: dict) -> list[str]:
     """``verdict`` against :func:`sparse_mla.bench.serve.session_verdict` of the record's repeats: the same pairs in
     order, each with its ranges, the run ranked better and its line; ``lines`` the pairs' lines."""
@@ -182,10 +261,11 @@ def verdict_problems(rec: dict) -> list[str]:
         want = session_verdict(rec)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return [f"verdict: the repeats cannot give a verdict ({type(e).__name__}: {str(e)[:120]})"]
+    out = [_not_the_writers(f"verdict.{f}", have[f], want[f]) for f in ("rule", "metrics")
+           if f in have and not _same(have[f], want[f])]
     pairs = [p for p in _list(have.get("pairs")) if isinstance(p, dict)]
     if len(pairs) != len(want["pairs"]):
-        return [f"verdict: {len(pairs)} pairs, the record's runs and metrics give {len(want['pairs'])}"]
-    out = []
+        return out + [f"verdict: {len(pairs)} pairs, the record's runs and metrics give {len(want['pairs'])}"]
     for i, (p, w) in enumerate(zip(pairs, want["pairs"])):
         bad = [f for f in ("metric", "runs", "ranges", "better", "spread", "medians_apart")
                if (f in p or f in ("metric", "runs", "ranges", "better")) and not _same(p.get(f), w.get(f))]
@@ -265,5 +345,5 @@ def serving_record_problems(rec: dict) -> list[str]:
     of the live-server method."""
     if not live_server_runs(rec):
         return []
-    return pass_problems(rec) + agreement_problems(rec) + verdict_problems(rec) + server_problems(rec) + \
-        ran_problems(rec)
+    return pass_problems(rec) + position_problems(rec) + agreement_problems(rec) + verdict_problems(rec) + \
+        server_problems(rec) + ran_problems(rec)

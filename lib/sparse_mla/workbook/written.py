@@ -10,8 +10,9 @@ shapes), and a GLM-5.3-Flash comparison's top level and engines; below them (rou
 of ``layers``, ``throughput``, ``simulated``, ``checkpoint`` (a comparison's is its model's config), a parity record's
 ``model`` and ``run_specs`` entries, and the header ``environment`` wherever an engine record has it; and a serving
 benchmark's (:data:`sparse_mla.records.schema.ServeRecord`: its top level, header, model, load, server block, each
-run and its summary; its servers, passes and client runs, and vLLM's own results under ``repeats``, are held to
-none). A kernel benchmark is held to no such list; a failure said anywhere in a record is still read by
+run and its summary, and, since the round's leftovers, each run's servers, passes, their client passes (warm-up and
+timed) and the 2026-12-01 client's warm-up and repeats; vLLM's own results under ``repeats`` are held to none, their
+keys being vLLM's). A kernel benchmark is held to no such list; a failure said anywhere in a record is still read by
 :func:`sparse_mla.workbook.proof.said_failed`.
 """
 from __future__ import annotations
