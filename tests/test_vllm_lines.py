@@ -79,3 +79,31 @@ def test_the_vllm_034_requirements_are_vllms_but_flashinfer_and_ours():
         vllms = [r for r in requires("vllm") if "extra ==" not in r]
         differ = sorted(set(vllms) ^ set(lines[:len(vllms)]))
         assert differ == ["flashinfer-python==0.7.3", "flashinfer-python==0.7.4"], differ
+
+
+def test_the_pins_are_the_installed_packages():
+    """TORCH_PINS and TRITON_PINS against the installed metadata: the installed vLLM requires its line's torch, that
+    torch the Triton TRITON_PINS names for it (on Linux); every pinned torch has a Triton pin."""
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
+
+    torch = [Requirement(r) for r in requires("vllm") or [] if Requirement(r).name == "torch"]
+    assert [str(r.specifier) for r in torch if r.marker is None] == [vllm_lines.TORCH_PINS[current_line()]]
+    triton = [Requirement(r) for r in requires("torch") or [] if Requirement(r).name == "triton"]
+    assert [str(r.specifier) for r in triton] == [vllm_lines.TRITON_PINS[version("torch").split("+")[0]]]
+    assert {p.lstrip("=") for p in vllm_lines.TORCH_PINS.values()} <= set(vllm_lines.TRITON_PINS)
+    assert set(vllm_lines.TORCH_PINS) == set(TESTED_LINES)
+
+
+@pytest.mark.parametrize("vllm, torch, triton, says", [
+    ("0.26.0", "2.11.0+cu130", "3.6.0", None), ("0.33.0", "2.14.0+cu130", "3.8.0", None),
+    ("0.34.0", "2.14.0", "3.8.1", None),                  # torch 2.14's triton~=3.8.0
+    ("0.26.0", "0.1.0", "3.6.0", "torch '0.1.0' beside vLLM 0.26.0; accepted: torch==2.11.0"),
+    ("0.33.0", "2.11.0+cu130", "3.6.0", "accepted: torch==2.14.0"),
+    ("0.26.0", "2.11.0+cu130", "9.9.9", "triton '9.9.9' beside torch 2.11.0+cu130; accepted: triton==3.6.0"),
+    ("0.27.0", "0.1.0", "9.9.9", None),                   # no tested line: named by records check elsewhere
+])
+def test_pin_problems(vllm, torch, triton, says):
+    got = vllm_lines.pin_problems(vllm, torch, triton)
+    assert got == [] if says is None else (len(got) == 1 and says in got[0]), got

@@ -5,40 +5,53 @@ guide, "Compute capabilities" table). The diagnosis (:mod:`sparse_mla.diagnose.r
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class GpuPreset:
-    """A named GPU: its CUDA compute capability and its memory."""
+    """A named GPU: its CUDA compute capability, its memory and the SM counts of the cards whose name holds it."""
 
     capability: str      # "major.minor"
     memory_mib: int      # memory.total as nvidia-smi reports it (MiB), see GPUS
     note: str
+    sms: int | None = None                    # multiProcessorCount of the card the note names (see GPUS); None unknown
+    variants: tuple[tuple[str, int], ...] = ()    # (a word of another card's name, its SMs): ("PCIE", 114)
 
     @property
     def memory_gib(self) -> float:
         return self.memory_mib / 1024
+
+    def sm_count(self, gpu: str) -> int | None:
+        """The SMs of the card named ``gpu`` (a name holding this preset's, ``torch.cuda.get_device_name()``): the
+        first variant whose word the name holds (any case), else :attr:`sms`."""
+        words = set(re.sub(r"[^A-Z0-9]+", " ", gpu.upper()).split())
+        return next((n for word, n in self.variants if word in words), self.sms)
 
 
 #: The named GPUs (``--capability NAME``): the one home of their capability and memory. ``memory_mib`` is
 #: ``memory.total`` as ``nvidia-smi`` prints it (``97887MiB`` on an RTX PRO 6000 Blackwell, in public nvidia-smi
 #: output of each card; ECC on where data-centre cards ship with it on). vLLM multiplies CUDA's total
 #: (``torch.cuda.mem_get_info``) by ``gpu_memory_utilization``, which is a few hundred MiB lower than nvidia-smi's
-#: (memory the driver keeps); the memory stage's allowance covers that (:mod:`.memory`).
+#: (memory the driver keeps); the memory stage's allowance covers that (:mod:`.memory`). ``sms`` (and ``variants``,
+#: other cards whose name holds the preset's as a word: ``NVIDIA H100 PCIe``) is what
+#: ``torch.cuda.get_device_properties(0).multi_processor_count`` reads: NVIDIA's specifications, CUDA cores over the
+#: cores per SM (64 on the A100, 128 on the others); ``records check`` holds a header's ``sm_count`` to it.
 GPUS: dict[str, GpuPreset] = {
-    "rtx-pro-6000": GpuPreset("12.0", 97887, "RTX PRO 6000 Blackwell (Workstation, Max-Q, Server Edition), 96 GB"),
-    "rtx-5090": GpuPreset("12.0", 32607, "GeForce RTX 5090, 32 GB"),
-    "b200": GpuPreset("10.0", 183359, "B200, 180 GB"),
-    "h100": GpuPreset("9.0", 81559, "H100 80GB HBM3"),
-    "h200": GpuPreset("9.0", 143771, "H200, 141 GB"),
-    "a100": GpuPreset("8.0", 81920, "A100 80GB (SXM4, PCIe); the 40 GB A100 (40960 MiB): --gpu-memory-gib 40"),
-    "l40s": GpuPreset("8.9", 46068, "L40S, 48 GB, ECC on"),
-    "rtx-4090": GpuPreset("8.9", 24564, "GeForce RTX 4090, 24 GB"),
-    "rtx-3090": GpuPreset("8.6", 24576, "GeForce RTX 3090, 24 GB"),
-    "a40": GpuPreset("8.6", 46068, "A40, 48 GB, ECC on (49140 MiB with ECC off)"),
+    "rtx-pro-6000": GpuPreset("12.0", 97887, "RTX PRO 6000 Blackwell (Workstation, Max-Q, Server Edition), 96 GB",
+                              188),
+    "rtx-5090": GpuPreset("12.0", 32607, "GeForce RTX 5090, 32 GB", 170, (("LAPTOP", 82),)),   # 5090 D: 170 too
+    "b200": GpuPreset("10.0", 183359, "B200, 180 GB", 148),
+    "h100": GpuPreset("9.0", 81559, "H100 80GB HBM3", 132, (("PCIE", 114),)),                 # NVL: 132 too
+    "h200": GpuPreset("9.0", 143771, "H200, 141 GB", 132),                                    # NVL: 132 too
+    "a100": GpuPreset("8.0", 81920, "A100 80GB (SXM4, PCIe); the 40 GB A100 (40960 MiB): --gpu-memory-gib 40", 108),
+    "l40s": GpuPreset("8.9", 46068, "L40S, 48 GB, ECC on", 142),
+    "rtx-4090": GpuPreset("8.9", 24564, "GeForce RTX 4090, 24 GB", 128, (("D", 114), ("LAPTOP", 76))),
+    "rtx-3090": GpuPreset("8.6", 24576, "GeForce RTX 3090, 24 GB", 82, (("TI", 84),)),
+    "a40": GpuPreset("8.6", 46068, "A40, 48 GB, ECC on (49140 MiB with ECC off)", 84),
     "gb10": GpuPreset("12.1", 124611, "GB10 (DGX Spark): 128 GB shared with the CPU; nvidia-smi reports no total, "
-                                      "CUDA reports 121.69 GiB (the number given here)"),
+                                      "CUDA reports 121.69 GiB (the number given here)", 48),
 }
 
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``), from :data:`GPUS`.

@@ -7,10 +7,18 @@ once. A vLLM outside :data:`TESTED_LINES` gets one warning naming them and no re
 """
 from __future__ import annotations
 
-#: line -> version specifier. 0.26.0 is the GPU image's line (torch 2.11.0), pinned; 0.34.0 the newest release on the
-#: package index (torch 2.14.0); 0.33.0 (torch 2.14.0) the line between, run once on the H200 from a carried bundle.
-#: Which environments test which line: :data:`CI_LINES` and :data:`NOT_IN_CI`.
+#: line -> version specifier. 0.26.0 is the GPU image's line, pinned; 0.34.0 the newest release on the package index;
+#: 0.33.0 the line between, run once on the H200 from a carried bundle. Their torch: :data:`TORCH_PINS`. Which
+#: environments test which line: :data:`CI_LINES` and :data:`NOT_IN_CI`.
 TESTED_LINES: dict[str, str] = {"0.26": ">=0.26.0,<0.27", "0.33": ">=0.33.0,<0.34", "0.34": ">=0.34.0,<0.35"}
+
+#: line -> the torch its vLLM wheels require (their ``Requires-Dist: torch==...``: 0.26.0 and 0.34.0 as installed in
+#: ``.venv`` and ``.venv034``; 0.33.0's from its bundle, ``docs/own-vllm.md``). A record's header names a torch of its
+#: vLLM's line (``records check``; a local build label such as ``+cu130`` aside).
+TORCH_PINS: dict[str, str] = {"0.26": "==2.11.0", "0.33": "==2.14.0", "0.34": "==2.14.0"}
+#: torch -> the Triton that torch's wheel requires on Linux (its ``Requires-Dist: triton...``, read from the installed
+#: torch 2.11.0 and 2.14.0). ``tests/test_vllm_lines.py`` holds both tables to the installed packages' metadata.
+TRITON_PINS: dict[str, str] = {"2.11.0": "==3.6.0", "2.14.0": "~=3.8.0"}
 
 #: The line policy: CI (the README's test commands, ``.ci/run``) covers the pinned line and the newest release, each in
 #: an environment of its own; a line between them is not installed in CI (the time of another vLLM and torch install)
@@ -60,3 +68,31 @@ def current_line() -> str | None:
 def tested_text() -> str:
     """The tested lines as a reader wants them: ``vLLM 0.26.x, 0.33.x``."""
     return "vLLM " + ", ".join(f"{line}.x" for line in TESTED_LINES)
+
+
+def pin_problems(vllm, torch, triton) -> list[str]:
+    """A header's torch and Triton against its vLLM (``environment.vllm``, ``.torch``, ``.triton``, as
+    :func:`sparse_mla.records.environment` reads their ``__version__``): torch the one :data:`TORCH_PINS` gives the
+    vLLM's line, Triton the one :data:`TRITON_PINS` gives that torch. One line each; ``[]`` where they agree or the
+    vLLM is no tested line (named elsewhere) or a version does not parse (the schema names it)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    line = line_of(vllm) if isinstance(vllm, str) else None
+    if line is None or not isinstance(torch, str):
+        return []
+    try:
+        t = Version(torch)
+    except InvalidVersion:
+        return []
+    if not SpecifierSet(TORCH_PINS[line]).contains(t, prereleases=True):
+        return [f"torch {torch!r} beside vLLM {vllm}; accepted: torch{TORCH_PINS[line]} (the {line} line's pin, "
+                f"sparse_mla.vllm_lines.TORCH_PINS)"]
+    want = TRITON_PINS.get(t.public)
+    try:
+        ok = want is None or not isinstance(triton, str) or SpecifierSet(want).contains(Version(triton),
+                                                                                       prereleases=True)
+    except InvalidVersion:
+        return []
+    return [] if ok else [f"triton {triton!r} beside torch {torch}; accepted: triton{want} (torch {t.public}'s pin, "
+                          f"sparse_mla.vllm_lines.TRITON_PINS)"]

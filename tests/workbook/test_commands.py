@@ -65,3 +65,40 @@ def test_a_glm5next_comparison_naming_no_backend_is_invalid():
     assert proof.judge("x.json", edited).status == "unproven"
     edited["environment"]["gpu"] = "NVIDIA A100-SXM4-80GB"
     assert proof.judge("x.json", edited).status == "invalid"
+
+
+def _with_run_command(rec: dict, key: str, old: str, new: str) -> dict:
+    out = copy.deepcopy(rec)
+    env = out["runs"][key]["environment"]
+    assert old in env["command"]
+    env["command"] = env["command"].replace(old, new)
+    return out
+
+
+_FM = "FLASHMLA_SPARSE"
+
+
+@pytest.mark.parametrize("old,new,says", [
+    ("--kv-cache-dtype auto", "--kv-cache-dtype auto --max-model-len 8192",
+     f"{_FM}: its own command asks --max-model-len 8192, the parity run's command gives this engine 4096"),
+    ("--kv-cache-dtype auto", "--kv-cache-dtype auto --cuda-graphs", f"{_FM}: enforce_eager True, the command asked "
+                                                                     f"--cuda-graphs"),
+    ("--max-tokens 16", "--max-tokens 8", f"{_FM}: its own command asks --max-tokens 8, the parity run's command "
+                                          f"gives this engine 16"),
+    ("--backend FLASHMLA_SPARSE", "--parity --backends FLASHMLA_SPARSE", "is no one-engine `sparse-mla launch`"),
+])
+def test_a_run_is_held_to_its_own_command(sim, old, new, says):
+    """Issue 47 round 8 (e28): each engine of a parity run runs in a ``sparse-mla launch`` process of its own, whose
+    command the run's header keeps; it is the one the parity command gives that engine (``engine_args``), and the run
+    is what it asked."""
+    edited = _with_run_command(sim, _FM, old, new)
+    assert any(says in p for p in command_problems(edited)), command_problems(edited)
+
+
+def test_a_run_of_a_notebooks_parity_run_is_held_to_its_own_command(sim):
+    """A parity run started from a notebook has no command line of its own (``python: sparse_mla (called from
+    ...)``); its engines' commands are still each engine's."""
+    edited = _with_run_command(sim, _FM, "--backend FLASHMLA_SPARSE", "--backend FLASH_ATTN_MLA_SPARSE")
+    edited["environment"]["command"] = "python: sparse_mla (called from ipykernel_launcher.py)"
+    assert command_problems(edited) == [f"{_FM}: the engine ran '{_FM}', the command asked --backend "
+                                        f"FLASH_ATTN_MLA_SPARSE"]

@@ -192,7 +192,9 @@ def _wrong_first_token(rec: dict, failures: list[str]) -> dict:
 
     rec = copy.deepcopy(rec)
     gen = rec["runs"][GLM5NEXT_RUN]["generations"][0]
-    gen["token_ids"][0] += 1
+    top, old = gen["first_top_logprobs"], str(gen["token_ids"][0])
+    gen["token_ids"][0] += 1                          # vLLM's greedy choice: its first-step log-prob the highest
+    top[old], top[str(gen["token_ids"][0])] = top.get(str(gen["token_ids"][0]), min(top.values())), top[old]
     rec["first_token_criterion"]["per_prompt"][0]["first_tokens"][GLM5NEXT_RUN] = gen["token_ids"][0]
     rec["first_token_criterion"]["failures"] = failures
     ref = rec["reference"][GLM5NEXT_RUN][0]          # the reference's view of it, as the tool would write it
@@ -233,6 +235,17 @@ def _nan_top(r: dict) -> dict:
     return r
 
 
+def _not_greedy(r: dict) -> dict:
+    """``r`` with another token's first-step log-prob above the chosen one's."""
+    import copy
+
+    r = copy.deepcopy(r)
+    g = r["runs"][GLM5NEXT_RUN]["generations"][0]
+    other = next(k for k in g["first_top_logprobs"] if k != str(g["token_ids"][0]))
+    g["first_top_logprobs"][other] = g["logprobs"][0] + 1.0
+    return r
+
+
 @pytest.mark.parametrize("make, status, needle", [      # issue 47, breaker round 8 (2026-12-06e)
     (lambda r: _edit(r, "first_token_criterion.per_prompt.1.gap", 0.5), "invalid", "gap"),
     (lambda r: _edit(r, "reference.RUN.0.steps.0.reference_argmax", 5), "invalid", "argmax"),
@@ -264,6 +277,10 @@ def _nan_top(r: dict) -> dict:
     (lambda r: _edit(r, "first_token_criterion.verdict", "fail"), "invalid", "first_token_criterion holds"),
     (lambda r: _edit(r, "first_token_criterion.rule", "anything goes"), "invalid", "rule 'anything goes'"),
     (lambda r: _edit(r, "runs.RUN.ran.weights.load_format", "gguf"), "invalid", "ran.weights"),
+    # the header's SMs not its GPU's, a first step greedy sampling does not make (engine records' g21, g28)
+    (lambda r: _edit(r, "environment.sm_count", 78), "invalid", "environment.sm_count 78 on a 'NVIDIA H100 80GB "
+                                                                "HBM3'; accepted: 132"),
+    (_not_greedy, "invalid", "below their highest"),
 ])
 def test_the_breakers_round_eight_on_glm5next_comparisons(make, status, needle):
     v = proof.judge("x.json", make(_glm5next_record()))
@@ -508,7 +525,7 @@ def test_a_one_engine_records_served_check_counts(tmp_path):
              "kv_cache_dtype": "auto", "prefill": None}
     rec = {**record()["runs"]["TRITON_MLA_SPARSE"], "environment": {**record()["environment"], "command": command()},
            "layers": {f"model.layers.{i}.self_attn.attn": layer for i in range(4)},
-           "generations": [{"prompt_len": 48, "token_ids": [7, 8], "logprobs": [-0.5, -0.25]}]}   # launch's default
+           "generations": [{"prompt_len": 48, "token_ids": [7] * 32, "logprobs": [-0.5] * 32}]}   # launch's defaults
     assert verdict(tmp_path, rec).status == "proven"
     rec["serve"] = {"backend_requested": "TRITON_MLA_SPARSE", "error": "server died"}
     v = verdict(tmp_path, rec)
@@ -1244,3 +1261,66 @@ def test_what_a_run_asked_is_held_to_vllm_and_its_command(tmp_path, name, edit, 
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == status and says in v.reason, v.line()
+
+
+# ---- issue 47, the breaker's round 8 on engine records: what was left proven --------------------------------------
+
+def _first_step(r, top=None, drop=False):
+    """The FLASHMLA_SPARSE run's 48-token generation: its first token's first-step log-prob set to ``top`` (a
+    function of ``logprobs[0]``), or dropped."""
+    g = r["runs"][_FM]["generations"][0]
+    if drop:
+        g["first_top_logprobs"].pop(str(g["token_ids"][0]))
+    else:
+        g["first_top_logprobs"][str(g["token_ids"][0])] = top(g["logprobs"][0])
+
+
+def _run_command(r, key, old, new):
+    env = r["runs"][key]["environment"]
+    assert old in env["command"]
+    env["command"] = env["command"].replace(old, new)
+
+
+@pytest.mark.parametrize("edit,says", [
+    # a header whose fields are not each other's: SMs of another GPU, a CUDA other than torch's build, versions
+    # other than the vLLM line's pins (e19-e22)
+    (lambda r: _every_header(r, sm_count=78), "environment.sm_count 78 on a 'NVIDIA H200'; accepted: 132"),
+    (lambda r: _every_header(r, cuda="12.1"), "environment.cuda '12.1' beside torch 2.11.0+cu130; accepted: '13.0'"),
+    (lambda r: _every_header(r, triton="9.9.9"), "triton '9.9.9' beside torch 2.11.0+cu130; accepted: triton==3.6.0"),
+    (lambda r: _every_header(r, torch="0.1.0"), "torch '0.1.0' beside vLLM 0.26.0; accepted: torch==2.11.0"),
+    # a greedy first step that is not greedy, or not its own log-prob (e25, e26)
+    (lambda r: _first_step(r, lambda lp: -20.0), "its first token 1752 has log-prob -20.0 among its first-step "
+                                                 "log-probs, below their highest"),
+    (lambda r: _first_step(r, lambda lp: lp + 1.0), "logprobs[0] -4.898020267486572, its first-step log-prob of "
+                                                    "token 1752 -3.898020267486572"),
+    (lambda r: _first_step(r, drop=True), "its first token 1752 is not among its first-step log-probs"),
+    # a run's own command naming another backend (e28), the record's another token budget (e31), a throughput
+    # batch other than the command's (e40)
+    (lambda r: _run_command(r, _T8, f"--backend {_T8}", "--backend FLASHMLA_SPARSE"),
+     f"{_T8}: the engine ran '{_T8}', the command asked --backend FLASHMLA_SPARSE"),
+    (lambda r: r["environment"].update(command=r["environment"]["command"].replace("--max-tokens 16",
+                                                                                   "--max-tokens 17")),
+     "16 tokens generated, the command asked --max-tokens 17"),
+    (lambda r: r["runs"][_FM]["throughput"].update(prompt_len=100000), f"{_FM}: throughput {{'num_seqs': 32, "
+                                                                       f"'prompt_len': 100000"),
+    # a layer's impl other than its backend's (e37)
+    (lambda r: r["runs"][_FM]["layers"]["model.layers.0.self_attn.attn"].update(impl="TritonMLASparseImpl"),
+     f"{_FM}: layer model.layers.0.self_attn.attn names impl 'TritonMLASparseImpl' beside backend '{_FM}'; "
+     f"accepted: 'FlashMLASparseImpl'"),
+])
+def test_engine_record_fields_are_held_to_each_other_and_the_writer(tmp_path, edit, says):
+    """Issue 47 round 8 (edits of the committed simulated-capability parity record, each proven before): header
+    fields against each other (``records.environment`` reads them in one process), a generation's first step
+    against greedy sampling, each run against the command that ran it, each layer's impl against vLLM's class for
+    its backend. Each is invalid, naming the value and what is accepted."""
+    rec = _committed(SIMULATED_RECORD)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_a_gpu_variant_with_the_same_sms_stays_proven(tmp_path):
+    """The same rule passes what a writer makes: an H200 NVL has the H200's 132 SMs (e38)."""
+    rec = _committed(SIMULATED_RECORD)
+    _every_header(rec, gpu="NVIDIA H200 NVL")
+    assert verdict(tmp_path, rec).status == "proven"

@@ -545,6 +545,19 @@ def _subprocess_offline(args: list[str], out_json: Path, log: Path, env: dict | 
     return json.loads(out_json.read_text())
 
 
+def engine_args(model, name: str, prompt_lengths, max_tokens: int, throughput: dict, tp: int, kv_cache_dtype: str,
+                max_model_len: int, graph: bool, speculative_config: dict | None) -> list[str]:
+    """The ``sparse-mla launch`` arguments (``--json-out`` aside) of one engine of a parity run, the run spec ``name``
+    in its own process (:func:`_engine_runs`): the parity run's checked model, prompts, token budget, throughput
+    batch, TP, KV cache and ``max_model_len``; ``--cuda-graphs`` where ``graph``; its ``speculative_config`` where
+    the engine speculates (None: it does not)."""
+    args = ["--model", str(model), "--backend", name, "--prompt-lengths", ",".join(map(str, prompt_lengths)),
+            "--max-tokens", str(max_tokens), "--throughput", json.dumps(throughput), "--tp", str(tp),
+            "--kv-cache-dtype", kv_cache_dtype, "--max-model-len", str(max_model_len)]
+    args += ["--cuda-graphs"] if graph else []
+    return args + (["--speculative-config", json.dumps(speculative_config)] if speculative_config else [])
+
+
 def _engine_runs(model: Path, plan: list, prompt_lengths, max_tokens: int, throughput: dict, tp: int,
                  kv_cache_dtype: str, speculative_config: dict | None, log_dir: Path,
                  max_model_len: int = MAX_MODEL_LEN) -> tuple[dict, str | None]:
@@ -552,15 +565,11 @@ def _engine_runs(model: Path, plan: list, prompt_lengths, max_tokens: int, throu
     process with its run spec's environment, ``runs[key]`` its record or ``{"error", "log_tail"}``. An interruption
     (Ctrl-C, SIGTERM: a time limit) stops the plan: the engine in flight is recorded ``"error": "interrupted"``, those
     not started ``"not run (interrupted)"``, and ``interrupted`` says where it came; ``None`` when the plan ran out."""
-    lens = ",".join(map(str, prompt_lengths))
     runs = {}
     for i, (key, name, g, speculates) in enumerate(plan):
         spec = parse_run_spec(name)
-        args = ["--model", str(model), "--backend", name, "--prompt-lengths", lens, "--max-tokens", str(max_tokens),
-                "--throughput", json.dumps(throughput), "--tp", str(tp), "--kv-cache-dtype", kv_cache_dtype,
-                "--max-model-len", str(max_model_len)]
-        args += ["--cuda-graphs"] if g else []
-        args += ["--speculative-config", json.dumps(speculative_config)] if speculates else []
+        args = engine_args(model, name, prompt_lengths, max_tokens, throughput, tp, kv_cache_dtype, max_model_len, g,
+                           speculative_config if speculates else None)
         file = key.replace("+", "_")
         asked = {**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g, "speculative": speculates}
         try:

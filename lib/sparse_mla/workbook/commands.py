@@ -6,7 +6,8 @@ A,B,C`` with runs A and B), another KV cache, TP, prompt lengths or token budget
 (``enforce_eager: false`` under ``--eager-only``) or with other speculation than the plan's, one engine's record
 without its generations, or a command of another tool, passed unseen (issue 47, round 7). A record whose command is
 not ``sparse-mla launch ...`` as written by :func:`sparse_mla.records.environment` (``python: sparse_mla (called from
-...)`` from a notebook, none in the earliest records) is not compared.
+...)`` from a notebook, none in the earliest records) is not compared. Each engine of a parity record is also held to
+its own command, the one its process ran (:func:`own_command_problems`; issue 47, round 8).
 """
 from __future__ import annotations
 
@@ -56,12 +57,12 @@ def command_problems(rec: dict) -> list[str]:
     ``--model`` (``model.path``, :func:`model_name`)."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     cmd = env.get("command")
-    if not isinstance(cmd, str) or any(k in rec for k in SERVE_KEYS):
+    if any(k in rec for k in SERVE_KEYS):
         return []
-    args = parsed_launch(cmd)
+    args = parsed_launch(cmd) if isinstance(cmd, str) else None
     if args is None or isinstance(args, str):
-        return [] if args is None else [args]
-    out = _run_problems(rec, args)
+        return ([] if args is None else [args]) + own_command_problems(rec, None)
+    out = _run_problems(rec, args) + own_command_problems(rec, args if args.parity else None)
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip().isdigit()]
     for name, run in [*runs.items(), ("(the record)", rec)]:
@@ -76,15 +77,90 @@ def command_problems(rec: dict) -> list[str]:
             if isinstance(g.get("prompt_len"), int) and lens and g["prompt_len"] not in lens:
                 out.append(f"{name}: a prompt of {g['prompt_len']} tokens, the command asked --prompt-lengths "
                            f"{args.prompt_lengths}")
-            if isinstance(g.get("token_ids"), list) and len(g["token_ids"]) > args.max_tokens:
+            if isinstance(g.get("token_ids"), list) and len(g["token_ids"]) != args.max_tokens:   # EOS ignored
                 out.append(f"{name}: {len(g['token_ids'])} tokens generated, the command asked --max-tokens "
-                           f"{args.max_tokens}")
+                           f"{args.max_tokens} (launch ignores EOS: every generation has that many)")
     if isinstance(rec.get("tp"), int) and rec["tp"] != args.tp:
         out.append(f"tp {rec['tp']}, the command asked --tp {args.tp}")
     path = rec["model"].get("path") if isinstance(rec.get("model"), dict) else None
     if isinstance(path, str) and path != model_name(args.model):
         out.append(f"model.path {path!r}, the command asked --model {args.model} ({model_name(args.model)!r})")
     return list(dict.fromkeys(out))
+
+
+#: The parsed launch arguments that do not say what an engine ran: where it wrote its record.
+_NOT_COMPARED = ("json_out", "func", "model", "throughput", "speculative_config")
+
+
+def own_command_problems(rec: dict, args: argparse.Namespace | None) -> list[str]:
+    """Each engine run of a parity record (one with ``run_specs``) against the command that ran it, its own
+    ``environment.command`` (every engine runs in a ``sparse-mla launch`` process of its own): that command is one
+    engine's
+    (:func:`_one_engine_problems`: its ``--backend`` the run's spec, its mode, speculation, generations and
+    throughput batch the run's); and where the record's own command ``args`` (parsed, ``--parity``) is known, it is
+    the one the parity run gives that engine (:func:`sparse_mla.launch.engine.engine_args` of the parity plan's entry,
+    both read by launch's parser; ``--model`` by the checkpoint's name, :func:`model_name`). One line per
+    difference."""
+    runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
+    if not isinstance(rec.get("run_specs"), dict):
+        return []                          # no parity record (run_parity writes run_specs): another tool's runs
+    want = _engine_commands(args) if args is not None else {}
+    if isinstance(want, str):
+        return [want]
+    out = []
+    for key, run in runs.items():
+        env = run.get("environment") if isinstance(run, dict) else None
+        if not isinstance(env, dict) or "command" not in env:
+            continue                       # an engine that died writes no header
+        own = parsed_launch(env["command"]) if isinstance(env["command"], str) else None
+        if own is None or isinstance(own, str) or own.parity:
+            out.append(f"{key}: its own command {str(env['command'])[:80]!r} is no one-engine `sparse-mla launch` "
+                       f"({own or 'not a sparse-mla command'}); launch runs each engine of a parity run as one")
+            continue
+        out += [f"{key}: {p}" for p in _one_engine_problems(run, own)]
+        w = want.get(key)
+        if isinstance(w, argparse.Namespace):
+            differ = [f for f in vars(w) if f not in _NOT_COMPARED and getattr(own, f, None) != getattr(w, f)]
+            differ += [f for f, read in (("model", model_name), ("throughput", _json), ("speculative_config", _json))
+                       if read(getattr(own, f)) != read(getattr(w, f))]
+            out += [f"{key}: its own command asks --{f.replace('_', '-')} {getattr(own, f)}, the parity run's command "
+                    f"gives this engine {getattr(w, f)} (launch.engine.engine_args)" for f in differ]
+    return out
+
+
+def _json(text):
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
+
+
+def _engine_commands(args: argparse.Namespace) -> dict[str, argparse.Namespace | str | None] | str:
+    """``{run key: parsed arguments}`` the parity command ``args`` gives each engine of its plan
+    (:func:`sparse_mla.launch.engine.engine_args` after the writer's own checks of its values), or a line saying
+    the command's values are none launch takes."""
+    from ..errors import UserInputError
+    from ..launch.engine import DEFAULT_THROUGHPUT, check_generation, engine_args, parity_plan
+    from ..launch.specs import OURS, PEERS, parse_run_spec
+    from ..layouts import check_kv_cache_dtype
+
+    try:
+        lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip()]
+        thr = json.loads(args.throughput) if args.throughput is not None else None
+        lens, max_tokens, thr = check_generation(lens, args.max_tokens, thr, args.max_model_len)
+        kv = check_kv_cache_dtype(args.kv_cache_dtype)
+        names = str(args.backends).split(",") if args.backends else [OURS, *PEERS]
+        specs = tuple(dict.fromkeys(parse_run_spec(n).name for n in names if n.strip()))
+    except (UserInputError, ValueError, TypeError) as e:
+        return f"environment.command's values are none launch takes ({str(e)[:120]})"
+    scfg = _asked_speculation(args)
+    scfg = scfg if isinstance(scfg, dict) else None
+    out: dict = {}
+    for key, name, graph, speculates in parity_plan(specs, graph=not args.eager_only, speculative=scfg is not None):
+        words = engine_args(args.model, name, lens, max_tokens, thr or DEFAULT_THROUGHPUT, args.tp, kv,
+                            args.max_model_len, graph, scfg if speculates else None)
+        out[key] = parsed_launch(shlex.join(["sparse-mla", "launch", *words]))
+    return out
 
 
 def model_name(model: str) -> str:
@@ -148,8 +224,9 @@ def _method(cfg):
 
 def _one_engine_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     """One engine's record against its command line: the run spec, the mode (``--cuda-graphs``), the speculation's
-    method and tokens, and for an offline engine (not ``--serve``) one generation per ``--prompt-lengths`` entry, in
-    its order (run_offline writes one for each)."""
+    method and tokens, the throughput batch (``--throughput``: run_offline writes it into ``throughput``, none
+    without), and for an offline engine (not ``--serve``) one generation per ``--prompt-lengths`` entry, in its
+    order (run_offline writes one for each)."""
     from ..launch.specs import parse_run_spec
 
     asked = parse_run_spec(args.backend)
@@ -163,6 +240,10 @@ def _one_engine_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     if isinstance(scfg, str) or ("speculative_config" in rec and _method(have) != _method(scfg)):
         out.append(scfg if isinstance(scfg, str) else f"speculative_config {have!r}, the command asked "
                                                       f"--speculative-config {scfg!r}")
+    thr = _json(args.throughput)
+    if "throughput" in rec and (not isinstance(thr, dict) or not isinstance(rec["throughput"], dict) or any(
+            rec["throughput"].get(k) != v for k, v in thr.items())):
+        out.append(f"throughput {str(rec['throughput'])[:120]}, the command asked --throughput {args.throughput}")
     lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip().isdigit()]
     gens = rec.get("generations")
     if not args.serve and "error" not in rec and ("layers" in rec or "ran" in rec) and not (

@@ -21,13 +21,16 @@ data by the function named below, in the process that ran).
   ``num_prompts``, each is of a run of the record; its ``order`` one round per repeat, each the record's runs, each
   once;
 * each engine run: ``layers`` and ``generations`` not empty where the writer wrote them, one generation per prompt of
-  ``prompt_lengths`` in its order, every attention layer's KV dtype the one asked (an fp8 request: vLLM's fp8 layout,
-  ``fp8_ds_mla``, :data:`sparse_mla.layouts.FP8_KV_CACHE_DTYPES`), ``ran.attention`` counting as many layers as
-  the record's ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer) and
+  ``prompt_lengths`` in its order, each generation's first step greedy (:func:`first_step_problems`), every
+  attention layer's KV dtype the one asked (an fp8 request: vLLM's fp8 layout, ``fp8_ds_mla``,
+  :data:`sparse_mla.layouts.FP8_KV_CACHE_DTYPES`), ``ran.attention`` counting as many layers as the record's
+  ``model.num_hidden_layers`` (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer) and
   ``ran.indexer_cache`` no more, in every ``ran`` block (a served check's and each live server's too), and ``layers``
   holding at least the attention and indexer-cache layers ``ran`` counts.
 
-What it cannot see: a record whose data and summaries were edited together (:mod:`sparse_mla.workbook.proof`).
+What it cannot see: a record whose data and summaries were edited together (:mod:`sparse_mla.workbook.proof`); a
+criterion's ``sigma`` forged with its tolerances (the spread needs the checkpoint's Monte Carlo forwards to
+recompute: a large one makes no prompt decisive, ``docs/records.md``).
 """
 from __future__ import annotations
 
@@ -288,7 +291,38 @@ def run_problems(rec: dict, name: str, run: dict) -> list[str]:
     out += [f"{name}: the generation for the {g.get('prompt_len')}-token prompt has {len(g.get('token_ids') or [])} "
             f"token(s) and {len(g.get('logprobs') or [])} log-prob(s)" for g in gens if isinstance(g, dict)
             and (not g.get("token_ids") or len(g.get("logprobs") or []) != len(g["token_ids"]))][:1]
-    return out + _layer_problems(rec, name, run)
+    return out + first_step_problems(name, gens) + _layer_problems(rec, name, run)
+
+
+def first_step_problems(name: str, gens: list) -> list[str]:
+    """Each generation's first step against itself, as :func:`sparse_mla.launch.engine.generations` writes it from
+    one vLLM ``Logprob`` dict at ``temperature=0`` (launch's and the GLM-5.3-Flash tool's sampling: greedy): vLLM
+    returns the chosen token's log-prob with the top-k, so the first token is a key of ``first_top_logprobs``; greedy
+    chose it, so its log-prob there is the highest (ties allowed: two logits a log-softmax rounds alike); and
+    ``logprobs[0]`` is that log-prob, exactly (the same float of the same dict). Non-finite values are left to
+    :func:`sparse_mla.launch.engine.nan_logprobs` (unproven). The first line that fails, per run."""
+    import math
+
+    for g in gens:
+        toks, lps, top = (g.get("token_ids"), g.get("logprobs"), g.get("first_top_logprobs")) if isinstance(
+            g, dict) else (None, None, None)
+        if not (isinstance(toks, list) and toks and isinstance(lps, list) and lps and isinstance(top, dict) and top):
+            continue
+        where = f"{name}: the generation for the {g.get('prompt_len')}-token prompt"
+        chosen = top.get(str(toks[0]))
+        if chosen is None:
+            return [f"{where}: its first token {toks[0]} is not among its first-step log-probs "
+                    f"({len(top)}; vLLM returns the chosen token's with the top-k)"]
+        finite = [v for v in top.values() if _num(v) and math.isfinite(v)]
+        if not (_num(chosen) and math.isfinite(chosen)) or not (_num(lps[0]) and math.isfinite(lps[0])):
+            continue
+        if chosen < max(finite):
+            return [f"{where}: its first token {toks[0]} has log-prob {chosen!r} among its first-step log-probs, "
+                    f"below their highest {max(finite)!r}; greedy (temperature 0) chooses the highest"]
+        if lps[0] != chosen:
+            return [f"{where}: logprobs[0] {lps[0]!r}, its first-step log-prob of token {toks[0]} {chosen!r} (the "
+                    f"same float, written from one vLLM Logprob)"]
+    return []
 
 
 def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 
 from ..records.values import is_number
-from .consistency import _criterion, criterion_figure_problems, unrecorded_failures
+from .consistency import _criterion, criterion_figure_problems, first_step_problems, unrecorded_failures
 
 #: Relative (and absolute, near 0) difference within which two of the writer's float figures are one number.
 SAME = 1e-9
@@ -39,7 +39,8 @@ def _ok_runs(rec: dict) -> dict[str, dict]:
 
 
 def generation_problems(rec: dict) -> list[str]:
-    """Each engine's generations: ``max_tokens`` tokens each, one log-prob per token, a prompt of 1 token or more."""
+    """Each engine's generations: ``max_tokens`` tokens each, one log-prob per token, a prompt of 1 token or more,
+    a greedy first step (:func:`sparse_mla.workbook.consistency.first_step_problems`)."""
     n = rec.get("max_tokens")
     out = []
     for k, r in _ok_runs(rec).items():
@@ -53,6 +54,7 @@ def generation_problems(rec: dict) -> list[str]:
                 out.append(f"{k}: a generation of {len(toks) if isinstance(toks, list) else toks!r} tokens and "
                            f"{len(lps) if isinstance(lps, list) else lps!r} log-probs; the record's max_tokens is "
                            f"{n!r} (the tool ignores EOS)")
+        out += first_step_problems(k, gens)
     return out
 
 

@@ -25,9 +25,11 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
   record
   that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
-  that ``ran`` read, a ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`),
-  summaries that are not what the record's own data give (:mod:`sparse_mla.workbook.consistency`),
-  or a file that is not readable JSON (duplicated keys included: no writer makes them, and the last would win).
+  that ``ran`` read or whose fields are not each other's (:func:`environment_problems`: SMs, CUDA, pinned
+  versions), a layer whose impl is not its backend's (:func:`impl_problems`), a ``ran`` that contradicts what was
+  asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`), summaries that are not what the record's own data give
+  (:mod:`sparse_mla.workbook.consistency`), or a file that is not readable JSON (duplicated keys included: no
+  writer makes them, and the last would win).
 
 What the check cannot catch: records are unsigned JSON, so a record edited by hand to look like a run that passed
 (its ``failures`` deleted, a ``ran`` block pasted from another run) is judged as written. The logs of the run, kept
@@ -273,7 +275,7 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     cap = env.get("capability")
     if not isinstance(cap, str):
-        return []
+        return environment_problems(env)
     named = gpu_presets_named(env.get("gpu"))
     out = [f"the header's GPU {env.get('gpu')!r} is a {name} (capability {c}), not capability {cap}"
            for name, c in named if c != cap]
@@ -295,7 +297,28 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
         if isinstance(device, str) and device != cap:
             out.append(f"{k}: the header's GPU ({env.get('gpu')}, capability {cap}) is not the device the engine "
                        f"read ({device})")
-    return out
+    return environment_problems(env) + out
+
+
+def environment_problems(env: dict) -> list[str]:
+    """A header's fields against each other, as :func:`sparse_mla.records.environment` reads them in one process:
+    ``sm_count`` the SMs of the GPU it names (:meth:`sparse_mla.gpus.GpuPreset.sm_count`, where the name holds a
+    preset that knows them; no check elsewhere); ``cuda`` (``torch.version.cuda``) the CUDA torch was
+    built for, which torch's local version names (``2.11.0+cu130``: ``13.0``); torch and Triton the ones the header's
+    vLLM line pins (:func:`sparse_mla.vllm_lines.pin_problems`). One line per disagreement."""
+    from ..gpus import GPUS
+    from ..vllm_lines import pin_problems
+
+    out = []
+    sms = {GPUS[name].sm_count(env["gpu"]) for name, _ in gpu_presets_named(env.get("gpu"))} - {None}
+    if sms and _int(env.get("sm_count")) and env["sm_count"] not in sms:
+        out.append(f"environment.sm_count {env['sm_count']} on a {env['gpu']!r}; accepted: "
+                   f"{' or '.join(map(str, sorted(sms)))} (its SMs, sparse_mla.gpus.GPUS)")
+    m = re.search(r"\+cu(\d+)(\d)$", env["torch"]) if isinstance(env.get("torch"), str) else None
+    if m and "cuda" in env and env["cuda"] != f"{m[1]}.{m[2]}":
+        out.append(f"environment.cuda {env['cuda']!r} beside torch {env['torch']}; accepted: '{m[1]}.{m[2]}' "
+                   f"(torch.version.cuda, the CUDA that torch build names)")
+    return out + [f"environment: {p}" for p in pin_problems(env.get("vllm"), env.get("torch"), env.get("triton"))]
 
 
 def revision_unknown(path: str, rec: dict) -> list[str]:
@@ -366,6 +389,50 @@ def unknown_names(run: dict) -> list[str]:
     if isinstance(ix, str) and ix not in ("vllm", TRITON_INDEXER):
         out.append(f"indexer {ix!r} is neither 'vllm' nor {TRITON_INDEXER!r}")
     return out
+
+
+def impl_problems(name: str, run: dict, vllm) -> list[str]:
+    """Each layer's ``impl`` (``type(layer.impl).__name__``, :func:`sparse_mla.vllm_plugin.ran.layer_backends`)
+    against its ``backend``: the class that backend's ``get_impl_cls()`` gives (:func:`backend_impl`). Judged where
+    the run's vLLM (``vllm``, its header's) is of the installed vLLM's line (another line may name its classes
+    otherwise) and for the backends of vLLM's registry and ours (the indexer's cache and linear-attention layers
+    have no impl: ``NoneType``, no check). The first layer that differs, one line."""
+    from ..vllm_lines import current_line, line_of
+
+    layers = run.get("layers") if isinstance(run.get("layers"), dict) else {}
+    if not layers or not isinstance(vllm, str) or line_of(vllm) is None or line_of(vllm) != current_line():
+        return []
+    for n, v in layers.items():
+        want = backend_impl(v.get("backend")) if isinstance(v, dict) and isinstance(v.get("backend"), str) else None
+        if want is not None and v.get("impl") != want:
+            return [f"{name}: layer {n} names impl {v.get('impl')!r} beside backend {v['backend']!r}; accepted: "
+                    f"{want!r} (that backend's get_impl_cls(), vLLM {vllm})"]
+    return []
+
+
+@functools.cache
+def backend_impl(backend: str) -> str | None:
+    """The class name of ``backend``'s attention impl (``get_impl_cls().__name__``): ours from the plugin's backend
+    class (:data:`sparse_mla.vllm_plugin.selector.BACKEND_PATH`), another from the installed vLLM's
+    ``AttentionBackendEnum``; None for a name neither has or a class that does not import here."""
+    import importlib
+
+    from ..diagnose.probe import quiet_logs
+    from ..launch.specs import OURS
+    from ..vllm_plugin.selector import BACKEND_PATH
+
+    _vllm_importable()
+    try:
+        with quiet_logs():
+            if backend == OURS:
+                module, cls = BACKEND_PATH.rsplit(".", 1)
+                return getattr(importlib.import_module(module), cls).get_impl_cls().__name__
+            from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+            member = AttentionBackendEnum.__members__.get(backend)
+            return None if member is None or backend == "CUSTOM" else member.get_class().get_impl_cls().__name__
+    except Exception:  # noqa: BLE001 - a class that needs what this machine lacks: no judgment
+        return None
 
 
 def known_backends() -> set[str]:
@@ -796,6 +863,8 @@ def _judge(path: str, obj) -> Verdict:
     requests = {k: asked(r, obj) for k, r in with_ran.items()}
     bad = [f"{k}: {a}" for k, a in requests.items() if isinstance(a, str)]
     bad += [f"{k}: {n}" for k, r in runs.items() for n in unknown_names(r)]
+    vllm = (obj.get("environment") or {}).get("vllm")
+    bad += [p for k, r in with_ran.items() for p in impl_problems(k, r, (r.get("environment") or {}).get("vllm", vllm))]
     bad += [f"{k}: {m}" for k, r in with_ran.items() if isinstance(requests[k], dict)
             for name in {k, r.get("run"), r.get("run_spec")} - {None}
             if (m := _spec_mismatch(name, requests[k]["backend_requested"], requests[k]["indexer"],

@@ -1,0 +1,20 @@
+"""``sparse_mla.gpus``: the named GPUs' SM counts, which ``records check`` holds a header's ``sm_count`` to."""
+import pytest
+
+from sparse_mla.gpus import DEVICE_LIMITS, GPUS
+
+
+@pytest.mark.parametrize("preset, name, sms", [
+    ("h100", "NVIDIA H100 80GB HBM3", 132), ("h100", "NVIDIA H100 PCIe", 114), ("h100", "NVIDIA H100 NVL", 132),
+    ("h200", "NVIDIA H200", 132), ("h200", "NVIDIA H200 NVL", 132), ("a100", "NVIDIA A100-SXM4-80GB", 108),
+    ("rtx-4090", "NVIDIA GeForce RTX 4090", 128), ("rtx-4090", "NVIDIA GeForce RTX 4090 D", 114),
+    ("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 188),
+])
+def test_a_cards_sms_are_its_variants_else_the_presets(preset, name, sms):
+    assert GPUS[preset].sm_count(name) == sms
+
+
+def test_every_planning_row_is_the_sm_count_of_a_preset_of_its_capability():
+    """DEVICE_LIMITS holds one GPU's SMs per capability: that of a named GPU of the same capability."""
+    for (major, minor), lim in DEVICE_LIMITS.items():
+        assert lim.sm_count in {g.sms for g in GPUS.values() if g.capability == f"{major}.{minor}"}, (major, minor)
