@@ -55,7 +55,8 @@ def test_every_committed_engine_record_agrees_with_its_command():
 
 
 def test_a_glm5next_comparison_naming_no_backend_is_invalid():
-    rec = json.loads((ROOT / "results" / "h100-80gb-hbm3" / "glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
+    rec = json.loads((ROOT / "results" / "h100-80gb-hbm3" / "sessions" / "2026-12-06d" / "lease2" /
+                      "glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
     edited = copy.deepcopy(rec)
     edited["runs"]["TRITON_MLA_SPARSE"]["backend_requested"] = "BANANA_ATTN"
     v = proof.judge("x.json", edited)

@@ -24,7 +24,7 @@ def _engine_ran(r, backend: str):
     run = r["runs"]["fp8"]
     for v in run["layers"].values():
         if v["backend"] == "FLASHMLA_SPARSE":
-            v["backend"] = backend
+            v["backend"], v["impl"] = backend, proof.backend_impl(backend)
     run["ran"]["attention"] = {backend: 2}
     run["attention_backends"] = sorted(["DEEPSEEK_V32_INDEXER", backend])
 

@@ -124,9 +124,12 @@ def test_the_committed_records(capsys):
     assert "/results/h200/launch_h200_long_prompts.json: unproven: it says it failed: first-token criterion: " \
            "OutOfMemoryError" in out, out
     assert "/results/h200/launch_h200_ran_indexer.json: proven" in out, out
-    # GLM-5.3-Flash's comparisons (H100, 2026-12-06): numbers against the float64 reference, written before the criterion
-    assert "/results/h100-80gb-hbm3/glm5next_parity_h100-80gb-hbm3_vllm033.json: unproven: a GLM-5.3-Flash " \
-           "comparison" in out, out
+    # GLM-5.3-Flash's comparisons (H100, 2026-12-06d): numbers against the float64 reference, written before the
+    # criterion; those of 2026-12-06f (9.0, both engines; ours at a simulated 8.0) proven by it
+    assert "/results/h100-80gb-hbm3/sessions/2026-12-06d/lease2/glm5next_parity_h100-80gb-hbm3_vllm033.json: " \
+           "unproven: a GLM-5.3-Flash comparison" in out, out
+    for name in ("glm5next_parity_h100-80gb-hbm3_vllm033.json", "glm5next_parity_h100-80gb-hbm3_vllm033_sim80.json"):
+        assert f"/results/h100-80gb-hbm3/{name}: proven: " in out, out
     assert "glm5next_parity_h100-80gb-hbm3_vllm033_flashmla.json: unproven: 1 engine(s) failed: TRITON_MLA_SPARSE" \
         in out, out
 
@@ -135,7 +138,7 @@ def test_a_glm5next_comparison_without_a_criterion_is_unproven():
     """A record of ``tools/gpu/glm5next_parity.py`` (its model's config under ``model_config``, or ``checkpoint`` as
     on 2026-12-06) written before its first-token criterion is unproven, whatever its runs say."""
     rec = json.loads((Path(__file__).resolve().parents[2] / "results" / "h100-80gb-hbm3" /
-                      "glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
+                      "sessions/2026-12-06d/lease2/glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
     assert proof.judge("x.json", rec).status == "unproven"
     renamed = {**{k: v for k, v in rec.items() if k != "checkpoint"}, "model_config": rec["checkpoint"]}
     assert proof.judge("x.json", renamed).status == "unproven"

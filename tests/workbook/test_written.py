@@ -151,7 +151,8 @@ def test_the_accepted_keys_are_named_once_in_one_line():
 def test_a_glm5next_comparison_is_held_to_its_writers_keys_below_its_engines():
     """A GLM-5.3-Flash comparison's engines' generations and layers and its header (its ``checkpoint`` is the
     model's config.json, held to no list)."""
-    rec = json.loads((ROOT / "results" / "h100-80gb-hbm3/glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
+    rec = json.loads((ROOT / "results" / "h100-80gb-hbm3" / "sessions" / "2026-12-06d" / "lease2" /
+                      "glm5next_parity_h100-80gb-hbm3_vllm033.json").read_text())
     run = next(iter(rec["runs"]))
     rec["runs"][run]["generations"][0]["finish_reason"] = "abort"
     rec["environment"]["note"] = "engine hung"
