@@ -221,16 +221,20 @@ def test_a_reader_that_leaves_the_pipe_gets_no_traceback():
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full on this system")
-def test_a_full_output_device_is_one_line_and_exit_1():
-    """``sparse-mla records check results > /dev/full``: the output cannot be written; one line on stderr naming why,
+def test_a_full_output_device_is_one_line_and_exit_1(tmp_path):
+    """``sparse-mla records check DIR > /dev/full``: the output cannot be written; one line on stderr naming why,
     exit 1, no traceback (it ended in "OSError: [Errno 28] No space left on device")."""
     import subprocess
     import sys
 
-    code = "import sys; from sparse_mla import cli; sys.exit(cli.main(['records', 'check', 'results']))"
+    import shutil
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]      # one record: its verdict line is output
+    shutil.copy(root / "results" / "h200" / "launch_h200_cudagraph.json", tmp_path / "r.json")
+    code = f"import sys; from sparse_mla import cli; sys.exit(cli.main(['records', 'check', {str(tmp_path)!r}]))"
     with open("/dev/full", "w") as full:
         p = subprocess.run([sys.executable, "-c", code], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
-                           cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+                           cwd=str(root))
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.strip() == "sparse-mla records: error: its output could not be written (No space left on device)"
 

@@ -38,6 +38,7 @@ def test_gguf_reads_back_as_the_checkpoint_within_each_types_error(ckpt, gtype):
     assert max(float((got[k] - state[k].float()).abs().max()) for k in state) > 0
 
 
+@pytest.mark.slow   # ~30 s (two float64 forwards and the limit); each type's read-back stays in the default tier
 def test_reference_on_gguf_matches_the_safetensors_forward_within_the_quantization_limit(ckpt):
     """Q8_0: both float64 forwards with the safetensors forward's indexer and router decisions (a weight error near a
     tie flips a decision; the flips are counted, not judged), against the limit of the quantization-noise model. A

@@ -184,6 +184,7 @@ def test_block_table_layout_does_not_change_logits(ref):
     assert lim.share(a, b) < 1 and lim.share(a, c) < 1
 
 
+@pytest.mark.slow   # ~35 s (the 16-sample limit); parity_cases and test_engine pass attention_fn in the default tier
 def test_attention_fn_is_honored(loaded):
     cfg, sd = loaded
     calls = []
