@@ -110,6 +110,22 @@ def test_each_cache_variable_is_checked_like_vllms(bare, monkeypatch, var, value
     assert str(e.value).startswith(says) and str(e.value).endswith(f", or {var} unset"), str(e.value)
 
 
+@pytest.mark.parametrize("var", VARIABLES)
+def test_a_relative_cache_variable_is_refused_as_relative(bare, monkeypatch, var):
+    """``XDG_CACHE_HOME=relcache`` was accepted and vLLM made ./relcache/vllm in the folder the command started in
+    (issue 47, round 9, v25): every cache variable, like HOME, must be an absolute path (``~`` expanded)."""
+    monkeypatch.chdir(bare)
+    monkeypatch.setenv(var, "relcache")
+    with pytest.raises(UserInputError) as e:
+        machine.check_environment()
+    assert str(e.value).startswith(f"{var}='relcache' is a relative path: ") and str(e.value).endswith(
+        f"accepted: an absolute path (a folder this user may write, on a disk; ~ expanded), or {var} unset"), \
+        str(e.value)
+    assert not (bare / "relcache").exists()
+    monkeypatch.setenv(var, "~/relcache")                                # ~ is the (absolute) home: accepted
+    machine.check_environment()
+
+
 def test_a_folder_this_user_may_not_write_is_named(bare, monkeypatch):
     """(Root may write any folder, so the answer of ``os.access`` is planted.)"""
     ro = bare / "ro"

@@ -153,10 +153,17 @@ def _check_cache_folders() -> None:
 
 
 def _check_named(owner: str, var: str, sub: str) -> None:
-    """The folder ``$var/sub`` can hold ``owner``'s cache; else one UserInputError naming the variable and value."""
+    """The folder ``$var/sub`` can hold ``owner``'s cache, ``$var`` an absolute path (a relative one is read against
+    each process's own folder: ``XDG_CACHE_HOME=relcache`` made ./relcache/vllm, issue 47, round 9); else one
+    UserInputError naming the variable and value."""
     from .errors import UserInputError
 
     raw = os.environ[var]
+    if not os.path.isabs(os.path.expanduser(raw)):
+        raise UserInputError(f"{var}={raw!r} is a relative path: {owner}'s cache below it "
+                             f"({os.path.join(raw, sub) if sub else raw}) would move with the folder each process "
+                             f"starts in; accepted: an absolute path (a folder this user may write, on a disk; ~ "
+                             f"expanded), or {var} unset")
     why = _cache_folder_problem(os.path.abspath(os.path.join(os.path.expanduser(raw), sub)))
     if why is not None:
         short = owner.split()[-1].lower()
