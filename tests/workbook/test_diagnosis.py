@@ -144,3 +144,44 @@ def test_every_diagnosis_the_writer_may_write_is_accepted():
             assert diagnosis.entry_problems({**ent, "headline": base + not_loaded_note(raw)}) == [], raw
         assert diagnosis.entry_problems(_stops(ent)) == []
     assert list(rec["diagnosis"]["auto"]) == list(diagnosis.entry({}))      # the writer's keys, the record's
+
+
+def _command(where, old, new):
+    """Edit ``old`` to ``new`` in the header's command (``where`` None) or run ``where``'s own command."""
+    def edit(r):
+        env = r["environment"] if where is None else r["runs"][where]["environment"]
+        assert old in env["command"]
+        env["command"] = env["command"].replace(old, new)
+    return edit
+
+
+@pytest.mark.parametrize("edit,says", [
+    # k10: the fp8 run's own command asks another KV-cache dtype than the run's
+    (_command("fp8", "--kv-cache-dtype fp8 ", "--kv-cache-dtype fp8_ds_mla "),
+     "runs.fp8: its own command asks --kv-cache-dtype fp8_ds_mla, the tool asks fp8 for the header's checkpoint "
+     "/tmp/ck512 and the run's dtype 'fp8'"),
+    # k11: the header names another checkpoint than every run used
+    (_command(None, "/tmp/ck512", "/tmp/ck8"), "runs.auto: its own command asks --model /tmp/ck512, the tool asks "
+                                              "/tmp/ck8 for the header's checkpoint /tmp/ck8"),
+    (_command(None, "diagnose_vs_engine_h200.json", "diagnose_vs_engine_h200.json fp8"),
+     "runs ['auto', 'bfloat16', 'fp8', 'fp8_ds_mla'], the header command's KV-cache dtypes ['fp8']"),
+    (_command(None, "diagnose_vs_engine.py", "other_tool.py"), "is not the tool's (no diagnose_vs_engine.py); "
+                                                               "accepted: python3 .../diagnose_vs_engine.py"),
+    (_command("auto", "--max-tokens 4", "--max-tokens 8"), "runs.auto: its own command asks --max-tokens 8, the tool "
+                                                           "asks 4"),
+])
+def test_a_diagnosis_record_against_the_commands_that_wrote_it(tmp_path, edit, says):
+    """Issue 47, round 9 (k10, k11): each run's own command and the header's, read by the tool's and launch's own
+    argument handling (``diagnosis.tool_arguments``, ``engine_words``), against the record."""
+    rec = json.loads(RECORD.read_text())
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_the_tools_command_line_is_read_back_as_written():
+    argv = ["/tmp/a b/ck", "out.json", "fp8"]
+    cmd = diagnosis.tool_command("tools/gpu", argv)
+    assert cmd == "python3 tools/gpu/diagnose_vs_engine.py '/tmp/a b/ck' out.json fp8"
+    assert diagnosis.tool_arguments(argv) == ("/tmp/a b/ck", "out.json", ["fp8"])
+    assert diagnosis.command_problems(json.loads(RECORD.read_text())) == []

@@ -17,30 +17,29 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sparse_mla.workbook.diagnosis import differences, entry, observed, predicted   # records check reads them alike
+from sparse_mla.workbook.diagnosis import (differences, engine_words, entry, observed, predicted,  # records check
+                                           tool_arguments, tool_command)                          # reads them alike
 
-__all__ = ["differences", "entry", "main", "observed", "predicted"]
+__all__ = ["differences", "engine_words", "entry", "main", "observed", "predicted", "tool_arguments", "tool_command"]
 
 
 def main(argv: list[str]) -> int:
     from sparse_mla.diagnose import diagnose
-    from sparse_mla.diagnose.request import KV_CACHE_DTYPES
     from sparse_mla.files import atomic_write_text
     from sparse_mla.records import environment
 
-    ckpt, out, kvs = Path(argv[0]), Path(argv[1]), argv[2:] or list(KV_CACHE_DTYPES)
+    ckpt, out, kvs = tool_arguments(argv)
+    out = Path(out)
     rec = {"what": "sparse-mla diagnose --capability local against a real engine (launch --backend auto) per KV "
-                   "dtype", "environment": environment(" ".join(["python3", "tools/gpu/diagnose_vs_engine.py",
-                                                                 *argv])), "runs": {}, "diagnosis": {},
-           "differences": {}}
+                   "dtype", "environment": environment(tool_command("tools/gpu", argv)), "runs": {},
+           "diagnosis": {}, "differences": {}}
     tmp = Path(tempfile.mkdtemp(prefix="diag-vs-engine-"))
     for kv in kvs:
-        diag = diagnose(str(ckpt), "local", kv, with_plugin=True)
+        diag = diagnose(ckpt, "local", kv, with_plugin=True)
         rec["diagnosis"][kv] = entry(diag)
         f = tmp / f"{kv}.json"
-        r = subprocess.run([sys.executable, "-m", "sparse_mla", "launch", "--model", str(ckpt), "--backend", "auto",
-                            "--kv-cache-dtype", kv, "--prompt-lengths", "48,900", "--max-tokens", "4",
-                            "--json-out", str(f)], capture_output=True, text=True)
+        r = subprocess.run([sys.executable, "-m", "sparse_mla", *engine_words(ckpt, kv, str(f))], capture_output=True,
+                           text=True)
         engine = json.loads(f.read_text()) if f.is_file() else {"error": f"exit {r.returncode}",
                                                                    "log_tail": (r.stdout + r.stderr)[-3000:]}
         engine.pop("generations", None)

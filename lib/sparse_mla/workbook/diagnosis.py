@@ -14,7 +14,10 @@ wrong prediction proves no diagnosis). The keys of a diagnosis and of its predic
 """
 from __future__ import annotations
 
+import argparse
 import ast
+import shlex
+from pathlib import Path
 
 from ..diagnose.path import engine_starts_of, headline, not_loaded_note
 from ..diagnose.runtime import DEEPGEMM_INDEXER
@@ -62,6 +65,73 @@ def differences(pred: dict, obs: dict) -> list[str]:
     return [f"{k}: diagnosed {pred[k]!r}, the engine ran {obs.get(k)!r}" for k in pred if pred[k] != obs.get(k)]
 
 
+#: The tool's file name: its record's ``environment.command`` is ``python3 <folder>/diagnose_vs_engine.py ARGS``.
+TOOL = "diagnose_vs_engine.py"
+#: What the tool asks each engine besides its checkpoint, KV-cache dtype and record file.
+ENGINE_ARGS = ("--backend", "auto", "--prompt-lengths", "48,900", "--max-tokens", "4")
+
+
+def tool_arguments(argv: list[str]) -> tuple[str, str, list[str]]:
+    """The tool's arguments ``CHECKPOINT OUT.json [KV ...]``: ``(checkpoint, out, KV-cache dtypes)``, every dtype
+    the diagnosis knows (``sparse_mla.diagnose.request.KV_CACHE_DTYPES``) where none is named. Raises ValueError
+    (fewer than two arguments)."""
+    from ..diagnose.request import KV_CACHE_DTYPES
+
+    if len(argv) < 2:
+        raise ValueError(f"{len(argv)} argument(s); accepted: CHECKPOINT OUT.json [KV ...]")
+    return str(Path(argv[0])), argv[1], list(argv[2:]) or list(KV_CACHE_DTYPES)
+
+
+def tool_command(folder: str, argv: list[str]) -> str:
+    """The tool's command line as its record's header names it (``python3 FOLDER/diagnose_vs_engine.py ARGV``)."""
+    return shlex.join(["python3", f"{folder}/{TOOL}", *argv])
+
+
+def engine_words(checkpoint: str, kv: str, json_out: str) -> list[str]:
+    """The ``sparse-mla`` arguments the tool runs one engine with (``launch --model ... --kv-cache-dtype KV``)."""
+    return ["launch", "--model", str(checkpoint), *ENGINE_ARGS[:2], "--kv-cache-dtype", kv, *ENGINE_ARGS[2:],
+            "--json-out", str(json_out)]
+
+
+def command_problems(rec: dict) -> list[str]:
+    """A diagnosis record against the commands that wrote it (issue 47, round 9: a run's own command asking
+    another KV-cache dtype, a header naming another checkpoint than every run's, were proven): the header's
+    ``environment.command`` is the tool's (:func:`tool_arguments`), its dtypes the record's runs; each run's own
+    command (where its engine wrote a header) is the one :func:`engine_words` gives for the header's checkpoint and
+    the run's dtype, both read by launch's parser (:func:`sparse_mla.workbook.commands.parsed_launch`; the record
+    file aside). One line per difference; ``[]`` for another record or a header without a command."""
+    from .commands import parsed_launch
+
+    env = rec.get("environment") if is_diagnosis_record(rec) and isinstance(rec.get("environment"), dict) else {}
+    if not isinstance(env.get("command"), str):
+        return []
+    try:
+        words = shlex.split(env["command"])
+        at = next(i for i, w in enumerate(words) if Path(w).name == TOOL)
+        ckpt, _, kvs = tool_arguments(words[at + 1:])
+    except (ValueError, StopIteration) as e:
+        return [f"environment.command {env['command'][:120]!r} is not the tool's ({str(e) or 'no ' + TOOL}); accepted: "
+                f"python3 .../{TOOL} CHECKPOINT OUT.json [KV ...]"]
+    runs = _blocks(rec)[1]
+    if set(kvs) != set(runs):
+        return [f"runs {sorted(runs)}, the header command's KV-cache dtypes {sorted(set(kvs))}"]
+    out = []
+    for kv, run in runs.items():
+        cmd = run.get("environment", {}).get("command") if isinstance(run, dict) and isinstance(
+            run.get("environment"), dict) else None
+        if cmd is None:
+            continue                       # an engine that died writes no header
+        own = parsed_launch(cmd) if isinstance(cmd, str) else "not a command line"
+        want = parsed_launch(shlex.join(["sparse-mla", *engine_words(ckpt, kv, "-")]))
+        if not isinstance(own, argparse.Namespace):
+            out.append(f"runs.{kv}: its own command {str(cmd)[:80]!r} is no `sparse-mla launch` ({own})")
+            continue
+        out += [f"runs.{kv}: its own command asks --{f.replace('_', '-')} {getattr(own, f, None)}, the tool asks "
+                f"{getattr(want, f)} for the header's checkpoint {ckpt} and the run's dtype {kv!r}"
+                for f in vars(want) if f != "json_out" and getattr(own, f, None) != getattr(want, f)]
+    return out
+
+
 def is_diagnosis_record(rec) -> bool:
     """Whether ``rec`` is a record of ``tools/gpu/diagnose_vs_engine.py`` (a ``diagnosis`` beside its ``runs``)."""
     return isinstance(rec, dict) and "diagnosis" in rec and "runs" in rec
@@ -95,7 +165,7 @@ def diagnosis_problems(rec: dict) -> list[str]:
         if said[kv] != want:
             out.append(f"differences.{kv} {said[kv]!r}, its prediction and engine give {want!r}")
         out += [f"diagnosis.{kv}.{line}" for line in entry_problems(ent)]
-    return out
+    return out + command_problems(rec)
 
 
 def entry_problems(ent: dict) -> list[str]:
