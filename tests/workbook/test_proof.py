@@ -560,6 +560,23 @@ def test_a_record_with_a_byte_order_mark_or_broken_json_says_why(tmp_path):
     assert "at line 2 column 1" in got["cut.json"][1]
 
 
+def test_a_file_larger_than_any_record_is_invalid_unread(tmp_path, monkeypatch):
+    """A 1 GiB all-NUL ``huge.json`` was read whole (2.2 GB of memory) before it was called unreadable (issue 47,
+    round 9, m03): its size is read first. A sparse file (no disk); reading it is made to fail the test."""
+    from sparse_mla.workbook.chain import project_root
+
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as f:
+        f.truncate(1 << 30)
+    read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda p, *a, **k: pytest.fail("read") if p == huge else read(p, *a, **k))
+    [v] = proof.check([str(tmp_path)])
+    assert (v.status, v.reason) == ("invalid", f"{1 << 30} bytes, larger than {proof.MAX_RECORD_MIB} MiB; accepted: a "
+                                               f"record as the writers write them (at most {proof.MAX_RECORD_MIB} MiB)")
+    largest = max(p.stat().st_size for p in (project_root() / "results").rglob("*.json"))
+    assert largest * 20 < proof.MAX_RECORD_MIB << 20                       # the cap is well above every record
+
+
 def _committed(name: str) -> dict:
     from sparse_mla.workbook.chain import project_root
 

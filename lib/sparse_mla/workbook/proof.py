@@ -934,11 +934,23 @@ def _why_unreadable(f: Path, e: BaseException) -> str:
     return type(e).__name__
 
 
+#: The largest file ``records check`` reads, in MiB: the largest committed record (a serving record) is under
+#: 0.1 MiB; a 1 GiB stray ``.json`` took 2.2 GB of memory to call unreadable (issue 47, round 9, m03).
+MAX_RECORD_MIB = 16
+
+
 def check(paths: list[str]) -> list[Verdict]:
-    """Verdicts on the JSON files under ``paths``: ``skipped`` for those that are not run records."""
+    """Verdicts on the JSON files under ``paths``: ``skipped`` for those that are not run records; ``invalid``,
+    unread, for one larger than :data:`MAX_RECORD_MIB` (its size read first)."""
     verdicts = []
     for f in record_files(paths):
         try:
+            size = f.stat().st_size
+            if size > MAX_RECORD_MIB << 20:
+                verdicts.append(Verdict(str(f), "invalid", f"{size} bytes, larger than {MAX_RECORD_MIB} MiB; accepted: "
+                                                           f"a record as the writers write them (at most "
+                                                           f"{MAX_RECORD_MIB} MiB)"))
+                continue
             obj = json.loads(f.read_text(), object_pairs_hook=no_duplicate_keys)
         except DuplicateKey as e:
             verdicts.append(Verdict(str(f), "invalid", f"not a record as the project writes it: {e}"))
