@@ -100,6 +100,20 @@ def test_a_shard_of_another_split_is_refused(models, tmp_path):
         read_gguf(str(folder / SHARDS[0]))
 
 
+@pytest.mark.parametrize("stray", ["model-Q8_0-00005-of-00004.gguf", "model-Q8_0-00001-of-00003.gguf"])
+def test_a_stray_shard_beside_a_complete_split_is_refused_by_name(models, tmp_path, stray):
+    """``model-Q8_0-00004-of-00003.gguf`` beside a complete 3-shard split was accepted without a word (issue 47,
+    round 9, f6): a shard number beyond its count (or another count) under the split's name is refused, by name,
+    from any shard."""
+    folder = _copy(models, tmp_path)
+    shutil.copyfile(folder / SHARDS[3], folder / stray)
+    for model in (str(folder / SHARDS[0]), str(folder / SHARDS[2])):
+        with pytest.raises(UserInputError, match=f"split into 4 shards; beside them in '{folder}': {stray}, named like "
+                                                 f"a shard of it but none of its 4 .*; accepted: the shards "
+                                                 f"{SHARDS[0]} ... {SHARDS[3]} alone under their name"):
+            gguf_files.model_files(model)
+
+
 def test_dir_quant_that_matches_nothing_names_what_is_there(models):
     split, _ = models
     with pytest.raises(UserInputError, match=f"no GGUF file of type 'Q4_K' in '{split}'.*there: {SHARDS[0]}"):

@@ -157,6 +157,14 @@ def shards(path: Path) -> tuple[list[Path], str]:
         raise UserInputError(f"GGUF model {str(path)!r} is split into {total} shards; missing in {str(path.parent)!r}: "
                              f"{', '.join(missing[:4])}{f' ... ({len(missing)} in all)' if len(missing) > 4 else ''}; "
                              f"accepted: every shard of the model in one folder")
+    stray = sorted(f.name for f in path.parent.glob(f"{glob.escape(prefix)}*{glob.escape(suffix)}")
+                   if f not in expected and getattr(SPLIT.search(f.name), "start", lambda _: -1)(1) == len(prefix))
+    if stray:
+        raise UserInputError(f"GGUF model {str(path)!r} is split into {total} shards; beside them in "
+                             f"{str(path.parent)!r}: {', '.join(stray[:4])}{' ...' if len(stray) > 4 else ''}, "
+                             f"named like a shard of it but none of its {total} (a shard number beyond its count, or "
+                             f"another count: a stray or another split's shard); accepted: the shards "
+                             f"{expected[0].name} ... {expected[-1].name} alone under their name")
     return expected, how
 
 
