@@ -393,6 +393,21 @@ def test_overwrite_replaces_only_a_checkpoint_elsewhere_than_here(tmp_path, monk
     assert (work / "thesis.txt").read_text() == "years of work" and sub.is_dir()
 
 
+def test_overwrite_names_what_an_entry_named_like_a_checkpoint_file_is(tmp_path, monkeypatch):
+    """A folder, or a link to /dev/full, named like make-checkpoint's outputs was refused naming only the name (issue
+    47, round 9, t01/t02/t05): it says what the entry is."""
+    monkeypatch.setattr(ck, "make_state_dict", lambda cfg, seed=0: pytest.fail("work started"))
+    out = tmp_path / "mk"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "tokenizer.json").mkdir()
+    (out / "model-Q8_0.gguf").symlink_to("/dev/full")
+    with pytest.raises(UserInputError, match=re.escape(
+            "holds model-Q8_0.gguf (a link to '/dev/full', not a regular file), tokenizer.json (a folder): "
+            "--overwrite replaces only an earlier make-checkpoint output (the files ")):
+        ck.make_checkpoint(out, overwrite=True)
+
+
 def test_overwrite_refuses_a_checkpoint_of_the_same_layout_not_made_here(tmp_path, only_checkpoint_cli, capsys):
     """A folder with the same file names (e.g. someone's small Llama checkpoint) is not replaced: its weights do not
     carry make_checkpoint's mark; nothing in it changes."""

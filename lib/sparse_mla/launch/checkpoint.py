@@ -424,17 +424,28 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
     if not overwrite:
         raise UserInputError(f"checkpoint directory {str(out)!r} exists and is not empty; accepted: a new or empty "
                              f"directory, or --overwrite (overwrite=True in Python) for an earlier checkpoint")
-    others = sorted(p.name for p in out.iterdir() if not _checkpoint_file(p.name) or not p.is_file())
+    others = sorted((p for p in out.iterdir() if not _checkpoint_file(p.name) or not p.is_file()), key=str)
     if others or not (out / "config.json").is_file():
-        what = f"holds {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}" if others else "has no config.json"
+        what = (f"holds {', '.join(map(_entry, others[:5]))}{' ...' if len(others) > 5 else ''}" if others else
+                "has no config.json")
         raise UserInputError(f"checkpoint directory {str(out)!r} {what}: --overwrite replaces only an earlier "
-                             f"make-checkpoint output ({', '.join(sorted(CHECKPOINT_FILES))}); accepted: a new or "
-                             f"empty directory, or such a checkpoint with --overwrite")
+                             f"make-checkpoint output (the files {', '.join(sorted(CHECKPOINT_FILES))}); accepted: a "
+                             f"new or empty directory, or such a checkpoint with --overwrite")
     if not _marked(out):
         raise UserInputError(f"checkpoint directory {str(out)!r} was not written by make-checkpoint (its "
                              f"config.json does not carry {json.dumps(CHECKPOINT_MARK)[1:-1]}, nor is it a glm-5-tiny "
                              f"checkpoint of an earlier version): --overwrite replaces only an earlier "
                              f"make-checkpoint output; accepted: a new or empty directory (delete an old one yourself)")
+
+
+def _entry(p: Path) -> str:
+    """A folder entry's name and, where it is no regular file, what it is (issue 47, round 9: a folder or a link to
+    /dev/full named like a checkpoint file was named only)."""
+    if p.is_symlink():
+        return f"{p.name} (a link to {os.readlink(p)!r}{', not a regular file' if not p.is_file() else ''})"
+    if p.is_dir():
+        return f"{p.name} (a folder)"
+    return p.name if p.is_file() else f"{p.name} (not a regular file: a FIFO, device or socket)"
 
 
 def _check_gguf_types(types) -> tuple[str, ...]:
