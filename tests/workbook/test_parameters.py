@@ -217,6 +217,9 @@ MAXED = {"heads": 128, "tokens": 4096, "topk": 32768, "num_blocks": 2 ** 20, "bl
     ("01", {"machine": "8x H200"}, "and capability 'rtx-pro-6000' name different GPUs"),
     ("01", {"machine": "8x A100 80 GB", "capability": "8.9"}, "accepted: capability 'a100' (or '8.0') with it, or "
                                                                "machine '8x RTX 4090'"),
+    ("01", {"machine": "8x H200", "capability": "h200", "tp": 16},                 # round 9, p48 with its machine
+     "'s machine '8x H200' has 8 GPUs and tp 16 asks for 16 ranks: sections 1-7 would diagnose 16 GPUs and section "
+     "8 answer 8; accepted: tp from 1 to 8 with it"),
 ])
 def test_values_the_notebook_would_mis_run_together_are_refused(notebook_defaults, monkeypatch, tmp_path, nb, given,
                                                                 says):
@@ -242,6 +245,8 @@ def test_values_the_notebook_would_mis_run_together_are_refused(notebook_default
     ("01", {"capability": "h100"}),                    # alone: section 8 answers its default machine
     ("01", {"kv_cache_dtype": "fp8_e5m2", "capability": "h100"}),   # q23 held: the diagnosis shows vLLM's refusal
     ("01", {"machine": "8x H200", "capability": "9.0"}), ("01", {"machine": "8x H200", "capability": "h200"}),
+    ("01", {"tp": 16}),                                # p48: alone, the user's own 16 ranks, diagnosed per rank
+    ("01", {"machine": "8x H200", "capability": "h200", "tp": 4}),
 ])
 def test_values_the_notebook_runs_as_asked_pass(notebook_defaults, monkeypatch, tmp_path, nb, given):
     import sparse_mla.machine

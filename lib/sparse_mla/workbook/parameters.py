@@ -215,17 +215,23 @@ def _machine_is_the_gpu(given: dict, values: dict) -> None:
     GPU preset) and its ``capability`` (the user's GPU, sections 1-7) name the same GPU: the preset, or its
     ``major.minor`` (issue 47, round 8: ``8x H200`` with ``a100`` diagnosed one machine and answered another).
     ``local`` is not compared, nor a ``capability`` given alone: section 8 then answers its default machine (the
-    table has four; an H100 user still diagnoses an H100)."""
+    table has four; an H100 user still diagnoses an H100). Likewise its ``tp`` is at most the machine's GPU count
+    (round 9: ``tp: 16`` beside ``8x H200`` diagnosed 16 ranks and answered 8); a ``tp`` given alone is a setup of
+    the user's own (16 GPUs on two hosts: the diagnosis is per rank), compared with no machine."""
     if "machine" not in given or not {"machine", "capability"} <= set(values):
         return
     from ..diagnose.request import parse_capability
     from ..diagnose.what_to_run import MACHINES
     from ..gpus import GPU_PRESETS
 
-    machine, capability = values["machine"], values["capability"]
+    machine, capability, tp = values["machine"], values["capability"], values.get("tp")
     if machine not in MACHINES:
         return
-    gpu = MACHINES[machine][0]
+    gpu, count = MACHINES[machine]
+    if isinstance(tp, int) and not isinstance(tp, bool) and tp > count:
+        raise UserInputError(f"machine {machine!r} has {count} GPUs and tp {tp} asks for {tp} ranks: sections 1-7 "
+                             f"would diagnose {tp} GPUs and section 8 answer {count}; accepted: tp from 1 to {count} "
+                             f"with it")
     try:
         cap, preset = parse_capability(capability)
     except UserInputError:
