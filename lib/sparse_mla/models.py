@@ -432,9 +432,10 @@ def require_vllm_model(cfg: dict[str, Any], name: str) -> None:
     if all(a in ModelRegistry.get_supported_archs() for a in archs):
         return
     mt = text.get("model_type", cfg.get("model_type"))
+    lines = " or ".join(f"{line}.x" for line in GLM5_NEXT_VLLM_LINES)
     raise UserInputError(f"config {name!r} is GLM-5.3-Flash (model_type {mt!r}, {', '.join(archs)}), which the "
-                         f"installed vLLM {vllm.__version__} has no model for; vLLM {GLM5_NEXT_VLLM_LINE} has it "
-                         f"(vllm/models/glm5next/); accepted: run this under vLLM {GLM5_NEXT_VLLM_LINE}.x, or a "
+                         f"installed vLLM {vllm.__version__} has no model for; vLLM {lines} has it "
+                         f"(vllm/models/glm5next/); accepted: run this under vLLM {lines}, or a "
                          f"GLM-5 / DeepSeek-V3.2 config")
 
 

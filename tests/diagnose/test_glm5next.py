@@ -117,7 +117,8 @@ def test_diagnose_refuses_in_one_line_naming_the_line(flash_dir, capsys):
     rc, err = _cli(capsys, "diagnose", "--model", str(flash_dir), "--capability", "8.0")
     assert rc == 2 and len(err) == 1, err
     assert "'glm5_next'" in err[0] and f"vLLM {vllm.__version__} has no model for" in err[0]
-    assert f"vLLM {GLM5_NEXT_VLLM_LINE} has it (vllm/models/glm5next/)" in err[0]
+    lines = " or ".join(f"{line}.x" for line in GLM5_NEXT_VLLM_LINES)
+    assert f"vLLM {lines} has it (vllm/models/glm5next/)" in err[0] and f"under vLLM {lines}," in err[0]
     with pytest.raises(UserInputError, match="GLM-5.3-Flash"):
         diagnose(str(flash_dir), "9.0")
 

@@ -287,3 +287,21 @@ def test_a_profile_key_written_twice_is_refused(tmp_path):
     (tmp_path / "q.yaml").write_text("01_a:\n  capabilty: h200\n01_a:\n  tp: 8\n")
     with pytest.raises(UserInputError, match=r"the key '01_a' appears twice"):
         chain.load_profile("q", tmp_path)
+
+
+def test_a_package_installed_outside_its_checkout_says_so(tmp_path, monkeypatch):
+    """A plain ``pip install .`` puts the package in site-packages, without notebooks/ and params/: ``sparse-mla
+    run`` said "unknown profile 'cpu'; accepted: none found"; now it names where it is installed and the editable
+    install it needs."""
+    import pytest
+
+    from sparse_mla.errors import UserInputError
+
+    fake = tmp_path / "site-packages" / "sparse_mla" / "workbook" / "chain.py"
+    monkeypatch.setattr(chain, "__file__", str(fake))
+    with pytest.raises(UserInputError, match=r"outside a checkout of the workbook .*accepted: from the checkout, "
+                                             r"pip install -e"):
+        chain.project_root()
+    for d in ("notebooks", "params"):
+        (tmp_path / d).mkdir()
+    assert chain.project_root() == tmp_path

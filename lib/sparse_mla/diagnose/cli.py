@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from ..extras import require
 from ..errors import UserInputError, cli_int, writable_dir, writable_file
 from .matrix import MEMORY_MATRIX_GPUS, MEMORY_MATRIX_MODELS, MEMORY_MATRIX_QUANTIZATIONS
+from ..vllm_lines import tested_text
 from .report import format_record
 from .request import GPU_PRESETS, QUANTIZATIONS, resolve
 from .path import diagnose
@@ -46,7 +47,7 @@ def add_cli(subparsers) -> None:
     """Add ``sparse-mla diagnose``."""
     p = subparsers.add_parser(
         "diagnose", help="what vLLM would do with a DSA model on a GPU: config, attention, KV cache, indexer, kernel",
-        description="Run the installed vLLM's own path (0.26.x or 0.33.x) for an MLA model on any target GPU "
+        description=f"Run the installed vLLM's own path ({tested_text()}) for an MLA model on any target GPU "
                     "(also without a GPU: a probe platform stands in): the engine configuration as `vllm serve` "
                     "builds it, the attention backend and the KV-cache dtype it allocates, the DSA indexer's kernels, "
                     "the top-k index conversion; one verdict line per stage, every MLA backend's priority and "
@@ -54,7 +55,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--model", default=None,
                    help="preset (glm-5, deepseek-v3.2), config.json, checkpoint directory or GGUF (FILE.gguf, any "
                         "shard, DIR:QUANT) (default glm-5); GLM-5.3-Flash (make-checkpoint --preset glm-5.3-flash) is "
-                        "diagnosed under vLLM 0.33, not supported")
+                        "diagnosed under vLLM 0.33 and 0.34")
     p.add_argument("--hf-config-path", default=None, metavar="DIR",
                    help="with a GGUF --model: the folder holding its config.json, as vllm serve takes it (default: "
                         "the GGUF's folder)")

@@ -147,7 +147,7 @@ def glm5next_lines(section: Mapping[str, Any] | None) -> list[str]:
     if not section:
         return []
     kp, kda, ours = section["kpool"], section["kda"], section["ours"]
-    out = ["", f"{section['model']} on vLLM 0.33's path (vllm/models/glm5next/):",
+    out = ["", f"{section['model']} on vLLM's GLM-5.3-Flash path (vllm/models/glm5next/):",
            f"  indexer: {kp['backend']} with KPool: one fp8 key per {kp['index_kpool']} tokens (kernel block sizes "
            f"{kp['kernel_block_sizes']}), top-{kp['pools_selected']} pools of index_topk {kp['index_topk']} expanded to "
            f"rows of {kp['topk_width']} with the tail pool; MLA (DSA) layers {kp['mla_layers']}",

@@ -33,8 +33,15 @@ class NotebookFailed(RuntimeError):
 
 
 def project_root() -> Path:
-    """The checkout root: the folder holding ``notebooks/`` above this package (``lib/sparse_mla/workbook``)."""
-    return Path(__file__).resolve().parents[3]
+    """The checkout root: the folder holding ``notebooks/`` and ``params/`` above this package
+    (``lib/sparse_mla/workbook``). Raises :class:`UserInputError` where the package is installed without them (a
+    plain ``pip install .``, into site-packages): the chain runs from a checkout installed editable."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "notebooks").is_dir() or not (root / "params").is_dir():
+        raise UserInputError(f"sparse-mla is installed at {Path(__file__).resolve().parents[1]}, outside a checkout "
+                             "of the workbook (no notebooks/ and params/ above it); accepted: from the checkout, "
+                             "pip install -e '.[workbook,...]' (the README's set-up), then run its sparse-mla")
+    return root
 
 
 def profiles(params_dir: Path | None = None) -> list[str]:
