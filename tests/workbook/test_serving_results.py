@@ -105,3 +105,41 @@ def test_a_client_pass_is_the_command_the_writer_builds_for_the_load(tmp_path, e
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def _command(r, old: str, new: str):
+    r["environment"]["command"] = r["environment"]["command"].replace(old, new)
+
+
+@pytest.mark.parametrize("edit, says", [              # issue 47, breaker round 9 (x01-x10, w36-w38)
+    (lambda r: _command(r, "--quick", "--quick --backends FLASHMLA_SPARSE"),
+     "runs ['TRITON_MLA_SPARSE', 'FLASHMLA_SPARSE', 'FLASH_ATTN_MLA_SPARSE'], the command asks ['FLASHMLA_SPARSE']"),
+    (lambda r: _command(r, "--quick", "--quick --backends FLASHMLA_SPARSE,TRITON_MLA_SPARSE,FLASH_ATTN_MLA_SPARSE"),
+     "baseline 'TRITON_MLA_SPARSE', the command's first run 'FLASHMLA_SPARSE'"),
+    (lambda r: _command(r, "--quick", "--quick --num-prompts 256"), "load.num_prompts 160, the command asks 256"),
+    (lambda r: _command(r, "--quick", "--repeats 3"), "load.repeats 5, the command asks 3"),
+    (lambda r: _command(r, "--quick", "--quick --kv-cache-dtype fp8"), "server.kv_cache_dtype 'auto', the command asks 'fp8'"),
+    (lambda r: _command(r, "--quick", "--quick --eager"), "server.cuda_graphs True, the command asks False"),
+    (lambda r: _command(r, "/tmp/ck8", "/tmp/ck512"), "model.path 'ck8', the command asks --model /tmp/ck512 ('ck512')"),
+    (lambda r: _command(r, "bench serve", "bench kernel"), "environment.command is `sparse-mla bench kernel ...`"),
+    (lambda r: _command(r, "--quick", "--quick --speculative ngram"), "TRITON_MLA_SPARSE+ngram"),
+    (lambda r: _command(r, "--quick", "--quick --seed 7"), "load.seed 0, the command asks 7"),
+    (lambda r: _command(r, "--quick", "--quick --banana 3"), "arguments bench serve does not take: ['--banana', '3']"),
+    (lambda r: _command(r, "--quick", "--quick --speculative banana"), "environment.command: --speculative 'banana' is not"),
+    (lambda r: _command(r, "h200_8heads", "h200_other"), f"runs.{FM}.servers[0].log 'bench_serve_h200_8heads_{FM}.log', "
+                                                         f"the writer's 'bench_serve_h200_other_{FM}.log'"),
+])
+def test_a_serving_record_is_what_its_own_command_asks(edit, says):
+    from sparse_mla.workbook.serve_command import serve_command_problems
+
+    rec = json.loads(RECORD.read_text())
+    assert serve_command_problems(rec) == []
+    edit(rec)
+    assert any(says in p for p in serve_command_problems(rec)), serve_command_problems(rec)
+
+
+def test_a_serving_record_whose_command_disagrees_is_invalid(tmp_path):
+    rec = json.loads(RECORD.read_text())
+    _command(rec, "--quick", "--quick --seed 7")
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and "load.seed 0, the command asks 7" in v.reason

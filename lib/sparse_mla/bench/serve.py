@@ -201,7 +201,8 @@ def rotated(keys: list[str], repeats: int) -> list[list[str]]:
 
 
 # ------------------------------------------------------------------------------------------------ one server
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A run key as a file-name part of its logs and result files (``TRITON_MLA_SPARSE+mtp`` -> ``TRITON_MLA_SPARSE_mtp``)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
 
 
@@ -405,7 +406,7 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
     t0, live = time.time(), {}
     with ExitStack() as stack:
         for i, (key, _, _) in enumerate(plan):
-            stem = out_dir / f"bench_serve_{tag}_{_safe(key)}"
+            stem = out_dir / f"bench_serve_{tag}_{safe_name(key)}"
             print(f"[bench serve] server {i + 1}/{len(plan)}, {key}: vllm serve + warm-up pass, log {stem.name}.log",
                   flush=True)
             entry, srv = start_server(stack, model, key, *specs[key], load, data, stem, **kw, **server_kw)
@@ -608,6 +609,17 @@ def speculative_request(preset, config, model) -> dict | None:
     return spec
 
 
+def asked_load(args, spec_cfg: dict | None) -> Load:
+    """The :class:`Load` that the parsed command ``args`` asks (``--quick``: :data:`QUICK`, else :data:`DEFAULTS`
+    for what is not given; the dataset ``repeat`` under ngram speculation ``spec_cfg``, else ``random``). Raises
+    :class:`UserInputError` for a value out of :data:`LIMITS`."""
+    dataset = args.dataset if args.dataset is not None else \
+        "repeat" if (spec_cfg or {}).get("method") == "ngram" else "random"
+    vals = {k: getattr(args, k) if getattr(args, k) is not None else (QUICK.get(k) if args.quick else None)
+            or DEFAULTS[k] for k in DEFAULTS}
+    return Load(**vals, seed=args.seed, dataset=str(dataset).strip().lower())
+
+
 def _check_arguments(args) -> tuple:
     """Every argument of the command, one line each (:class:`UserInputError`), before the GPU is looked for."""
     from ..launch.engine import check_model_dir, check_tp
@@ -621,11 +633,7 @@ def _check_arguments(args) -> tuple:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {','.join(DEFAULT_RUNS)}")
     runs = normalize_backends(names)
     spec_cfg = speculative_request(args.speculative, args.speculative_config, model)
-    dataset = args.dataset if args.dataset is not None else \
-        "repeat" if (spec_cfg or {}).get("method") == "ngram" else "random"
-    vals = {k: getattr(args, k) if getattr(args, k) is not None else (QUICK.get(k) if args.quick else None)
-            or DEFAULTS[k] for k in DEFAULTS}
-    load = Load(**vals, seed=args.seed, dataset=str(dataset).strip().lower())
+    load = asked_load(args, spec_cfg)
     for name in ("server_timeout", "bench_timeout"):
         v = getattr(args, name)
         if not (math.isfinite(v) and 0 < v <= 3600):
