@@ -99,3 +99,14 @@ def test_a_serving_records_parts_are_each_others(tmp_path, edit, says):
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("order", [sorted, lambda keys: list(reversed(keys))])      # breaker round 9 (v33, v38)
+def test_the_verdict_does_not_follow_the_json_key_order_of_the_runs(tmp_path, order):
+    """The runs (and repeats) in another key order -- the same JSON object -- are the same record: still proven."""
+    rec = json.loads(SERVE_RECORD.read_text())
+    for part in ("runs", "repeats"):
+        rec[part] = {k: rec[part][k] for k in order(list(rec[part]))}
+    assert list(rec["runs"]) != rec["order"][0]
+    v = verdict(tmp_path, rec)
+    assert v.status == "proven", v

@@ -249,16 +249,30 @@ def _not_the_writers(where: str, have, want) -> str:
     return f"{where} {str(have)[:80]!r} is not the writer's; accepted: {str(want)[:80]!r} (sparse_mla.bench.ranking)"
 
 
+def _in_writers_order(rec: dict) -> dict:
+    """``rec`` with its ``runs`` (and ``repeats``) in the order the writer made them, its plan's, which is the
+    record's first round (``order[0]``, :func:`sparse_mla.bench.serve.rotated` rotates by the round): JSON's key
+    order is no part of what a record says, and a reader or editor that sorts the keys changes no verdict."""
+    first = _list(rec.get("order"))[:1]
+    keys = first[0] if first and isinstance(first[0], list) else None
+    runs, reps = _dict(rec.get("runs")), _dict(rec.get("repeats"))
+    if keys is None or len(keys) != len(runs) or not all(isinstance(k, str) and k in runs for k in keys):
+        return rec
+    return {**rec, "runs": {k: runs[k] for k in keys},
+            "repeats": {**{k: reps[k] for k in keys if k in reps}, **reps}}
+
+
 def verdict_problems(rec: dict) -> list[str]:
-    """``verdict`` against :func:`sparse_mla.bench.serve.session_verdict` of the record's repeats: the same pairs in
-    order, each with its ranges, the run ranked better and its line; ``lines`` the pairs' lines."""
+    """``verdict`` against :func:`sparse_mla.bench.serve.session_verdict` of the record's repeats, its runs in the
+    writer's order (:func:`_in_writers_order`): the same pairs in order, each with its ranges, the run ranked better
+    and its line; ``lines`` the pairs' lines."""
     have = rec.get("verdict")
     if not isinstance(have, dict) or not live_server_runs(rec):
         return []
     from ..bench.serve import session_verdict
 
     try:
-        want = session_verdict(rec)
+        want = session_verdict(_in_writers_order(rec))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return [f"verdict: the repeats cannot give a verdict ({type(e).__name__}: {str(e)[:120]})"]
     out = [_not_the_writers(f"verdict.{f}", have[f], want[f]) for f in ("rule", "metrics")
