@@ -143,3 +143,35 @@ def test_a_serving_record_whose_command_disagrees_is_invalid(tmp_path):
     _command(rec, "--quick", "--quick --seed 7")
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and "load.seed 0, the command asks 7" in v.reason
+
+
+def _no_command(r):
+    r["environment"]["command"] = "python: sparse_mla (called from bench.py)"
+
+
+@pytest.mark.parametrize("edit, says", [              # breaker round 9 (v25, w08, w09, w18, v28)
+    (lambda r: r["load"].update(temperature=0.7), "load.temperature 0.7; accepted: 0.0"),
+    (lambda r: r["load"].update(ignore_eos=False), "load.ignore_eos False; accepted: True"),
+    (lambda r: r["server"].update(prefix_caching=True), "server.prefix_caching True; accepted: False"),
+    (lambda r: r["runs"][FM]["servers"][0]["command"].remove("--no-enable-prefix-caching"),
+     f"runs.{FM}.servers[0].command: --no-enable-prefix-caching absent, the record's server.prefix_caching False"),
+    (lambda r: r["runs"][FM]["servers"][0].update(wall_s=10.0),
+     f"runs.{FM}.servers[0].wall_s 10.0, less than its server_up_s 93.1"),
+])
+def test_a_serving_record_holds_what_its_writer_writes_whatever_the_command(edit, says):
+    rec = json.loads(RECORD.read_text())
+    assert serving_results.serving_result_problems(rec) == []
+    edit(rec)
+    assert any(says in p for p in serving_results.serving_result_problems(rec)), \
+        serving_results.serving_result_problems(rec)
+
+
+def test_a_servers_log_names_its_own_run_without_a_command():
+    from sparse_mla.workbook.serve_command import serve_command_problems
+
+    rec = json.loads(RECORD.read_text())
+    _no_command(rec)
+    assert serve_command_problems(rec) == []
+    rec["runs"][FM]["servers"][0]["log"] = "bench_serve_h200_8heads_TRITON_MLA_SPARSE.log"
+    assert any(f"runs.{FM}.servers[0].log 'bench_serve_h200_8heads_TRITON_MLA_SPARSE.log', not the writer's "
+               f"bench_serve_<tag>_{FM}.log" in p for p in serve_command_problems(rec))

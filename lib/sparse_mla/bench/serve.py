@@ -85,6 +85,9 @@ SPECULATIVE_PRESETS = {"ngram": {"method": "ngram", "num_speculative_tokens": 3,
                        "mtp": {"method": "mtp", "num_speculative_tokens": 1}}
 #: Extra ``vllm serve`` options: repeats are the same work without prefix caching; no access-log line per request.
 SERVER_EXTRA = ("--no-enable-prefix-caching", "--disable-uvicorn-access-log")
+#: What every pass asks beside the :class:`Load` (the record's ``load``): greedy (``--temperature 0``), each request
+#: exactly ``output_len`` new tokens (``--ignore-eos``, an output range of 0).
+GREEDY = {"output_range_ratio": 0.0, "temperature": 0.0, "ignore_eos": True}
 
 
 # ------------------------------------------------------------------------------------------------ the load
@@ -354,12 +357,12 @@ def _session_record(*, model, cfg, runs, plan, load, prompts, topk, server_kw, o
         "model": {"path": model.name, **{k: cfg.get(k) for k in ("index_topk", "num_attention_heads",
                                                                   "num_hidden_layers", "num_nextn_predict_layers",
                                                                   "vocab_size")}},
-        "load": {**load.__dict__, "input_lengths": list(input_length_range(topk)), "output_range_ratio": 0.0,
-                 "warmup_output_len": load.output_len, "temperature": 0.0, "ignore_eos": True,
+        "load": {**load.__dict__, "input_lengths": list(input_length_range(topk)), **GREEDY,
+                 "warmup_output_len": load.output_len,
                  "dataset_args": dataset_args(load.dataset, topk, load.output_len, prompts and Path(prompts.name)),
                  "prompts_file": prompts and prompts.name},
         "server": {**server_kw, "cuda_graphs": cuda_graphs, "max_num_seqs": load.max_concurrency,
-                   "prefix_caching": False, "server_timeout_s": server_timeout_s, "bench_timeout_s": bench_timeout_s},
+                   "prefix_caching": "--no-enable-prefix-caching" not in SERVER_EXTRA, "server_timeout_s": server_timeout_s, "bench_timeout_s": bench_timeout_s},
         "speculative_config": speculative_config, "baseline": runs[0], "order": order,
         "runs": {k: {**parse_run_spec(name).describe(), "run": k, "run_spec": name, "kv_cache_dtype": kv_cache_dtype,
                      "speculative_config": scfg, "cuda_graphs": cuda_graphs, "servers": [], "passes": []}

@@ -84,10 +84,10 @@ def serve_command_problems(rec: dict) -> list[str]:
     runs = live_server_runs(rec)
     env = _dict(rec.get("environment"))
     if not runs or not isinstance(env.get("command"), str):
-        return []
+        return _tag_problems(runs, None)
     args = parsed_serve(env["command"])
     if args is None or isinstance(args, str):
-        return [] if args is None else [args]
+        return _tag_problems(runs, None) if args is None else [args]
     want = asked(args, env.get("gpu"))
     if isinstance(want, str):
         return [want]
@@ -112,7 +112,7 @@ def serve_command_problems(rec: dict) -> list[str]:
 
 def _tag_problems(runs: dict, tag: str | None) -> list[str]:
     """Each server's log and each pass's result file named after the command's tag and its own run (the writer's
-    ``bench_serve_<tag>_<run>...``)."""
+    ``bench_serve_<tag>_<run>...``); where the tag is not known (``tag`` None), the logs after their own run."""
     from ..bench.serve import safe_name
 
     out = []
@@ -120,7 +120,10 @@ def _tag_problems(runs: dict, tag: str | None) -> list[str]:
         stem = f"bench_serve_{tag}_{safe_name(k)}"
         for i, s in enumerate(x for x in run["servers"] if isinstance(x, dict)):
             for f, want in (("log", f"{stem}.log"), ("bench_log", f"{stem}_bench.log")):
-                if f in s and tag is not None and s[f] != want:
+                if tag is None and isinstance(s.get(f), str) and not s[f].endswith(want[len(f"bench_serve_{tag}"):]):
+                    out.append(f"runs.{k}.servers[{i}].{f} {s[f]!r}, not the writer's bench_serve_<tag>"
+                               f"{want[len(f'bench_serve_{tag}'):]} (the run {k!r})")
+                elif f in s and tag is not None and s[f] != want:
                     out.append(f"runs.{k}.servers[{i}].{f} {s[f]!r}, the writer's {want!r} (the command's tag "
                                f"{tag!r}, the run {k!r})")
         for i, p in enumerate(x for x in run.get("passes") or [] if isinstance(x, dict)):

@@ -231,17 +231,27 @@ def _client_problems(where: str, run: dict, server: dict, cmd: list[str]) -> lis
 
 def session_time_problems(rec: dict) -> list[str]:
     """The session's ``wall_s`` at least what it ran one after another: each server's start and warm-up (its
-    ``wall_s``) and every timed pass (their ``seconds``), to the 0.1 s each is rounded to."""
+    ``wall_s``) and every timed pass (their ``seconds``), to the 0.1 s each is rounded to; each server's ``wall_s`` at
+    least its ``server_up_s`` and its warm-up's ``seconds`` (``start_server`` times both within it)."""
     wall, runs = rec.get("wall_s"), live_server_runs(rec)
+    out = [f"runs.{k}.servers[{i}].wall_s {s['wall_s']!r}, less than its server_up_s {s['server_up_s']!r} and its "
+           f"warm-up's {_dict(s.get('warmup')).get('seconds', 0)!r} s (the writer's wall_s spans both)"
+           for k, r in runs.items() for i, s in enumerate(x for x in _list(r.get("servers")) if isinstance(x, dict))
+           if all(_num(s.get(f)) for f in ("wall_s", "server_up_s"))
+           and s["wall_s"] + 0.15 < s["server_up_s"] + _seconds(_dict(s.get("warmup")).get("seconds"))]
     if not _num(wall) or math.isnan(wall) or not runs:
-        return []
+        return out
     servers = [s.get("wall_s") for r in runs.values() for s in _list(r.get("servers")) if isinstance(s, dict)]
     timed = [_dict(_dict(p).get("timed")).get("seconds") for r in runs.values() for p in _list(r.get("passes"))]
     parts = [x for x in servers + timed if _num(x) and not math.isnan(x)]
     if wall + 0.1 * len(parts) < sum(parts):
-        return [f"wall_s {wall!r}: the session ran {len(servers)} server(s) and {len(timed)} timed pass(es) one "
-                f"after another, {sum(parts):.1f} s"]
-    return []
+        return out + [f"wall_s {wall!r}: the session ran {len(servers)} server(s) and {len(timed)} timed pass(es) "
+                      f"one after another, {sum(parts):.1f} s"]
+    return out
+
+
+def _seconds(x) -> float:
+    return x if _num(x) and not math.isnan(x) else 0.0
 
 
 def load_problems(rec: dict) -> list[str]:
@@ -252,15 +262,41 @@ def load_problems(rec: dict) -> list[str]:
     from ..records.values import is_int
 
     topk, load = _dict(rec.get("model")).get("index_topk"), _dict(rec.get("load"))
-    if not live_server_runs(rec) or not is_int(topk) or topk < 1:
+    if not live_server_runs(rec):
         return []
-    out = [f"load.input_lengths {load['input_lengths']!r}, the model's index_topk {topk} gives "
+    out = _greedy_problems(rec, load)
+    if not is_int(topk) or topk < 1:
+        return out
+    out += [f"load.input_lengths {load['input_lengths']!r}, the model's index_topk {topk} gives "
            f"{list(input_length_range(topk))}" for _ in [0]
            if "input_lengths" in load and load["input_lengths"] != list(input_length_range(topk))]
     args = [str(a) for a in _list(load.get("dataset_args"))]
     if "--random-input-len" in args[:-1] and args[args.index("--random-input-len") + 1] != str(topk):
         out.append(f"load.dataset_args: --random-input-len {args[args.index('--random-input-len') + 1]}, the model's "
                    f"index_topk {topk}")
+    return out
+
+
+def _greedy_problems(rec: dict, load: dict) -> list[str]:
+    """What the writer writes whatever the command: the load's :data:`sparse_mla.bench.serve.GREEDY` fields and its
+    warm-up of ``output_len`` tokens; ``server.prefix_caching`` as :data:`~sparse_mla.bench.serve.SERVER_EXTRA`
+    leaves it and each server's command with it."""
+    from ..bench.serve import GREEDY, SERVER_EXTRA
+
+    out = [f"load.{k} {load[k]!r}; accepted: {v!r} (every pass is greedy and ignores EOS, bench.serve.GREEDY)"
+           for k, v in GREEDY.items() if k in load and not (load[k] == v and type(load[k]) is type(v))]
+    if "warmup_output_len" in load and load["warmup_output_len"] != load.get("output_len"):
+        out.append(f"load.warmup_output_len {load['warmup_output_len']!r}, its output_len {load.get('output_len')!r}")
+    srv, flag = _dict(rec.get("server")), "--no-enable-prefix-caching"
+    if "prefix_caching" in srv and srv["prefix_caching"] is not (flag not in SERVER_EXTRA):
+        out.append(f"server.prefix_caching {srv['prefix_caching']!r}; accepted: {flag not in SERVER_EXTRA!r} (the "
+                   f"servers run with {flag}, bench.serve.SERVER_EXTRA)")
+    out += [f"runs.{k}.servers[{i}].command: {flag} " + ("absent" if srv.get("prefix_caching") is False else
+                                                         "given") + f", the record's server.prefix_caching "
+            f"{srv.get('prefix_caching')!r}" for k, r in live_server_runs(rec).items()
+            for i, s in enumerate(x for x in _list(r.get("servers")) if isinstance(x, dict))
+            if isinstance(s.get("command"), list) and isinstance(srv.get("prefix_caching"), bool)
+            and (flag in s["command"]) is srv["prefix_caching"]]
     return out
 
 
