@@ -175,3 +175,14 @@ def test_a_servers_log_names_its_own_run_without_a_command():
     rec["runs"][FM]["servers"][0]["log"] = "bench_serve_h200_8heads_TRITON_MLA_SPARSE.log"
     assert any(f"runs.{FM}.servers[0].log 'bench_serve_h200_8heads_TRITON_MLA_SPARSE.log', not the writer's "
                f"bench_serve_<tag>_{FM}.log" in p for p in serve_command_problems(rec))
+
+
+def test_the_session_speculation_is_its_runs():                # breaker round 9 (v24)
+    rec = json.loads(RECORD.read_text())
+    assert serving_results.speculation_problems(rec) == []
+    rec["speculative_config"] = {"method": "ngram", "num_speculative_tokens": 3}
+    assert serving_results.speculation_problems(rec) == [
+        "speculative_config {'method': 'ngram', 'num_speculative_tokens': 3}, yet no run is served with it"]
+    rec["runs"][FM]["speculative_config"] = {"method": "mtp"}
+    assert f"runs.{FM}.speculative_config {{'method': 'mtp'}}, the record's speculative_config" in \
+        serving_results.speculation_problems(rec)[0]

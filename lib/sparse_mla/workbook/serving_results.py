@@ -300,6 +300,21 @@ def _greedy_problems(rec: dict, load: dict) -> list[str]:
     return out
 
 
+def speculation_problems(rec: dict) -> list[str]:
+    """The top level's ``speculative_config`` the one of each run that has one, and none where none has
+    (:func:`sparse_mla.bench.serve.plan_runs`: each run spec plain, then under the session's one config)."""
+    runs = live_server_runs(rec)
+    if not runs or "speculative_config" not in rec:
+        return []
+    top, got = rec["speculative_config"], [(k, r.get("speculative_config")) for k, r in runs.items()]
+    out = [f"runs.{k}.speculative_config {c!r}, the record's speculative_config {top!r}" for k, c in got
+           if c is not None and c != top]
+    if top and all(c is None for _, c in got):
+        out.append(f"speculative_config {top!r}, yet no run is served with it")
+    return out
+
+
 def serving_result_problems(rec: dict) -> list[str]:
     """Every line of this module's checks; ``[]`` for a record that is no live-server serving benchmark."""
-    return result_problems(rec) + server_command_problems(rec) + session_time_problems(rec) + load_problems(rec)
+    return result_problems(rec) + server_command_problems(rec) + session_time_problems(rec) + load_problems(rec) + \
+        speculation_problems(rec)
