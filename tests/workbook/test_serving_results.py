@@ -186,3 +186,11 @@ def test_the_session_speculation_is_its_runs():                # breaker round 9
     rec["runs"][FM]["speculative_config"] = {"method": "mtp"}
     assert f"runs.{FM}.speculative_config {{'method': 'mtp'}}, the record's speculative_config" in \
         serving_results.speculation_problems(rec)[0]
+
+
+@pytest.mark.parametrize("field, value", [("burstiness", 2.0), ("request_rate", 5.0)])      # round 9 (w29, w30)
+def test_a_results_arrival_is_what_its_pass_asked(field, value):
+    rec = json.loads(RECORD.read_text())
+    _result(rec, **{field: value})
+    assert any(p.startswith(f"repeats.{FM}[0].{field} {value}, its pass's command asks")
+               for p in serving_results.result_problems(rec)), serving_results.result_problems(rec)

@@ -19,6 +19,7 @@ header's date, ``wall_s`` and 14 hours of time zone either side). The load's pro
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import re
 from pathlib import Path
@@ -132,6 +133,7 @@ def result_problems(rec: dict) -> list[str]:
             out += _rate_problems(where, res) + _token_problems(where, res, load) + _latency_problems(where, res)
             out += [f"{where}.{f} {res[f]!r}, the load's {load[f]!r}" for f in ("max_concurrency", "num_prompts")
                     if f in res and f in load and res[f] != load[f]]
+            out += _arrival_problems(where, run, i + 1, res)
             if "model_id" in res and models and res["model_id"] not in models:
                 out.append(f"{where}.model_id {res['model_id']!r}, the run's server serves {sorted(models)}")
             when = _when(res.get("date")) if "date" in res else None
@@ -139,6 +141,40 @@ def result_problems(rec: dict) -> list[str]:
                 out.append(f"{where}.date {res['date']!r} is not within the session of {env.get('date')} "
                            f"(its wall time and 14 hours of time zone either side)")
     return out
+
+
+def _arrival_problems(where: str, run: dict, repeat: int, res: dict) -> list[str]:
+    """vLLM's ``request_rate`` and ``burstiness`` of one result those its pass's command asked (``--request-rate``;
+    ``--burstiness``, else the default of ``vllm bench serve``'s parser, read from vLLM's ``add_cli_args``)."""
+    cmds = [[str(c) for c in _list(_dict(p.get("timed")).get("command"))] for p in _list(run.get("passes"))
+            if isinstance(p, dict) and p.get("repeat") == repeat]
+    if len(cmds) != 1:
+        return []
+    out = []
+    for f, opt in (("request_rate", "--request-rate"), ("burstiness", "--burstiness")):
+        asked = cmds[0][cmds[0].index(opt) + 1] if opt in cmds[0][:-1] else _vllm_default(f)
+        try:
+            same = asked is None or f not in res or float(res[f]) == float(asked)
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            out.append(f"{where}.{f} {res[f]!r}, its pass's command asks {opt} {asked}")
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _vllm_default(dest: str):
+    """The default of ``vllm bench serve``'s option ``dest`` (``vllm/benchmarks/serve.py`` ``add_cli_args``), or
+    None where this vLLM has none."""
+    import argparse
+
+    try:
+        from vllm.benchmarks.serve import add_cli_args
+    except ImportError:
+        return None
+    p = argparse.ArgumentParser(add_help=False)
+    add_cli_args(p)
+    return p.get_default(dest)
 
 
 def _served_model(server: dict) -> str | None:
