@@ -194,3 +194,16 @@ def test_a_results_arrival_is_what_its_pass_asked(field, value):
     _result(rec, **{field: value})
     assert any(p.startswith(f"repeats.{FM}[0].{field} {value}, its pass's command asks")
                for p in serving_results.result_problems(rec)), serving_results.result_problems(rec)
+
+
+def test_servers_live_at_once_listen_on_ports_of_their_own():          # breaker round 9 (w33)
+    rec = json.loads(RECORD.read_text())
+    assert serving_results.server_command_problems(rec) == []
+    t, f = (rec["runs"][k]["servers"][0]["command"] for k in ("TRITON_MLA_SPARSE", FM))
+    f[f.index("--port") + 1] = t[t.index("--port") + 1]
+    for p in rec["runs"][FM]["passes"]:
+        p["timed"]["command"] = [c.replace(c.rsplit(":", 1)[-1], t[t.index("--port") + 1]) if c.startswith("http")
+                                 else c for c in p["timed"]["command"]]
+    assert any(f"runs.{FM}.servers[0].command: --port {t[t.index('--port') + 1]}, the port of "
+               f"runs.TRITON_MLA_SPARSE.servers[0], live at the same time" in p
+               for p in serving_results.server_command_problems(rec)), serving_results.server_command_problems(rec)

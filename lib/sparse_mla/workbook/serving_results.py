@@ -210,6 +210,23 @@ def server_command_problems(rec: dict) -> list[str]:
                 out.append(f"{where}: serves {model!r}, the record's model.path {path!r}")
             out += _client_problems(f"runs.{k}", run, s, cmd)
             out += _client_load_problems(f"runs.{k}", run, s, _dict(rec.get("load")))
+    return out + _port_problems(rec)
+
+
+def _port_problems(rec: dict) -> list[str]:
+    """The servers live at once (``bench_serve`` starts one per run and stops none before the last pass; not those
+    that failed to start, nor the 2026-12-03 writer's server per repeat) each on a port of its own."""
+    seen: dict[str, str] = {}
+    out = []
+    for k, run in live_server_runs(rec).items():
+        for i, s in enumerate(x for x in _list(run.get("servers")) if isinstance(x, dict)):
+            cmd = [str(c) for c in _list(s.get("command"))]
+            if "error" in s or "repeat" in s or "--port" not in cmd[:-1]:
+                continue
+            port, where = cmd[cmd.index("--port") + 1], f"runs.{k}.servers[{i}]"
+            if port in seen:
+                out.append(f"{where}.command: --port {port}, the port of {seen[port]}, live at the same time")
+            seen.setdefault(port, where)
     return out
 
 
