@@ -99,3 +99,36 @@ def test_a_serving_records_parts_are_each_others(tmp_path, edit, says):
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("order", [sorted, lambda keys: list(reversed(keys))])      # breaker round 9 (v33, v38)
+def test_the_verdict_does_not_follow_the_json_key_order_of_the_runs(tmp_path, order):
+    """The runs (and repeats) in another key order -- the same JSON object -- are the same record: still proven."""
+    rec = json.loads(SERVE_RECORD.read_text())
+    for part in ("runs", "repeats"):
+        rec[part] = {k: rec[part][k] for k in order(list(rec[part]))}
+    assert list(rec["runs"]) != rec["order"][0]
+    v = verdict(tmp_path, rec)
+    assert v.status == "proven", v
+
+
+def _across(r, i, **changes):
+    r["runs"][F]["agreement_across_repeats"][i].update(changes)
+
+
+@pytest.mark.parametrize("edit,says", [                  # breaker round 9 (v04, v05, v08, w24, w25)
+    (lambda r: _across(r, 1, note="x"), f"runs.{F}.agreement_across_repeats: repeat 3 has a note 'x' yet compared 160"),
+    (lambda r: _across(r, 0, against_repeat=2), "compares (repeat, against_repeat) [(2, 2), (3, 1)"),
+    (lambda r: r["runs"][F]["agreement_across_repeats"].pop(), "(5, 1)] (each once, against the first)"),
+    (lambda r: _across(r, 1, repeat=2), "compares (repeat, against_repeat) [(2, 1), (2, 1), (4, 1)"),
+    (lambda r: r["agreement_vs_baseline"][F]["per_repeat"][4].update(repeat=6),
+     f"agreement_vs_baseline.{F}.per_repeat compares repeats [1, 2, 3, 4, 6]; the repeats where both runs have a "
+     f"result give [1, 2, 3, 4, 5]"),
+])
+def test_each_agreement_compares_the_repeats_the_writer_compares(edit, says):
+    from sparse_mla.workbook.serving import agreement_problems
+
+    rec = json.loads(SERVE_RECORD.read_text())
+    assert agreement_problems(rec) == []
+    edit(rec)
+    assert any(says in p for p in agreement_problems(rec)), agreement_problems(rec)

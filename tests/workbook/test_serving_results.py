@@ -105,3 +105,105 @@ def test_a_client_pass_is_the_command_the_writer_builds_for_the_load(tmp_path, e
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def _command(r, old: str, new: str):
+    r["environment"]["command"] = r["environment"]["command"].replace(old, new)
+
+
+@pytest.mark.parametrize("edit, says", [              # issue 47, breaker round 9 (x01-x10, w36-w38)
+    (lambda r: _command(r, "--quick", "--quick --backends FLASHMLA_SPARSE"),
+     "runs ['TRITON_MLA_SPARSE', 'FLASHMLA_SPARSE', 'FLASH_ATTN_MLA_SPARSE'], the command asks ['FLASHMLA_SPARSE']"),
+    (lambda r: _command(r, "--quick", "--quick --backends FLASHMLA_SPARSE,TRITON_MLA_SPARSE,FLASH_ATTN_MLA_SPARSE"),
+     "baseline 'TRITON_MLA_SPARSE', the command's first run 'FLASHMLA_SPARSE'"),
+    (lambda r: _command(r, "--quick", "--quick --num-prompts 256"), "load.num_prompts 160, the command asks 256"),
+    (lambda r: _command(r, "--quick", "--repeats 3"), "load.repeats 5, the command asks 3"),
+    (lambda r: _command(r, "--quick", "--quick --kv-cache-dtype fp8"), "server.kv_cache_dtype 'auto', the command asks 'fp8'"),
+    (lambda r: _command(r, "--quick", "--quick --eager"), "server.cuda_graphs True, the command asks False"),
+    (lambda r: _command(r, "/tmp/ck8", "/tmp/ck512"), "model.path 'ck8', the command asks --model /tmp/ck512 ('ck512')"),
+    (lambda r: _command(r, "bench serve", "bench kernel"), "environment.command is `sparse-mla bench kernel ...`"),
+    (lambda r: _command(r, "--quick", "--quick --speculative ngram"), "TRITON_MLA_SPARSE+ngram"),
+    (lambda r: _command(r, "--quick", "--quick --seed 7"), "load.seed 0, the command asks 7"),
+    (lambda r: _command(r, "--quick", "--quick --banana 3"), "arguments bench serve does not take: ['--banana', '3']"),
+    (lambda r: _command(r, "--quick", "--quick --speculative banana"), "environment.command: --speculative 'banana' is not"),
+    (lambda r: _command(r, "h200_8heads", "h200_other"), f"runs.{FM}.servers[0].log 'bench_serve_h200_8heads_{FM}.log', "
+                                                         f"the writer's 'bench_serve_h200_other_{FM}.log'"),
+])
+def test_a_serving_record_is_what_its_own_command_asks(edit, says):
+    from sparse_mla.workbook.serve_command import serve_command_problems
+
+    rec = json.loads(RECORD.read_text())
+    assert serve_command_problems(rec) == []
+    edit(rec)
+    assert any(says in p for p in serve_command_problems(rec)), serve_command_problems(rec)
+
+
+def test_a_serving_record_whose_command_disagrees_is_invalid(tmp_path):
+    rec = json.loads(RECORD.read_text())
+    _command(rec, "--quick", "--quick --seed 7")
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and "load.seed 0, the command asks 7" in v.reason
+
+
+def _no_command(r):
+    r["environment"]["command"] = "python: sparse_mla (called from bench.py)"
+
+
+@pytest.mark.parametrize("edit, says", [              # breaker round 9 (v25, w08, w09, w18, v28)
+    (lambda r: r["load"].update(temperature=0.7), "load.temperature 0.7; accepted: 0.0"),
+    (lambda r: r["load"].update(ignore_eos=False), "load.ignore_eos False; accepted: True"),
+    (lambda r: r["server"].update(prefix_caching=True), "server.prefix_caching True; accepted: False"),
+    (lambda r: r["runs"][FM]["servers"][0]["command"].remove("--no-enable-prefix-caching"),
+     f"runs.{FM}.servers[0].command: --no-enable-prefix-caching absent, the record's server.prefix_caching False"),
+    (lambda r: r["runs"][FM]["servers"][0].update(wall_s=10.0),
+     f"runs.{FM}.servers[0].wall_s 10.0, less than its server_up_s 93.1"),
+])
+def test_a_serving_record_holds_what_its_writer_writes_whatever_the_command(edit, says):
+    rec = json.loads(RECORD.read_text())
+    assert serving_results.serving_result_problems(rec) == []
+    edit(rec)
+    assert any(says in p for p in serving_results.serving_result_problems(rec)), \
+        serving_results.serving_result_problems(rec)
+
+
+def test_a_servers_log_names_its_own_run_without_a_command():
+    from sparse_mla.workbook.serve_command import serve_command_problems
+
+    rec = json.loads(RECORD.read_text())
+    _no_command(rec)
+    assert serve_command_problems(rec) == []
+    rec["runs"][FM]["servers"][0]["log"] = "bench_serve_h200_8heads_TRITON_MLA_SPARSE.log"
+    assert any(f"runs.{FM}.servers[0].log 'bench_serve_h200_8heads_TRITON_MLA_SPARSE.log', not the writer's "
+               f"bench_serve_<tag>_{FM}.log" in p for p in serve_command_problems(rec))
+
+
+def test_the_session_speculation_is_its_runs():                # breaker round 9 (v24)
+    rec = json.loads(RECORD.read_text())
+    assert serving_results.speculation_problems(rec) == []
+    rec["speculative_config"] = {"method": "ngram", "num_speculative_tokens": 3}
+    assert serving_results.speculation_problems(rec) == [
+        "speculative_config {'method': 'ngram', 'num_speculative_tokens': 3}, yet no run is served with it"]
+    rec["runs"][FM]["speculative_config"] = {"method": "mtp"}
+    assert f"runs.{FM}.speculative_config {{'method': 'mtp'}}, the record's speculative_config" in \
+        serving_results.speculation_problems(rec)[0]
+
+
+@pytest.mark.parametrize("field, value", [("burstiness", 2.0), ("request_rate", 5.0)])      # round 9 (w29, w30)
+def test_a_results_arrival_is_what_its_pass_asked(field, value):
+    rec = json.loads(RECORD.read_text())
+    _result(rec, **{field: value})
+    assert any(p.startswith(f"repeats.{FM}[0].{field} {value}, its pass's command asks")
+               for p in serving_results.result_problems(rec)), serving_results.result_problems(rec)
+
+
+def test_servers_live_at_once_listen_on_ports_of_their_own():          # breaker round 9 (w33)
+    rec = json.loads(RECORD.read_text())
+    assert serving_results.server_command_problems(rec) == []
+    t, f = (rec["runs"][k]["servers"][0]["command"] for k in ("TRITON_MLA_SPARSE", FM))
+    f[f.index("--port") + 1] = t[t.index("--port") + 1]
+    for p in rec["runs"][FM]["passes"]:
+        p["timed"]["command"] = [c.replace(c.rsplit(":", 1)[-1], t[t.index("--port") + 1]) if c.startswith("http")
+                                 else c for c in p["timed"]["command"]]
+    assert any(f"runs.{FM}.servers[0].command: --port {t[t.index('--port') + 1]}, the port of "
+               f"runs.TRITON_MLA_SPARSE.servers[0], live at the same time" in p
+               for p in serving_results.server_command_problems(rec)), serving_results.server_command_problems(rec)

@@ -215,3 +215,23 @@ _FM = "runs.FLASHMLA_SPARSE"
 ])
 def test_a_key_no_writer_writes_below_a_serving_run_makes_the_record_invalid(tmp_path, name, edit, where):
     test_a_key_no_writer_writes_makes_a_serving_benchmark_invalid(tmp_path, edit, where, name)
+
+
+SERVE = "h200/bench_serve_h200_8heads.json"
+
+
+@pytest.mark.parametrize("edit,where", [                 # breaker round 9 (v04's entry, w05, w06, w07)
+    (lambda r: r["runs"][FM]["agreement_across_repeats"][1].update(valid=False),
+     f"the key 'valid' at runs.{FM}.agreement_across_repeats[1]"),
+    (lambda r: r["agreement_vs_baseline"][FM]["per_repeat"][0].update(banana=1),
+     f"the key 'banana' at agreement_vs_baseline.{FM}.per_repeat[0]"),
+    (lambda r: r["agreement_vs_baseline"][FM].update(hung=True), f"the key 'hung' at agreement_vs_baseline.{FM}"),
+    (lambda r: r["verdict"]["pairs"][0].update(note=1), "the key 'note' at verdict.pairs[0]"),
+    (lambda r: r["verdict"].update(note=1), "the key 'note' at verdict"),
+])
+def test_a_serving_records_agreements_and_verdict_hold_only_their_writers_keys(edit, where):
+    rec = _committed(SERVE)
+    assert written.unwritten_keys(rec) == []
+    edit(rec)
+    assert any(f"no writer writes {where}; accepted: " in p for p in written.unwritten_keys(rec)), \
+        written.unwritten_keys(rec)

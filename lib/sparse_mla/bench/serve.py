@@ -85,6 +85,9 @@ SPECULATIVE_PRESETS = {"ngram": {"method": "ngram", "num_speculative_tokens": 3,
                        "mtp": {"method": "mtp", "num_speculative_tokens": 1}}
 #: Extra ``vllm serve`` options: repeats are the same work without prefix caching; no access-log line per request.
 SERVER_EXTRA = ("--no-enable-prefix-caching", "--disable-uvicorn-access-log")
+#: What every pass asks beside the :class:`Load` (the record's ``load``): greedy (``--temperature 0``), each request
+#: exactly ``output_len`` new tokens (``--ignore-eos``, an output range of 0).
+GREEDY = {"output_range_ratio": 0.0, "temperature": 0.0, "ignore_eos": True}
 
 
 # ------------------------------------------------------------------------------------------------ the load
@@ -201,7 +204,8 @@ def rotated(keys: list[str], repeats: int) -> list[list[str]]:
 
 
 # ------------------------------------------------------------------------------------------------ one server
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A run key as a file-name part of its logs and result files (``TRITON_MLA_SPARSE+mtp`` -> ``TRITON_MLA_SPARSE_mtp``)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
 
 
@@ -353,12 +357,12 @@ def _session_record(*, model, cfg, runs, plan, load, prompts, topk, server_kw, o
         "model": {"path": model.name, **{k: cfg.get(k) for k in ("index_topk", "num_attention_heads",
                                                                   "num_hidden_layers", "num_nextn_predict_layers",
                                                                   "vocab_size")}},
-        "load": {**load.__dict__, "input_lengths": list(input_length_range(topk)), "output_range_ratio": 0.0,
-                 "warmup_output_len": load.output_len, "temperature": 0.0, "ignore_eos": True,
+        "load": {**load.__dict__, "input_lengths": list(input_length_range(topk)), **GREEDY,
+                 "warmup_output_len": load.output_len,
                  "dataset_args": dataset_args(load.dataset, topk, load.output_len, prompts and Path(prompts.name)),
                  "prompts_file": prompts and prompts.name},
         "server": {**server_kw, "cuda_graphs": cuda_graphs, "max_num_seqs": load.max_concurrency,
-                   "prefix_caching": False, "server_timeout_s": server_timeout_s, "bench_timeout_s": bench_timeout_s},
+                   "prefix_caching": "--no-enable-prefix-caching" not in SERVER_EXTRA, "server_timeout_s": server_timeout_s, "bench_timeout_s": bench_timeout_s},
         "speculative_config": speculative_config, "baseline": runs[0], "order": order,
         "runs": {k: {**parse_run_spec(name).describe(), "run": k, "run_spec": name, "kv_cache_dtype": kv_cache_dtype,
                      "speculative_config": scfg, "cuda_graphs": cuda_graphs, "servers": [], "passes": []}
@@ -405,7 +409,7 @@ def bench_serve(model, runs=DEFAULT_RUNS, load: Load | None = None, *, out_dir, 
     t0, live = time.time(), {}
     with ExitStack() as stack:
         for i, (key, _, _) in enumerate(plan):
-            stem = out_dir / f"bench_serve_{tag}_{_safe(key)}"
+            stem = out_dir / f"bench_serve_{tag}_{safe_name(key)}"
             print(f"[bench serve] server {i + 1}/{len(plan)}, {key}: vllm serve + warm-up pass, log {stem.name}.log",
                   flush=True)
             entry, srv = start_server(stack, model, key, *specs[key], load, data, stem, **kw, **server_kw)
@@ -608,6 +612,17 @@ def speculative_request(preset, config, model) -> dict | None:
     return spec
 
 
+def asked_load(args, spec_cfg: dict | None) -> Load:
+    """The :class:`Load` that the parsed command ``args`` asks (``--quick``: :data:`QUICK`, else :data:`DEFAULTS`
+    for what is not given; the dataset ``repeat`` under ngram speculation ``spec_cfg``, else ``random``). Raises
+    :class:`UserInputError` for a value out of :data:`LIMITS`."""
+    dataset = args.dataset if args.dataset is not None else \
+        "repeat" if (spec_cfg or {}).get("method") == "ngram" else "random"
+    vals = {k: getattr(args, k) if getattr(args, k) is not None else (QUICK.get(k) if args.quick else None)
+            or DEFAULTS[k] for k in DEFAULTS}
+    return Load(**vals, seed=args.seed, dataset=str(dataset).strip().lower())
+
+
 def _check_arguments(args) -> tuple:
     """Every argument of the command, one line each (:class:`UserInputError`), before the GPU is looked for."""
     from ..launch.engine import check_model_dir, check_tp
@@ -621,11 +636,7 @@ def _check_arguments(args) -> tuple:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {','.join(DEFAULT_RUNS)}")
     runs = normalize_backends(names)
     spec_cfg = speculative_request(args.speculative, args.speculative_config, model)
-    dataset = args.dataset if args.dataset is not None else \
-        "repeat" if (spec_cfg or {}).get("method") == "ngram" else "random"
-    vals = {k: getattr(args, k) if getattr(args, k) is not None else (QUICK.get(k) if args.quick else None)
-            or DEFAULTS[k] for k in DEFAULTS}
-    load = Load(**vals, seed=args.seed, dataset=str(dataset).strip().lower())
+    load = asked_load(args, spec_cfg)
     for name in ("server_timeout", "bench_timeout"):
         v = getattr(args, name)
         if not (math.isfinite(v) and 0 < v <= 3600):

@@ -81,9 +81,11 @@ def _revision_file(here: Path) -> str:
 
 
 def cli_command() -> str:
-    """This process's ``sparse-mla`` command line, or where it was called from."""
+    """This process's ``sparse-mla`` command line, or where it was called from (another package's ``python -m``,
+    e.g. ``python -m pytest``, is no ``sparse-mla`` command: its arguments are that package's)."""
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
-    if argv0 in ("sparse-mla", "__main__.py", "cli.py"):
+    ours = os.path.basename(os.path.dirname(sys.argv[0])) == "sparse_mla" if sys.argv else False
+    if argv0 == "sparse-mla" or (argv0 in ("__main__.py", "cli.py") and ours):
         return " ".join(shlex.quote(a) for a in ["sparse-mla", *sys.argv[1:]])
     return "python: sparse_mla (called from " + (argv0 or "an interpreter") + ")"
 

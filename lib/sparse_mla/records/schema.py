@@ -852,13 +852,35 @@ WARMUP_2026_12_01_KEYS = ("requests", "max_tokens", "duration_s", "errors")
 REPEAT_2026_12_01_KEYS = ("requests", "errors", "first_errors", "duration_s", "output_tokens", "output_tokens_per_s",
                           "ttft_ms", "tpot_ms", "latency_ms")
 
+# (issue 47, round 9: a key of its own in an agreement entry, a verdict or a verdict's pair was proven)
+#: Greedy agreement of two passes (``sparse_mla.bench.vllm_client.text_agreement``; ``note`` where their numbers of
+#: requests differ).
+AGREEMENT_KEYS = ("compared", "identical", "first_divergence_min", "first_divergence_median", "note")
+#: One repeat against the run's first (a run's ``agreement_across_repeats[]``, ``refresh_run``).
+ACROSS_REPEATS_KEYS = ("repeat", "against_repeat", *AGREEMENT_KEYS)
+#: One repeat of a comparison between two runs (``per_repeat[]``, ``_agreement_per_repeat``).
+PER_REPEAT_KEYS = ("repeat", *AGREEMENT_KEYS)
+#: A run against the baseline (``agreement_vs_baseline.X``, ``compare_runs``; the 2026-12-01 client's).
+VS_BASELINE_KEYS = ("baseline", "compared", "identical", "per_repeat", "first_divergence_min",
+                    "first_divergence_median", "per_request")
+#: A speculative run against its plain run (``speculative_vs_plain.X``, ``compare_runs``; the 2026-12-01 client's).
+VS_PLAIN_KEYS = ("plain", "compared", "identical", "per_repeat", "output_throughput_ratio", "acceptance_rate_percent",
+                 "first_divergence_min", "first_divergence_median", "per_request", "acceptance_rate",
+                 "tokens_per_s_ratio")
+#: The verdict (``sparse_mla.bench.ranking.verdict``) and one of its pairs (``ranking.compare``).
+VERDICT_KEYS = ("rule", "metrics", "pairs", "lines")
+VERDICT_PAIR_KEYS = ("metric", "runs", "ranges", "better", "line", "spread", "medians_apart")
+
 _ClientPass = _written("WrittenClientPass", CLIENT_PASS_KEYS, "One timed vllm bench serve pass.")
+_PerRepeat = list[_written("WrittenPerRepeat", PER_REPEAT_KEYS, "One repeat of a comparison of two runs.")]
 _ServeRun = _written("WrittenServeRun", SERVE_RUN_KEYS, "One run of a serving benchmark.",
                      summary=_written("WrittenSummary", SUMMARY_KEYS, "A run's summary."),
                      servers=list[_written("WrittenServer", SERVER_KEYS, "One live server.",
                                            warmup=_written("WrittenWarmup", WARMUP_KEYS, "A server's warm-up pass."),
                                            timed=_ClientPass)],
                      passes=list[_written("WrittenPass", PASS_KEYS, "One timed pass.", timed=_ClientPass)],
+                     agreement_across_repeats=list[_written("WrittenAcrossRepeats", ACROSS_REPEATS_KEYS,
+                                                            "One repeat against the run's first.")],
                      warmup=_written("WrittenWarmup20261201", WARMUP_2026_12_01_KEYS, "The 2026-12-01 warm-up."),
                      repeats=list[_written("WrittenRepeat20261201", REPEAT_2026_12_01_KEYS,
                                            "One repeat of the 2026-12-01 client.")])
@@ -867,6 +889,14 @@ ServeRecord = _written("ServeRecord", SERVING_KEYS, "A serving benchmark's top l
                        load=_written("WrittenLoad", LOAD_KEYS, "The load."),
                        server=_written("WrittenServerBlock", SERVER_BLOCK_KEYS, "What every server was given."),
                        model=_written("WrittenServeModel", SERVE_MODEL_KEYS, "A serving benchmark's model."),
+                       agreement_vs_baseline=dict[str, _written("WrittenVsBaseline", VS_BASELINE_KEYS,
+                                                                "A run against the baseline.", per_repeat=_PerRepeat)],
+                       speculative_vs_plain=dict[str, _written("WrittenVsPlain", VS_PLAIN_KEYS,
+                                                               "A speculative run against its plain run.",
+                                                               per_repeat=_PerRepeat)],
+                       verdict=_written("WrittenVerdict", VERDICT_KEYS, "The verdict.",
+                                        pairs=list[_written("WrittenVerdictPair", VERDICT_PAIR_KEYS,
+                                                            "Two runs on one metric.")]),
                        **_levels(SERVING_KEYS, "model"))
 
 

@@ -39,6 +39,7 @@ from ..layouts import FP8_KV_CACHE_DTYPES
 from ..records.values import is_int as _int, is_number as _num, same_json as _same
 from ..vllm_plugin.ran import count_backends
 from .serving import serving_record_problems
+from .serve_command import serve_command_problems
 from .serving_results import serving_result_problems
 
 
@@ -508,4 +509,5 @@ def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     out += serving_load_problems(rec)
     out += [p for k, r in runs.items() if k != "serve" for p in throughput_problems(k, r) + length_problems(rec, k, r)]
     out += model_layer_problems(rec, runs) + serving_record_problems(rec) + serving_result_problems(rec)
+    out += serve_command_problems(rec)
     return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]

@@ -216,7 +216,46 @@ def agreement_problems(rec: dict) -> list[str]:
             if isinstance(e, dict):
                 out += _summed(f"runs.{k}.agreement_across_repeats", {"per_repeat": [e], "compared": e.get(
                     "compared"), "identical": e.get("identical")}, rec, k, k)
-    return out
+    return out + compared_repeats_problems(rec)
+
+
+def _with_result(rec: dict, k: str) -> list[int]:
+    """The repeats (1-based) of run ``k`` that have vLLM's result (``repeats[k][i]`` not null)."""
+    return [i + 1 for i, x in enumerate(_list(_dict(rec.get("repeats")).get(k))) if x is not None]
+
+
+def compared_repeats_problems(rec: dict) -> list[str]:
+    """Which repeats each agreement compares, as :func:`sparse_mla.bench.serve.refresh_run` and ``compare_runs``
+    pick them: a run's ``agreement_across_repeats`` each other repeat with a result once, in order, against the first
+    with one; a comparison's ``per_repeat`` each repeat where both runs have a result, once, in order; an entry's
+    ``note`` (``text_agreement``'s, passes of different numbers of requests) only where it compared none."""
+    runs = live_server_runs(rec)
+    out = []
+    for k, run in runs.items():
+        have = [(e.get("repeat"), e.get("against_repeat")) for e in _list(run.get("agreement_across_repeats"))
+                if isinstance(e, dict)]
+        done = _with_result(rec, k)
+        want = [(q, done[0]) for q in done[1:]]
+        if "agreement_across_repeats" in run and have != want:
+            out.append(f"runs.{k}.agreement_across_repeats compares (repeat, against_repeat) {have}; the repeats with "
+                       f"a result give {want} (each once, against the first)")
+    for part, other in (("agreement_vs_baseline", "baseline"), ("speculative_vs_plain", "plain")):
+        for k, e in _dict(rec.get(part)).items():
+            if not isinstance(e, dict) or "per_repeat" not in e or k not in runs:
+                continue
+            have = [p.get("repeat") for p in _list(e["per_repeat"]) if isinstance(p, dict)]
+            want = [r for r in _with_result(rec, k) if r in _with_result(rec, str(e.get(other)))]
+            if have != want:
+                out.append(f"{part}.{k}.per_repeat compares repeats {have}; the repeats where both runs have a "
+                           f"result give {want} (each once)")
+    entries = [(f"runs.{k}.agreement_across_repeats", e) for k, r in runs.items()
+               for e in _list(r.get("agreement_across_repeats"))] + \
+        [(f"{part}.{k}.per_repeat", p) for part in ("agreement_vs_baseline", "speculative_vs_plain")
+         for k, e in _dict(rec.get(part)).items() for p in _list(_dict(e).get("per_repeat"))]
+    return out + [f"{where}: repeat {e.get('repeat')} has a note {str(e['note'])[:60]!r} yet compared "
+                  f"{e.get('compared')!r}; accepted: a note only where the passes' numbers of requests differ "
+                  f"(compared 0)" for where, e in entries if isinstance(e, dict) and "note" in e
+                  and e.get("compared") != 0]
 
 
 def _speculative_summary(rec: dict, k: str, e: dict) -> list[str]:
@@ -249,16 +288,30 @@ def _not_the_writers(where: str, have, want) -> str:
     return f"{where} {str(have)[:80]!r} is not the writer's; accepted: {str(want)[:80]!r} (sparse_mla.bench.ranking)"
 
 
+def _in_writers_order(rec: dict) -> dict:
+    """``rec`` with its ``runs`` (and ``repeats``) in the order the writer made them, its plan's, which is the
+    record's first round (``order[0]``, :func:`sparse_mla.bench.serve.rotated` rotates by the round): JSON's key
+    order is no part of what a record says, and a reader or editor that sorts the keys changes no verdict."""
+    first = _list(rec.get("order"))[:1]
+    keys = first[0] if first and isinstance(first[0], list) else None
+    runs, reps = _dict(rec.get("runs")), _dict(rec.get("repeats"))
+    if keys is None or len(keys) != len(runs) or not all(isinstance(k, str) and k in runs for k in keys):
+        return rec
+    return {**rec, "runs": {k: runs[k] for k in keys},
+            "repeats": {**{k: reps[k] for k in keys if k in reps}, **reps}}
+
+
 def verdict_problems(rec: dict) -> list[str]:
-    """``verdict`` against :func:`sparse_mla.bench.serve.session_verdict` of the record's repeats: the same pairs in
-    order, each with its ranges, the run ranked better and its line; ``lines`` the pairs' lines."""
+    """``verdict`` against :func:`sparse_mla.bench.serve.session_verdict` of the record's repeats, its runs in the
+    writer's order (:func:`_in_writers_order`): the same pairs in order, each with its ranges, the run ranked better
+    and its line; ``lines`` the pairs' lines."""
     have = rec.get("verdict")
     if not isinstance(have, dict) or not live_server_runs(rec):
         return []
     from ..bench.serve import session_verdict
 
     try:
-        want = session_verdict(rec)
+        want = session_verdict(_in_writers_order(rec))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return [f"verdict: the repeats cannot give a verdict ({type(e).__name__}: {str(e)[:120]})"]
     out = [_not_the_writers(f"verdict.{f}", have[f], want[f]) for f in ("rule", "metrics")

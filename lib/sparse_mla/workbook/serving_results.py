@@ -19,6 +19,7 @@ header's date, ``wall_s`` and 14 hours of time zone either side). The load's pro
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import re
 from pathlib import Path
@@ -132,6 +133,7 @@ def result_problems(rec: dict) -> list[str]:
             out += _rate_problems(where, res) + _token_problems(where, res, load) + _latency_problems(where, res)
             out += [f"{where}.{f} {res[f]!r}, the load's {load[f]!r}" for f in ("max_concurrency", "num_prompts")
                     if f in res and f in load and res[f] != load[f]]
+            out += _arrival_problems(where, run, i + 1, res)
             if "model_id" in res and models and res["model_id"] not in models:
                 out.append(f"{where}.model_id {res['model_id']!r}, the run's server serves {sorted(models)}")
             when = _when(res.get("date")) if "date" in res else None
@@ -139,6 +141,40 @@ def result_problems(rec: dict) -> list[str]:
                 out.append(f"{where}.date {res['date']!r} is not within the session of {env.get('date')} "
                            f"(its wall time and 14 hours of time zone either side)")
     return out
+
+
+def _arrival_problems(where: str, run: dict, repeat: int, res: dict) -> list[str]:
+    """vLLM's ``request_rate`` and ``burstiness`` of one result those its pass's command asked (``--request-rate``;
+    ``--burstiness``, else the default of ``vllm bench serve``'s parser, read from vLLM's ``add_cli_args``)."""
+    cmds = [[str(c) for c in _list(_dict(p.get("timed")).get("command"))] for p in _list(run.get("passes"))
+            if isinstance(p, dict) and p.get("repeat") == repeat]
+    if len(cmds) != 1:
+        return []
+    out = []
+    for f, opt in (("request_rate", "--request-rate"), ("burstiness", "--burstiness")):
+        asked = cmds[0][cmds[0].index(opt) + 1] if opt in cmds[0][:-1] else _vllm_default(f)
+        try:
+            same = asked is None or f not in res or float(res[f]) == float(asked)
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            out.append(f"{where}.{f} {res[f]!r}, its pass's command asks {opt} {asked}")
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _vllm_default(dest: str):
+    """The default of ``vllm bench serve``'s option ``dest`` (``vllm/benchmarks/serve.py`` ``add_cli_args``), or
+    None where this vLLM has none."""
+    import argparse
+
+    try:
+        from vllm.benchmarks.serve import add_cli_args
+    except ImportError:
+        return None
+    p = argparse.ArgumentParser(add_help=False)
+    add_cli_args(p)
+    return p.get_default(dest)
 
 
 def _served_model(server: dict) -> str | None:
@@ -174,6 +210,23 @@ def server_command_problems(rec: dict) -> list[str]:
                 out.append(f"{where}: serves {model!r}, the record's model.path {path!r}")
             out += _client_problems(f"runs.{k}", run, s, cmd)
             out += _client_load_problems(f"runs.{k}", run, s, _dict(rec.get("load")))
+    return out + _port_problems(rec)
+
+
+def _port_problems(rec: dict) -> list[str]:
+    """The servers live at once (``bench_serve`` starts one per run and stops none before the last pass; not those
+    that failed to start, nor the 2026-12-03 writer's server per repeat) each on a port of its own."""
+    seen: dict[str, str] = {}
+    out = []
+    for k, run in live_server_runs(rec).items():
+        for i, s in enumerate(x for x in _list(run.get("servers")) if isinstance(x, dict)):
+            cmd = [str(c) for c in _list(s.get("command"))]
+            if "error" in s or "repeat" in s or "--port" not in cmd[:-1]:
+                continue
+            port, where = cmd[cmd.index("--port") + 1], f"runs.{k}.servers[{i}]"
+            if port in seen:
+                out.append(f"{where}.command: --port {port}, the port of {seen[port]}, live at the same time")
+            seen.setdefault(port, where)
     return out
 
 
@@ -231,17 +284,27 @@ def _client_problems(where: str, run: dict, server: dict, cmd: list[str]) -> lis
 
 def session_time_problems(rec: dict) -> list[str]:
     """The session's ``wall_s`` at least what it ran one after another: each server's start and warm-up (its
-    ``wall_s``) and every timed pass (their ``seconds``), to the 0.1 s each is rounded to."""
+    ``wall_s``) and every timed pass (their ``seconds``), to the 0.1 s each is rounded to; each server's ``wall_s`` at
+    least its ``server_up_s`` and its warm-up's ``seconds`` (``start_server`` times both within it)."""
     wall, runs = rec.get("wall_s"), live_server_runs(rec)
+    out = [f"runs.{k}.servers[{i}].wall_s {s['wall_s']!r}, less than its server_up_s {s['server_up_s']!r} and its "
+           f"warm-up's {_dict(s.get('warmup')).get('seconds', 0)!r} s (the writer's wall_s spans both)"
+           for k, r in runs.items() for i, s in enumerate(x for x in _list(r.get("servers")) if isinstance(x, dict))
+           if all(_num(s.get(f)) for f in ("wall_s", "server_up_s"))
+           and s["wall_s"] + 0.15 < s["server_up_s"] + _seconds(_dict(s.get("warmup")).get("seconds"))]
     if not _num(wall) or math.isnan(wall) or not runs:
-        return []
+        return out
     servers = [s.get("wall_s") for r in runs.values() for s in _list(r.get("servers")) if isinstance(s, dict)]
     timed = [_dict(_dict(p).get("timed")).get("seconds") for r in runs.values() for p in _list(r.get("passes"))]
     parts = [x for x in servers + timed if _num(x) and not math.isnan(x)]
     if wall + 0.1 * len(parts) < sum(parts):
-        return [f"wall_s {wall!r}: the session ran {len(servers)} server(s) and {len(timed)} timed pass(es) one "
-                f"after another, {sum(parts):.1f} s"]
-    return []
+        return out + [f"wall_s {wall!r}: the session ran {len(servers)} server(s) and {len(timed)} timed pass(es) "
+                      f"one after another, {sum(parts):.1f} s"]
+    return out
+
+
+def _seconds(x) -> float:
+    return x if _num(x) and not math.isnan(x) else 0.0
 
 
 def load_problems(rec: dict) -> list[str]:
@@ -252,9 +315,12 @@ def load_problems(rec: dict) -> list[str]:
     from ..records.values import is_int
 
     topk, load = _dict(rec.get("model")).get("index_topk"), _dict(rec.get("load"))
-    if not live_server_runs(rec) or not is_int(topk) or topk < 1:
+    if not live_server_runs(rec):
         return []
-    out = [f"load.input_lengths {load['input_lengths']!r}, the model's index_topk {topk} gives "
+    out = _greedy_problems(rec, load)
+    if not is_int(topk) or topk < 1:
+        return out
+    out += [f"load.input_lengths {load['input_lengths']!r}, the model's index_topk {topk} gives "
            f"{list(input_length_range(topk))}" for _ in [0]
            if "input_lengths" in load and load["input_lengths"] != list(input_length_range(topk))]
     args = [str(a) for a in _list(load.get("dataset_args"))]
@@ -264,6 +330,44 @@ def load_problems(rec: dict) -> list[str]:
     return out
 
 
+def _greedy_problems(rec: dict, load: dict) -> list[str]:
+    """What the writer writes whatever the command: the load's :data:`sparse_mla.bench.serve.GREEDY` fields and its
+    warm-up of ``output_len`` tokens; ``server.prefix_caching`` as :data:`~sparse_mla.bench.serve.SERVER_EXTRA`
+    leaves it and each server's command with it."""
+    from ..bench.serve import GREEDY, SERVER_EXTRA
+
+    out = [f"load.{k} {load[k]!r}; accepted: {v!r} (every pass is greedy and ignores EOS, bench.serve.GREEDY)"
+           for k, v in GREEDY.items() if k in load and not (load[k] == v and type(load[k]) is type(v))]
+    if "warmup_output_len" in load and load["warmup_output_len"] != load.get("output_len"):
+        out.append(f"load.warmup_output_len {load['warmup_output_len']!r}, its output_len {load.get('output_len')!r}")
+    srv, flag = _dict(rec.get("server")), "--no-enable-prefix-caching"
+    if "prefix_caching" in srv and srv["prefix_caching"] is not (flag not in SERVER_EXTRA):
+        out.append(f"server.prefix_caching {srv['prefix_caching']!r}; accepted: {flag not in SERVER_EXTRA!r} (the "
+                   f"servers run with {flag}, bench.serve.SERVER_EXTRA)")
+    out += [f"runs.{k}.servers[{i}].command: {flag} " + ("absent" if srv.get("prefix_caching") is False else
+                                                         "given") + f", the record's server.prefix_caching "
+            f"{srv.get('prefix_caching')!r}" for k, r in live_server_runs(rec).items()
+            for i, s in enumerate(x for x in _list(r.get("servers")) if isinstance(x, dict))
+            if isinstance(s.get("command"), list) and isinstance(srv.get("prefix_caching"), bool)
+            and (flag in s["command"]) is srv["prefix_caching"]]
+    return out
+
+
+def speculation_problems(rec: dict) -> list[str]:
+    """The top level's ``speculative_config`` the one of each run that has one, and none where none has
+    (:func:`sparse_mla.bench.serve.plan_runs`: each run spec plain, then under the session's one config)."""
+    runs = live_server_runs(rec)
+    if not runs or "speculative_config" not in rec:
+        return []
+    top, got = rec["speculative_config"], [(k, r.get("speculative_config")) for k, r in runs.items()]
+    out = [f"runs.{k}.speculative_config {c!r}, the record's speculative_config {top!r}" for k, c in got
+           if c is not None and c != top]
+    if top and all(c is None for _, c in got):
+        out.append(f"speculative_config {top!r}, yet no run is served with it")
+    return out
+
+
 def serving_result_problems(rec: dict) -> list[str]:
     """Every line of this module's checks; ``[]`` for a record that is no live-server serving benchmark."""
-    return result_problems(rec) + server_command_problems(rec) + session_time_problems(rec) + load_problems(rec)
+    return result_problems(rec) + server_command_problems(rec) + session_time_problems(rec) + load_problems(rec) + \
+        speculation_problems(rec)

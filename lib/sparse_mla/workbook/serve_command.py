@@ -1,0 +1,134 @@
+"""A serving benchmark's record (``sparse-mla bench serve``, the live-server method) against its own command line:
+what ``environment.command`` asked, parsed by the CLI's own ``bench serve`` parser (:func:`sparse_mla.bench.cli.add_cli`)
+and derived as the writer derives it (:func:`sparse_mla.bench.serve.asked_load`, ``speculative_request``,
+``plan_runs``, ``rotated``, ``record_place``'s tag), against what the record holds.
+
+Issue 47, round 9: a header command with other ``--backends``, ``--num-prompts``, ``--kv-cache-dtype``, ``--eager``,
+``--model``, ``--speculative``, ``--seed``, ``--tag``, an option ``bench serve`` refuses, or a command of another tool
+was proven. A record whose command is no ``sparse-mla ...`` line (``python: sparse_mla (called from ...)`` from a
+script calling :func:`sparse_mla.bench.serve.bench_serve`) is not compared; the engine records' commands are
+:mod:`sparse_mla.workbook.commands`'.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from .serving import live_server_runs
+
+
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def parsed_serve(command: str) -> argparse.Namespace | str | None:
+    """``command`` parsed by ``sparse-mla bench serve``'s parser: the namespace, a line saying why it is not such a
+    command, or None where ``command`` is no ``sparse-mla ...`` line."""
+    from ..bench.cli import add_cli
+
+    try:
+        words = shlex.split(command)
+    except ValueError as e:
+        return f"environment.command does not parse as a shell line ({e})"
+    if len(words) < 2 or words[0] != "sparse-mla":
+        return None
+    if words[1:3] != ["bench", "serve"]:
+        return (f"environment.command is `sparse-mla {' '.join(words[1:3])} ...`; a serving benchmark's is "
+                f"`sparse-mla bench serve ...`")
+    parser = argparse.ArgumentParser(prog="sparse-mla", exit_on_error=False, add_help=False)
+    add_cli(parser.add_subparsers())
+    try:
+        args, extra = parser.parse_known_args(words[1:])
+    except (argparse.ArgumentError, SystemExit) as e:
+        return f"environment.command is no command line bench serve's parser takes ({e})"
+    return f"environment.command has arguments bench serve does not take: {extra}" if extra else args
+
+
+def asked(args: argparse.Namespace, gpu) -> dict | str:
+    """What the parsed command ``args`` makes the writer write (:func:`sparse_mla.bench.serve.cli_run`): ``runs``
+    (the run specs), ``plan`` keys, ``order``, ``load`` (its fields), ``server`` fields, ``speculative_config``,
+    ``model`` (the checkpoint's name) and ``tag`` (``--tag``, else the header GPU's :func:`gpu_slug`); or the line
+    of the writer's own check that refuses a value."""
+    from pathlib import Path
+
+    from ..bench.serve import asked_load, plan_runs, rotated, speculative_request
+    from ..errors import UserInputError
+    from ..launch.specs import normalize_backends
+    from ..layouts import check_kv_cache_dtype
+    from ..records import gpu_slug
+
+    try:
+        kv = check_kv_cache_dtype(args.kv_cache_dtype)
+        runs = normalize_backends([b for b in str(args.backends).split(",") if b.strip()])
+        spec = speculative_request(args.speculative, args.speculative_config, None)
+        load = asked_load(args, spec)
+    except UserInputError as e:
+        return f"environment.command: {e}"
+    plan = [k for k, _, _ in plan_runs(runs, spec)]
+    return {"runs": list(runs), "plan": plan, "order": rotated(plan, load.repeats), "load": dict(load.__dict__),
+            "speculative_config": spec, "model": Path(args.model).name,
+            "tag": args.tag or (gpu_slug(gpu) if isinstance(gpu, str) else None),
+            "server": {"kv_cache_dtype": kv, "tp": args.tp, "enforce_eager": bool(args.eager),
+                       "cuda_graphs": not args.eager, "max_num_seqs": load.max_concurrency,
+                       "server_timeout_s": args.server_timeout, "bench_timeout_s": args.bench_timeout}}
+
+
+def _differ(where: str, have: dict, want: dict) -> list[str]:
+    return [f"{where}.{k} {have.get(k)!r}, the command asks {v!r}" for k, v in want.items() if have.get(k) != v]
+
+
+def serve_command_problems(rec: dict) -> list[str]:
+    """What in live-server record ``rec`` contradicts its ``environment.command`` (module docstring), one line each:
+    the runs and their order, the baseline, the load, the server block, the speculative config, ``model.path`` and
+    the tag in each server's log and each pass's result file."""
+    runs = live_server_runs(rec)
+    env = _dict(rec.get("environment"))
+    if not runs or not isinstance(env.get("command"), str):
+        return _tag_problems(runs, None)
+    args = parsed_serve(env["command"])
+    if args is None or isinstance(args, str):
+        return _tag_problems(runs, None) if args is None else [args]
+    want = asked(args, env.get("gpu"))
+    if isinstance(want, str):
+        return [want]
+    out = []
+    if sorted(rec["runs"]) != sorted(want["plan"]):          # the order is the record's ``order``
+        out.append(f"runs {list(rec['runs'])}, the command asks {want['plan']}")
+    if rec.get("order") != want["order"]:
+        out.append(f"order {rec.get('order')}, the command's runs {want['plan']} rotated over its "
+                   f"{want['load']['repeats']} repeats give {want['order']}")
+    if rec.get("baseline") != want["runs"][0]:
+        out.append(f"baseline {rec.get('baseline')!r}, the command's first run {want['runs'][0]!r}")
+    out += _differ("load", _dict(rec.get("load")), want["load"])
+    out += _differ("server", _dict(rec.get("server")), want["server"])
+    if rec.get("speculative_config") != want["speculative_config"]:
+        out.append(f"speculative_config {rec.get('speculative_config')!r}, the command asks "
+                   f"{want['speculative_config']!r}")
+    path = _dict(rec.get("model")).get("path")
+    if path != want["model"]:
+        out.append(f"model.path {path!r}, the command asks --model {args.model} ({want['model']!r})")
+    return out + _tag_problems(runs, want["tag"])
+
+
+def _tag_problems(runs: dict, tag: str | None) -> list[str]:
+    """Each server's log and each pass's result file named after the command's tag and its own run (the writer's
+    ``bench_serve_<tag>_<run>...``); where the tag is not known (``tag`` None), the logs after their own run."""
+    from ..bench.serve import safe_name
+
+    out = []
+    for k, run in runs.items():
+        stem = f"bench_serve_{tag}_{safe_name(k)}"
+        for i, s in enumerate(x for x in run["servers"] if isinstance(x, dict)):
+            for f, want in (("log", f"{stem}.log"), ("bench_log", f"{stem}_bench.log")):
+                if tag is None and isinstance(s.get(f), str) and not s[f].endswith(want[len(f"bench_serve_{tag}"):]):
+                    out.append(f"runs.{k}.servers[{i}].{f} {s[f]!r}, not the writer's bench_serve_<tag>"
+                               f"{want[len(f'bench_serve_{tag}'):]} (the run {k!r})")
+                elif f in s and tag is not None and s[f] != want:
+                    out.append(f"runs.{k}.servers[{i}].{f} {s[f]!r}, the writer's {want!r} (the command's tag "
+                               f"{tag!r}, the run {k!r})")
+        for i, p in enumerate(x for x in run.get("passes") or [] if isinstance(x, dict)):
+            name = _dict(p.get("timed")).get("result_file")
+            if isinstance(name, str) and tag is not None and not name.startswith(f"{stem}_r"):
+                out.append(f"runs.{k}.passes[{i}].timed.result_file {name!r}, not the writer's {stem}_r<repeat>.json "
+                           f"(the command's tag {tag!r})")
+    return out
