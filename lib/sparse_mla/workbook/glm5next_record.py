@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from ..records import schema
 from ..records.values import is_number
 from .consistency import _criterion, criterion_figure_problems, first_step_problems, unrecorded_failures
 
@@ -172,7 +173,7 @@ def layer_problems(rec: dict) -> list[str]:
 #: The tool's command line (``environment.command``): its path and the options whose values the record holds.
 TOOL = "tools/gpu/glm5next_parity.py"
 #: The keys of the tool's ``first_token_criterion`` (``first_token.judge_first_tokens``), or of its error.
-CRITERION_KEYS = ({"rule", "arithmetic", "samples", "per_prompt", "decisive_prompts", "failures"}, {"error"})
+CRITERION_KEYS = (set(schema.CRITERION_KEYS), {"error"})
 
 
 def _option(cmd: list[str], name: str, default: str) -> str:
