@@ -353,6 +353,12 @@ def _set(r: dict, path: list, value) -> dict:
      "MLA attention in decoder layers [3, 7], the model's layer_types make [0, 3, 7] MLA"),
     ("", lambda r: _set(r, ["runs", _TM, "layers", _MLA_LAYER, "mla"], False),
      f"{_TM}: layers give attention {{'{_TM}': 1}} (by backend and mla flag), its ran counts {{'{_TM}': 2}}"),
+    # our backend's impl on any vLLM line (z16), token ids below the model's vocab (z18)
+    ("", lambda r: _set(r, ["runs", _TM, "layers", _MLA_LAYER, "impl"], "FlashMLASparseImpl"),
+     "names impl 'FlashMLASparseImpl' beside backend 'TRITON_MLA_SPARSE'; accepted: 'TritonMLASparseImpl'"),
+    ("", lambda r: _set(r, ["runs", _TM, "generations", 1, "first_top_logprobs", "50000"], -30.0),
+     "generation 1 names token 50000; accepted: ids below the model's vocab_size 2048"),
+    ("", lambda r: _set(r, ["runs", _TM, "generations", 0, "token_ids", 3], 2048), "names token 2048"),
 ])
 def test_a_glm5next_comparisons_figures_are_what_its_runs_give(which, edit, needle):
     """Round 9: engine_agreement recomputed with the tool's ``launch.engine.compare`` against the first run, the

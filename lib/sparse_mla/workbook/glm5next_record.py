@@ -56,7 +56,21 @@ def generation_problems(rec: dict) -> list[str]:
                            f"{len(lps) if isinstance(lps, list) else lps!r} log-probs; the record's max_tokens is "
                            f"{n!r} (the tool ignores EOS)")
         out += first_step_problems(k, gens)
+        out += _vocab_problems(k, gens, (rec.get("model_config") or {}).get("vocab_size"))
     return out
+
+
+def _vocab_problems(k: str, gens: list, vocab) -> list[str]:
+    """Token ids (generated, and the first step's top log-probs' keys) below the model's ``vocab_size``."""
+    if not isinstance(vocab, int):
+        return []
+    for i, g in enumerate(gens):
+        ids = [*(g.get("token_ids") or []), *map(int, g.get("first_top_logprobs") or {})] if isinstance(g, dict) \
+            else []
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            return [f"{k}: generation {i} names token {bad[0]!r}; accepted: ids below the model's vocab_size {vocab}"]
+    return []
 
 
 def _step_problems(where: str, steps, gen: dict) -> list[str]:

@@ -395,15 +395,17 @@ def impl_problems(name: str, run: dict, vllm) -> list[str]:
     """Each layer's ``impl`` (``type(layer.impl).__name__``, :func:`sparse_mla.vllm_plugin.ran.layer_backends`)
     against its ``backend``: the class that backend's ``get_impl_cls()`` gives (:func:`backend_impl`). Judged where
     the run's vLLM (``vllm``, its header's) is of the installed vLLM's line (another line may name its classes
-    otherwise) and for the backends of vLLM's registry and ours (the indexer's cache and linear-attention layers
-    have no impl: ``NoneType``, no check). The first layer that differs, one line."""
+    otherwise) and for the backends of vLLM's registry, and for ours on every line (the indexer's cache and
+    linear-attention layers have no impl: ``NoneType``, no check). The first layer that differs, one line."""
     from ..vllm_lines import current_line, line_of
 
+    from ..launch.specs import OURS
+
     layers = run.get("layers") if isinstance(run.get("layers"), dict) else {}
-    if not layers or not isinstance(vllm, str) or line_of(vllm) is None or line_of(vllm) != current_line():
-        return []
-    for n, v in layers.items():
-        want = backend_impl(v.get("backend")) if isinstance(v, dict) and isinstance(v.get("backend"), str) else None
+    same_line = isinstance(vllm, str) and line_of(vllm) is not None and line_of(vllm) == current_line()
+    for n, v in layers.items():     # our backend's impl is ours on every line (issue 47, round 9: z16)
+        want = backend_impl(v.get("backend")) if isinstance(v, dict) and isinstance(v.get("backend"), str) and \
+            (same_line or v["backend"] == OURS) else None
         if want is not None and v.get("impl") != want:
             return [f"{name}: layer {n} names impl {v.get('impl')!r} beside backend {v['backend']!r}; accepted: "
                     f"{want!r} (that backend's get_impl_cls(), vLLM {vllm})"]
@@ -812,6 +814,7 @@ def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     bad = [f"{k}: {c}" for k, r in runs.items() if (req := _glm5next_request(k)) is not None
            for c in contradictions(req, r.get("ran"))]
     bad += glm5next_record_problems(obj) + unwritten_keys(obj)
+    bad += [p for k, r in runs.items() for p in impl_problems(k, r, (obj.get("environment") or {}).get("vllm"))]
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     said = said_failed(obj)
