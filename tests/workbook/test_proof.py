@@ -370,6 +370,18 @@ def test_a_glm5next_comparisons_figures_are_what_its_runs_give(which, edit, need
     assert v.status == "invalid" and needle in v.reason, v.line()
 
 
+@pytest.mark.parametrize("name, run", [("h200/launch_h200_simulated.json", "FLASHMLA_SPARSE"),
+                                       ("h200/diagnose_vs_engine_h200.json", "fp8")])
+def test_an_engine_runs_python_is_the_records(name, run):
+    """Round 9 (n26, z04): each engine of a record is the same interpreter; a run's own header naming another Python
+    is invalid, as another torch, Triton or CUDA is."""
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results" / name).read_text())
+    assert proof.judge("x.json", rec).status == "proven"
+    rec["runs"][run]["environment"]["python"] = "3.12.4" if rec["environment"]["python"] != "3.12.4" else "3.12.5"
+    v = proof.judge("x.json", rec)
+    assert v.status == "invalid" and f"{run}'s header: python '3.12." in v.reason, v.line()
+
+
 def test_the_h200_record_of_the_old_simulation_is_invalid():
     """A real engine record (H200, 2026-12-02, ``results/h200/sessions/2026-12-02/GPU_RAN_2026-12-02.md``), kept here because it must fail
     the check: vLLM saw the simulated 8.0 while Triton compiled our kernels for sm90."""

@@ -490,8 +490,9 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         _speculation_problems(rec, runs) + _checkpoint_problems(rec, runs) + consistency_problems(rec, runs)
 
 
-#: Header fields every engine run of one record shares with the record (one machine, one install, one revision).
-SHARED_HEADER = ("gpu", "gpu_count", "capability", "cuda", "vllm", "torch", "triton", "revision")
+#: Header fields every engine run of one record shares with the record (one machine, one install -- its Python
+#: too: each engine is the same interpreter, sys.executable --, one revision).
+SHARED_HEADER = ("gpu", "gpu_count", "capability", "python", "cuda", "vllm", "torch", "triton", "revision")
 
 
 def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
