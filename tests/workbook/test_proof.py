@@ -382,6 +382,18 @@ def test_an_engine_runs_python_is_the_records(name, run):
     assert v.status == "invalid" and f"{run}'s header: python '3.12." in v.reason, v.line()
 
 
+def test_a_layers_prefill_is_a_vllm_mla_prefill():
+    """Round 9 (n09): a layer's ``prefill`` is held to vLLM's MLA prefills as ``ran.mla_prefill``'s names are."""
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results/h200/launch_h200_simulated.json").read_text())
+    layer = rec["runs"]["FLASHMLA_SPARSE"]["layers"]["model.layers.0.self_attn.attn"]
+    if proof.known_prefills() is None:
+        pytest.skip("the installed vLLM has no MLA prefill registry")
+    assert layer["prefill"] and proof.judge("x.json", rec).status == "proven"
+    layer["prefill"] = "BANANA"
+    v = proof.judge("x.json", rec)
+    assert v.status == "invalid" and "prefill 'BANANA' is no vLLM MLA prefill" in v.reason, v.line()
+
+
 def test_the_h200_record_of_the_old_simulation_is_invalid():
     """A real engine record (H200, 2026-12-02, ``results/h200/sessions/2026-12-02/GPU_RAN_2026-12-02.md``), kept here because it must fail
     the check: vLLM saw the simulated 8.0 while Triton compiled our kernels for sm90."""

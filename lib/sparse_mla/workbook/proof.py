@@ -366,7 +366,8 @@ def gpu_presets_named(gpu) -> list[tuple[str, str]]:
 
 def unknown_names(run: dict) -> list[str]:
     """Backend and indexer names in an engine run that no vLLM of ours has: the request's ``backend_requested`` and
-    ``indexer`` and the backends in ``ran.attention`` (:func:`known_backends`)."""
+    ``indexer`` and the backends in ``ran.attention`` (:func:`known_backends`); the MLA prefills of ``ran`` and of
+    each layer (:func:`known_prefills`)."""
     from ..launch.specs import TRITON_INDEXER
     from ..vllm_plugin.ran import INDEXER_CACHE_BACKEND
 
@@ -381,6 +382,9 @@ def unknown_names(run: dict) -> list[str]:
     prefills = known_prefills()
     out += [f"mla_prefill {n!r} is no vLLM MLA prefill" for n in ran.get("mla_prefill") or {}
             if prefills is not None and str(n).split(" ")[0] not in prefills]
+    out += [f"layers.{k}.prefill {v['prefill']!r} is no vLLM MLA prefill" for k, v in layers.items()   # the same
+            if isinstance(v, dict) and isinstance(v.get("prefill"), str) and prefills is not None   # name (n09)
+            and v["prefill"].split(" ")[0] not in prefills]
     if mla and isinstance(ran.get("attention"), dict) and set(mla) - set(ran["attention"]) - set(
             ran.get("draft_attention") or {}):
         out.append(f"layers name the backend(s) {sorted(set(mla))}, the engine's ran.attention "
