@@ -394,6 +394,19 @@ def test_a_layers_prefill_is_a_vllm_mla_prefill():
     assert v.status == "invalid" and "prefill 'BANANA' is no vLLM MLA prefill" in v.reason, v.line()
 
 
+def test_a_parity_record_with_its_keys_reordered_stays_proven():
+    """Round 9 (n21): JSON does not fix the order of an object's keys; the parity record rewritten with sorted keys,
+    or its runs in reverse order, is the same record (``parity_pairs`` pairs the runs in their order)."""
+    text = (Path(__file__).resolve().parents[2] / "results/h200/launch_h200_simulated.json").read_text()
+    rec = json.loads(json.dumps(json.loads(text), sort_keys=True))
+    v = proof.judge("x.json", rec)
+    assert v.status == "proven", v.line()
+    rec["runs"] = dict(reversed(list(rec["runs"].items())))
+    assert proof.judge("x.json", rec).status == "proven"
+    rec["parity_pairs"][0]["all_identical"] = not rec["parity_pairs"][0]["all_identical"]   # a figure, no order
+    assert "parity_pairs: not what its runs give" in proof.judge("x.json", rec).reason
+
+
 def test_the_h200_record_of_the_old_simulation_is_invalid():
     """A real engine record (H200, 2026-12-02, ``results/h200/sessions/2026-12-02/GPU_RAN_2026-12-02.md``), kept here because it must fail
     the check: vLLM saw the simulated 8.0 while Triton compiled our kernels for sm90."""
