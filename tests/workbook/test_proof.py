@@ -178,7 +178,7 @@ def _glm5next_record(sigma: float = 0.02) -> dict:
         "TRITON_MLA_SPARSE@12.0,", "")}                   # the run that failed left out, as if never asked
     return {**{k: v for k, v in rec.items() if k not in ("checkpoint", "environment")}, "environment": env,
             "model_config": rec["checkpoint"], "runs": {GLM5NEXT_RUN: run}, "reference": {GLM5NEXT_RUN: ref},
-            "first_token_criterion": crit}
+            "engine_agreement": {}, "first_token_criterion": crit}      # one run: none to compare with the first
 
 
 def test_a_glm5next_comparison_is_proven_by_its_criterion():
@@ -317,6 +317,94 @@ def test_the_breakers_round_eight_on_glm5next_comparisons(make, status, needle):
 def test_a_glm5next_comparison_that_says_otherwise_is_not_proven(make, status, needle):
     v = proof.judge("x.json", make(_glm5next_record()))
     assert v.status == status and needle in v.reason, v.line()
+
+
+_GLM_DIR = Path(__file__).resolve().parents[2] / "results" / "h100-80gb-hbm3"
+#: The committed proven GLM-5.3-Flash comparisons (two engines; one simulating 8.0), read once.
+_GLM_PROVEN = {n: (_GLM_DIR / f"glm5next_parity_h100-80gb-hbm3_vllm033{n}.json").read_text() for n in ("", "_sim80")}
+_FM, _TM, _SIM = "FLASHMLA_SPARSE", "TRITON_MLA_SPARSE", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0"
+_MLA_LAYER = "model.layers.3.self_attn.attn"
+
+
+def _set(r: dict, path: list, value) -> dict:
+    d = r
+    for k in path[:-1]:
+        d = d[k]
+    d[path[-1]] = value
+    return r
+
+
+@pytest.mark.parametrize("which, edit, needle", [     # issue 47, breaker round 9 (j04-j33, z15, z17)
+    ("", lambda r: _set(r, ["engine_agreement", _TM, "per_prompt", 0, "identical"], False),
+     f"engine_agreement.{_TM}: not what the generations of '{_TM}' and the first run '{_FM}' give"),
+    ("", lambda r: _set(r, ["engine_agreement", _TM, "all_identical"], False), f"engine_agreement.{_TM}: not what"),
+    ("", lambda r: _set(r, ["engine_agreement", _FM], r["engine_agreement"][_TM]), f"engine_agreement.{_FM}: not"),
+    ("", lambda r: r.pop("engine_agreement"), "engine_agreement None, the tool writes"),
+    ("", lambda r: _set(r, ["reference", _TM, 2, "reference_greedy", "top2_gaps", 3], -0.1),
+     "top2_gaps [0.70"),
+    ("", lambda r: _set(r, ["runs", _TM, "layers", _MLA_LAYER, "kv_cache_dtype"], "fp8"),
+     f"layer {_MLA_LAYER} has KV dtype 'fp8', the run asked 'auto'"),
+    ("", lambda r: _set(r, ["runs", _TM, "simulated"], {"capability": "8.0"}),
+     f"{_TM}: simulated {{'capability': '8.0'}} beside simulated_capability None"),
+    ("_sim80", lambda r: _set(r, ["runs", _SIM, "simulated", "capability"], "8.9"),
+     "beside simulated_capability '8.0'"),
+    ("_sim80", lambda r: r["runs"][_SIM].pop("simulated"), "simulated None beside simulated_capability '8.0'"),
+    ("", lambda r: _set(r, ["model_config", "layer_types", 0], "indexed_attention"),
+     "MLA attention in decoder layers [3, 7], the model's layer_types make [0, 3, 7] MLA"),
+    ("", lambda r: _set(r, ["runs", _TM, "layers", _MLA_LAYER, "mla"], False),
+     f"{_TM}: layers give attention {{'{_TM}': 1}} (by backend and mla flag), its ran counts {{'{_TM}': 2}}"),
+    # our backend's impl on any vLLM line (z16), token ids below the model's vocab (z18)
+    ("", lambda r: _set(r, ["runs", _TM, "layers", _MLA_LAYER, "impl"], "FlashMLASparseImpl"),
+     "names impl 'FlashMLASparseImpl' beside backend 'TRITON_MLA_SPARSE'; accepted: 'TritonMLASparseImpl'"),
+    ("", lambda r: _set(r, ["runs", _TM, "generations", 1, "first_top_logprobs", "50000"], -30.0),
+     "generation 1 names token 50000; accepted: ids below the model's vocab_size 2048"),
+    ("", lambda r: _set(r, ["runs", _TM, "generations", 0, "token_ids", 3], 2048), "names token 2048"),
+])
+def test_a_glm5next_comparisons_figures_are_what_its_runs_give(which, edit, needle):
+    """Round 9: engine_agreement recomputed with the tool's ``launch.engine.compare`` against the first run, the
+    reference's top-2 gaps, each layer's side, KV dtype and place, a run's ``simulated`` block."""
+    assert proof.judge("x.json", json.loads(_GLM_PROVEN[which])).status == "proven"
+    rec = json.loads(_GLM_PROVEN[which])
+    edit(rec)
+    v = proof.judge("x.json", rec)
+    assert v.status == "invalid" and needle in v.reason, v.line()
+
+
+@pytest.mark.parametrize("name, run", [("h200/launch_h200_simulated.json", "FLASHMLA_SPARSE"),
+                                       ("h200/diagnose_vs_engine_h200.json", "fp8")])
+def test_an_engine_runs_python_is_the_records(name, run):
+    """Round 9 (n26, z04): each engine of a record is the same interpreter; a run's own header naming another Python
+    is invalid, as another torch, Triton or CUDA is."""
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results" / name).read_text())
+    assert proof.judge("x.json", rec).status == "proven"
+    rec["runs"][run]["environment"]["python"] = "3.12.4" if rec["environment"]["python"] != "3.12.4" else "3.12.5"
+    v = proof.judge("x.json", rec)
+    assert v.status == "invalid" and f"{run}'s header: python '3.12." in v.reason, v.line()
+
+
+def test_a_layers_prefill_is_a_vllm_mla_prefill():
+    """Round 9 (n09): a layer's ``prefill`` is held to vLLM's MLA prefills as ``ran.mla_prefill``'s names are."""
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results/h200/launch_h200_simulated.json").read_text())
+    layer = rec["runs"]["FLASHMLA_SPARSE"]["layers"]["model.layers.0.self_attn.attn"]
+    if proof.known_prefills() is None:
+        pytest.skip("the installed vLLM has no MLA prefill registry")
+    assert layer["prefill"] and proof.judge("x.json", rec).status == "proven"
+    layer["prefill"] = "BANANA"
+    v = proof.judge("x.json", rec)
+    assert v.status == "invalid" and "prefill 'BANANA' is no vLLM MLA prefill" in v.reason, v.line()
+
+
+def test_a_parity_record_with_its_keys_reordered_stays_proven():
+    """Round 9 (n21): JSON does not fix the order of an object's keys; the parity record rewritten with sorted keys,
+    or its runs in reverse order, is the same record (``parity_pairs`` pairs the runs in their order)."""
+    text = (Path(__file__).resolve().parents[2] / "results/h200/launch_h200_simulated.json").read_text()
+    rec = json.loads(json.dumps(json.loads(text), sort_keys=True))
+    v = proof.judge("x.json", rec)
+    assert v.status == "proven", v.line()
+    rec["runs"] = dict(reversed(list(rec["runs"].items())))
+    assert proof.judge("x.json", rec).status == "proven"
+    rec["parity_pairs"][0]["all_identical"] = not rec["parity_pairs"][0]["all_identical"]   # a figure, no order
+    assert "parity_pairs: not what its runs give" in proof.judge("x.json", rec).reason
 
 
 def test_the_h200_record_of_the_old_simulation_is_invalid():
@@ -889,7 +977,8 @@ def _throughput(r, **changes):
                             r["throughput_tokens_per_s"].update({_T: 92370.0})), "invalid",
      "output_tokens_per_s 92370.0, not its 4096 generated tokens in 4.434 s"),
     (MTP_RECORD, lambda r: _throughput(r, seconds=0), "invalid", "not its 4096 generated tokens in 0 s"),
-    (MTP_RECORD, lambda r: _throughput(r, generated_tokens=409600), "invalid", "more than num_seqs 32 x max_tokens"),
+    (MTP_RECORD, lambda r: _throughput(r, generated_tokens=409600), "invalid", "not num_seqs 32 x max_tokens"),
+    (MTP_RECORD, lambda r: _throughput(r, generated_tokens=4095), "invalid", "4095, not num_seqs 32 x max_tokens"),
     (MTP_RECORD, lambda r: r.update(max_model_len=64), "invalid", "exceed max_model_len 64"),
     (SERVE_RECORD, lambda r: r["repeats"][_T][0].update(completed=10 ** 6), "invalid",
      "completed 1000000 prompts of the 160"),

@@ -162,6 +162,38 @@ def test_a_glm5next_comparison_is_held_to_its_writers_keys_below_its_engines():
         f"no writer writes the key 'finish_reason' at runs.{run}.generations[0]"]
 
 
+GLM = "h100-80gb-hbm3/glm5next_parity_h100-80gb-hbm3_vllm033.json"
+TM = "TRITON_MLA_SPARSE"
+
+
+@pytest.mark.parametrize("name,edit,where", [
+    # round 9: the GLM-5.3-Flash comparison's own levels (the breaker's j27-j30), an engine's speculation (n46)
+    (GLM, lambda r: r["reference"][TM][0]["steps"][0].update(note=1), f"the key 'note' at reference.{TM}[0].steps[0]"),
+    (GLM, lambda r: r["reference"][TM][0].update(note=1), f"the key 'note' at reference.{TM}[0]"),
+    (GLM, lambda r: r.update(reference={"error": "OOM", "retried": True}), "the key 'retried' at reference"),
+    (GLM, lambda r: r["engine_agreement"][TM]["per_prompt"][0].update(note=1),
+     f"the key 'note' at engine_agreement.{TM}.per_prompt[0]"),
+    (GLM, lambda r: r["engine_agreement"][TM].update(note=1), f"the key 'note' at engine_agreement.{TM}"),
+    (GLM, lambda r: r["first_token_criterion"]["per_prompt"][0].update(note=1),
+     "the key 'note' at first_token_criterion.per_prompt[0]"),
+    ("h200/launch_h200_ngram.json", lambda r: r["runs"][TM]["ran"]["speculative"].update(banana=1),
+     f"the key 'banana' at runs.{TM}.ran.speculative"),
+])
+def test_a_key_no_writer_writes_in_a_comparisons_figures_makes_the_record_invalid(tmp_path, name, edit, where):
+    """Round 9: a GLM-5.3-Flash comparison's reference entries and steps, its engines' agreement and its criterion's
+    prompts, and an engine's speculation counters are held to their writers' keys too."""
+    test_a_key_no_writer_writes_makes_an_engine_record_invalid(tmp_path, name, edit, where)
+
+
+def test_a_failed_reference_or_criterion_is_no_unwritten_key():
+    """The tool writes a failed reference as ``{"error", "traceback"}`` and a failed criterion as ``{"error"}``:
+    those keys, not the per-run ones, are what is accepted there."""
+    rec = _committed(GLM)
+    rec["reference"] = {"error": "RuntimeError: OOM", "traceback": "..."}
+    rec["first_token_criterion"] = {"error": "RuntimeError: OOM"}
+    assert schema.problems(rec, schema.Glm5NextRecord) == []
+
+
 SERVE = "h200/bench_serve_h200_8heads.json"
 
 

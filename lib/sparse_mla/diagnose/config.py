@@ -386,12 +386,17 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
     return out
 
 
+def mla_layers(layer_types) -> list[int]:
+    """The decoder layers with MLA attention where ``layer_types`` (GLM-5.3-Flash: ``linear_attention`` KDA layers,
+    every 4th ``indexed_attention``) names each layer: those that are not linear (vLLM's ``_is_kda_layer`` false)."""
+    return [i for i, t in enumerate(layer_types) if t != "linear_attention"]
+
+
 def _first_mla_layer(hf) -> int:
-    """The first decoder layer with MLA attention: 0, or where ``layer_types`` (GLM-5.3-Flash: ``linear_attention``
-    KDA layers, every 4th ``indexed_attention``) names the first attention layer that is not linear."""
+    """The first decoder layer with MLA attention: 0, or the first of :func:`mla_layers`."""
     types = getattr(hf, "layer_types", None)
     if isinstance(types, (list, tuple)):
-        return next((i for i, t in enumerate(types) if t != "linear_attention"), 0)
+        return next(iter(mla_layers(types)), 0)
     return 0
 
 

@@ -16,10 +16,10 @@ Kinds (:data:`KINDS`): the attention-kernel benchmark (``bench_kernel_*.json``),
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError,
-                      create_model, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag,
+                      ValidationError, create_model, model_validator)
 from pydantic_core import PydanticCustomError
 
 from ..errors import UserInputError
@@ -298,9 +298,10 @@ class PlanLimits(_Written):
     smem_per_sm: SharedMemory = None
 
 
-class SpeculativeCounts(_Shape):
-    """The engine's own speculation counters: every draft proposes at least one token, and no more tokens are
-    accepted than were proposed (``acceptance_rate`` = accepted / proposed, 0 to 1)."""
+class SpeculativeCounts(_Written):
+    """The engine's own speculation counters (``launch.engine.speculative_counts``, its keys alone): every draft
+    proposes at least one token, and no more tokens are accepted than were proposed (``acceptance_rate`` = accepted /
+    proposed, 0 to 1)."""
     drafts: Count
     draft_tokens: Count
     accepted_tokens: Count
@@ -566,6 +567,19 @@ GLM5NEXT_KEYS = ("what", "environment", "model_config", "checkpoint", "max_token
 GLM5NEXT_RUN_KEYS = ("run", "backend_requested", "indexer", "simulated_capability", "engine_init_s", "layers",
                      "attention_backends", "generations", "ran", "ran_contradictions", "ran_error", "simulated",
                      "error", "stderr")
+#: Its ``engine_agreement.<run>`` (:func:`sparse_mla.launch.engine.compare`) and one prompt's entry there.
+AGREEMENT_KEYS = ("per_prompt", "all_identical")
+AGREEMENT_PROMPT_KEYS = ("prompt_len", "identical", "first_divergence", "max_abs_logprob_diff")
+#: Its ``reference.<run>[i]`` (the tool's ``judge``), one of its steps, and the reference's own greedy tokens; or
+#: the reference's failure (``{"error", "traceback"}``).
+GLM5NEXT_REFERENCE_KEYS = ("prompt_len", "steps", "max_regret", "max_abs_logprob_diff", "reference_greedy",
+                           "first_divergence", "reference_gap_at_divergence", "first_token")
+GLM5NEXT_STEP_KEYS = ("token", "reference_logprob", "vllm_logprob", "abs_diff", "regret", "reference_argmax")
+GLM5NEXT_REFERENCE_ERROR_KEYS = ("error", "traceback")
+#: A first-token criterion (:func:`sparse_mla.launch.first_token.judge_first_tokens`) and one prompt of it.
+CRITERION_KEYS = ("rule", "arithmetic", "samples", "per_prompt", "decisive_prompts", "failures")
+CRITERION_PROMPT_KEYS = ("prompt_len", "reference_argmax", "reference_second", "gap", "tolerance", "sigma",
+                         "decisive", "first_tokens")
 DIAGNOSED_ENGINE_KEYS = (*OFFLINE_KEYS, "error", "log_tail")
 #: Its diagnosis of one KV-cache dtype (``sparse_mla.workbook.diagnosis.entry``: the prediction, and the diagnosis's
 #: own headline, resolved KV-cache dtype and blockers), and the prediction (``sparse_mla.workbook.diagnosis.predicted``;
@@ -628,9 +642,31 @@ ParityRecord = _written("ParityRecord", PARITY_KEYS, "A parity record's top leve
                         serve=ServedCheck, **_levels(PARITY_KEYS))
 OneEngineRecord = _written("OneEngineRecord", ONE_ENGINE_KEYS, "One engine's record.", serve=ServedCheck,
                            **_levels(ONE_ENGINE_KEYS))
+#: A tagged union's branch names: no part of a record's path (:func:`problems` drops them).
+_BRANCHES = ("<failed>", "<per run>")
+
+
+def _failed_or(keys: tuple[str, ...], name: str, per_run) -> type:
+    """A level the writer fills per run (``per_run``), or with its failure (an object holding ``error``: the
+    ``keys`` alone)."""
+    return Annotated[Union[Annotated[_written(name, keys, "A failure."), Tag(_BRANCHES[0])],
+                           Annotated[per_run, Tag(_BRANCHES[1])]],
+                     Discriminator(lambda v: _BRANCHES[0] if isinstance(v, dict) and "error" in v else _BRANCHES[1])]
+
+
+_GLM5NEXT_REFERENCE = _written("Glm5NextReference", GLM5NEXT_REFERENCE_KEYS, "The reference's view of one prompt.",
+                               steps=list[_written("Glm5NextStep", GLM5NEXT_STEP_KEYS, "One generated token.")])
 Glm5NextRecord = _written("Glm5NextRecord", GLM5NEXT_KEYS, "A GLM-5.3-Flash comparison's top level.",
                           runs=dict[str, _written("Glm5NextRun", GLM5NEXT_RUN_KEYS, "One compared engine.",
                                                   **_levels(GLM5NEXT_RUN_KEYS))],
+                          engine_agreement=dict[str, _written(
+                              "Agreement", AGREEMENT_KEYS, "One run against the first.",
+                              per_prompt=list[_written("AgreementPrompt", AGREEMENT_PROMPT_KEYS, "One prompt.")])],
+                          reference=_failed_or(GLM5NEXT_REFERENCE_ERROR_KEYS, "ReferenceFailed",
+                                               dict[str, list[_GLM5NEXT_REFERENCE]]),
+                          first_token_criterion=_failed_or(("error",), "CriterionFailed", _written(
+                              "Criterion", CRITERION_KEYS, "The first-token criterion.",
+                              per_prompt=list[_written("CriterionPrompt", CRITERION_PROMPT_KEYS, "One prompt.")])),
                           **_levels(GLM5NEXT_KEYS, "checkpoint"))     # its checkpoint: the model's config.json
 DiagnosisRecord = _written("DiagnosisRecord", DIAGNOSIS_KEYS, "The diagnosis against engines.",
                            runs=dict[str, _written("DiagnosedEngine", DIAGNOSED_ENGINE_KEYS, "One diagnosed engine.",
@@ -956,7 +992,7 @@ def problems(obj, shape: type[_Shape]) -> list[str]:
         seen, out = set(), []
         for err in e.errors(include_url=False):
             key = err["loc"][-1:] == ("[key]",)          # a mapping's key, not its value
-            loc = err["loc"][:-1] if key else err["loc"]
+            loc = tuple(p for p in (err["loc"][:-1] if key else err["loc"]) if p not in _BRANCHES)
             if loc in seen:
                 continue
             seen.add(loc)

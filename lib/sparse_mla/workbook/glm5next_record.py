@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ..records.values import is_number
+from ..records import schema
+from ..records.values import is_number, same_json
 from .consistency import _criterion, criterion_figure_problems, first_step_problems, unrecorded_failures
 
 #: Relative (and absolute, near 0) difference within which two of the writer's float figures are one number.
@@ -55,7 +56,21 @@ def generation_problems(rec: dict) -> list[str]:
                            f"{len(lps) if isinstance(lps, list) else lps!r} log-probs; the record's max_tokens is "
                            f"{n!r} (the tool ignores EOS)")
         out += first_step_problems(k, gens)
+        out += _vocab_problems(k, gens, (rec.get("model_config") or {}).get("vocab_size"))
     return out
+
+
+def _vocab_problems(k: str, gens: list, vocab) -> list[str]:
+    """Token ids (generated, and the first step's top log-probs' keys) below the model's ``vocab_size``."""
+    if not isinstance(vocab, int):
+        return []
+    for i, g in enumerate(gens):
+        ids = [*(g.get("token_ids") or []), *map(int, g.get("first_top_logprobs") or {})] if isinstance(g, dict) \
+            else []
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            return [f"{k}: generation {i} names token {bad[0]!r}; accepted: ids below the model's vocab_size {vocab}"]
+    return []
 
 
 def _step_problems(where: str, steps, gen: dict) -> list[str]:
@@ -102,6 +117,12 @@ def _entry_problems(where: str, e: dict, gen: dict) -> list[str]:
     if e.get("first_divergence") != div:
         out.append(f"{where}: first_divergence {e.get('first_divergence')!r}, the tokens first leave the "
                    f"reference's greedy ones at {div!r}")
+    if not all(is_number(g) and g >= 0 for g in gaps):      # its best log-prob minus its second: never below 0
+        out.append(f"{where}: reference_greedy.top2_gaps {gaps}; accepted: numbers of at least 0 (the reference's "
+                   f"best log-prob minus its second)")
+    elif div is not None and div < len(gaps) and not _same(e.get("reference_gap_at_divergence"), gaps[div]):
+        out.append(f"{where}: reference_gap_at_divergence {e.get('reference_gap_at_divergence')!r}, its greedy "
+                   f"gap at step {div} {gaps[div]!r}")
     return out
 
 
@@ -149,7 +170,9 @@ def criterion_problems(rec: dict) -> list[str]:
 
 def layer_problems(rec: dict) -> list[str]:
     """Each engine's ``layers``: as many per backend as its ``ran`` counts in ``attention``, ``indexer_cache`` and
-    ``other_layers`` together, and entries for each of the model's ``num_hidden_layers`` decoder layers."""
+    ``other_layers``, each side its own (:func:`_side_problems`), the tool's KV dtype (:func:`_layer_kv_problems`),
+    entries for each of the model's ``num_hidden_layers`` decoder layers, MLA ones where its ``layer_types`` says
+    (:func:`_layer_type_problems`)."""
     cfg = rec.get("model_config", rec.get("checkpoint"))
     n_layers = cfg.get("num_hidden_layers") if isinstance(cfg, dict) else None
     out = []
@@ -163,20 +186,102 @@ def layer_problems(rec: dict) -> list[str]:
             said.update(ran.get(part) or {})
         if have != said:
             out.append(f"{k}: layers name {dict(sorted(have.items()))}, its ran counts {dict(sorted(said.items()))}")
+            continue
+        # a layer's mla flag (absent from the earliest records, which count linear attention as attention) tells
+        # the MLA layers from the others: their sides, their KV dtype, where they are
+        flagged = all(isinstance(v, dict) and "mla" in v for v in layers.values())
+        found = _side_problems(k, ran, layers) + _layer_kv_problems(k, r) if flagged else []
         idx = sorted({int(m.group(1)) for n in layers if (m := re.match(r"model\.layers\.(\d+)\.", n))})
         if idx != list(range(n_layers if isinstance(n_layers, int) else -1)):
-            out.append(f"{k}: layers of {len(idx)} decoder layers, the model's num_hidden_layers is {n_layers!r}")
+            found.append(f"{k}: layers of {len(idx)} decoder layers, the model's num_hidden_layers is {n_layers!r}")
+        elif not found and flagged and isinstance(cfg.get("layer_types"), list):
+            found += _layer_type_problems(k, cfg["layer_types"], layers)
+        out += found
     return out
+
+
+def _side_problems(k: str, ran: dict, layers: dict) -> list[str]:
+    """Each side of ``layers`` (:func:`sparse_mla.vllm_plugin.ran.count_backends`, ``other_layers``: by backend and
+    its ``mla`` flag) what ``ran`` counts there (``collect`` counts them so)."""
+    from ..vllm_plugin.ran import count_backends, other_layers
+
+    entries = {n: v for n, v in layers.items() if isinstance(v, dict)}
+    have = dict(zip(("attention", "indexer_cache"), count_backends(entries)), other_layers=other_layers(entries))
+    return [f"{k}: layers give {part} {have[part]} (by backend and mla flag), its ran counts {ran.get(part) or {}}"
+            for part in have if have[part] != (ran.get(part) or {})]
+
+
+#: The KV-cache dtype the tool's engines run: it asks none (vLLM's default).
+KV_CACHE_DTYPE = "auto"
+
+
+def _layer_kv_problems(k: str, r: dict) -> list[str]:
+    """Each attention layer's KV dtype the tool's (:data:`KV_CACHE_DTYPE`; ``launch``'s check,
+    :func:`sparse_mla.workbook.consistency._layer_problems`)."""
+    from .consistency import _layer_problems
+
+    return _layer_problems({"kv_cache_dtype": KV_CACHE_DTYPE}, k, {**r, "kv_cache_dtype": KV_CACHE_DTYPE})
+
+
+def _layer_type_problems(k: str, layer_types: list, layers: dict) -> list[str]:
+    """The decoder layers holding an MLA attention layer (``attention`` side) those the model's ``layer_types``
+    makes MLA (:func:`sparse_mla.diagnose.config.mla_layers`)."""
+    from ..diagnose.config import mla_layers
+    from ..vllm_plugin.ran import count_backends
+
+    got = sorted({int(m.group(1)) for n, v in layers.items() if isinstance(v, dict) and count_backends({n: v})[0]
+                  and (m := re.match(r"model\.layers\.(\d+)\.", n))})
+    want = mla_layers(layer_types)
+    return [] if got == want else [f"{k}: MLA attention in decoder layers {got}, the model's layer_types make "
+                                   f"{want} MLA (the others linear_attention)"]
+
+
+def simulated_problems(rec: dict) -> list[str]:
+    """Each engine's ``simulated`` block (``launch.specs.with_simulated``, written where the run's process had a
+    simulated capability: its run spec's ``@M.m``): present exactly where the run spec simulates, with its
+    capability."""
+    out = []
+    for k, r in _ok_runs(rec).items():
+        cap, sim = r.get("simulated_capability"), r.get("simulated")
+        have = sim.get("capability") if isinstance(sim, dict) else sim
+        if have != cap:
+            out.append(f"{k}: simulated {str(sim)[:60]} beside simulated_capability {cap!r}; accepted: a simulated "
+                       f"block with the run spec's capability where it simulates one, none elsewhere")
+    return out
+
+
+def agreement_problems(rec: dict) -> list[str]:
+    """``engine_agreement``: what the tool's :func:`sparse_mla.launch.engine.compare` gives for each run that ran
+    against the first of its command's ``--runs`` (no entry for that one; none at all where it failed)."""
+    from ..launch.engine import compare
+
+    ok, asked = _ok_runs(rec), _runs_asked(rec)
+    base = asked[0] if asked else next(iter(ok), None)
+    want = {k: compare(ok[base], v) for k, v in ok.items() if k != base} if base in ok else None
+    got = rec.get("engine_agreement")
+    if same_json(got, want):
+        return []
+    if not isinstance(got, dict) or not isinstance(want, dict):
+        return [f"engine_agreement {str(got)[:60]}, the tool writes {str(want)[:60]} (against the first run "
+                f"{base!r})"]
+    return [f"engine_agreement.{k}: not what the generations of {k!r} and the first run {base!r} give "
+            f"(launch.engine.compare)" for k in sorted(set(got) | set(want)) if not same_json(got.get(k), want.get(k))]
 
 
 #: The tool's command line (``environment.command``): its path and the options whose values the record holds.
 TOOL = "tools/gpu/glm5next_parity.py"
 #: The keys of the tool's ``first_token_criterion`` (``first_token.judge_first_tokens``), or of its error.
-CRITERION_KEYS = ({"rule", "arithmetic", "samples", "per_prompt", "decisive_prompts", "failures"}, {"error"})
+CRITERION_KEYS = (set(schema.CRITERION_KEYS), {"error"})
 
 
 def _option(cmd: list[str], name: str, default: str) -> str:
     return cmd[cmd.index(name) + 1] if name in cmd[:-1] else default
+
+
+def _runs_asked(rec: dict) -> list[str]:
+    """The run specs of the tool's command (``environment.command``'s ``--runs``, the tool's default where absent)."""
+    cmd = str((rec.get("environment") or {}).get("command") or "").split()
+    return [r for r in _option(cmd, "--runs", "auto,TRITON_MLA_SPARSE").split(",") if r]
 
 
 def command_problems(rec: dict) -> list[str]:
@@ -191,7 +296,7 @@ def command_problems(rec: dict) -> list[str]:
         return [f"environment.command {' '.join(cmd)[:80]!r} is not {TOOL}'s"]
     runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
     out = []
-    want = [r for r in _option(cmd, "--runs", "auto,TRITON_MLA_SPARSE").split(",") if r]
+    want = _runs_asked(rec)
     if list(runs) != want:
         out.append(f"runs {list(runs)}, its command's --runs {want}")
     lens = [int(x) for x in _option(cmd, "--prompt-lengths", "48,900").split(",") if x.isdigit()]
@@ -217,7 +322,8 @@ def command_problems(rec: dict) -> list[str]:
 
 def glm5next_record_problems(rec: dict) -> list[str]:
     """Everything above, one line each (``[]``: the record's figures are what its data give)."""
-    out = command_problems(rec) + generation_problems(rec) + layer_problems(rec)
+    out = command_problems(rec) + generation_problems(rec) + layer_problems(rec) + simulated_problems(rec)
+    out += agreement_problems(rec) if not out else []
     return out + (reference_problems(rec) if not out else []) + (criterion_problems(rec) if not out else [])
 
 

@@ -366,7 +366,8 @@ def gpu_presets_named(gpu) -> list[tuple[str, str]]:
 
 def unknown_names(run: dict) -> list[str]:
     """Backend and indexer names in an engine run that no vLLM of ours has: the request's ``backend_requested`` and
-    ``indexer`` and the backends in ``ran.attention`` (:func:`known_backends`)."""
+    ``indexer`` and the backends in ``ran.attention`` (:func:`known_backends`); the MLA prefills of ``ran`` and of
+    each layer (:func:`known_prefills`)."""
     from ..launch.specs import TRITON_INDEXER
     from ..vllm_plugin.ran import INDEXER_CACHE_BACKEND
 
@@ -381,6 +382,9 @@ def unknown_names(run: dict) -> list[str]:
     prefills = known_prefills()
     out += [f"mla_prefill {n!r} is no vLLM MLA prefill" for n in ran.get("mla_prefill") or {}
             if prefills is not None and str(n).split(" ")[0] not in prefills]
+    out += [f"layers.{k}.prefill {v['prefill']!r} is no vLLM MLA prefill" for k, v in layers.items()   # the same
+            if isinstance(v, dict) and isinstance(v.get("prefill"), str) and prefills is not None   # name (n09)
+            and v["prefill"].split(" ")[0] not in prefills]
     if mla and isinstance(ran.get("attention"), dict) and set(mla) - set(ran["attention"]) - set(
             ran.get("draft_attention") or {}):
         out.append(f"layers name the backend(s) {sorted(set(mla))}, the engine's ran.attention "
@@ -395,15 +399,17 @@ def impl_problems(name: str, run: dict, vllm) -> list[str]:
     """Each layer's ``impl`` (``type(layer.impl).__name__``, :func:`sparse_mla.vllm_plugin.ran.layer_backends`)
     against its ``backend``: the class that backend's ``get_impl_cls()`` gives (:func:`backend_impl`). Judged where
     the run's vLLM (``vllm``, its header's) is of the installed vLLM's line (another line may name its classes
-    otherwise) and for the backends of vLLM's registry and ours (the indexer's cache and linear-attention layers
-    have no impl: ``NoneType``, no check). The first layer that differs, one line."""
+    otherwise) and for the backends of vLLM's registry, and for ours on every line (the indexer's cache and
+    linear-attention layers have no impl: ``NoneType``, no check). The first layer that differs, one line."""
     from ..vllm_lines import current_line, line_of
 
+    from ..launch.specs import OURS
+
     layers = run.get("layers") if isinstance(run.get("layers"), dict) else {}
-    if not layers or not isinstance(vllm, str) or line_of(vllm) is None or line_of(vllm) != current_line():
-        return []
-    for n, v in layers.items():
-        want = backend_impl(v.get("backend")) if isinstance(v, dict) and isinstance(v.get("backend"), str) else None
+    same_line = isinstance(vllm, str) and line_of(vllm) is not None and line_of(vllm) == current_line()
+    for n, v in layers.items():     # our backend's impl is ours on every line (issue 47, round 9: z16)
+        want = backend_impl(v.get("backend")) if isinstance(v, dict) and isinstance(v.get("backend"), str) and \
+            (same_line or v["backend"] == OURS) else None
         if want is not None and v.get("impl") != want:
             return [f"{name}: layer {n} names impl {v.get('impl')!r} beside backend {v['backend']!r}; accepted: "
                     f"{want!r} (that backend's get_impl_cls(), vLLM {vllm})"]
@@ -488,8 +494,9 @@ def record_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         _speculation_problems(rec, runs) + _checkpoint_problems(rec, runs) + consistency_problems(rec, runs)
 
 
-#: Header fields every engine run of one record shares with the record (one machine, one install, one revision).
-SHARED_HEADER = ("gpu", "gpu_count", "capability", "cuda", "vllm", "torch", "triton", "revision")
+#: Header fields every engine run of one record shares with the record (one machine, one install -- its Python
+#: too: each engine is the same interpreter, sys.executable --, one revision).
+SHARED_HEADER = ("gpu", "gpu_count", "capability", "python", "cuda", "vllm", "torch", "triton", "revision")
 
 
 def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
@@ -812,6 +819,7 @@ def _glm5next_verdict(path: str, obj: dict) -> Verdict:
     bad = [f"{k}: {c}" for k, r in runs.items() if (req := _glm5next_request(k)) is not None
            for c in contradictions(req, r.get("ran"))]
     bad += glm5next_record_problems(obj) + unwritten_keys(obj)
+    bad += [p for k, r in runs.items() for p in impl_problems(k, r, (obj.get("environment") or {}).get("vllm"))]
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
     said = said_failed(obj)
