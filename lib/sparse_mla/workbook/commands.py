@@ -22,26 +22,36 @@ from ..layouts import FP8_KV_CACHE_DTYPES
 SERVE_KEYS = ("repeats", "load")
 
 
-def parsed_launch(command: str) -> argparse.Namespace | str | None:
-    """``command`` parsed by ``sparse-mla launch``'s parser (:func:`sparse_mla.launch.engine.add_cli`): the namespace,
-    a line saying why it does not parse, or None where ``command`` is no ``sparse-mla ...`` command line."""
-    from ..launch.engine import add_cli
-
+def parsed_cli(command: str, subcommand: tuple[str, ...], add_cli, record: str) -> argparse.Namespace | str | None:
+    """``command`` parsed by the parser of ``sparse-mla SUBCOMMAND`` (``add_cli``, the command's own, adding it to a
+    subparsers object): the namespace, a line saying why it is not such a command (another subcommand, named for
+    ``record``'s kind, e.g. "an engine record's"; what the parser refuses; arguments it does not take), or None where
+    ``command`` is no ``sparse-mla ...`` command line."""
+    name = " ".join(subcommand)
     try:
         words = shlex.split(command)
     except ValueError as e:
         return f"environment.command does not parse as a shell line ({e})"
-    if len(words) < 2 or words[0] not in ("sparse-mla", "python3 -m sparse_mla"):
+    if len(words) < 2 or words[0] != "sparse-mla":
         return None
-    if words[1] != "launch":
-        return f"environment.command is `sparse-mla {words[1]} ...`; an engine record's is `sparse-mla launch ...`"
+    if tuple(words[1:1 + len(subcommand)]) != subcommand:
+        return (f"environment.command is `sparse-mla {' '.join(words[1:1 + len(subcommand)])} ...`; {record} is "
+                f"`sparse-mla {name} ...`")
     parser = argparse.ArgumentParser(prog="sparse-mla", exit_on_error=False, add_help=False)
     add_cli(parser.add_subparsers())
     try:
         args, extra = parser.parse_known_args(words[1:])
     except (argparse.ArgumentError, SystemExit) as e:
-        return f"environment.command is no launch command line launch's parser takes ({e})"
-    return f"environment.command has arguments launch does not take: {extra}" if extra else args
+        return f"environment.command is no {name} command line {name}'s parser takes ({e})"
+    return f"environment.command has arguments {name} does not take: {extra}" if extra else args
+
+
+def parsed_launch(command: str) -> argparse.Namespace | str | None:
+    """``command`` parsed by ``sparse-mla launch``'s parser (:func:`sparse_mla.launch.engine.add_cli`,
+    :func:`parsed_cli`)."""
+    from ..launch.engine import add_cli
+
+    return parsed_cli(command, ("launch",), add_cli, "an engine record's")
 
 
 def _same_kv(a, b) -> bool:

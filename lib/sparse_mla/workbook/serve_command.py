@@ -12,8 +12,8 @@ script calling :func:`sparse_mla.bench.serve.bench_serve`) is not compared; the 
 from __future__ import annotations
 
 import argparse
-import shlex
 
+from .commands import parsed_cli
 from .serving import live_server_runs
 
 
@@ -22,26 +22,11 @@ def _dict(v) -> dict:
 
 
 def parsed_serve(command: str) -> argparse.Namespace | str | None:
-    """``command`` parsed by ``sparse-mla bench serve``'s parser: the namespace, a line saying why it is not such a
-    command, or None where ``command`` is no ``sparse-mla ...`` line."""
+    """``command`` parsed by ``sparse-mla bench serve``'s parser (:func:`sparse_mla.bench.cli.add_cli`,
+    :func:`sparse_mla.workbook.commands.parsed_cli`)."""
     from ..bench.cli import add_cli
 
-    try:
-        words = shlex.split(command)
-    except ValueError as e:
-        return f"environment.command does not parse as a shell line ({e})"
-    if len(words) < 2 or words[0] != "sparse-mla":
-        return None
-    if words[1:3] != ["bench", "serve"]:
-        return (f"environment.command is `sparse-mla {' '.join(words[1:3])} ...`; a serving benchmark's is "
-                f"`sparse-mla bench serve ...`")
-    parser = argparse.ArgumentParser(prog="sparse-mla", exit_on_error=False, add_help=False)
-    add_cli(parser.add_subparsers())
-    try:
-        args, extra = parser.parse_known_args(words[1:])
-    except (argparse.ArgumentError, SystemExit) as e:
-        return f"environment.command is no command line bench serve's parser takes ({e})"
-    return f"environment.command has arguments bench serve does not take: {extra}" if extra else args
+    return parsed_cli(command, ("bench", "serve"), add_cli, "a serving benchmark's")
 
 
 def asked(args: argparse.Namespace, gpu) -> dict | str:
