@@ -1,5 +1,7 @@
 """Test set-up: importing sparse_mla applies the CPU-only defaults (TRITON_INTERPRET=1, CUDA_VISIBLE_DEVICES="")
 before any test module imports triton or vLLM."""
+import shutil
+
 import sparse_mla  # noqa: F401
 import pytest
 import torch
@@ -37,6 +39,23 @@ def run_cli(monkeypatch, capsys):
         return rc, out, err
 
     return run
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory):
+    """``module_tmp(name) -> Path``: a new folder for one test module's fixtures, removed when the module is done.
+
+    The module-scoped checkpoints are 0.2-0.7 GB each; kept to the end of the run (``tmp_path_factory.mktemp``) they
+    added up to about 7 GB a tier, and a CI machine's disk ran full mid-run."""
+    made = []
+
+    def mk(name: str):
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+
+    yield mk
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

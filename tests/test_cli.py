@@ -155,10 +155,10 @@ NON_ASCII_NUMBERS = [
 
 
 @pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory):
+def tiny_ckpt(module_tmp):
     from sparse_mla.launch.checkpoint import make_checkpoint
 
-    return make_checkpoint(tmp_path_factory.mktemp("cli") / "ck", index_topk=128)
+    return make_checkpoint(module_tmp("cli") / "ck", index_topk=128)
 
 
 @pytest.mark.parametrize("argv, says", NON_ASCII_NUMBERS)

@@ -19,13 +19,13 @@ WORKBOOK_ONLY = ("jupyterlab", "papermill", "nbval", "pandas", "matplotlib", "nb
 
 
 @pytest.fixture(scope="module")
-def wheel_metadata(tmp_path_factory):
+def wheel_metadata(module_tmp):
     """(METADATA message, entry_points.txt) of a wheel built from a copy of the sources (nothing written here)."""
-    src = tmp_path_factory.mktemp("src")
+    src = module_tmp("src")
     shutil.copy(ROOT / "pyproject.toml", src)
     shutil.copy(ROOT / "README.md", src)
     shutil.copytree(ROOT / "lib", src / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    out = tmp_path_factory.mktemp("wheel")
+    out = module_tmp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
                     "-w", str(out), str(src)], check=True, capture_output=True, text=True, timeout=300)
     (whl,) = out.glob("sparse_mla_workbook-*.whl")
@@ -92,6 +92,7 @@ print("RESULTS " + json.dumps({"rc": results, "loaded": loaded}))
 """
 
 
+@pytest.mark.slow   # a fresh venv without the workbook extra (about 12 s)
 def test_plugin_and_diagnose_work_without_the_workbook_extra(tmp_path):
     """What a serving environment has: vLLM and the core, none of the workbook's modules. The plugin imports, a
     diagnosis runs with it, and each workbook command says in one line which extra to install."""

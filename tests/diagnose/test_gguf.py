@@ -25,8 +25,8 @@ except ImportError:
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("dg") / "ck", index_topk=256, seed=7, gguf=("Q8_0",))
+def ckpt(module_tmp):
+    return make_checkpoint(module_tmp("dg") / "ck", index_topk=256, seed=7, gguf=("Q8_0",))
 
 
 def test_diagnosis_of_a_gguf_names_the_gguf_wall_at_the_config_stage(ckpt):

@@ -56,9 +56,9 @@ def _config_dir(src: Path, folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(module_tmp):
     """(checkpoint with its GGUF beside the config, the GGUF alone in a folder, the config and tokenizer elsewhere)."""
-    root = tmp_path_factory.mktemp("cfg")
+    root = module_tmp("cfg")
     ck = make_checkpoint(root / "ck", index_topk=256, seed=7, gguf=("Q8_0",))
     return ck, _alone(ck, ["model-Q8_0.gguf"], root / "alone"), _config_dir(ck, root / "config")
 

@@ -30,9 +30,9 @@ ADAPTER_DEQUANTIZED = ("attn_k_b.weight", "attn_v_b.weight", "indexer.attn_q_b.w
 
 
 @pytest.fixture(scope="module")
-def q4km(tmp_path_factory):
+def q4km(module_tmp):
     """glm-5-tiny with its MTP block as a Q4_K_M GGUF in four shards (gguf-py's split writer)."""
-    out = make_checkpoint(tmp_path_factory.mktemp("q4km") / "ck", index_topk=256, mtp=True, seed=5,
+    out = make_checkpoint(module_tmp("q4km") / "ck", index_topk=256, mtp=True, seed=5,
                           gguf=("Q4_K_M",), gguf_split_max_tensors=16)
     return f"{out}:Q4_K_M"
 

@@ -53,10 +53,10 @@ def _flash_config() -> dict:
 
 
 @pytest.fixture(scope="module")
-def flash_dir(tmp_path_factory):
+def flash_dir(module_tmp):
     """A folder with GLM-5.3-Flash's config.json: make-checkpoint's (``--config-only``: the real geometry, no weights)
     on the line that has it, written here elsewhere."""
-    d = tmp_path_factory.mktemp("flash") / "glm53"
+    d = module_tmp("flash") / "glm53"
     if ON_FLASH_LINE:
         from sparse_mla.launch.checkpoint import make_checkpoint
 

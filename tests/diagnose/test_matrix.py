@@ -155,6 +155,7 @@ def test_matrix_heatmap_colours(side_by_side):
     assert red not in others and ours not in others
 
 
+@pytest.mark.slow   # a full matrix with the plugin in a CLI run (about 18 s)
 def test_cli_matrix_with_plugin(run_cli, tmp_path, monkeypatch):
     """``sparse-mla diagnose --matrix --with-plugin`` (on a smaller GPU x KV grid, to keep the test short): the
     side-by-side table on stdout, the plugin CSV/PNG written, the stock-only files not touched."""

@@ -29,9 +29,9 @@ SHARDS = [f"model-Q8_0-{i:05d}-of-00004.gguf" for i in range(1, 5)]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(module_tmp):
     """(split checkpoint folder, unsplit checkpoint folder): the same seed, so the same weights."""
-    root = tmp_path_factory.mktemp("split")
+    root = module_tmp("split")
     split = make_checkpoint(root / "split", index_topk=256, seed=3, gguf=("Q8_0",), gguf_split_max_tensors=12)
     whole = make_checkpoint(root / "whole", index_topk=256, seed=3, gguf=("Q8_0",))
     return split, whole

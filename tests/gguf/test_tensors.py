@@ -26,10 +26,10 @@ SHARDS = [f"model-Q8_0-{i:05d}-of-00004.gguf" for i in range(1, 5)]
 
 
 @pytest.fixture(scope="module")
-def splits(tmp_path_factory):
+def splits(module_tmp):
     """{name: checkpoint}: the 64-head model split 12 tensors a shard, the same split 13 a shard, the 8-head model
     split 12 a shard (the same shard names, split.no and split.count throughout)."""
-    root = tmp_path_factory.mktemp("tensors")
+    root = module_tmp("tensors")
     kw = dict(index_topk=256, seed=3, gguf=("Q8_0",))
     return {"a": make_checkpoint(root / "a", gguf_split_max_tensors=12, **kw),
             "b": make_checkpoint(root / "b", gguf_split_max_tensors=13, **kw),

@@ -14,8 +14,8 @@ from sparse_mla.launch.checkpoint import load_checkpoint, make_checkpoint  # noq
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    out = make_checkpoint(tmp_path_factory.mktemp("gguf") / "ck", index_topk=256, mtp=True, seed=3,
+def ckpt(module_tmp):
+    out = make_checkpoint(module_tmp("gguf") / "ck", index_topk=256, mtp=True, seed=3,
                           gguf=("Q8_0", "Q4_K"))
     cfg, state = load_checkpoint(out)
     return out, cfg, state
@@ -104,9 +104,9 @@ def test_dequantized_weights_equal_safetensors_within_type_error(ckpt, gtype):
 # ---- the Q4_K_M recipe ----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def q4km(tmp_path_factory):
+def q4km(module_tmp):
     """glm-5-tiny, 2 layers + 1 MTP layer (3 GGUF blocks: llama.cpp's use_more_bits picks block 2 only)."""
-    out = make_checkpoint(tmp_path_factory.mktemp("q4km") / "ck", index_topk=256, mtp=True, seed=11,
+    out = make_checkpoint(module_tmp("q4km") / "ck", index_topk=256, mtp=True, seed=11,
                           gguf=("q4_k_m",))
     return (out, *load_checkpoint(out))
 

@@ -16,15 +16,16 @@ from sparse_mla.errors import UserInputError
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory) -> Path:
-    return ck.make_checkpoint(tmp_path_factory.mktemp("ck") / "glm5tiny", seed=0)
+def ckpt(module_tmp) -> Path:
+    return ck.make_checkpoint(module_tmp("ck") / "glm5tiny", seed=0)
 
 
 @pytest.fixture(scope="module")
-def ckpt_mtp(tmp_path_factory) -> Path:
+def ckpt_mtp(module_tmp) -> Path:
     """The same checkpoint (seed 0) with GLM-5's MTP layer (``make-checkpoint --mtp``)."""
-    assert cli.main(["make-checkpoint", str(tmp_path_factory.mktemp("ckmtp") / "glm5tiny"), "--mtp"]) == 0
-    return next(tmp_path_factory.getbasetemp().glob("ckmtp*/glm5tiny"))
+    out = module_tmp("ckmtp") / "glm5tiny"
+    assert cli.main(["make-checkpoint", str(out), "--mtp"]) == 0
+    return out
 
 
 @pytest.fixture
@@ -538,9 +539,9 @@ def test_load_checkpoint_sharded_and_errors(ckpt, tmp_path):
 
 # ------------------------------------------------------------------ GLM-5.2 top-k sharing, DeepSeek-V3.2 preset
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory) -> dict[str, Path]:
+def shared(module_tmp) -> dict[str, Path]:
     """Layer 0 full, layer 1 shared, in each of the three ways a config can say it (seed 0, as ``ckpt``)."""
-    base = tmp_path_factory.mktemp("shared")
+    base = module_tmp("shared")
     return {style: ck.make_checkpoint(base / style, seed=0, **kw) for style, kw in (
         ("pattern", dict(index_topk_pattern="FS")), ("freq", dict(index_topk_freq=2, index_skip_topk_offset=1)),
         ("indexer_types", dict(indexer_types="FS")))}

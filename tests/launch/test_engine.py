@@ -26,8 +26,8 @@ PROMPT_LEN = 160  # > INDEX_TOPK: the indexer selects a strict subset for the la
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("launch") / "glm5tiny", index_topk=INDEX_TOPK, num_layers=2)
+def ckpt(module_tmp):
+    return make_checkpoint(module_tmp("launch") / "glm5tiny", index_topk=INDEX_TOPK, num_layers=2)
 
 
 @pytest.fixture

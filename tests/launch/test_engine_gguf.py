@@ -22,8 +22,8 @@ pytestmark = pytest.mark.gguf
 
 
 @pytest.fixture(scope="module")
-def ck(tmp_path_factory):
-    return make_checkpoint(tmp_path_factory.mktemp("lg") / "ck", index_topk=128, seed=2, gguf=("Q8_0",))
+def ck(module_tmp):
+    return make_checkpoint(module_tmp("lg") / "ck", index_topk=128, seed=2, gguf=("Q8_0",))
 
 
 @pytest.fixture

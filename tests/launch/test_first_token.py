@@ -19,8 +19,8 @@ SAMPLES = 16      # forward_rounding's argument for the spread's estimate assume
 
 
 @pytest.fixture(scope="module")
-def case(tmp_path_factory):
-    model = ck.make_checkpoint(tmp_path_factory.mktemp("ft") / "tiny", index_topk=128, seed=11)
+def case(module_tmp):
+    model = ck.make_checkpoint(module_tmp("ft") / "tiny", index_topk=128, seed=11)
     g = torch.Generator().manual_seed(7)
     prompts = [torch.randint(2, 2048, (n,), generator=g).tolist() for n in (20, 40)]
     return model, prompts, reference_first_token(model, prompts, device="cpu")

@@ -10,10 +10,13 @@ from sparse_mla.launch import checkpoint as ck
 from sparse_mla.launch.forward_rounding import forward_limit
 from sparse_mla.launch.glm5_reference import Glm5Reference
 
+# a 16-sample Monte Carlo of float32 forwards (about 45 s on 2 cores): the slow tier
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
-def case(tmp_path_factory):
-    cfg, sd = ck.load_checkpoint(ck.make_checkpoint(tmp_path_factory.mktemp("fr") / "tiny", index_topk=128, seed=3))
+def case(module_tmp):
+    cfg, sd = ck.load_checkpoint(ck.make_checkpoint(module_tmp("fr") / "tiny", index_topk=128, seed=3))
     ids = torch.randint(2, 2048, (24,), generator=torch.Generator().manual_seed(5))
     return cfg, sd, ids, forward_limit(cfg, sd, ids)
 

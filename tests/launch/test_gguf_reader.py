@@ -19,8 +19,8 @@ from sparse_mla.launch.quantization_spread import (LockedDecisions, locked_forwa
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    out = make_checkpoint(tmp_path_factory.mktemp("gr") / "ck", index_topk=128, seed=3, gguf=("F16", "Q8_0", "Q4_K"))
+def ckpt(module_tmp):
+    out = make_checkpoint(module_tmp("gr") / "ck", index_topk=128, seed=3, gguf=("F16", "Q8_0", "Q4_K"))
     return (out, *load_checkpoint(out))
 
 

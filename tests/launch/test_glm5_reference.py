@@ -21,8 +21,8 @@ LONG = 160  # > INDEX_TOPK: the indexer's selection binds for rows 128..159
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return ck.make_checkpoint(tmp_path_factory.mktemp("ref") / "glm5tiny", index_topk=INDEX_TOPK, seed=0)
+def ckpt(module_tmp):
+    return ck.make_checkpoint(module_tmp("ref") / "glm5tiny", index_topk=INDEX_TOPK, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -306,8 +306,8 @@ def test_gather_attention_rejects_out_of_range_slot():
 
 # ------------------------------------------------------------------ DeepSeek-V3.2: YaRN rope, NeoX indexer, 128 heads
 @pytest.fixture(scope="module")
-def v32(tmp_path_factory):
-    return ck.make_checkpoint(tmp_path_factory.mktemp("v32") / "v32tiny", preset="deepseek-v3.2-tiny",
+def v32(module_tmp):
+    return ck.make_checkpoint(module_tmp("v32") / "v32tiny", preset="deepseek-v3.2-tiny",
                               index_topk=INDEX_TOPK)
 
 

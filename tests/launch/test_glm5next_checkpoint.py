@@ -43,11 +43,11 @@ INDEX_TOPK = 128        # the smallest vLLM takes (8 pools of 16): a 160-token p
 
 
 @pytest.fixture(scope="module")
-def flash(tmp_path_factory):
+def flash(module_tmp):
     """The tiny checkpoint as make-checkpoint writes it (8 layers: KDA 0-2, 4-6; MLA 3, 7; MoE from layer 3)."""
     if not ON_FLASH_LINE:
         pytest.skip(f"vLLM {GLM5_NEXT_VLLM_LINE} has GLM-5.3-Flash")
-    return ck.make_checkpoint(tmp_path_factory.mktemp("flash") / "glm53tiny", preset=PRESET, index_topk=INDEX_TOPK)
+    return ck.make_checkpoint(module_tmp("flash") / "glm53tiny", preset=PRESET, index_topk=INDEX_TOPK)
 
 
 # ---- vLLM's loader -----------------------------------------------------------------------------------------------

@@ -25,12 +25,12 @@ PROMPT = [579, 367, 377, 348, 268, 70, 66, 69, 84, 360, 361, 303]
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(module_tmp):
     if current_line() not in GLM5_NEXT_VLLM_LINES:
         pytest.skip(f"vLLM {GLM5_NEXT_VLLM_LINE} has GLM-5.3-Flash")
     from sparse_mla.launch.glm5next_reference import Glm5NextReference
 
-    path = ck.make_checkpoint(tmp_path_factory.mktemp("flash") / "glm53", preset="glm-5.3-flash", index_topk=128)
+    path = ck.make_checkpoint(module_tmp("flash") / "glm53", preset="glm-5.3-flash", index_topk=128)
     return Glm5NextReference.from_pretrained(path)
 
 

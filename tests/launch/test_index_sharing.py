@@ -21,9 +21,9 @@ LONG = 160       # > INDEX_TOPK: the selection binds on the last rows
 
 
 @pytest.fixture(scope="module")
-def glm52(tmp_path_factory):
+def glm52(module_tmp):
     """GLM-5.2 style: layer 0 full, layer 1 shared, declared only as ``indexer_types``; no layer-1 indexer tensors."""
-    return ck.make_checkpoint(tmp_path_factory.mktemp("share") / "glm52", index_topk=INDEX_TOPK, indexer_types="FS")
+    return ck.make_checkpoint(module_tmp("share") / "glm52", index_topk=INDEX_TOPK, indexer_types="FS")
 
 
 def _transformers_types(**kw) -> list[str]:

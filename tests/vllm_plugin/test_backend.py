@@ -141,7 +141,7 @@ def test_nope_head_fp8_is_taken_where_vllm_has_its_rows():
     assert TritonMLASparseBackend.get_kv_cache_shape(3, 64, 1, 512, cache_dtype_str="fp8_ds_mla") == (3, 64, 528)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])   # a second seed: the slow tier
 @pytest.mark.parametrize("H,dtype", [(8, torch.float32), (16, torch.float16), (64, torch.float32)])
 def test_forward_mqa_nope_head_fp8_cache(H, dtype, seed, monkeypatch):
     """GLM-5.3-Flash's NoPE layer on its 528-byte fp8_ds_mla rows, written as vLLM 0.34's ``concat_and_cache_mla``

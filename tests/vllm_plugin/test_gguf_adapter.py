@@ -24,8 +24,8 @@ except ImportError as e:
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    out = make_checkpoint(tmp_path_factory.mktemp("ga") / "ck", index_topk=256, mtp=True, seed=5, gguf=("Q4_K",))
+def ckpt(module_tmp):
+    out = make_checkpoint(module_tmp("ga") / "ck", index_topk=256, mtp=True, seed=5, gguf=("Q4_K",))
     cfg, state = load_checkpoint(out)
     return out, cfg, state, gguf.GGUFReader(str(out / "model-Q4_K.gguf"))
 

@@ -87,8 +87,8 @@ def test_hook_entries_in_vllms_config_map(config_map):
 
 # ------------------------------------------------------------------ through vLLM's construction and loader
 @pytest.fixture(scope="module")
-def glm52(tmp_path_factory):
-    return ck.make_checkpoint(tmp_path_factory.mktemp("glm52") / "glm52", index_topk=128, indexer_types="FS")
+def glm52(module_tmp):
+    return ck.make_checkpoint(module_tmp("glm52") / "glm52", index_topk=128, indexer_types="FS")
 
 
 def _load_in_a_fresh_process(path, with_plugin: bool) -> tuple[list[int], str | None, set[str]]:

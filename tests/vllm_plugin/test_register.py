@@ -23,12 +23,12 @@ OURS = "TRITON_MLA_SPARSE"
 
 
 @pytest.fixture(scope="module")
-def dense_config(tmp_path_factory):
+def dense_config(module_tmp):
     """GLM-5's config without the DSA indexer fields: dense MLA (``use_sparse=False``)."""
     cfg = {k: v for k, v in PRESET_CONFIGS["glm-5"].items() if not k.startswith("index_")}
     # DeepSeek-V3-style dense MLA (transformers' GlmMoeDsaConfig would fill in index_topk = 2048, as vLLM sees it)
     cfg.update(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"])
-    path = tmp_path_factory.mktemp("dense") / "config.json"
+    path = module_tmp("dense") / "config.json"
     path.write_text(json.dumps(cfg))
     return str(path)
 
