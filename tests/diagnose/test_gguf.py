@@ -38,6 +38,7 @@ def test_diagnosis_of_a_gguf_names_the_gguf_wall_at_the_config_stage(ckpt):
     assert "has no GGUF loader" in wall["stock"] and "'gguf'" in wall["stock"]
     if PLUGIN:
         assert "Unknown gguf model_type: glm_moe_dsa" in wall["vllm_gguf_plugin"] and wall["with_plugin"] == "ok"
+        assert wall["blocker"].endswith("; accepted: --with-plugin (this plugin's GlmDsaGGUFAdapter loads it)")
     else:
         assert "vllm-gguf-plugin is not installed" in wall["vllm_gguf_plugin"]
     assert rec["blockers"][0] == {"stage": "config", "reason": wall["blocker"]}

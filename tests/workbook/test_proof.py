@@ -394,6 +394,46 @@ def test_a_layers_prefill_is_a_vllm_mla_prefill():
     assert v.status == "invalid" and "prefill 'BANANA' is no vLLM MLA prefill" in v.reason, v.line()
 
 
+def _simulated() -> dict:
+    return json.loads((Path(__file__).resolve().parents[2] / "results/h200/launch_h200_simulated.json").read_text())
+
+
+_ATTN = "model.layers.0.self_attn.attn"
+
+
+@pytest.mark.parametrize("edit, status, needle", [      # round 9's leftovers (n04, n05, n10, n17)
+    (lambda r: r["runs"]["FLASHMLA_SPARSE"]["generations"][1]["token_ids"].__setitem__(5, 5000), "invalid",
+     "FLASHMLA_SPARSE: generation 1 names token 5000; accepted: ids below the model's vocab_size 2048"),
+    (lambda r: r["runs"]["FLASH_ATTN_MLA_SPARSE"]["generations"][0]["first_top_logprobs"].update({"99999": -30.0}),
+     "invalid", "generation 0 names token 99999"),
+    (lambda r: r["runs"]["FLASHMLA_SPARSE"]["layers"][_ATTN].update(layer="Attention"), "invalid",
+     f"layers.{_ATTN}: class 'Attention' is vLLM's attention layer without MLA, on the MLA backend FLASHMLA_SPARSE"),
+    (lambda r: r["runs"]["FLASHMLA_SPARSE"]["ran"].update(launch_plan={"9.0": {
+        "from": "device", "sm_count": 132, "smem_per_block": 232448, "smem_per_sm": 233472}}), "invalid",
+     "yet Triton generated none of our kernels in the engine (triton_targets empty)"),
+])
+def test_token_ids_layer_classes_and_launch_plans_are_the_engines(edit, status, needle):
+    """A record that states its model's ``vocab_size`` (launch writes it since 2026-12-07) names no token at or past
+    it; an MLA backend's layer is no vLLM attention class without MLA; a launch plan only beside our kernels."""
+    rec = _simulated()
+    rec["model"]["vocab_size"] = 2048                           # make-checkpoint's tokenizer (the record predates it)
+    assert proof.judge("x.json", rec).status == "proven"
+    edit(rec)
+    v = proof.judge("x.json", rec)
+    assert v.status == status and needle in v.reason, v.line()
+
+
+def test_the_launch_writer_states_the_vocab_size(tmp_path):
+    from sparse_mla.launch.engine import model_block
+    from sparse_mla.records.schema import MODEL_KEYS
+
+    cfg = {"index_topk": 512, "num_attention_heads": 64, "num_hidden_layers": 2, "vocab_size": 2048, "other": 1}
+    assert model_block(tmp_path / "ck", cfg) == {"path": "ck", "index_topk": 512, "num_attention_heads": 64,
+                                                 "num_hidden_layers": 2, "num_nextn_predict_layers": None,
+                                                 "vocab_size": 2048}
+    assert "vocab_size" in MODEL_KEYS
+
+
 def test_a_parity_record_with_its_keys_reordered_stays_proven():
     """Round 9 (n21): JSON does not fix the order of an object's keys; the parity record rewritten with sorted keys,
     or its runs in reverse order, is the same record (``parity_pairs`` pairs the runs in their order)."""

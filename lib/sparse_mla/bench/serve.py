@@ -346,6 +346,7 @@ def server_memory_share(runs: int, cap: float = 0.35) -> float:
 def _session_record(*, model, cfg, runs, plan, load, prompts, topk, server_kw, order, kv_cache_dtype, cuda_graphs,
                     speculative_config, server_timeout_s, bench_timeout_s) -> dict:
     """The record of :func:`bench_serve` before its first server starts (``complete`` False, no pass yet)."""
+    from ..launch.engine import model_block
     from ..launch.specs import parse_run_spec, with_simulated
     from ..records import environment
 
@@ -354,9 +355,7 @@ def _session_record(*, model, cfg, runs, plan, load, prompts, topk, server_kw, o
                 "timed passes in rotated order, one run at a time; the load and the metrics are vLLM's own "
                 "`vllm bench serve`",
         "method": METHOD, "environment": environment(), "complete": False,
-        "model": {"path": model.name, **{k: cfg.get(k) for k in ("index_topk", "num_attention_heads",
-                                                                  "num_hidden_layers", "num_nextn_predict_layers",
-                                                                  "vocab_size")}},
+        "model": model_block(model, cfg),
         "load": {**load.__dict__, "input_lengths": list(input_length_range(topk)), **GREEDY,
                  "warmup_output_len": load.output_len,
                  "dataset_args": dataset_args(load.dataset, topk, load.output_len, prompts and Path(prompts.name)),

@@ -230,7 +230,7 @@ def gguf_wall(info: dict, with_plugin: bool) -> dict[str, Any]:
     """``{"stock", "vllm_gguf_plugin", "with_plugin", "folder": reason or "ok", "blocker": the reasons that apply or
     None}`` for the GGUF ``info`` (:func:`read_gguf`): the loader -- without ``--with-plugin`` vLLM is stock, plus
     vllm-gguf-plugin where it is installed; with it, our adapter in vllm-gguf-plugin -- then what the GGUF's folder
-    lacks (:func:`folder_wall`)."""
+    lacks (:func:`folder_wall`). Without ``--with-plugin``, a file our adapter would load says so in its blocker."""
     stock = stock_wall()
     plugin = _plugin_wall(info, ours=False)
     ours = _plugin_wall(info, ours=True)
@@ -240,6 +240,8 @@ def gguf_wall(info: dict, with_plugin: bool) -> dict[str, Any]:
     except ImportError:
         installed = False
     loader = ours if with_plugin else plugin if installed else (stock or plugin)
+    if loader and not with_plugin and installed and not ours:      # what the user's next step is
+        loader += "; accepted: --with-plugin (this plugin's GlmDsaGGUFAdapter loads it)"
     folder = folder_wall(info)
     tensors = info.get("tensor_problem")
     said = tensors if tensors and not (loader and tensors in loader) else None   # the plan may have said it

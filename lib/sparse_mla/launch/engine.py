@@ -603,6 +603,15 @@ def parity_baseline(specs) -> str | None:
     return OURS if OURS in ours else ours[0] if ours else None
 
 
+def model_block(model: Path, cfg: dict) -> dict:
+    """The ``model`` block of an engine or serving record: the checkpoint's name (a GGUF's file name) and, from its
+    ``config.json`` (``cfg``), the geometry the checks read (:data:`sparse_mla.records.schema.MODEL_KEYS`;
+    ``vocab_size`` bounds the token ids the record names)."""
+    from ..records.schema import MODEL_KEYS
+
+    return {"path": model.name, **{k: cfg.get(k) for k in MODEL_KEYS if k != "path"}}
+
+
 def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths=(48, 900), max_tokens: int = 32,
                throughput: dict | None = None, serve: bool = True, graph: bool = True,
                out: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
@@ -643,10 +652,7 @@ def run_parity(model: str | os.PathLike, backends=(OURS, *PEERS), prompt_lengths
     prompts = prompt_ids(model_dir(model), list(prompt_lengths))
     from ..records import environment
 
-    rec = {"environment": environment(), "model": {"path": model.name, "index_topk": cfg.get("index_topk"),
-                                                   "num_attention_heads": cfg.get("num_attention_heads"),
-                                                   "num_hidden_layers": cfg.get("num_hidden_layers"),
-                                                   "num_nextn_predict_layers": cfg.get("num_nextn_predict_layers")},
+    rec = {"environment": environment(), "model": model_block(model, cfg),
            "checkpoint": weights_asked(model), "tp": tp, "kv_cache_dtype": kv_cache_dtype,
            "speculative_config": speculative_config, "prompt_lengths": list(prompt_lengths),
            "max_model_len": max_model_len, "reference_max_len": reference_max_len,

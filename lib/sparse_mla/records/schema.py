@@ -602,8 +602,10 @@ THROUGHPUT_KEYS = ("num_seqs", "prompt_len", "max_tokens", "seconds", "generated
 SIMULATED_KEYS = ("capability", "how", "differs")
 #: The weights asked for (:func:`sparse_mla.launch.engine.weights_asked`).
 CHECKPOINT_KEYS = ("format", "file", "load_format", "quantization")
-#: A parity record's model (``launch.engine.run_parity``; ``num_nextn_predict_layers`` absent from the earlier ones).
-MODEL_KEYS = ("path", "index_topk", "num_attention_heads", "num_hidden_layers", "num_nextn_predict_layers")
+#: An engine or serving record's model (``launch.engine.model_block``; ``num_nextn_predict_layers`` absent from the
+#: earliest parity records, ``vocab_size`` from the parity records before 2026-12-07).
+MODEL_KEYS = ("path", "index_topk", "num_attention_heads", "num_hidden_layers", "num_nextn_predict_layers",
+              "vocab_size")
 #: One run spec of a parity record's ``run_specs`` (``launch.engine.run_parity``).
 RUN_SPEC_KEYS = ("run", "backend_requested", "indexer", "kv_cache_dtype")
 
@@ -865,8 +867,6 @@ LOAD_KEYS = ("num_prompts", "max_concurrency", "repeats", "output_len", "seed", 
 #: What every server was given (``bench_serve``'s ``server_kw`` and ``_session_record``'s).
 SERVER_BLOCK_KEYS = ("kv_cache_dtype", "tp", "enforce_eager", "max_model_len", "gpu_memory_utilization",
                      "cuda_graphs", "max_num_seqs", "prefix_caching", "server_timeout_s", "bench_timeout_s")
-#: A serving benchmark's model (``_session_record``).
-SERVE_MODEL_KEYS = (*MODEL_KEYS, "vocab_size")
 # Below a run (issue 47, round 8: a server's ``"hung": true`` and a pass's ``"valid": false`` were proven; a failure
 # said under a key of its own there is now a key no writer writes):
 #: One ``vllm bench serve`` pass, timed (``passes[].timed``): ``bench.serve._bench_pass`` (its command and result
@@ -924,7 +924,7 @@ _ServeRun = _written("WrittenServeRun", SERVE_RUN_KEYS, "One run of a serving be
 ServeRecord = _written("ServeRecord", SERVING_KEYS, "A serving benchmark's top level.", runs=dict[str, _ServeRun],
                        load=_written("WrittenLoad", LOAD_KEYS, "The load."),
                        server=_written("WrittenServerBlock", SERVER_BLOCK_KEYS, "What every server was given."),
-                       model=_written("WrittenServeModel", SERVE_MODEL_KEYS, "A serving benchmark's model."),
+                       model=_written("WrittenServeModel", MODEL_KEYS, "A serving benchmark's model."),
                        agreement_vs_baseline=dict[str, _written("WrittenVsBaseline", VS_BASELINE_KEYS,
                                                                 "A run against the baseline.", per_repeat=_PerRepeat)],
                        speculative_vs_plain=dict[str, _written("WrittenVsPlain", VS_PLAIN_KEYS,

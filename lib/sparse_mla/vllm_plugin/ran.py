@@ -335,9 +335,13 @@ def _indexer_contradictions(asked: dict, cap: str, ran: dict) -> list[str]:
 
 def _plan_contradictions(cap: str, ran: dict) -> list[str]:
     """The launch plan (where the record has one) made for the capability vLLM saw, with that GPU's limits: the
-    device's own where the device is that GPU, else ``DEVICE_LIMITS``' row (a simulation plans as the simulated GPU)."""
+    device's own where the device is that GPU, else ``DEVICE_LIMITS``' row (a simulation plans as the simulated GPU);
+    and only beside a kernel of ours that Triton generated (``triton_targets``)."""
     plan = ran.get("launch_plan") or {}
     out = [f"launch_plan: planned for {k}, vLLM saw {cap}" for k in plan if k != cap]
+    if plan and not ran.get("triton_targets"):
+        out.append(f"launch_plan: planned for {sorted(plan)}, yet Triton generated none of our kernels in the engine "
+                   f"(triton_targets empty): a launch is planned only where one of them runs")
     mine = plan.get(cap)
     dev = ran.get("device_capability")
     if mine is not None and dev is not None and dev != cap and mine.get("from") == "device":

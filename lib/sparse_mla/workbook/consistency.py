@@ -302,7 +302,24 @@ def run_problems(rec: dict, name: str, run: dict) -> list[str]:
     out += [f"{name}: the generation for the {g.get('prompt_len')}-token prompt has {len(g.get('token_ids') or [])} "
             f"token(s) and {len(g.get('logprobs') or [])} log-prob(s)" for g in gens if isinstance(g, dict)
             and (not g.get("token_ids") or len(g.get("logprobs") or []) != len(g["token_ids"]))][:1]
-    return out + first_step_problems(name, gens) + _layer_problems(rec, name, run)
+    vocab = rec["model"].get("vocab_size") if isinstance(rec.get("model"), dict) else None
+    return out + first_step_problems(name, gens) + vocab_problems(name, gens, vocab) + _layer_problems(rec, name, run)
+
+
+def vocab_problems(k: str, gens: list, vocab) -> list[str]:
+    """Token ids (generated, and the first step's top log-probs' keys) below the model's ``vocab_size`` (``vocab``;
+    not an integer: a record without one, nothing checked). The first generation that names another, one line."""
+    if not isinstance(vocab, int):
+        return []
+    for i, g in enumerate(gens):
+        top = g.get("first_top_logprobs") if isinstance(g, dict) and isinstance(g.get("first_top_logprobs"), dict) \
+            else {}
+        ids = [*(g.get("token_ids") or []), *(int(t) if t.isdigit() else t for t in top)] if isinstance(g, dict) \
+            else []
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            return [f"{k}: generation {i} names token {bad[0]!r}; accepted: ids below the model's vocab_size {vocab}"]
+    return []
 
 
 def first_step_problems(name: str, gens: list) -> list[str]:

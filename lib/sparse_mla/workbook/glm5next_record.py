@@ -24,7 +24,8 @@ from collections import Counter
 
 from ..records import schema
 from ..records.values import is_number, same_json
-from .consistency import _criterion, criterion_figure_problems, first_step_problems, unrecorded_failures
+from .consistency import (_criterion, criterion_figure_problems, first_step_problems, unrecorded_failures,
+                          vocab_problems)
 
 #: Relative (and absolute, near 0) difference within which two of the writer's float figures are one number.
 SAME = 1e-9
@@ -56,21 +57,8 @@ def generation_problems(rec: dict) -> list[str]:
                            f"{len(lps) if isinstance(lps, list) else lps!r} log-probs; the record's max_tokens is "
                            f"{n!r} (the tool ignores EOS)")
         out += first_step_problems(k, gens)
-        out += _vocab_problems(k, gens, (rec.get("model_config") or {}).get("vocab_size"))
+        out += vocab_problems(k, gens, (rec.get("model_config") or {}).get("vocab_size"))
     return out
-
-
-def _vocab_problems(k: str, gens: list, vocab) -> list[str]:
-    """Token ids (generated, and the first step's top log-probs' keys) below the model's ``vocab_size``."""
-    if not isinstance(vocab, int):
-        return []
-    for i, g in enumerate(gens):
-        ids = [*(g.get("token_ids") or []), *map(int, g.get("first_top_logprobs") or {})] if isinstance(g, dict) \
-            else []
-        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
-        if bad:
-            return [f"{k}: generation {i} names token {bad[0]!r}; accepted: ids below the model's vocab_size {vocab}"]
-    return []
 
 
 def _step_problems(where: str, steps, gen: dict) -> list[str]:

@@ -367,7 +367,8 @@ def gpu_presets_named(gpu) -> list[tuple[str, str]]:
 def unknown_names(run: dict) -> list[str]:
     """Backend and indexer names in an engine run that no vLLM of ours has: the request's ``backend_requested`` and
     ``indexer`` and the backends in ``ran.attention`` (:func:`known_backends`); the MLA prefills of ``ran`` and of
-    each layer (:func:`known_prefills`)."""
+    each layer (:func:`known_prefills`); a layer on an MLA backend of ``ran.attention`` whose class is one of vLLM's
+    attention layers without MLA (:func:`non_mla_layer_classes`)."""
     from ..launch.specs import TRITON_INDEXER
     from ..vllm_plugin.ran import INDEXER_CACHE_BACKEND
 
@@ -385,6 +386,11 @@ def unknown_names(run: dict) -> list[str]:
     out += [f"layers.{k}.prefill {v['prefill']!r} is no vLLM MLA prefill" for k, v in layers.items()   # the same
             if isinstance(v, dict) and isinstance(v.get("prefill"), str) and prefills is not None   # name (n09)
             and v["prefill"].split(" ")[0] not in prefills]
+    attention = set(ran.get("attention") or {}) if isinstance(ran.get("attention"), dict) else set()
+    wrong = [(k, v["layer"]) for k, v in layers.items() if isinstance(v, dict) and v.get("backend") in attention
+             and v.get("layer") in non_mla_layer_classes()][:1] if attention else []
+    out += [f"layers.{k}: class {c!r} is vLLM's attention layer without MLA, on the MLA backend {layers[k]['backend']} "
+            f"; accepted: MLAAttention or a subclass" for k, c in wrong]
     if mla and isinstance(ran.get("attention"), dict) and set(mla) - set(ran["attention"]) - set(
             ran.get("draft_attention") or {}):
         out.append(f"layers name the backend(s) {sorted(set(mla))}, the engine's ran.attention "
@@ -450,6 +456,18 @@ def known_backends() -> set[str]:
     with quiet_logs():
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
     return {*AttentionBackendEnum.__members__, OURS, "auto"}
+
+
+def non_mla_layer_classes() -> set[str]:
+    """The installed vLLM's attention layer classes (``vllm.model_executor.layers.attention``) that are not
+    ``MLAAttention`` or a subclass of it: an MLA backend never runs a layer of one of them."""
+    from ..diagnose.probe import quiet_logs
+
+    _vllm_importable()
+    with quiet_logs():
+        import vllm.model_executor.layers.attention as layers
+    return {n for n in getattr(layers, "__all__", ()) if isinstance(getattr(layers, n, None), type)
+            and not issubclass(getattr(layers, n), layers.MLAAttention)}
 
 
 def known_prefills() -> set[str] | None:
