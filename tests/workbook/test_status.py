@@ -37,6 +37,11 @@ def test_status_places_each_proven_run_of_ours_and_says_never_elsewhere(tmp_path
                                          "safetensors; CUDA graphs; `real.json`, `real_h100.json`"), rows
     assert rows["8x H200"][2].rstrip(" |") == "never"
     assert rows["8x A100 80 GB"][1] == "never" and "`sim.json`" in rows["8x A100 80 GB"][2]
+    for i in range(3):                            # past three records a cell counts the rest
+        _write(tmp_path, f"real_{i}.json", real)
+    cell = {r.split(" | ")[0].lstrip("| "): r.split(" | ")[1:] for r in
+            status.status_table(["."], tmp_path).splitlines()[2:6]}["8x H200"][1]
+    assert cell.endswith("`real.json`, `real_0.json`, `real_1.json` and 2 more (`sparse-mla records check results`)")
     assert rows["8x RTX 4090"][1:] == ["never", "never |"], rows          # the failed record proves nothing
     assert rows["8x RTX PRO 6000"][1:] == ["never", "never |"]
 

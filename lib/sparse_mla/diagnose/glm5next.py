@@ -103,7 +103,7 @@ def _stock_reasons(c: str, cap) -> list[str]:
                        f"compute capability {c} (vLLM's CudaPlatform.support_deep_gemm() is False)")
     if not has_fp8_conversion((cap.major, cap.minor)):
         reasons += [f"vLLM's {name} ({module}, called by {role}) stores fp8e4nv, which Triton compiles only from "
-                    f"SM89 (compute capability {c})" for name, module, role in KPOOL_FP8_KERNELS]
+                    f"SM89 (this GPU: compute capability {c})" for name, module, role in KPOOL_FP8_KERNELS]
     return reasons
 
 

@@ -62,7 +62,7 @@ def indexer_stage(vc, cap, with_plugin: bool) -> dict[str, Any]:
     if not has_fp8_conversion((cap.major, cap.minor)):
         stock_ok = False
         out["reasons"] += [f"vLLM's {name} ({module}, called by {role}) stores fp8e4nv, which Triton compiles "
-                           f"only from SM89 (compute capability {c}; Triton's rule, checked against vLLM's kernels by "
+                           f"only from SM89 (this GPU: compute capability {c}; Triton's rule, checked against vLLM's kernels by "
                            f"tests/kernels/test_indexer_fit.py and tests/diagnose/test_lines.py)"
                            for name, module, role in adapter().INDEXER_FP8_KERNELS]
     out["stock"] = DEEPGEMM_INDEXER if stock_ok else None
@@ -75,7 +75,7 @@ def indexer_stage(vc, cap, with_plugin: bool) -> dict[str, Any]:
                                            (cap.major, cap.minor)))
             if not has_fp8_conversion((cap.major, cap.minor)):      # vLLM's fp8 stores the plugin leaves in place
                 ours += [f"vLLM's {name} ({module}, called by {role}) stores fp8e4nv, which Triton compiles only "
-                         f"from SM89 (compute capability {c}), and the plugin does not replace it on this vLLM line"
+                         f"from SM89 (this GPU: compute capability {c}), and the plugin does not replace it on this vLLM line"
                          for name, module, role in adapter().INDEXER_FP8_KERNELS
                          if not any(k.endswith(f".{name}") for k in hooked)]
             out["with_plugin"] = ix.INDEXER_NAME if not ours else None

@@ -61,15 +61,22 @@ def _cell(runs: list[dict], base: Path) -> str:
                        for m in sorted({r["model"] for r in runs}))
 
 
+#: A cell names at most this many records, then how many more there are (the README stays short).
+MAX_NAMED = 3
+
+
 def _model_runs(runs: list[dict], base: Path) -> str:
     records = sorted({os.path.relpath(r["record"], base) for r in runs})
+    named = ", ".join(f"`{x}`" for x in records[:MAX_NAMED])
+    more = f" and {len(records) - MAX_NAMED} more (`sparse-mla records check results`)" \
+        if len(records) > MAX_NAMED else ""
     graphs = "CUDA graphs" if any(r["graphs"] for r in runs) else "eager only"
     gpus = ", ".join(sorted({str(r["gpu"]).removeprefix("NVIDIA ") for r in runs}))
     tp = max(r["tp"] for r in runs)
     return (f"on {gpus}; vLLM {', '.join(sorted({str(r['vllm']) for r in runs}))}; "
             f"{'TP 1' if tp == 1 else f'TP up to {tp}'}; "
             f"KV {', '.join(sorted({r['kv'] for r in runs}))}; {', '.join(sorted({r['weights'] for r in runs}))}; "
-            f"{graphs}; {', '.join(f'`{x}`' for x in records)}")
+            f"{graphs}; {named}{more}")
 
 
 def status_table(args: list[str], base: Path) -> str:
