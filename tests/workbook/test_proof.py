@@ -370,6 +370,41 @@ def test_a_glm5next_comparisons_figures_are_what_its_runs_give(which, edit, need
     assert v.status == "invalid" and needle in v.reason, v.line()
 
 
+def _command(old: str, new: str):
+    """An edit of the header command: ``old`` (at the end where empty) replaced by ``new``."""
+    def edit(r: dict) -> None:
+        cmd = r["environment"]["command"]
+        assert old in cmd, old
+        r["environment"]["command"] = cmd.replace(old, new) if old else cmd + new
+    return edit
+
+
+@pytest.mark.parametrize("edit, needle", [     # issue 47, breaker round 10 (g01-g09, g13); None: proven
+    (_command("--max-tokens 8", "--max-tokens=8"), None),
+    (_command("--runs FLASHMLA", "--runs=FLASHMLA"), None),
+    (_command("--max-tokens 8", "--max-tok 8"), None),                  # an abbreviation argparse takes
+    (_command("--max-tokens 8", "--max-tokens 08"), None),
+    (_command("", " --banana 3"), "arguments tools/gpu/glm5next_parity.py does not take: ['--banana', '3']"),
+    (_command("", " --max-tokens 16"), "max_tokens 8, its command's --max-tokens 16"),      # argparse: the last
+    (_command("", " --prompt-lengths 48,900"), "its command's --prompt-lengths [48, 900]"),
+    (_command("", " --runs TRITON_MLA_SPARSE"), "its command's --runs ['TRITON_MLA_SPARSE']"),
+    (_command("python3 tools", "echo tools"), "is not tools/gpu/glm5next_parity.py's; accepted: `python3 tools/gpu/"),
+    (_command("", " --engine FLASHMLA_SPARSE"), "child mode (--engine FLASHMLA_SPARSE)"),
+    (_command("--max-tokens 8", "--max 8"), "ambiguous option: --max could match --max-tokens, --max-model-len"),
+    (_command("48,160", "48,,160"), "--prompt-lengths '48,,160,560,900': the tool stops on it"),
+], ids=["g01", "g02", "g03", "g13", "g04", "g05", "g06", "g07", "g08", "g09", "ambiguous", "bad_prompt_lengths"])
+def test_a_glm5next_comparisons_command_is_read_by_the_tools_parser(edit, needle):
+    """Round 10: the header command is read by the tool's own argparse parser
+    (:func:`sparse_mla.workbook.glm5next_record.parsed_command`): its ``=`` forms, abbreviations and ``08`` are the
+    tool's values; an option it does not take, the last of a repeated option, other first words than the tool
+    writes and its child mode ``--engine`` are not the record's."""
+    rec = json.loads(_GLM_PROVEN[""])
+    edit(rec)
+    v = proof.judge("x.json", rec)
+    assert (v.status, needle is None or needle in v.reason) == ("proven" if needle is None else "invalid", True), \
+        v.line()
+
+
 @pytest.mark.parametrize("name, run", [("h200/launch_h200_simulated.json", "FLASHMLA_SPARSE"),
                                        ("h200/diagnose_vs_engine_h200.json", "fp8")])
 def test_an_engine_runs_python_is_the_records(name, run):

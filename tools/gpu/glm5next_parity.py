@@ -43,6 +43,9 @@ import time
 import traceback
 from pathlib import Path
 
+# the tool's parser and command line: records check reads its record's command with the same
+from sparse_mla.workbook.glm5next_record import add_arguments, prompt_lengths, run_specs, tool_command
+
 
 def run_engine(ckpt: Path, prompts: list[list[int]], max_tokens: int, max_model_len: int, run: str) -> dict:
     """One vLLM engine for the run spec ``run`` (``auto``: vLLM's choice) on ``ckpt``, in this process: per-layer
@@ -130,16 +133,7 @@ def judge(ref, prompt: list[int], gen: dict, max_tokens: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", type=Path)
-    p.add_argument("out", type=Path)
-    p.add_argument("--runs", default="auto,TRITON_MLA_SPARSE", help="run specs; the first is the others' baseline")
-    p.add_argument("--prompt-lengths", default="48,900")
-    p.add_argument("--max-tokens", type=int, default=16)
-    p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--engine-timeout", type=int, default=420)
-    p.add_argument("--engine", help=argparse.SUPPRESS)          # the child: one engine, its JSON to OUT
-    p.add_argument("--prompts-json", type=Path, help=argparse.SUPPRESS)
+    p = add_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     a = p.parse_args(argv)
     from sparse_mla.files import atomic_write_text
 
@@ -153,14 +147,14 @@ def main(argv: list[str]) -> int:
 
     from sparse_mla.launch.specs import check_simulated_indexer, parse_run_spec
 
-    runs = [r.strip() for r in a.runs.split(",") if r.strip()]
+    runs = run_specs(a)
     for r in runs:            # a bad name, or a simulation of vLLM's DeepGEMM indexer, stops here, before any engine
         if r != "auto":
             check_simulated_indexer(parse_run_spec(r))
-    prompts = prompt_ids(a.checkpoint, [int(n) for n in a.prompt_lengths.split(",")])
+    prompts = prompt_ids(a.checkpoint, prompt_lengths(a))
     rec = {"what": "GLM-5.3-Flash tiny checkpoint: engines against the first run and against the float64 reference "
                    "(transformers' model), and the first-token criterion", "environment": environment(
-                       " ".join(["python3", "tools/gpu/glm5next_parity.py", *argv])),
+                       tool_command(argv)),
            "model_config": json.loads((a.checkpoint / "config.json").read_text()), "max_tokens": a.max_tokens,
            "runs": {}}
     with tempfile.TemporaryDirectory() as scratch:

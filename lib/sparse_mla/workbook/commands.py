@@ -22,28 +22,52 @@ from ..layouts import FP8_KV_CACHE_DTYPES
 SERVE_KEYS = ("repeats", "load")
 
 
-def parsed_cli(command: str, subcommand: tuple[str, ...], add_cli, record: str) -> argparse.Namespace | str | None:
-    """``command`` parsed by the parser of ``sparse-mla SUBCOMMAND`` (``add_cli``, the command's own, adding it to a
-    subparsers object): the namespace, a line saying why it is not such a command (another subcommand, named for
-    ``record``'s kind, e.g. "an engine record's"; what the parser refuses; arguments it does not take), or None where
-    ``command`` is no ``sparse-mla ...`` command line."""
-    name = " ".join(subcommand)
+class _RaisingParser(argparse.ArgumentParser):
+    """An argument parser that raises what it refuses (``argparse.ArgumentError``) where argparse would print its usage
+    and exit (a missing positional, an ambiguous abbreviation): ``records check`` reports it on the record's line."""
+
+    def error(self, message):
+        raise argparse.ArgumentError(None, message)
+
+
+def parsed_words(words: list[str], add_arguments, name: str) -> argparse.Namespace | str:
+    """``words`` (a command line's arguments after its program) parsed by the command's own parser: ``add_arguments``
+    fills an empty ``argparse.ArgumentParser`` (no ``--help``) with the command's arguments (or subcommands) as the
+    command does. Returns the namespace (argparse's values: the last of a repeated option, abbreviations as argparse
+    expands them), or a line naming ``name`` and what its parser refuses or the arguments it does not take."""
+    parser = _RaisingParser(prog=name, exit_on_error=False, add_help=False)
+    add_arguments(parser)
     try:
-        words = shlex.split(command)
+        args, extra = parser.parse_known_args(words)
+    except (argparse.ArgumentError, SystemExit) as e:
+        return f"environment.command is no {name} command line {name}'s parser takes ({e})"
+    return f"environment.command has arguments {name} does not take: {extra}" if extra else args
+
+
+def shell_words(command: str) -> list[str] | str:
+    """``command`` split as a POSIX shell line (``shlex.split``, what ``shlex.join`` wrote), or a line saying why it
+    does not split."""
+    try:
+        return shlex.split(command)
     except ValueError as e:
         return f"environment.command does not parse as a shell line ({e})"
+
+
+def parsed_cli(command: str, subcommand: tuple[str, ...], add_cli, record: str) -> argparse.Namespace | str | None:
+    """``command`` parsed by the parser of ``sparse-mla SUBCOMMAND`` (``add_cli``, the command's own, adding it to a
+    subparsers object; :func:`parsed_words`): the namespace, a line saying why it is not such a command (another
+    subcommand, named for ``record``'s kind, e.g. "an engine record's"; what the parser refuses; arguments it does
+    not take), or None where ``command`` is no ``sparse-mla ...`` command line."""
+    name = " ".join(subcommand)
+    words = shell_words(command)
+    if isinstance(words, str):
+        return words
     if len(words) < 2 or words[0] != "sparse-mla":
         return None
     if tuple(words[1:1 + len(subcommand)]) != subcommand:
         return (f"environment.command is `sparse-mla {' '.join(words[1:1 + len(subcommand)])} ...`; {record} is "
                 f"`sparse-mla {name} ...`")
-    parser = argparse.ArgumentParser(prog="sparse-mla", exit_on_error=False, add_help=False)
-    add_cli(parser.add_subparsers())
-    try:
-        args, extra = parser.parse_known_args(words[1:])
-    except (argparse.ArgumentError, SystemExit) as e:
-        return f"environment.command is no {name} command line {name}'s parser takes ({e})"
-    return f"environment.command has arguments {name} does not take: {extra}" if extra else args
+    return parsed_words(words[1:], lambda p: add_cli(p.add_subparsers()), name)
 
 
 def parsed_launch(command: str) -> argparse.Namespace | str | None:

@@ -19,8 +19,11 @@ Monte Carlo forwards to recompute.
 """
 from __future__ import annotations
 
+import argparse
 import re
+import shlex
 from collections import Counter
+from pathlib import Path
 
 from ..records import schema
 from ..records.values import is_number, same_json
@@ -256,44 +259,100 @@ def agreement_problems(rec: dict) -> list[str]:
             f"(launch.engine.compare)" for k in sorted(set(got) | set(want)) if not same_json(got.get(k), want.get(k))]
 
 
-#: The tool's command line (``environment.command``): its path and the options whose values the record holds.
+#: The tool's path as its record's header names it (``environment.command``: ``python3 TOOL ARGV``, ``tool_command``).
 TOOL = "tools/gpu/glm5next_parity.py"
 #: The keys of the tool's ``first_token_criterion`` (``first_token.judge_first_tokens``), or of its error.
 CRITERION_KEYS = (set(schema.CRITERION_KEYS), {"error"})
 
 
-def _option(cmd: list[str], name: str, default: str) -> str:
-    return cmd[cmd.index(name) + 1] if name in cmd[:-1] else default
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of ``tools/gpu/glm5next_parity.py`` added to ``p`` (``p`` returned): the tool's own parser and
+    ``records check``'s reading of its record's command (:func:`parsed_command`) are this one. ``--engine RUN`` (with
+    ``--prompts-json``) is the tool's child mode: one engine's JSON to OUT, no comparison record."""
+    p.add_argument("checkpoint", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("--runs", default="auto,TRITON_MLA_SPARSE", help="run specs; the first is the others' baseline")
+    p.add_argument("--prompt-lengths", default="48,900")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--engine-timeout", type=int, default=420)
+    p.add_argument("--engine", help=argparse.SUPPRESS)          # the child: one engine, its JSON to OUT
+    p.add_argument("--prompts-json", type=Path, help=argparse.SUPPRESS)
+    return p
+
+
+def tool_command(argv: list[str]) -> str:
+    """The tool's command line as its record's header names it (``python3 tools/gpu/glm5next_parity.py ARGV``,
+    joined as a shell line)."""
+    return shlex.join(["python3", TOOL, *argv])
+
+
+def run_specs(args: argparse.Namespace) -> list[str]:
+    """The tool's runs, in order: ``--runs`` split at commas, blanks dropped."""
+    return [r.strip() for r in args.runs.split(",") if r.strip()]
+
+
+def prompt_lengths(args: argparse.Namespace) -> list[int]:
+    """The tool's prompt lengths (tokens): ``--prompt-lengths`` split at commas. Raises ValueError (a part that is
+    no integer: the tool stops there, before any engine)."""
+    return [int(n) for n in args.prompt_lengths.split(",")]
+
+
+def parsed_command(rec: dict) -> argparse.Namespace | str:
+    """``environment.command`` of ``rec`` parsed by the tool's own parser (:func:`add_arguments`, read as
+    :func:`sparse_mla.workbook.commands.parsed_words` reads ``sparse-mla`` commands: the last of a repeated option,
+    abbreviations as argparse takes them): the namespace, or a line saying why the tool would not have written this
+    record with it (other first words than :func:`tool_command`'s, an argument the parser refuses or does not take,
+    the child mode ``--engine``)."""
+    from .commands import parsed_words, shell_words
+
+    cmd = (rec.get("environment") if isinstance(rec.get("environment"), dict) else {}).get("command")
+    words = shell_words(cmd) if isinstance(cmd, str) else f"environment.command {cmd!r} is no command line"
+    if isinstance(words, str):
+        return words
+    if words[:2] != ["python3", TOOL]:
+        return (f"environment.command {shlex.join(words)[:80]!r} is not {TOOL}'s; accepted: `python3 {TOOL} "
+                f"CHECKPOINT OUT.json [OPTIONS]`, as the tool writes it")
+    args = parsed_words(words[2:], add_arguments, TOOL)
+    if isinstance(args, argparse.Namespace) and args.engine:       # the tool's own test of its child mode
+        return (f"environment.command runs {TOOL}'s child mode (--engine {args.engine}), which writes one engine's "
+                f"JSON, not a comparison record; accepted: the command without --engine")
+    return args
 
 
 def _runs_asked(rec: dict) -> list[str]:
-    """The run specs of the tool's command (``environment.command``'s ``--runs``, the tool's default where absent)."""
-    cmd = str((rec.get("environment") or {}).get("command") or "").split()
-    return [r for r in _option(cmd, "--runs", "auto,TRITON_MLA_SPARSE").split(",") if r]
+    """The run specs of the record's command (:func:`run_specs`; ``[]`` where the command is not the tool's)."""
+    args = parsed_command(rec)
+    return run_specs(args) if isinstance(args, argparse.Namespace) else []
 
 
 def command_problems(rec: dict) -> list[str]:
-    """The record against the tool's command line it names: the tool's own, its ``--runs`` the record's runs (in
-    order), its ``--prompt-lengths`` each generation's prompts, its ``--max-tokens`` ``max_tokens`` (the tool's
-    defaults where an option is absent); a run's ``stderr`` only beside its ``error``; the criterion's keys and
+    """The record against the tool's command line it names, read by the tool's own parser (:func:`parsed_command`;
+    issue 47, round 10: a first-occurrence reading of the words called ``--max-tokens=8`` invalid and proved
+    ``--banana 3``, a repeated option, ``echo ...`` and the child mode): its ``--runs`` the record's runs (in order),
+    its ``--prompt-lengths`` each generation's prompts, its ``--max-tokens`` ``max_tokens`` (the tool's defaults
+    where an option is absent); a run's ``stderr`` only beside its ``error``; the criterion's keys and
     rule the writer's; ``ran.weights`` a safetensors load (the tool loads no other)."""
     from ..launch.first_token import RULE
 
-    cmd = str((rec.get("environment") or {}).get("command") or "").split()
-    if TOOL not in cmd:
-        return [f"environment.command {' '.join(cmd)[:80]!r} is not {TOOL}'s"]
+    args = parsed_command(rec)
+    if isinstance(args, str):
+        return [args]
     runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
     out = []
-    want = _runs_asked(rec)
-    if list(runs) != want:
-        out.append(f"runs {list(runs)}, its command's --runs {want}")
-    lens = [int(x) for x in _option(cmd, "--prompt-lengths", "48,900").split(",") if x.isdigit()]
+    if list(runs) != run_specs(args):
+        out.append(f"runs {list(runs)}, its command's --runs {run_specs(args)}")
+    try:
+        lens = prompt_lengths(args)
+    except ValueError as e:
+        return out + [f"environment.command's --prompt-lengths {args.prompt_lengths!r}: the tool stops on it ({e}); "
+                      f"accepted: integers joined by commas"]
     out += [f"{k}: generations of prompts {[g.get('prompt_len') for g in r['generations']]}, its command's "
             f"--prompt-lengths {lens}" for k, r in _ok_runs(rec).items() if isinstance(r.get("generations"), list)
             and [g.get("prompt_len") if isinstance(g, dict) else None for g in r["generations"]] != lens]
-    if str(rec.get("max_tokens")) != _option(cmd, "--max-tokens", "16"):
-        out.append(f"max_tokens {rec.get('max_tokens')!r}, its command's --max-tokens "
-                   f"{_option(cmd, '--max-tokens', '16')}")
+    n = rec.get("max_tokens")
+    if not (isinstance(n, int) and not isinstance(n, bool) and n == args.max_tokens):
+        out.append(f"max_tokens {n!r}, its command's --max-tokens {args.max_tokens}")
     out += [f"{k}: stderr beside no error (the tool writes it for an engine that failed)" for k, r in runs.items()
             if isinstance(r, dict) and "stderr" in r and r.get("error") is None]
     out += [f"{k}: ran.weights {r['ran']['weights']}, the tool loads safetensors (load_format auto, no quantization)"
