@@ -80,6 +80,11 @@ def _revision_file(here: Path) -> str:
     return "unknown: not a git checkout and no REVISION file"
 
 
+#: What :func:`cli_command` writes outside the CLI: this text, then the script's name (or "an interpreter"), then
+#: ``)``.
+CALLED_FROM = "python: sparse_mla (called from "
+
+
 def cli_command() -> str:
     """This process's ``sparse-mla`` command line, or where it was called from (another package's ``python -m``,
     e.g. ``python -m pytest``, is no ``sparse-mla`` command: its arguments are that package's)."""
@@ -87,7 +92,14 @@ def cli_command() -> str:
     ours = os.path.basename(os.path.dirname(sys.argv[0])) == "sparse_mla" if sys.argv else False
     if argv0 == "sparse-mla" or (argv0 in ("__main__.py", "cli.py") and ours):
         return " ".join(shlex.quote(a) for a in ["sparse-mla", *sys.argv[1:]])
-    return "python: sparse_mla (called from " + (argv0 or "an interpreter") + ")"
+    return CALLED_FROM + (argv0 or "an interpreter") + ")"
+
+
+def is_called_from(command) -> bool:
+    """Whether ``command`` is what :func:`cli_command` writes outside the CLI (``python: sparse_mla (called from
+    X)``, X a script's name without a folder)."""
+    return isinstance(command, str) and command.startswith(CALLED_FROM) and command.endswith(")") and \
+        "/" not in command[len(CALLED_FROM):-1] and len(command) > len(CALLED_FROM) + 1
 
 
 def gpu_slug(name: str | None = None) -> str:
