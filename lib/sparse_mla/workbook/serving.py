@@ -7,8 +7,9 @@ the record has them (a record of the live-server method: runs with ``servers`` a
   ``failed``; vLLM's ``duration`` within the client's wall ``seconds``; no more prompts completed than the load asks;
   a pass that says no failure has its result; vLLM's ``duration`` of a pass that says it did not time out within
   ``server.bench_timeout_s`` (the writer kills a pass at its time-out; issue 47, round 10); each repeat timed once,
-  at its place (``position``) in its round of ``order``; each server's warm-up pass likewise (one that completed fewer prompts than the load asks says it failed:
-  :func:`passes_not_completed`, read by :func:`sparse_mla.workbook.proof.said_failed`);
+  at its place (``position``) in its round of ``order``; each server's warm-up pass likewise (one that completed
+  fewer prompts than the load asks says it failed: :func:`passes_not_completed`, read by
+  :func:`sparse_mla.workbook.proof.said_failed`);
 * the agreement summaries: ``agreement_vs_baseline`` one entry per run without speculation but the ``baseline``,
   ``speculative_vs_plain`` one per speculative run naming its plain run, each total the sum of its repeats
   (``per_repeat``), no repeat comparing more requests than both passes completed, each repeat's first divergences
