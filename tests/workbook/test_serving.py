@@ -1,6 +1,7 @@
 """``sparse_mla.workbook.serving`` through ``records check``: a serving benchmark's passes, agreement summaries,
 verdict, server block and servers' ``ran`` blocks against each other (issue 47, hole 7 of the verification round of
 2026-12-06: none was checked, and each edit below of the committed, proven H200 serving record was proven)."""
+import copy
 import json
 
 import pytest
@@ -132,3 +133,24 @@ def test_each_agreement_compares_the_repeats_the_writer_compares(edit, says):
     assert agreement_problems(rec) == []
     edit(rec)
     assert any(says in p for p in agreement_problems(rec)), agreement_problems(rec)
+
+
+_COMMITTED = json.loads(SERVE_RECORD.read_text())      # loaded once: each case below edits a copy
+
+
+def _bench_timeout(r, seconds: float):
+    r["environment"]["command"] += f" --bench-timeout {seconds}"
+    r["server"]["bench_timeout_s"] = seconds
+
+
+@pytest.mark.parametrize("edit,says", [                                    # breaker round 10 (s02, s49)
+    (lambda r: _bench_timeout(r, 0.5), f"runs.{T}.passes[0].timed: vLLM's duration 3.977707426000052 s is longer than "
+                                       f"the server block's bench_timeout_s 0.5 s, yet timed_out False"),
+    (lambda r: r["runs"][F]["servers"][0].update(log_tail=["Traceback (most recent call last):"]),
+     f"runs.{F}.servers[0] has a log_tail and no error; accepted: a log_tail only beside the error"),
+])
+def test_a_serving_record_whose_servers_say_what_the_writer_never_writes_is_invalid(tmp_path, edit, says):
+    rec = copy.deepcopy(_COMMITTED)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()

@@ -1,6 +1,7 @@
 """``records check`` on vLLM's own results of a serving benchmark, its servers' command lines and its wall time
 (:mod:`sparse_mla.workbook.serving_results`): issue 47, round 7 -- edits of the committed live-server record that
 were proven."""
+import copy
 import json
 from pathlib import Path
 
@@ -207,3 +208,89 @@ def test_servers_live_at_once_listen_on_ports_of_their_own():          # breaker
     assert any(f"runs.{FM}.servers[0].command: --port {t[t.index('--port') + 1]}, the port of "
                f"runs.TRITON_MLA_SPARSE.servers[0], live at the same time" in p
                for p in serving_results.server_command_problems(rec)), serving_results.server_command_problems(rec)
+
+
+_COMMITTED = json.loads(RECORD.read_text())          # loaded once: each case below edits a copy
+
+
+def _all_passes(r):
+    for run in r["runs"].values():
+        yield from [s["warmup"] for s in run["servers"]] + [p["timed"] for p in run["passes"]]
+
+
+def _option(cmd: list, option: str, value: str):
+    cmd[cmd.index(option) + 1] = value
+
+
+def _server_timeout(r, seconds: int):
+    """The header asking ``--server-timeout seconds``, the server block and every pass's ready time-out with it."""
+    _command(r, "--quick", f"--quick --server-timeout {seconds}")
+    r["server"]["server_timeout_s"] = float(seconds)
+    for p in _all_passes(r):
+        _option(p["command"], "--ready-check-timeout-sec", str(seconds))
+
+
+def _memory_share(r, share: float):
+    r["server"]["gpu_memory_utilization"] = share
+    for run in r["runs"].values():
+        _option(run["servers"][0]["command"], "--gpu-memory-utilization", str(share))
+
+
+@pytest.mark.parametrize("edit, says", [             # breaker round 10 (s01, s05-s07, s09, s14, s23-s27)
+    (lambda r: _command(r, "sparse-mla bench", "python -m sparse_mla bench"),
+     "environment.command 'python -m sparse_mla bench serve --model /tmp/ck8 --quick --out-dir results/h200' is in no "
+     "form the writer writes; accepted: `sparse-mla bench serve ...`"),
+    (lambda r: _command(r, "sparse-mla bench", "/usr/local/bin/sparse-mla bench"), "is in no form the writer writes"),
+    (lambda r: _server_timeout(r, 5000),
+     "environment.command: --server-timeout 5000.0 is not accepted; accepted: seconds in (0, 3600]"),
+    (lambda r: _option(r["runs"][FM]["passes"][0]["timed"]["command"], "--ready-check-timeout-sec", "5000"),
+     "'--ready-check-timeout-sec 5000' where the writer puts '--ready-check-timeout-sec 300'"),
+    (lambda r: _command(r, "--out-dir results/h200", "--out-dir results/h100"),
+     "warmup.command: --result-dir results/h200, the command's --out-dir results/h100"),
+    (lambda r: _memory_share(r, 0.4), "server.gpu_memory_utilization 0.4, the writer's share of the GPU for the "
+                                      "command's 3 runs 0.283 (bench.serve.server_memory_share)"),
+    (lambda r: _result(r, backend="vllm", endpoint_type="vllm"),
+     f"repeats.{FM}[0].backend 'vllm', its pass's command asks --backend openai"),
+    (lambda r: _result(r, tokenizer_id="/tmp/other"),
+     f"repeats.{FM}[0].tokenizer_id '/tmp/other', its pass's command asks --tokenizer /tmp/ck8"),
+    (lambda r: _result(r, label="x"), f"repeats.{FM}[0].label 'x', its pass's command asks no --label"),
+    (lambda r: _result(r, date="2026-12-04"),
+     f"repeats.{FM}[0].date '2026-12-04' is not vLLM's; accepted: a date as '%Y%m%d-%H%M%S'"),
+    (lambda r: r["load"].update(prompts_file="/tmp/x.jsonl"),
+     "load.prompts_file '/tmp/x.jsonl' with the dataset 'random'; accepted: None"),
+])
+def test_a_serving_record_the_writer_would_not_write_is_invalid(tmp_path, edit, says):
+    rec = copy.deepcopy(_COMMITTED)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("command", [                # the forms the writer writes for the same run stay proven
+    "sparse-mla bench serve --model /tmp/ck8 --quick --tag h200_8heads",          # no --out-dir: results/<the GPU>
+    "sparse-mla bench serve --model /tmp/ck8 --quick --out-dir ./results/h200/ --tag h200_8heads",
+    "python: sparse_mla (called from bench.py)",
+])
+def test_a_serving_record_in_a_form_the_writer_writes_is_proven(tmp_path, command):
+    rec = copy.deepcopy(_COMMITTED)
+    rec["environment"]["command"] = command
+    assert verdict(tmp_path, rec).status == "proven", verdict(tmp_path, rec).line()
+
+
+def test_a_repeat_dataset_record_as_the_writer_writes_it_is_proven(tmp_path):
+    """The ``repeat`` dataset (the default under ``--speculative ngram``): the load names the prompts file, each pass
+    reads it from the record's folder (``bench_serve`` writes it there); round 8's check of the pass commands called
+    every such record invalid. Made from the committed record with the writer's own ``dataset_args``."""
+    from sparse_mla.bench.serve import dataset_args
+
+    rec, name = copy.deepcopy(_COMMITTED), "bench_serve_h200_8heads_prompts.jsonl"
+    _command(rec, "--quick", "--quick --dataset repeat")
+    old = rec["load"]["dataset_args"]
+    rec["load"].update(dataset="repeat", prompts_file=name, dataset_args=dataset_args("repeat", 512, 256, Path(name)))
+    new = dataset_args("repeat", 512, 256, Path("results/h200") / name)
+    for p in _all_passes(rec):
+        i = p["command"].index(old[0])
+        p["command"][i:i + len(old)] = new
+    assert verdict(tmp_path, rec).status == "proven", verdict(tmp_path, rec).line()
+    rec["load"]["prompts_file"] = None
+    assert "load.prompts_file None with the dataset 'repeat'" in verdict(tmp_path, rec).reason

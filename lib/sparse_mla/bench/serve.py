@@ -622,6 +622,20 @@ def asked_load(args, spec_cfg: dict | None) -> Load:
     return Load(**vals, seed=args.seed, dataset=str(dataset).strip().lower())
 
 
+#: The longest ``--server-timeout`` and ``--bench-timeout`` the command takes, in seconds.
+MAX_TIMEOUT_S = 3600
+
+
+def check_timeouts(args) -> None:
+    """``--server-timeout`` and ``--bench-timeout`` of the parsed command ``args``: seconds in (0,
+    :data:`MAX_TIMEOUT_S`]. Raises :class:`UserInputError` naming the first that is not."""
+    for name in ("server_timeout", "bench_timeout"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and 0 < v <= MAX_TIMEOUT_S):
+            raise UserInputError(f"--{name.replace('_', '-')} {v!r} is not accepted; accepted: seconds in (0, "
+                                 f"{MAX_TIMEOUT_S}]")
+
+
 def _check_arguments(args) -> tuple:
     """Every argument of the command, one line each (:class:`UserInputError`), before the GPU is looked for."""
     from ..launch.engine import check_model_dir, check_tp
@@ -636,10 +650,7 @@ def _check_arguments(args) -> tuple:
     runs = normalize_backends(names)
     spec_cfg = speculative_request(args.speculative, args.speculative_config, model)
     load = asked_load(args, spec_cfg)
-    for name in ("server_timeout", "bench_timeout"):
-        v = getattr(args, name)
-        if not (math.isfinite(v) and 0 < v <= 3600):
-            raise UserInputError(f"--{name.replace('_', '-')} {v!r} is not accepted; accepted: seconds in (0, 3600]")
+    check_timeouts(args)
     check_tp(model, args.tp)
     cfg = text_config(read_json(model / "config.json"))   # check_model_dir held its dimensions (models.check_config)
     mpe = cfg.get("max_position_embeddings")

@@ -5,9 +5,15 @@ and derived as the writer derives it (:func:`sparse_mla.bench.serve.asked_load`,
 
 Issue 47, round 9: a header command with other ``--backends``, ``--num-prompts``, ``--kv-cache-dtype``, ``--eager``,
 ``--model``, ``--speculative``, ``--seed``, ``--tag``, an option ``bench serve`` refuses, or a command of another tool
-was proven. A record whose command is no ``sparse-mla ...`` line (``python: sparse_mla (called from ...)`` from a
-script calling :func:`sparse_mla.bench.serve.bench_serve`) is not compared; the engine records' commands are
-:mod:`sparse_mla.workbook.commands`'.
+was proven. A record whose command is ``python: sparse_mla (called from ...)`` (a script calling
+:func:`sparse_mla.bench.serve.bench_serve`, :func:`sparse_mla.records.cli_command`) is not compared; the engine records'
+commands are :mod:`sparse_mla.workbook.commands`'.
+
+Issue 47, round 10: a command in a form the writer never writes (``python -m sparse_mla bench serve ...``,
+``/usr/local/bin/sparse-mla ...``: :func:`~sparse_mla.records.cli_command` writes ``sparse-mla ...`` for both) was
+not compared and proven; a ``--server-timeout`` the command refuses, a ``gpu_memory_utilization`` other than
+:func:`sparse_mla.bench.serve.server_memory_share` of the runs, and vLLM's result files in another folder than
+``--out-dir`` were proven.
 """
 from __future__ import annotations
 
@@ -31,12 +37,14 @@ def parsed_serve(command: str) -> argparse.Namespace | str | None:
 
 def asked(args: argparse.Namespace, gpu) -> dict | str:
     """What the parsed command ``args`` makes the writer write (:func:`sparse_mla.bench.serve.cli_run`): ``runs``
-    (the run specs), ``plan`` keys, ``order``, ``load`` (its fields), ``server`` fields, ``speculative_config``,
-    ``model`` (the checkpoint's name) and ``tag`` (``--tag``, else the header GPU's :func:`gpu_slug`); or the line
-    of the writer's own check that refuses a value."""
+    (the run specs), ``plan`` keys, ``order``, ``load`` (its fields), ``server`` fields, ``memory_share`` (each
+    server's ``gpu_memory_utilization``: the CLI gives :func:`~sparse_mla.bench.serve.server_memory_share` of the
+    runs), ``speculative_config``, ``model`` (the checkpoint's name) and ``tag`` (``--tag``, else the header GPU's
+    :func:`gpu_slug`); or the line of the writer's own check that refuses a value
+    (:func:`sparse_mla.bench.serve.check_timeouts` among them)."""
     from pathlib import Path
 
-    from ..bench.serve import asked_load, plan_runs, rotated, speculative_request
+    from ..bench.serve import asked_load, check_timeouts, plan_runs, rotated, server_memory_share, speculative_request
     from ..errors import UserInputError
     from ..launch.specs import normalize_backends
     from ..layouts import check_kv_cache_dtype
@@ -47,11 +55,12 @@ def asked(args: argparse.Namespace, gpu) -> dict | str:
         runs = normalize_backends([b for b in str(args.backends).split(",") if b.strip()])
         spec = speculative_request(args.speculative, args.speculative_config, None)
         load = asked_load(args, spec)
+        check_timeouts(args)
     except UserInputError as e:
         return f"environment.command: {e}"
     plan = [k for k, _, _ in plan_runs(runs, spec)]
     return {"runs": list(runs), "plan": plan, "order": rotated(plan, load.repeats), "load": dict(load.__dict__),
-            "speculative_config": spec, "model": Path(args.model).name,
+            "speculative_config": spec, "model": Path(args.model).name, "memory_share": server_memory_share(len(plan)),
             "tag": args.tag or (gpu_slug(gpu) if isinstance(gpu, str) else None),
             "server": {"kv_cache_dtype": kv, "tp": args.tp, "enforce_eager": bool(args.eager),
                        "cuda_graphs": not args.eager, "max_num_seqs": load.max_concurrency,
@@ -71,8 +80,15 @@ def serve_command_problems(rec: dict) -> list[str]:
     if not runs or not isinstance(env.get("command"), str):
         return _tag_problems(runs, None)
     args = parsed_serve(env["command"])
-    if args is None or isinstance(args, str):
-        return _tag_problems(runs, None) if args is None else [args]
+    if args is None:
+        from ..records import CALLED_FROM, called_from
+
+        return _tag_problems(runs, None) if called_from(env["command"]) else [
+            f"environment.command {env['command'][:80]!r} is in no form the writer writes; accepted: `sparse-mla "
+            f"bench serve ...` (from the CLI, however started) or {CALLED_FROM.format('...')!r} "
+            f"(sparse_mla.records.cli_command)"]
+    if isinstance(args, str):
+        return [args]
     want = asked(args, env.get("gpu"))
     if isinstance(want, str):
         return [want]
@@ -86,13 +102,17 @@ def serve_command_problems(rec: dict) -> list[str]:
         out.append(f"baseline {rec.get('baseline')!r}, the command's first run {want['runs'][0]!r}")
     out += _differ("load", _dict(rec.get("load")), want["load"])
     out += _differ("server", _dict(rec.get("server")), want["server"])
+    share = _dict(rec.get("server")).get("gpu_memory_utilization", want["memory_share"])
+    if share != want["memory_share"]:
+        out.append(f"server.gpu_memory_utilization {share!r}, the writer's share of the GPU for the command's "
+                   f"{len(want['plan'])} runs {want['memory_share']!r} (bench.serve.server_memory_share)")
     if rec.get("speculative_config") != want["speculative_config"]:
         out.append(f"speculative_config {rec.get('speculative_config')!r}, the command asks "
                    f"{want['speculative_config']!r}")
     path = _dict(rec.get("model")).get("path")
     if path != want["model"]:
         out.append(f"model.path {path!r}, the command asks --model {args.model} ({want['model']!r})")
-    return out + _tag_problems(runs, want["tag"])
+    return out + _tag_problems(runs, want["tag"]) + _result_dir_problems(runs, args.out_dir, env.get("gpu"))
 
 
 def _tag_problems(runs: dict, tag: str | None) -> list[str]:
@@ -116,4 +136,32 @@ def _tag_problems(runs: dict, tag: str | None) -> list[str]:
             if isinstance(name, str) and tag is not None and not name.startswith(f"{stem}_r"):
                 out.append(f"runs.{k}.passes[{i}].timed.result_file {name!r}, not the writer's {stem}_r<repeat>.json "
                            f"(the command's tag {tag!r})")
+    return out
+
+
+def _result_dir_problems(runs: dict, out_dir, gpu) -> list[str]:
+    """Each pass's ``--result-dir`` the record's folder, where the writer puts vLLM's result files
+    (:func:`sparse_mla.bench.cli.record_place`: ``--out-dir`` ``out_dir``, else ``results/<the header GPU's
+    slug>``). An ``out_dir`` under ``~`` (expanded on the writer's machine) is held to the folders below it."""
+    from pathlib import Path
+
+    from ..records import gpu_record_dir, gpu_slug
+
+    if out_dir is None and not isinstance(gpu, str):
+        return []
+    want = Path(out_dir) if out_dir is not None else gpu_record_dir(gpu_slug(gpu))
+    tail = want.parts[1:] if str(want).startswith("~") else None
+    said = f"--out-dir {out_dir}" if out_dir is not None else f"no --out-dir: the header GPU's {want}"
+    out = []
+    for k, run in runs.items():
+        passes = [(f"servers[{i}].warmup", _dict(s).get("warmup")) for i, s in enumerate(run["servers"])]
+        passes += [(f"passes[{i}].timed", _dict(p).get("timed")) for i, p in enumerate(run.get("passes") or [])]
+        for where, p in passes:
+            c = _dict(p).get("command")
+            cmd = [str(x) for x in c] if isinstance(c, list) else []
+            got = Path(cmd[cmd.index("--result-dir") + 1]) if "--result-dir" in cmd[:-1] else None
+            if got is not None and (got.parts[len(got.parts) - len(tail):] != tail if tail is not None
+                                    else got != want):
+                out.append(f"runs.{k}.{where}.command: --result-dir {got}, the command's {said} (the writer puts "
+                           f"vLLM's result files beside the record)")
     return out

@@ -5,9 +5,11 @@ the record has them (a record of the live-server method: runs with ``servers`` a
 * each timed pass (``passes[].timed``, what :func:`sparse_mla.bench.serve._bench_pass` wrote of its ``vllm bench
   serve``) against vLLM's result it kept (``repeats[run][repeat - 1]``): the same ``duration``, ``completed`` and
   ``failed``; vLLM's ``duration`` within the client's wall ``seconds``; no more prompts completed than the load asks;
-  a pass that says no failure has its result; each repeat timed once, at its place (``position``) in its round of
-  ``order``; each server's warm-up pass likewise (one that completed fewer prompts than the load asks says it failed:
-  :func:`passes_not_completed`, read by :func:`sparse_mla.workbook.proof.said_failed`);
+  a pass that says no failure has its result; vLLM's ``duration`` of a pass that says it did not time out within
+  ``server.bench_timeout_s`` (the writer kills a pass at its time-out; issue 47, round 10); each repeat timed once,
+  at its place (``position``) in its round of ``order``; each server's warm-up pass likewise (one that completed
+  fewer prompts than the load asks says it failed: :func:`passes_not_completed`, read by
+  :func:`sparse_mla.workbook.proof.said_failed`);
 * the agreement summaries: ``agreement_vs_baseline`` one entry per run without speculation but the ``baseline``,
   ``speculative_vs_plain`` one per speculative run naming its plain run, each total the sum of its repeats
   (``per_repeat``), no repeat comparing more requests than both passes completed, each repeat's first divergences
@@ -22,8 +24,10 @@ the record has them (a record of the live-server method: runs with ``servers`` a
   ``--tensor-parallel-size``, ``--kv-cache-dtype``, ``--gpu-memory-utilization``, ``--max-num-seqs``,
   ``--enforce-eager``), a ``tp`` on the GPUs the header counts that divides the model's heads, a ``max_model_len``
   that holds the load's longest prompt and its new tokens and is no more than the writer gives it
-  (:func:`sparse_mla.bench.serve.server_max_model_len`), ``max_num_seqs`` the load's concurrency, each run's KV-cache
-  dtype and CUDA graphs the server's;
+  (:func:`sparse_mla.bench.serve.server_max_model_len`; the model's ``max_position_embeddings``, which the writer
+  writes where it is less, is not in the record), ``max_num_seqs`` the load's concurrency, each run's KV-cache
+  dtype and CUDA graphs the server's; a server's ``log_tail`` only beside its ``error`` (the writer keeps the log's
+  tail of a server that failed);
 * each run's ``ran`` one of its live servers' (the writer's ``refresh_run``); each server's ``ran`` is judged against
   the run's request (:func:`sparse_mla.vllm_plugin.ran.contradictions`) by :mod:`sparse_mla.workbook.proof` and
   against the model by :func:`sparse_mla.workbook.consistency.model_layer_problems`.
@@ -67,13 +71,18 @@ def _result(rec: dict, key: str, repeat) -> dict | None:
         else None
 
 
-def _bench_pass(where: str, timed: dict, result: dict | None, asked) -> list[str]:
-    """One ``vllm bench serve`` pass as recorded (``timed`` or ``warmup``) against vLLM's result and the load."""
+def _bench_pass(where: str, timed: dict, result: dict | None, asked, limit=None) -> list[str]:
+    """One ``vllm bench serve`` pass as recorded (``timed`` or ``warmup``) against vLLM's result, the load and the
+    time-out ``limit`` (the server block's ``bench_timeout_s``: a pass that ran longer was killed,
+    :func:`sparse_mla.bench.vllm_client.run_pass`, and says ``timed_out``)."""
     out = [f"{where}.{f} {timed[f]!r}, vLLM's result {result.get(f)!r}" for f in ("duration", "completed", "failed")
            if result is not None and f in timed and _number(timed[f]) != _number(result.get(f))]
     dur, sec = timed.get("duration"), timed.get("seconds")
     if _num(dur) and _num(sec) and dur > sec + 0.005:         # seconds: the client's wall time, to 0.01 s
         out.append(f"{where}: vLLM's duration {dur!r} s is longer than the {sec!r} s the client ran")
+    if _num(dur) and _num(limit) and dur > limit and timed.get("timed_out") is not True:
+        out.append(f"{where}: vLLM's duration {dur!r} s is longer than the server block's bench_timeout_s {limit!r} "
+                   f"s, yet timed_out {timed.get('timed_out')!r} (the writer kills a pass at its time-out)")
     if _num(timed.get("completed")) and _int(asked) and timed["completed"] > asked:
         out.append(f"{where}: {timed['completed']} prompts completed, more than the load's {asked}")
     return out
@@ -81,7 +90,7 @@ def _bench_pass(where: str, timed: dict, result: dict | None, asked) -> list[str
 
 def pass_problems(rec: dict) -> list[str]:
     """Each timed pass and warm-up against vLLM's results and the load (module docstring)."""
-    load = _dict(rec.get("load"))
+    load, limit = _dict(rec.get("load")), _dict(rec.get("server")).get("bench_timeout_s")
     asked, n = load.get("num_prompts"), load.get("repeats")
     out = []
     for k, run in live_server_runs(rec).items():
@@ -96,10 +105,10 @@ def pass_problems(rec: dict) -> list[str]:
             result = _result(rec, k, r)
             if result is None and not p.get("failures") and not p.get("error"):
                 out.append(f"{where}: no failure, yet repeats.{k}[{r}] holds no result of vLLM's")
-            out += _bench_pass(f"{where}.timed", _dict(p.get("timed")), result, asked)
+            out += _bench_pass(f"{where}.timed", _dict(p.get("timed")), result, asked, limit)
         for i, s in enumerate(_list(run.get("servers"))):
             warm = _dict(_dict(s).get("warmup"))
-            out += _bench_pass(f"runs.{k}.servers[{i}].warmup", warm, None, asked)
+            out += _bench_pass(f"runs.{k}.servers[{i}].warmup", warm, None, asked, limit)
             if "output_len" in warm and warm["output_len"] != load.get("output_len"):
                 out.append(f"runs.{k}.servers[{i}].warmup.output_len {warm['output_len']!r}, the load's "
                            f"{load.get('output_len')!r}")
@@ -353,6 +362,9 @@ def server_problems(rec: dict) -> list[str]:
             if cmd and bad:
                 out.append(f"runs.{k}.servers[{i}].command: {', '.join(bad)}, the record's server block "
                            f"{({f: srv.get(f) for f in (*SERVER_OPTIONS.values(), 'enforce_eager')})}")
+            if "log_tail" in _dict(s) and not s.get("error"):
+                out.append(f"runs.{k}.servers[{i}] has a log_tail and no error; accepted: a log_tail only beside the "
+                           f"error of a server that failed (bench.serve.start_server, finish_server)")
         out += [f"runs.{k}.{f} {run[f]!r}, the server's {srv[f]!r}" for f in ("kv_cache_dtype", "cuda_graphs")
                 if f in run and f in srv and run[f] != srv[f]]
     return out + _server_sizes(rec, srv)

@@ -12,9 +12,13 @@ duration, ``total_token_throughput`` = (input + output tokens) / duration; the o
 load's ``output_len`` (``ignore_eos``: each request makes exactly its length; ``output_range_ratio`` widens it), the
 input tokens ``completed`` x the load's ``input_lengths`` (``PROMPT_SLACK`` either side); each latency figure (mean,
 median, std, pN of ttft, tpot, itl, e2el) 0 or more, percentiles in order, the median the p50; ``max_concurrency``
-and ``num_prompts`` the load's; ``model_id`` the model the run's server serves; ``date`` within the session (the
-header's date, ``wall_s`` and 14 hours of time zone either side). The load's prompt lengths are the model's
-``index_topk``'s (:func:`load_problems`).
+and ``num_prompts`` the load's; ``model_id`` the model the run's server serves; the fields vLLM copies from its
+pass's command line (:data:`ECHOED`: ``backend``, ``label``, ``tokenizer_id``, ...) that command's; ``date`` in vLLM's
+format and within the session (the header's date, ``wall_s`` and 14 hours of time zone either side). The load's
+prompt lengths are the model's ``index_topk``'s, its ``prompts_file`` and ``dataset_args`` the writer's
+(:func:`load_problems`). Issue 47, round 10: a result's ``backend`` 'vllm' under ``--backend openai``, another
+``tokenizer_id``, a ``label`` no ``--label`` gave, a ``date`` of ``2026-12-04`` and a ``prompts_file`` beside the
+``random`` dataset were proven.
 """
 from __future__ import annotations
 
@@ -106,15 +110,19 @@ def _latency_problems(where: str, res: dict) -> list[str]:
     return out
 
 
-def _when(text) -> datetime.datetime | None:
-    """A date as the header (ISO 8601, no zone: UTC) or vLLM's result (``%Y%m%d-%H%M%S``) writes it."""
-    for parse in (datetime.datetime.fromisoformat, lambda s: datetime.datetime.strptime(s, "%Y%m%d-%H%M%S")):
-        try:
-            t = parse(str(text))
-        except ValueError:
-            continue
-        return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
-    return None
+#: The date format of vLLM's result (``vllm/benchmarks/serve.py``: ``datetime.now().strftime(...)``, local time).
+VLLM_DATE = "%Y%m%d-%H%M%S"
+
+
+def _when(text, vllms: bool = False) -> datetime.datetime | None:
+    """A date as the header (ISO 8601, no zone: UTC) or, ``vllms``, vLLM's result (:data:`VLLM_DATE`; its local
+    time, read as UTC) writes it; None for another text."""
+    try:
+        t = datetime.datetime.strptime(str(text), VLLM_DATE) if vllms else \
+            datetime.datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
 
 
 def result_problems(rec: dict) -> list[str]:
@@ -133,45 +141,69 @@ def result_problems(rec: dict) -> list[str]:
             out += _rate_problems(where, res) + _token_problems(where, res, load) + _latency_problems(where, res)
             out += [f"{where}.{f} {res[f]!r}, the load's {load[f]!r}" for f in ("max_concurrency", "num_prompts")
                     if f in res and f in load and res[f] != load[f]]
-            out += _arrival_problems(where, run, i + 1, res)
+            out += _echo_problems(where, run, i + 1, res)
             if "model_id" in res and models and res["model_id"] not in models:
                 out.append(f"{where}.model_id {res['model_id']!r}, the run's server serves {sorted(models)}")
-            when = _when(res.get("date")) if "date" in res else None
-            if "date" in res and (when is None or (start and not start - zone <= when <= start + zone)):
+            when = _when(res.get("date"), vllms=True) if "date" in res else None
+            if "date" in res and when is None:
+                out.append(f"{where}.date {res['date']!r} is not vLLM's; accepted: a date as {VLLM_DATE!r}")
+            elif "date" in res and start and not start - zone <= when <= start + zone:
                 out.append(f"{where}.date {res['date']!r} is not within the session of {env.get('date')} "
                            f"(its wall time and 14 hours of time zone either side)")
     return out
 
 
-def _arrival_problems(where: str, run: dict, repeat: int, res: dict) -> list[str]:
-    """vLLM's ``request_rate`` and ``burstiness`` of one result those its pass's command asked (``--request-rate``;
-    ``--burstiness``, else the default of ``vllm bench serve``'s parser, read from vLLM's ``add_cli_args``)."""
+#: vLLM's result fields that echo its pass's command line (``vllm/benchmarks/serve.py`` ``main_async``, "Setup" and
+#: "Traffic": ``endpoint_type`` and ``backend`` both ``--backend``; ``tokenizer_id`` ``--tokenizer``, else the model,
+#: None with ``--skip-tokenizer-init``), and the numbers among them.
+ECHOED = {"backend": "--backend", "endpoint_type": "--backend", "label": "--label", "model_id": "--model",
+          "tokenizer_id": "--tokenizer", "request_rate": "--request-rate", "burstiness": "--burstiness"}
+_NUMBERS = ("request_rate", "burstiness")
+#: What :func:`_vllm_default` answers where vLLM cannot be imported.
+_UNKNOWN = object()
+
+
+def _echo_problems(where: str, run: dict, repeat: int, res: dict) -> list[str]:
+    """vLLM's result of one repeat against its pass's command line (:data:`ECHOED`): each field the option the
+    command gives, else the default of ``vllm bench serve``'s parser (read from vLLM's ``add_cli_args``)."""
     cmds = [[str(c) for c in _list(_dict(p.get("timed")).get("command"))] for p in _list(run.get("passes"))
             if isinstance(p, dict) and p.get("repeat") == repeat]
     if len(cmds) != 1:
         return []
-    out = []
-    for f, opt in (("request_rate", "--request-rate"), ("burstiness", "--burstiness")):
-        asked = cmds[0][cmds[0].index(opt) + 1] if opt in cmds[0][:-1] else _vllm_default(f)
+    c, out = cmds[0], []
+    given = {o: c[c.index(o) + 1] for o in set(ECHOED.values()) if o in c[:-1]}
+    for f, opt in ECHOED.items():
+        if f not in res:
+            continue
+        if opt in given:
+            asked, said = given[opt], f"{opt} {given[opt]}"
+        elif f == "tokenizer_id":
+            asked = None if "--skip-tokenizer-init" in c else given.get("--model", _UNKNOWN)
+            said = f"no --tokenizer: {'--skip-tokenizer-init' if asked is None else f'its --model {asked}'}"
+        else:
+            asked = _vllm_default(opt[2:].replace("-", "_"))
+            said = f"no {opt}: vLLM's default {asked!r}"
+        if asked is _UNKNOWN:
+            continue
         try:
-            same = asked is None or f not in res or float(res[f]) == float(asked)
+            same = float(res[f]) == float(asked) if f in _NUMBERS else res[f] == asked
         except (TypeError, ValueError):
             same = False
         if not same:
-            out.append(f"{where}.{f} {res[f]!r}, its pass's command asks {opt} {asked}")
+            out.append(f"{where}.{f} {res[f]!r}, its pass's command asks {said}")
     return out
 
 
 @functools.lru_cache(maxsize=None)
 def _vllm_default(dest: str):
     """The default of ``vllm bench serve``'s option ``dest`` (``vllm/benchmarks/serve.py`` ``add_cli_args``), or
-    None where this vLLM has none."""
+    :data:`_UNKNOWN` where vLLM cannot be imported."""
     import argparse
 
     try:
         from vllm.benchmarks.serve import add_cli_args
     except ImportError:
-        return None
+        return _UNKNOWN
     p = argparse.ArgumentParser(add_help=False)
     add_cli_args(p)
     return p.get_default(dest)
@@ -209,7 +241,8 @@ def server_command_problems(rec: dict) -> list[str]:
             if model is not None and isinstance(path, str) and Path(model).name != path:
                 out.append(f"{where}: serves {model!r}, the record's model.path {path!r}")
             out += _client_problems(f"runs.{k}", run, s, cmd)
-            out += _client_load_problems(f"runs.{k}", run, s, _dict(rec.get("load")))
+            out += _client_load_problems(f"runs.{k}", run, s, _dict(rec.get("load")),
+                                         _dict(rec.get("server")).get("server_timeout_s"))
     return out + _port_problems(rec)
 
 
@@ -230,12 +263,14 @@ def _port_problems(rec: dict) -> list[str]:
     return out
 
 
-def _client_load_problems(where: str, run: dict, server: dict, load: dict) -> list[str]:
+def _client_load_problems(where: str, run: dict, server: dict, load: dict, ready=None) -> list[str]:
     """Each ``vllm bench serve`` pass's command line (warm-up and timed) the one the writer builds for the record's
-    load (:func:`sparse_mla.bench.vllm_client.bench_argv`: its dataset arguments, prompts, concurrency, seed) and the
-    pass's ``result_file``, with the address, model, result folder and ready time-out the command itself names (issue
-    47, round 8: ``--max-concurrency 64``, ``--num-prompts 16``, ``--seed 7`` and another run's result file beside
-    a load of 32, 160 and 0 were proven)."""
+    load (:func:`sparse_mla.bench.vllm_client.bench_argv`: its dataset arguments, a ``repeat`` dataset's prompts
+    file in the result folder, where :func:`sparse_mla.bench.serve.bench_serve` writes it; prompts, concurrency,
+    seed), the pass's ``result_file`` and the server block's ``server_timeout_s`` ``ready`` (the ready time-out; else
+    the command's own), with the address, model and result folder the command itself names (issue 47, round 8:
+    ``--max-concurrency 64``, ``--num-prompts 16``, ``--seed 7`` and another run's result file beside a load of 32,
+    160 and 0 were proven)."""
     from ..bench.vllm_client import bench_argv
 
     keys = ("dataset_args", "num_prompts", "max_concurrency", "seed")
@@ -250,12 +285,16 @@ def _client_load_problems(where: str, run: dict, server: dict, load: dict) -> li
                                                 "--ready-check-timeout-sec") if o in c[:-1]}
         if len(named) < 5 or not isinstance(p.get("result_file"), str):
             continue
+        data = list(_list(load["dataset_args"]))
+        if "--dataset-path" in data[:-1]:     # the prompts file the writer wrote beside the record, vLLM's results
+            data[data.index("--dataset-path") + 1] = str(Path(named["--result-dir"]) / data[data.index(
+                "--dataset-path") + 1])
         try:
             want = ["vllm", "bench", "serve", *bench_argv(
-                named["--base-url"], named["--model"], named["--served-model-name"], list(load["dataset_args"]),
+                named["--base-url"], named["--model"], named["--served-model-name"], data,
                 num_prompts=load["num_prompts"], max_concurrency=load["max_concurrency"], seed=load["seed"],
                 result_path=Path(named["--result-dir"]) / p["result_file"],
-                ready_timeout_s=float(named["--ready-check-timeout-sec"]))]
+                ready_timeout_s=float(ready if _num(ready) else named["--ready-check-timeout-sec"]))]
         except (TypeError, ValueError):
             continue
         if c != want:
@@ -317,7 +356,7 @@ def load_problems(rec: dict) -> list[str]:
     topk, load = _dict(rec.get("model")).get("index_topk"), _dict(rec.get("load"))
     if not live_server_runs(rec):
         return []
-    out = _greedy_problems(rec, load)
+    out = _greedy_problems(rec, load) + _prompts_problems(load, topk)
     if not is_int(topk) or topk < 1:
         return out
     out += [f"load.input_lengths {load['input_lengths']!r}, the model's index_topk {topk} gives "
@@ -328,6 +367,29 @@ def load_problems(rec: dict) -> list[str]:
         out.append(f"load.dataset_args: --random-input-len {args[args.index('--random-input-len') + 1]}, the model's "
                    f"index_topk {topk}")
     return out
+
+
+def _prompts_problems(load: dict, topk) -> list[str]:
+    """The load's ``prompts_file`` the name of the file the writer wrote for the ``repeat`` dataset, None for
+    ``random`` (:func:`sparse_mla.bench.serve.bench_serve`); its ``dataset_args``
+    :func:`sparse_mla.bench.serve.dataset_args` of its dataset, the model's ``index_topk``, its ``output_len`` and
+    that file."""
+    from ..bench.serve import DATASETS, dataset_args
+    from ..records.values import is_int
+
+    ds, name = load.get("dataset"), load.get("prompts_file")
+    if ds not in DATASETS or "prompts_file" not in load:
+        return []
+    if (ds == "repeat") != isinstance(name, str) or name == "":
+        return [f"load.prompts_file {name!r} with the dataset {ds!r}; accepted: "
+                + ("the name of the prompts file the writer wrote" if ds == "repeat" else
+                   "None (the writer writes a prompts file only for the 'repeat' dataset)")]
+    if not (is_int(topk) and is_int(load.get("output_len")) and "dataset_args" in load):
+        return []
+    want = dataset_args(ds, topk, load["output_len"], name and Path(name))
+    return [] if load["dataset_args"] == want else [
+        f"load.dataset_args {load['dataset_args']}, the writer's {want} (its dataset {ds!r}, the model's index_topk "
+        f"{topk}, its output_len {load['output_len']})"]
 
 
 def _greedy_problems(rec: dict, load: dict) -> list[str]:
