@@ -80,14 +80,27 @@ def _revision_file(here: Path) -> str:
     return "unknown: not a git checkout and no REVISION file"
 
 
+#: The header's command where ``sparse_mla`` was not run as the ``sparse-mla`` CLI (:func:`cli_command`): ``{}`` is
+#: the calling program's file name (``ipykernel_launcher.py``), or "an interpreter".
+CALLED_FROM = "python: sparse_mla (called from {})"
+
+
 def cli_command() -> str:
-    """This process's ``sparse-mla`` command line, or where it was called from (another package's ``python -m``,
+    """This process's ``sparse-mla`` command line (``sparse-mla`` and its arguments, whether run as ``sparse-mla`` or
+    ``python -m sparse_mla``), or where it was called from (:data:`CALLED_FROM`; another package's ``python -m``,
     e.g. ``python -m pytest``, is no ``sparse-mla`` command: its arguments are that package's)."""
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
     ours = os.path.basename(os.path.dirname(sys.argv[0])) == "sparse_mla" if sys.argv else False
     if argv0 == "sparse-mla" or (argv0 in ("__main__.py", "cli.py") and ours):
         return " ".join(shlex.quote(a) for a in ["sparse-mla", *sys.argv[1:]])
-    return "python: sparse_mla (called from " + (argv0 or "an interpreter") + ")"
+    return CALLED_FROM.format(argv0 or "an interpreter")
+
+
+def called_from(command: str) -> bool:
+    """Whether ``command`` is a header command :func:`cli_command` writes where ``sparse_mla`` was not run as the
+    CLI (:data:`CALLED_FROM`, any program name)."""
+    head, _, tail = CALLED_FROM.partition("{}")
+    return command.startswith(head) and command.endswith(tail) and len(command) > len(head) + len(tail)
 
 
 def gpu_slug(name: str | None = None) -> str:
