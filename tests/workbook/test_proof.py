@@ -956,7 +956,7 @@ def _serve_as_offline(r, same: bool):
                                                       if x.get("layer") == "MLAAttention"]) for v in r["runs"].values()],
      "the run asked 'auto'"),
     (H100_GGUF, lambda r: [v.update(layers={n: x for n, x in v["layers"].items() if x.get("layer") != "MLAAttention"})
-                           for v in r["runs"].values()], "attention layer(s), ran counts 2"),
+                           for v in r["runs"].values()], "layers name {'DEEPSEEK_V32_INDEXER': 2}, its ran counts"),
     (H100_GGUF, lambda r: r["runs"][_T].update(attention_backends=["FLASHMLA_SPARSE"]), "attention_backends"),
     (H100_GGUF, lambda r: [g.update(token_ids=[], logprobs=[]) for v in r["runs"].values() for g in v["generations"]],
      "has 0 token(s)"),
@@ -1507,4 +1507,92 @@ def test_a_gpu_variant_with_the_same_sms_stays_proven(tmp_path):
     """The same rule passes what a writer makes: an H200 NVL has the H200's 132 SMs (e38)."""
     rec = _committed(SIMULATED_RECORD)
     _every_header(rec, gpu="NVIDIA H200 NVL")
+    assert verdict(tmp_path, rec).status == "proven"
+
+
+_R10 = {"S": SIMULATED_RECORD, "N": NGRAM_RECORD, "Q": GGUF_RECORD, "D": "diagnose_vs_engine_h200.json",
+        "G": "../h100-80gb-hbm3/glm5next_parity_h100-80gb-hbm3_vllm033.json"}
+_NOTEBOOK = "python: sparse_mla (called from ipykernel_launcher.py)"
+
+
+@pytest.fixture(scope="module")
+def round10_records() -> dict[str, str]:
+    """The committed records of the breaker's round 10, each read once (proven, as ``records check results`` says)."""
+    return {k: json.dumps(_committed(name)) for k, name in _R10.items()}
+
+
+def _header(r, old, new):
+    assert old in r["environment"]["command"]
+    r["environment"]["command"] = r["environment"]["command"].replace(old, new)
+
+
+def _extra_layer(r, run):
+    """``run``'s layers with one more MLA layer, a copy of its last, under a decoder layer the model does not have."""
+    layers = r["runs"][run]["layers"]
+    last = [n for n in layers if n.endswith("self_attn.attn")][-1]
+    layers["model.layers.5.self_attn.attn"] = dict(layers[last])
+
+
+@pytest.mark.parametrize("key,edit,says", [
+    # a header command in a form no writer writes (records.cli_command): e01, e02
+    ("S", lambda r: (_header(r, "sparse-mla launch", "python -m sparse_mla launch"),
+                     _header(r, "--max-tokens 16", "--max-tokens 8")),
+     "environment.command 'python -m sparse_mla launch --model /tmp/ck512 --parity --eager-only --no-serve ' is in no "
+     "form the writer writes; accepted: `sparse-mla launch ...` or 'python: sparse_mla (called from ...)'"),
+    ("S", lambda r: _header(r, "sparse-mla launch", "/usr/local/bin/sparse-mla launch"),
+     "environment.command '/usr/local/bin/sparse-mla launch"),
+    # mla_prefill counting fewer layers than ran that prefill: e53, g11, d03
+    ("S", lambda r: r["runs"][_FM]["ran"].update(mla_prefill={"FLASH_ATTN FA3": 1}),
+     f"{_FM}: ran.mla_prefill {{'FLASH_ATTN FA3': 1}}, its layers name the prefill {{'FLASH_ATTN FA3': 2}}"),
+    ("G", lambda r: r["runs"][_FM]["ran"].update(mla_prefill={"FLASH_ATTN FA3": 1}),
+     f"{_FM}: ran.mla_prefill {{'FLASH_ATTN FA3': 1}}, its layers name the prefill {{'FLASH_ATTN FA3': 2}}"),
+    ("D", lambda r: r["runs"]["fp8"]["ran"].update(mla_prefill={"FLASH_ATTN FA3": 1}),
+     "fp8: ran.mla_prefill {'FLASH_ATTN FA3': 1}, its layers name the prefill {'FLASH_ATTN FA3': 2}"),
+    ("S", lambda r: [(x["ran"].update(mla_prefill={"FLASH_ATTN FA3": 1}), x.pop("layers")) for x in r["runs"].values()],
+     "ran.mla_prefill counts 1 layer(s), the 2 MLA layers that ran each have one"),
+    # a layer of a decoder layer the model does not have: e12, d04
+    ("S", lambda r: _extra_layer(r, _FM), f"{_FM}: layers name {{'DEEPSEEK_V32_INDEXER': 2, '{_FM}': 3}}, its ran "
+                                          f"counts {{'DEEPSEEK_V32_INDEXER': 2, '{_FM}': 2}}"),
+    ("S", lambda r: r["runs"][_FM]["layers"].update({"model.layers.7.self_attn.attn": r["runs"][_FM]["layers"].pop(
+        "model.layers.1.self_attn.attn")}), f"{_FM}: layers of 3 decoder layers, the model's num_hidden_layers is 2"),
+    ("D", lambda r: _extra_layer(r, "auto"), "auto: layers name {'DEEPSEEK_V32_INDEXER': 2, 'FLASH_ATTN_MLA_SPARSE': "
+                                             "3}"),
+    # a record's or a run's field other than its command's: e06, d12, d13; attention_backends not its layers': d16
+    ("N", lambda r: r.update(max_model_len=8192), "max_model_len 8192, the command asked --max-model-len 4096"),
+    ("N", lambda r: (r.update(max_model_len=8192), r["environment"].update(command=_NOTEBOOK)),
+     f"{_T}: its own command asks --max-model-len 4096, the record's max_model_len 8192"),
+    ("D", lambda r: r["runs"]["auto"].update(tp=2), "runs.auto: tp 2, the command asked --tp 1"),
+    ("D", lambda r: r["runs"]["auto"].update(enforce_eager=False),
+     "runs.auto: enforce_eager False, the command runs eager (no --cuda-graphs)"),
+    ("D", lambda r: r["runs"]["auto"].update(attention_backends=["FLASH_ATTN_MLA_SPARSE"]),
+     "auto: attention_backends ['FLASH_ATTN_MLA_SPARSE'], its layers' backends ['DEEPSEEK_V32_INDEXER', "
+     "'FLASH_ATTN_MLA_SPARSE']"),
+    # a GGUF loaded without vllm-gguf-plugin's quantization: e28
+    ("Q", lambda r: [x["ran"]["weights"].update(quantization=None) for x in r["runs"].values()],
+     f"{_T}: weights: a GGUF asked, the engine's quantization was None; accepted: 'gguf'"),
+    # a kernel of ours generated in an engine that ran neither our backend nor our indexer: e64
+    ("S", lambda r: r["runs"][_FM]["ran"].update(triton_targets={"attention._sparse_mla_fwd_kernel": ["sm90"]}),
+     f"{_FM}: triton_targets: Triton generated our kernels ['attention._sparse_mla_fwd_kernel'], yet the engine ran "
+     f"neither {_T}"),
+])
+def test_the_breakers_round_10_on_engine_records(tmp_path, round10_records, key, edit, says):
+    """Issue 47, breaker round 10 (batches e and g): each edit of a committed record, proven, was proven; now each is
+    invalid, naming the value and what the writer writes (its command line's form, ``collect``'s counts of the same
+    layers, the run's own command, vllm-gguf-plugin's quantization, where our kernels run)."""
+    rec = json.loads(round10_records[key])
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("key,edit", [
+    ("S", lambda r: r["environment"].update(command=_NOTEBOOK)),      # the writer's form from a notebook
+    ("D", lambda r: None),
+    ("G", lambda r: None),
+])
+def test_what_the_writers_write_stays_proven(tmp_path, round10_records, key, edit):
+    """The same rules on what the writers make: a parity run's header written from a notebook (no command line to
+    compare: its engines' own commands are), the diagnosis and GLM-5.3-Flash records as committed."""
+    rec = json.loads(round10_records[key])
+    edit(rec)
     assert verdict(tmp_path, rec).status == "proven"

@@ -282,6 +282,14 @@ def generations(llm, prompts: list[list[int]], sp) -> list[dict]:
                      "first_top_logprobs": {str(k): v.logprob for k, v in (lps[0].items() if lps else [])}})
     return gens
 
+
+def attention_backends(layers: dict) -> list[str]:
+    """A run record's ``attention_backends``: the backends its ``layers``
+    (:func:`sparse_mla.vllm_plugin.ran.layer_backends`, ``{name: {"backend": str | None, ...}}``) name, sorted, each
+    once (the indexer's cache's ``DEEPSEEK_V32_INDEXER`` and a hybrid model's linear attention included)."""
+    return sorted({v["backend"] for v in layers.values() if v["backend"]})
+
+
 def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: str = "auto", tp: int = 1,
                 prompts: list[list[int]] | None = None, max_tokens: int = 32, logprobs: int = 20,
                 enforce_eager: bool = True, max_model_len: int = 4096, gpu_memory_utilization: float = 0.35,
@@ -336,7 +344,7 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
            "kv_cache_dtype": kv_cache_dtype, "tp": tp,
            "enforce_eager": enforce_eager, "speculative_config": speculative_config,
            "engine_init_s": round(init_s, 1), "layers": layers,
-           "attention_backends": sorted({v["backend"] for v in layers.values() if v["backend"]}),
+           "attention_backends": attention_backends(layers),
            "generations": gens}
     if throughput:
         n, plen, mt = throughput["num_seqs"], throughput["prompt_len"], throughput["max_tokens"]

@@ -40,6 +40,8 @@ from ..records import schema
 KERNEL_MODULES = ("sparse_mla.kernels.attention", "sparse_mla.kernels.fp8", "sparse_mla.kernels.indexer",
                   "sparse_mla.kernels.indexer_quant", "sparse_mla.kernels.fused_q", "sparse_mla.kernels.indexer_k_cache",
                   "sparse_mla.kernels.simple", "sparse_mla.kernels.kpool_quant", "sparse_mla.kernels.kpool_cache")
+#: Our attention backend's name (:data:`sparse_mla.vllm_plugin.backend.BACKEND_NAME`; that module imports vLLM).
+OUR_BACKEND = "TRITON_MLA_SPARSE"
 #: vLLM's name for the indexer's cache layers (``DeepseekV32IndexerCache``), which are not attention.
 INDEXER_CACHE_BACKEND = "DEEPSEEK_V32_INDEXER"
 
@@ -272,8 +274,9 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
         out.append(f"weights: a safetensors checkpoint asked, the engine loaded {w}")
     if str(load).lower() == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
         out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")
-    if str(load).lower() == "gguf" and w.get("quantization") not in (None, "gguf"):
-        out.append(f"weights: a GGUF asked, the engine's quantization was {w.get('quantization')!r}")
+    if str(load).lower() == "gguf" and w.get("quantization") != "gguf":       # launch asks it; the plugin sets it too
+        out.append(f"weights: a GGUF asked, the engine's quantization was {w.get('quantization')!r}; accepted: 'gguf' "
+                   f"(vllm-gguf-plugin's EngineArgs.create_model_config sets it for every GGUF it loads)")
     method = asked.get("speculative")
     if method and not (ran.get("speculative") or {}).get("drafts"):
         out.append(f"speculative: {method} asked, the engine made no draft ({ran.get('speculative')})")
@@ -285,8 +288,13 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     wrong = {k: v for k, v in targets.items() if v != [f"sm{cap.replace('.', '')}"]}
     if wrong:
         out.append(f"triton_targets: vLLM saw capability {cap}, Triton generated {wrong}")
-    if backend == "TRITON_MLA_SPARSE" and not any(k.startswith("attention.") for k in targets):
-        out.append("triton_targets: TRITON_MLA_SPARSE asked, none of its attention kernels was compiled")
+    if backend == OUR_BACKEND and not any(k.startswith("attention.") for k in targets):
+        out.append(f"triton_targets: {OUR_BACKEND} asked, none of its attention kernels was compiled")
+    ours_ran = OUR_BACKEND in att or OUR_BACKEND in (ran.get("draft_attention") or {}) or ran["indexer"]["triton"]
+    if targets and not ours_ran:
+        out.append(f"triton_targets: Triton generated our kernels {sorted(targets)}, yet the engine ran neither "
+                   f"{OUR_BACKEND} (ran.attention {att}) nor our indexer (0 Triton indexer calls): only those launch "
+                   f"them")
     on = device or (cap if want_cap is None else None)        # the GPU ptxas assembled for
     binaries = ran.get("triton_binaries") or []
     if on is not None and set(binaries) - {f"sm{on.replace('.', '')}"}:

@@ -5,9 +5,10 @@ parsed by launch's own argument parser) against what the record holds.
 A,B,C`` with runs A and B), another KV cache, TP, prompt lengths or token budget, an engine run in another mode
 (``enforce_eager: false`` under ``--eager-only``) or with other speculation than the plan's, one engine's record
 without its generations, or a command of another tool, passed unseen (issue 47, round 7). A record whose command is
-not ``sparse-mla launch ...`` as written by :func:`sparse_mla.records.environment` (``python: sparse_mla (called from
-...)`` from a notebook, none in the earliest records) is not compared. Each engine of a parity record is also held to
-its own command, the one its process ran (:func:`own_command_problems`; issue 47, round 8).
+``python: sparse_mla (called from ...)`` (:func:`sparse_mla.records.cli_command`, from a notebook) or absent (the
+earliest records) is not compared; one in any other form no writer writes (``python -m sparse_mla launch ...``) is
+that line (issue 47, round 10). Each engine of a parity record is also held to its own command, the one its process
+ran (:func:`own_command_problems`; issue 47, round 8).
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from ..layouts import FP8_KV_CACHE_DTYPES
 
 #: Top-level keys of a serving benchmark's record (``sparse-mla bench serve``), whose command is not launch's.
 SERVE_KEYS = ("repeats", "load")
+#: What :func:`parsed_cli` says of a header command in no form :func:`sparse_mla.records.cli_command` writes.
+NO_WRITTEN_FORM = "is in no form the writer writes"
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -57,13 +60,21 @@ def parsed_cli(command: str, subcommand: tuple[str, ...], add_cli, record: str) 
     """``command`` parsed by the parser of ``sparse-mla SUBCOMMAND`` (``add_cli``, the command's own, adding it to a
     subparsers object; :func:`parsed_words`): the namespace, a line saying why it is not such a command (another
     subcommand, named for ``record``'s kind, e.g. "an engine record's"; what the parser refuses; arguments it does
-    not take), or None where ``command`` is no ``sparse-mla ...`` command line."""
+    not take; a command in no form the writer writes), or None where ``command`` is the writer's ``python: sparse_mla
+    (called from ...)`` (:func:`sparse_mla.records.called_from`: no command line to compare). The writer
+    (:func:`sparse_mla.records.cli_command`) writes nothing else: ``python -m sparse_mla ...`` and
+    ``/usr/bin/sparse-mla ...`` are written ``sparse-mla ...`` (issue 47, round 10: e01/e02 were not compared)."""
+    from ..records import CALLED_FROM, called_from
+
     name = " ".join(subcommand)
+    if called_from(command):
+        return None
     words = shell_words(command)
     if isinstance(words, str):
         return words
-    if len(words) < 2 or words[0] != "sparse-mla":
-        return None
+    if words[:1] != ["sparse-mla"]:
+        return (f"environment.command {command[:80]!r} {NO_WRITTEN_FORM}; accepted: `sparse-mla {name} "
+                f"...` or {CALLED_FROM.format('...')!r} (sparse_mla.records.cli_command)")
     if tuple(words[1:1 + len(subcommand)]) != subcommand:
         return (f"environment.command is `sparse-mla {' '.join(words[1:1 + len(subcommand)])} ...`; {record} is "
                 f"`sparse-mla {name} ...`")
@@ -87,12 +98,12 @@ def command_problems(rec: dict) -> list[str]:
     runs (the parity plan of ``--backends``, ``--eager-only``, ``--speculative-config``:
     :func:`sparse_mla.launch.engine.parity_plan`, each run's mode and speculation the plan's), or the one engine's run
     spec, mode, speculation and generations; ``--prompt-lengths`` against the
-    prompts generated; ``--max-tokens`` against the tokens each generated; ``--kv-cache-dtype``, ``--tp`` and
-    ``--model`` (``model.path``, :func:`model_name`)."""
+    prompts generated; ``--max-tokens`` against the tokens each generated; ``--kv-cache-dtype``, ``--tp``,
+    ``--max-model-len`` and ``--model`` (``model.path``, :func:`model_name`)."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     cmd = env.get("command")
-    if any(k in rec for k in SERVE_KEYS):
-        return []
+    if any(k in rec for k in (*SERVE_KEYS, "diagnosis")):
+        return []                  # serve_command and diagnosis hold those records to their tools' command lines
     args = parsed_launch(cmd) if isinstance(cmd, str) else None
     if args is None or isinstance(args, str):
         return ([] if args is None else [args]) + own_command_problems(rec, None)
@@ -114,8 +125,9 @@ def command_problems(rec: dict) -> list[str]:
             if isinstance(g.get("token_ids"), list) and len(g["token_ids"]) != args.max_tokens:   # EOS ignored
                 out.append(f"{name}: {len(g['token_ids'])} tokens generated, the command asked --max-tokens "
                            f"{args.max_tokens} (launch ignores EOS: every generation has that many)")
-    if isinstance(rec.get("tp"), int) and rec["tp"] != args.tp:
-        out.append(f"tp {rec['tp']}, the command asked --tp {args.tp}")
+    for field in ("tp", "max_model_len"):          # run_parity writes both as asked (a one-engine record: tp)
+        if isinstance(rec.get(field), int) and rec[field] != getattr(args, field):
+            out.append(f"{field} {rec[field]}, the command asked --{field.replace('_', '-')} {getattr(args, field)}")
     path = rec["model"].get("path") if isinstance(rec.get("model"), dict) else None
     if isinstance(path, str) and path != model_name(args.model):
         out.append(f"model.path {path!r}, the command asked --model {args.model} ({model_name(args.model)!r})")
@@ -130,7 +142,7 @@ def own_command_problems(rec: dict, args: argparse.Namespace | None) -> list[str
     """Each engine run of a parity record (one with ``run_specs``) against the command that ran it, its own
     ``environment.command`` (every engine runs in a ``sparse-mla launch`` process of its own): that command is one
     engine's
-    (:func:`_one_engine_problems`: its ``--backend`` the run's spec, its mode, speculation, generations and
+    (:func:`one_engine_problems`: its ``--backend`` the run's spec, its mode, speculation, generations and
     throughput batch the run's); and where the record's own command ``args`` (parsed, ``--parity``) is known, it is
     the one the parity run gives that engine (:func:`sparse_mla.launch.engine.engine_args` of the parity plan's entry,
     both read by launch's parser; ``--model`` by the checkpoint's name, :func:`model_name`). One line per
@@ -151,7 +163,11 @@ def own_command_problems(rec: dict, args: argparse.Namespace | None) -> list[str
             out.append(f"{key}: its own command {str(env['command'])[:80]!r} is no one-engine `sparse-mla launch` "
                        f"({own or 'not a sparse-mla command'}); launch runs each engine of a parity run as one")
             continue
-        out += [f"{key}: {p}" for p in _one_engine_problems(run, own)]
+        out += [f"{key}: {p}" for p in one_engine_problems(run, own)]
+        mml = rec.get("max_model_len")
+        if args is None and isinstance(mml, int) and own.max_model_len != mml:     # run_parity passes its own on
+            out.append(f"{key}: its own command asks --max-model-len {own.max_model_len}, the record's max_model_len "
+                       f"{mml} (launch.engine.engine_args)")
         w = want.get(key)
         if isinstance(w, argparse.Namespace):
             differ = [f for f in vars(w) if f not in _NOT_COMPARED and getattr(own, f, None) != getattr(w, f)]
@@ -222,12 +238,12 @@ def _asked_speculation(args: argparse.Namespace) -> dict | None | str:
 def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     """The runs ``rec`` holds against the ones ``args`` asked for: the parity plan's engines, each in its mode (eager
     or CUDA graphs) and with or without speculation as the plan runs it, the record's speculative config the
-    command's; or the one engine's (:func:`_one_engine_problems`)."""
+    command's; or the one engine's (:func:`one_engine_problems`)."""
     from ..launch.engine import parity_plan
     from ..launch.specs import OURS, PEERS, parse_run_spec
 
     if not args.parity:
-        return _one_engine_problems(rec, args)
+        return one_engine_problems(rec, args)
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     names = str(args.backends).split(",") if args.backends else [OURS, *PEERS]
     specs = tuple(dict.fromkeys(parse_run_spec(n).name for n in names if n.strip()))
@@ -256,17 +272,20 @@ def _method(cfg):
     return {f: cfg.get(f) for f in ("method", "num_speculative_tokens")} if isinstance(cfg, dict) else cfg
 
 
-def _one_engine_problems(rec: dict, args: argparse.Namespace) -> list[str]:
-    """One engine's record against its command line: the run spec, the mode (``--cuda-graphs``), the speculation's
-    method and tokens, the throughput batch (``--throughput``: run_offline writes it into ``throughput``, none
-    without), and for an offline engine (not ``--serve``) one generation per ``--prompt-lengths`` entry, in its
-    order (run_offline writes one for each)."""
+def one_engine_problems(rec: dict, args: argparse.Namespace, generations: bool = True) -> list[str]:
+    """One engine's record against its command line: the run spec, ``tp`` (``--tp``), the mode (``--cuda-graphs``),
+    the speculation's method and tokens, the throughput batch (``--throughput``: run_offline writes it into
+    ``throughput``, none without), and for an offline engine (not ``--serve``) one generation per
+    ``--prompt-lengths`` entry, in its order (run_offline writes one for each; ``generations`` False: a tool that
+    drops them, tools/gpu/diagnose_vs_engine.py)."""
     from ..launch.specs import parse_run_spec
 
     asked = parse_run_spec(args.backend)
     said = rec.get("run") or rec.get("backend_requested")
     out = [f"the engine ran {said!r}, the command asked --backend {args.backend}"] \
         if isinstance(said, str) and said not in (asked.name, asked.backend) else []
+    if isinstance(rec.get("tp"), int) and rec["tp"] != args.tp:
+        out.append(f"tp {rec['tp']}, the command asked --tp {args.tp}")
     if "enforce_eager" in rec and rec["enforce_eager"] is bool(args.cuda_graphs):
         out.append(f"enforce_eager {rec['enforce_eager']!r}, the command "
                    f"{'asked --cuda-graphs' if args.cuda_graphs else 'runs eager (no --cuda-graphs)'}")
@@ -280,7 +299,7 @@ def _one_engine_problems(rec: dict, args: argparse.Namespace) -> list[str]:
         out.append(f"throughput {str(rec['throughput'])[:120]}, the command asked --throughput {args.throughput}")
     lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip().isdigit()]
     gens = rec.get("generations")
-    if not args.serve and "error" not in rec and ("layers" in rec or "ran" in rec) and not (
+    if generations and not args.serve and "error" not in rec and ("layers" in rec or "ran" in rec) and not (
             isinstance(gens, list) and [g.get("prompt_len") if isinstance(g, dict) else g for g in gens] == lens):
         got = [g.get("prompt_len") if isinstance(g, dict) else g for g in gens] if isinstance(gens, list) else "none"
         out.append(f"generations for the prompts {got}, the command asked --prompt-lengths {args.prompt_lengths} "

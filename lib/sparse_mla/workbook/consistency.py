@@ -34,6 +34,8 @@ recompute: a large one makes no prompt decisive, ``docs/records.md``).
 """
 from __future__ import annotations
 
+import re
+from collections import Counter
 
 from ..layouts import FP8_KV_CACHE_DTYPES
 from ..records.values import is_int as _int, is_number as _num, same_json as _same
@@ -353,21 +355,57 @@ def first_step_problems(name: str, gens: list) -> list[str]:
     return []
 
 
+def layer_map_problems(name: str, ran: dict, layers: dict, n_layers=None) -> list[str]:
+    """A run's ``layers`` (:func:`sparse_mla.vllm_plugin.ran.layer_backends`: ``{name: {"backend", "prefill",
+    ...}}``) against its ``ran`` block, which :func:`~sparse_mla.vllm_plugin.ran.collect` counts from those same
+    layers: per backend, the layers ``ran`` counts in ``attention``, ``indexer_cache``, ``other_layers`` and
+    ``draft_attention``; per MLA prefill, the layers ``mla_prefill`` counts (where the layers name their prefill);
+    a speculative drafter's layers are in ``layers`` and counted in ``draft_attention`` only (its indexer's cache
+    and its prefill in neither count: at most one each per drafter layer); with ``n_layers`` (the model's decoder
+    layers, a drafter's included; None: not known), entries for the decoder layers ``0 .. n_layers - 1`` exactly (a
+    non-integer ``n_layers``: none matches). One line per disagreement (issue 47, round 10: e12, d04, e53, d03,
+    g11)."""
+    from ..vllm_plugin.ran import INDEXER_CACHE_BACKEND
+
+    parts = [ran.get(p) for p in ("attention", "indexer_cache", "other_layers", "draft_attention")]
+    if any(c is not None and _layers(c) is None for c in parts):
+        return []                                   # no counts: the ran block's shape line (ran.shape_errors)
+    entries = [v for v in layers.values() if isinstance(v, dict)]
+    drafted = _layers(ran.get("draft_attention")) or 0
+    have, said = Counter(v["backend"] for v in entries if v.get("backend")), Counter()
+    for c in parts:
+        said.update(c or {})
+    extra = {b: have[b] - said[b] for b in {*have, *said}}
+    out = [] if all(n == 0 or (b == INDEXER_CACHE_BACKEND and 0 < n <= drafted) for b, n in extra.items()) else \
+        [f"{name}: layers name {dict(sorted(have.items()))}, its ran counts {dict(sorted(said.items()))}"
+         + (f" (the drafter's {drafted} layer(s) in draft_attention)" if drafted else "")]
+    pre, counted = Counter(v["prefill"] for v in entries if v.get("prefill")), ran.get("mla_prefill") or {}
+    over = {p: pre[p] - counted.get(p, 0) for p in {*pre, *counted}} if _layers(counted) is not None else {}
+    if any("prefill" in v for v in entries) and (min(over.values(), default=0) < 0 or sum(over.values()) > drafted):
+        out.append(f"{name}: ran.mla_prefill {counted}, its layers name the prefill {dict(pre)} (collect counts each "
+                   f"MLA layer's" + (f"; the drafter's {drafted} layer(s) in neither)" if drafted else ")"))
+    idx = sorted({int(m.group(1)) for n in layers if (m := re.match(r"model\.layers\.(\d+)\.", n))})
+    if n_layers is not None and idx != list(range(n_layers if _int(n_layers) else -1)):
+        out.append(f"{name}: layers of {len(idx)} decoder layers, the model's num_hidden_layers is {n_layers!r}"
+                   + (f" (and {drafted} drafter layer(s))" if drafted else ""))
+    return out
+
+
 def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:
-    """``layers`` against ``ran`` and the KV dtype asked (the run's, else the record's): every attention layer's KV
-    dtype the one asked; at least as many attention and indexer-cache layers as ``ran`` counts (draft layers are in
-    ``layers`` too); ``attention_backends`` only backends ``ran`` counts."""
+    """``layers`` against ``ran`` (:func:`layer_map_problems`; the decoder layers the record's ``model``'s and the
+    drafter's) and the KV dtype asked (the run's, else the record's): every attention layer's KV dtype the one asked;
+    ``attention_backends`` the layers' backends (:func:`sparse_mla.launch.engine.attention_backends`)."""
+    from ..launch.engine import attention_backends
+
     asked = run.get("kv_cache_dtype", rec.get("kv_cache_dtype"))
     layers = run.get("layers") if isinstance(run.get("layers"), dict) else None
     ran = run.get("ran") if isinstance(run.get("ran"), dict) else {}
     if layers is None:
         return []
-    att, idx = count_backends({n: v for n, v in layers.items() if isinstance(v, dict)})
-    out = [f"{name}: layers list {sum(have.values())} {what} layer(s), ran counts {sum(counted.values())}"
-           for what, have, counted in (("attention", att, ran.get("attention")), ("indexer cache", idx,
-                                                                                   ran.get("indexer_cache")))
-           if isinstance(counted, dict) and all(isinstance(v, int) for v in counted.values())
-           and sum(have.values()) < sum(counted.values())]
+    model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
+    decoder = model.get("num_hidden_layers")
+    decoder = decoder + (_layers(ran.get("draft_attention")) or 0) if _int(decoder) else None
+    out = layer_map_problems(name, ran, layers, decoder)
     for n, v in layers.items():
         kv = v.get("kv_cache_dtype") if isinstance(v, dict) else None
         if isinstance(v, dict) and n not in _indexer_layers(layers) and isinstance(asked, str) and kv != asked and \
@@ -379,6 +417,10 @@ def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:
         if isinstance(ran.get("attention"), dict) else None
     if isinstance(listed, list) and named is not None and set(listed) - set(named):
         out.append(f"{name}: attention_backends {listed}, ran counts {sorted(named)}")
+    elif isinstance(listed, list) and all(isinstance(v, dict) and "backend" in v for v in layers.values()) and \
+            listed != attention_backends(layers):
+        out.append(f"{name}: attention_backends {listed}, its layers' backends {attention_backends(layers)} (the "
+                   f"writer lists each once, sorted: launch.engine.attention_backends)")
     return out
 
 
@@ -418,7 +460,9 @@ def model_layer_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Every ``ran`` block (:func:`ran_blocks`) against the record's ``model``: ``attention`` counts
     ``model.num_hidden_layers`` layers (every layer of a GLM-5 / DeepSeek-V3.2 checkpoint is an MLA layer), and the
     indexer's cache layers (``indexer_cache``, one per layer with its own indexer) no more than the model's layers
-    nor than the attention layers that ran; a ``num_hidden_layers`` that is no integer is named."""
+    nor than the attention layers that ran; ``mla_prefill``, where present, one per attention layer (each MLA layer
+    of an engine has the prefill its config selects; a drafter's are not counted); a ``num_hidden_layers`` that is
+    no integer is named."""
     model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
     want = model.get("num_hidden_layers")
     if want is not None and not _int(want):
@@ -434,6 +478,10 @@ def model_layer_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         if att is not None and cache is not None and cache > att:
             out.append(f"{where}.indexer_cache counts {cache} indexer-cache layer(s), more than the {att} attention "
                        f"layers that ran")
+        pre = _layers(ran.get("mla_prefill"))
+        if want is not None and att == want and pre is not None and pre != att:    # all MLA layers: one prefill each
+            out.append(f"{where}.mla_prefill counts {pre} layer(s), the {att} MLA layers that ran each have one "
+                       f"(vLLM's MLAAttention takes get_mla_prefill_backend(vllm_config), one engine's config)")
     return out
 
 

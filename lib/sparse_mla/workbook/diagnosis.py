@@ -99,8 +99,10 @@ def command_problems(rec: dict) -> list[str]:
     ``environment.command`` is the tool's (:func:`tool_arguments`), its dtypes the record's runs; each run's own
     command (where its engine wrote a header) is the one :func:`engine_words` gives for the header's checkpoint and
     the run's dtype, both read by launch's parser (:func:`sparse_mla.workbook.commands.parsed_launch`; the record
-    file aside). One line per difference; ``[]`` for another record or a header without a command."""
-    from .commands import parsed_launch
+    file aside), and the run what its own command asked (:func:`sparse_mla.workbook.commands.one_engine_problems`:
+    its tp, mode, speculation; issue 47, round 10: d12, d13). One line per difference; ``[]`` for another record or
+    a header without a command."""
+    from .commands import one_engine_problems, parsed_launch
 
     env = rec.get("environment") if is_diagnosis_record(rec) and isinstance(rec.get("environment"), dict) else {}
     if not isinstance(env.get("command"), str):
@@ -126,6 +128,7 @@ def command_problems(rec: dict) -> list[str]:
         if not isinstance(own, argparse.Namespace):
             out.append(f"runs.{kv}: its own command {str(cmd)[:80]!r} is no `sparse-mla launch` ({own})")
             continue
+        out += [f"runs.{kv}: {p}" for p in one_engine_problems(run, own, generations=False)]    # the tool drops them
         out += [f"runs.{kv}: its own command asks --{f.replace('_', '-')} {getattr(own, f, None)}, the tool asks "
                 f"{getattr(want, f)} for the header's checkpoint {ckpt} and the run's dtype {kv!r}"
                 for f in vars(want) if f != "json_out" and getattr(own, f, None) != getattr(want, f)]

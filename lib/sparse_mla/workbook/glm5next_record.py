@@ -22,13 +22,12 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from collections import Counter
 from pathlib import Path
 
 from ..records import schema
 from ..records.values import is_number, same_json
-from .consistency import (_criterion, criterion_figure_problems, first_step_problems, unrecorded_failures,
-                          vocab_problems)
+from .consistency import (_criterion, criterion_figure_problems, first_step_problems, layer_map_problems,
+                          unrecorded_failures, vocab_problems)
 
 #: Relative (and absolute, near 0) difference within which two of the writer's float figures are one number.
 SAME = 1e-9
@@ -171,21 +170,16 @@ def layer_problems(rec: dict) -> list[str]:
         ran, layers = r.get("ran"), r.get("layers")
         if not isinstance(ran, dict) or not isinstance(layers, dict):
             continue
-        have = Counter(v.get("backend") for v in layers.values() if isinstance(v, dict) and v.get("backend"))
-        said = Counter()
-        for part in ("attention", "indexer_cache", "other_layers"):
-            said.update(ran.get(part) or {})
-        if have != said:
-            out.append(f"{k}: layers name {dict(sorted(have.items()))}, its ran counts {dict(sorted(said.items()))}")
+        counted = layer_map_problems(k, ran, layers, "absent" if n_layers is None else n_layers)
+        if any("layers name" in p for p in counted):
+            out += [p for p in counted if "layers name" in p]
             continue
         # a layer's mla flag (absent from the earliest records, which count linear attention as attention) tells
         # the MLA layers from the others: their sides, their KV dtype, where they are
         flagged = all(isinstance(v, dict) and "mla" in v for v in layers.values())
         found = _side_problems(k, ran, layers) + _layer_kv_problems(k, r) if flagged else []
-        idx = sorted({int(m.group(1)) for n in layers if (m := re.match(r"model\.layers\.(\d+)\.", n))})
-        if idx != list(range(n_layers if isinstance(n_layers, int) else -1)):
-            found.append(f"{k}: layers of {len(idx)} decoder layers, the model's num_hidden_layers is {n_layers!r}")
-        elif not found and flagged and isinstance(cfg.get("layer_types"), list):
+        found += [p for p in counted if "layers name" not in p]
+        if not found and flagged and isinstance(cfg.get("layer_types"), list):
             found += _layer_type_problems(k, cfg["layer_types"], layers)
         out += found
     return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..records import schema
 from ..records.engine_tables import engine_runs
-from .commands import SERVE_KEYS, parsed_launch
+from .commands import NO_WRITTEN_FORM, SERVE_KEYS, parsed_launch
 
 
 def launch_command(rec: dict) -> bool:
@@ -30,7 +30,7 @@ def launch_command(rec: dict) -> bool:
     if not isinstance(cmd, str):
         return False
     got = parsed_launch(cmd)
-    return got is not None and not (isinstance(got, str) and "an engine record's is" in got)
+    return got is not None and not (isinstance(got, str) and ("an engine record's is" in got or NO_WRITTEN_FORM in got))
 
 
 def is_glm5next_comparison(obj) -> bool:
