@@ -289,6 +289,17 @@ SHARING_KEYS = {"index_topk_pattern": (str, ("F", "S"), "a string of F (full) an
                 "index_skip_topk_offset": (int, None, "an integer (vLLM's default: 2)")}
 
 
+def check_sharing_length(pattern: str, num_layers: int, what: str) -> None:
+    """A top-k sharing's ``F``/``S`` letters (an ``index_topk_pattern``, or an ``indexer_types`` list as letters) one
+    per decoder layer: make-checkpoint's and the reference forward's rule (:mod:`sparse_mla.launch.index_sharing`),
+    and vLLM's from 0.34, which refuses an ``indexer_types`` of another length ("indexer_types must contain one entry
+    per hidden layer"); the diagnosis names a declaration vLLM 0.26 runs otherwise by it. Raises
+    :class:`UserInputError` naming ``what`` (the key or flag), the letters and what is accepted."""
+    if len(pattern) != num_layers:
+        raise UserInputError(f"{what} {pattern!r} has {len(pattern)} letters for {num_layers} layers; accepted: one "
+                             f"letter per decoder layer ({num_layers})")
+
+
 def _check_sharing(text: dict[str, Any], name: str) -> None:
     """The indexer sharing keys (:data:`SHARING_KEYS`), where present, of their type, each letter or item one that
     transformers maps (another letter is a bare ``KeyError`` in transformers' config class). Raises

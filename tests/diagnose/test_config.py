@@ -80,6 +80,7 @@ def _tiny_config(tmp_path, name, layers, **keys):
     (6, {"index_topk_freq": 2}),                             # vLLM's default offset 2
     (6, {"index_topk_freq": 3, "index_skip_topk_offset": 1}),
     (7, {"index_topk_freq": 4, "index_skip_topk_offset": 3}),  # GLM-5.2's numbers
+    (5, {"index_topk_freq": 2, "index_skip_topk_offset": -1}),  # round 10 (t7): any integer, as vLLM reads it
 ])
 def test_indexer_layers_are_vllms_and_the_reference_mirrors_them(tmp_path, layers, keys):
     """``indexer_layers`` comes from vLLM's model built on the meta device (the layers with indexer parameters); the
@@ -220,6 +221,29 @@ def test_a_pattern_of_another_length_than_the_layers_is_a_note_in_vllms_reading(
         return
     assert rec["engine_starts"] is True and not rec["blockers"], rec["blockers"]
     assert says in rec["stages"]["config"], rec["stages"]["config"]
+
+
+@pytest.mark.parametrize("plugin", [False, True])
+def test_indexer_types_of_another_length_than_the_layers_is_named_by_make_checkpoints_rule(tmp_path, plugin):
+    """Breaker round 10 (t3): indexer_types [full, full, shared] on 2 layers was "ok" with no word, while
+    make-checkpoint refuses it (models.check_sharing_length, its rule and the reference forward's); vLLM 0.26 starts
+    (it reads no indexer_types; the plugin's hook gives it the letters as a pattern, read up to the layers), so a
+    note names it and the layers vLLM builds indexers in; vLLM 0.34 refuses it in its own words."""
+    from sparse_mla import diagnose as dg
+
+    from vllm_oracles import vllm_reads_indexer_types
+
+    d, _ = _tiny_config(tmp_path, "m", 2, indexer_types=["full", "full", "shared"])
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto", with_plugin=plugin)
+    if vllm_reads_indexer_types():
+        assert rec["engine_starts"] is False and any("one entry per hidden layer" in b["reason"]
+                                                     for b in rec["blockers"]), rec["blockers"]
+        return
+    assert rec["engine_starts"] is True and rec["indexer_layers"] == [0, 1], rec["blockers"]
+    assert ("indexer_types 'FFS' has 3 letters for 2 layers; accepted: one letter per decoder layer (2); "
+            "make-checkpoint and the reference forward (launch --parity) refuse it; vLLM builds DSA indexers in "
+            "layers 0-1 from this config") in rec["stages"]["config"], rec["stages"]["config"]
+    assert "index_topk_pattern" not in rec["stages"]["config"]       # the hook's pattern: said once
 
 
 def test_an_architecture_that_builds_no_indexer_for_a_dsa_config_names_the_class(tmp_path):

@@ -81,7 +81,7 @@ def test_a_config_elsewhere_is_diagnosed_as_the_config_beside_the_gguf(setup, be
     paths = ("config_source", "tokenizer", "serve")
     assert {k: v for k, v in got.items() if k not in paths} == {k: v for k, v in want.items() if k not in paths}
     assert want["config_source"] == {"folder": str(ck), "flag": gguf_config.BESIDE, "decided_by": gguf_config.NO_FLAG,
-                                     "config_json": True, "quantization_config": None}
+                                     "config_json": True, "quantization_config": None, "differs": None}
     assert got["config_source"]["folder"] == str(config) and got["config_source"]["flag"] == flag
     assert got["config_source"]["decided_by"] == (gguf_files.PLUGIN if PLUGIN else gguf_config.RULE_HERE)
     assert got["tokenizer"] == str(config) and want["tokenizer"] == str(ck)
@@ -118,6 +118,34 @@ def test_a_config_elsewhere_that_contradicts_the_gguf_is_refused_naming_the_key(
     assert (f"has index_topk = 256 and the config.json of --hf-config-path '{other}' 512: another model's"
             in elsewhere[0])
     assert "has index_topk = 256 and the config.json beside it 512: another model's" in here[0]
+
+
+@pytest.mark.parametrize("edit, says", [                  # breaker round 10: k2, k8 were "config ok", unnamed
+    ({"max_position_embeddings": 4096}, "sets max_position_embeddings 4096 (the GGUF's 8192)"),
+    ({"rope_parameters": {"rope_theta": 50000.0, "rope_type": "default"}}, "sets rope_theta 50000.0 (the GGUF's "
+                                                                           "1000000.0)"),
+    ({"rope_parameters": None, "rope_theta": 50000}, "sets rope_theta 50000 (the GGUF's 1000000.0)"),   # older form
+    ({"rope_parameters": None, "rope_theta": 1000000}, None),                  # the same base, written otherwise
+    ({"rope_theta": 50000.0}, None),          # transformers reads rope_parameters' (the GGUF's), not the top level
+])
+def test_a_setting_the_config_json_states_otherwise_than_the_gguf_is_named_and_vllms_reading_kept(setup, tmp_path,
+                                                                                                  edit, says):
+    """The model's length and rotary base are the config.json's to set (vLLM reads it; issue 47 item 2): a
+    difference from the metadata is named, not refused as another model's file, and the config is config.json's."""
+    ck = setup[0]
+    folder = _alone(ck, ["model-Q8_0.gguf", "tokenizer.json", "tokenizer_config.json"], tmp_path / "edited")
+    cfg = json.loads((ck / "config.json").read_text())
+    edited = {k: v for k, v in {**cfg, **edit}.items() if v is not None}
+    (folder / "config.json").write_text(json.dumps(edited))
+    info = read_gguf(folder / "model-Q8_0.gguf")
+    differs = info["config_source"]["differs"]
+    assert differs == (None if says is None else f"the config.json beside it {says}: vLLM takes config.json's")
+    assert info["config_json"] == edited
+    from sparse_mla.diagnose.report import gguf_lines
+
+    lines = gguf_lines({"format": "gguf", "file": "model-Q8_0.gguf", "files": ["model-Q8_0.gguf"], "serve": "vllm serve",
+                        "tokenizer": str(folder), "config_source": info["config_source"]})
+    assert (f"  {differs}" in lines) == (says is not None), lines          # the text report names it too
 
 
 @pytest.mark.parametrize("args, says", [

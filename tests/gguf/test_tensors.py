@@ -78,6 +78,21 @@ def test_a_shard_of_another_split_is_refused_naming_the_tensors_held_twice(split
 
 
 @pytest.mark.parametrize("with_plugin", [False, True])
+def test_a_shard_stating_another_splits_tensor_count_is_named_before_its_tensors(splits, tmp_path, with_plugin):
+    """Breaker round 10 (x2): shard 2 of a 3-layer model's split (split.tensors.count 67 among 44s) was refused as a
+    GGUF "converted without the lightning indexer"; the shard that disagrees is named, with or without the plugin."""
+    folder = tmp_path / "other_count"
+    shutil.copytree(splits["a"], folder)
+    field = gguf.GGUFReader(str(folder / SHARDS[1]), "r+").get_field("split.tensors.count")
+    total = int(field.contents())
+    field.parts[field.data[0]][0] = total + 23               # gguf-py's memmap: the value, in place
+    with pytest.raises(UserInputError) as e:
+        diagnose(str(folder / SHARDS[0]), "9.0", "auto", with_plugin=with_plugin)
+    assert (f"{SHARDS[1]} says split.count 4, split.tensors.count {total + 23}; the other shards say split.count 4, "
+            f"split.tensors.count {total}: a shard of another split" in str(e.value)), str(e.value)
+
+
+@pytest.mark.parametrize("with_plugin", [False, True])
 def test_an_8_head_shard_inside_a_64_head_split_is_a_blocker_with_or_without_the_plugin(splits, tmp_path,
                                                                                           with_plugin):
     folder = _mixed(splits, tmp_path, "h8")
@@ -130,11 +145,11 @@ def test_check_coverage_names_both_directions_for_the_models_own_tensors():
 
 
 class _Reader:
-    def __init__(self, names, no=None, count=None):
+    def __init__(self, names, no=None, count=None, total=None):
         from types import SimpleNamespace
 
         self.tensors = [SimpleNamespace(name=n) for n in names]
-        self._f = {"split.no": no, "split.count": count}
+        self._f = {"split.no": no, "split.count": count, "split.tensors.count": total}
 
     def get_field(self, key):
         from types import SimpleNamespace
@@ -151,3 +166,15 @@ def test_check_shards_refuses_missing_shards_and_tensors_held_twice():
         check_shards([_Reader(["a"], 0, 3), _Reader(["b"], 1, 3)], ["m-1", "m-2"], "m")
     with pytest.raises(UserInputError, match=r"tensors held by more than one shard: b \(shards of different"):
         check_shards([_Reader(["a", "b"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")
+
+
+@pytest.mark.every_line
+def test_check_shards_names_the_shard_whose_split_metadata_disagree_and_counts_the_tensors():
+    """Breaker round 10 (x2): a shard of another split with the right split.no and split.count."""
+    check_shards([_Reader(["a"], 0, 2, 2), _Reader(["b"], 1, 2, 2)], ["m-1", "m-2"], "m")
+    with pytest.raises(UserInputError, match=r"m-2 says split.count 3, split.tensors.count 5; the other shards say "
+                                             r"split.count 3, split.tensors.count 3: a shard of another split"):
+        check_shards([_Reader(["a"], 0, 3, 3), _Reader(["b"], 1, 3, 5), _Reader(["c"], 2, 3, 3)],
+                     ["m-1", "m-2", "m-3"], "m")
+    with pytest.raises(UserInputError, match=r"its 2 shards hold 3 tensors, their split.tensors.count 2: a shard"):
+        check_shards([_Reader(["a", "c"], 0, 2, 2), _Reader(["b"], 1, 2, 2)], ["m-1", "m-2"], "m")

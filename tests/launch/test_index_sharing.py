@@ -55,6 +55,22 @@ def test_own_indexer_matches_transformers_derivation():
     assert ix.own_indexer({"num_hidden_layers": 3}) == [True] * 3
 
 
+def test_a_negative_offset_is_read_as_vllm_and_transformers_read_it_and_make_checkpoint_writes_it():
+    """Breaker round 10 (t7): index_skip_topk_offset -1 was refused here (make-checkpoint, the reference forward)
+    and diagnosed as vLLM runs it; vLLM and transformers both read any integer by max(l - offset + 1, 0) % freq, so
+    the rule is theirs, the diagnosis' (models.check_config): the same layers, and the config written."""
+    pytest.importorskip("transformers")
+    for n, freq, offset in ((2, 2, -1), (5, 2, -1), (6, 3, -2)):
+        ours = ix.own_indexer({"num_hidden_layers": n, "index_topk_freq": freq, "index_skip_topk_offset": offset})
+        assert ["full" if o else "shared" for o in ours] == _transformers_types(
+            num_hidden_layers=n, index_topk_freq=freq, index_skip_topk_offset=offset), (n, freq, offset)
+    assert ix.sharing_keys(2, index_topk_freq=2, index_skip_topk_offset=-1) == {"index_topk_freq": 2,
+                                                                                "index_skip_topk_offset": -1}
+    with pytest.raises(UserInputError, match=r"'--index-topk-freq / --index-skip-topk-offset' has "
+                                             r"index_skip_topk_offset = True; accepted: an integer"):
+        ix.sharing_keys(2, index_topk_freq=2, index_skip_topk_offset=True)
+
+
 def test_pattern_read_as_vllm_reads_it():
     """vLLM: a layer is shared iff its pattern letter is "S"; layers past the pattern's end are full."""
     assert ix.own_indexer({"num_hidden_layers": 5, "index_topk_pattern": "FSS"}) == [True, False, False, True, True]
@@ -66,7 +82,7 @@ def test_pattern_read_as_vllm_reads_it():
     ({"num_hidden_layers": 2, "indexer_types": ["full", "sparse"]}, "'sparse'"),
     ({"num_hidden_layers": 3, "indexer_types": ["full", "shared"]}, "2 letters for 3 layers"),
     ({"num_hidden_layers": 2, "indexer_types": ["full", "shared"], "index_topk_pattern": "FF"}, "disagree"),
-    ({"num_hidden_layers": 2, "index_topk_freq": 0}, "index_topk_freq 0"),
+    ({"num_hidden_layers": 2, "index_topk_freq": 0}, "index_topk_freq = 0, which must be a positive integer"),
 ])
 def test_own_indexer_refuses(cfg, says):
     with pytest.raises(UserInputError, match=says):

@@ -287,3 +287,34 @@ def test_sparse_mla_run_refuses_a_checkpoint_dir_at_its_own_notebook_before_any_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "where the run writes its own 05_launch_glm5.ipynb" in err[0], err
     assert not out.exists()
+
+
+def test_sparse_mla_run_refuses_notebook_03s_results_dir_one_folder_too_deep(monkeypatch, capsys, tmp_path):
+    """Breaker round 10 (q02): ``results_dir: ../results/h200`` was accepted; notebook 03 read results/h200/h200 and
+    said "no H200 record yet" beside results/h200/bench_indexer_h200.json."""
+    monkeypatch.setattr(chain, "load_profile", lambda p: {"03_dsa_indexer_triton": {"results_dir": "../results/h200"}})
+    monkeypatch.setattr(chain, "_execute", lambda *a, **k: pytest.fail("a notebook ran"))
+    assert cli.main(["run", "--profile", "mine", "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile 'mine': 03_dsa_indexer_triton's results_dir '../results/h200' (" in err[0] \
+        and "has no h200/bench_indexer_h200.json, h200/bench_indexer_h200.png, which the notebook reads; accepted: " \
+        in err[0] and err[0].endswith("e.g. the folder above it, '../results'"), err
+
+
+def test_each_notebook_reading_results_dir_has_its_files_in_results_read():
+    """A notebook whose code past its parameters cell reads ``results_dir`` names what it reads there in
+    ``RESULTS_READ`` (round 10: notebook 03 had no entry); each file named is one the notebook reads."""
+    import json
+    import re
+
+    from sparse_mla.workbook.parameters import RESULTS_READ
+
+    for nb in chain.discover(chain.project_root() / "notebooks"):
+        code = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"]
+                         if c["cell_type"] == "code" and "parameters" not in c["metadata"].get("tags", ()))
+        assert ("results_dir" in code) == (nb.stem[:2] in RESULTS_READ), nb.name
+        tails = {t.rsplit("/", 1)[-1] for t in re.findall(r'"([^"\n]+\.(?:json|csv|png))"', code)}  # file names
+        names = [re.sub(r"\\\{.*?\\\}", r"[\\w.-]+", re.escape(t)) for t in tails      # an f-string's "{s}": any
+                 if len(re.sub(r"\{.*?\}", "", t)) > 8]
+        for f in RESULTS_READ.get(nb.stem[:2], ()):
+            assert any(re.fullmatch(n, f.rsplit("/", 1)[-1]) for n in names), (nb.name, f)

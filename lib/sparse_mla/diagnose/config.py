@@ -352,7 +352,9 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
     why = (f" (config.json's indexer_types declares {them} shared, and vLLM 0.26 reads only index_topk_pattern / "
            f"index_topk_freq)" if declared_shared else "")
     if layers is not None:          # vLLM built the model (0.34 refuses another length: the memory stage says so)
-        _pattern_length_note(hf, cfg)
+        from ..models import text_config
+
+        _pattern_length_note(hf, cfg, layers, text_config(req.geometry.raw_config).get("indexer_types"))
     if layers == [] and hasattr(hf, "index_topk"):
         out["blocker"] = _no_indexer_blocker(vc)
         return out
@@ -418,12 +420,30 @@ def _no_indexer_blocker(vc) -> str:
             f"{want or 'the architecture of the model type'} (transformers' class for model_type {mt!r})")
 
 
-def _pattern_length_note(hf, cfg: dict[str, Any]) -> None:
-    """An ``index_topk_pattern`` with another letter count than the layers: vLLM reads one letter per layer and
-    builds a full indexer in every layer past its end (``DeepseekV2MLAAttention.__init__``, ``deepseek_v2.py``); a
-    note in ``cfg["notes"]``, not a blocker (the engine starts)."""
+def _pattern_length_note(hf, cfg: dict[str, Any], layers: list[int], declared) -> None:
+    """A top-k sharing with another entry count than the layers (:func:`sparse_mla.models.check_sharing_length`,
+    make-checkpoint's rule): the ``indexer_types`` config.json declares (``declared``; transformers derives one from a
+    pattern too; vLLM 0.26 reads none, the plugin's hook gives it vLLM as its pattern: round 10, t3 was "ok" with no
+    word) named with the ``layers`` vLLM builds indexers in; an
+    ``index_topk_pattern``: vLLM reads one letter per layer and builds a full indexer in every layer past its end
+    (``DeepseekV2MLAAttention.__init__``, ``deepseek_v2.py``). A note in ``cfg["notes"]``, not a blocker (the engine
+    starts)."""
+    from ..models import check_sharing_length
+    from ..vllm_plugin.indexer_types import pattern_from_indexer_types
+
     pat, n = getattr(hf, "index_topk_pattern", None), getattr(hf, "num_hidden_layers", None)
-    if not isinstance(pat, str) or not isinstance(n, int) or len(pat) == n:
+    types = pattern_from_indexer_types(declared)
+    if not isinstance(n, int):
+        return
+    if isinstance(types, str):
+        try:
+            check_sharing_length(types, n, "indexer_types")
+        except UserInputError as e:
+            built = _layers(layers) if layers else "no layer"
+            cfg.setdefault("notes", []).append(f"{e}; make-checkpoint and the reference forward (launch --parity) "
+                                               f"refuse it; vLLM builds DSA indexers in {built} from this config")
+            return                      # the plugin's hook gave vLLM these letters as its pattern: said once
+    if not isinstance(pat, str) or len(pat) == n:
         return
     what = (f"vLLM builds a full indexer in {_layers(list(range(len(pat), n)))}, past its end" if len(pat) < n else
             f"vLLM reads its first {n} and ignores the other {len(pat) - n}")

@@ -44,21 +44,23 @@ NO_CONFIG_BESIDE = ("no config.json beside the GGUF and no --hf-config-path: vll
 
 def config_record(first_file: Path, metadata_config: dict, hf_config_path=None, tokenizer=None) -> dict[str, Any]:
     """``{"config_json": the config.json vLLM builds the model from (None: none beside the GGUF), "config_source":
-    {"folder", "flag", "decided_by"}, "tokenizer": the folder vLLM loads the tokenizer from, "tokenizer_error":
-    vLLM's refusal to load a tokenizer from the GGUF's own folder (None: it loads one, or a flag named the folder),
-    "serve_flags": the vllm serve arguments for them}`` of a GGUF whose first file is ``first_file``
-    (:mod:`sparse_mla.diagnose.gguf_config`); ``hf_config_path`` / ``tokenizer`` as given (folders). Raises
-    :class:`UserInputError` for a flag's value that is no folder here or holds no config.json or tokenizer it must,
-    and a config.json that describes another model than the metadata."""
+    {"folder", "flag", "decided_by", "differs": where the config.json sets what the metadata states otherwise and
+    vLLM takes it (:data:`~sparse_mla.diagnose.gguf_config.SETTINGS`), else None}, "tokenizer": the folder vLLM loads
+    the tokenizer from, "tokenizer_error": vLLM's refusal to load a tokenizer from the GGUF's own folder (None: it
+    loads one, or a flag named the folder), "serve_flags": the vllm serve arguments for them}`` of a GGUF whose first
+    file is ``first_file`` (:mod:`sparse_mla.diagnose.gguf_config`); ``hf_config_path`` / ``tokenizer`` as given
+    (folders). Raises :class:`UserInputError` for a flag's value that is no folder here or holds no config.json or
+    tokenizer it must, and a config.json that describes another model than the metadata."""
     from .gguf_config import (HF_CONFIG_PATH, TOKENIZER, check_folder, check_tokenizer, config_json, config_source,
                               serve_flags)
 
     given = {HF_CONFIG_PATH: hf_config_path, TOKENIZER: tokenizer}
     hf_dir, tok_dir = (None if v is None else check_folder(v, flag) for flag, v in given.items())
     folder, flag, how = config_source(first_file, hf_dir, tok_dir)
-    cfg = config_json(first_file, folder, flag, given.get(flag), metadata_config)
+    cfg, differs = config_json(first_file, folder, flag, given.get(flag), metadata_config)
     tok_folder, tok_flag = (tok_dir, TOKENIZER) if tok_dir is not None else (folder, flag)
-    return {"config_json": cfg, "config_source": {"folder": str(folder), "flag": flag, "decided_by": how},
+    return {"config_json": cfg, "config_source": {"folder": str(folder), "flag": flag, "decided_by": how,
+                                                  "differs": differs},
             "tokenizer": str(tok_folder), "tokenizer_error": check_tokenizer(tok_folder, tok_flag, given.get(tok_flag)),
             "serve_flags": serve_flags(first_file.parent, hf_config_path, tokenizer)}
 

@@ -11,8 +11,9 @@ config and tokenizer, ``EngineArgs(model=FILE.gguf, tokenizer=DIR)`` too.
 
 :func:`config_source` asks the plugin's function where it is importable and a flag is given (without a flag the
 answer for a local file is its folder; the plugin, which imports vLLM, is not imported for that), else applies the same
-rule here; :func:`config_json` reads that folder's ``config.json`` and refuses one that describes another model than
-the GGUF's metadata (:data:`AGREE`); :func:`serve_flags` gives a ``vllm serve`` line the same folders.
+rule here; :func:`config_json` reads that folder's ``config.json``, refuses one that describes another model than
+the GGUF's metadata (:data:`AGREE`) and names the settings it states otherwise (:data:`SETTINGS`, vLLM takes
+config.json's), by one rule (:func:`compared`); :func:`serve_flags` gives a ``vllm serve`` line the same folders.
 """
 from __future__ import annotations
 
@@ -31,11 +32,18 @@ BESIDE = "beside the GGUF"
 RULE_HERE = "vllm-gguf-plugin's rule, applied here (the plugin is not importable)"
 NO_FLAG = "no flag: the GGUF's folder (vllm-gguf-plugin's rule for a local file)"
 
-#: Config keys a GGUF's metadata and the ``config.json`` vLLM reads must agree on (else the file is another model's).
+#: Config keys a GGUF's metadata and the ``config.json`` vLLM reads must agree on (else the file is another model's):
+#: the geometry, routing and indexer the weights were made with. Every key both state is compared by one rule
+#: (:func:`compared`, read by :func:`as_read`): these refused where they differ, :data:`SETTINGS` named.
 AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
          "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
          "index_head_dim", "model_type", "architectures", "intermediate_size", "moe_intermediate_size",
          "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace")
+#: Config keys the metadata states too that are the user's to set in the ``config.json`` vLLM reads, and vLLM takes
+#: from it (as does the diagnosis): the model's length (issue 47 item 2: a config.json raising it to 1M beside the
+#: GGUF is served, and diagnosed, at 1M) and the rotary base (llama.cpp's ``--rope-freq-base`` overrides the file's
+#: likewise). A difference is named in the record (``config_source["differs"]``, round 10: k2, k8), not refused.
+SETTINGS = ("max_position_embeddings", "rope_theta")
 
 _WHAT = {HF_CONFIG_PATH: "the folder holding the model's config.json", TOKENIZER: "the folder holding the model's "
          "tokenizer files"}
@@ -106,18 +114,53 @@ def config_source(first_file: Path, hf_config_path: Path | None = None,
     return folder, flag, how
 
 
-def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dict) -> dict | None:
-    """The ``config.json`` in ``folder`` (from :func:`config_source`; ``given``: the flag's value as given) -- the
-    config vLLM builds the GGUF model ``path`` from -- or None where there is none beside the GGUF. Raises
-    :class:`UserInputError` where a folder named by a flag has no ``config.json``, and where the config contradicts
-    the GGUF's metadata on a key of :data:`AGREE`, naming the key and both values."""
+def as_read(cfg: dict, key: str):
+    """``key`` of a config dict as transformers reads it: ``rope_theta`` from ``rope_parameters`` where it has one,
+    else the top level (``PreTrainedConfig.convert_rope_params_to_dict``: ``rope_parameters.setdefault("rope_theta",
+    <top level>)``); any other key as written."""
+    rope = cfg.get("rope_parameters")
+    if key == "rope_theta" and isinstance(rope, dict) and "rope_theta" in rope:
+        return rope["rope_theta"]
+    return cfg.get(key)
+
+
+def _same(a, b) -> bool:
+    """Whether two values of a key are one, a float as the GGUF stores it (float32: ``rope.freq_base``)."""
+    import struct
+
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return struct.pack("<f", a) == struct.pack("<f", b)
+        except (struct.error, OverflowError, TypeError):
+            return False
+    return a == b
+
+
+def compared(cfg: dict, metadata_config: dict) -> tuple[str | None, list[str]]:
+    """``(the first key of AGREE that the config.json cfg lacks or states otherwise than the GGUF's metadata, or None;
+    the keys of SETTINGS it states otherwise)``, each read by :func:`as_read` and compared by :func:`_same`: the one
+    rule for every key both state."""
+    def differ(k):
+        return not _same(as_read(cfg, k), as_read(metadata_config, k))
+
+    return (next((k for k in AGREE if differ(k)), None),
+            [k for k in SETTINGS if as_read(metadata_config, k) is not None and differ(k)])
+
+
+def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dict) -> tuple[dict | None, str | None]:
+    """``(config, differs)``: the ``config.json`` in ``folder`` (from :func:`config_source`; ``given``: the flag's
+    value as given) -- the config vLLM builds the GGUF model ``path`` from -- or None where there is none beside the
+    GGUF; and where it sets a key of :data:`SETTINGS` otherwise than the metadata, a line naming both values
+    (:func:`compared`), else None. Raises :class:`UserInputError` where a folder named by a flag has no
+    ``config.json``, and where the config lacks or contradicts the GGUF's metadata on a key of :data:`AGREE`, naming
+    the key and both values."""
     from ..files import read_json
 
     f = folder / "config.json"
     where = "the config.json beside it" if flag == BESIDE else f"the config.json of {flag} {str(given)!r}"
     if not f.is_file():
         if flag == BESIDE:
-            return None
+            return None, None
         why = ("" if flag == HF_CONFIG_PATH else ": vllm-gguf-plugin reads the model's config from the --tokenizer "
                "folder where no --hf-config-path is given")
         raise UserInputError(f"{flag} {str(given)!r} has no config.json{why}; accepted: "
@@ -129,16 +172,18 @@ def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dic
     if not isinstance(cfg, dict):
         raise UserInputError(f"{named} holds a JSON {type(cfg).__name__}, not an object; accepted: a Hugging Face "
                              f"config.json (a JSON object of the model's settings)")
-    for k in AGREE:
-        if k not in cfg and metadata_config.get(k) is not None:
-            raise UserInputError(f"{named} has no {k} (the GGUF model {str(path)!r} has {k} = "
-                                 f"{metadata_config[k]!r}); accepted: the config.json of the model the GGUF was made "
-                                 f"from")
-        if cfg.get(k) != metadata_config.get(k):
-            raise UserInputError(f"GGUF model {str(path)!r} has {k} = {metadata_config.get(k)!r} and {where} "
-                                 f"{cfg.get(k)!r}: another model's file; accepted: the config.json of the model the "
-                                 f"GGUF was made from")
-    return cfg
+    k, settings = compared(cfg, metadata_config)
+    if k is not None and k not in cfg:
+        raise UserInputError(f"{named} has no {k} (the GGUF model {str(path)!r} has {k} = "
+                             f"{as_read(metadata_config, k)!r}); accepted: the config.json of the model the GGUF was "
+                             f"made from")
+    if k is not None:
+        raise UserInputError(f"GGUF model {str(path)!r} has {k} = {as_read(metadata_config, k)!r} and {where} "
+                             f"{as_read(cfg, k)!r}: another model's file; accepted: the config.json of the model the "
+                             f"GGUF was made from")
+    differs = [f"{k} {as_read(cfg, k)!r}" if as_read(cfg, k) is not None else f"no {k}" for k in settings]
+    differs = [f"{d} (the GGUF's {as_read(metadata_config, k)!r})" for d, k in zip(differs, settings)]
+    return cfg, (f"{where} sets {', '.join(differs)}: vLLM takes config.json's" if differs else None)
 
 
 def serve_flags(folder: str | Path, hf_config_path=None, tokenizer=None) -> list[str]:

@@ -135,7 +135,7 @@ def gguf_lines(checkpoint: Mapping[str, Any]) -> list[str]:
            f"no tokenizer vLLM can load in {checkpoint['tokenizer']}")
     serve = "vllm serve line" + (" (fails until the folder has them)" if config.startswith("no")
                                  or tok.startswith("no") else "")
-    note = [f"  {src['quantization_config']}"] if src.get("quantization_config") else []
+    note = [f"  {src[k]}" for k in ("differs", "quantization_config") if src.get(k)]
     return ["", f"GGUF {checkpoint['file']} ({len(checkpoint['files'])} file(s)): {config}, {tok}", *note,
             f"{serve}: {checkpoint['serve']}"]
 

@@ -1,7 +1,8 @@
 """A GGUF's tensors against a config: the checks the weights adapter's load plan
 (:class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter`) and the diagnosis both make.
 
-* :func:`check_shards`: no split shard missing (``split.count`` of the first), no tensor held by two shards;
+* :func:`check_shards`: the shards state one split (``split.count``, ``split.tensors.count``), none missing, no
+  tensor held by two, as many tensors as the split states;
 * :func:`check_indexer_tensors`: every block has the DSA indexer's tensors (a GGUF without them would run dense);
 * :func:`check_coverage`: the name map of the config vLLM loads and the files' tensors agree on the model's own
   tensors (:func:`described_tensors`: those the GGUF's own metadata maps);
@@ -165,11 +166,33 @@ def described_tensors(first_reader, names) -> set[str] | None:
         return None
 
 
+#: What gguf-py's split writer (``GGUFWriter.write_header_to_file``) writes alike into every shard of one split: the
+#: number of shards and of tensors in all of them (llama.cpp's ``gguf-split`` writes the same keys)
+SPLIT_KEYS = ("split.count", "split.tensors.count")
+
+
+def _one_split(readers, files, source: str) -> None:
+    """Every shard states the same :data:`SPLIT_KEYS` (the first's, or the most shards' where shard 1 is the odd
+    one): a shard of another split (round 10: a 3-layer model's shard 2, ``split.tensors.count`` 67 among 44s, was
+    refused as a GGUF converted without the indexer) is named before anything asks what its tensors lack."""
+    said = [tuple(metadata_field(r, k, None) for k in SPLIT_KEYS) for r in readers]
+    split = Counter(said).most_common(1)[0][0]
+    odd = [f"{os.path.basename(str(f))} says {', '.join(f'{k} {x}' for k, x in zip(SPLIT_KEYS, v))}"
+           for f, v in zip(files, said) if v != split]
+    if odd:
+        raise UserInputError(f"GGUF {source!r}: {'; '.join(odd)}; the other shards say "
+                             f"{', '.join(f'{k} {x}' for k, x in zip(SPLIT_KEYS, split))}: a shard of another split; "
+                             f"refused. accepted: the shards of one model, as written (the same "
+                             f"{' and '.join(SPLIT_KEYS)} in each)")
+
+
 def check_shards(readers, files, source: str) -> None:
     """Refuse what vllm-gguf-plugin's shard discovery (``_get_all_gguf_files``: the shards that exist) passes over
-    silently: a split whose first shard (``split.no`` 0, the metadata) or any other is missing (``split.count`` of
-    the first file found), and a tensor name held twice (shards of two splits mixed): :class:`UserInputError`
-    naming them."""
+    silently: shards whose split metadata disagree (:func:`_one_split`: one of another split), a split whose first
+    shard (``split.no`` 0, the metadata) or any other is missing (``split.count`` of the first file found), a tensor
+    name held twice (shards of two splits mixed), and shards holding other than ``split.tensors.count`` tensors:
+    :class:`UserInputError` naming them."""
+    _one_split(readers, files, source)
     no, count = metadata_field(readers[0], "split.no", None), metadata_field(readers[0], "split.count", None)
     if count is not None and (no != 0 or len(files) != count):
         found = ", ".join(os.path.basename(str(f)) for f in files)
@@ -181,3 +204,8 @@ def check_shards(readers, files, source: str) -> None:
     if twice:
         raise UserInputError(f"GGUF {source!r}: tensors held by more than one shard: {_show(twice)} (shards of "
                              f"different splits mixed?); refused. accepted: the shards of one model, as written")
+    total = metadata_field(readers[0], SPLIT_KEYS[1], None)
+    if isinstance(total, int) and sum(seen.values()) != total:
+        raise UserInputError(f"GGUF {source!r}: its {len(files)} shards hold {sum(seen.values())} tensors, their "
+                             f"{SPLIT_KEYS[1]} {total}: a shard of another split; refused. accepted: the shards of "
+                             f"one model, as written")

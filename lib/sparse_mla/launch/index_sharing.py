@@ -35,13 +35,17 @@ STYLES = ("pattern", "freq", "indexer_types")
 _VLLM_DEFAULT_OFFSET = 2     # deepseek_v2.py: getattr(config, "index_skip_topk_offset", 2)
 
 
-def freq_pattern(num_layers: int, freq: int, offset: int = _VLLM_DEFAULT_OFFSET) -> str:
+def freq_pattern(num_layers: int, freq: int, offset: int = _VLLM_DEFAULT_OFFSET,
+                 name: str = "index_topk_freq / index_skip_topk_offset") -> str:
     """The ``F``/``S`` letters of ``index_topk_freq = freq``, ``index_skip_topk_offset = offset`` for
-    ``num_layers`` layers (layer ``l`` full iff ``max(l - offset + 1, 0) % freq == 0``). Raises
-    :class:`UserInputError` for a ``freq`` that is not a positive integer or a negative ``offset``."""
-    for name, v, lo in (("index_topk_freq", freq, 1), ("index_skip_topk_offset", offset, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise UserInputError(f"{name} {v!r} is not accepted; accepted: an integer >= {lo}")
+    ``num_layers`` layers (layer ``l`` full iff ``max(l - offset + 1, 0) % freq == 0``). The two values pass the
+    rule the diagnosis reads a config by (:func:`sparse_mla.models.check_config`: ``freq`` an integer from 1 --
+    vLLM divides by it, and transformers reads one below 1 as 1 --, ``offset`` any integer, as vLLM and transformers
+    both read it; round 10: -1 was refused here and diagnosed as vLLM runs it). Raises :class:`UserInputError`
+    naming ``name`` (where the values come from), the key and what is accepted."""
+    from ..models import check_config
+
+    check_config({"index_topk_freq": freq, "index_skip_topk_offset": offset}, name)
     return "".join("F" if max(i - offset + 1, 0) % freq == 0 else "S" for i in range(num_layers))
 
 
@@ -58,9 +62,9 @@ def check_pattern(pattern: Any, num_layers: int, what: str = "index_topk_pattern
         raise UserInputError(f"{what} {pattern!r} is not accepted; accepted: letters F (full: the layer runs its "
                              f"indexer) and S (shared: it reuses the previous full layer's top-k), one per layer, "
                              f"e.g. FSSF")
-    if len(pattern) != num_layers:
-        raise UserInputError(f"{what} {pattern!r} has {len(pattern)} letters for {num_layers} layers; accepted: one "
-                             f"letter per decoder layer ({num_layers})")
+    from ..models import check_sharing_length
+
+    check_sharing_length(pattern, num_layers, what)
     if pattern[0] != "F":
         raise UserInputError(f"{what} {pattern!r} makes layer 0 shared, with no earlier layer's top-k to reuse; "
                              f"accepted: a pattern starting with F")
@@ -153,7 +157,8 @@ def sharing_keys(num_layers: int, *, index_topk_pattern: str | None = None, inde
         return sharing_config("indexer_types", indexer_types, num_layers)
     if index_topk_freq is not None:
         offset = _VLLM_DEFAULT_OFFSET if index_skip_topk_offset is None else index_skip_topk_offset
-        return sharing_config("freq", freq_pattern(num_layers, index_topk_freq, offset), num_layers,
+        return sharing_config("freq", freq_pattern(num_layers, index_topk_freq, offset,
+                                                   "--index-topk-freq / --index-skip-topk-offset"), num_layers,
                               index_topk_freq, index_skip_topk_offset)
     return {}
 

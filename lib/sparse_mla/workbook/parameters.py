@@ -89,22 +89,30 @@ def _as_read(value, notebooks_dir: Path) -> Path:
     return Path(str(value)) if Path(str(value)).is_absolute() else notebooks_dir / str(value)
 
 
-#: What a notebook reads from ``results_dir`` whatever its other parameters (the committed records it shows), by its
-#: number: a ``results_dir`` a profile gives must hold them (issue 47, round 8: an empty folder was accepted and
-#: notebook 02 failed in its fifth cell).
+#: What a notebook reads from ``results_dir`` (the committed records it shows), by its number: a ``results_dir`` a
+#: profile gives must hold them (issue 47, round 8: an empty folder was accepted and notebook 02 failed in its fifth
+#: cell; round 10: notebook 03, absent here, read ``../results/h200`` as holding no H200 record and said "none yet").
+#: Notebook 03 reads its record on a machine without a GPU (with one it runs the benchmark instead); the others read
+#: theirs whatever their other parameters. tests/workbook/test_parameters.py checks each notebook that reads
+#: ``results_dir`` has an entry and names each file here.
 RESULTS_READ = {"01": ("what_to_run.csv",),
-                "02": ("h200/bench_kernel_h200.json", "h200/bench_kernel_h200.csv", "h200/bench_kernel_h200.png"),
+                "02": ("h200/bench_kernel_h200.json", "h200/bench_kernel_h200.csv", "h200/bench_kernel_h200.png",
+                       "h200/bench_kernel_sweep_h200_sweep2.csv", "h200/bench_kernel_sweep_h200_sweep3.csv"),
+                "03": ("h200/bench_indexer_h200.json", "h200/bench_indexer_h200.png"),
                 "04": ("h200/launch_h200_cudagraph.json", "what_to_run.csv"),
                 "05": ("what_to_run.csv", "h200/bench_serve_h200_8heads.json", "h200/diagnose_vs_engine_h200.json")}
 
 
-def _results_read(notebook: str, results: Path) -> None:
-    """``results`` holds what the notebook ``notebook`` (its file stem, ``04_register...``) reads from it."""
+def _results_read(notebook: str, results: Path, given) -> None:
+    """``results`` (the profile's ``results_dir`` ``given``, as the notebook reads it) holds what the notebook
+    ``notebook`` (its file stem, ``04_register...``) reads from it (:data:`RESULTS_READ`)."""
     missing = [f for f in RESULTS_READ.get(notebook[:2], ()) if not (results / f).is_file()]
     if missing:
-        raise UserInputError(f"results_dir {str(results)!r} has no {', '.join(missing)}, which the notebook reads; "
-                             f"accepted: a folder of the records as results/ holds them (results/, relative to "
-                             f"notebooks/)")
+        above = all((results.parent / f).is_file() for f in missing)
+        raise UserInputError(f"results_dir {str(given)!r} ({results}) has no {', '.join(missing)}, which the notebook "
+                             f"reads; accepted: a folder of the records as results/ holds them (results/, relative to "
+                             f"notebooks/)" + (f", e.g. the folder above it, {str(Path(str(given)).parent)!r}"
+                                               if above else ""))
 
 
 def _launch_record(given, record: Path) -> None:
@@ -137,7 +145,7 @@ def _folders(given: dict, values: dict, notebooks_dir: Path, out_dir: Path, note
         raise UserInputError(f"results_dir {given['results_dir']!r} is not a folder; accepted: the folder of the "
                              f"records (results/, relative to notebooks/)")
     if "results_dir" in given:
-        _results_read(notebook, results)
+        _results_read(notebook, results, given["results_dir"])
     if "launch_record" in given:
         record = (results / str(given["launch_record"])).resolve()
         if not record.is_relative_to(results.resolve()):
