@@ -294,3 +294,70 @@ def test_a_repeat_dataset_record_as_the_writer_writes_it_is_proven(tmp_path):
     assert verdict(tmp_path, rec).status == "proven", verdict(tmp_path, rec).line()
     rec["load"]["prompts_file"] = None
     assert "load.prompts_file None with the dataset 'repeat'" in verdict(tmp_path, rec).reason
+
+
+def _input_tokens(r, n: int):
+    """Repeat 3 of FLASHMLA_SPARSE sending ``n`` prompt tokens, its total throughput what vLLM computes from them."""
+    res = r["repeats"][FM][2]
+    res.update(total_input_tokens=n, total_token_throughput=(n + res["total_output_tokens"]) / res["duration"])
+
+
+@pytest.mark.parametrize("edit, says", [            # breaker round 11: vLLM's metric relations (RELATIONS)
+    (lambda r: _result(r, median_e2el_ms=50.0), f"repeats.{FM}[0].median_ttft_ms 105.10588600004667 is more than "
+                                                f"its median_e2el_ms 50.0"),                            # v03
+    (lambda r: _result(r, mean_e2el_ms=200.0), f"repeats.{FM}[0].mean_ttft_ms 313.3412113187518 is more than its "
+                                               f"mean_e2el_ms 200.0"),                                  # w02
+    (lambda r: _result(r, p90_e2el_ms=900.0), f"repeats.{FM}[0].p90_ttft_ms 987.7709982000397 is more than its "
+                                              f"p90_e2el_ms 900.0"),                                    # w03
+    (lambda r: _result(r, mean_ttft_ms=1300.0), "mean_ttft_ms 1300.0 is more than its mean_e2el_ms"),   # w17
+    (lambda r: _result(r, p99_e2el_ms=9000.0), f"repeats.{FM}[0].p99_e2el_ms 9000.0 is more than its duration in ms "
+                                               f"6272.371509999857"),                                   # v16
+    (lambda r: _result(r, std_e2el_ms=0.0), f"repeats.{FM}[0].std_e2el_ms 0, yet its {{'median_e2el_ms': "),  # w18
+    (lambda r: _result(r, max_output_tokens_per_s=50000.0), f"repeats.{FM}[0].max_output_tokens_per_s 50000.0 is "
+                                                            f"more than its total_output_tokens + completed 41120"),
+    (lambda r: _result(r, max_concurrent_requests=500), f"repeats.{FM}[0].max_concurrent_requests 500 is more than "
+                                                        f"its completed 160"),                          # v21
+    (lambda r: _input_tokens(r, 84000), f"repeats.{FM}[2].total_input_tokens 84000, repeats.TRITON_MLA_SPARSE[0]'s "
+                                        f"84502: every pass completing the load sends its same prompts"),  # w08
+    (lambda r: _result(r, request_goodput=12.5), f"repeats.{FM}[0].request_goodput 12.5, its pass's command gives "
+                                                 f"no --goodput; accepted: null"),                      # v04
+])
+def test_a_result_breaking_vllms_metric_relations_is_invalid(edit, says):
+    rec = copy.deepcopy(_COMMITTED)
+    edit(rec)
+    problems = serving_results.serving_result_problems(rec)
+    assert any(says in p for p in problems), problems
+
+
+def _server_option(option: str, value: str | None):
+    """FLASHMLA_SPARSE's server command with ``option`` set to ``value`` (None: the option and its value gone)."""
+    def edit(r):
+        cmd = r["runs"][FM]["servers"][0]["command"]
+        i = cmd.index(option)
+        cmd[i + 1:i + 2] = [value] if value is not None else []
+        del cmd[i:i + (value is None)]
+    return edit
+
+
+@pytest.mark.parametrize("edit, says", [            # breaker round 11: the writer's server command, rebuilt
+    (_server_option("--served-model-name", "glm6"), "--served-model-name glm6 where the writer puts glm5"),  # v07
+    (_server_option("--seed", "7"), "--seed 7 where the writer puts 0"),                                     # v08
+    (_server_option("--worker-extension-cls", None), "--worker-extension-cls absent where the writer puts "
+                                                     "sparse_mla.vllm_plugin.ran.RanWorkerExtension"),       # v11
+    (_server_option("--host", "0.0.0.0"), "--host 0.0.0.0 where the writer puts 127.0.0.1"),                 # v22
+    (lambda r: r["runs"][FM]["servers"][0]["command"].append("--trust-remote-code"),
+     "--trust-remote-code given where the writer puts none"),
+])
+def test_a_server_command_is_the_one_the_writer_builds_for_its_run(tmp_path, edit, says):
+    rec = copy.deepcopy(_COMMITTED)
+    edit(rec)
+    assert any(says in p for p in serving_results.server_command_problems(rec)), \
+        serving_results.server_command_problems(rec)
+
+
+def test_the_committed_serving_record_keeps_vllms_relations_and_the_writers_server_commands(tmp_path):
+    rec = copy.deepcopy(_COMMITTED)
+    assert serving_results.rebuilt_server_problems(rec) == [] and serving_results.serving_result_problems(rec) == []
+    _server_option("--seed", "7")(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and "--seed 7 where the writer puts 0" in v.reason, v.line()

@@ -18,7 +18,9 @@ format and within the session (the header's date, ``wall_s`` and 14 hours of tim
 prompt lengths are the model's ``index_topk``'s, its ``prompts_file`` and ``dataset_args`` the writer's
 (:func:`load_problems`). Issue 47, round 10: a result's ``backend`` 'vllm' under ``--backend openai``, another
 ``tokenizer_id``, a ``label`` no ``--label`` gave, a ``date`` of ``2026-12-04`` and a ``prompts_file`` beside the
-``random`` dataset were proven.
+``random`` dataset were proven. Issue 47, round 11: the relations vLLM's ``calculate_metrics`` makes between one
+result's figures (:data:`RELATIONS`), one ``total_input_tokens`` for every pass that completed the load, and each
+server's command the one the writer builds for its run (:func:`rebuilt_server_problems`).
 """
 from __future__ import annotations
 
@@ -110,6 +112,82 @@ def _latency_problems(where: str, res: dict) -> list[str]:
     return out
 
 
+#: Relations that vLLM's ``calculate_metrics`` (``vllm/benchmarks/serve.py``; its figures are statistics of one list
+#: per completed request, each request timed by ``benchmarks/lib/endpoint_request_func.py``) makes between the figures
+#: of one result: ``(left, relation, right, why)``. ``{s}`` stands for each statistic of a metric but its std (mean,
+#: median, pN) that both sides have, ``{m}`` for each metric (ttft, tpot, itl, e2el); ``"<="``: left at most right (a
+#: right side in :data:`_DERIVED` computed from the result); ``"std 0"``: the metric's std 0 only where its median and
+#: percentiles are one value. Issue 47, round 11: a median, mean or p90 e2el below the ttft's, a p99 e2el past the
+#: duration, a std 0 beside a spread, 50000 peak tokens/s of a pass of 40960 tokens and 500 peak concurrent requests
+#: of 160 were proven. (The peak concurrency counts the requests active in a 1 s bucket: above ``max_concurrency``.)
+RELATIONS = (
+    ("{s}_ttft_ms", "<=", "{s}_e2el_ms", "a request's latency runs to its last chunk and its ttft to its first, so "
+                                         "each statistic of e2el is at least the same one of ttft"),
+    ("{s}_e2el_ms", "<=", "duration_ms", "every request runs within the pass (benchmark_duration spans them all)"),
+    ("max_output_tokens_per_s", "<=", "chunks", "its busiest 1 s bucket counts a token per streamed chunk (the "
+                                                "first and one per itl): at most the output tokens and a closing "
+                                                "chunk per completed request"),
+    ("max_concurrent_requests", "<=", "completed", "its busiest 1 s bucket counts each completed request once"),
+    ("std_{m}_ms", "std 0", "{s}_{m}_ms", "np.std of a list is 0 only where its values are one value"),
+)
+#: The right sides of :data:`RELATIONS` computed from the result: ``{name: (what it is, how)}``.
+_DERIVED = {"duration_ms": ("its duration in ms", lambda r: float(r["duration"]) * 1000),
+            "chunks": ("its total_output_tokens + completed", lambda r: r["total_output_tokens"] + r["completed"])}
+_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def _side(res: dict, template: str, metric: str) -> dict[str, tuple[str, float]]:
+    """The figures of ``res`` that one side of a relation names: ``{statistic or "": (name, value)}``."""
+    if template in _DERIVED:
+        try:
+            v = _DERIVED[template][1](res)
+        except (KeyError, TypeError, ValueError):
+            return {}
+        return {"": (_DERIVED[template][0], v)} if _num(v) else {}
+    stats = [m[1] for k in res if (m := LATENCY.match(str(k))) and m[1] != "std"] if "{s}" in template else [""]
+    names = {s: template.format(s=s, m=metric) for s in stats}
+    return {s: (n, res[n]) for s, n in names.items() if _num(res.get(n)) and not math.isnan(res[n])}
+
+
+def _relation_problems(where: str, res: dict) -> list[str]:
+    """One result against :data:`RELATIONS`, one line per figure that breaks one."""
+    out = []
+    for left, rel, right, why in RELATIONS:
+        for metric in _METRICS if "{m}" in left else ("",):
+            lhs, rhs = _side(res, left, metric), _side(res, right, metric)
+            if rel == "std 0":
+                spread = {n: v for s, (n, v) in rhs.items() if s != "mean"}
+                out += [f"{where}.{n} 0, yet its {spread} differ (vLLM: {why})" for n, v in lhs.values()
+                        if v == 0 and len(set(spread.values())) > 1]
+                continue
+            for s, (n, v) in lhs.items():
+                rn, rv = rhs.get(s) or rhs.get("") or (None, None)
+                if rn is not None and v > rv * (1 + 1e-9):
+                    out.append(f"{where}.{n} {v!r} is more than {rn if right in _DERIVED else 'its ' + rn} {rv!r}; "
+                               f"accepted: at most that (vLLM: {why})")
+    return out
+
+
+def _same_prompts_problems(rec: dict) -> list[str]:
+    """Every pass of the record with all its requests completed the same ``total_input_tokens``: one load (its
+    ``dataset_args``, ``seed`` and the model's tokenizer) samples the same prompts for each (``get_samples``), and
+    vLLM sums the server's ``prompt_tokens`` of each completed request (``calculate_metrics``)."""
+    asked = _dict(rec.get("load")).get("num_prompts")
+    first, out = None, []
+    for k in live_server_runs(rec):
+        for i, res in enumerate(_list(_dict(rec.get("repeats")).get(k))):
+            if not (isinstance(res, dict) and res.get("completed") == asked and res.get("failed") == 0
+                    and _num(res.get("total_input_tokens"))):
+                continue
+            if first is None:
+                first = (f"repeats.{k}[{i}]", res["total_input_tokens"])
+            elif res["total_input_tokens"] != first[1]:
+                out.append(f"repeats.{k}[{i}].total_input_tokens {res['total_input_tokens']!r}, {first[0]}'s "
+                           f"{first[1]!r}: every pass completing the load sends its same prompts (one dataset, seed "
+                           f"and tokenizer)")
+    return out
+
+
 #: The date format of vLLM's result (``vllm/benchmarks/serve.py``: ``datetime.now().strftime(...)``, local time).
 VLLM_DATE = "%Y%m%d-%H%M%S"
 
@@ -139,6 +217,7 @@ def result_problems(rec: dict) -> list[str]:
                 continue
             where = f"repeats.{k}[{i}]"
             out += _rate_problems(where, res) + _token_problems(where, res, load) + _latency_problems(where, res)
+            out += _relation_problems(where, res)
             out += [f"{where}.{f} {res[f]!r}, the load's {load[f]!r}" for f in ("max_concurrency", "num_prompts")
                     if f in res and f in load and res[f] != load[f]]
             out += _echo_problems(where, run, i + 1, res)
@@ -150,7 +229,7 @@ def result_problems(rec: dict) -> list[str]:
             elif "date" in res and start and not start - zone <= when <= start + zone:
                 out.append(f"{where}.date {res['date']!r} is not within the session of {env.get('date')} "
                            f"(its wall time and 14 hours of time zone either side)")
-    return out
+    return out + _same_prompts_problems(rec)
 
 
 #: vLLM's result fields that echo its pass's command line (``vllm/benchmarks/serve.py`` ``main_async``, "Setup" and
@@ -159,6 +238,10 @@ def result_problems(rec: dict) -> list[str]:
 ECHOED = {"backend": "--backend", "endpoint_type": "--backend", "label": "--label", "model_id": "--model",
           "tokenizer_id": "--tokenizer", "request_rate": "--request-rate", "burstiness": "--burstiness"}
 _NUMBERS = ("request_rate", "burstiness")
+#: vLLM's result fields that are null unless the pass's command gives an option (``main_async``'s result:
+#: ``"request_goodput": metrics.request_goodput if goodput_config_dict else None``; issue 47, round 11: a goodput
+#: of a pass without ``--goodput`` was proven).
+ONLY_WITH = {"request_goodput": "--goodput"}
 #: What :func:`_vllm_default` answers where vLLM cannot be imported.
 _UNKNOWN = object()
 
@@ -191,7 +274,8 @@ def _echo_problems(where: str, run: dict, repeat: int, res: dict) -> list[str]:
             same = False
         if not same:
             out.append(f"{where}.{f} {res[f]!r}, its pass's command asks {said}")
-    return out
+    return out + [f"{where}.{f} {res[f]!r}, its pass's command gives no {opt}; accepted: null (vLLM writes a {f} "
+                  f"only under {opt})" for f, opt in ONLY_WITH.items() if res.get(f) is not None and opt not in c]
 
 
 @functools.lru_cache(maxsize=None)
@@ -243,7 +327,65 @@ def server_command_problems(rec: dict) -> list[str]:
             out += _client_problems(f"runs.{k}", run, s, cmd)
             out += _client_load_problems(f"runs.{k}", run, s, _dict(rec.get("load")),
                                          _dict(rec.get("server")).get("server_timeout_s"))
-    return out + _port_problems(rec)
+    return out + _port_problems(rec) + rebuilt_server_problems(rec)
+
+
+def _options(cmd: list[str]) -> dict[str, list[str | None]]:
+    """A ``vllm serve`` command line after its model as ``{option: [its values]}`` (a flag's value None): the parsed
+    form two command lines are compared in, the order of their options aside."""
+    out: dict[str, list[str | None]] = {}
+    for i, a in enumerate(cmd):
+        if a.startswith("--"):
+            v = cmd[i + 1] if i + 1 < len(cmd) and not cmd[i + 1].startswith("--") else None
+            out.setdefault(a, []).append(v)
+        elif i == 0 or not cmd[i - 1].startswith("--"):
+            out.setdefault("(word)", []).append(a)
+    return out
+
+
+def rebuilt_server_problems(rec: dict) -> list[str]:
+    """Each server's command line against the one the writer builds for its run (:func:`sparse_mla.bench.serve.
+    start_server`: :func:`sparse_mla.launch.engine.serve_command` of the run's run spec and speculative config, the
+    server block's sizes, :data:`~sparse_mla.bench.serve.SERVER_EXTRA`) with the model and port the command itself
+    names, compared as parsed options (:func:`_options`): every flag at once -- the served model name and host of
+    :mod:`sparse_mla.launch` that every pass asks, seed 0, the worker extension that collects ``ran``. A GGUF's
+    ``--tokenizer`` folder is taken as the command gives it where the model's name does not say GGUF (the writer
+    reads the file). Issue 47, round 11: ``--served-model-name glm6``, ``--seed 7``, ``--host 0.0.0.0`` and no
+    ``--worker-extension-cls`` were proven."""
+    from ..bench.serve import SERVER_EXTRA
+    from ..diagnose.gguf_config import serve_flags
+    from ..errors import UserInputError
+    from ..launch.engine import serve_command
+    from ..launch.specs import parse_run_spec
+
+    srv, out = _dict(rec.get("server")), []
+    keys = ("kv_cache_dtype", "tp", "enforce_eager", "max_model_len", "gpu_memory_utilization")
+    if not all(k in srv for k in (*keys, "max_num_seqs")):
+        return []
+    for k, run in live_server_runs(rec).items():
+        for i, s in enumerate(x for x in _list(run.get("servers")) if isinstance(x, dict)):
+            cmd = [str(c) for c in _list(s.get("command"))]
+            model = _served_model(s)
+            if model is None or "--port" not in cmd[:-1]:
+                continue
+            try:
+                want = serve_command(model, parse_run_spec(run.get("run_spec")), int(cmd[cmd.index("--port") + 1]),
+                                     speculative_config=run.get("speculative_config"),
+                                     max_num_seqs=srv["max_num_seqs"], extra=SERVER_EXTRA,
+                                     **{f: srv[f] for f in keys})
+            except (UserInputError, TypeError, ValueError, AttributeError):
+                continue
+            gguf = serve_flags(Path(model).parent)
+            if cmd[3:3 + len(gguf)] == gguf and want[3:3 + len(gguf)] != gguf:
+                want[3:3] = gguf
+            have, need = _options(cmd), _options([str(w) for w in want])
+            bad = [f"{o} {' '.join(str(v) for v in have.get(o, ['absent']) if v is not None) or 'given'} where the "
+                   f"writer puts {' '.join(str(v) for v in need.get(o, ['none']) if v is not None) or o}"
+                   for o in dict.fromkeys([*need, *have]) if have.get(o) != need.get(o)]
+            if bad:
+                out.append(f"runs.{k}.servers[{i}].command: {'; '.join(bad)} (launch.engine.serve_command for the "
+                           f"run spec {run.get('run_spec')!r} and the record's server block)")
+    return out
 
 
 def _port_problems(rec: dict) -> list[str]:
