@@ -350,7 +350,9 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         n, plen, mt = throughput["num_seqs"], throughput["prompt_len"], throughput["max_tokens"]
         batch = [{"prompt_token_ids": ids} for ids in prompt_ids(model_dir(model), [plen] * n, seed=1)]
         tsp = SamplingParams(temperature=0.0, max_tokens=mt, ignore_eos=True)
-        llm.generate(batch[:4], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+        warm_seqs, warm_tokens = THROUGHPUT_WARMUP
+        llm.generate(batch[:warm_seqs], SamplingParams(temperature=0.0, max_tokens=warm_tokens, ignore_eos=True),
+                     use_tqdm=False)
         t1 = time.time()
         res = llm.generate(batch, tsp, use_tqdm=False)
         dt = time.time() - t1
@@ -360,6 +362,30 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     rec.update(_ran_fields(llm, spec, speculative_config, rec["checkpoint"]))
     del llm
     return with_simulated(rec)
+
+
+#: ``(sequences, tokens each)`` of the untimed warm-up generation before run_offline's throughput pass.
+THROUGHPUT_WARMUP = (4, 8)
+
+
+def counted_tokens(rec: dict) -> int | None:
+    """The tokens an offline engine's record ``rec`` (:func:`run_offline`) generated in all, as vLLM's counters
+    (``ran.speculative``, :func:`speculative_counts`) cover them: its generations' tokens, and with a throughput pass
+    its warm-up (:data:`THROUGHPUT_WARMUP`) and its ``generated_tokens``; None where the record does not say
+    (no generations list, a throughput block without its count). A draft is made at most once a decoding step, each
+    step generating a token: ``drafts`` is at most this."""
+    gens = rec.get("generations")
+    if not isinstance(gens, list) or not all(isinstance(g, dict) and isinstance(g.get("token_ids"), list)
+                                             for g in gens):
+        return None
+    n = sum(len(g["token_ids"]) for g in gens)
+    thr = rec.get("throughput")
+    if thr is None:
+        return n
+    if not isinstance(thr, dict) or not all(_pos_int(thr.get(k)) for k in ("num_seqs", "generated_tokens")):
+        return None
+    seqs, tokens = THROUGHPUT_WARMUP
+    return n + min(seqs, thr["num_seqs"]) * tokens + thr["generated_tokens"]
 
 
 def _ran_fields(llm, spec: RunSpec, speculative_config: dict | None, weights: dict | None = None) -> dict:
