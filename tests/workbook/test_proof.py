@@ -1596,3 +1596,81 @@ def test_what_the_writers_write_stays_proven(tmp_path, round10_records, key, edi
     rec = json.loads(round10_records[key])
     edit(rec)
     assert verdict(tmp_path, rec).status == "proven"
+
+
+_R11 = {"M": "../h100-80gb-hbm3/launch_h100-80gb-hbm3_mtp.json",
+        "L": "../h100-80gb-hbm3/launch_h100-80gb-hbm3_long_prompts.json", "K": "launch_h200_gguf_q4_k_m_split.json",
+        "X": ONE_ENGINE_RECORD, "D": _R10["D"], "G": _R10["G"]}
+
+
+@pytest.fixture(scope="module")
+def round11_records() -> dict[str, str]:
+    """The committed records of the breaker's round 11, each read once (proven, as ``records check results`` says)."""
+    return {k: json.dumps(_committed(name)) for k, name in _R11.items()}
+
+
+def _own_command(r, run, old, new):
+    assert old in r["runs"][run]["environment"]["command"]
+    r["runs"][run]["environment"]["command"] = r["runs"][run]["environment"]["command"].replace(old, new)
+
+
+def _date_before_runs(r):
+    import datetime
+
+    first = min(datetime.datetime.fromisoformat(x["environment"]["date"]) for x in r["runs"].values())
+    r["environment"]["date"] = (first - datetime.timedelta(hours=1)).isoformat()
+
+
+@pytest.mark.parametrize("key,edit,says", [
+    # the header's values launch refuses or the record does not hold: n11, x15, n19, n28, n66
+    ("L", lambda r: _header(r, "--reference-max-len 16384", "--reference-max-len 900"),
+     "reference_max_len 16384, the command asked --reference-max-len 900"),
+    ("M", lambda r: _header(r, "--parity", "--parity --reference-max-len 0"),
+     "values are none launch takes (--reference-max-len: reference max len 0 is not accepted; accepted: an integer"),
+    ("K", lambda r: _header(r, "/tmp/ckq4km/", "/tmp/otherck/"),
+     f"{_T}: its own command asks --model /tmp/ckq4km/model-Q4_K_M-00001-of-00004.gguf, the parity run's command "
+     f"gives this engine /tmp/otherck/"),
+    ("M", lambda r: _header(r, "--parity ", ""), "--backends 'TRITON_MLA_SPARSE,FLASHMLA_SPARSE' takes effect with "
+                                                 "--parity only"),
+    ("X", lambda r: _header(r, "--max-tokens 16", "--max-tokens 16 --max-model-len 100"),
+     "prompt length 900 + max tokens 16 exceeds the engines' max_model_len 100"),
+    # each run's --json-out in the writer's one scratch folder, named after the run: n07, n08, h35, h38
+    ("M", lambda r: _own_command(r, _FM, "/tmp/sparse-mla-launch-", "/tmp/sparse-mla-launch-zz"),
+     "its runs' own --json-out files lie in 2 folders"),
+    ("M", lambda r: _own_command(r, _FM, f"{_FM}.json", f"{_T}.json"),
+     f"{_FM}: its own command's --json-out /tmp/"),
+    ("D", lambda r: _own_command(r, "fp8", "/tmp/diag-vs-engine-", "/tmp/diag-vs-engine-zz"),
+     "its runs' own --json-out files lie in 2 folders"),
+    ("D", lambda r: _own_command(r, "auto", "/auto.json", "/bfloat16.json"), "the writer names this run's file /tmp/"),
+    # counters beyond what the run allows: n01, x04; a header dated before its runs: n06
+    ("M", lambda r: r["runs"][_T]["ran"]["speculative"].update(drafts=50000, draft_tokens=50000, accepted_tokens=0,
+                                                                acceptance_rate=0.0),
+     f"{_T}: ran.speculative: 50000 drafts, more than the 4256 tokens the engine generated in all"),
+    ("M", lambda r: r["runs"][_T]["ran"]["launch_plan"]["9.0"].update(smem_per_block=300000),
+     "smem_per_block <= smem_per_sm"),
+    ("M", _date_before_runs, f"{_T}: its header's date 2026-12-05T23:27:21+00:00 is after the record's"),
+    # GLM-5.3-Flash: the criterion's arithmetic, --max-model-len, --engine-timeout: h12, h13, h14
+    ("G", lambda r: r["model_config"].update(dtype="float16"),
+     "vLLM's for the checkpoint's dtype 'float16' is {'acc': 5.960464477539063e-08, 'store': 0.00048828125"),
+    ("G", lambda r: _header(r, "--max-tokens 8", "--max-tokens 8 --max-model-len 100"),
+     f"{_FM}: a 160-token prompt and its 8 generated tokens exceed its command's --max-model-len 100"),
+    ("G", lambda r: _header(r, "--max-tokens 8", "--max-tokens 8 --engine-timeout 0"),
+     "its command's --engine-timeout 0 stops every engine's process at once"),
+    # a diagnose_vs_engine run with the generations the tool removes: h37
+    ("D", lambda r: r["runs"]["auto"].update(generations=[{"prompt_len": 48, "token_ids": [1, 2, 3, 4],
+                                                           "logprobs": [-1.0] * 4}]),
+     "runs.auto: generations, which the tool removes"),
+])
+def test_the_breakers_round_11_on_engine_records(tmp_path, round11_records, key, edit, says):
+    """Issue 47, breaker round 11 (batches n, x, h): each edit of a committed record was proven; now each is invalid,
+    naming the value and the writer's rule (launch's own argument checks, ``engine_files``, ``counted_tokens``, the
+    order run_parity writes in, the GLM tool's dtype, limits and ``pop("generations")``)."""
+    rec = json.loads(round11_records[key])
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_round_11s_records_stay_proven(tmp_path, round11_records):
+    """The base records of the round as committed: launch's checks, the scratch files, the counters and dates hold."""
+    assert [verdict(tmp_path, json.loads(t)).status for t in round11_records.values()] == ["proven"] * len(_R11)

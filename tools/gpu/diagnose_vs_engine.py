@@ -17,10 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sparse_mla.workbook.diagnosis import (differences, engine_words, entry, observed, predicted,  # records check
-                                           tool_arguments, tool_command)                          # reads them alike
+from sparse_mla.workbook.diagnosis import (differences, engine_record_file, engine_words, entry,  # records check
+                                           observed, predicted, tool_arguments, tool_command)     # reads them alike
 
-__all__ = ["differences", "engine_words", "entry", "main", "observed", "predicted", "tool_arguments", "tool_command"]
+__all__ = ["differences", "engine_record_file", "engine_words", "entry", "main", "observed", "predicted",
+           "tool_arguments", "tool_command"]
 
 
 def main(argv: list[str]) -> int:
@@ -37,7 +38,7 @@ def main(argv: list[str]) -> int:
     for kv in kvs:
         diag = diagnose(ckpt, "local", kv, with_plugin=True)
         rec["diagnosis"][kv] = entry(diag)
-        f = tmp / f"{kv}.json"
+        f = engine_record_file(tmp, kv)
         r = subprocess.run([sys.executable, "-m", "sparse_mla", *engine_words(ckpt, kv, str(f))], capture_output=True,
                            text=True)
         engine = json.loads(f.read_text()) if f.is_file() else {"error": f"exit {r.returncode}",

@@ -44,7 +44,7 @@ import traceback
 from pathlib import Path
 
 # the tool's parser and command line: records check reads its record's command with the same
-from sparse_mla.workbook.glm5next_record import add_arguments, prompt_lengths, run_specs, tool_command
+from sparse_mla.workbook.glm5next_record import add_arguments, checkpoint_dtype, prompt_lengths, run_specs, tool_command
 
 
 def run_engine(ckpt: Path, prompts: list[list[int]], max_tokens: int, max_model_len: int, run: str) -> dict:
@@ -205,7 +205,7 @@ def criterion(rec: dict, ref, prompts: list[list[int]], ok: dict[str, dict]) -> 
 
     t0 = time.time()
     try:
-        crit = glm5next_first_token_criterion(ref, prompts, ok, str(rec["model_config"].get("dtype", "bfloat16")))
+        crit = glm5next_first_token_criterion(ref, prompts, ok, checkpoint_dtype(rec["model_config"]))
     except Exception as e:  # noqa: BLE001 - the record says why
         rec["first_token_criterion"] = {"error": f"{type(e).__name__}: {e}"}
         return True

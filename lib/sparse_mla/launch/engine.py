@@ -350,7 +350,9 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
         n, plen, mt = throughput["num_seqs"], throughput["prompt_len"], throughput["max_tokens"]
         batch = [{"prompt_token_ids": ids} for ids in prompt_ids(model_dir(model), [plen] * n, seed=1)]
         tsp = SamplingParams(temperature=0.0, max_tokens=mt, ignore_eos=True)
-        llm.generate(batch[:4], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+        warm_seqs, warm_tokens = THROUGHPUT_WARMUP
+        llm.generate(batch[:warm_seqs], SamplingParams(temperature=0.0, max_tokens=warm_tokens, ignore_eos=True),
+                     use_tqdm=False)
         t1 = time.time()
         res = llm.generate(batch, tsp, use_tqdm=False)
         dt = time.time() - t1
@@ -360,6 +362,30 @@ def run_offline(model: str | os.PathLike, backend: str = OURS, kv_cache_dtype: s
     rec.update(_ran_fields(llm, spec, speculative_config, rec["checkpoint"]))
     del llm
     return with_simulated(rec)
+
+
+#: ``(sequences, tokens each)`` of the untimed warm-up generation before run_offline's throughput pass.
+THROUGHPUT_WARMUP = (4, 8)
+
+
+def counted_tokens(rec: dict) -> int | None:
+    """The tokens an offline engine's record ``rec`` (:func:`run_offline`) generated in all, as vLLM's counters
+    (``ran.speculative``, :func:`speculative_counts`) cover them: its generations' tokens, and with a throughput pass
+    its warm-up (:data:`THROUGHPUT_WARMUP`) and its ``generated_tokens``; None where the record does not say
+    (no generations list, a throughput block without its count). A draft is made at most once a decoding step, each
+    step generating a token: ``drafts`` is at most this."""
+    gens = rec.get("generations")
+    if not isinstance(gens, list) or not all(isinstance(g, dict) and isinstance(g.get("token_ids"), list)
+                                             for g in gens):
+        return None
+    n = sum(len(g["token_ids"]) for g in gens)
+    thr = rec.get("throughput")
+    if thr is None:
+        return n
+    if not isinstance(thr, dict) or not all(_pos_int(thr.get(k)) for k in ("num_seqs", "generated_tokens")):
+        return None
+    seqs, tokens = THROUGHPUT_WARMUP
+    return n + min(seqs, thr["num_seqs"]) * tokens + thr["generated_tokens"]
 
 
 def _ran_fields(llm, spec: RunSpec, speculative_config: dict | None, weights: dict | None = None) -> dict:
@@ -566,6 +592,13 @@ def engine_args(model, name: str, prompt_lengths, max_tokens: int, throughput: d
     return args + (["--speculative-config", json.dumps(speculative_config)] if speculative_config else [])
 
 
+def engine_files(log_dir: Path, key: str) -> tuple[Path, Path]:
+    """``(record, log)``: the files in the parity run's ``log_dir`` (one for all its engines) that the engine of plan
+    entry ``key`` (:func:`parity_plan`) writes: its ``--json-out`` and its output, named after the key."""
+    file = key.replace("+", "_")
+    return Path(log_dir) / f"{file}.json", Path(log_dir) / f"{file}.log"
+
+
 def _engine_runs(model: Path, plan: list, prompt_lengths, max_tokens: int, throughput: dict, tp: int,
                  kv_cache_dtype: str, speculative_config: dict | None, log_dir: Path,
                  max_model_len: int = MAX_MODEL_LEN) -> tuple[dict, str | None]:
@@ -578,11 +611,9 @@ def _engine_runs(model: Path, plan: list, prompt_lengths, max_tokens: int, throu
         spec = parse_run_spec(name)
         args = engine_args(model, name, prompt_lengths, max_tokens, throughput, tp, kv_cache_dtype, max_model_len, g,
                            speculative_config if speculates else None)
-        file = key.replace("+", "_")
         asked = {**spec.describe(), "kv_cache_dtype": kv_cache_dtype, "enforce_eager": not g, "speculative": speculates}
         try:
-            runs[key] = {**asked, **_subprocess_offline(args, log_dir / f"{file}.json", log_dir / f"{file}.log",
-                                                        spec_env(spec))}
+            runs[key] = {**asked, **_subprocess_offline(args, *engine_files(log_dir, key), spec_env(spec))}
         except KeyboardInterrupt:
             runs[key] = {**asked, "error": "interrupted"}
             for k, n, g2, sp in plan[i + 1:]:
@@ -826,8 +857,14 @@ def add_cli(sub) -> None:
     p.set_defaults(func=_cli)
 
 
-def _cli(args) -> int:
-    model = check_model(args.model)   # every argument is checked first: a wrong value is news on any machine
+def check_cli_args(args, model: Path | None = None) -> dict:
+    """The values of ``sparse-mla launch``'s parsed arguments (``args``, :func:`add_cli`'s namespace) as launch takes
+    them, after every check it makes of them before an engine starts: ``{"lengths": tuple, "throughput": dict | None,
+    "max_model_len": int, "kv_cache_dtype": str, "spec": RunSpec, "tp": int, "backends": tuple, "speculative_config":
+    dict | None}``. ``model`` (the checked checkpoint, :func:`check_model`) adds the checks that read it (the config's
+    ``max_position_embeddings``, heads for ``--tp``, ``--speculative-config``'s, which imports vLLM); None skips them
+    and gives ``speculative_config`` as asked (``records check`` has a record, not its checkpoint). Raises :class:`UserInputError` naming the value and what
+    is accepted."""
     try:
         lengths = [cli_int(x) for x in str(args.prompt_lengths).split(",") if x.strip()]
     except ValueError:
@@ -853,11 +890,9 @@ def _cli(args) -> int:
         check_reference_max_len(args.reference_max_len)
     except UserInputError as e:
         raise UserInputError(f"--reference-max-len: {e}") from None
-    args.kv_cache_dtype = check_kv_cache_dtype(args.kv_cache_dtype)
+    kv = check_kv_cache_dtype(args.kv_cache_dtype)
     spec = parse_run_spec(args.backend)   # unknown names fail here, before an engine starts
-    if not args.parity and not args.serve:
-        check_offline_spec(spec)
-    tp = check_tp(model, args.tp)
+    tp = check_tp(model, args.tp) if model is not None else args.tp
     if args.backends is not None and not args.parity:
         raise UserInputError(f"--backends {args.backends!r} takes effect with --parity only; accepted: --parity "
                              f"--backends ..., or --backend NAME for one engine")
@@ -865,7 +900,20 @@ def _cli(args) -> int:
     if not backends:
         raise UserInputError(f"--backends {args.backends!r} names no backend; accepted: e.g. {OURS},{PEERS[0]}")
     backends = normalize_backends(backends)
-    spec_cfg = check_speculative_config(args.speculative_config, model_dir(model))
+    spec_cfg = check_speculative_config(args.speculative_config, model_dir(model)) if model is not None else \
+        args.speculative_config        # its check imports vLLM (seconds); records check reads it on its own
+    return {"lengths": lengths, "throughput": thr, "max_model_len": max_model_len, "kv_cache_dtype": kv,
+            "spec": spec, "tp": tp, "backends": backends, "speculative_config": spec_cfg}
+
+
+def _cli(args) -> int:
+    model = check_model(args.model)   # every argument is checked first: a wrong value is news on any machine
+    c = check_cli_args(args, model)
+    lengths, thr, max_model_len, tp, backends, spec_cfg = (c[k] for k in (
+        "lengths", "throughput", "max_model_len", "tp", "backends", "speculative_config"))
+    args.kv_cache_dtype = c["kv_cache_dtype"]
+    if not args.parity and not args.serve:
+        check_offline_spec(c["spec"])
     if args.json_out is not None:
         record_file(args.json_out, model_dir(model), "--json-out file")   # before the engine, not after
     require_gpu()

@@ -297,6 +297,14 @@ class PlanLimits(_Written):
     smem_per_block: SharedMemory = None
     smem_per_sm: SharedMemory = None
 
+    @model_validator(mode="after")
+    def _block_within_sm(self):
+        # a device's own limits: one block's shared memory is at most an SM's (issue 47, round 11: x04)
+        if self.smem_per_block is not None and self.smem_per_sm is not None and self.smem_per_block > self.smem_per_sm:
+            raise ValueError(f"smem_per_block <= smem_per_sm (one block runs on one SM; {self.smem_per_block} > "
+                             f"{self.smem_per_sm})")
+        return self
+
 
 class SpeculativeCounts(_Written):
     """The engine's own speculation counters (``launch.engine.speculative_counts``, its keys alone): every draft

@@ -89,6 +89,21 @@ def parsed_launch(command: str) -> argparse.Namespace | str | None:
     return parsed_cli(command, ("launch",), add_cli, "an engine record's")
 
 
+def launch_refuses(args: argparse.Namespace) -> list[str]:
+    """What ``sparse-mla launch`` refuses in its parsed arguments ``args`` before an engine starts, by its own checks
+    (:func:`sparse_mla.launch.engine.check_cli_args`, those that need no checkpoint): one line, or none. A record of
+    such a command is none launch writes (issue 47, round 11: ``--backends`` without ``--parity``,
+    ``--reference-max-len 0``, prompts longer than ``--max-model-len`` allows were proven)."""
+    from ..errors import UserInputError
+    from ..launch.engine import check_cli_args
+
+    try:
+        check_cli_args(args)
+    except UserInputError as e:
+        return [f"environment.command's values are none launch takes ({e})"]
+    return []
+
+
 def _same_kv(a, b) -> bool:
     return a == b or (a in FP8_KV_CACHE_DTYPES and b in FP8_KV_CACHE_DTYPES)
 
@@ -107,7 +122,7 @@ def command_problems(rec: dict) -> list[str]:
     args = parsed_launch(cmd) if isinstance(cmd, str) else None
     if args is None or isinstance(args, str):
         return ([] if args is None else [args]) + own_command_problems(rec, None)
-    out = _run_problems(rec, args) + own_command_problems(rec, args if args.parity else None)
+    out = launch_refuses(args) + _run_problems(rec, args) + own_command_problems(rec, args if args.parity else None)
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip().isdigit()]
     for name, run in [*runs.items(), ("(the record)", rec)]:
@@ -128,6 +143,9 @@ def command_problems(rec: dict) -> list[str]:
     for field in ("tp", "max_model_len"):          # run_parity writes both as asked (a one-engine record: tp)
         if isinstance(rec.get(field), int) and rec[field] != getattr(args, field):
             out.append(f"{field} {rec[field]}, the command asked --{field.replace('_', '-')} {getattr(args, field)}")
+    if args.parity and "reference_max_len" in rec and rec["reference_max_len"] != args.reference_max_len:
+        out.append(f"reference_max_len {rec['reference_max_len']!r}, the command asked --reference-max-len "
+                   f"{args.reference_max_len} (run_parity writes it as asked)")
     path = rec["model"].get("path") if isinstance(rec.get("model"), dict) else None
     if isinstance(path, str) and path != model_name(args.model):
         out.append(f"model.path {path!r}, the command asked --model {args.model} ({model_name(args.model)!r})")
@@ -145,15 +163,17 @@ def own_command_problems(rec: dict, args: argparse.Namespace | None) -> list[str
     (:func:`one_engine_problems`: its ``--backend`` the run's spec, its mode, speculation, generations and
     throughput batch the run's); and where the record's own command ``args`` (parsed, ``--parity``) is known, it is
     the one the parity run gives that engine (:func:`sparse_mla.launch.engine.engine_args` of the parity plan's entry,
-    both read by launch's parser; ``--model`` by the checkpoint's name, :func:`model_name`). One line per
-    difference."""
+    both read by launch's parser; ``--model`` by its folder and the checkpoint's name, :func:`same_model`). One
+    line per difference."""
     runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
     if not isinstance(rec.get("run_specs"), dict):
         return []                          # no parity record (run_parity writes run_specs): another tool's runs
     want = _engine_commands(args) if args is not None else {}
     if isinstance(want, str):
         return [want]
-    out = []
+    from ..launch.engine import engine_files
+
+    out, files = [], {}
     for key, run in runs.items():
         env = run.get("environment") if isinstance(run, dict) else None
         if not isinstance(env, dict) or "command" not in env:
@@ -163,6 +183,7 @@ def own_command_problems(rec: dict, args: argparse.Namespace | None) -> list[str
             out.append(f"{key}: its own command {str(env['command'])[:80]!r} is no one-engine `sparse-mla launch` "
                        f"({own or 'not a sparse-mla command'}); launch runs each engine of a parity run as one")
             continue
+        files[key] = (own.json_out, lambda folder, k=key: engine_files(folder, k)[0])
         out += [f"{key}: {p}" for p in one_engine_problems(run, own)]
         mml = rec.get("max_model_len")
         if args is None and isinstance(mml, int) and own.max_model_len != mml:     # run_parity passes its own on
@@ -171,11 +192,27 @@ def own_command_problems(rec: dict, args: argparse.Namespace | None) -> list[str
         w = want.get(key)
         if isinstance(w, argparse.Namespace):
             differ = [f for f in vars(w) if f not in _NOT_COMPARED and getattr(own, f, None) != getattr(w, f)]
-            differ += [f for f, read in (("model", model_name), ("throughput", _json), ("speculative_config", _json))
+            differ += [f for f, read in (("throughput", _json), ("speculative_config", _json))
                        if read(getattr(own, f)) != read(getattr(w, f))]
+            differ += [] if same_model(w.model, own.model) else ["model"]
             out += [f"{key}: its own command asks --{f.replace('_', '-')} {getattr(own, f)}, the parity run's command "
                     f"gives this engine {getattr(w, f)} (launch.engine.engine_args)" for f in differ]
-    return out
+    return out + scratch_problems(files)
+
+
+def scratch_problems(files: dict) -> list[str]:
+    """Each run's own ``--json-out`` against where its writer puts it (issue 47, round 11: a run's file in another
+    scratch folder than its siblings', or named after another run, was proven): ``files`` is ``{label: (path,
+    file_of)}``, ``file_of(folder)`` the writer's file for that run in a folder (launch:
+    :func:`sparse_mla.launch.engine.engine_files`; the diagnosis tool:
+    :func:`sparse_mla.workbook.diagnosis.engine_record_file`). Every engine of one record writes into one folder.
+    One line per difference."""
+    paths = {k: (Path(p), file_of) for k, (p, file_of) in files.items() if isinstance(p, str)}
+    folders = sorted({str(p.parent) for p, _ in paths.values()})
+    out = [f"its runs' own --json-out files lie in {len(folders)} folders {folders}; the writer gives every engine "
+           f"of one record the same scratch folder"] if len(folders) > 1 else []
+    return out + [f"{k}: its own command's --json-out {p}, the writer names this run's file {file_of(p.parent)}"
+                  for k, (p, file_of) in paths.items() if file_of(p.parent) != p]
 
 
 def _json(text):
@@ -220,6 +257,15 @@ def model_name(model: str) -> str:
 
     name = Path(str(model)).name
     return SPLIT.sub(lambda m: f"-{1:0{len(m[1])}d}-of-{m[2]}.gguf", name)
+
+
+def same_model(asked: str, ran: str) -> bool:
+    """Whether ``--model asked`` (a parity command's) gives an engine ``--model ran``: run_parity gives each engine
+    the path it checked (``Path(model).expanduser()``; a split GGUF's first shard, in the same folder), so the same
+    folder and :func:`model_name`. A path from ``~`` is held to its name alone (whose home it was is not in the
+    record). Issue 47, round 11: a header's GGUF in another folder was compared by its file name."""
+    same_dir = str(asked).startswith("~") or Path(str(asked)).parent == Path(str(ran)).parent
+    return same_dir and model_name(asked) == model_name(ran)
 
 
 def _asked_speculation(args: argparse.Namespace) -> dict | None | str:

@@ -93,6 +93,12 @@ def engine_words(checkpoint: str, kv: str, json_out: str) -> list[str]:
             "--json-out", str(json_out)]
 
 
+def engine_record_file(folder: Path, kv: str) -> Path:
+    """The ``--json-out`` the tool gives the engine of KV-cache dtype ``kv``: a file named after it in the tool's one
+    scratch folder (``folder``, a ``tempfile.mkdtemp``)."""
+    return Path(folder) / f"{kv}.json"
+
+
 def command_problems(rec: dict) -> list[str]:
     """A diagnosis record against the commands that wrote it (issue 47, round 9: a run's own command asking
     another KV-cache dtype, a header naming another checkpoint than every run's, were proven): the header's
@@ -102,7 +108,7 @@ def command_problems(rec: dict) -> list[str]:
     file aside), and the run what its own command asked (:func:`sparse_mla.workbook.commands.one_engine_problems`:
     its tp, mode, speculation; issue 47, round 10: d12, d13). One line per difference; ``[]`` for another record or
     a header without a command."""
-    from .commands import one_engine_problems, parsed_launch
+    from .commands import one_engine_problems, parsed_launch, scratch_problems
 
     env = rec.get("environment") if is_diagnosis_record(rec) and isinstance(rec.get("environment"), dict) else {}
     if not isinstance(env.get("command"), str):
@@ -117,8 +123,10 @@ def command_problems(rec: dict) -> list[str]:
     runs = _blocks(rec)[1]
     if set(kvs) != set(runs):
         return [f"runs {sorted(runs)}, the header command's KV-cache dtypes {sorted(set(kvs))}"]
-    out = []
+    out, files = [], {}
     for kv, run in runs.items():
+        if isinstance(run, dict) and "generations" in run:
+            out.append(f"runs.{kv}: generations, which the tool removes from every engine's record")
         cmd = run.get("environment", {}).get("command") if isinstance(run, dict) and isinstance(
             run.get("environment"), dict) else None
         if cmd is None:
@@ -128,11 +136,12 @@ def command_problems(rec: dict) -> list[str]:
         if not isinstance(own, argparse.Namespace):
             out.append(f"runs.{kv}: its own command {str(cmd)[:80]!r} is no `sparse-mla launch` ({own})")
             continue
+        files[f"runs.{kv}"] = (own.json_out, lambda folder, k=kv: engine_record_file(folder, k))
         out += [f"runs.{kv}: {p}" for p in one_engine_problems(run, own, generations=False)]    # the tool drops them
         out += [f"runs.{kv}: its own command asks --{f.replace('_', '-')} {getattr(own, f, None)}, the tool asks "
                 f"{getattr(want, f)} for the header's checkpoint {ckpt} and the run's dtype {kv!r}"
                 for f in vars(want) if f != "json_out" and getattr(own, f, None) != getattr(want, f)]
-    return out
+    return out + scratch_problems(files)
 
 
 def is_diagnosis_record(rec) -> bool:

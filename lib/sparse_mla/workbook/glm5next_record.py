@@ -135,6 +135,29 @@ def reference_problems(rec: dict) -> list[str]:
     return out
 
 
+def checkpoint_dtype(model_config: dict) -> str:
+    """The checkpoint dtype the tool's first-token criterion takes vLLM's arithmetic for: its ``config.json``'s
+    ``dtype`` (the record's ``model_config``), bfloat16 where it names none."""
+    return str(model_config.get("dtype", "bfloat16"))
+
+
+def arithmetic_problems(rec: dict) -> list[str]:
+    """``first_token_criterion.arithmetic`` against vLLM's for the record's checkpoint dtype (:func:`checkpoint_dtype`,
+    :func:`sparse_mla.launch.forward_rounding.engine_arithmetic`, the tool's engines on vLLM's default KV cache;
+    issue 47, round 11: a float16 checkpoint judged with bfloat16's arithmetic was proven)."""
+    from ..launch.forward_rounding import engine_arithmetic
+
+    crit, mc = rec.get("first_token_criterion"), rec.get("model_config")
+    if not isinstance(crit, dict) or not isinstance(crit.get("arithmetic"), dict) or not isinstance(mc, dict):
+        return []
+    want = engine_arithmetic(checkpoint_dtype(mc), KV_CACHE_DTYPE).__dict__
+    said = crit["arithmetic"]
+    if set(said) == set(want) and all(_same(said[k], v) or said[k] == v for k, v in want.items()):
+        return []
+    return [f"first_token_criterion: arithmetic {said}, vLLM's for the checkpoint's dtype "
+            f"{checkpoint_dtype(mc)!r} is {want} (the tool takes it from model_config's dtype)"]
+
+
 def criterion_problems(rec: dict) -> list[str]:
     """``first_token_criterion`` against the runs' first tokens and the reference's argmax and top-2 gap, and its
     figures (:func:`sparse_mla.workbook.consistency.criterion_figure_problems`); a decisive prompt with another first
@@ -344,6 +367,7 @@ def command_problems(rec: dict) -> list[str]:
     out += [f"{k}: generations of prompts {[g.get('prompt_len') for g in r['generations']]}, its command's "
             f"--prompt-lengths {lens}" for k, r in _ok_runs(rec).items() if isinstance(r.get("generations"), list)
             and [g.get("prompt_len") if isinstance(g, dict) else None for g in r["generations"]] != lens]
+    out += _limit_problems(rec, args)
     n = rec.get("max_tokens")
     if not (isinstance(n, int) and not isinstance(n, bool) and n == args.max_tokens):
         out.append(f"max_tokens {n!r}, its command's --max-tokens {args.max_tokens}")
@@ -361,9 +385,26 @@ def command_problems(rec: dict) -> list[str]:
     return out
 
 
+def _limit_problems(rec: dict, args: argparse.Namespace) -> list[str]:
+    """The runs that ran against the command's limits (issue 47, round 11: h13, h14): each generation's prompt and
+    tokens within ``--max-model-len`` (the tool's engines' ``max_model_len``: vLLM holds prompt + output to it), and
+    none at all under an ``--engine-timeout`` of 0 or less (``subprocess.run(timeout=...)`` stops the engine's process
+    at once: the tool records "ran past")."""
+    ok = _ok_runs(rec)
+    if args.engine_timeout <= 0 and ok:
+        return [f"runs {list(ok)} ran, its command's --engine-timeout {args.engine_timeout} stops every engine's "
+                f"process at once (subprocess.run's timeout); accepted: a positive number of seconds"]
+    return [f"{k}: a {g['prompt_len']}-token prompt and its {len(g['token_ids'])} generated tokens exceed its "
+            f"command's --max-model-len {args.max_model_len} (the engines' max_model_len)"
+            for k, r in ok.items() for g in (r.get("generations") if isinstance(r.get("generations"), list) else [])
+            if isinstance(g, dict) and isinstance(g.get("prompt_len"), int) and isinstance(g.get("token_ids"), list)
+            and g["prompt_len"] + len(g["token_ids"]) > args.max_model_len][:4]
+
+
 def glm5next_record_problems(rec: dict) -> list[str]:
     """Everything above, one line each (``[]``: the record's figures are what its data give)."""
     out = command_problems(rec) + generation_problems(rec) + layer_problems(rec) + simulated_problems(rec)
+    out += arithmetic_problems(rec)
     out += agreement_problems(rec) if not out else []
     return out + (reference_problems(rec) if not out else []) + (criterion_problems(rec) if not out else [])
 

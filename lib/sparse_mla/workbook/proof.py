@@ -558,12 +558,42 @@ def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
     return out
 
 
+def written_after_runs(rec: dict) -> list[str]:
+    """A parity record's header date (``environment.date``, :func:`sparse_mla.records.environment`, UTC to the
+    second) against its engines' own: ``run_parity`` writes its header after the engines ran, so no run's date is
+    later (issue 47, round 11: n06). One line per run dated later; ``[]`` for another record or a date that is no ISO
+    time (the schema names that)."""
+    import datetime
+
+    def when(env):
+        try:
+            return datetime.datetime.fromisoformat(env["date"])
+        except (TypeError, KeyError, ValueError):
+            return None
+
+    head = when(rec.get("environment")) if isinstance(rec.get("environment"), dict) else None
+    runs = rec.get("runs") if isinstance(rec.get("runs"), dict) and isinstance(rec.get("run_specs"), dict) else {}
+    out = []
+    for k, r in runs.items():
+        ran = when(r.get("environment")) if isinstance(r, dict) and isinstance(r.get("environment"), dict) else None
+        try:
+            later = head is not None and ran is not None and ran > head
+        except TypeError:          # one with a time zone, one without
+            later = False
+        if later:
+            out.append(f"{k}: its header's date {r['environment']['date']} is after the record's "
+                       f"{rec['environment']['date']}; launch --parity writes its header after its engines ran")
+    return out
+
+
 def _speculation_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """Each run's speculation against the record's and against what ran: a run's ``speculative_config`` asks the
     method and ``num_speculative_tokens`` of the record's (where the record has the key; a run without one runs
     without speculation, e.g. ``+no-speculation``); its engine's ``speculative`` counters (every ``ran`` block)
-    propose at most ``num_speculative_tokens`` tokens a draft; an MTP drafter's layers (``draft_attention``) are at
+    propose at most ``num_speculative_tokens`` tokens a draft, and a run's engine at most one draft per token it
+    generated (:func:`sparse_mla.launch.engine.counted_tokens`); an MTP drafter's layers (``draft_attention``) are at
     most the model's MTP layers (``model.num_nextn_predict_layers``)."""
+    from ..launch.engine import counted_tokens
     from ..launch.specs import is_mtp
 
     model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
@@ -583,6 +613,10 @@ def _speculation_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
             if _int(n) and _int(c.get("drafts")) and _int(c.get("draft_tokens")) and c["draft_tokens"] > c["drafts"] * n:
                 out.append(f"{where}.speculative: {c['draft_tokens']} draft tokens in {c['drafts']} drafts, more than "
                            f"the {n} a draft of the speculative_config proposes")
+            made = counted_tokens(r) if ran is r.get("ran") else None
+            if made is not None and _int(c.get("drafts")) and c["drafts"] > made:
+                out.append(f"{where}.speculative: {c['drafts']} drafts, more than the {made} tokens the engine "
+                           f"generated in all (one draft at most per decoding step; launch.engine.counted_tokens)")
             drafted = sum(v for v in (ran.get("draft_attention") or {}).values() if _int(v)) \
                 if isinstance(ran.get("draft_attention"), dict) else 0
             if is_mtp(scfg) and _int(nextn) and drafted > nextn:
@@ -898,7 +932,7 @@ def _judge(path: str, obj) -> Verdict:
     env = obj.get("environment") or {}
     if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
         bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
-    bad += header_problems(obj, with_ran)
+    bad += header_problems(obj, with_ran) + written_after_runs(obj)
     bad += record_problems(obj, runs) + outcome_problems(obj) + command_problems(obj) + diagnosis_problems(obj)
     bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
             for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
