@@ -37,7 +37,7 @@ NO_FLAG = "no flag: the GGUF's folder (vllm-gguf-plugin's rule for a local file)
 #: ``routed_scaling_factor``, ``renormalize=config.norm_topk_prob``, ``scoring_func=getattr(config, "scoring_func",
 #: "softmax")``, ``deepseek_v2.py``); ``tie_word_embeddings`` is "the GGUF has no ``output.weight``", so a tied
 #: config.json beside a GGUF with its own LM head describes another model (vllm-gguf-plugin then patches the flag from
-#: the files; our adapter too). A config.json without one is read as transformers' config class sets it
+#: the files; our adapter too); a GGUF without one is the load plan's wall (``UNTIED_LM_HEAD``), not compared. A config.json without one is read as transformers' config class sets it
 #: (:func:`as_read`; ``scoring_func`` has no default there, and vLLM's ``"softmax"`` is refused against a sigmoid GGUF).
 WEIGHTS_MADE_WITH = ("rms_norm_eps", "routed_scaling_factor", "norm_topk_prob", "scoring_func", "tie_word_embeddings")
 #: Config keys a GGUF's metadata and the ``config.json`` vLLM reads must agree on (else the file is another model's):
@@ -166,6 +166,8 @@ def compared(cfg: dict, metadata_config: dict) -> tuple[str | None, list[str]]:
     the keys of SETTINGS it states otherwise)``, each read by :func:`as_read` and compared by :func:`_same`: the one
     rule for every key both state."""
     def differ(k):
+        if k == "tie_word_embeddings" and as_read(metadata_config, k) is True:
+            return False      # a GGUF with no output.weight: the load plan's wall says vLLM's GLM-5 never ties
         return not _same(as_read(cfg, k), as_read(metadata_config, k))
 
     return (next((k for k in AGREE if differ(k)), None),
