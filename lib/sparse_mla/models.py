@@ -300,6 +300,20 @@ def check_sharing_length(pattern: str, num_layers: int, what: str) -> None:
                              f"letter per decoder layer ({num_layers})")
 
 
+def sharing_disagreement(indexer_types: str, vllm_reads: str) -> str | None:
+    """Where a config declares its top-k sharing twice, ``indexer_types`` (as ``F``/``S`` letters) and
+    ``index_topk_pattern`` / ``index_topk_freq`` (``vllm_reads``: the letters vLLM builds from them, one per layer),
+    the line naming both where they differ: transformers (and the reference forward) follow ``indexer_types``, vLLM
+    0.26 the pattern / freq (``DeepseekV2MLAAttention.__init__`` reads nothing else; the plugin's hook gives vLLM
+    ``indexer_types`` only where neither is set). None where they agree. make-checkpoint writes one of the keys
+    (:func:`sparse_mla.launch.index_sharing.sharing_keys`); the reference forward refuses two that disagree
+    (``own_indexer``); the diagnosis names them (breaker round 11: th)."""
+    if indexer_types == vllm_reads:
+        return None
+    return (f"the config's indexer_types ({indexer_types}) and its index_topk_pattern / index_topk_freq "
+            f"({vllm_reads}) disagree: transformers follows the first, vLLM the second")
+
+
 def _check_sharing(text: dict[str, Any], name: str) -> None:
     """The indexer sharing keys (:data:`SHARING_KEYS`), where present, of their type, each letter or item one that
     transformers maps (another letter is a bare ``KeyError`` in transformers' config class). Raises

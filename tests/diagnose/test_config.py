@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from sparse_mla import cli
+from sparse_mla.errors import UserInputError
 from sparse_mla.models import PRESET_CONFIGS
 
 pytestmark = pytest.mark.every_line
@@ -100,6 +102,31 @@ def test_indexer_layers_are_vllms_and_the_reference_mirrors_them(tmp_path, layer
         return
     assert rec["indexer_layers"] == [i for i, own in enumerate(own_indexer(cfg)) if own], keys
     assert not [b for b in rec["blockers"] if "not initialized" in b["reason"]]
+
+
+@pytest.mark.parametrize("keys, says", [       # breaker round 11: th was "ok" with nothing said, as td was not
+    ({"index_topk_pattern": "FS", "indexer_types": ["full", "full"]},
+     "the config's indexer_types (FF) and its index_topk_pattern / index_topk_freq (FS) disagree: transformers follows "
+     "the first, vLLM the second (index_topk_pattern 'FS'): vLLM builds DSA indexers in layer 0 from this config"),
+    ({"index_topk_freq": 2, "indexer_types": ["full", "full"]}, None),                  # tg: two that agree
+])
+def test_two_sharing_declarations_that_disagree_are_named_by_the_references_rule(tmp_path, keys, says):
+    """Both keys in one config.json (make-checkpoint writes one): named by models.sharing_disagreement, the line the
+    reference forward refuses them with (index_sharing.own_indexer), against the layers vLLM builds indexers in."""
+    from sparse_mla import diagnose as dg
+    from sparse_mla.launch.index_sharing import own_indexer
+
+    from vllm_oracles import vllm_reads_indexer_types
+
+    if vllm_reads_indexer_types():
+        pytest.skip("this vLLM reads indexer_types itself (0.34): it builds what transformers does")
+    d, cfg = _tiny_config(tmp_path, "m", 2, **keys)
+    notes = dg.diagnose(str(d / "config.json"), "9.0", "auto")["config"].get("notes") or []
+    assert [n for n in notes if "disagree" in n or "declares" in n] == ([] if says is None else
+                                                                        [next(n for n in notes if says in n)]), notes
+    if says is not None:
+        with pytest.raises(UserInputError, match=re.escape(says.split(" (index_topk_pattern")[0])):
+            own_indexer(cfg)
 
 
 @pytest.mark.parametrize("keys, plugin", [({"index_topk_pattern": "SF"}, False),

@@ -238,6 +238,31 @@ def test_a_config_of_another_architecture_with_the_same_sizes_is_refused(setup, 
         read_gguf(alone / "model-Q8_0.gguf", hf_config_path=str(other))
 
 
+@pytest.mark.parametrize("edit, says", [     # breaker round 11: cf, cj, ck, co, cl were "config ok", nothing named
+    ({"rms_norm_eps": 1e-6}, r"has rms_norm_eps = 9.99\d*e-06 and the config.json beside it 1e-06: another model's"),
+    ({"routed_scaling_factor": 1.0}, "has routed_scaling_factor = 2.5 and the config.json beside it 1.0: another"),
+    ({"norm_topk_prob": False}, "has norm_topk_prob = True and the config.json beside it False: another model's"),
+    ({"scoring_func": "softmax"}, "has scoring_func = 'sigmoid' and the config.json beside it 'softmax': another"),
+    ({"tie_word_embeddings": True}, r"has tie_word_embeddings = False \(it holds its own LM head, output.weight\) "
+                                    "and the config.json beside it True: another model's file"),
+    ({"scoring_func": None}, r"has no scoring_func \(the GGUF model .* has scoring_func = 'sigmoid'\)"),  # softmax
+    ({k: None for k in ("rms_norm_eps", "routed_scaling_factor", "norm_topk_prob", "tie_word_embeddings")}, None),
+])
+def test_what_the_weights_were_trained_with_is_refused_where_config_json_says_otherwise(setup, tmp_path, edit, says):
+    """The norm epsilon, the routing's scale, renormalisation and gating, and the tied head: vLLM takes them from
+    config.json, so one that states another value than the GGUF is another model's; one the config.json leaves out is
+    read as transformers' config class sets it (GLM-5's values: accepted), except scoring_func (vLLM: softmax)."""
+    ck = setup[0]
+    folder = _alone(ck, ["model-Q8_0.gguf", "tokenizer.json", "tokenizer_config.json"], tmp_path / "edited")
+    cfg = json.loads((ck / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in {**cfg, **edit}.items() if v is not None}))
+    if says is None:
+        assert read_gguf(folder / "model-Q8_0.gguf")["config_source"]["differs"] is None
+        return
+    with pytest.raises(UserInputError, match=says):
+        read_gguf(folder / "model-Q8_0.gguf")
+
+
 def test_the_plugins_own_rule_decides_where_it_is_importable(setup, monkeypatch):
     """With vllm-gguf-plugin importable its ``_get_gguf_config_source`` answers (a stand-in recording its calls)."""
     ck, alone, config = setup

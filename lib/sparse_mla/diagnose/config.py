@@ -351,10 +351,15 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
     them = "it" if len(declared_shared) == 1 else "them"
     why = (f" (config.json's indexer_types declares {them} shared, and vLLM 0.26 reads only index_topk_pattern / "
            f"index_topk_freq)" if declared_shared else "")
+    twice = None
     if layers is not None:          # vLLM built the model (0.34 refuses another length: the memory stage says so)
         from ..models import text_config
 
-        _pattern_length_note(hf, cfg, layers, text_config(req.geometry.raw_config).get("indexer_types"))
+        raw = text_config(req.geometry.raw_config)
+        _pattern_length_note(hf, cfg, layers, raw.get("indexer_types"))
+        twice = _twice_declared(raw, layers, getattr(hf, "num_hidden_layers", None))
+        if twice:
+            cfg.setdefault("notes", []).append(twice)
     if layers == [] and hasattr(hf, "index_topk"):
         out["blocker"] = _no_indexer_blocker(vc)
         return out
@@ -380,7 +385,7 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
                           f"{head}: the engine starts, but vLLM checks that every weight was loaded only for "
                           f"unquantized checkpoints (model_loader/default_loader.py), so with quantization {quant!r} "
                           f"those indexers run on uninitialized weights and select arbitrary tokens{fix}")
-    elif declared_shared:
+    elif declared_shared and not twice:        # said once: the two declarations' line names these layers
         cfg.setdefault("notes", []).append(
             f"vLLM builds and runs an indexer in {_layers(declared_shared)}; the model declares {them} shared "
             f"(reusing the previous full layer's top-k) in indexer_types, which vLLM 0.26 does not read"
@@ -451,6 +456,27 @@ def _pattern_length_note(hf, cfg: dict[str, Any], layers: list[int], declared) -
         f"index_topk_pattern {pat!r} has {len(pat)} letter{'s' if len(pat) != 1 else ''} for {n} layers: {what} "
         f"(DeepseekV2MLAAttention, deepseek_v2.py; the reference forward reads it so too); make-checkpoint writes one "
         f"letter per layer")
+
+
+def _twice_declared(raw: dict[str, Any], layers: list[int], n) -> str | None:
+    """A config.json declaring its top-k sharing twice, ``indexer_types`` and ``index_topk_pattern`` /
+    ``index_topk_freq`` / ``index_skip_topk_offset``, with ``indexer_types`` (``n`` entries) other than the ``layers``
+    vLLM builds indexers in (:func:`sparse_mla.models.sharing_disagreement`, the reference forward's rule; round 11,
+    th: pattern FS with indexer_types [full, full] was "ok" with no word): the note, else None. An ``indexer_types``
+    of another length is :func:`_pattern_length_note`'s."""
+    from ..models import sharing_disagreement
+    from ..vllm_plugin.indexer_types import VLLM_KEYS, pattern_from_indexer_types
+
+    types = pattern_from_indexer_types(raw.get("indexer_types"))
+    if types is None or not isinstance(n, int) or len(types) != n or all(raw.get(k) is None for k in VLLM_KEYS):
+        return None
+    why = sharing_disagreement(types, "".join("F" if i in layers else "S" for i in range(n)))
+    if why is None:
+        return None
+    given = ", ".join(f"{k} {raw[k]!r}" for k in VLLM_KEYS if raw.get(k) is not None)
+    built = _layers([i for i in layers if i < n]) if any(i < n for i in layers) else "no layer"
+    return (f"{why} ({given}): vLLM builds DSA indexers in {built} from this config; make-checkpoint writes one of "
+            f"them and the reference forward (launch --parity) refuses both disagreeing")
 
 
 def _layers(layers: list[int]) -> str:

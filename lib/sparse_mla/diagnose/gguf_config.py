@@ -32,13 +32,24 @@ BESIDE = "beside the GGUF"
 RULE_HERE = "vllm-gguf-plugin's rule, applied here (the plugin is not importable)"
 NO_FLAG = "no flag: the GGUF's folder (vllm-gguf-plugin's rule for a local file)"
 
+#: Keys of :data:`AGREE` the weights were trained with beyond their shapes (breaker round 11: cf, cj, ck, co, cl were
+#: "config ok"): vLLM takes them from config.json (``RMSNorm(eps=config.rms_norm_eps)``, the routed output times
+#: ``routed_scaling_factor``, ``renormalize=config.norm_topk_prob``, ``scoring_func=getattr(config, "scoring_func",
+#: "softmax")``, ``deepseek_v2.py``); ``tie_word_embeddings`` is "the GGUF has no ``output.weight``", so a tied
+#: config.json beside a GGUF with its own LM head describes another model (vllm-gguf-plugin then patches the flag from
+#: the files; our adapter too); a GGUF without one is the load plan's wall (``UNTIED_LM_HEAD``), not compared. A config.json without one is read as transformers' config class sets it
+#: (:func:`as_read`; ``scoring_func`` has no default there, and vLLM's ``"softmax"`` is refused against a sigmoid GGUF).
+WEIGHTS_MADE_WITH = ("rms_norm_eps", "routed_scaling_factor", "norm_topk_prob", "scoring_func", "tie_word_embeddings")
 #: Config keys a GGUF's metadata and the ``config.json`` vLLM reads must agree on (else the file is another model's):
 #: the geometry, routing and indexer the weights were made with. Every key both state is compared by one rule
 #: (:func:`compared`, read by :func:`as_read`): these refused where they differ, :data:`SETTINGS` named.
+#: The metadata's side is :func:`sparse_mla.gguf.metadata.config_from_gguf`'s reading (the inverse of
+#: :func:`sparse_mla.gguf.writer.write_metadata`: llama.cpp's ``glm-dsa`` keys, e.g. ``rms_norm_eps`` from
+#: ``attention.layer_norm_rms_epsilon``, ``scoring_func`` from ``expert_gating_func``).
 AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank", "q_lora_rank",
          "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "index_topk", "index_n_heads",
          "index_head_dim", "model_type", "architectures", "intermediate_size", "moe_intermediate_size",
-         "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace")
+         "n_shared_experts", "num_experts_per_tok", "first_k_dense_replace", *WEIGHTS_MADE_WITH)
 #: Config keys the metadata states too that are the user's to set in the ``config.json`` vLLM reads, and vLLM takes
 #: from it (as does the diagnosis): the model's length (issue 47 item 2: a config.json raising it to 1M beside the
 #: GGUF is served, and diagnosed, at 1M) and the rotary base (llama.cpp's ``--rope-freq-base`` overrides the file's
@@ -117,11 +128,25 @@ def config_source(first_file: Path, hf_config_path: Path | None = None,
 def as_read(cfg: dict, key: str):
     """``key`` of a config dict as transformers reads it: ``rope_theta`` from ``rope_parameters`` where it has one,
     else the top level (``PreTrainedConfig.convert_rope_params_to_dict``: ``rope_parameters.setdefault("rope_theta",
-    <top level>)``); any other key as written."""
+    <top level>)``); a key of ``WEIGHTS_MADE_WITH`` the dict lacks as the config class of its ``model_type`` sets it
+    (:func:`_class_default`); any other key as written (None: absent)."""
     rope = cfg.get("rope_parameters")
     if key == "rope_theta" and isinstance(rope, dict) and "rope_theta" in rope:
         return rope["rope_theta"]
+    if key not in cfg and key in WEIGHTS_MADE_WITH:
+        return _class_default(cfg.get("model_type"), key)
     return cfg.get(key)
+
+
+def _class_default(model_type, key: str):
+    """transformers' default of ``key`` in the config class of ``model_type`` (``AutoConfig.for_model``), what a
+    config.json without the key is read as; None where transformers has no such class or attribute."""
+    try:
+        from transformers import AutoConfig
+
+        return getattr(AutoConfig.for_model(model_type), key, None)
+    except Exception:  # noqa: BLE001 - no transformers, or a model type it does not know: nothing read
+        return None
 
 
 def _same(a, b) -> bool:
@@ -141,6 +166,8 @@ def compared(cfg: dict, metadata_config: dict) -> tuple[str | None, list[str]]:
     the keys of SETTINGS it states otherwise)``, each read by :func:`as_read` and compared by :func:`_same`: the one
     rule for every key both state."""
     def differ(k):
+        if k == "tie_word_embeddings" and as_read(metadata_config, k) is True:
+            return False      # a GGUF with no output.weight: the load plan's wall says vLLM's GLM-5 never ties
         return not _same(as_read(cfg, k), as_read(metadata_config, k))
 
     return (next((k for k in AGREE if differ(k)), None),
@@ -178,7 +205,9 @@ def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dic
                              f"{as_read(metadata_config, k)!r}); accepted: the config.json of the model the GGUF was "
                              f"made from")
     if k is not None:
-        raise UserInputError(f"GGUF model {str(path)!r} has {k} = {as_read(metadata_config, k)!r} and {where} "
+        held = (" (it holds its own LM head, output.weight)" if k == "tie_word_embeddings"
+                and as_read(metadata_config, k) is False else "")
+        raise UserInputError(f"GGUF model {str(path)!r} has {k} = {as_read(metadata_config, k)!r}{held} and {where} "
                              f"{as_read(cfg, k)!r}: another model's file; accepted: the config.json of the model the "
                              f"GGUF was made from")
     differs = [f"{k} {as_read(cfg, k)!r}" if as_read(cfg, k) is not None else f"no {k}" for k in settings]

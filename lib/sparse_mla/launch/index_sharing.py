@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UserInputError
+from ..models import sharing_disagreement
 
 #: ``indexer_types`` values (transformers' ``GlmMoeDsaConfig``) and the pattern letters vLLM reads for them.
 TYPE_LETTERS = {"full": "F", "shared": "S"}
@@ -129,10 +130,9 @@ def own_indexer(cfg: dict[str, Any]) -> list[bool]:
                                  f"layer's top-k to reuse; accepted: layer 0 full")
         return [c == "F" for c in pattern]
     pattern = check_pattern(types, n, "indexer_types")
-    if declared is not None and declared != pattern:
-        raise UserInputError(f"the config's indexer_types ({pattern}) and its index_topk_pattern / index_topk_freq "
-                             f"({declared}) disagree: transformers follows the first, vLLM the second; accepted: one "
-                             f"declaration, or two that agree")
+    why = None if declared is None else sharing_disagreement(pattern, declared)
+    if why is not None:
+        raise UserInputError(f"{why}; accepted: one declaration, or two that agree")
     return [c == "F" for c in pattern]
 
 
