@@ -806,6 +806,8 @@ def _completed(r, run: str, completed):
                total_input_tokens=round(res["total_input_tokens"] * n / res["num_prompts"]))
     res.update(request_throughput=n / res["duration"], output_throughput=res["total_output_tokens"] / res["duration"],
                total_token_throughput=(res["total_input_tokens"] + res["total_output_tokens"]) / res["duration"])
+    res.update(max_concurrent_requests=min(res["max_concurrent_requests"], n),     # vLLM's peaks count completed
+               max_output_tokens_per_s=min(res["max_output_tokens_per_s"], res["total_output_tokens"] + n))  # requests
     reps = [x for x in r["repeats"][run] if x is not None]
     r["runs"][run]["summary"].update({m: spread(x.get(m) for x in reps) for m in SUMMARY_METRICS})
     r["verdict"] = session_verdict(r)
