@@ -205,6 +205,7 @@ def test_sizes_no_gpu_has_are_refused_before_any_arithmetic(run_cli, option, val
     assert rc == 2 and out == "" and len(lines) == 1 and option in lines[0] and "accepted:" in lines[0], lines
 
 
+@pytest.mark.slow   # a CLI process per reader (about 10 s)
 def test_a_reader_that_leaves_the_pipe_gets_no_traceback():
     """``sparse-mla records table ... | head``: the reader closes the pipe; the command ends with the shell's status
     for SIGPIPE (141) and nothing on stderr."""

@@ -448,6 +448,7 @@ def _cli(model_dir, out, *argv) -> tuple[int, dict]:
     return rc, json.loads((out / "bench_serve_cpu.json").read_text())
 
 
+@pytest.mark.slow   # three stand-in servers, five passes (about 26 s)
 def test_bench_serve_end_to_end_rotates_repeats_and_ranks(vllm_on_path, vllm_rules, model_dir, tmp_path,
                                                           monkeypatch):
     """Two run specs x 5 repeats: two live servers, started one after another, each warmed with one pass of the

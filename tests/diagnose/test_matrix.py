@@ -79,6 +79,7 @@ def side_by_side(probes):
     return mx.diagnose_matrix("glm-5", with_plugin=True, **SMALL)
 
 
+@pytest.mark.slow   # the side-by-side fixture probes a full matrix (about 13 s)
 def test_matrix_side_by_side_columns(side_by_side):
     df = side_by_side
     assert list(df.columns) == list(mx.MATRIX_PLUGIN_COLUMNS)
@@ -111,6 +112,7 @@ def test_matrix_side_by_side_columns(side_by_side):
     assert table.loc["l40s (8.9)", ("with plugin", "auto")] == OURS
 
 
+@pytest.mark.slow   # the side-by-side fixture probes a full matrix (about 13 s)
 def test_matrix_side_by_side_files(side_by_side, tmp_path):
     import pandas as pd
 
@@ -124,6 +126,7 @@ def test_matrix_side_by_side_files(side_by_side, tmp_path):
     assert [ax.get_title() for ax in fig.axes] == ["stock vLLM", "with sparse_mla.vllm_plugin"]
 
 
+@pytest.mark.slow   # the side-by-side fixture probes a full matrix (about 13 s)
 def test_matrix_heatmap_colours(side_by_side):
     """"none" is red in both panels and TRITON_MLA_SPARSE has a colour of its own."""
     import numpy as np
@@ -169,6 +172,7 @@ def test_cli_matrix_with_plugin(run_cli, tmp_path, monkeypatch):
     assert rc == 0 and len(doc["rows"]) == 9 and doc["files"]["csv"].endswith("diagnose_matrix_plugin.csv")
 
 
+@pytest.mark.slow   # the side-by-side fixture probes a full matrix (about 13 s)
 def test_heatmap_legend_names_every_colour(side_by_side):
     """Each colour of the heatmap is in the legend with what it means; no other backend's colour is one of the two
     walls' (FLASHMLA_SPARSE was yellow next to the legend's orange)."""

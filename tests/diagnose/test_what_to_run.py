@@ -27,6 +27,7 @@ def _row(df, machine, weights, kv, vllm):
     return g.iloc[0].to_dict()
 
 
+@pytest.mark.slow   # the table fixture probes 16 cells (about 15 s)
 def test_the_users_configuration(table):
     """8x RTX PRO 6000, NVFP4 weights, a bf16 cache: stock vLLM has no backend (as a reading of vLLM's source
     says); with the plugin vLLM's own selection takes TRITON_MLA_SPARSE, the engine starts, and the serve line is
@@ -45,6 +46,7 @@ def test_the_users_configuration(table):
     assert wtr.answer(table, USER)[0]["serve"] == ours["serve"]          # what starts, ours first
 
 
+@pytest.mark.slow   # the table fixture probes 16 cells (about 15 s)
 def test_vllms_own_backend_and_ours_asked_for_by_name(table):
     """fp8 on SM120: vLLM selects its own backend where this host has FlashInfer's SM120 API (a claim, said so);
     the plugin's backend then only by name, --attention-backend CUSTOM, in its own row."""
@@ -61,6 +63,7 @@ def test_vllms_own_backend_and_ours_asked_for_by_name(table):
         assert row["serve"].endswith("--attention-backend CUSTOM")
 
 
+@pytest.mark.slow   # the table fixture probes 16 cells (about 15 s)
 def test_gguf_on_stock_vllm_stops_at_its_loader(table):
     """Stock vLLM 0.26 has no GGUF loader (its own loader registry says so): the GGUF rows stop at the config stage
     whatever the attention; with the plugin (the gguf extra) the serve line takes the GGUF and its folder."""
@@ -75,6 +78,7 @@ def test_gguf_on_stock_vllm_stops_at_its_loader(table):
     assert "vllm-gguf-plugin" in ours["rests_on"]
 
 
+@pytest.mark.slow   # the table fixture probes 16 cells (about 15 s)
 def test_a100_needs_the_plugins_indexer_too(table):
     """SM80: no stock backend and no DeepGEMM indexer; with the plugin both are ours, and where the weights do not
     fit the memory stage's fix is in the row, not a serve line. On a line that writes a quantized MLA cache in Triton
@@ -94,6 +98,7 @@ def test_a100_needs_the_plugins_indexer_too(table):
         assert (ours["fix"] != "-") or ours["fits"] == "yes"
 
 
+@pytest.mark.slow   # the table fixture probes 16 cells (about 15 s)
 def test_markdown_prints_vllms_reasons_whole_and_write_is_atomic(table, tmp_path):
     md = wtr.markdown(table)
     assert md.count("### ") == 2 and "| weights | kv_cache_dtype | vllm |" in md
