@@ -210,8 +210,8 @@ def config_json(path: Path, folder: Path, flag: str, given, metadata_config: dic
         raise UserInputError(f"GGUF model {str(path)!r} has {k} = {as_read(metadata_config, k)!r}{held} and {where} "
                              f"{as_read(cfg, k)!r}: another model's file; accepted: the config.json of the model the "
                              f"GGUF was made from")
-    differs = [f"{k} {as_read(cfg, k)!r}" if as_read(cfg, k) is not None else f"no {k}" for k in settings]
-    differs = [f"{d} (the GGUF's {as_read(metadata_config, k)!r})" for d, k in zip(differs, settings)]
+    differs = [(f"{k} {as_read(cfg, k)!r}" if as_read(cfg, k) is not None else f"no {k}")
+               + f" (the GGUF's {as_read(metadata_config, k)!r})" for k in settings]
     return cfg, (f"{where} sets {', '.join(differs)}: vLLM takes config.json's" if differs else None)
 
 

@@ -140,7 +140,8 @@ def command_problems(rec: dict) -> list[str]:
             if isinstance(g.get("token_ids"), list) and len(g["token_ids"]) != args.max_tokens:   # EOS ignored
                 out.append(f"{name}: {len(g['token_ids'])} tokens generated, the command asked --max-tokens "
                            f"{args.max_tokens} (launch ignores EOS: every generation has that many)")
-    for field in ("tp", "max_model_len"):          # run_parity writes both as asked (a one-engine record: tp)
+    # run_parity writes both as asked; a one-engine record's tp is one_engine_problems'
+    for field in ("tp", "max_model_len") if args.parity else ("max_model_len",):
         if isinstance(rec.get(field), int) and rec[field] != getattr(args, field):
             out.append(f"{field} {rec[field]}, the command asked --{field.replace('_', '-')} {getattr(args, field)}")
     if args.parity and "reference_max_len" in rec and rec["reference_max_len"] != args.reference_max_len:

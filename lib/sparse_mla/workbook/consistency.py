@@ -365,20 +365,11 @@ def layer_map_problems(name: str, ran: dict, layers: dict, n_layers=None) -> lis
     layers, a drafter's included; None: not known), entries for the decoder layers ``0 .. n_layers - 1`` exactly (a
     non-integer ``n_layers``: none matches). One line per disagreement (issue 47, round 10: e12, d04, e53, d03,
     g11)."""
-    from ..vllm_plugin.ran import INDEXER_CACHE_BACKEND
-
-    parts = [ran.get(p) for p in ("attention", "indexer_cache", "other_layers", "draft_attention")]
-    if any(c is not None and _layers(c) is None for c in parts):
+    if not _counted(ran):
         return []                                   # no counts: the ran block's shape line (ran.shape_errors)
     entries = [v for v in layers.values() if isinstance(v, dict)]
     drafted = _layers(ran.get("draft_attention")) or 0
-    have, said = Counter(v["backend"] for v in entries if v.get("backend")), Counter()
-    for c in parts:
-        said.update(c or {})
-    extra = {b: have[b] - said[b] for b in {*have, *said}}
-    out = [] if all(n == 0 or (b == INDEXER_CACHE_BACKEND and 0 < n <= drafted) for b, n in extra.items()) else \
-        [f"{name}: layers name {dict(sorted(have.items()))}, its ran counts {dict(sorted(said.items()))}"
-         + (f" (the drafter's {drafted} layer(s) in draft_attention)" if drafted else "")]
+    out = layer_count_problems(name, ran, layers)
     pre, counted = Counter(v["prefill"] for v in entries if v.get("prefill")), ran.get("mla_prefill") or {}
     over = {p: pre[p] - counted.get(p, 0) for p in {*pre, *counted}} if _layers(counted) is not None else {}
     if any("prefill" in v for v in entries) and (min(over.values(), default=0) < 0 or sum(over.values()) > drafted):
@@ -389,6 +380,32 @@ def layer_map_problems(name: str, ran: dict, layers: dict, n_layers=None) -> lis
         out.append(f"{name}: layers of {len(idx)} decoder layers, the model's num_hidden_layers is {n_layers!r}"
                    + (f" (and {drafted} drafter layer(s))" if drafted else ""))
     return out
+
+
+_COUNTS = ("attention", "indexer_cache", "other_layers", "draft_attention")
+
+
+def _counted(ran: dict) -> bool:
+    """Whether each of ``ran``'s per-backend counts (:data:`_COUNTS`) that is there is a count of layers."""
+    return all(ran.get(p) is None or _layers(ran.get(p)) is not None for p in _COUNTS)
+
+
+def layer_count_problems(name: str, ran: dict, layers: dict) -> list[str]:
+    """Per backend, the layers of ``layers`` against those ``ran`` counts in :data:`_COUNTS` (a speculative drafter's
+    indexer cache in neither: at most one per drafter layer); one line, or none (also where ``ran`` has no counts).
+    Part of :func:`layer_map_problems`."""
+    from ..vllm_plugin.ran import INDEXER_CACHE_BACKEND
+
+    if not _counted(ran):
+        return []
+    drafted = _layers(ran.get("draft_attention")) or 0
+    have, said = Counter(v["backend"] for v in layers.values() if isinstance(v, dict) and v.get("backend")), Counter()
+    for p in _COUNTS:
+        said.update(ran.get(p) or {})
+    extra = {b: have[b] - said[b] for b in {*have, *said}}
+    return [] if all(n == 0 or (b == INDEXER_CACHE_BACKEND and 0 < n <= drafted) for b, n in extra.items()) else \
+        [f"{name}: layers name {dict(sorted(have.items()))}, its ran counts {dict(sorted(said.items()))}"
+         + (f" (the drafter's {drafted} layer(s) in draft_attention)" if drafted else "")]
 
 
 def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:

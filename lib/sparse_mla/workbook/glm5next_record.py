@@ -26,8 +26,8 @@ from pathlib import Path
 
 from ..records import schema
 from ..records.values import is_number, same_json
-from .consistency import (_criterion, criterion_figure_problems, first_step_problems, layer_map_problems,
-                          unrecorded_failures, vocab_problems)
+from .consistency import (_criterion, criterion_figure_problems, first_step_problems, layer_count_problems,
+                          layer_map_problems, unrecorded_failures, vocab_problems)
 
 #: Relative (and absolute, near 0) difference within which two of the writer's float figures are one number.
 SAME = 1e-9
@@ -193,15 +193,15 @@ def layer_problems(rec: dict) -> list[str]:
         ran, layers = r.get("ran"), r.get("layers")
         if not isinstance(ran, dict) or not isinstance(layers, dict):
             continue
-        counted = layer_map_problems(k, ran, layers, "absent" if n_layers is None else n_layers)
-        if any("layers name" in p for p in counted):
-            out += [p for p in counted if "layers name" in p]
+        counts = layer_count_problems(k, ran, layers)
+        if counts:                                  # the layers are not the engine's: nothing more to read in them
+            out += counts
             continue
         # a layer's mla flag (absent from the earliest records, which count linear attention as attention) tells
         # the MLA layers from the others: their sides, their KV dtype, where they are
         flagged = all(isinstance(v, dict) and "mla" in v for v in layers.values())
         found = _side_problems(k, ran, layers) + _layer_kv_problems(k, r) if flagged else []
-        found += [p for p in counted if "layers name" not in p]
+        found += layer_map_problems(k, ran, layers, "absent" if n_layers is None else n_layers)
         if not found and flagged and isinstance(cfg.get("layer_types"), list):
             found += _layer_type_problems(k, cfg["layer_types"], layers)
         out += found

@@ -387,9 +387,10 @@ def unknown_names(run: dict) -> list[str]:
             if isinstance(v, dict) and isinstance(v.get("prefill"), str) and prefills is not None   # name (n09)
             and v["prefill"].split(" ")[0] not in prefills]
     attention = set(ran.get("attention") or {}) if isinstance(ran.get("attention"), dict) else set()
+    not_mla = non_mla_layer_classes() if attention else set()
     wrong = [(k, v["layer"]) for k, v in layers.items() if isinstance(v, dict) and v.get("backend") in attention
-             and v.get("layer") in non_mla_layer_classes()][:1] if attention else []
-    out += [f"layers.{k}: class {c!r} is vLLM's attention layer without MLA, on the MLA backend {layers[k]['backend']} "
+             and v.get("layer") in not_mla][:1]
+    out += [f"layers.{k}: class {c!r} is vLLM's attention layer without MLA, on the MLA backend {layers[k]['backend']}"
             f"; accepted: MLAAttention or a subclass" for k, c in wrong]
     if mla and isinstance(ran.get("attention"), dict) and set(mla) - set(ran["attention"]) - set(
             ran.get("draft_attention") or {}):

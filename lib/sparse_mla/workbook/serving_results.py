@@ -30,7 +30,7 @@ import math
 import re
 from pathlib import Path
 
-from ..records.values import is_number as _num
+from ..records.values import is_int, is_number as _num
 from .serving import live_server_runs
 
 #: A latency figure of vLLM's result: its statistic and metric (``p99_ttft_ms``, ``median_tpot_ms``).
@@ -493,7 +493,6 @@ def load_problems(rec: dict) -> list[str]:
     ``model.index_topk`` and a random dataset's ``--random-input-len`` that index_topk (the writer sizes the prompts
     around the indexer's top-k, so that the sparse selection binds)."""
     from ..bench.serve import input_length_range
-    from ..records.values import is_int
 
     topk, load = _dict(rec.get("model")).get("index_topk"), _dict(rec.get("load"))
     if not live_server_runs(rec):
@@ -517,7 +516,6 @@ def _prompts_problems(load: dict, topk) -> list[str]:
     :func:`sparse_mla.bench.serve.dataset_args` of its dataset, the model's ``index_topk``, its ``output_len`` and
     that file."""
     from ..bench.serve import DATASETS, dataset_args
-    from ..records.values import is_int
 
     ds, name = load.get("dataset"), load.get("prompts_file")
     if ds not in DATASETS or "prompts_file" not in load:
