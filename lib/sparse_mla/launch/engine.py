@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from ..files import atomic_write_text, parse_json, read_json
 from ..errors import UserInputError, cli_int, expand_path, writable_file
@@ -857,11 +858,21 @@ def add_cli(sub) -> None:
     p.set_defaults(func=_cli)
 
 
-def check_cli_args(args, model: Path | None = None) -> dict:
+class LaunchArgs(NamedTuple):
+    """``sparse-mla launch``'s arguments as it takes them (:func:`check_cli_args`)."""
+    lengths: list[int]                     # --prompt-lengths, tokens
+    throughput: dict | None                # --throughput, filled in (check_generation)
+    max_model_len: int                     # --max-model-len, or the engine's default
+    kv_cache_dtype: str                    # --kv-cache-dtype
+    spec: RunSpec                          # --backend, parsed
+    tp: int                                # --tp (checked against the heads where the checkpoint is given)
+    backends: list[str]                    # --backends (parity), normalized
+    speculative_config: dict | str | None  # --speculative-config, checked by vLLM where the checkpoint is given
+
+
+def check_cli_args(args, model: Path | None = None) -> LaunchArgs:
     """The values of ``sparse-mla launch``'s parsed arguments (``args``, :func:`add_cli`'s namespace) as launch takes
-    them, after every check it makes of them before an engine starts: ``{"lengths": tuple, "throughput": dict | None,
-    "max_model_len": int, "kv_cache_dtype": str, "spec": RunSpec, "tp": int, "backends": tuple, "speculative_config":
-    dict | None}``. ``model`` (the checked checkpoint, :func:`check_model`) adds the checks that read it (the config's
+    them, after every check it makes of them before an engine starts (:class:`LaunchArgs`). ``model`` (the checked checkpoint, :func:`check_model`) adds the checks that read it (the config's
     ``max_position_embeddings``, heads for ``--tp``, ``--speculative-config``'s, which imports vLLM); None skips them
     and gives ``speculative_config`` as asked (``records check`` has a record, not its checkpoint). Raises :class:`UserInputError` naming the value and what
     is accepted."""
@@ -902,18 +913,17 @@ def check_cli_args(args, model: Path | None = None) -> dict:
     backends = normalize_backends(backends)
     spec_cfg = check_speculative_config(args.speculative_config, model_dir(model)) if model is not None else \
         args.speculative_config        # its check imports vLLM (seconds); records check reads it on its own
-    return {"lengths": lengths, "throughput": thr, "max_model_len": max_model_len, "kv_cache_dtype": kv,
-            "spec": spec, "tp": tp, "backends": backends, "speculative_config": spec_cfg}
+    return LaunchArgs(lengths, thr, max_model_len, kv, spec, tp, backends, spec_cfg)
 
 
 def _cli(args) -> int:
     model = check_model(args.model)   # every argument is checked first: a wrong value is news on any machine
     c = check_cli_args(args, model)
-    lengths, thr, max_model_len, tp, backends, spec_cfg = (c[k] for k in (
-        "lengths", "throughput", "max_model_len", "tp", "backends", "speculative_config"))
-    args.kv_cache_dtype = c["kv_cache_dtype"]
+    lengths, thr, max_model_len, tp, backends, spec_cfg = \
+        c.lengths, c.throughput, c.max_model_len, c.tp, c.backends, c.speculative_config
+    args.kv_cache_dtype = c.kv_cache_dtype
     if not args.parity and not args.serve:
-        check_offline_spec(c["spec"])
+        check_offline_spec(c.spec)
     if args.json_out is not None:
         record_file(args.json_out, model_dir(model), "--json-out file")   # before the engine, not after
     require_gpu()

@@ -38,7 +38,7 @@ import re
 from collections import Counter
 
 from ..layouts import FP8_KV_CACHE_DTYPES
-from ..records.values import is_int as _int, is_number as _num, same_json as _same
+from ..records.values import header_time, is_int as _int, is_number as _num, same_json as _same
 from ..vllm_plugin.ran import count_backends
 from .serving import serving_record_problems
 from .serve_command import serve_command_problems
@@ -192,14 +192,8 @@ CRITERION_SINCE = "2026-12-02T19:16:21+00:00"
 
 
 def _criterion_written(date) -> bool:
-    import datetime
-
-    try:
-        when = datetime.datetime.fromisoformat(str(date))
-    except ValueError:
-        return True
-    when = when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
-    return when >= datetime.datetime.fromisoformat(CRITERION_SINCE)
+    when = header_time(date)
+    return when is None or when >= header_time(CRITERION_SINCE)
 
 
 def _criterion(crit, ref: dict, gens: dict[str, list[dict]], date=None) -> list[str]:

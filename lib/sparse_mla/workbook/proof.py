@@ -58,7 +58,7 @@ from ..launch.engine import nan_logprobs
 from ..records import schema
 from ..records.common import markdown
 from ..records.engine_tables import engine_runs
-from ..records.values import is_int as _int
+from ..records.values import header_time, is_int as _int
 from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks, unrecorded_failures
@@ -530,13 +530,9 @@ def _run_headers(rec: dict, runs: dict[str, dict]) -> list[str]:
     top = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     out = []
 
-    def when(env):        # a time with no zone is the writer's UTC; a date alone is its day's noon, +-12 hours
-        try:
-            t = datetime.datetime.fromisoformat(str(env.get("date")))
-        except ValueError:
-            return None
-        t = t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
-        return t + datetime.timedelta(hours=12) if len(str(env.get("date"))) == 10 else t
+    def when(env):        # a date alone is its day's noon, +-12 hours
+        t = header_time(env.get("date"))
+        return t + datetime.timedelta(hours=12) if t and len(str(env.get("date"))) == 10 else t
 
     for k, r in [("the record", rec), *runs.items()]:
         env = r.get("environment") if isinstance(r.get("environment"), dict) else {}
@@ -564,24 +560,15 @@ def written_after_runs(rec: dict) -> list[str]:
     second) against its engines' own: ``run_parity`` writes its header after the engines ran, so no run's date is
     later (issue 47, round 11: n06). One line per run dated later; ``[]`` for another record or a date that is no ISO
     time (the schema names that)."""
-    import datetime
-
     def when(env):
-        try:
-            return datetime.datetime.fromisoformat(env["date"])
-        except (TypeError, KeyError, ValueError):
-            return None
+        return header_time(env.get("date")) if "date" in env else None
 
     head = when(rec.get("environment")) if isinstance(rec.get("environment"), dict) else None
     runs = rec.get("runs") if isinstance(rec.get("runs"), dict) and isinstance(rec.get("run_specs"), dict) else {}
     out = []
     for k, r in runs.items():
         ran = when(r.get("environment")) if isinstance(r, dict) and isinstance(r.get("environment"), dict) else None
-        try:
-            later = head is not None and ran is not None and ran > head
-        except TypeError:          # one with a time zone, one without
-            later = False
-        if later:
+        if head is not None and ran is not None and ran > head:
             out.append(f"{k}: its header's date {r['environment']['date']} is after the record's "
                        f"{rec['environment']['date']}; launch --parity writes its header after its engines ran")
     return out

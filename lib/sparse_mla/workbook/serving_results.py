@@ -30,7 +30,7 @@ import math
 import re
 from pathlib import Path
 
-from ..records.values import is_int, is_number as _num
+from ..records.values import header_time, is_int, is_number as _num
 from .serving import live_server_runs
 
 #: A latency figure of vLLM's result: its statistic and metric (``p99_ttft_ms``, ``median_tpot_ms``).
@@ -195,12 +195,12 @@ VLLM_DATE = "%Y%m%d-%H%M%S"
 def _when(text, vllms: bool = False) -> datetime.datetime | None:
     """A date as the header (ISO 8601, no zone: UTC) or, ``vllms``, vLLM's result (:data:`VLLM_DATE`; its local
     time, read as UTC) writes it; None for another text."""
+    if not vllms:
+        return header_time(text)
     try:
-        t = datetime.datetime.strptime(str(text), VLLM_DATE) if vllms else \
-            datetime.datetime.fromisoformat(str(text))
+        return datetime.datetime.strptime(str(text), VLLM_DATE).replace(tzinfo=datetime.timezone.utc)
     except ValueError:
         return None
-    return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
 
 
 def result_problems(rec: dict) -> list[str]:
