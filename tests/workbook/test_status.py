@@ -33,7 +33,7 @@ def test_status_places_each_proven_run_of_ours_and_says_never_elsewhere(tmp_path
     _write(tmp_path, "failed.json", failed)
     md = status.status_table(["."], tmp_path)
     rows = {r.split(" | ")[0].lstrip("| "): r.split(" | ")[1:] for r in md.splitlines()[2:6]}
-    assert rows["8x H200"][1].startswith("GLM-5/DeepSeek-V3.2: on H100 80GB HBM3, H200; vLLM 0.26.0; TP up to 2; KV fp8_ds_mla; "
+    assert rows["8x H200"][1].startswith("576-head DSA MLA: on H100 80GB HBM3, H200; vLLM 0.26.0; TP up to 2; KV fp8_ds_mla; "
                                          "safetensors; CUDA graphs; `real.json`, `real_h100.json`"), rows
     assert rows["8x H200"][2].rstrip(" |") == "never"
     assert rows["8x A100 80 GB"][1] == "never" and "`sim.json`" in rows["8x A100 80 GB"][2]
@@ -55,10 +55,10 @@ def test_a_glm5next_comparison_is_placed_by_its_model(tmp_path):
     _write(tmp_path, "launch.json", record())
     md = status.status_table(["."], tmp_path)
     rows = {r.split(" | ")[0].lstrip("| "): r.split(" | ")[1:] for r in md.splitlines()[2:6]}
-    glm, dsa = rows["8x H200"][1].split("<br>")      # a line per model, GLM-5.3-Flash's first
+    dsa, glm = rows["8x H200"][1].split("<br>")      # a line per model, in the order of their names
     assert glm == "GLM-5.3-Flash: on H100 80GB HBM3; vLLM 0.33.0; TP 1; KV auto; safetensors; eager only; " \
                   "`glm5next_parity_h100-80gb-hbm3_vllm033.json`", rows
-    assert dsa.startswith("GLM-5/DeepSeek-V3.2: on H200; vLLM 0.26.0; TP 1;") and "`launch.json`" in dsa, rows
+    assert dsa.startswith("576-head DSA MLA: on H200; vLLM 0.26.0; TP 1;") and "`launch.json`" in dsa, rows
     assert rows["8x A100 80 GB"][2].rstrip(" |") == "GLM-5.3-Flash: on H100 80GB HBM3; vLLM 0.33.0; TP 1; KV auto; " \
         "safetensors; eager only; `glm5next_parity_h100-80gb-hbm3_vllm033_sim80.json`", rows
     assert "GLM-5.3-Flash (head 512" in md
