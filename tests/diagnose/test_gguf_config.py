@@ -127,6 +127,14 @@ def test_a_config_elsewhere_that_contradicts_the_gguf_is_refused_naming_the_key(
     ({"rope_parameters": None, "rope_theta": 50000}, "sets rope_theta 50000 (the GGUF's 1000000.0)"),   # older form
     ({"rope_parameters": None, "rope_theta": 1000000}, None),                  # the same base, written otherwise
     ({"rope_theta": 50000.0}, None),          # transformers reads rope_parameters' (the GGUF's), not the top level
+    # breaker round 12, q03: a YaRN factor beside a GGUF without rope.scaling.* keys (llama.cpp writes them for any
+    # scaled rope: their absence is no scaling) was "config ok", only rope_theta compared
+    ({"rope_parameters": {"rope_theta": 1e6, "rope_type": "yarn", "factor": 4.0,
+                          "original_max_position_embeddings": 2048}},
+     "sets rope_parameters.rope_type 'yarn' (the GGUF's 'default'), rope_parameters.factor 4.0 (the GGUF's 1.0)"),
+    ({"rope_parameters": None, "rope_theta": 1e6, "rope_scaling": {"type": "linear", "factor": 2}},   # older form
+     "sets rope_parameters.rope_type 'linear' (the GGUF's 'default'), rope_parameters.factor 2 (the GGUF's 1.0)"),
+    ({"rope_parameters": {"rope_theta": 1e6, "rope_type": "default", "factor": 1.0}}, None),
 ])
 def test_a_setting_the_config_json_states_otherwise_than_the_gguf_is_named_and_vllms_reading_kept(setup, tmp_path,
                                                                                                   edit, says):
@@ -247,6 +255,10 @@ def test_a_config_of_another_architecture_with_the_same_sizes_is_refused(setup, 
                                     "and the config.json beside it True: another model's file"),
     ({"scoring_func": None}, r"has no scoring_func \(the GGUF model .* has scoring_func = 'sigmoid'\)"),  # softmax
     ({k: None for k in ("rms_norm_eps", "routed_scaling_factor", "norm_topk_prob", "tie_word_embeddings")}, None),
+    # breaker round 12, q06: vLLM routes by config.json's expert groups; the GGUF states expert_group_count 1
+    ({"n_group": 2, "topk_group": 2}, "has n_group = 1 and the config.json beside it 2: another model's file"),
+    ({"topk_group": 2}, "has topk_group = 1 and the config.json beside it 2: another model's file"),
+    ({"n_group": None, "topk_group": None}, None),          # transformers' GlmMoeDsaConfig: 1 and 1, the GGUF's
 ])
 def test_what_the_weights_were_trained_with_is_refused_where_config_json_says_otherwise(setup, tmp_path, edit, says):
     """The norm epsilon, the routing's scale, renormalisation and gating, and the tied head: vLLM takes them from
@@ -351,3 +363,55 @@ def test_the_config_json_vllm_reads_is_the_one_diagnosed_not_the_metadata(setup,
     assert gguf_rec["checkpoint"]["config_source"].pop("quantization_config") is None
     assert {k: with_qc[k] for k in SAME} == {k: gguf_rec[k] for k in SAME}
     assert with_qc["checkpoint"] == gguf_rec["checkpoint"]
+
+
+def test_a_rope_scaling_the_gguf_states_is_compared_with_config_jsons(setup):
+    """Where the GGUF's metadata states a scaling (rope.scaling.type / factor, as llama.cpp's converter writes them
+    for a YaRN model), config.json's is compared with it: the same one names nothing, none names the difference."""
+    from sparse_mla.gguf.metadata import config_from_gguf
+
+    ck = setup[0]
+    cfg = json.loads((ck / "config.json").read_text())
+    meta = config_from_gguf(_Scaled(gguf.GGUFReader(str(ck / "model-Q8_0.gguf")), {
+        "glm-dsa.rope.scaling.type": "yarn", "glm-dsa.rope.scaling.factor": 4.0,
+        "glm-dsa.rope.scaling.original_context_length": 2048}))
+    theta = meta["rope_parameters"]["rope_theta"]
+    assert meta["rope_parameters"] == {"rope_theta": theta, "rope_type": "yarn", "factor": 4.0,
+                                       "original_max_position_embeddings": 2048}
+    yarn = {**cfg, "rope_parameters": dict(meta["rope_parameters"])}
+    assert gguf_config.compared(yarn, meta) == (None, [])
+    assert gguf_config.compared(cfg, meta)[1] == [gguf_config.ROPE_TYPE, gguf_config.ROPE_FACTOR]
+
+
+class _Scaled:
+    """A gguf-py reader with the metadata keys ``extra`` added (gguf-py's ``ReaderField.contents()``)."""
+
+    def __init__(self, reader, extra: dict):
+        self.reader, self.extra, self.tensors = reader, extra, reader.tensors
+
+    def get_field(self, key: str):
+        from types import SimpleNamespace
+
+        if key in self.extra:
+            return SimpleNamespace(contents=lambda: self.extra[key])
+        return self.reader.get_field(key)
+
+
+def test_indexer_weights_of_layers_vllm_builds_no_indexer_in_are_named(setup):
+    """Breaker round 12, q11/q12: a config.json sharing layer 1's top-k (vLLM then builds no indexer there) beside a
+    GGUF holding layer 1's indexer tensors was "config ok", nothing said; the layers are vLLM's own answer
+    (:func:`sparse_mla.diagnose.config.indexer_layers`), given here as it gives them."""
+    from sparse_mla.diagnose import config as stage_config
+    from sparse_mla.diagnose.gguf import load_gguf
+
+    ck = setup[0]
+    src = load_gguf(str(ck / "model-Q8_0.gguf"))[0].source
+    n = json.loads((ck / "config.json").read_text())["num_hidden_layers"]
+    assert n >= 2
+    note = stage_config._gguf_indexers_unbuilt(src, [0], {"index_topk_pattern": "F" + "S" * (n - 1)})
+    shared = "layer 1" if n == 2 else f"layers 1-{n - 1}"
+    assert note.startswith(f"the GGUF holds DSA indexer weights for {shared}, where vLLM builds no indexer by the "
+                           f"config.json's top-k sharing (index_topk_pattern 'F{'S' * (n - 1)}'): vLLM drops those "
+                           f"weights"), note
+    assert stage_config._gguf_indexers_unbuilt(src, list(range(n)), {}) is None       # every layer builds its own
+    assert stage_config._gguf_indexers_unbuilt(str(ck / "model.safetensors"), [0], {}) is None     # not a GGUF

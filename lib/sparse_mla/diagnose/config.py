@@ -358,8 +358,9 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
         raw = text_config(req.geometry.raw_config)
         _pattern_length_note(hf, cfg, layers, raw.get("indexer_types"))
         twice = _twice_declared(raw, layers, getattr(hf, "num_hidden_layers", None))
-        if twice:
-            cfg.setdefault("notes", []).append(twice)
+        for note in (twice, _gguf_indexers_unbuilt(req.geometry.source, layers, raw)):
+            if note:
+                cfg.setdefault("notes", []).append(note)
     if layers == [] and hasattr(hf, "index_topk"):
         out["blocker"] = _no_indexer_blocker(vc)
         return out
@@ -477,6 +478,28 @@ def _twice_declared(raw: dict[str, Any], layers: list[int], n) -> str | None:
     built = _layers([i for i in layers if i < n]) if any(i < n for i in layers) else "no layer"
     return (f"{why} ({given}): vLLM builds DSA indexers in {built} from this config; make-checkpoint writes one of "
             f"them and the reference forward (launch --parity) refuses both disagreeing")
+
+
+def _gguf_indexers_unbuilt(source, layers: list[int], raw: dict[str, Any]) -> str | None:
+    """A GGUF model (``source``, :func:`sparse_mla.diagnose.gguf.indexer_tensor_layers`) holding DSA indexer weights for
+    layers vLLM builds no indexer in (``layers``, vLLM's own answer) by the top-k sharing its config.json (``raw``)
+    declares (round 12, q11/q12: "config ok" with nothing said): the note, else None. llama.cpp's glm-dsa layout has
+    no key for sharing (every layer carries and runs its own indexer: make-checkpoint refuses --gguf with sharing);
+    vLLM's ``DeepseekV2ForCausalLM.load_weights`` drops the weights of a layer without an indexer, and that layer
+    reuses the previous full layer's top-k. The other way, a layer vLLM builds an indexer in without the GGUF's
+    tensors, is refused before (:func:`sparse_mla.gguf.tensors.check_indexer_tensors`)."""
+    from ..vllm_plugin.indexer_types import VLLM_KEYS
+    from .gguf import indexer_tensor_layers
+
+    held = indexer_tensor_layers(source)
+    unbuilt = [i for i in held or () if i not in layers]
+    if not unbuilt:
+        return None
+    said = ", ".join(f"{k} {raw[k]!r}" for k in (*VLLM_KEYS, "indexer_types") if raw.get(k) is not None)
+    return (f"the GGUF holds DSA indexer weights for {_layers(unbuilt)}, where vLLM builds no indexer by the "
+            f"config.json's top-k sharing ({said or 'as vLLM reads it'}): vLLM drops those weights "
+            f"(DeepseekV2ForCausalLM.load_weights) and reuses the previous full layer's top-k there, while the "
+            f"GGUF's model (llama.cpp's glm-dsa layout: no sharing key, every layer runs its own indexer) uses them")
 
 
 def _layers(layers: list[int]) -> str:

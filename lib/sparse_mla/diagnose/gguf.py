@@ -167,6 +167,20 @@ def _main_type(info: dict[str, Any]) -> str:
 GGUF_FILES: dict[str, dict[str, Any]] = {}
 
 
+def indexer_tensor_layers(source) -> list[int] | None:
+    """The main decoder layers (``blk.0`` .. ``blk.{num_hidden_layers - 1}`` of the GGUF's metadata) whose DSA indexer
+    tensors (:data:`~sparse_mla.gguf.names.INDEXER_TENSORS`) the GGUF model ``source`` (its first file, as
+    :func:`load_gguf` read it in this process) holds; None where ``source`` is no GGUF read here."""
+    from ..gguf.names import INDEXER_TENSORS
+
+    info = GGUF_FILES.get(str(source)) if source is not None else None
+    if info is None:
+        return None
+    names = set(info["tensors"])
+    return [i for i in range(int(info["config"]["num_hidden_layers"]))
+            if any(f"blk.{i}.{t}" in names for t in INDEXER_TENSORS)]
+
+
 def _hf_config(cfg: dict):
     from transformers import AutoConfig
 

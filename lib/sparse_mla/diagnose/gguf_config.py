@@ -39,7 +39,10 @@ NO_FLAG = "no flag: the GGUF's folder (vllm-gguf-plugin's rule for a local file)
 #: config.json beside a GGUF with its own LM head describes another model (vllm-gguf-plugin then patches the flag from
 #: the files; our adapter too); a GGUF without one is the load plan's wall (``UNTIED_LM_HEAD``), not compared. A config.json without one is read as transformers' config class sets it
 #: (:func:`as_read`; ``scoring_func`` has no default there, and vLLM's ``"softmax"`` is refused against a sigmoid GGUF).
-WEIGHTS_MADE_WITH = ("rms_norm_eps", "routed_scaling_factor", "norm_topk_prob", "scoring_func", "tie_word_embeddings")
+#: ``n_group`` / ``topk_group`` (round 12, q06): vLLM's grouped top-k routing (``num_expert_group=config.n_group``,
+#: ``topk_group=config.topk_group``), the GGUF's ``expert_group_count`` / ``expert_group_used_count``.
+WEIGHTS_MADE_WITH = ("rms_norm_eps", "routed_scaling_factor", "norm_topk_prob", "scoring_func", "tie_word_embeddings",
+                     "n_group", "topk_group")
 #: Config keys a GGUF's metadata and the ``config.json`` vLLM reads must agree on (else the file is another model's):
 #: the geometry, routing and indexer the weights were made with. Every key both state is compared by one rule
 #: (:func:`compared`, read by :func:`as_read`): these refused where they differ, :data:`SETTINGS` named.
@@ -53,8 +56,12 @@ AGREE = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads"
 #: Config keys the metadata states too that are the user's to set in the ``config.json`` vLLM reads, and vLLM takes
 #: from it (as does the diagnosis): the model's length (issue 47 item 2: a config.json raising it to 1M beside the
 #: GGUF is served, and diagnosed, at 1M) and the rotary base (llama.cpp's ``--rope-freq-base`` overrides the file's
-#: likewise). A difference is named in the record (``config_source["differs"]``, round 10: k2, k8), not refused.
-SETTINGS = ("max_position_embeddings", "rope_theta")
+#: likewise), and its scaling (round 12, q03: a YaRN factor 4 beside an unscaled GGUF; llama.cpp's ``--rope-scaling``
+#: / ``--rope-scale`` override the file's; a GGUF without ``rope.scaling.*`` keys states none:
+#: :func:`sparse_mla.gguf.metadata._rope_parameters` says why). A difference is named in the record
+#: (``config_source["differs"]``, round 10: k2, k8), not refused.
+ROPE_TYPE, ROPE_FACTOR = "rope_parameters.rope_type", "rope_parameters.factor"
+SETTINGS = ("max_position_embeddings", "rope_theta", ROPE_TYPE, ROPE_FACTOR)
 
 _WHAT = {HF_CONFIG_PATH: "the folder holding the model's config.json", TOKENIZER: "the folder holding the model's "
          "tokenizer files"}
@@ -126,13 +133,19 @@ def config_source(first_file: Path, hf_config_path: Path | None = None,
 
 
 def as_read(cfg: dict, key: str):
-    """``key`` of a config dict as transformers reads it: ``rope_theta`` from ``rope_parameters`` where it has one,
-    else the top level (``PreTrainedConfig.convert_rope_params_to_dict``: ``rope_parameters.setdefault("rope_theta",
-    <top level>)``); a key of ``WEIGHTS_MADE_WITH`` the dict lacks as the config class of its ``model_type`` sets it
-    (:func:`_class_default`); any other key as written (None: absent)."""
-    rope = cfg.get("rope_parameters")
-    if key == "rope_theta" and isinstance(rope, dict) and "rope_theta" in rope:
+    """``key`` of a config dict as transformers reads it: ``rope_theta`` from the rope dict (``rope_scaling``, else
+    ``rope_parameters``) where it has one, else the top level (``PreTrainedConfig.convert_rope_params_to_dict``:
+    ``rope_parameters = rope_scaling or rope_parameters``, then ``setdefault("rope_theta", <top level>)``);
+    :data:`ROPE_TYPE` as its ``rope_type`` (the older ``type``; none: ``"default"``) and :data:`ROPE_FACTOR` as its
+    ``factor`` (1.0 for the unscaled ``"default"``); a key of ``WEIGHTS_MADE_WITH`` the dict lacks as the config
+    class of its ``model_type`` sets it (:func:`_class_default`); any other key as written (None: absent)."""
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    rope = rope if isinstance(rope, dict) else {}
+    if key == "rope_theta" and "rope_theta" in rope:
         return rope["rope_theta"]
+    if key in (ROPE_TYPE, ROPE_FACTOR):
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        return kind if key == ROPE_TYPE else rope.get("factor", 1.0 if kind == "default" else None)
     if key not in cfg and key in WEIGHTS_MADE_WITH:
         return _class_default(cfg.get("model_type"), key)
     return cfg.get(key)

@@ -20,13 +20,13 @@ def metadata_field(reader, key: str, default: Any = None) -> Any:
 
 
 _MISSING = object()
-_KINDS = {int: "an integer", float: "a number", bool: "a boolean"}
+_KINDS = {int: "an integer", float: "a number", bool: "a boolean", str: "a string"}
 
 
 def _typed(reader, key: str, kind: type, default: Any = _MISSING) -> Any:
-    """The GGUF metadata value ``key`` as ``kind`` (int, float or bool), read as llama.cpp writes it: an integer type
-    for ``int`` (no float, string, array or bool), an integer or float for ``float``, a bool or an integer for
-    ``bool``. A missing key gives ``default`` (none given: refused). Raises :class:`UserInputError` naming the key,
+    """The GGUF metadata value ``key`` as ``kind`` (int, float, bool or str), read as llama.cpp writes it: an integer
+    type for ``int`` (no float, string, array or bool), an integer or float for ``float``, a bool or an integer for
+    ``bool``, a string for ``str``. A missing key gives ``default`` (none given: refused). Raises :class:`UserInputError` naming the key,
     what it holds and the type expected."""
     v = metadata_field(reader, key, _MISSING)
     if v is _MISSING:
@@ -35,7 +35,8 @@ def _typed(reader, key: str, kind: type, default: Any = _MISSING) -> Any:
                                  f"writes it")
         return default
     ok = (isinstance(v, int) and not isinstance(v, bool) if kind is int else
-          isinstance(v, (int, float)) and not isinstance(v, bool) if kind is float else isinstance(v, (bool, int)))
+          isinstance(v, (int, float)) and not isinstance(v, bool) if kind is float else isinstance(v, str)
+          if kind is str else isinstance(v, (bool, int)))
     if not ok:
         raise UserInputError(f"GGUF metadata {key} is {v!r} ({type(v).__name__}); accepted: {_KINDS[kind]}, as "
                              f"llama.cpp's converter writes it")
@@ -83,7 +84,7 @@ def config_from_gguf(reader, tensor_names=None) -> dict[str, Any]:
         "routed_scaling_factor": opt("expert_weights_scale", 1.0, float),
         "hidden_act": "silu", "rms_norm_eps": need("attention.layer_norm_rms_epsilon", float),
         "max_position_embeddings": need("context_length"),
-        "rope_parameters": {"rope_theta": need("rope.freq_base", float), "rope_type": "default"},
+        "rope_parameters": _rope_parameters(need, opt),
         "rope_interleave": True, "indexer_rope_interleave": True,
         "index_topk": need("attention.indexer.top_k"), "index_head_dim": need("attention.indexer.key_length"),
         "index_n_heads": need("attention.indexer.head_count"),
@@ -95,6 +96,26 @@ def config_from_gguf(reader, tensor_names=None) -> dict[str, Any]:
         if v is not None:
             cfg[key] = v
     return cfg
+
+
+#: gguf-py's ``RopeScalingType`` values -> transformers' ``rope_type`` (llama.cpp's "none" is transformers' "default").
+ROPE_TYPES = {"none": "default", "linear": "linear", "yarn": "yarn", "longrope": "longrope"}
+
+
+def _rope_parameters(need, opt) -> dict[str, Any]:
+    """``rope_parameters`` from ``rope.freq_base`` and the ``rope.scaling.*`` keys. llama.cpp's converter
+    (``TextModel.set_gguf_parameters``, which ``GlmMoeDsaModel`` / ``DeepseekV2Model`` call first) writes
+    ``rope.scaling.type`` and ``rope.scaling.factor`` for every linear or YaRN ``rope_type`` with a factor, and our
+    writer (:func:`sparse_mla.gguf.writer.write_metadata`) writes GLM-5's unscaled rope only (make-checkpoint refuses
+    ``--gguf`` for other presets): a GGUF without them states no scaling, ``rope_type`` "default"."""
+    scaling = opt("rope.scaling.type", "none", str)
+    out: dict[str, Any] = {"rope_theta": need("rope.freq_base", float), "rope_type": ROPE_TYPES.get(scaling, scaling)}
+    if scaling != "none":
+        out["factor"] = opt("rope.scaling.factor", 1.0, float)
+        orig = opt("rope.scaling.original_context_length", None)
+        if orig is not None:
+            out["original_max_position_embeddings"] = orig
+    return out
 
 
 def file_type(reader) -> str:
