@@ -1,6 +1,7 @@
 """``records check`` on kernel benchmark records (no engine, no ``ran``): their header and cache-layout names are
 judged as an engine record's are (:mod:`sparse_mla.workbook.kernel_record`, :func:`sparse_mla.workbook.proof.
-header_problems`). Issue 47, breaker round 12 (d52, d56, d57): edits of ``bench_kernel_h200.json`` were proven."""
+header_problems`) and its speedups its times' ratios (:func:`sparse_mla.bench.kernel.speedups`). Issue 47, breaker
+round 12 (d52, d53, d56, d57): edits of ``bench_kernel_h200.json`` were proven."""
 import copy
 import json
 from pathlib import Path
@@ -30,6 +31,10 @@ def verdict(tmp_path, rec) -> proof.Verdict:
      "checks[1].kv_cache_dtype 'fp8' is not accepted; accepted: 'auto', 'fp8_ds_mla'"),
     (lambda r: r["environment"].update(kv_cache_dtype="bfloat16"),
      "environment.kv_cache_dtype 'bfloat16' is not accepted"),
+    (lambda r: r["bench"][0].update(speedup_vs_flashmla=50.0),                                             # d53
+     "bench[0].speedup_vs_flashmla 50.0, not its flashmla_us 61.792001128196716 over its triton_us 114.656001329422"),
+    (lambda r: r["bench"][3].update(old_graph_us=r["bench"][3]["old_graph_us"] * 2),
+     "bench[3].speedup_new_vs_old "),
 ])
 def test_a_kernel_record_whose_header_or_names_no_writer_writes_is_invalid(tmp_path, edit, says):
     rec = copy.deepcopy(_COMMITTED)

@@ -29,8 +29,8 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
   versions; judged on a record without ``ran`` too, as a kernel benchmark's cache-layout names are,
   :mod:`sparse_mla.workbook.kernel_record`), a layer whose impl is not its backend's (:func:`impl_problems`), a
   ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`), summaries that are
-  not what the record's own data give (:mod:`sparse_mla.workbook.consistency`), or a file that is not readable JSON (duplicated keys included: no
-  writer makes them, and the last would win).
+  not what the record's own data give (:mod:`sparse_mla.workbook.consistency`), or a file that is not readable JSON
+  (duplicated keys included: no writer makes them, and the last would win).
 
 What the check cannot catch: records are unsigned JSON, so a record edited by hand to look like a run that passed
 (its ``failures`` deleted, a ``ran`` block pasted from another run) is judged as written. The logs of the run, kept
