@@ -361,3 +361,22 @@ def test_the_committed_serving_record_keeps_vllms_relations_and_the_writers_serv
     _server_option("--seed", "7")(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and "--seed 7 where the writer puts 0" in v.reason, v.line()
+
+
+@pytest.mark.parametrize("field, value", [          # breaker round 12 (d14): one rule over every number of a result
+    ("request_throughput", float("inf")), ("p99_itl_ms", float("inf")), ("mean_ttft_ms", float("nan")),
+    ("max_output_tokens_per_s", float("-inf")),
+])
+def test_a_result_figure_that_is_not_finite_is_invalid(field, value):
+    rec = copy.deepcopy(_COMMITTED)
+    _result(rec, **{field: value})
+    assert serving_results.serving_result_problems(rec) == [
+        f"repeats.{FM}[0].{field} is {value!r}; accepted: a finite number (vLLM's figures of a pass)"]
+
+
+def test_a_count_written_as_text_is_unproven(tmp_path):          # breaker round 12 (d17); docs/records.md
+    rec = copy.deepcopy(_COMMITTED)
+    rec["repeats"]["TRITON_MLA_SPARSE"][2]["completed"] = "160"
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and "repeats.TRITON_MLA_SPARSE[2].completed '160' is a count written as text; " \
+                                      "accepted: an integer" in v.reason, v.line()

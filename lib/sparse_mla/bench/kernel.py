@@ -50,6 +50,18 @@ DECODE_SWEEP = [(16, 32, 512, 4, 2), (16, 64, 512, 4, 2), (32, 32, 512, 4, 2), (
 DECODE_SPLITS = (8, 16, 32)
 #: Where inputs are made and kernels run (a CPU smoke run of this module under the interpreter sets "cpu").
 DEVICE = "cuda"
+#: Each speedup a row holds as the times it divides: ``{speedup: (the other's µs, ours µs)}`` -- the peer's eager and
+#: graph-replay medians, the other fp8 scale variant's and the v3 launch's graph replay, each over ours.
+SPEEDUPS = {"speedup_vs_flashmla": ("flashmla_us", "triton_us"),
+            "speedup_vs_flashmla_graph": ("flashmla_graph_us", "triton_graph_us"),
+            "speedup_default_vs_alt": ("alt_graph_us", "triton_graph_us"),
+            "speedup_new_vs_old": ("old_graph_us", "triton_graph_us")}
+
+
+def speedups(row: dict) -> dict:
+    """The :data:`SPEEDUPS` whose two times ``row`` holds, ``{speedup: their µs / ours}`` (NaN where a time is NaN:
+    not measured); the writer's and ``records check``'s one formula."""
+    return {k: row[a] / row[b] for k, (a, b) in SPEEDUPS.items() if a in row and b in row}
 PREFILL_SWEEP = [(16, 64, 512, 4, 2), (16, 64, 512, 4, 3), (32, 64, 512, 8, 2), (64, 32, 256, 8, 2),
                  (64, 64, 256, 8, 2), (64, 32, 128, 4, 2), (64, 64, 128, 8, 2), (128, 32, 128, 8, 2),
                  (128, 64, 128, 8, 2), (64, 32, 512, 8, 2)]
@@ -348,10 +360,9 @@ def _time_case(timer: _Timer, H: int, T: int, cache_tokens: int, kv_cache_dtype:
                num_splits=default.num_splits, num_warps=default.num_warps, num_stages=default.num_stages,
                fp8_scales=default.fp8_scales if fp8 else "", fp8_hw=default.fp8_hw,
                triton_us=ms * 1e3, flashmla_us=peer_ms * 1e3,
-               triton_graph_us=gms * 1e3, flashmla_graph_us=peer_gms * 1e3,
-               speedup_vs_flashmla=peer_ms / ms, speedup_vs_flashmla_graph=peer_gms / gms,
-               triton_TBps=nbytes / best / 1e9,
-               frac_of_copy_bw=nbytes / (best * 1e-3) / (copy_gbps * 1e9),
+               triton_graph_us=gms * 1e3, flashmla_graph_us=peer_gms * 1e3)
+    row.update(speedups(row))
+    row.update(triton_TBps=nbytes / best / 1e9, frac_of_copy_bw=nbytes / (best * 1e-3) / (copy_gbps * 1e9),
                triton_TFLOPs=flops / best / 1e9, flashmla_TFLOPs=flops / min(peer_ms, peer_gms) / 1e9)
     if fp8:   # the other way of applying the scales, same run
         alt_name = "registers" if default.fp8_scales == "fold" else "fold"
@@ -362,7 +373,8 @@ def _time_case(timer: _Timer, H: int, T: int, cache_tokens: int, kv_cache_dtype:
         except Exception as e:  # noqa: BLE001  (e.g. out of shared memory everywhere down the chain)
             agms, err = float("nan"), type(e).__name__
         row.update(alt_fp8_scales=alt_name, alt_block_h=alt.block_h, alt_block_n=alt.block_n,
-                   alt_graph_us=agms * 1e3, alt_error=err, speedup_default_vs_alt=agms / gms)
+                   alt_graph_us=agms * 1e3, alt_error=err)
+        row.update(speedups(row))
     if compare_launch:   # the launch before the device-derived plan, same inputs, same run
         from .launch_v3 import v3_config
 
@@ -370,7 +382,8 @@ def _time_case(timer: _Timer, H: int, T: int, cache_tokens: int, kv_cache_dtype:
         ogms = timer.graphed(timer.ours(old))
         old = timer.fitted(old)
         row.update(old_block_h=old.block_h, old_block_n=old.block_n, old_num_warps=old.num_warps,
-                   old_num_splits=old.num_splits, old_graph_us=ogms * 1e3, speedup_new_vs_old=ogms / gms)
+                   old_num_splits=old.num_splits, old_graph_us=ogms * 1e3)
+        row.update(speedups(row))
     return row
 
 

@@ -26,10 +26,11 @@ non-regular files inside a folder (a FIFO) are not opened. Each run record gets 
   that claims proof (a ``ran`` block) with a header gap, a request that cannot
   be read or names a backend or indexer no vLLM line of ours has, a header whose GPU capability is not the device's
   that ``ran`` read or whose fields are not each other's (:func:`environment_problems`: SMs, CUDA, pinned
-  versions), a layer whose impl is not its backend's (:func:`impl_problems`), a ``ran`` that contradicts what was
-  asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`), summaries that are not what the record's own data give
-  (:mod:`sparse_mla.workbook.consistency`), or a file that is not readable JSON (duplicated keys included: no
-  writer makes them, and the last would win).
+  versions; judged on a record without ``ran`` too, as a kernel benchmark's cache-layout names are,
+  :mod:`sparse_mla.workbook.kernel_record`), a layer whose impl is not its backend's (:func:`impl_problems`), a
+  ``ran`` that contradicts what was asked (:func:`sparse_mla.vllm_plugin.ran.contradictions`), summaries that are
+  not what the record's own data give (:mod:`sparse_mla.workbook.consistency`), or a file that is not readable JSON
+  (duplicated keys included: no writer makes them, and the last would win).
 
 What the check cannot catch: records are unsigned JSON, so a record edited by hand to look like a run that passed
 (its ``failures`` deleted, a ``ran`` block pasted from another run) is judged as written. The logs of the run, kept
@@ -64,6 +65,7 @@ from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks, unrecorded_failures
 from .serving import passes_not_completed
 from .diagnosis import diagnosis_problems, diagnosis_said
+from .kernel_record import kernel_record_problems
 from .written import is_glm5next_comparison, unwritten_keys
 
 HEADER = ("command", "date", "torch", "triton", "vllm", "revision")
@@ -230,12 +232,16 @@ def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
 
 def _prompts_not_completed(node, where: str) -> list[str]:
     """Every ``vllm bench serve`` result (an object with ``completed`` and ``num_prompts``) at any depth that completed
-    fewer prompts than it asked, one line each."""
+    fewer prompts than it asked, or whose counts are written as text (``"completed": "160"``: no writer writes it,
+    and docs/records.md calls such a record unproven, issue 47 round 12), one line each."""
     out = []
     if isinstance(node, dict):
         done, asked = _count(node.get("completed")), _count(node.get("num_prompts"))
         if done is not None and asked is not None and done < asked:
             out.append(f"{where or '(the record)'} says something failed: {done:g} of {asked:g} prompts completed")
+        if done is not None and asked is not None:
+            out += [f"{where}.{k} {node[k]!r} is a count written as text; accepted: an integer (vLLM's count of "
+                    f"prompts)" for k in ("completed", "num_prompts") if isinstance(node[k], str)]
         for k, v in node.items():
             out += _prompts_not_completed(v, f"{where}.{k}" if where else str(k))
     elif isinstance(node, list):
@@ -900,6 +906,9 @@ def _judge(path: str, obj) -> Verdict:
     live = {k: r for k, r in runs.items() if r not in failed}
     with_ran = {k: r for k, r in live.items() if "ran" in r}
     if not with_ran:
+        bad = header_problems(obj, {}) + kernel_record_problems(obj)   # what a header or a kernel row holds
+        if bad:
+            return Verdict(path, "invalid", "; ".join(bad))
         what = (["no engine run"] if not runs else
                 ([f"no ran block in {', '.join(live)}"] if live else []) + ([f"{len(failed)} engine(s) failed"]
                                                                             if failed else []))

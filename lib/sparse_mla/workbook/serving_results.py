@@ -7,20 +7,21 @@ request throughput that is not completed over duration, ``max_concurrency`` 64 u
 another ``--attention-backend`` or none were proven).
 
 Checked per result (``repeats[run][i]``, as ``vllm bench serve --save-result`` writes it,
-``vllm/benchmarks/serve.py``): ``request_throughput`` = completed / duration, ``output_throughput`` = output tokens /
-duration, ``total_token_throughput`` = (input + output tokens) / duration; the output tokens ``completed`` x the
-load's ``output_len`` (``ignore_eos``: each request makes exactly its length; ``output_range_ratio`` widens it), the
-input tokens ``completed`` x the load's ``input_lengths`` (``PROMPT_SLACK`` either side); each latency figure (mean,
-median, std, pN of ttft, tpot, itl, e2el) 0 or more, percentiles in order, the median the p50; ``max_concurrency``
-and ``num_prompts`` the load's; ``model_id`` the model the run's server serves; the fields vLLM copies from its
-pass's command line (:data:`ECHOED`: ``backend``, ``label``, ``tokenizer_id``, ...) that command's; ``date`` in vLLM's
-format and within the session (the header's date, ``wall_s`` and 14 hours of time zone either side). The load's
-prompt lengths are the model's ``index_topk``'s, its ``prompts_file`` and ``dataset_args`` the writer's
-(:func:`load_problems`). Issue 47, round 10: a result's ``backend`` 'vllm' under ``--backend openai``, another
-``tokenizer_id``, a ``label`` no ``--label`` gave, a ``date`` of ``2026-12-04`` and a ``prompts_file`` beside the
-``random`` dataset were proven. Issue 47, round 11: the relations vLLM's ``calculate_metrics`` makes between one
-result's figures (:data:`RELATIONS`), one ``total_input_tokens`` for every pass that completed the load, and each
-server's command the one the writer builds for its run (:func:`rebuilt_server_problems`).
+``vllm/benchmarks/serve.py``): every number finite; ``request_throughput`` = completed / duration,
+``output_throughput`` = output tokens / duration, ``total_token_throughput`` = (input + output tokens) / duration; the
+output tokens ``completed`` x the load's ``output_len`` (``ignore_eos``: each request makes exactly its length;
+``output_range_ratio`` widens it), the input tokens ``completed`` x the load's ``input_lengths`` (``PROMPT_SLACK``
+either side); each latency figure (mean, median, std, pN of ttft, tpot, itl, e2el) 0 or more, percentiles in order,
+the median the p50; ``max_concurrency`` and ``num_prompts`` the load's; ``model_id`` the model the run's server
+serves; the fields vLLM copies from its pass's command line (:data:`ECHOED`: ``backend``, ``label``, ``tokenizer_id``,
+...) that command's; ``date`` in vLLM's format and within the session (the header's date, ``wall_s`` and 14 hours of
+time zone either side). The load's prompt lengths are the model's ``index_topk``'s, its ``prompts_file`` and
+``dataset_args`` the writer's (:func:`load_problems`). Issue 47, round 10: a result's ``backend`` 'vllm' under
+``--backend openai``, another ``tokenizer_id``, a ``label`` no ``--label`` gave, a ``date`` of ``2026-12-04`` and a
+``prompts_file`` beside the ``random`` dataset were proven. Issue 47, round 11: the relations vLLM's
+``calculate_metrics`` makes between one result's figures (:data:`RELATIONS`), one ``total_input_tokens`` for every
+pass that completed the load, and each server's command the one the writer builds for its run
+(:func:`rebuilt_server_problems`).
 """
 from __future__ import annotations
 
@@ -90,16 +91,25 @@ def _token_problems(where: str, res: dict, load: dict) -> list[str]:
     return out
 
 
+def _finite_problems(where: str, res: dict) -> list[str]:
+    """Every number of one result finite, one line per field that is not: vLLM's figures are counts and statistics
+    of finite times (``calculate_metrics``), and where a rate is infinite it writes the text ``"inf"``
+    (``request_rate``), never a JSON ``Infinity``; a NaN is what no completed pass makes. Issue 47, round 12: a
+    ``request_throughput`` of Infinity was proven, where a NaN ``mean_ttft_ms`` was refused (one field at a time)."""
+    return [f"{where}.{k} is {v!r}; accepted: a finite number (vLLM's figures of a pass)" for k, v in res.items()
+            if _num(v) and not math.isfinite(v)]
+
+
 def _latency_problems(where: str, res: dict) -> list[str]:
     """One result's latency figures: each a number of 0 or more, each metric's percentiles in order, its median
-    its p50."""
+    its p50 (a figure that is not finite is :func:`_finite_problems`' line, and left out here)."""
     per: dict[str, dict[str, float]] = {}
     out = []
     for k, v in res.items():
         m = LATENCY.match(str(k))
-        if not m:
+        if not m or (_num(v) and not math.isfinite(v)):
             continue
-        if not _num(v) or math.isnan(v) or v < 0:
+        if not _num(v) or v < 0:
             out.append(f"{where}.{k} is {v!r}; accepted: a time in ms of at least 0")
             continue
         per.setdefault(m[3], {})[m[1]] = v
@@ -216,7 +226,8 @@ def result_problems(rec: dict) -> list[str]:
             if not isinstance(res, dict):
                 continue
             where = f"repeats.{k}[{i}]"
-            out += _rate_problems(where, res) + _token_problems(where, res, load) + _latency_problems(where, res)
+            out += _finite_problems(where, res) + _rate_problems(where, res) + _token_problems(where, res, load)
+            out += _latency_problems(where, res)
             out += _relation_problems(where, res)
             out += [f"{where}.{f} {res[f]!r}, the load's {load[f]!r}" for f in ("max_concurrency", "num_prompts")
                     if f in res and f in load and res[f] != load[f]]

@@ -1,0 +1,50 @@
+"""``records check`` on kernel benchmark records (no engine, no ``ran``): their header and cache-layout names are
+judged as an engine record's are (:mod:`sparse_mla.workbook.kernel_record`, :func:`sparse_mla.workbook.proof.
+header_problems`) and its speedups its times' ratios (:func:`sparse_mla.bench.kernel.speedups`). Issue 47, breaker
+round 12 (d52, d53, d56, d57): edits of ``bench_kernel_h200.json`` were proven."""
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from sparse_mla.workbook import proof
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+_COMMITTED = json.loads((RESULTS / "h200" / "bench_kernel_h200.json").read_text())   # each case edits a copy
+
+
+def verdict(tmp_path, rec) -> proof.Verdict:
+    (tmp_path / "k.json").write_text(json.dumps(rec))
+    [v] = proof.check([str(tmp_path / "k.json")])
+    return v
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda r: r["environment"].update(capability="8.0"),                                                    # d52
+     "the header's GPU 'NVIDIA H200' is a h200 (capability 9.0), not capability 8.0"),
+    (lambda r: r["environment"].update(sm_count=78),                                                         # d57
+     "environment.sm_count 78 on a 'NVIDIA H200'; accepted: 132 (its SMs, sparse_mla.gpus.GPUS)"),
+    (lambda r: r["bench"][0].update(kv_cache_dtype="fp4"),                                                   # d56
+     "bench[0].kv_cache_dtype 'fp4' is not accepted; accepted: 'auto', 'fp8_ds_mla'"),
+    (lambda r: r["checks"][1].update(kv_cache_dtype="fp8"),          # vLLM's name, never the kernel writer's
+     "checks[1].kv_cache_dtype 'fp8' is not accepted; accepted: 'auto', 'fp8_ds_mla'"),
+    (lambda r: r["environment"].update(kv_cache_dtype="bfloat16"),
+     "environment.kv_cache_dtype 'bfloat16' is not accepted"),
+    (lambda r: r["bench"][0].update(speedup_vs_flashmla=50.0),                                             # d53
+     "bench[0].speedup_vs_flashmla 50.0, not its flashmla_us 61.792001128196716 over its triton_us 114.656001329422"),
+    (lambda r: r["bench"][3].update(old_graph_us=r["bench"][3]["old_graph_us"] * 2),
+     "bench[3].speedup_new_vs_old "),
+])
+def test_a_kernel_record_whose_header_or_names_no_writer_writes_is_invalid(tmp_path, edit, says):
+    rec = copy.deepcopy(_COMMITTED)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_the_committed_records_without_an_engine_run_keep_their_verdict():
+    files = [f for f in RESULTS.rglob("*.json") if f.name.startswith(("bench_kernel", "bench_indexer", "fp8_where"))]
+    verdicts = proof.check([str(f) for f in files])
+    assert len(verdicts) >= 10 and all(v.status == "unproven" and v.reason.startswith("no engine run")
+                                       for v in verdicts), [v.line() for v in verdicts]
