@@ -53,9 +53,14 @@ def test_diagnosis_of_a_gguf_names_the_gguf_wall_at_the_config_stage(ckpt):
 
 
 def test_safetensors_checkpoint_record(ckpt):
-    rec = diagnose(str(ckpt), "8.0", "auto")
-    assert rec["checkpoint"] == {"format": "safetensors", "quantization": "bf16"}
-    assert not any(b["stage"] == "config" for b in rec["blockers"])
+    """A checkpoint folder's record and text carry the vllm serve line diagnosed, built as a GGUF's is."""
+    from sparse_mla.diagnose import format_record
+
+    rec = diagnose(str(ckpt), "8.0", "auto", with_plugin=True)
+    serve = f"vllm serve {ckpt} --tensor-parallel-size 1 --kv-cache-dtype auto"
+    assert rec["checkpoint"] == {"format": "safetensors", "quantization": "bf16", "serve": serve}
+    assert rec["engine_starts"] is True and not rec["blockers"]
+    assert f"\nvllm serve line: {serve}\n" in format_record(rec)
 
 
 def test_gguf_wall_with_our_adapter(ckpt):

@@ -208,6 +208,10 @@ def test_a_gguf_alone_without_flags_has_no_config_and_the_wall_names_the_flag(se
     out = capsys.readouterr().out
     assert f"no config.json in {alone} (beside the GGUF), no tokenizer vLLM can load in {alone}" in out
     assert "vllm serve line (fails until the folder has them): vllm serve" in out
+    # blocked at the config stage as vLLM's own refusal is: the engine line follows it, the stages after it are not
+    # reached (no backend table, no selection text)
+    assert "\nengine  does not start: first blocker at the config stage\n" in out
+    assert "SELECTED" not in out and "prio  verdict" not in out and "\nvLLM: " not in out
 
 
 def test_a_flag_folder_without_a_tokenizer_is_refused(setup, tmp_path, capsys):

@@ -38,7 +38,7 @@ def test_the_users_configuration(table):
     assert stock["serve"] == "-" and "No valid attention backend found" in stock["why"]
     ours = _row(table, USER, "nvfp4", "bfloat16", "with the plugin")
     assert ours["backend"] == "TRITON_MLA_SPARSE" and ours["engine_starts"] == "yes" and ours["fits"] == "yes"
-    assert ours["serve"] == (f"vllm serve {wtr.CHECKPOINTS['nvfp4']} --tensor-parallel-size 8 --kv-cache-dtype "
+    assert ours["serve"] == (f"vllm serve {wtr.checkpoint('GLM-5', 'nvfp4')} --tensor-parallel-size 8 --kv-cache-dtype "
                              f"bfloat16 --max-model-len {ours['max_model_len']}")
     assert ours["max_model_len"] > 0 and ours["kv_cache_tokens"] >= ours["max_model_len"]
     assert (f"an engine at simulated capability on the H200 ({wtr.SIMULATED_RECORD}); no 12.0 GPU ran it"
@@ -73,7 +73,7 @@ def test_gguf_on_stock_vllm_stops_at_its_loader(table):
     assert stock["blocked_at"] == "config" and stock["engine_starts"] == "no" and stock["serve"] == "-"
     assert stock_wall() in stock["why"]
     ours = _row(table, USER, "gguf-q4_k", "bfloat16", "with the plugin")
-    path = wtr.CHECKPOINTS["gguf-q4_k"]
+    path = wtr.checkpoint("GLM-5", "gguf-q4_k")
     assert ours["serve"].startswith(f"vllm serve {path} --tokenizer {path.rsplit('/', 1)[0]} ")
     assert "vllm-gguf-plugin" in ours["rests_on"]
 
@@ -108,6 +108,51 @@ def test_markdown_prints_vllms_reasons_whole_and_write_is_atomic(table, tmp_path
     paths = wtr.write(table, tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["what_to_run.csv", "what_to_run.md"]
     assert paths["md"].read_text() == md
+
+
+def test_the_placeholders_are_named_after_the_model_asked():
+    """One home for the placeholder checkpoints: each weights format's form, the model's name put in (a preset's as
+    its maker spells it); GLM-5's are the committed table's."""
+    assert wtr.model_name("deepseek-v3.2") == "DeepSeek-V3.2" and wtr.model_name("glm-5") == "GLM-5"
+    assert [wtr.checkpoint("DeepSeek-V3.2", w) for w in wtr.WEIGHTS] == [
+        "/models/DeepSeek-V3.2", "/models/DeepSeek-V3.2-FP8", "/models/DeepSeek-V3.2-NVFP4",
+        "/models/DeepSeek-V3.2-GGUF/DeepSeek-V3.2-Q4_K_M-00001-of-00010.gguf"]
+    assert wtr.checkpoint("GLM-5", "gguf-q8_0") == "/models/GLM-5-gguf-q8_0"
+    rec = {"engine_starts": True, "memory": {"fits": True, "max_model_len": 4096}}
+    assert wtr.serve_line(rec, "fp8", "auto", 8, name="DeepSeek-V3.2") == (
+        "vllm serve /models/DeepSeek-V3.2-FP8 --tensor-parallel-size 8 --kv-cache-dtype auto --max-model-len 4096")
+
+
+def test_a_gguf_no_adapter_loads_does_not_start():
+    """DeepSeek-V3.2's GGUF: our adapter takes glm_moe_dsa only and vllm-gguf-plugin's own has no map for
+    deepseek_v32 (asked where it is installed) -- the decision the diagnosis of a .gguf file asks
+    (gguf.adapter_wall) -- so its GGUF rows do not start, blocked at the config stage, and say why; GLM-5's does."""
+    from sparse_mla.diagnose.gguf import adapter_wall
+    from sparse_mla.models import PRESET_CONFIGS
+
+    loader = wtr._gguf_loader("deepseek-v3.2", ["gguf-q4_k"])
+    assert loader == adapter_wall(PRESET_CONFIGS["deepseek-v3.2"], ours=True)
+    assert "GlmDsaGGUFAdapter takes glm_moe_dsa configs only (this one's model_type: 'deepseek_v32')" in loader
+    assert wtr._gguf_loader("glm-5", ["gguf-q4_k"]) is None and wtr._gguf_loader("deepseek-v3.2", ["fp8"]) is None
+    rec = {"capability": "9.0", "selected": "FLASH_ATTN_MLA_SPARSE", "engine_starts": True, "blockers": [],
+           "indexer": {"stock": "DEEPGEMM", "with_plugin": "DEEPGEMM"}, "effective_kv_cache_dtype": "bfloat16",
+           "memory": {"fits": True, "max_model_len": 4096, "max_tokens": 8192}}
+    for plugin in (False, True):
+        row = wtr._row(rec, "8x H200", "gguf-q4_k", "auto", plugin, 8, name="DeepSeek-V3.2", loader=loader)
+        assert (row["engine_starts"], row["blocked_at"], row["serve"]) == ("no", "config", "-")
+        assert (f"GGUF: not loadable, vllm-gguf-plugin with this plugin has no adapter for it ({loader})"
+                in row["rests_on"])
+        assert "glm-dsa adapter" not in row["rests_on"] and (loader == row["why"]) == plugin
+    row = wtr._row(rec, "8x H200", "gguf-q4_k", "auto", True, 8, name="GLM-5", loader=None)
+    assert row["engine_starts"] == "yes" and "this plugin's glm-dsa adapter" in row["rests_on"]
+
+
+@pytest.mark.slow   # 3 probes
+def test_deepseeks_gguf_rows_do_not_start():
+    df = wtr.what_to_run("deepseek-v3.2", machines=["8x H200"], weights=["gguf-q4_k"], kv_cache_dtypes=["auto"])
+    assert set(df["engine_starts"]) == {"no"} and set(df["blocked_at"]) == {"config"} and set(df["serve"]) == {"-"}
+    assert all("Unknown gguf model_type: deepseek_v32" in w or "not installed" in w
+               for w in df[df["vllm"] != "stock"]["why"])
 
 
 @pytest.mark.parametrize("kw, says", [({"machines": USER}, "is one string"), ({"machines": ["8x B300"]}, "8x B300"),

@@ -5,7 +5,8 @@ A GGUF file carries its config as metadata; :func:`load_gguf` reads it with gguf
 converter), which the config stage then hands to vLLM's own ``EngineArgs.create_engine_config()``. A GGUF
 without the DSA indexer tensors is refused by name (it would run dense).
 
-Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), asked of the code that decides it:
+Whether vLLM can load the file at all is the *GGUF wall* (:func:`gguf_wall`), asked of the code that decides it
+(the weights adapter's part, :func:`adapter_wall`, also of a model with no file: ``--what-to-run``'s GGUF rows):
 
 * stock vLLM 0.26: no ``gguf`` load format in ``model_loader._LOAD_FORMAT_TO_MODEL_LOADER`` and no ``gguf``
   quantization method (in-tree GGUF support was removed, vllm-project/vllm#39583);
@@ -207,21 +208,40 @@ def stock_wall() -> str | None:
 
 
 def _plugin_wall(info: dict, ours: bool) -> str | None:
-    """vllm-gguf-plugin's weights adapter for the GGUF's config: its default (``ours`` False) or ours; None where
-    the adapter maps every tensor of the file, else its reason. Ours is asked what it does at load time
-    (``GlmDsaGGUFAdapter.plan`` of the first shard, the file the diagnosed ``vllm serve`` line and ``launch`` give
-    vLLM -- the plan reads every shard from any of them; with the config.json vLLM reads)."""
+    """:func:`adapter_wall` of a read GGUF ``info`` (:func:`read_gguf`): the config vLLM builds the model from --
+    the config.json it reads (beside the GGUF or named by a flag), else the one the GGUF's metadata describes (a
+    folder without one is the folder wall's) -- and the file."""
+    return adapter_wall(info.get("vllm_config") or info["config"], ours, info)
+
+
+def adapter_wall(config: dict, ours: bool, info: dict | None = None) -> str | None:
+    """vllm-gguf-plugin's weights adapter for a GGUF of the model ``config`` (a Hugging Face config dict), as
+    ``get_weights_adapter`` picks it: its default one and those it registers (``ours`` False), or ours first in that
+    list (``ours`` True, as the plugin's ``register()`` puts it). None where the adapter loads it, else its reason.
+    With ``info`` (a :func:`read_gguf` record) ours is asked what it does at load time (``GlmDsaGGUFAdapter.plan`` of
+    the first shard, the file the diagnosed ``vllm serve`` line and ``launch`` give vLLM -- the plan reads every
+    shard from any of them) and another adapter maps every tensor of the file; without one (a model with no file:
+    ``diagnose --what-to-run``) ours loads a config it matches (:data:`~sparse_mla.vllm_plugin.gguf_adapter.
+    MODEL_TYPE`; loaded so on the H200) and another adapter must build its name map for the config. Where ours does
+    not match, the reason says so first."""
     from types import SimpleNamespace
 
+    from ..vllm_plugin.gguf_adapter import MODEL_TYPE
+
+    text = text_config(config)
+    theirs = ours and text.get("model_type") != MODEL_TYPE
+    head = (f"this plugin's GlmDsaGGUFAdapter takes {MODEL_TYPE} configs only (this one's model_type: "
+            f"{text.get('model_type')!r}); " if theirs else "")
+    if ours and not theirs and info is None:
+        return None
     try:
         from vllm_gguf_plugin.weights_adapter import _ADAPTER_REGISTRY, GGUFWeightsAdapter
     except ImportError:
-        return f"vllm-gguf-plugin is not installed (vLLM 0.26 loads GGUF only through it); accepted: {INSTALL_GGUF}"
+        return (f"{head}vllm-gguf-plugin is not installed (vLLM 0.26 loads GGUF only through it); accepted: "
+                f"{INSTALL_GGUF}")
     from ..vllm_plugin.gguf_adapter import adapter_class
 
-    # the config vLLM builds the model from: the config.json it reads (beside the GGUF or named by a flag), else the
-    # one the GGUF's metadata describes (a folder without one is the folder wall's)
-    hf = _hf_config(text_config(info.get("vllm_config") or info["config"]))
+    hf = _hf_config(text)
     mine = adapter_class()
     cls = next((c for c in ([mine] if ours else []) + [c for c in _ADAPTER_REGISTRY if c is not mine]
                 if c.matches(hf)), GGUFWeightsAdapter)
@@ -233,12 +253,13 @@ def _plugin_wall(info: dict, ours: bool) -> str | None:
             return None
         mapped = cls(hf).build_name_map(model_config)
     except UserInputError as e:                       # our adapter's refusal, whole
-        return f"{label}: {e}"
+        return f"{head}{label}: {e}"
     except Exception as e:  # noqa: BLE001 - the plugin's own refusal (or what it called), in its words
-        return f"{label}: {type(e).__name__}: {str(e)[:200]}"
-    unmapped = [n for n in info["tensors"] if n not in mapped]
+        return f"{head}{label}: {type(e).__name__}: {str(e)[:200]}"
+    unmapped = [n for n in (info or {}).get("tensors", ()) if n not in mapped]
     if unmapped:
-        return f"{cls.__name__} maps no vLLM parameter to {len(unmapped)} GGUF tensors ({', '.join(unmapped[:3])})"
+        return (f"{head}{cls.__name__} maps no vLLM parameter to {len(unmapped)} GGUF tensors "
+                f"({', '.join(unmapped[:3])})")
     return None
 
 
@@ -278,33 +299,42 @@ def folder_wall(info: dict) -> str | None:
 
 def checkpoint_record(req) -> dict[str, Any]:
     """The record's ``checkpoint``: ``format`` (``gguf`` for a GGUF ``--model``, else ``safetensors``) and
-    ``quantization`` (the GGUF's file type; else the memory stage's quantization name), and for a GGUF its
+    ``quantization`` (the GGUF's file type; else the memory stage's quantization name); for a checkpoint on disk
+    ``serve`` (the ``vllm serve`` line diagnosed: :func:`serve_line`; a preset has none); for a GGUF also its
     ``file``, ``files``, ``discovery``, ``tensor_types``, ``wall`` (:func:`gguf_wall`), ``config_source`` (the folder
-    vLLM reads config.json from, the flag that named it), ``tokenizer`` (the folder vLLM loads it from) and ``serve``
-    (the ``vllm serve`` line diagnosed: :func:`sparse_mla.diagnose.serve.serve_command` of the first shard, or the
-    ``DIR:QUANT`` given, with the config flags as given, ``~`` expanded)."""
-    from .serve import serve_command
-
+    vLLM reads config.json from, the flag that named it) and ``tokenizer`` (the folder vLLM loads it from)."""
     src = req.geometry.source
     info = GGUF_FILES.get(str(src)) if src is not None else None
     if info is None:
         q = req.memory.quantization.name if req.memory is not None else "bf16"
-        return {"format": "safetensors", "quantization": q}
-    mem = req.memory
-    asked = {} if mem is None else {"max_model_len": mem.max_model_len, "cpu_offload_gb": mem.cpu_offload_gb,
-                                    "gpu_memory_utilization": mem.gpu_memory_utilization}
+        if src is None:
+            return {"format": "safetensors", "quantization": q}
+        folder = Path(src) if Path(src).is_dir() else Path(src).parent    # vllm serve takes the config.json's folder
+        return {"format": "safetensors", "quantization": q, "serve": serve_line(req, folder)}
     # the first shard, as vllm serve is given a split model (a shard's path given here names the whole model), or
     # vllm-gguf-plugin's DIR:QUANT with the folder's path expanded (neither the plugin nor vLLM expands "~")
     from ..gguf.files import reference
 
     ref = reference(info["model"])
     model = info["path"] if ref is None else f"{ref[0]}:{ref[1]}"
-    serve = serve_command(model, req.tp, req.kv_cache_dtype, gguf_flags=info["serve_flags"],
-                          attention_backend=req.backend, **asked)
     return {"format": "gguf", "quantization": info["file_type"], "file": Path(info["path"]).name,
             "files": info["files"], "discovery": info["discovery"], "tensor_types": info["tensor_types"],
             "wall": gguf_wall(info, req.with_plugin),
             "config_source": {**info["config_source"], "config_json": info["config_json"] is not None,
                               "quantization_config": info.get("quantization_config_overridden")},
             "tokenizer_error": info["tokenizer_error"],
-            "tokenizer": info["tokenizer"], "serve": serve}
+            "tokenizer": info["tokenizer"], "serve": serve_line(req, model, info["serve_flags"])}
+
+
+def serve_line(req, model, gguf_flags=()) -> str:
+    """The ``vllm serve`` line a diagnosis answers for: :func:`sparse_mla.diagnose.serve.serve_command` of ``model``
+    (a checkpoint folder, a GGUF's first shard or ``DIR:QUANT``) with the request's tensor parallelism, KV-cache dtype,
+    forced backend and the memory settings asked (``max_model_len``, ``cpu_offload_gb``, ``gpu_memory_utilization``,
+    as given), and a GGUF's config and tokenizer flags (``gguf_flags``, ``~`` expanded)."""
+    from .serve import serve_command
+
+    mem = req.memory
+    asked = {} if mem is None else {"max_model_len": mem.max_model_len, "cpu_offload_gb": mem.cpu_offload_gb,
+                                    "gpu_memory_utilization": mem.gpu_memory_utilization}
+    return serve_command(model, req.tp, req.kv_cache_dtype, gguf_flags=gguf_flags, attention_backend=req.backend,
+                         **asked)

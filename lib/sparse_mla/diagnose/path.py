@@ -246,8 +246,9 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
     """One verdict line per stage (the text output prints them)."""
     by = {b["stage"]: b["reason"] for b in rec["blockers"]}
     lines: dict[str, str] = {}
-    if "config" in by:
+    if "config" in by:      # the stages after it are not reached: the engine line follows
         lines["config"] = f"BLOCKED: {' '.join(by['config'].split())}"   # whole: the GGUF wall's install hint is last
+        lines["engine"] = engine_line(rec)
         return lines
     notes = "; ".join(cfg.get("notes") or [])
     lines["config"] = (f"ok: {cfg.get('architecture')} ({cfg.get('model_type')}, {cfg.get('hf_config_type')}), "
@@ -291,15 +292,23 @@ def _stage_lines(rec, cfg, att, ix, kern, sparse) -> dict[str, str]:
                         f"for this GPU is not checked here")
     if rec.get("memory"):
         lines["memory"] = memory_line(rec["memory"])
-    starts = rec["engine_starts"]
-    lines["engine"] = {True: "starts: no blocker on vLLM's path up to the first forward",
-                       False: f"does not start: first blocker at the {rec['blockers'][0]['stage'] if rec['blockers'] else '?'} stage",
-                       None: "no blocker found, but the answer depends on this host's software (FlashInfer's SM120 "
-                             f"API); with it answering the other way vLLM would select "
-                             f"{rec['host_dependent']['selected_if_host_differs'] or 'no backend'}"}[starts]
+    lines["engine"] = engine_line(rec)
     if rec.get("glm5next"):
         lines["ours"] = _glm5next_ours(rec)
     return lines
+
+
+def engine_line(rec: dict[str, Any]) -> str:
+    """The record's ``engine`` stage line, from ``engine_starts`` and its first blocker's stage: every record ends its
+    stages with it, a blocker at the config stage included."""
+    starts = rec["engine_starts"]
+    if starts is None:
+        return ("no blocker found, but the answer depends on this host's software (FlashInfer's SM120 API); with it "
+                f"answering the other way vLLM would select "
+                f"{rec['host_dependent']['selected_if_host_differs'] or 'no backend'}")
+    if starts:
+        return "starts: no blocker on vLLM's path up to the first forward"
+    return f"does not start: first blocker at the {rec['blockers'][0]['stage'] if rec['blockers'] else '?'} stage"
 
 
 def _glm5next_ours(rec: dict[str, Any]) -> str:

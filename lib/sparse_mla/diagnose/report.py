@@ -91,8 +91,9 @@ def offload_text(off: Mapping[str, Any] | None) -> str:
 
 def format_record(rec: Mapping[str, Any]) -> str:
     """A :func:`diagnose` record as text: the request, one verdict line per stage of vLLM's path (config, attention,
-    KV cache, indexer, kernel, engine), for a GGUF its config source and ``vllm serve`` line (:func:`gguf_lines`),
-    the table of MLA backends with vLLM's reasons, vLLM's own selection text, and what was simulated."""
+    KV cache, indexer, kernel, engine), for a checkpoint on disk its ``vllm serve`` line (a GGUF's with its config
+    source: :func:`gguf_lines`), the table of MLA backends with vLLM's reasons and vLLM's own selection text (left out
+    where the config stage blocks: :func:`config_blocked`), and what was simulated."""
     forced = f", --attention-backend {rec['forced_backend']}" if rec.get("forced_backend") else ""
     lines = [f"model {rec['model']} ({rec['mla'] or '?'} MLA, {rec['dtype']}, {rec['heads_per_rank']} heads/rank at "
              f"tp={rec['tp']}), capability {rec['capability']}" + (f" [{rec['gpu']}]" if rec.get("gpu") else "")
@@ -105,7 +106,8 @@ def format_record(rec: Mapping[str, Any]) -> str:
         lines.append(f"{stage:<{w}}  {line}")
     lines += gguf_lines(rec.get("checkpoint") or {})
     lines += glm5next_lines(rec.get("glm5next"))
-    if rec["backends"]:
+    reached = not config_blocked(rec)       # the attention stage: vLLM's verdicts on its backends, its selection text
+    if rec["backends"] and reached:
         rows = sorted(rec["backends"].items(),
                       key=lambda kv: (kv[1]["priority"] is None, kv[1]["priority"] if kv[1]["priority"] is not None
                                       else 0, kv[0]))
@@ -114,7 +116,8 @@ def format_record(rec: Mapping[str, Any]) -> str:
         for name, b in rows:
             prio = "-" if b["priority"] is None else str(b["priority"])
             lines.append(f"{name:<{bw}}  {prio:>4}  {backend_verdict(rec, name)}")
-    lines += ["", f"vLLM: {rec['verdict']}", f"Simulated: {describe_simulated(rec['simulated'])}"]
+    lines += ["", *([f"vLLM: {rec['verdict']}"] if reached or not rec["backends"] else []),   # or vLLM's refusal
+              f"Simulated: {describe_simulated(rec['simulated'])}"]
     if rec.get("plugin"):
         p = rec["plugin"]
         lines.append(f"Plugin: not loaded by vLLM: {p['not_loaded']}" if p.get("not_loaded") else
@@ -123,11 +126,21 @@ def format_record(rec: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def config_blocked(rec: Mapping[str, Any]) -> bool:
+    """Whether the record's first blocker is at the config stage: vLLM refused the configuration, or a GGUF's wall
+    (its loader, its folder) stops it there. The stages after it are not reached: the text output leaves out the
+    backend table and vLLM's selection text (a GGUF's wall is met loading the config, after which the probe still
+    asks the selection), and keeps vLLM's refusal of the configuration (its ``verdict`` where no backend was asked)."""
+    blockers = rec.get("blockers") or []
+    return bool(blockers) and blockers[0]["stage"] == "config"
+
+
 def gguf_lines(checkpoint: Mapping[str, Any]) -> list[str]:
     """For a GGUF record's ``checkpoint``: where vLLM reads the config and tokenizer from, and the ``vllm serve``
-    line diagnosed (a blank line first); ``[]`` for another checkpoint."""
+    line diagnosed (a blank line first); for another checkpoint on disk its ``vllm serve`` line alone; ``[]`` for a
+    preset (no checkpoint)."""
     if checkpoint.get("format") != "gguf":
-        return []
+        return ["", f"vllm serve line: {checkpoint['serve']}"] if checkpoint.get("serve") else []
     src = checkpoint["config_source"]
     config = (f"config.json from {src['folder']} ({src['flag']})" if src.get("config_json", True) else
               f"no config.json in {src['folder']} ({src['flag']})")

@@ -32,13 +32,16 @@ MACHINES: dict[str, tuple[str, int]] = {"8x RTX PRO 6000": ("rtx-pro-6000", 8), 
 WEIGHTS: tuple[str, ...] = ("bf16", "fp8", "nvfp4", "gguf-q4_k")
 #: The KV-cache dtypes the table asks about (``layouts.WHAT_TO_RUN_KV_CACHE_DTYPES``, their one home).
 KV_CACHE_DTYPES: tuple[str, ...] = WHAT_TO_RUN_KV_CACHE_DTYPES
-#: Placeholder checkpoints of the ``vllm serve`` lines (replace with your own path)
-CHECKPOINTS = {"bf16": "/models/GLM-5", "fp8": "/models/GLM-5-FP8", "nvfp4": "/models/GLM-5-NVFP4",
-               "gguf-q4_k": "/models/GLM-5-GGUF/GLM-5-Q4_K_M-00001-of-00010.gguf"}
+#: Placeholder checkpoints of the ``vllm serve`` lines (replace with your own path), by weights format, ``{name}`` the
+#: model's (:func:`checkpoint`); another format's is ``/models/{name}-{weights}``
+CHECKPOINTS = {"bf16": "/models/{name}", "fp8": "/models/{name}-FP8", "nvfp4": "/models/{name}-NVFP4",
+               "gguf-q4_k": "/models/{name}-GGUF/{name}-Q4_K_M-00001-of-00010.gguf"}
+#: The models' names in the placeholders: the presets' (:data:`sparse_mla.models.PRESETS`) as their makers spell them
+MODEL_NAMES = {"glm-5": "GLM-5", "deepseek-v3.2": "DeepSeek-V3.2"}
 #: GLM-5.3-Flash (``glm5_next``, vLLM 0.33/0.34: a config.json such as ``make-checkpoint DIR --preset glm-5.3-flash
-#: --config-only`` writes): its weights formats asked by default, its placeholder checkpoints, its tables' stem
+#: --config-only`` writes): its name, its weights formats asked by default, its tables' stem
+GLM5NEXT_NAME = "GLM-5.3-Flash"
 GLM5NEXT_WEIGHTS: tuple[str, ...] = ("bf16", "fp8")
-GLM5NEXT_CHECKPOINTS = {"bf16": "/models/GLM-5.3-Flash", "fp8": "/models/GLM-5.3-Flash-FP8"}
 GLM5NEXT_STEM = "what_to_run_glm5next"
 COLUMNS: tuple[str, ...] = ("machine", "weights", "kv_cache_dtype", "vllm", "backend", "indexer", "kv_cache",
                             "engine_starts", "fits", "max_model_len", "kv_cache_tokens", "blocked_at", "fix",
@@ -71,11 +74,29 @@ def check_request(machines, weights, kv_cache_dtypes) -> tuple[list[str], list[s
     return out[0], out[1], out[2]
 
 
-def serve_line(rec: dict[str, Any], weights: str, kv_cache_dtype: str, tp: int, forced: bool = False) -> str:
+def model_name(model) -> str:
+    """The name of ``model`` (a preset, a config.json or a folder holding one) in the placeholder checkpoints:
+    :data:`MODEL_NAMES` of a preset, :data:`GLM5NEXT_NAME` for GLM-5.3-Flash, else the checkpoint folder's name."""
+    if is_glm5next(model):
+        return GLM5NEXT_NAME
+    key = str(model)
+    if key in MODEL_NAMES or (key.lower() in MODEL_NAMES and not Path(key).exists()):   # as models.load_model reads
+        return MODEL_NAMES[key.lower()]
+    path = Path(str(model))
+    return (path.parent if path.suffix == ".json" else path).resolve().name
+
+
+def checkpoint(name: str, weights: str) -> str:
+    """The placeholder checkpoint of model ``name`` (:func:`model_name`) in ``weights`` (:data:`CHECKPOINTS`)."""
+    return CHECKPOINTS.get(weights, "/models/{name}-" + weights).format(name=name)
+
+
+def serve_line(rec: dict[str, Any], weights: str, kv_cache_dtype: str, tp: int, forced: bool = False,
+               name: str = MODEL_NAMES["glm-5"]) -> str:
     """The ``vllm serve`` command of a configuration whose engine starts (``"-"`` otherwise): the checkpoint
-    (:data:`CHECKPOINTS`, a placeholder), tensor parallelism, the KV-cache dtype, the longest ``--max-model-len``
-    the memory stage found room for, and for a GGUF its folder as the tokenizer (vllm-gguf-plugin reads the
-    config.json beside the file; ``sparse-mla launch`` serves a GGUF the same way). With the
+    (:func:`checkpoint` of model ``name``, a placeholder), tensor parallelism, the KV-cache dtype, the longest
+    ``--max-model-len`` the memory stage found room for, and for a GGUF its folder as the tokenizer
+    (vllm-gguf-plugin reads the config.json beside the file; ``sparse-mla launch`` serves a GGUF the same way). With the
     plugin installed (``pip install``, its ``vllm.general_plugins`` entry point) no flag is needed: vLLM's own
     selection picks ``TRITON_MLA_SPARSE`` where it has nothing; ``forced`` adds ``--attention-backend CUSTOM`` (the
     plugin's slot), which takes ours where vLLM has a backend of its own."""
@@ -84,16 +105,18 @@ def serve_line(rec: dict[str, Any], weights: str, kv_cache_dtype: str, tp: int, 
 
     if rec.get("engine_starts") is False or not (rec.get("memory") or {}).get("fits"):
         return "-"
-    model = (GLM5NEXT_CHECKPOINTS.get(weights, f"/models/GLM-5.3-Flash-{weights}") if rec.get("glm5next") else
-             CHECKPOINTS.get(weights, f"/models/GLM-5-{weights}"))
+    model = checkpoint(name, weights)
     return serve_command(model, tp, kv_cache_dtype, max_model_len=rec["memory"]["max_model_len"],
                          gguf_flags=serve_flags(Path(model).parent) if weights.startswith("gguf") else (),
                          attention_backend="CUSTOM" if forced else None)
 
 
-def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugin: bool) -> str:
+def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugin: bool,
+             gguf_loader: str | None = None) -> str:
     """What the answer of one configuration rests on: a GPU run (:data:`RAN`), our kernels' compiles and the
-    simulated-capability engines, or vLLM's claims (module docstring); GLM-5.3-Flash's by :func:`_glm5next_rests_on`."""
+    simulated-capability engines, or vLLM's claims (module docstring); GLM-5.3-Flash's by :func:`_glm5next_rests_on`.
+    ``gguf_loader``: why no GGUF adapter loads the model (:func:`sparse_mla.diagnose.gguf.adapter_wall` with ours;
+    None where one does)."""
     if rec.get("glm5next"):
         return _glm5next_rests_on(rec, cap, with_plugin)
     claims = []
@@ -111,9 +134,10 @@ def rests_on(rec: dict[str, Any], cap: tuple[int, int], weights: str, with_plugi
     if (ix.get("with_plugin") if with_plugin else ix.get("stock")) == "DEEPGEMM" and cap[0] == 12:
         claims.append("vLLM's claim: DeepGEMM's SM12x indexer (support_deep_gemm() is True for 12.x)")
     if weights.startswith("gguf"):
-        claims.append("GGUF: needs vllm-gguf-plugin and this plugin's glm-dsa adapter (the gguf extra); loaded so "
-                      "on the H200 for Q8_0 (results/h200/launch_h200_gguf_q8_0.json) and for a split Q4_K_M from its "
-                      "second shard (results/h200/launch_h200_gguf_q4_k_m_split.json)"
+        claims.append(("GGUF: needs vllm-gguf-plugin and this plugin's glm-dsa adapter (the gguf extra); loaded so "
+                       "on the H200 for Q8_0 (results/h200/launch_h200_gguf_q8_0.json) and for a split Q4_K_M from its "
+                       "second shard (results/h200/launch_h200_gguf_q4_k_m_split.json)" if gguf_loader is None else
+                       f"GGUF: not loadable, vllm-gguf-plugin with this plugin has no adapter for it ({gguf_loader})")
                       + ("" if with_plugin else "; stock vLLM 0.26 has no GGUF loader"))
     if weights in ("fp8", "nvfp4") and cap < ((8, 9) if weights == "fp8" else (10, 0)):
         claims.append(f"vLLM's claim: {weights} weights without native support on {cap[0]}.{cap[1]} (vLLM's "
@@ -149,13 +173,14 @@ def _glm5next_rests_on(rec: dict[str, Any], cap: tuple[int, int], with_plugin: b
     return "; ".join(claims) or "vLLM's decisions on the diagnosis' probe platform"
 
 
-def _gguf_stock(rec: dict[str, Any]) -> dict[str, Any]:
-    """``rec`` of a GGUF checkpoint on stock vLLM: the diagnosis of a preset sizes GGUF weights but has no file to
-    load, so the GGUF wall (vLLM's own loader registry, :func:`sparse_mla.diagnose.gguf.stock_wall`) is put first
-    here, as the diagnosis of a ``.gguf`` file puts it."""
+def _gguf_wall(rec: dict[str, Any], with_plugin: bool, loader: str | None) -> dict[str, Any]:
+    """``rec`` of a GGUF checkpoint with its GGUF wall first, as the diagnosis of a ``.gguf`` file puts it (the
+    diagnosis of a preset sizes GGUF weights but has no file to load): on stock vLLM its own loader registry
+    (:func:`sparse_mla.diagnose.gguf.stock_wall`), with the plugin ``loader`` (the weights adapter's refusal,
+    :func:`sparse_mla.diagnose.gguf.adapter_wall` with ours; None where it loads the model)."""
     from .gguf import stock_wall
 
-    wall = stock_wall()
+    wall = loader if with_plugin else stock_wall()
     if wall is None:
         return rec
     return {**rec, "engine_starts": False, "blockers": [{"stage": "config", "reason": wall},
@@ -163,9 +188,11 @@ def _gguf_stock(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _row(rec: dict[str, Any], machine: str, weights: str, kv: str, with_plugin: bool, tp: int,
-         forced: bool = False) -> dict[str, Any]:
-    if weights.startswith("gguf") and not with_plugin:
-        rec = _gguf_stock(rec)
+         forced: bool = False, name: str = MODEL_NAMES["glm-5"], loader: str | None = None) -> dict[str, Any]:
+    """One row of :func:`what_to_run` (:data:`COLUMNS`) from the diagnosis ``rec``; ``name``: the model's
+    (:func:`model_name`), ``loader``: why no GGUF adapter loads it (:func:`_gguf_wall`)."""
+    if weights.startswith("gguf"):
+        rec = _gguf_wall(rec, with_plugin, loader)
     mem = rec.get("memory") or {}
     ix = rec.get("indexer") or {}
     fixes = mem.get("fixes") or []
@@ -183,8 +210,8 @@ def _row(rec: dict[str, Any], machine: str, weights: str, kv: str, with_plugin: 
             "kv_cache_tokens": mem.get("max_tokens"),
             "blocked_at": rec["blockers"][0]["stage"] if rec.get("blockers") else "-",
             "fix": "; ".join(f["change"] for f in fixes) if fixes else "-",
-            "rests_on": rests_on(rec, cap, weights, with_plugin),
-            "serve": serve_line(rec, weights, kv, tp, forced),
+            "rests_on": rests_on(rec, cap, weights, with_plugin, loader if weights.startswith("gguf") else None),
+            "serve": serve_line(rec, weights, kv, tp, forced, name),
             "why": " | ".join(b["reason"] for b in rec.get("blockers") or []) or "-"}
 
 
@@ -212,17 +239,30 @@ def what_to_run(model: str = "glm-5", machines: Iterable[str] | None = None, wei
         from tqdm.auto import tqdm
 
         cells = tqdm(cells, desc="diagnose", leave=False)
+    name, loader = model_name(model), _gguf_loader(model, weights)
     rows = []
     for machine, w, kv, plugin in cells:
         gpu, tp = MACHINES[machine]
         rec = diagnose(model, gpu, kv, tp=tp, with_plugin=plugin, quantization=w)
-        rows.append(_row(rec, machine, w, kv, plugin, tp))
+        rows.append(_row(rec, machine, w, kv, plugin, tp, name=name, loader=loader))
         if plugin and rec.get("selected") not in (None, OURS):   # vLLM has its own: ours only when asked for
             rec = diagnose(model, gpu, kv, tp=tp, with_plugin=True, quantization=w, backend=OURS)
-            rows.append(_row(rec, machine, w, kv, True, tp, forced=True))
+            rows.append(_row(rec, machine, w, kv, True, tp, forced=True, name=name, loader=loader))
     df = pd.DataFrame(rows, columns=list(COLUMNS)).astype({"max_model_len": "Int64", "kv_cache_tokens": "Int64"})
     df.attrs.update(model="GLM-5.3-Flash" if flash else model, stem=GLM5NEXT_STEM if flash else STEM)
     return df
+
+
+def _gguf_loader(model, weights) -> str | None:
+    """Why no weights adapter of vllm-gguf-plugin, ours registered first, loads a GGUF of ``model`` -- the decision
+    the diagnosis of a ``.gguf`` file asks (:func:`sparse_mla.diagnose.gguf.adapter_wall`), of the model's config --
+    or None where one does or no GGUF weights are asked."""
+    if not any(str(w).startswith("gguf") for w in weights):
+        return None
+    from ..models import load_model
+    from .gguf import adapter_wall
+
+    return adapter_wall(load_model(model).raw_config, ours=True)
 
 
 def is_glm5next(model) -> bool:

@@ -84,6 +84,11 @@ UNTIED_LM_HEAD = ("vLLM's GlmMoeDsaForCausalLM (DeepseekV2ForCausalLM) never tie
 
 
 
+#: The Hugging Face ``model_type`` :class:`GlmDsaGGUFAdapter` takes (its ``matches``): GLM-5's, which gguf-py calls
+#: ``glm-dsa``. ``sparse-mla diagnose`` reads it where vllm-gguf-plugin is not installed.
+MODEL_TYPE = "glm_moe_dsa"
+
+
 def adapter_class():
     """:class:`GlmDsaGGUFAdapter`, defined on first use (vllm-gguf-plugin is an optional extra)."""
     global GlmDsaGGUFAdapter
@@ -97,7 +102,7 @@ def adapter_class():
 
         @classmethod
         def matches(cls, config) -> bool:
-            return getattr(config, "model_type", None) == "glm_moe_dsa"
+            return getattr(config, "model_type", None) == MODEL_TYPE
 
         def build_name_map(self, model_config) -> dict[str, str]:
             return gguf_to_vllm_names(model_config.hf_config.to_dict())
