@@ -108,13 +108,15 @@ def _same_kv(a, b) -> bool:
     return a == b or (a in FP8_KV_CACHE_DTYPES and b in FP8_KV_CACHE_DTYPES)
 
 
-def command_problems(rec: dict) -> list[str]:
+def command_problems(rec: dict, plan: bool = True) -> list[str]:
     """What in engine record ``rec`` contradicts its ``environment.command`` (module docstring), one line each: the
     runs (the parity plan of ``--backends``, ``--eager-only``, ``--speculative-config``:
     :func:`sparse_mla.launch.engine.parity_plan`, each run's mode and speculation the plan's), or the one engine's run
     spec, mode, speculation and generations; ``--prompt-lengths`` against the
     prompts generated; ``--max-tokens`` against the tokens each generated; ``--kv-cache-dtype``, ``--tp``,
-    ``--max-model-len`` and ``--model`` (``model.path``, :func:`model_name`)."""
+    ``--max-model-len`` and ``--model`` (``model.path``, :func:`model_name`). ``plan`` False: a parity record's runs
+    are not held to today's plan (a record older than ``run_specs``, 2026-12-01, ran another: 0b16541's eager engines
+    and a ``+cudagraph`` run, ``results/h200/launch_h200.json``); the rest is compared all the same."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     cmd = env.get("command")
     if any(k in rec for k in (*SERVE_KEYS, "diagnosis")):
@@ -122,7 +124,8 @@ def command_problems(rec: dict) -> list[str]:
     args = parsed_launch(cmd) if isinstance(cmd, str) else None
     if args is None or isinstance(args, str):
         return ([] if args is None else [args]) + own_command_problems(rec, None)
-    out = launch_refuses(args) + _run_problems(rec, args) + own_command_problems(rec, args if args.parity else None)
+    planned = _run_problems(rec, args) if plan or not args.parity or isinstance(rec.get("run_specs"), dict) else []
+    out = launch_refuses(args) + planned + own_command_problems(rec, args if args.parity else None)
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip().isdigit()]
     for name, run in [*runs.items(), ("(the record)", rec)]:

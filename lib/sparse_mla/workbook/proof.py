@@ -63,6 +63,7 @@ from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks, unrecorded_failures
 from .serving import passes_not_completed
+from .serve_command import serve_command_problems
 from .diagnosis import diagnosis_problems, diagnosis_said
 from .written import is_glm5next_comparison, unwritten_keys
 
@@ -900,6 +901,9 @@ def _judge(path: str, obj) -> Verdict:
     live = {k: r for k, r in runs.items() if r not in failed}
     with_ran = {k: r for k, r in live.items() if "ran" in r}
     if not with_ran:
+        bad = command_problems(obj, plan=False) + serve_command_problems(obj) if runs else []
+        if bad:            # what the command asked, against what the record says it ran: no ran block needed
+            return Verdict(path, "invalid", "; ".join(bad))
         what = (["no engine run"] if not runs else
                 ([f"no ran block in {', '.join(live)}"] if live else []) + ([f"{len(failed)} engine(s) failed"]
                                                                             if failed else []))
