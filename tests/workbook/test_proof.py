@@ -621,6 +621,9 @@ def test_an_engine_whose_writer_found_contradictions_is_never_proven(tmp_path):
      "output_tokens_per_s"),
     (lambda r: r.update(throughput_tokens_per_s={"TRITON_MLA_SPARSE": -5.0}), "throughput_tokens_per_s"),
     (lambda r: r["environment"].update(date="yesterday"), "environment.date"),
+    # issue 47, round 12 (b06): the header's date without its zone (records.environment writes +00:00)
+    (lambda r: r["environment"].update(date="2026-12-04T20:06:11"), "environment.date is '2026-12-04T20:06:11'"),
+    (lambda r: r["environment"].update(date="2026-12-04"), "environment.date is '2026-12-04'"),
     (lambda r: r["environment"].update(revision="HEAD~1"), "environment.revision"),
     (lambda r: r["environment"].update(gpu="  "), "environment.gpu"),
     (lambda r: r["environment"].update(capability="9"), "environment.capability"),
