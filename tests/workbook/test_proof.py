@@ -1,6 +1,7 @@
 """``sparse-mla records check``: verdicts on records made here (a fresh header, ``ran`` blocks as the engine writes
 them) and on the committed ones (CI runs the check on ``results/``)."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -452,6 +453,27 @@ def test_token_ids_layer_classes_and_launch_plans_are_the_engines(edit, status, 
     it; an MLA backend's layer is no vLLM attention class without MLA; a launch plan only beside our kernels."""
     rec = _simulated()
     rec["model"]["vocab_size"] = 2048                           # make-checkpoint's tokenizer (the record predates it)
+    assert proof.judge("x.json", rec).status == "proven"
+    edit(rec)
+    v = proof.judge("x.json", rec)
+    assert v.status == status and needle in v.reason, v.line()
+
+
+_FA, _FM = "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"
+
+
+@pytest.mark.parametrize("edit, status, needle", [      # round 12's b09, b18, b24
+    (lambda r: r["runs"][_FA]["throughput"].update(seconds=math.nan), "invalid",
+     f"{_FA}: throughput.output_tokens_per_s 4315.6, not its 4096 generated tokens in nan s"),
+    (lambda r: r["runs"][_FM].update(tp=True), "invalid", f"runs.{_FM}.tp is True; accepted: an integer"),
+    (lambda r: r["reference_first_token"][_FM][0].update(max_abs_logprob_diff=math.nan), "unproven",
+     f"reference_first_token.{_FM}[0].max_abs_logprob_diff is NaN (a NaN log-prob of the reference forward"),
+])
+def test_a_rate_of_unmeasured_seconds_a_runs_tp_and_a_nan_reference_difference(edit, status, needle):
+    """A throughput's NaN seconds ("not measured") give no finite rate (the writer times every pass); a run's ``tp``
+    is an integer as the record's is; a NaN reference difference is the writer's (``compare_reference`` keeps the
+    reference forward's NaN log-prob) and a comparison that measured nothing: unproven."""
+    rec = _simulated()
     assert proof.judge("x.json", rec).status == "proven"
     edit(rec)
     v = proof.judge("x.json", rec)

@@ -427,6 +427,7 @@ class EngineRun(_Shape):
     generations: Optional[list[Generation]] = None
     engine_init_s: Optional[Seconds] = None
     environment: Optional[Header] = None     # a run's own header (a parity run's engines each write one)
+    tp: Optional[Annotated[int, Field(ge=1, le=1024)]] = None
 
 
 class PromptParity(_Shape):
@@ -533,7 +534,6 @@ class Engine(Record, EngineRun):
     runs: dict[str, EngineRun] = None        # may be absent, never null
     failures: Optional[list[str]] = None
     interrupted: Text = None                 # where a time limit or Ctrl-C cut the run (absent: it ran out)
-    tp: Optional[Annotated[int, Field(ge=1, le=1024)]] = None
     checkpoint: Optional[Weights] = None
     serve: Optional[EngineRun] = None
     parity_pairs: Optional[list[Pair]] = None

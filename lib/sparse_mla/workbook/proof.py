@@ -100,8 +100,9 @@ def said_failed(rec: dict) -> list[str]:
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
     the run short), a serving benchmark's ``complete: false`` and client passes that completed fewer prompts than
     its load asks (:func:`sparse_mla.workbook.serving.passes_not_completed`), a generation with a NaN log-prob
-    (:func:`sparse_mla.launch.engine.nan_logprobs`), a diagnosis that predicted otherwise than its engine ran
-    (:func:`sparse_mla.workbook.diagnosis.diagnosis_said`) and what :func:`_said_anywhere` finds."""
+    (:func:`sparse_mla.launch.engine.nan_logprobs`) or a reference comparison with one (:func:`nan_reference`), a
+    diagnosis that predicted otherwise than its engine ran (:func:`sparse_mla.workbook.diagnosis.diagnosis_said`) and
+    what :func:`_said_anywhere` finds."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
     if rec.get("interrupted") is not None:
         died.add(f"parity run {rec['interrupted']}")                                               # said below
@@ -115,11 +116,24 @@ def said_failed(rec: dict) -> list[str]:
         out.append(f"it says it is not complete (complete: {rec.get('complete', 'absent')})")
     out += [f"{k}: {line}: no agreement of its tokens proves a match" for k, r in engine_runs(rec).items()
             for line in nan_logprobs(r)]
-    out += diagnosis_said(rec) + passes_not_completed(rec)
+    out += nan_reference(rec) + diagnosis_said(rec) + passes_not_completed(rec)
     engines = [id(r) for r in engine_runs(rec).values()]
     said = " ".join(out)    # a line the record's failures already hold (the criterion's error) is not said twice
     return out + [ln for ln in _said_anywhere(rec, "", engines) if ln.split(" says something failed: ")[-1][:60]
                   not in said]
+
+
+def nan_reference(rec: dict) -> list[str]:
+    """One line per ``reference_first_token`` row whose ``max_abs_logprob_diff`` is NaN. The writer
+    (:func:`sparse_mla.launch.engine.compare_reference`) leaves out the engine's NaN log-probs and keeps the
+    reference forward's, and :func:`~sparse_mla.launch.agreement.largest` is NaN where any difference is: a NaN there
+    is the reference's NaN log-prob, a comparison that measured nothing (issue 47, round 12: b24 was proven)."""
+    ref = rec.get("reference_first_token") if isinstance(rec.get("reference_first_token"), dict) else {}
+    return [f"reference_first_token.{k}[{i}].max_abs_logprob_diff is NaN (a NaN log-prob of the reference forward, "
+            f"launch.engine.compare_reference): no comparison with the reference proves a match"
+            for k, rows in ref.items() if isinstance(rows, list) for i, row in enumerate(rows)
+            if isinstance(row, dict) and isinstance(row.get("max_abs_logprob_diff"), float)
+            and row["max_abs_logprob_diff"] != row["max_abs_logprob_diff"]]
 
 
 #: Word stems that make a key one naming a failure, wherever it is in a record and however it is spelled
