@@ -34,6 +34,11 @@ def sim():
     ("--parity", "--parity --kv-cache-dtype fp8", "the command asked --kv-cache-dtype fp8"),
     ("sparse-mla launch", "sparse-mla bench kernel", "an engine record's is `sparse-mla launch ...`"),
     ("--parity", "--parity --no-such-flag", "arguments launch does not take"),
+    # round 12 (c02): the same backends in another order: another plan order and baseline than the record's
+    ("INDEXER@8.0,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9", "INDEXER@8.9,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0",
+     "parity_baseline 'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0', the command's 'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"
+     "@8.9'"),
+    ("FLASHMLA_SPARSE,FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE,FLASHMLA_SPARSE", "runs in the order"),
 ])
 def test_a_record_contradicting_its_command_is_invalid(sim, old, new, says):
     edited = _with_command(sim, old, new)
