@@ -39,6 +39,12 @@ def sim():
      "parity_baseline 'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0', the command's 'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"
      "@8.9'"),
     ("FLASHMLA_SPARSE,FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE,FLASHMLA_SPARSE", "runs in the order"),
+    # round 12 (c08): a --reference-max-len on a record older than the option (no reference_max_len key), whose
+    # reference judged longer prompts
+    ("--max-tokens 16", "--max-tokens 16 --reference-max-len 100", "judges the prompts [48, 560, 900], the command's "
+     "--prompt-lengths 48,560,900 and --reference-max-len 100 give [48]"),
+    ("--max-tokens 16", "--max-tokens 16 --reference-max-len 5000", "no reference_max_len, the command asked "
+     "--reference-max-len 5000"),
 ])
 def test_a_record_contradicting_its_command_is_invalid(sim, old, new, says):
     edited = _with_command(sim, old, new)

@@ -147,13 +147,37 @@ def command_problems(rec: dict, plan: bool = True) -> list[str]:
     for field in ("tp", "max_model_len") if args.parity else ("max_model_len",):
         if isinstance(rec.get(field), int) and rec[field] != getattr(args, field):
             out.append(f"{field} {rec[field]}, the command asked --{field.replace('_', '-')} {getattr(args, field)}")
-    if args.parity and "reference_max_len" in rec and rec["reference_max_len"] != args.reference_max_len:
-        out.append(f"reference_max_len {rec['reference_max_len']!r}, the command asked --reference-max-len "
-                   f"{args.reference_max_len} (run_parity writes it as asked)")
+    out += _reference_problems(rec, args, lens) if args.parity else []
     path = rec["model"].get("path") if isinstance(rec.get("model"), dict) else None
     if isinstance(path, str) and path != model_name(args.model):
         out.append(f"model.path {path!r}, the command asked --model {args.model} ({model_name(args.model)!r})")
     return list(dict.fromkeys(out))
+
+
+def _reference_problems(rec: dict, args: argparse.Namespace, lens: list[int]) -> list[str]:
+    """A parity record's reference comparison against ``--reference-max-len``: ``reference_max_len`` as asked
+    (run_parity writes it from the start of the run, since the option came, df7fde4 2026-12-05: a record without it
+    is older and its command has none), and each run's ``reference_first_token`` rows the prompts of ``lens`` (the
+    command's ``--prompt-lengths``) that the reference judges (:func:`sparse_mla.launch.agreement.split_prompts`),
+    in order. Issue 47, round 12 (c08): ``--reference-max-len 100`` on a record without the key, whose reference
+    judged 560- and 900-token prompts, was proven."""
+    from ..launch.agreement import split_prompts
+
+    asked = args.reference_max_len
+    if "reference_max_len" in rec and rec["reference_max_len"] != asked:
+        return [f"reference_max_len {rec['reference_max_len']!r}, the command asked --reference-max-len {asked} "
+                f"(run_parity writes it as asked)"]
+    out = [f"no reference_max_len, the command asked --reference-max-len {asked} (run_parity writes it beside "
+           f"the option)"] if "reference_max_len" not in rec and asked is not None else []
+    judged = [lens[i] for i in split_prompts([range(n) for n in lens], asked)[0]]
+    ref = rec.get("reference_first_token") if isinstance(rec.get("reference_first_token"), dict) else {}
+    for k, rows in ref.items():
+        have = [r.get("prompt_len") if isinstance(r, dict) else r for r in rows] if isinstance(rows, list) else None
+        if have is not None and have != judged:
+            out.append(f"reference_first_token.{k} judges the prompts {have}, the command's --prompt-lengths "
+                       f"{args.prompt_lengths} and --reference-max-len {asked} give {judged} "
+                       f"(launch.agreement.split_prompts)")
+    return out
 
 
 #: The parsed launch arguments that do not say what an engine ran: where it wrote its record.
