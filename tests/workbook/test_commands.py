@@ -34,11 +34,11 @@ def sim():
     ("--parity", "--parity --kv-cache-dtype fp8", "the command asked --kv-cache-dtype fp8"),
     ("sparse-mla launch", "sparse-mla bench kernel", "an engine record's is `sparse-mla launch ...`"),
     ("--parity", "--parity --no-such-flag", "arguments launch does not take"),
-    # round 12 (c02): the same backends in another order: another plan order and baseline than the record's
+    # round 12 (c02): the same backends in another order: another baseline than the record's (the runs' order
+    # is JSON's to keep or not: tests/workbook/test_proof.py, keys reordered)
     ("INDEXER@8.0,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9", "INDEXER@8.9,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0",
      "parity_baseline 'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0', the command's 'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"
      "@8.9'"),
-    ("FLASHMLA_SPARSE,FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE,FLASHMLA_SPARSE", "runs in the order"),
     # round 12 (c08): a --reference-max-len on a record older than the option (no reference_max_len key), whose
     # reference judged longer prompts
     ("--max-tokens 16", "--max-tokens 16 --reference-max-len 100", "judges the prompts [48, 560, 900], the command's "

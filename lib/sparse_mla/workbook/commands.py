@@ -310,9 +310,9 @@ def _asked_speculation(args: argparse.Namespace) -> dict | None | str:
 
 
 def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
-    """The runs ``rec`` holds against the ones ``args`` asked for: the parity plan's engines, in its order, and its
-    baseline (``parity_baseline``; issue 47, round 12: c02's --backends in another order was proven), each in its
-    mode (eager or CUDA graphs) and with or without speculation as the plan runs it, the record's speculative config
+    """The runs ``rec`` holds against the ones ``args`` asked for: the parity plan's engines and its baseline
+    (``parity_baseline``, the first run spec on our backend; issue 47, round 12: c02's --backends in another order,
+    another baseline, was proven), each in its mode (eager or CUDA graphs) and with or without speculation as the plan runs it, the record's speculative config
     the command's; or the one engine's (:func:`one_engine_problems`)."""
     from ..launch.engine import parity_baseline, parity_plan
     from ..launch.specs import OURS, PEERS, parse_run_spec
@@ -328,10 +328,8 @@ def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     plan = parity_plan(specs, graph=not args.eager_only, speculative=scfg is not None)
     if set(runs) != {k for k, *_ in plan}:
         return [f"runs {sorted(runs)}, the command's parity plan {sorted(k for k, *_ in plan)}"]
-    out = [f"runs in the order {list(runs)}, the command's parity plan runs and writes them in the order "
-           f"{[k for k, *_ in plan]} (launch.engine.parity_plan)"] if list(runs) != [k for k, *_ in plan] else []
-    base = parity_baseline(specs)
-    out += [f"parity_baseline {rec['parity_baseline']!r}, the command's {base!r} (launch.engine.parity_baseline of "
+    base = parity_baseline(specs)         # the runs' order is JSON's to keep or not (round 9, n21); the baseline's
+    out = [f"parity_baseline {rec['parity_baseline']!r}, the command's {base!r} (launch.engine.parity_baseline of "
             f"its --backends)"] if "parity_baseline" in rec and rec["parity_baseline"] != base else []
     out += [f"speculative_config {rec['speculative_config']!r}, the command asked --speculative-config {scfg!r}"
            for _ in [0] if "speculative_config" in rec and rec["speculative_config"] != scfg]
