@@ -294,11 +294,6 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
     named = gpu_presets_named(env.get("gpu"))
     out = [f"the header's GPU {env.get('gpu')!r} is a {name} (capability {c}), not capability {cap}"
            for name, c in named if c != cap]
-    if isinstance(env.get("gpu"), str) and not named:
-        from ..gpus import GPUS
-
-        out.append(f"the header's GPU {env['gpu']!r} is none of ours; accepted: a name holding one of "
-                   f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS)")
     out += [f"{k}: ran.launch_plan.{c} was planned with the device's {p.get('sm_count')!r} SMs, the header's "
             f"sm_count is {env['sm_count']!r}" for k, r in with_ran.items() if "sm_count" in env
             for c, p in ((r.get("ran") or {}).get("launch_plan") or {}).items()
@@ -317,14 +312,20 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
 
 def environment_problems(env: dict) -> list[str]:
     """A header's fields against each other, as :func:`sparse_mla.records.environment` reads them in one process:
-    ``sm_count`` the SMs of the GPU it names (:meth:`sparse_mla.gpus.GpuPreset.sm_count`, where the name holds a
-    preset that knows them; no check elsewhere); ``cuda`` (``torch.version.cuda``) the CUDA torch was
+    ``gpu`` the device's name (:data:`sparse_mla.gpus.DEVICE_NAME_PREFIX`, holding one of our presets; issue 47,
+    round 12: a GLM-5.3-Flash record's ``h100`` was proven); ``sm_count`` the SMs of the GPU it names
+    (:meth:`sparse_mla.gpus.GpuPreset.sm_count`, where the name holds a preset that knows them; no check elsewhere);
+    ``cuda`` (``torch.version.cuda``) the CUDA torch was
     built for, which torch's local version names (``2.11.0+cu130``: ``13.0``); torch and Triton the ones the header's
     vLLM line pins (:func:`sparse_mla.vllm_lines.pin_problems`). One line per disagreement."""
-    from ..gpus import GPUS
+    from ..gpus import DEVICE_NAME_PREFIX, GPUS
     from ..vllm_lines import pin_problems
 
-    out = []
+    gpu = env.get("gpu")
+    out = [] if not isinstance(gpu, str) or (gpu.startswith(DEVICE_NAME_PREFIX) and gpu_presets_named(gpu)) else [
+        f"the header's GPU {gpu!r} is none of ours; accepted: a name holding one of "
+        f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS) as the header's writer reads "
+        f"the device's (torch.cuda.get_device_properties(0).name, {DEVICE_NAME_PREFIX!r} first)"]
     sms = {GPUS[name].sm_count(env["gpu"]) for name, _ in gpu_presets_named(env.get("gpu"))} - {None}
     if sms and _int(env.get("sm_count")) and env["sm_count"] not in sms:
         out.append(f"environment.sm_count {env['sm_count']} on a {env['gpu']!r}; accepted: "
@@ -916,7 +917,9 @@ def _judge(path: str, obj) -> Verdict:
     with_ran = {k: r for k, r in live.items() if "ran" in r}
     if not with_ran:
         bad = command_problems(obj, plan=False) + serve_command_problems(obj) if runs else []
-        if bad:            # what the command asked, against what the record says it ran: no ran block needed
+        bad = header_problems(obj, {}) + [f"{k}: {p}" for k, r in runs.items() if isinstance(r.get("environment"), dict)
+                                          for p in header_problems({"environment": r["environment"]}, {})] + bad
+        if bad:            # the header, and what the command asked against what the record ran: no ran block needed
             return Verdict(path, "invalid", "; ".join(bad))
         what = (["no engine run"] if not runs else
                 ([f"no ran block in {', '.join(live)}"] if live else []) + ([f"{len(failed)} engine(s) failed"]
