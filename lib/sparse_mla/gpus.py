@@ -54,6 +54,12 @@ GPUS: dict[str, GpuPreset] = {
                                       "CUDA reports 121.69 GiB (the number given here)", 48),
 }
 
+#: How a GPU's name begins as a header holds it: the NVIDIA driver's product name, which
+#: ``torch.cuda.get_device_properties(0).name`` reads (:func:`sparse_mla.records.environment`): ``NVIDIA H200``,
+#: ``NVIDIA H100 80GB HBM3``, ``NVIDIA GeForce RTX 4090``, ``NVIDIA A100-SXM4-80GB``. A preset's name (``h100``) or a
+#: file-name form (:func:`sparse_mla.records.gpu_slug`) is none.
+DEVICE_NAME_PREFIX = "NVIDIA "
+
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``), from :data:`GPUS`.
 GPU_PRESETS: dict[str, str] = {name: gpu.capability for name, gpu in GPUS.items()}
 

@@ -33,7 +33,8 @@ def test_every_block_of_the_docs_equals_its_records(doc):
 
 
 def record(tmp_path, name="r.json", peer=2.0):
-    (tmp_path / name).write_text(json.dumps({"environment": {"gpu": "G", "date": "2026-01-02", "command": "c"},
+    header = {"gpu": "G", "date": "2026-01-02T10:00:00+00:00", "command": "c"}
+    (tmp_path / name).write_text(json.dumps({"environment": header,
                                              "bench": [{"H": 8, "T": 1, "speedup_vs_flashmla_graph": peer}]}))
     return name
 

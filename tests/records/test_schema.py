@@ -46,7 +46,8 @@ def serve_record(rng: random.Random) -> dict:
     stat = lambda: {"median": rng.uniform(1, 900), "min": 0.5, "max": 1000.0, "n": 5}   # noqa: E731
     run = {"backend_requested": "TRITON_MLA_SPARSE", "summary": {"output_throughput": stat(), "median_ttft_ms": stat(),
                                                                   "median_tpot_ms": stat()}}
-    return {"environment": {"gpu": "NVIDIA H200", "date": "2026-12-04", "command": "sparse-mla bench serve"},
+    header = {"gpu": "NVIDIA H200", "date": "2026-12-04T10:00:00+00:00", "command": "sparse-mla bench serve"}
+    return {"environment": header,
             "method": "live warmed servers", "complete": True, "runs": {"TRITON_MLA_SPARSE": run},
             "agreement_vs_baseline": {"TRITON_MLA_SPARSE": {"identical": 8, "compared": 8, "baseline": "X"}}}
 

@@ -34,6 +34,17 @@ def sim():
     ("--parity", "--parity --kv-cache-dtype fp8", "the command asked --kv-cache-dtype fp8"),
     ("sparse-mla launch", "sparse-mla bench kernel", "an engine record's is `sparse-mla launch ...`"),
     ("--parity", "--parity --no-such-flag", "arguments launch does not take"),
+    # round 12 (c02): the same backends in another order: another baseline than the record's (the runs' order
+    # is JSON's to keep or not: tests/workbook/test_proof.py, keys reordered)
+    ("INDEXER@8.0,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.9", "INDEXER@8.9,TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0",
+     "parity_baseline 'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0', the command's 'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER"
+     "@8.9'"),
+    # round 12 (c08): a --reference-max-len on a record older than the option (no reference_max_len key), whose
+    # reference judged longer prompts
+    ("--max-tokens 16", "--max-tokens 16 --reference-max-len 100", "judges the prompts [48, 560, 900], the command's "
+     "--prompt-lengths 48,560,900 and --reference-max-len 100 give [48]"),
+    ("--max-tokens 16", "--max-tokens 16 --reference-max-len 5000", "no reference_max_len, the command asked "
+     "--reference-max-len 5000"),
 ])
 def test_a_record_contradicting_its_command_is_invalid(sim, old, new, says):
     edited = _with_command(sim, old, new)
@@ -103,3 +114,20 @@ def test_a_run_of_a_notebooks_parity_run_is_held_to_its_own_command(sim):
     edited["environment"]["command"] = "python: sparse_mla (called from ipykernel_launcher.py)"
     assert command_problems(edited) == [f"{_FM}: the engine ran '{_FM}', the command asked --backend "
                                         f"FLASH_ATTN_MLA_SPARSE"]
+
+
+@pytest.mark.parametrize("name,old,new,says", [
+    ("launch_tp2.json", "--tp 2", "--tp 1", "tp 2, the command asked --tp 1"),
+    ("launch_tp2.json", "--prompt-lengths 48,556", "--prompt-lengths 48,557", "a prompt of 556 tokens"),
+    ("bench_serve_h200_mtp.json", '"num_speculative_tokens": 1', '"num_speculative_tokens": 2',
+     "speculative_config {'method': 'mtp', 'num_speculative_tokens': 1}, the command asks {'method': 'mtp', "
+     "'num_speculative_tokens': 2}"),
+    ("bench_serve_h200_mtp.json", "--quick", "--quick --tp 2", "server.tp 1, the command asks 2"),
+])
+def test_a_record_without_ran_is_held_to_its_command(name, old, new, says):
+    """Issue 47, round 12 (c19, d35): a record older than ``ran`` blocks is unproven, but what its command asked
+    against what it says it ran needs no ``ran``: a contradiction is invalid (it was 'unproven: no ran block')."""
+    rec = json.loads((ROOT / "results" / "h200" / name).read_text())
+    assert proof.judge(name, rec).status == "unproven"          # the unedited record
+    v = proof.judge(name, _with_command(rec, old, new))
+    assert v.status == "invalid" and says in v.reason, v.line()

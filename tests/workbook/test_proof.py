@@ -1,6 +1,7 @@
 """``sparse-mla records check``: verdicts on records made here (a fresh header, ``ran`` blocks as the engine writes
 them) and on the committed ones (CI runs the check on ``results/``)."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -306,6 +307,8 @@ def test_the_breakers_round_eight_on_glm5next_comparisons(make, status, needle):
     (lambda r: _edit(r, "runs.RUN.ran.device_capability", "12.0"), "invalid",
      "is not the device the engine read (12.0)"),
     (lambda r: _edit(r, "environment.gpu", "Tesla V100-SXM2-32GB"), "invalid", "is none of ours"),
+    # a preset's name, not the device's (issue 47 round 12, b43)
+    (lambda r: _edit(r, "environment.gpu", "h100"), "invalid", "the header's GPU 'h100' is none of ours"),
     (lambda r: _edit(r, "runs.RUN.ran_contradictions", ["x"]), "unproven", "ran_contradictions"),
     (lambda r: _edit(r, "runs.RUN.error", "RuntimeError: died"), "unproven", "1 engine(s) failed"),
     (lambda r: _edit(r, "reference", {"error": "OOM"}), "unproven", "reference: OOM"),
@@ -452,6 +455,27 @@ def test_token_ids_layer_classes_and_launch_plans_are_the_engines(edit, status, 
     it; an MLA backend's layer is no vLLM attention class without MLA; a launch plan only beside our kernels."""
     rec = _simulated()
     rec["model"]["vocab_size"] = 2048                           # make-checkpoint's tokenizer (the record predates it)
+    assert proof.judge("x.json", rec).status == "proven"
+    edit(rec)
+    v = proof.judge("x.json", rec)
+    assert v.status == status and needle in v.reason, v.line()
+
+
+_FA, _FM = "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"
+
+
+@pytest.mark.parametrize("edit, status, needle", [      # round 12's b09, b18, b24
+    (lambda r: r["runs"][_FA]["throughput"].update(seconds=math.nan), "invalid",
+     f"{_FA}: throughput.output_tokens_per_s 4315.6, not its 4096 generated tokens in nan s"),
+    (lambda r: r["runs"][_FM].update(tp=True), "invalid", f"runs.{_FM}.tp is True; accepted: an integer"),
+    (lambda r: r["reference_first_token"][_FM][0].update(max_abs_logprob_diff=math.nan), "unproven",
+     f"reference_first_token.{_FM}[0].max_abs_logprob_diff is NaN (a NaN log-prob of the reference forward"),
+])
+def test_a_rate_of_unmeasured_seconds_a_runs_tp_and_a_nan_reference_difference(edit, status, needle):
+    """A throughput's NaN seconds ("not measured") give no finite rate (the writer times every pass); a run's ``tp``
+    is an integer as the record's is; a NaN reference difference is the writer's (``compare_reference`` keeps the
+    reference forward's NaN log-prob) and a comparison that measured nothing: unproven."""
+    rec = _simulated()
     assert proof.judge("x.json", rec).status == "proven"
     edit(rec)
     v = proof.judge("x.json", rec)
@@ -621,6 +645,9 @@ def test_an_engine_whose_writer_found_contradictions_is_never_proven(tmp_path):
      "output_tokens_per_s"),
     (lambda r: r.update(throughput_tokens_per_s={"TRITON_MLA_SPARSE": -5.0}), "throughput_tokens_per_s"),
     (lambda r: r["environment"].update(date="yesterday"), "environment.date"),
+    # issue 47, round 12 (b06): the header's date without its zone (records.environment writes +00:00)
+    (lambda r: r["environment"].update(date="2026-12-04T20:06:11"), "environment.date is '2026-12-04T20:06:11'"),
+    (lambda r: r["environment"].update(date="2026-12-04"), "environment.date is '2026-12-04'"),
     (lambda r: r["environment"].update(revision="HEAD~1"), "environment.revision"),
     (lambda r: r["environment"].update(gpu="  "), "environment.gpu"),
     (lambda r: r["environment"].update(capability="9"), "environment.capability"),
@@ -738,6 +765,13 @@ def test_a_file_larger_than_any_record_is_invalid_unread(tmp_path, monkeypatch):
                                                f"record as the writers write them (at most {proof.MAX_RECORD_MIB} MiB)")
     largest = max(p.stat().st_size for p in (project_root() / "results").rglob("*.json"))
     assert largest * 20 < proof.MAX_RECORD_MIB << 20                       # the cap is well above every record
+
+
+def _hours_before(date: str, hours: int) -> str:
+    """A header date (``records.environment``'s form) ``hours`` earlier, in that form."""
+    import datetime
+
+    return (datetime.datetime.fromisoformat(date) - datetime.timedelta(hours=hours)).isoformat(timespec="seconds")
 
 
 def _committed(name: str) -> dict:
@@ -980,9 +1014,12 @@ def _serve_as_offline(r, same: bool):
     (GGUF_RECORD, lambda r: r["runs"][_T]["environment"].update(triton="x"), "triton"),
     (GGUF_RECORD, lambda r: [v.update(torch="2.11.0+cu130 (edited)") for v in (r["environment"], *(
         x["environment"] for x in r["runs"].values()))], "torch"),
-    (H100_GGUF, lambda r: r["runs"][_T]["environment"].update(date=r["environment"]["date"][:19] + "+12:00"),
+    (H100_GGUF, lambda r: r["runs"][_T]["environment"].update(date=_hours_before(r["environment"]["date"], 12)),
      "not within 6 hours"),
-    (H100_GGUF, lambda r: r["runs"][_T]["environment"].update(date="2025-03-01T00:00:00"), "not within 6 hours"),
+    (H100_GGUF, lambda r: r["runs"][_T]["environment"].update(date="2025-03-01T00:00:00+00:00"), "not within 6 hours"),
+    # a header date in another zone or none is no writer's (round 12, b06)
+    (H100_GGUF, lambda r: r["runs"][_T]["environment"].update(date=r["environment"]["date"][:19] + "+12:00"),
+     "environment.date is"),
 ])
 def test_the_breakers_round_on_2026_12_06(tmp_path, name, edit, says):
     """Issue 47, what the breaker's round of 2026-12-06 left proven: summaries (reference first tokens, parity flags,
@@ -1353,6 +1390,24 @@ SIMULATED_RECORD = "launch_h200_simulated.json"
 _T8 = "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0"
 
 
+@pytest.mark.parametrize("name,edit,says", [
+    ("launch_tp2.json", lambda r: r["environment"].update(gpu="h200"), "the header's GPU 'h200' is none of ours"),
+    ("launch_tp2.json", lambda r: r["runs"]["FLASHMLA_SPARSE"]["environment"].update(gpu="h200"),
+     "FLASHMLA_SPARSE: the header's GPU 'h200' is none of ours"),
+    ("bench_kernel_h200.json", lambda r: r["environment"].update(gpu="h200"), "the header's GPU 'h200' is none"),
+    ("bench_kernel_h200.json", lambda r: r["environment"].update(capability="8.0"),
+     "the header's GPU 'NVIDIA H200' is a h200 (capability 9.0), not capability 8.0"),
+])
+def test_the_header_of_a_record_without_ran_is_held_to_itself(name, edit, says):
+    """Issue 47, round 12 (b43, d52): a header's fields against each other need no ``ran`` block: a record older
+    than them (or a kernel benchmark's) whose header no writer writes is invalid, not 'unproven: no ran block'."""
+    rec = _committed(name)
+    assert proof.judge(name, rec).status == "unproven"
+    edit(rec)
+    v = proof.judge(name, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
 def _every_header(r, **changes):
     for env in (r["environment"], *(v["environment"] for v in r["runs"].values())):
         env.update(changes)
@@ -1363,6 +1418,7 @@ def _every_header(r, **changes):
     (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Tesla V100-SXM2-32GB"),
      "the header's GPU 'Tesla V100-SXM2-32GB' is none of ours; accepted: a name holding one of "),
     (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Banana Accelerator 9000"), "'Banana Accelerator 9000' is none"),
+    (SIMULATED_RECORD, lambda r: _every_header(r, gpu="H200"), "the header's GPU 'H200' is none of ours"),   # b43
     # SMs no GPU has, or not the device's the launch was planned with (a20, a21)
     (SIMULATED_RECORD, lambda r: r["environment"].update(sm_count=-1),
      "environment.sm_count is -1; accepted: a number"),

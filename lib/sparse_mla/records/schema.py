@@ -115,8 +115,22 @@ def _iso_date(v: str) -> str:
     return v
 
 
-#: A date as :func:`sparse_mla.records.environment` writes it (ISO 8601).
+def _header_date(v: str) -> str:
+    import datetime
+
+    _iso_date(v)
+    when = datetime.datetime.fromisoformat(v)
+    if when.utcoffset() != datetime.timedelta(0) or when.isoformat(timespec="seconds") != v:
+        raise ValueError("a date as sparse_mla.records.environment writes it: ISO 8601 in UTC to the second, e.g. "
+                         "2026-12-05T13:36:46+00:00")
+    return v
+
+
+#: A date in ISO 8601 (a record's top-level ``date``, which the earliest records wrote by hand: ``2026-11-29``).
 Date = Optional[Annotated[str, AfterValidator(_iso_date)]]
+#: A header's date as :func:`sparse_mla.records.environment` writes it (``now(timezone.utc).isoformat(timespec=
+#: "seconds")``): a time without a zone cannot be compared with the runs' (issue 47, round 12: b06 was proven).
+HeaderDate = Optional[Annotated[str, AfterValidator(_header_date)]]
 #: A git revision (7 to 40 hex digits, then anything: "(REVISION file: ...)"), or the writer's "unknown: ..." when it
 #: found none.
 Revision = Optional[Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{7,40}\b|unknown)")]]
@@ -146,7 +160,7 @@ class Header(_Shape):
     """``environment`` (:func:`sparse_mla.records.environment`): what ran, where, when; ``capability`` the live
     device's ``"M.m"``."""
     gpu: GpuName = None
-    date: Date = None
+    date: HeaderDate = None
     command: Text = None
     revision: Revision = None
     capability: Optional[Capability] = None
@@ -413,6 +427,7 @@ class EngineRun(_Shape):
     generations: Optional[list[Generation]] = None
     engine_init_s: Optional[Seconds] = None
     environment: Optional[Header] = None     # a run's own header (a parity run's engines each write one)
+    tp: Optional[Annotated[int, Field(ge=1, le=1024)]] = None
 
 
 class PromptParity(_Shape):
@@ -519,7 +534,6 @@ class Engine(Record, EngineRun):
     runs: dict[str, EngineRun] = None        # may be absent, never null
     failures: Optional[list[str]] = None
     interrupted: Text = None                 # where a time limit or Ctrl-C cut the run (absent: it ran out)
-    tp: Optional[Annotated[int, Field(ge=1, le=1024)]] = None
     checkpoint: Optional[Weights] = None
     serve: Optional[EngineRun] = None
     parity_pairs: Optional[list[Pair]] = None

@@ -108,13 +108,15 @@ def _same_kv(a, b) -> bool:
     return a == b or (a in FP8_KV_CACHE_DTYPES and b in FP8_KV_CACHE_DTYPES)
 
 
-def command_problems(rec: dict) -> list[str]:
+def command_problems(rec: dict, plan: bool = True) -> list[str]:
     """What in engine record ``rec`` contradicts its ``environment.command`` (module docstring), one line each: the
     runs (the parity plan of ``--backends``, ``--eager-only``, ``--speculative-config``:
     :func:`sparse_mla.launch.engine.parity_plan`, each run's mode and speculation the plan's), or the one engine's run
     spec, mode, speculation and generations; ``--prompt-lengths`` against the
     prompts generated; ``--max-tokens`` against the tokens each generated; ``--kv-cache-dtype``, ``--tp``,
-    ``--max-model-len`` and ``--model`` (``model.path``, :func:`model_name`)."""
+    ``--max-model-len`` and ``--model`` (``model.path``, :func:`model_name`). ``plan`` False: a parity record's runs
+    are not held to today's plan (a record older than ``run_specs``, 2026-12-01, ran another: 0b16541's eager engines
+    and a ``+cudagraph`` run, ``results/h200/launch_h200.json``); the rest is compared all the same."""
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     cmd = env.get("command")
     if any(k in rec for k in (*SERVE_KEYS, "diagnosis")):
@@ -122,7 +124,8 @@ def command_problems(rec: dict) -> list[str]:
     args = parsed_launch(cmd) if isinstance(cmd, str) else None
     if args is None or isinstance(args, str):
         return ([] if args is None else [args]) + own_command_problems(rec, None)
-    out = launch_refuses(args) + _run_problems(rec, args) + own_command_problems(rec, args if args.parity else None)
+    planned = _run_problems(rec, args) if plan or not args.parity or isinstance(rec.get("run_specs"), dict) else []
+    out = launch_refuses(args) + planned + own_command_problems(rec, args if args.parity else None)
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip().isdigit()]
     for name, run in [*runs.items(), ("(the record)", rec)]:
@@ -144,13 +147,37 @@ def command_problems(rec: dict) -> list[str]:
     for field in ("tp", "max_model_len") if args.parity else ("max_model_len",):
         if isinstance(rec.get(field), int) and rec[field] != getattr(args, field):
             out.append(f"{field} {rec[field]}, the command asked --{field.replace('_', '-')} {getattr(args, field)}")
-    if args.parity and "reference_max_len" in rec and rec["reference_max_len"] != args.reference_max_len:
-        out.append(f"reference_max_len {rec['reference_max_len']!r}, the command asked --reference-max-len "
-                   f"{args.reference_max_len} (run_parity writes it as asked)")
+    out += _reference_problems(rec, args, lens) if args.parity else []
     path = rec["model"].get("path") if isinstance(rec.get("model"), dict) else None
     if isinstance(path, str) and path != model_name(args.model):
         out.append(f"model.path {path!r}, the command asked --model {args.model} ({model_name(args.model)!r})")
     return list(dict.fromkeys(out))
+
+
+def _reference_problems(rec: dict, args: argparse.Namespace, lens: list[int]) -> list[str]:
+    """A parity record's reference comparison against ``--reference-max-len``: ``reference_max_len`` as asked
+    (run_parity writes it from the start of the run, since the option came, df7fde4 2026-12-05: a record without it
+    is older and its command has none), and each run's ``reference_first_token`` rows the prompts of ``lens`` (the
+    command's ``--prompt-lengths``) that the reference judges (:func:`sparse_mla.launch.agreement.split_prompts`),
+    in order. Issue 47, round 12 (c08): ``--reference-max-len 100`` on a record without the key, whose reference
+    judged 560- and 900-token prompts, was proven."""
+    from ..launch.agreement import split_prompts
+
+    asked = args.reference_max_len
+    if "reference_max_len" in rec and rec["reference_max_len"] != asked:
+        return [f"reference_max_len {rec['reference_max_len']!r}, the command asked --reference-max-len {asked} "
+                f"(run_parity writes it as asked)"]
+    out = [f"no reference_max_len, the command asked --reference-max-len {asked} (run_parity writes it beside "
+           f"the option)"] if "reference_max_len" not in rec and asked is not None else []
+    judged = [lens[i] for i in split_prompts([range(n) for n in lens], asked)[0]]
+    ref = rec.get("reference_first_token") if isinstance(rec.get("reference_first_token"), dict) else {}
+    for k, rows in ref.items():
+        have = [r.get("prompt_len") if isinstance(r, dict) else r for r in rows] if isinstance(rows, list) else None
+        if have is not None and have != judged:
+            out.append(f"reference_first_token.{k} judges the prompts {have}, the command's --prompt-lengths "
+                       f"{args.prompt_lengths} and --reference-max-len {asked} give {judged} "
+                       f"(launch.agreement.split_prompts)")
+    return out
 
 
 #: The parsed launch arguments that do not say what an engine ran: where it wrote its record.
@@ -283,10 +310,11 @@ def _asked_speculation(args: argparse.Namespace) -> dict | None | str:
 
 
 def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
-    """The runs ``rec`` holds against the ones ``args`` asked for: the parity plan's engines, each in its mode (eager
-    or CUDA graphs) and with or without speculation as the plan runs it, the record's speculative config the
-    command's; or the one engine's (:func:`one_engine_problems`)."""
-    from ..launch.engine import parity_plan
+    """The runs ``rec`` holds against the ones ``args`` asked for: the parity plan's engines and its baseline
+    (``parity_baseline``, the first run spec on our backend; issue 47, round 12: c02's --backends in another order,
+    another baseline, was proven), each in its mode (eager or CUDA graphs) and with or without speculation as the plan runs it, the record's speculative config
+    the command's; or the one engine's (:func:`one_engine_problems`)."""
+    from ..launch.engine import parity_baseline, parity_plan
     from ..launch.specs import OURS, PEERS, parse_run_spec
 
     if not args.parity:
@@ -300,7 +328,10 @@ def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     plan = parity_plan(specs, graph=not args.eager_only, speculative=scfg is not None)
     if set(runs) != {k for k, *_ in plan}:
         return [f"runs {sorted(runs)}, the command's parity plan {sorted(k for k, *_ in plan)}"]
-    out = [f"speculative_config {rec['speculative_config']!r}, the command asked --speculative-config {scfg!r}"
+    base = parity_baseline(specs)         # the runs' order is JSON's to keep or not (round 9, n21); the baseline's
+    out = [f"parity_baseline {rec['parity_baseline']!r}, the command's {base!r} (launch.engine.parity_baseline of "
+            f"its --backends)"] if "parity_baseline" in rec and rec["parity_baseline"] != base else []
+    out += [f"speculative_config {rec['speculative_config']!r}, the command asked --speculative-config {scfg!r}"
            for _ in [0] if "speculative_config" in rec and rec["speculative_config"] != scfg]
     for key, _, graph, speculates in plan:
         run = runs[key] if isinstance(runs[key], dict) else {}

@@ -520,7 +520,8 @@ def serving_summary_problems(rec: dict) -> list[str]:
 def throughput_problems(name: str, run: dict) -> list[str]:
     """An engine run's ``throughput`` against itself, as :func:`sparse_mla.launch.engine` writes it:
     ``output_tokens_per_s`` is ``generated_tokens`` over the seconds that ``seconds`` rounds to 3 decimals (itself
-    rounded to 0.1 tokens/s), and ``num_seqs`` x ``max_tokens`` tokens were generated (the pass ignores EOS)."""
+    rounded to 0.1 tokens/s; a NaN, "not measured", gives none: the writer times every pass), and ``num_seqs`` x
+    ``max_tokens`` tokens were generated (the pass ignores EOS)."""
     t = run.get("throughput")
     if not isinstance(t, dict):
         return []
@@ -529,7 +530,7 @@ def throughput_problems(name: str, run: dict) -> list[str]:
     if _int(gen) and _int(t.get("num_seqs")) and _int(t.get("max_tokens")) and gen != t["num_seqs"] * t["max_tokens"]:
         out.append(f"{name}: throughput.generated_tokens {gen}, not num_seqs {t['num_seqs']} x max_tokens "
                    f"{t['max_tokens']} (the pass ignores EOS)")
-    if _int(gen) and _num(sec) and sec >= 0 and "output_tokens_per_s" in t:
+    if _int(gen) and _num(sec) and not sec < 0 and "output_tokens_per_s" in t:     # NaN seconds give no rate
         low = gen / (sec + 5e-4) - 0.05                       # seconds was rounded to 3 decimals, the rate to 1
         high = gen / (sec - 5e-4) + 0.05 if sec > 5e-4 else float("inf")
         if not (_num(rate) and low <= rate <= high):

@@ -64,6 +64,7 @@ from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks, unrecorded_failures
 from .serving import passes_not_completed
+from .serve_command import serve_command_problems
 from .diagnosis import diagnosis_problems, diagnosis_said
 from .kernel_record import kernel_record_problems
 from .written import is_glm5next_comparison, unwritten_keys
@@ -101,8 +102,9 @@ def said_failed(rec: dict) -> list[str]:
     engine's ``ran_contradictions`` (what the writer found in ``ran``), ``interrupted`` (a time limit or Ctrl-C cut
     the run short), a serving benchmark's ``complete: false`` and client passes that completed fewer prompts than
     its load asks (:func:`sparse_mla.workbook.serving.passes_not_completed`), a generation with a NaN log-prob
-    (:func:`sparse_mla.launch.engine.nan_logprobs`), a diagnosis that predicted otherwise than its engine ran
-    (:func:`sparse_mla.workbook.diagnosis.diagnosis_said`) and what :func:`_said_anywhere` finds."""
+    (:func:`sparse_mla.launch.engine.nan_logprobs`) or a reference comparison with one (:func:`nan_reference`), a
+    diagnosis that predicted otherwise than its engine ran (:func:`sparse_mla.workbook.diagnosis.diagnosis_said`) and
+    what :func:`_said_anywhere` finds."""
     died = {f"engine {k}: {r['error']}" for k, r in engine_runs(rec).items() if r.get("error")}   # counted apart
     if rec.get("interrupted") is not None:
         died.add(f"parity run {rec['interrupted']}")                                               # said below
@@ -116,11 +118,24 @@ def said_failed(rec: dict) -> list[str]:
         out.append(f"it says it is not complete (complete: {rec.get('complete', 'absent')})")
     out += [f"{k}: {line}: no agreement of its tokens proves a match" for k, r in engine_runs(rec).items()
             for line in nan_logprobs(r)]
-    out += diagnosis_said(rec) + passes_not_completed(rec)
+    out += nan_reference(rec) + diagnosis_said(rec) + passes_not_completed(rec)
     engines = [id(r) for r in engine_runs(rec).values()]
     said = " ".join(out)    # a line the record's failures already hold (the criterion's error) is not said twice
     return out + [ln for ln in _said_anywhere(rec, "", engines) if ln.split(" says something failed: ")[-1][:60]
                   not in said]
+
+
+def nan_reference(rec: dict) -> list[str]:
+    """One line per ``reference_first_token`` row whose ``max_abs_logprob_diff`` is NaN. The writer
+    (:func:`sparse_mla.launch.engine.compare_reference`) leaves out the engine's NaN log-probs and keeps the
+    reference forward's, and :func:`~sparse_mla.launch.agreement.largest` is NaN where any difference is: a NaN there
+    is the reference's NaN log-prob, a comparison that measured nothing (issue 47, round 12: b24 was proven)."""
+    ref = rec.get("reference_first_token") if isinstance(rec.get("reference_first_token"), dict) else {}
+    return [f"reference_first_token.{k}[{i}].max_abs_logprob_diff is NaN (a NaN log-prob of the reference forward, "
+            f"launch.engine.compare_reference): no comparison with the reference proves a match"
+            for k, rows in ref.items() if isinstance(rows, list) for i, row in enumerate(rows)
+            if isinstance(row, dict) and isinstance(row.get("max_abs_logprob_diff"), float)
+            and row["max_abs_logprob_diff"] != row["max_abs_logprob_diff"]]
 
 
 #: Word stems that make a key one naming a failure, wherever it is in a record and however it is spelled
@@ -285,11 +300,6 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
     named = gpu_presets_named(env.get("gpu"))
     out = [f"the header's GPU {env.get('gpu')!r} is a {name} (capability {c}), not capability {cap}"
            for name, c in named if c != cap]
-    if isinstance(env.get("gpu"), str) and not named:
-        from ..gpus import GPUS
-
-        out.append(f"the header's GPU {env['gpu']!r} is none of ours; accepted: a name holding one of "
-                   f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS)")
     out += [f"{k}: ran.launch_plan.{c} was planned with the device's {p.get('sm_count')!r} SMs, the header's "
             f"sm_count is {env['sm_count']!r}" for k, r in with_ran.items() if "sm_count" in env
             for c, p in ((r.get("ran") or {}).get("launch_plan") or {}).items()
@@ -308,14 +318,20 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
 
 def environment_problems(env: dict) -> list[str]:
     """A header's fields against each other, as :func:`sparse_mla.records.environment` reads them in one process:
-    ``sm_count`` the SMs of the GPU it names (:meth:`sparse_mla.gpus.GpuPreset.sm_count`, where the name holds a
-    preset that knows them; no check elsewhere); ``cuda`` (``torch.version.cuda``) the CUDA torch was
+    ``gpu`` the device's name (:data:`sparse_mla.gpus.DEVICE_NAME_PREFIX`, holding one of our presets; issue 47,
+    round 12: a GLM-5.3-Flash record's ``h100`` was proven); ``sm_count`` the SMs of the GPU it names
+    (:meth:`sparse_mla.gpus.GpuPreset.sm_count`, where the name holds a preset that knows them; no check elsewhere);
+    ``cuda`` (``torch.version.cuda``) the CUDA torch was
     built for, which torch's local version names (``2.11.0+cu130``: ``13.0``); torch and Triton the ones the header's
     vLLM line pins (:func:`sparse_mla.vllm_lines.pin_problems`). One line per disagreement."""
-    from ..gpus import GPUS
+    from ..gpus import DEVICE_NAME_PREFIX, GPUS
     from ..vllm_lines import pin_problems
 
-    out = []
+    gpu = env.get("gpu")
+    out = [] if not isinstance(gpu, str) or (gpu.startswith(DEVICE_NAME_PREFIX) and gpu_presets_named(gpu)) else [
+        f"the header's GPU {gpu!r} is none of ours; accepted: a name holding one of "
+        f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS) as the header's writer reads "
+        f"the device's (torch.cuda.get_device_properties(0).name, {DEVICE_NAME_PREFIX!r} first)"]
     sms = {GPUS[name].sm_count(env["gpu"]) for name, _ in gpu_presets_named(env.get("gpu"))} - {None}
     if sms and _int(env.get("sm_count")) and env["sm_count"] not in sms:
         out.append(f"environment.sm_count {env['sm_count']} on a {env['gpu']!r}; accepted: "
@@ -906,8 +922,11 @@ def _judge(path: str, obj) -> Verdict:
     live = {k: r for k, r in runs.items() if r not in failed}
     with_ran = {k: r for k, r in live.items() if "ran" in r}
     if not with_ran:
-        bad = header_problems(obj, {}) + kernel_record_problems(obj)   # what a header or a kernel row holds
-        if bad:
+        bad = command_problems(obj, plan=False) + serve_command_problems(obj) if runs else []
+        bad = header_problems(obj, {}) + [f"{k}: {p}" for k, r in runs.items() if isinstance(r.get("environment"), dict)
+                                          for p in header_problems({"environment": r["environment"]}, {})] + \
+            kernel_record_problems(obj) + bad
+        if bad:            # the header, a kernel row, what the command asked against what the record ran: no ran needed
             return Verdict(path, "invalid", "; ".join(bad))
         what = (["no engine run"] if not runs else
                 ([f"no ran block in {', '.join(live)}"] if live else []) + ([f"{len(failed)} engine(s) failed"]

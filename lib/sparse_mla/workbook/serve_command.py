@@ -77,6 +77,8 @@ def serve_command_problems(rec: dict) -> list[str]:
     the tag in each server's log and each pass's result file."""
     runs = live_server_runs(rec)
     env = _dict(rec.get("environment"))
+    if not runs and "load" in rec and isinstance(rec.get("runs"), dict) and isinstance(env.get("command"), str):
+        return _earlier_method_problems(rec)
     if not runs or not isinstance(env.get("command"), str):
         return _tag_problems(runs, None)
     args = parsed_serve(env["command"])
@@ -108,6 +110,35 @@ def serve_command_problems(rec: dict) -> list[str]:
     if path != want["model"]:
         out.append(f"model.path {path!r}, the command asks --model {args.model} ({want['model']!r})")
     return out + _tag_problems(runs, want["tag"]) + _result_dir_problems(runs, args.out_dir, env.get("gpu"))
+
+
+#: The server fields a serving record of the earlier method (the openai client's load, before vLLM's ``bench serve``;
+#: ``results/h200/bench_serve_h200*.json``) wrote as its command asked them, as the writer does today.
+EARLIER_SERVER = ("kv_cache_dtype", "tp", "enforce_eager", "cuda_graphs", "max_num_seqs", "server_timeout_s")
+
+
+def _earlier_method_problems(rec: dict) -> list[str]:
+    """A serving record of the earlier method (runs without ``servers``, no ``repeats`` object) against its command:
+    its speculative config (the record's and each speculating run's method and token count) and the server fields
+    of :data:`EARLIER_SERVER` it holds, as today's writer derives them (:func:`asked`); its runs are not held to
+    today's plan (that writer kept no run whose server died). Issue 47, round 12 (d35): such a record has no ``ran``
+    block, and its command was never compared."""
+    from .commands import _method
+
+    env = _dict(rec.get("environment"))
+    args = parsed_serve(env["command"])
+    if args is None:
+        return []
+    want = args if isinstance(args, str) else asked(args, env.get("gpu"))
+    if isinstance(want, str):
+        return [want]
+    server = _dict(rec.get("server"))
+    out = _differ("server", server, {f: want["server"][f] for f in EARLIER_SERVER if f in server})
+    said = [("speculative_config", rec.get("speculative_config"))] + [
+        (f"runs.{k}.speculative_config", r["speculative_config"]) for k, r in rec["runs"].items()
+        if isinstance(r, dict) and r.get("speculative_config") is not None]
+    return out + [f"{where} {have!r}, the command asks {want['speculative_config']!r}" for where, have in said
+                  if _method(have) != _method(want["speculative_config"])]
 
 
 def _tag_problems(runs: dict, tag: str | None) -> list[str]:
