@@ -92,6 +92,23 @@ def test_a_missing_shard_is_refused_by_name_in_diagnose_launch_and_the_cli(model
     assert len(err) == 1 and SHARDS[2] in err[0] and "Traceback" not in err[0], err
 
 
+def test_a_shard_name_that_is_no_file_is_named_so_not_missing(models, tmp_path):
+    """Breaker round 12 (f02, and the issue's unclear list): a folder, or a link to nothing, under a shard's name was
+    "missing"; it is there and not a file (the plugin's discovery takes files only)."""
+    folder = tmp_path / "links"
+    folder.mkdir()
+    for n in SHARDS:
+        (folder / n).symlink_to(models[0] / n)
+    (folder / SHARDS[1]).unlink()
+    (folder / SHARDS[1]).symlink_to(folder / "nowhere")
+    (folder / SHARDS[2]).unlink()
+    (folder / SHARDS[2]).mkdir()
+    with pytest.raises(UserInputError, match=f"split into 4 shards; not a file in '{folder}': {SHARDS[1]} \\(a link "
+                                             f"to no file\\), {SHARDS[2]} \\(a folder\\); accepted") as e:
+        gguf_files.model_files(str(folder / SHARDS[0]))
+    assert "missing" not in str(e.value)
+
+
 def test_a_shard_of_another_split_is_refused(models, tmp_path):
     folder = _copy(models, tmp_path)
     shutil.copyfile(folder / SHARDS[2], folder / SHARDS[1])         # shard 3's bytes under shard 2's name
@@ -267,8 +284,8 @@ def test_the_plugins_one_file_rule_planted_is_refused_by_name_in_load_and_diagno
 
     split, _ = models
     monkeypatch.setattr(ga.adapter_class(), "patch_hf_config", GGUFWeightsAdapter.patch_hf_config)
-    with pytest.raises(UserInputError, match=r"no vLLM parameter \(their values would be ignored\): output\.weight; "
-                                             r"refused"):
+    with pytest.raises(UserInputError, match=r"no vLLM parameter \(their values would be ignored\): in "
+                                             rf"{SHARDS[3]}: output\.weight; refused"):
         _plan(str(split / SHARDS[0]))
     rec = diagnose(str(split / SHARDS[0]), "8.0", "auto", with_plugin=True)
     wall = rec["checkpoint"]["wall"]["with_plugin"]
@@ -337,7 +354,7 @@ def test_a_config_json_of_another_layout_is_refused_naming_the_tensors(models, t
     folder = _folder_with(models, tmp_path, "greedy", config_change={"topk_method": "greedy"}, split=12)
     first = str(folder / SHARDS[0])
     with pytest.raises(UserInputError, match=r"no vLLM parameter \(their values would be ignored\): "
-                                             r"blk\.1\.exp_probs_b\.bias; refused"):
+                                             rf"in {SHARDS[0]}: blk\.1\.exp_probs_b\.bias; refused"):
         _plan(first)
     wall = diagnose(first, "8.0", "auto", with_plugin=True)["checkpoint"]["wall"]
     assert "blk.1.exp_probs_b.bias" in wall["with_plugin"] and wall["blocker"]

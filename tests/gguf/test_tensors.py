@@ -73,8 +73,9 @@ def test_a_shard_of_another_split_is_refused_naming_the_tensors_held_twice(split
     """Its split.no and split.count are right; its tensors are not: named before the indexer check (which would
     call the file one converted without the indexer)."""
     folder = _mixed(splits, tmp_path, "b")
-    with pytest.raises(UserInputError, match=r"tensors held by more than one shard: blk\.\d+\.\S+"):
-        read_gguf(str(folder / SHARDS[0]))
+    with pytest.raises(UserInputError, match=rf"tensors held by more than one shard: in {SHARDS[1]} and {SHARDS[2]}: "
+                                             rf"blk\.\d+\.\S+"):
+        read_gguf(str(folder / SHARDS[0]))      # breaker round 12 (n10, n19): both files named
 
 
 @pytest.mark.parametrize("with_plugin", [False, True])
@@ -101,6 +102,8 @@ def test_an_8_head_shard_inside_a_64_head_split_is_a_blocker_with_or_without_the
     wall = rec["checkpoint"]["wall"]
     q_b = next(n for n in sorted(held) if n.endswith(".attn_q_b.weight") and "indexer" not in n)
     assert f"{q_b} is [{8 * 256}, 512], the config's geometry gives [{64 * 256}, 512]" in wall["tensors"]
+    assert f"shape is not the config's: in {SHARDS[1]}: " in wall["tensors"]     # round 12 (n01-n03): the shard
+    assert not any(f"in {n}" in wall["tensors"] for n in SHARDS if n != SHARDS[1])
     assert wall["tensors"] in wall["blocker"] and rec["engine_starts"] is False
     good = diagnose(str(splits["a"] / SHARDS[0]), "9.0", "auto", with_plugin=with_plugin)["checkpoint"]["wall"]
     assert good["tensors"] == "ok"
@@ -114,6 +117,22 @@ def test_launch_refuses_the_8_head_shard_before_an_engine_starts(splits, tmp_pat
     with pytest.raises(UserInputError, match=r"would not load: .*tensors whose shape is not the config's"):
         check_model(str(folder / SHARDS[0]))
     assert check_model(str(splits["a"] / SHARDS[0])) == splits["a"] / SHARDS[0]
+
+
+def test_launch_on_a_gguf_prints_only_its_answer_in_a_fresh_process(splits, tmp_path):
+    """Breaker round 12 (class 8): launch's GGUF checks import vLLM, whose import logged four "Failed to import from
+    vllm._C" warnings on stdout (and torch's "No CUDA runtime" on stderr) before the answer; they run under the
+    diagnosis' ``quiet_logs``: stdout empty, stderr the one refusal naming the shard."""
+    pytest.importorskip("vllm_gguf_plugin", reason="launch loads a GGUF through vllm-gguf-plugin")
+    import subprocess
+    import sys
+
+    folder = _mixed(splits, tmp_path, "h8")
+    r = subprocess.run([sys.executable, "-m", "sparse_mla", "launch", "--model", str(folder / SHARDS[0])],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "", r.stdout[-2000:]
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("sparse-mla launch: error: "), r.stderr[-2000:]
+    assert f"in {SHARDS[1]}: " in r.stderr
 
 
 @pytest.mark.every_line
@@ -132,8 +151,12 @@ def test_check_coverage_names_both_directions_for_the_models_own_tensors():
     ok = {"token_embd.weight": "e", "output.weight": "h", "blk.0.attn_norm.weight": "n", "blk.2.eh_proj.weight": "m"}
     described = {*ok, "blk.1.exp_probs_b.bias"}
     check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "output.bias",
-                       "blk.3.enorm.weight", "blk.0.attn_kv_b.weight"], ok, "m.gguf", main_layers=2,
+                       "blk.2.enorm.weight", "blk.0.attn_kv_b.weight"], ok, "m.gguf", main_layers=2,
                       described=described)      # MTP blocks and what the metadata does not describe pass
+    with pytest.raises(UserInputError, match=r"'m\.gguf': tensors of blocks no layer of the config has \(its blocks: "
+                                             r"blk\.0 \.\. blk\.2\): in m-2\.gguf: blk\.3\.enorm\.weight; refused"):
+        check_coverage(["token_embd.weight", "output.weight", "blk.0.attn_norm.weight", "blk.3.enorm.weight"], ok,
+                       "m.gguf", 2, described, {"blk.3.enorm.weight": ("m-2.gguf",)})   # round 12, n17: named
     with pytest.raises(UserInputError, match=r"'m\.gguf': tensors the config gives no vLLM parameter \(their values "
                                              r"would be ignored\): blk\.1\.exp_probs_b\.bias; tensors the config needs "
                                              r"that no file holds \(their parameters would stay empty\): output\.weight; "
@@ -164,7 +187,7 @@ def test_check_shards_refuses_missing_shards_and_tensors_held_twice():
     check_shards([_Reader(["a"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")
     with pytest.raises(UserInputError, match=r"a split of 3 shards, found 2 \(m-1, m-2\), the first is shard 1"):
         check_shards([_Reader(["a"], 0, 3), _Reader(["b"], 1, 3)], ["m-1", "m-2"], "m")
-    with pytest.raises(UserInputError, match=r"tensors held by more than one shard: b \(shards of different"):
+    with pytest.raises(UserInputError, match=r"tensors held by more than one shard: in m-1 and m-2: b \(shards of "):
         check_shards([_Reader(["a", "b"], 0, 2), _Reader(["b"], 1, 2)], ["m-1", "m-2"], "m")
 
 
@@ -176,5 +199,11 @@ def test_check_shards_names_the_shard_whose_split_metadata_disagree_and_counts_t
                                              r"split.count 3, split.tensors.count 3: a shard of another split"):
         check_shards([_Reader(["a"], 0, 3, 3), _Reader(["b"], 1, 3, 5), _Reader(["c"], 2, 3, 3)],
                      ["m-1", "m-2", "m-3"], "m")
-    with pytest.raises(UserInputError, match=r"its 2 shards hold 3 tensors, their split.tensors.count 2: a shard"):
+    with pytest.raises(UserInputError, match=r"its 2 shards hold 3 tensors \(m-1 2, m-2 1\), their "
+                                             r"split.tensors.count 2: a shard"):
         check_shards([_Reader(["a", "c"], 0, 2, 2), _Reader(["b"], 1, 2, 2)], ["m-1", "m-2"], "m")
+    names = iter(f"t{i}" for i in range(20))      # round 12, n11: a split by count, shard 2 of another one
+    held = [[next(names) for _ in range(k)] for k in (4, 3, 4, 2)]
+    with pytest.raises(UserInputError, match=r"its 4 shards hold 13 tensors \(m-2 holds 3; the other shards but the "
+                                             r"last 4 each\), their split.tensors.count 14"):
+        check_shards([_Reader(h, i, 4, 14) for i, h in enumerate(held)], ["m-1", "m-2", "m-3", "m-4"], "m")

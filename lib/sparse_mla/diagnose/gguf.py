@@ -93,7 +93,7 @@ def read_gguf(path: str | os.PathLike, hf_config_path=None, tokenizer=None, mode
             "tensor_sizes": [(t.name, t.tensor_type.name, int(t.n_elements), int(t.n_bytes)) for t in tensors],
             "config": cfg, **config_record(files[0], cfg, hf_config_path, tokenizer)}
     info["vllm_config"], info["quantization_config_overridden"] = vllm_config(info)   # read once, used by all
-    info["tensor_problem"] = tensor_problem(readers, text_config(info["vllm_config"]), str(path))
+    info["tensor_problem"] = tensor_problem(readers, text_config(info["vllm_config"]), str(path), files)
     return info
 
 

@@ -152,11 +152,10 @@ def shards(path: Path) -> tuple[list[Path], str]:
         found, how = [Path(f) for f in discover(str(path))], PLUGIN
     else:
         found, how = [f for f in expected if f.is_file()], OURS
-    missing = [f.name for f in expected if f not in found]
-    if missing:
-        raise UserInputError(f"GGUF model {str(path)!r} is split into {total} shards; missing in {str(path.parent)!r}: "
-                             f"{', '.join(missing[:4])}{f' ... ({len(missing)} in all)' if len(missing) > 4 else ''}; "
-                             f"accepted: every shard of the model in one folder")
+    absent = [f for f in expected if f not in found]
+    if absent:
+        raise UserInputError(f"GGUF model {str(path)!r} is split into {total} shards; {_absent(absent)}; accepted: "
+                             f"every shard of the model in one folder, each a file")
     stray = sorted(f.name for f in path.parent.glob(f"{glob.escape(prefix)}*{glob.escape(suffix)}")
                    if f not in expected and getattr(SPLIT.search(f.name), "start", lambda _: -1)(1) == len(prefix))
     if stray:
@@ -166,6 +165,26 @@ def shards(path: Path) -> tuple[list[Path], str]:
                              f"another count: a stray or another split's shard); accepted: the shards "
                              f"{expected[0].name} ... {expected[-1].name} alone under their name")
     return expected, how
+
+
+def _absent(shards: list[Path]) -> str:
+    """The shards discovery did not find (of one folder), told apart: ``"missing in 'DIR': A, B"`` for names nothing
+    has, ``"not a file in 'DIR': C (a folder)"`` for a folder, a link to nothing, a link loop or another non-file under
+    a shard's name."""
+    def what(f: Path) -> str:
+        if f.is_symlink():
+            return "a link to no file"
+        return "a folder" if f.is_dir() else "a device, pipe or socket"
+
+    def show(fs, label):
+        return f"{', '.join(label(f) for f in fs[:4])}{f' ... ({len(fs)} in all)' if len(fs) > 4 else ''}"
+
+    other = [f for f in shards if os.path.lexists(f) and not f.is_file()]
+    missing = [f for f in shards if f not in other]
+    folder = str(shards[0].parent)
+    return "; ".join(([f"missing in {folder!r}: {show(missing, lambda f: f.name)}"] if missing else [])
+                     + ([f"not a file in {folder!r}: {show(other, lambda f: f'{f.name} ({what(f)})')}"] if other
+                        else []))
 
 
 def loader_file(model) -> Path:

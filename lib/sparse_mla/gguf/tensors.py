@@ -9,6 +9,9 @@
 * :func:`tensor_problem`: all of that, and the shapes, for the config vLLM reads, asked whichever loader would read
   the files.
 
+Of a split model, each refusal names the shard files that hold the tensors it lists (:func:`holders`; breaker round
+12: "blk.1.attn_k_b.weight is [16, ...]" alone left a user of 60 shards to find the foreign one by hand).
+
 vllm-gguf-plugin's default adapter refuses a ``glm-dsa`` GGUF before it reads a tensor, and stock vLLM 0.26 has no
 GGUF loader: on those paths nothing looked at the tensors, so a split with a shard of another model (a tensor twice,
 another missing, an 8-head shard inside a 64-head split) was diagnosed as if it would load. :func:`tensor_problem`
@@ -77,35 +80,40 @@ def shape_problems(shapes: dict[str, tuple[int, ...]], cfg: dict[str, Any]) -> l
     """``"NAME is [a, b], the config's geometry gives [c, d]"`` for each tensor of ``shapes`` (GGUF name ->
     PyTorch-order shape) whose shape is not :func:`expected_shapes`' for ``cfg``; tensors it has no shape for (MTP's
     own, converters' extras) are left alone."""
+    return [text for _, text in _wrong_shapes(shapes, cfg)]
+
+
+def _wrong_shapes(shapes: dict[str, tuple[int, ...]], cfg: dict[str, Any]) -> list[tuple[str, str]]:
     top, block = expected_shapes(cfg)
     out = []
     for name, shape in shapes.items():
         want = top.get(name) if not name.startswith("blk.") else block.get(name.split(".", 2)[-1])
         if want is not None and tuple(shape) != tuple(want):
-            out.append(f"{name} is {list(shape)}, the config's geometry gives {list(want)}")
+            out.append((name, f"{name} is {list(shape)}, the config's geometry gives {list(want)}"))
     return out
 
 
-def tensor_problem(readers, cfg: dict[str, Any], source: str) -> str | None:
-    """What is wrong with a GGUF model's tensors (every shard's ``readers``, gguf-py; no tensor twice) for the config
-    vLLM reads (``cfg``, a Hugging Face config dict): a tensor the config needs that no file holds or that it gives
-    no parameter (the load plan's check), a shape the config's geometry does not give (:func:`shape_problems`, the
-    first four and a count). None where nothing is."""
+def tensor_problem(readers, cfg: dict[str, Any], source: str, files=None) -> str | None:
+    """What is wrong with a GGUF model's tensors (every shard's ``readers``, gguf-py, of ``files``; no tensor twice)
+    for the config vLLM reads (``cfg``, a Hugging Face config dict): a tensor the config needs that no file holds or
+    that it gives no parameter (the load plan's check), a shape the config's geometry does not give
+    (:func:`shape_problems`, the first four and a count), each named with the shard that holds it (:func:`holders`;
+    ``files`` None: not named). None where nothing is."""
     names = [t.name for r in readers for t in r.tensors]
+    where = holders(readers, files) if files is not None else None
     try:
         tied = {**cfg, "tie_word_embeddings": "output.weight" not in names}   # vllm-gguf-plugin's patch
         check_coverage(set(names), gguf_to_vllm_names(tied), source, int(cfg["num_hidden_layers"]),
-                       described_tensors(readers[0], names))
+                       described_tensors(readers[0], names), where)
     except UserInputError as e:
         return str(e)
     except (KeyError, TypeError, ValueError) as e:   # a config the name map cannot read: the config stage's to say
         return f"GGUF {source!r}: the config vLLM reads gives no tensor map ({type(e).__name__}: {e})"
-    wrong = shape_problems({t.name: tuple(int(s) for s in reversed(t.shape)) for r in readers for t in r.tensors},
-                           cfg)
+    wrong = _wrong_shapes({t.name: tuple(int(s) for s in reversed(t.shape)) for r in readers for t in r.tensors},
+                          cfg)
     if not wrong:
         return None
-    more = f" ... ({len(wrong)} in all)" if len(wrong) > 4 else ""
-    return (f"GGUF {source!r}: tensors whose shape is not the config's: {'; '.join(wrong[:4])}{more} (a shard of "
+    return (f"GGUF {source!r}: tensors whose shape is not the config's: {_show_in(wrong, where, '; ')} (a shard of "
             f"another model, or the config.json of another); refused. accepted: every shard of one glm-dsa model, "
             f"with the config.json of the same model")
 
@@ -123,33 +131,76 @@ def check_indexer_tensors(tensor_names, n_layers: int, source: str) -> None:
                              f"with DSA support, or sparse-mla make-checkpoint --gguf)")
 
 
-def _show(names: list[str]) -> str:
-    return ", ".join(names[:4]) + (f" ... ({len(names)} in all)" if len(names) > 4 else "")
+def _show(names: list[str], sep: str = ", ") -> str:
+    return sep.join(names[:4]) + (f" ... ({len(names)} in all)" if len(names) > 4 else "")
 
 
-def check_coverage(file_tensors, mapped, source: str, main_layers: int, described=None) -> None:
+def holders(readers, files) -> dict[str, tuple[str, ...]] | None:
+    """``{tensor name: the names of the files that hold it, in file order}`` for a split model (each shard's gguf-py
+    reader in ``readers``, its path in ``files``): what the refusals below name, so that the reader learns which
+    shard to replace. None for a single file (nothing to tell apart)."""
+    if len(files) < 2:
+        return None
+    out: dict[str, list[str]] = {}
+    for r, f in zip(readers, files):
+        for t in r.tensors:
+            out.setdefault(t.name, []).append(os.path.basename(str(f)))
+    return {n: tuple(v) for n, v in out.items()}
+
+
+def _show_in(items: list[tuple[str, str]], where, sep: str = ", ") -> str:
+    """``items`` (tensor name, what is said of it) grouped by the files that hold them (:func:`holders`: ``"in F1:
+    a, b; in F2 and F3: c"``), the first four items shown (at least one of each group) and every group's count; past eight
+    groups, only the files of the rest (sixteen of them). Without ``where``: the first four and a count."""
+    if where is None:
+        return _show([text for _, text in items], sep)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, text in items:
+        groups.setdefault(where.get(name, ()), []).append(text)
+    parts, left = [], 4
+    for files, texts in sorted(groups.items()):
+        shown = texts[:max(left, 1)]
+        left -= len(shown)
+        more = f" ... ({len(texts)} in all)" if len(texts) > len(shown) else ""
+        parts.append(f"in {' and '.join(files) or 'no file'}: {sep.join(shown)}{more}")
+    rest = sorted(groups)[8:]
+    return "; ".join(parts[:8]) + (f"; and in {len(rest)} more: {', '.join(' and '.join(k) for k in rest[:16])}"
+                                   f"{' ...' if len(rest) > 16 else ''}" if rest else "")
+
+
+def check_coverage(file_tensors, mapped, source: str, main_layers: int, described=None, where=None) -> None:
     """Refuse a load whose name map (GGUF name -> vLLM name, ``mapped``, from the config vLLM loads) and the files'
     tensors (``file_tensors``, every shard's) disagree on the model's own tensors -- :data:`TOP_LEVEL` and the blocks
     ``blk.0`` .. ``blk.{main_layers - 1}``: :class:`UserInputError` naming the tensors the config gives no parameter
     although the GGUF's own metadata describes them (``described``: the GGUF names of :func:`config_from_gguf`'s map;
-    the config and the GGUF describe different models, e.g. a router bias that would be ignored) and the mapped
-    tensors no file holds (their parameters would stay empty). The MTP blocks (``blk.{main_layers}`` on) are left
-    out: the model skips them; only MTP speculative decoding loads them. Tensors the metadata's map does not name
-    either (``attn_kv_b`` beside ``attn_k_b``/``attn_v_b``, as some converters keep it) are ignored, as the plugin
-    ignores them; with ``described`` None, every unmapped tensor is."""
+    the config and the GGUF describe different models, e.g. a router bias that would be ignored), the tensors of a
+    block that no layer of the config has (neither ``blk.0`` .. ``blk.{main_layers - 1}`` nor an MTP block the map
+    names: a shard of a deeper model), and the mapped tensors no file holds (their parameters would stay empty);
+    ``where`` (:func:`holders`) names the shard of each. The MTP blocks (``blk.{main_layers}`` on, as many as the
+    map names) are left out otherwise: the model skips them; only MTP speculative decoding loads them. Tensors the
+    metadata's map does not name either (``attn_kv_b`` beside ``attn_k_b``/``attn_v_b``, as some converters keep it)
+    are ignored, as the plugin ignores them; with ``described`` None, every unmapped tensor is."""
+    def block(name: str) -> int | None:
+        part = name.split(".")[1] if name.startswith("blk.") else ""
+        return int(part) if part.isdigit() else None
+
     def own(name: str) -> bool:
         if not name.startswith("blk."):
             return name in TOP_LEVEL
-        block = name.split(".")[1]
-        return block.isdigit() and int(block) < main_layers
+        return block(name) is not None and block(name) < main_layers
 
     have, want = set(file_tensors), set(mapped)
+    layers = set(range(main_layers)) | ({block(n) for n in want} - {None})
     ignored = sorted(n for n in have - want if own(n) and n in set(described or ()))
+    foreign = sorted(n for n in have if block(n) is not None and block(n) not in layers)
     absent = sorted(n for n in want - have if own(n))
-    if not (ignored or absent):
+    if not (ignored or foreign or absent):
         return
-    parts = ([f"tensors the config gives no vLLM parameter (their values would be ignored): {_show(ignored)}"]
-             if ignored else []) + (
+    parts = ([f"tensors the config gives no vLLM parameter (their values would be ignored): "
+              f"{_show_in([(n, n) for n in ignored], where)}"] if ignored else []) + (
+        [f"tensors of blocks no layer of the config has (its blocks: "
+         f"{f'blk.0 .. blk.{max(layers)}' if layers else 'none'}): "
+         f"{_show_in([(n, n) for n in foreign], where)}"] if foreign else []) + (
         [f"tensors the config needs that no file holds (their parameters would stay empty): {_show(absent)}"]
         if absent else [])
     raise UserInputError(f"GGUF {source!r}: {'; '.join(parts)}; refused. accepted: every shard of one glm-dsa model "
@@ -202,10 +253,24 @@ def check_shards(readers, files, source: str) -> None:
     seen = Counter(t.name for r in readers for t in r.tensors)
     twice = sorted(n for n, k in seen.items() if k > 1)
     if twice:
-        raise UserInputError(f"GGUF {source!r}: tensors held by more than one shard: {_show(twice)} (shards of "
-                             f"different splits mixed?); refused. accepted: the shards of one model, as written")
+        raise UserInputError(f"GGUF {source!r}: tensors held by more than one shard: "
+                             f"{_show_in([(n, n) for n in twice], holders(readers, files))} (shards of different "
+                             f"splits mixed?); refused. accepted: the shards of one model, as written")
     total = metadata_field(readers[0], SPLIT_KEYS[1], None)
     if isinstance(total, int) and sum(seen.values()) != total:
-        raise UserInputError(f"GGUF {source!r}: its {len(files)} shards hold {sum(seen.values())} tensors, their "
-                             f"{SPLIT_KEYS[1]} {total}: a shard of another split; refused. accepted: the shards of "
-                             f"one model, as written")
+        raise UserInputError(f"GGUF {source!r}: its {len(files)} shards hold {sum(seen.values())} tensors "
+                             f"({_shard_counts(readers, files)}), their {SPLIT_KEYS[1]} {total}: a shard of another "
+                             f"split; refused. accepted: the shards of one model, as written")
+
+
+def _shard_counts(readers, files) -> str:
+    """Each shard's own tensor count (its header's, as gguf-py reads it), for a split whose counts do not add up to its
+    ``split.tensors.count``: the shards whose count is not the one most others but the last hold where that is most
+    of them (a split by tensor count, ``--split-max-tensors``), else every shard's (sixteen at most)."""
+    counts = [(os.path.basename(str(f)), len(r.tensors)) for r, f in zip(readers, files)]
+    body = Counter(k for _, k in counts[:-1]).most_common()
+    if len(body) > 1 and body[0][1] > body[1][1] and body[0][1] * 2 > len(counts) - 1:
+        usual = body[0][0]
+        odd = [f"{n} holds {k}" for n, k in counts[:-1] if k != usual]
+        return f"{', '.join(odd[:16])}{' ...' if len(odd) > 16 else ''}; the other shards but the last {usual} each"
+    return ", ".join(f"{n} {k}" for n, k in counts[:16]) + (" ..." if len(counts) > 16 else "")

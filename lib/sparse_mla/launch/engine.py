@@ -111,7 +111,9 @@ def check_model(model: str | os.PathLike) -> Path:
     file is a ``glm-dsa`` GGUF with the DSA indexer tensors whose metadata agrees with the ``config.json`` beside it
     (:func:`sparse_mla.launch.gguf_reader.gguf_config`; vllm-gguf-plugin reads the config from the file's folder),
     that the folder passes :func:`check_model_dir`, and that our adapter's load plan takes the files (the engine's
-    own: :func:`sparse_mla.diagnose.gguf.gguf_wall`) and the tensors' shapes fit the config. Raises :class:`UserInputError` naming what is wrong."""
+    own: :func:`sparse_mla.diagnose.gguf.gguf_wall`) and the tensors' shapes fit the config -- vLLM's import-time
+    logging kept off stdout (:func:`sparse_mla.diagnose.probe.quiet_logs`). Raises :class:`UserInputError` naming
+    what is wrong."""
     if not is_gguf(model):
         return check_model_dir(model)
     from ..extras import require
@@ -119,13 +121,15 @@ def check_model(model: str | os.PathLike) -> Path:
     what = "launch --model FILE.gguf (vLLM 0.26 loads a GGUF through vllm-gguf-plugin)"
     require(what, "gguf")
     from ..diagnose.gguf import gguf_wall, read_gguf
+    from ..diagnose.probe import quiet_logs
     from .gguf_reader import gguf_config
 
-    info = read_gguf(model)          # the files first, read once: importing vllm-gguf-plugin imports vLLM (seconds)
-    p, _ = gguf_config(model, info)
-    check_model_dir(p.parent)
-    require(what, "gguf", "vllm_gguf_plugin")
-    wall = gguf_wall(info, with_plugin=True)   # our adapter's load plan (the engine's), the tensors' shapes
+    with quiet_logs():   # vLLM's first import (the plugin's shard discovery) logs on stdout, as in the diagnosis
+        info = read_gguf(model)      # the files first, read once: importing vllm-gguf-plugin imports vLLM (seconds)
+        p, _ = gguf_config(model, info)
+        check_model_dir(p.parent)
+        require(what, "gguf", "vllm_gguf_plugin")
+        wall = gguf_wall(info, with_plugin=True)   # our adapter's load plan (the engine's), the tensors' shapes
     for why in (wall["with_plugin"], wall["tensors"]):
         if why != "ok":
             raise UserInputError(f"GGUF model {str(model)!r} would not load: {why}")

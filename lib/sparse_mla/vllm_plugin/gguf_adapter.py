@@ -52,7 +52,7 @@ import os
 from ..errors import UserInputError
 from ..gguf.dequantize import dequantized_weights
 from ..gguf.names import gguf_to_vllm_names
-from ..gguf.tensors import check_coverage, check_indexer_tensors, check_shards, described_tensors
+from ..gguf.tensors import check_coverage, check_indexer_tensors, check_shards, described_tensors, holders
 
 #: Set in the process where :class:`GlmDsaGGUFAdapter` prepared a GGUF's loading: ``{"adapter": class name,
 #: "file": the GGUF's file name}`` (read by the ``ran`` block, :func:`sparse_mla.vllm_plugin.ran.weights_loaded`).
@@ -133,7 +133,8 @@ def adapter_class():
             layers = int(model_config.hf_config.num_hidden_layers)
             check_indexer_tensors(names, layers, model_path)
             full = self.build_name_map(model_config)
-            check_coverage(names, full, model_path, layers, described_tensors(readers[0], names))
+            check_coverage(names, full, model_path, layers, described_tensors(readers[0], names),
+                           holders(readers, files))
             passthrough = {g: h for g, h in full.items() if not g.endswith(DEQUANTIZED)}
             types = self.get_weight_type_map(model_path, passthrough)
             unquantized = self.get_unquantized_modules(types) + sorted(
