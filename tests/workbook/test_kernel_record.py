@@ -12,6 +12,7 @@ from sparse_mla.workbook import proof
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 _COMMITTED = json.loads((RESULTS / "h200" / "bench_kernel_h200.json").read_text())   # each case edits a copy
+_INDEXER = json.loads((RESULTS / "h200" / "bench_indexer_h200.json").read_text())
 
 
 def verdict(tmp_path, rec) -> proof.Verdict:
@@ -48,3 +49,64 @@ def test_the_committed_records_without_an_engine_run_keep_their_verdict():
     verdicts = proof.check([str(f) for f in files])
     assert len(verdicts) >= 10 and all(v.status == "unproven" and v.reason.startswith("no engine run")
                                        for v in verdicts), [v.line() for v in verdicts]
+
+
+def _command(old: str, new: str):
+    def edit(r):
+        assert old in r["environment"]["command"]
+        r["environment"]["command"] = r["environment"]["command"].replace(old, new)
+    return edit
+
+
+@pytest.mark.parametrize("edit, says", [       # breaker round 13: a benchmark record against its command (M2) and rows
+    (_command("--compare-launch", "--compare-launch --kv-cache-dtype fp8_ds_mla"),                          # r31
+     "environment.kv_cache_dtype 'auto' (and 48 more), the command asked --kv-cache-dtype fp8_ds_mla"),
+    (lambda r: r["environment"].update(kv_cache_dtype="fp8_ds_mla"),                                          # r50
+     "environment.kv_cache_dtype 'fp8_ds_mla', the command asked --kv-cache-dtype auto"),
+    (lambda r: [row.update(kv_cache_dtype="fp8_ds_mla") for row in r["bench"]],              # rows alone, as r49's
+     "bench[0].kv_cache_dtype 'fp8_ds_mla' (and 23 more), the command asked --kv-cache-dtype auto"),
+    (_command("--quick", "--quick --banana 3"),                                                               # r32
+     "environment.command has arguments bench kernel does not take: ['--banana', '3']"),
+    (_command("--quick", "--quick --kv-cache-dtype fp8"),
+     "environment.command's values are none bench kernel takes (--kv-cache-dtype 'fp8' is not accepted"),
+    (_command("bench kernel", "bench indexer"),                                                               # r33
+     "environment.command is `sparse-mla bench indexer ...`; a kernel benchmark's record is `sparse-mla bench kernel"),
+    (lambda r: r.update(targets=[]),
+     "it holds checks, targets: keys of both the kernel and the indexer benchmark's records"),
+    (lambda r: r["bench"][0].pop("flashmla_us"),                                                              # r35
+     "bench[0].speedup_vs_flashmla 0.5389338579029984 stands without its flashmla_us (a number)"),
+    (lambda r: r["bench"][0].update(speedup_vs_flashmla=str(r["bench"][0]["speedup_vs_flashmla"])),         # r36
+     "bench[0].speedup_vs_flashmla '0.5389338579029984' is not a number"),
+])
+def test_a_kernel_record_against_its_command_and_times(tmp_path, edit, says):
+    rec = copy.deepcopy(_COMMITTED)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+@pytest.mark.parametrize("edit, says", [
+    (_command("bench indexer", "bench kernel"),                                                               # r55
+     "environment.command is `sparse-mla bench kernel ...`; an indexer benchmark's record is `sparse-mla bench "
+     "indexer"),
+    (_command("--quick", "--quick --kv-cache-dtype auto"),
+     "environment.command has arguments bench indexer does not take: ['--kv-cache-dtype', 'auto']"),
+    (lambda r: r["bench"][0].update(speed_vs_deepgemm=5.0),                                                  # s16
+     "bench[0].speed_vs_deepgemm 5.0, not its deepgemm_us 2.904987316342849 over its triton_us 2.358399987220764"),
+    (lambda r: r["bench"][1].pop("triton_us"), "bench[1].speed_vs_deepgemm "),
+])
+def test_an_indexer_record_against_its_command_and_times(tmp_path, edit, says):
+    rec = copy.deepcopy(_INDEXER)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()
+
+
+def test_a_record_older_than_the_writers_command_form_is_not_compared(tmp_path):
+    """Before c854b63 the writer wrote ``sparse-mla`` and a script's arguments (``sparse-mla /root/out``,
+    results/h200/bench_kernel_h200_sweep1.json): such a command is not read; from then on it is."""
+    rec = copy.deepcopy(_COMMITTED)
+    rec["environment"]["command"] = "sparse-mla /root/out"
+    assert verdict(tmp_path, rec).status == "invalid"
+    rec["environment"]["date"] = "2026-11-29T21:47:14+00:00"
+    assert verdict(tmp_path, rec).status == "unproven"

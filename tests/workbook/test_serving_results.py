@@ -374,9 +374,15 @@ def test_a_result_figure_that_is_not_finite_is_invalid(field, value):
         f"repeats.{FM}[0].{field} is {value!r}; accepted: a finite number (vLLM's figures of a pass)"]
 
 
-def test_a_count_written_as_text_is_unproven(tmp_path):          # breaker round 12 (d17); docs/records.md
+@pytest.mark.parametrize("field, value, says", [      # breaker rounds 12 (d17) and 13 (r64, s22); docs/records.md
+    ("completed", "160", "completed '160' is a count written as text"),
+    ("completed", 160.0, "completed 160.0 is a count written as a float"),
+    ("failed", 0.0, "failed 0.0 is a count written as a float"),
+    ("total_output_tokens", 40960.0, "total_output_tokens 40960.0 is a count written as a float"),
+])
+def test_a_count_written_as_text_or_a_float_is_unproven(tmp_path, field, value, says):
     rec = copy.deepcopy(_COMMITTED)
-    rec["repeats"]["TRITON_MLA_SPARSE"][2]["completed"] = "160"
+    rec["repeats"]["TRITON_MLA_SPARSE"][2][field] = value     # vLLM writes an int (vllm/benchmarks/serve.py)
     v = verdict(tmp_path, rec)
-    assert v.status == "unproven" and "repeats.TRITON_MLA_SPARSE[2].completed '160' is a count written as text; " \
-                                      "accepted: an integer" in v.reason, v.line()
+    assert v.status == "unproven" and f"repeats.TRITON_MLA_SPARSE[2].{says}; accepted: an integer" in v.reason, \
+        v.line()

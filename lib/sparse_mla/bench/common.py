@@ -5,6 +5,13 @@ from __future__ import annotations
 from ..errors import UserInputError
 
 
+def time_ratios(row: dict, table: dict[str, tuple[str, str]]) -> dict:
+    """The ratios of ``table`` (``{name: (the peer's µs, ours µs)}``) whose two times ``row`` holds, ``{name: their
+    µs / ours}`` (NaN where a time is NaN: not measured); the benchmark writers' and ``records check``'s one formula
+    (:data:`sparse_mla.bench.kernel.SPEEDUPS`, :data:`sparse_mla.bench.indexer.SPEEDUPS`)."""
+    return {k: row[a] / row[b] for k, (a, b) in table.items() if a in row and b in row}
+
+
 _BENCH_INSTEAD = "a machine with an NVIDIA GPU (the workbook's records come from an H200, see results/)"
 
 

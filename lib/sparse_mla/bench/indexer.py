@@ -43,6 +43,16 @@ DECODE_TARGET, PREFILL_TARGET, BW_TARGET = 0.7, 0.3, 0.7
 PREFILL_SWEEP = ((None, 128, 8, 3), (None, 128, 8, 4), (None, 64, 4, 3), (None, 64, 8, 3), (None, 128, 4, 3),
                  ("half", 128, 8, 3))
 DECODE_SWEEP = ((1, 4, 3), (2, 4, 3), (4, 4, 3), (1, 4, 4), (1, 8, 3), (2, 4, 2))
+#: Each speed a row holds as the times it divides: ``{speed: (DeepGEMM's µs, ours µs)}`` (graph-replay medians).
+SPEEDUPS = {"speed_vs_deepgemm": ("deepgemm_us", "triton_us")}
+
+
+def speedups(row: dict) -> dict:
+    """The :data:`SPEEDUPS` whose two times ``row`` holds, ``{speed: DeepGEMM's µs / ours}`` (NaN where a time is
+    NaN); the writer's and ``records check``'s one formula (:func:`sparse_mla.bench.common.time_ratios`)."""
+    from .common import time_ratios
+
+    return time_ratios(row, SPEEDUPS)
 
 
 def _deep_gemm():
@@ -182,8 +192,9 @@ def _decode_case(dg, H, B, L, nn, *, seed, sm80, check, sweep, graphed, bw, sms)
     t80 = graphed(lambda: ours((8, 0))) if sm80 else float("nan")
     nbytes = B * -(-L // BS) * BS * (D + 4)
     flops = 2 * H * D * int(ctx.sum())
-    row.update(triton_us=t * 1e3, deepgemm_us=tp * 1e3, sm80_path_us=t80 * 1e3, speed_vs_deepgemm=tp / t,
-               triton_GBps=nbytes / t / 1e6, deepgemm_GBps=nbytes / tp / 1e6,
+    row.update(triton_us=t * 1e3, deepgemm_us=tp * 1e3, sm80_path_us=t80 * 1e3)
+    row.update(speedups(row))
+    row.update(triton_GBps=nbytes / t / 1e6, deepgemm_GBps=nbytes / tp / 1e6,
                frac_of_copy_bw=nbytes / (t * 1e-3) / bw, triton_TFLOPs=flops / t / 1e9,
                deepgemm_TFLOPs=flops / tp / 1e9, splits=paged_config(B, nn, H, BS, L, q.device, None).splits)
     swept = []
@@ -225,8 +236,9 @@ def _prefill_case(dg, H, M, N, *, seed, sm80, check, sweep, graphed):
     t80 = graphed(lambda: ours((8, 0))) if sm80 else float("nan")
     flops = 2 * H * D * int((ke - ks).sum())
     cfg = prefill_config(M, N, H, q.device, None)
-    row.update(triton_us=t * 1e3, deepgemm_us=tp * 1e3, sm80_path_us=t80 * 1e3, speed_vs_deepgemm=tp / t,
-               triton_TFLOPs=flops / t / 1e9, deepgemm_TFLOPs=flops / tp / 1e9,
+    row.update(triton_us=t * 1e3, deepgemm_us=tp * 1e3, sm80_path_us=t80 * 1e3)
+    row.update(speedups(row))
+    row.update(triton_TFLOPs=flops / t / 1e9, deepgemm_TFLOPs=flops / tp / 1e9,
                sm80_path_TFLOPs=flops / t80 / 1e9, splits=cfg.splits)
     swept = []
     for bm, bn, nw, ns in (PREFILL_SWEEP if sweep else ()):

@@ -61,7 +61,9 @@ SPEEDUPS = {"speedup_vs_flashmla": ("flashmla_us", "triton_us"),
 def speedups(row: dict) -> dict:
     """The :data:`SPEEDUPS` whose two times ``row`` holds, ``{speedup: their µs / ours}`` (NaN where a time is NaN:
     not measured); the writer's and ``records check``'s one formula."""
-    return {k: row[a] / row[b] for k, (a, b) in SPEEDUPS.items() if a in row and b in row}
+    from .common import time_ratios
+
+    return time_ratios(row, SPEEDUPS)
 PREFILL_SWEEP = [(16, 64, 512, 4, 2), (16, 64, 512, 4, 3), (32, 64, 512, 8, 2), (64, 32, 256, 8, 2),
                  (64, 64, 256, 8, 2), (64, 32, 128, 4, 2), (64, 64, 128, 8, 2), (128, 32, 128, 8, 2),
                  (128, 64, 128, 8, 2), (64, 32, 512, 8, 2)]

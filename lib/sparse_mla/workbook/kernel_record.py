@@ -1,15 +1,32 @@
 """A kernel benchmark's record (``sparse-mla bench kernel``, :func:`sparse_mla.bench.kernel.bench_kernel`: no engine,
 no ``ran``) against its writer: the cache layouts it names, the ones the writer can write; each speedup of a row
-its two times' ratio, by the writer's formula (:func:`sparse_mla.bench.kernel.speedups`). Its header is judged by
+its two times' ratio, by the writer's formula (:func:`sparse_mla.bench.kernel.speedups`; an indexer benchmark's
+speed, :func:`sparse_mla.bench.indexer.speedups`). Its header is judged by
 :func:`sparse_mla.workbook.proof.header_problems` as every record's is. Issue 47, round 12: ``kv_cache_dtype: "fp4"``
 in a case of ``bench_kernel_h200.json`` and a ``speedup_vs_flashmla`` of 50 beside times of 0.54 were proven
 ("unproven: no engine run", its names and figures never read).
+
+Issue 47, round 13: the header's command is read by the writer's own parser (``sparse-mla bench kernel`` or
+``indexer``, :func:`sparse_mla.bench.cli.add_cli`, :func:`sparse_mla.workbook.commands.parsed_cli`), the record's kind
+by the keys its writer writes, and a kernel record's cache layout (header and rows) held to the command's
+``--kv-cache-dtype``: a command with another layout, an option the tool does not take or the other tool's command
+was proven (r31-r33, r49, r50, r55). A speedup without both its times, or not a number (r35, r36), and an indexer
+row's ``speed_vs_deepgemm`` other than its times' ratio (s16) were proven too.
 """
 from __future__ import annotations
 
 import math
 
-from ..records.values import is_number
+from ..records.values import header_time, is_number
+
+#: The keys only each benchmark writer writes at the top of its record (:func:`sparse_mla.bench.kernel.run_bench`:
+#: ``environment``, ``checks``, ``bench``; :func:`sparse_mla.bench.indexer.run_bench`: ``environment``, ``bench``,
+#: ``targets``, ``sm80_build``): the record's kind, the ``sparse-mla bench`` subcommand that wrote it.
+KIND_KEYS = {"kernel": ("checks",), "indexer": ("targets", "sm80_build")}
+#: From c854b63 (2026-11-29T22:29:33+00:00) on, the header's command is :func:`sparse_mla.records.cli_command`'s;
+#: before, the writer wrote ``sparse-mla`` and ``sys.argv[1:]`` whatever program ran it (``sparse-mla /root/out``
+#: from a script: results/h200/bench_kernel_h200_sweep1.json), so an older record's command is not compared.
+COMMAND_SINCE = "2026-11-29T22:29:33+00:00"
 
 
 def _dicts(v) -> list[dict]:
@@ -20,7 +37,9 @@ def kernel_record_problems(rec: dict) -> list[str]:
     """Each ``kv_cache_dtype`` of the header, the ``bench`` rows and the ``checks`` that is no cache layout the
     writer writes (:data:`sparse_mla.layouts.CACHE_LAYOUTS`: it takes the layout through
     :func:`sparse_mla.kernels.launch_plan.check_cache_layout`, which answers one of those names and refuses any
-    other), one line each naming the value and what is accepted; ``[]`` for a record with no such field."""
+    other), one line each naming the value and what is accepted; then the record against its command
+    (:func:`command_problems`) and each row's speedups its times' ratio (:func:`_speedup_problems`). ``[]`` for a
+    record with none of these fields."""
     from ..layouts import CACHE_LAYOUTS
 
     env = rec.get("environment")
@@ -29,25 +48,95 @@ def kernel_record_problems(rec: dict) -> list[str]:
     return [f"{where}.kv_cache_dtype {d['kv_cache_dtype']!r} is not accepted; accepted: "
             f"{', '.join(map(repr, CACHE_LAYOUTS))} (the cache layouts the kernels read, sparse_mla.layouts."
             f"CACHE_LAYOUTS)" for where, d in places
-            if "kv_cache_dtype" in d and d["kv_cache_dtype"] not in CACHE_LAYOUTS] + _speedup_problems(rec)
+            if "kv_cache_dtype" in d and d["kv_cache_dtype"] not in CACHE_LAYOUTS] + \
+        command_problems(rec, places) + _speedup_problems(rec)
+
+
+def record_kind(rec: dict) -> str | list[str] | None:
+    """``"kernel"`` or ``"indexer"``: which ``sparse-mla bench`` writer writes a record with ``rec``'s top-level keys
+    (:data:`KIND_KEYS`, beside ``bench``); None for a record without ``bench`` rows or with neither's keys (another
+    tool's), or one line where it holds both writers' keys."""
+    if not isinstance(rec.get("bench"), list):
+        return None
+    kinds = [k for k, keys in KIND_KEYS.items() if any(key in rec for key in keys)]
+    if len(kinds) > 1:
+        return [f"it holds {', '.join(k for ks in KIND_KEYS.values() for k in ks if k in rec)}: keys of both the "
+                f"kernel and the indexer benchmark's records; no writer writes both (sparse_mla.workbook."
+                f"kernel_record.KIND_KEYS)"]
+    return kinds[0] if kinds else None
+
+
+def command_problems(rec: dict, places: list[tuple[str, dict]]) -> list[str]:
+    """A benchmark record against its header's command (module docstring): the command read by the parser of the
+    subcommand that writes the record's kind (:func:`record_kind`; :func:`sparse_mla.workbook.commands.parsed_cli`:
+    another subcommand, an option it does not take, a form the writer never writes are one line), and a kernel
+    record's ``kv_cache_dtype`` in ``places`` (``[(where, header or row)]``) the layout the command asked for
+    (``--kv-cache-dtype``, read as the CLI reads it: :func:`sparse_mla.layouts.check_kv_cache_dtype` of
+    :data:`~sparse_mla.layouts.CACHE_LAYOUTS`; the writer writes it into the header and every row). ``[]`` for a
+    record of a notebook or script (``python: sparse_mla (called from ...)``), without a command, or older than
+    :data:`COMMAND_SINCE`."""
+    from ..bench.cli import add_cli
+    from ..errors import UserInputError
+    from ..layouts import CACHE_LAYOUTS, check_kv_cache_dtype
+    from .commands import parsed_cli
+
+    kind = record_kind(rec)
+    env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
+    when = header_time(env.get("date"))
+    if kind is None or isinstance(kind, list) or not isinstance(env.get("command"), str) or (
+            when is not None and when < header_time(COMMAND_SINCE)):
+        return kind if isinstance(kind, list) else []
+    args = parsed_cli(env["command"], ("bench", kind), add_cli, f"a{'n' if kind == 'indexer' else ''} {kind} "
+                                                               f"benchmark's record")
+    if args is None or isinstance(args, str) or kind != "kernel":
+        return [args] if isinstance(args, str) else []
+    try:
+        kv = check_kv_cache_dtype(args.kv_cache_dtype, CACHE_LAYOUTS)
+    except UserInputError as e:
+        return [f"environment.command's values are none bench kernel takes ({e})"]
+    other: dict = {}
+    for where, d in places:
+        if d.get("kv_cache_dtype") in CACHE_LAYOUTS and d["kv_cache_dtype"] != kv:
+            other.setdefault(d["kv_cache_dtype"], []).append(where)
+    return [f"{w[0]}.kv_cache_dtype {v!r}{f' (and {len(w) - 1} more)' if len(w) > 1 else ''}, the command asked "
+            f"--kv-cache-dtype {kv} (sparse-mla bench kernel writes it into the header and every row)"
+            for v, w in other.items()]
 
 
 def _speedup_problems(rec: dict) -> list[str]:
-    """Each speedup of a ``bench`` row (:data:`sparse_mla.bench.kernel.SPEEDUPS`) that is not its two times' ratio
-    as :func:`sparse_mla.bench.kernel.speedups` computes it (to 1e-9 relative: the record holds µs, the writer divided
-    ms; NaN where a time is NaN), one line each."""
-    from ..bench.kernel import SPEEDUPS, speedups
+    """Each speedup of a ``bench`` row (:data:`sparse_mla.bench.kernel.SPEEDUPS`, an indexer row's
+    :data:`sparse_mla.bench.indexer.SPEEDUPS`: the names are apart) that is not its two times' ratio as the writer's
+    ``speedups`` computes it (to 1e-9 relative: the record holds µs, the writer divided ms; NaN where a time is NaN),
+    that is not a number, or that stands without both its times (the writer writes a speedup only beside them), one
+    line each."""
+    from ..bench import indexer, kernel
 
     out = []
     for i, row in enumerate(_dicts(rec.get("bench"))):
-        try:
-            want = speedups({t: row[t] for pair in SPEEDUPS.values() for t in pair if is_number(row.get(t))})
-        except ZeroDivisionError:          # a time of 0 is the shape check's line
+        for mod in (kernel, indexer):
+            out += _row_speedups(f"bench[{i}]", row, mod.SPEEDUPS, mod.speedups, mod.__name__)
+    return out
+
+
+def _row_speedups(where: str, row: dict, table: dict, formula, source: str) -> list[str]:
+    out = []
+    for k, (a, b) in table.items():
+        if k not in row:
             continue
-        for k, w in want.items():
-            have = row.get(k)
-            if is_number(have) and not (math.isnan(have) and math.isnan(w)) and not abs(have - w) <= 1e-9 * abs(w):
-                a, b = SPEEDUPS[k]
-                out.append(f"bench[{i}].{k} {have!r}, not its {a} {row[a]!r} over its {b} {row[b]!r} ({w!r}, "
-                           f"sparse_mla.bench.kernel.speedups)")
+        why = ("is not a number" if not is_number(row[k]) else
+               f"stands without its {' and '.join(t for t in (a, b) if not is_number(row.get(t)))} (a number)"
+               if not (is_number(row.get(a)) and is_number(row.get(b))) else None)
+        if why:
+            out.append(f"{where}.{k} {row[k]!r} {why}; accepted: its {a} over its {b}, the writer writes all three "
+                       f"({source}.speedups)")
+    try:
+        want = formula({t: row[t] for pair in table.values() for t in pair if is_number(row.get(t))})
+    except ZeroDivisionError:          # a time of 0 is the shape check's line
+        return out
+    for k, w in want.items():
+        have = row.get(k)
+        if is_number(have) and not (math.isnan(have) and math.isnan(w)) and not abs(have - w) <= 1e-9 * abs(w):
+            a, b = table[k]
+            out.append(f"{where}.{k} {have!r}, not its {a} {row[a]!r} over its {b} {row[b]!r} ({w!r}, "
+                       f"{source}.speedups)")
     return out

@@ -247,22 +247,30 @@ def _said_anywhere(node, where: str, engines: list[int]) -> list[str]:
 
 def _prompts_not_completed(node, where: str) -> list[str]:
     """Every ``vllm bench serve`` result (an object with ``completed`` and ``num_prompts``) at any depth that completed
-    fewer prompts than it asked, or whose counts are written as text (``"completed": "160"``: no writer writes it,
-    and docs/records.md calls such a record unproven, issue 47 round 12), one line each."""
+    fewer prompts than it asked, or whose counts (:data:`RESULT_COUNTS`) are written as text or as a float
+    (``"completed": "160"``, ``160.0``: vLLM writes an integer, no writer writes either, and docs/records.md calls such
+    a record unproven; issue 47 rounds 12 and 13), one line each."""
     out = []
     if isinstance(node, dict):
         done, asked = _count(node.get("completed")), _count(node.get("num_prompts"))
         if done is not None and asked is not None and done < asked:
             out.append(f"{where or '(the record)'} says something failed: {done:g} of {asked:g} prompts completed")
         if done is not None and asked is not None:
-            out += [f"{where}.{k} {node[k]!r} is a count written as text; accepted: an integer (vLLM's count of "
-                    f"prompts)" for k in ("completed", "num_prompts") if isinstance(node[k], str)]
+            out += [f"{where}.{k} {node[k]!r} is a count written as {'text' if isinstance(node[k], str) else 'a float'}"
+                    f"; accepted: an integer (vLLM's count, written as an int: vllm/benchmarks/serve.py)"
+                    for k in RESULT_COUNTS if isinstance(node.get(k), (str, float))]
         for k, v in node.items():
             out += _prompts_not_completed(v, f"{where}.{k}" if where else str(k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
             out += _prompts_not_completed(v, f"{where}[{i}]")
     return out
+
+
+#: The counts of a ``vllm bench serve`` result, each written as an ``int`` (``BenchmarkMetrics``' int fields as its
+#: result names them, ``num_prompts`` and ``max_concurrency`` from its arguments; vllm/benchmarks/serve.py).
+RESULT_COUNTS = ("num_prompts", "completed", "failed", "total_input_tokens", "total_output_tokens",
+                 "max_concurrent_requests", "max_concurrency")
 
 
 def _count(v) -> float | None:
