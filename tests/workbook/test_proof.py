@@ -1732,3 +1732,71 @@ def test_the_breakers_round_11_on_engine_records(tmp_path, round11_records, key,
 def test_round_11s_records_stay_proven(tmp_path, round11_records):
     """The base records of the round as committed: launch's checks, the scratch files, the counters and dates hold."""
     assert [verdict(tmp_path, json.loads(t)).status for t in round11_records.values()] == ["proven"] * len(_R11)
+
+
+# -- issue 47, round 13 (M1): a record without ran blocks is held to every check that does not read ran ----------------
+
+_TP2 = Path(__file__).resolve().parents[2] / "results" / "h200" / "launch_tp2.json"
+_T, _FM = "TRITON_MLA_SPARSE", "FLASHMLA_SPARSE"
+
+
+@pytest.fixture(scope="module")
+def tp2() -> dict:
+    """``results/h200/launch_tp2.json``: written 2026-11-30 by the parity writer before ``run_specs`` and ``ran``."""
+    return json.loads(_TP2.read_text())
+
+
+def _mla_impl(r: dict) -> None:
+    next(v for v in r["layers"].values() if v.get("layer") == "MLAAttention")["impl"] = "TritonMLASparseImpl"
+
+
+def _not_argmax(r: dict) -> None:
+    g = r["generations"][0]
+    g["token_ids"][0] = int(list(g["first_top_logprobs"])[1])
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda d: d.__setitem__("prompt_lengths", [48, 600]), "the record's prompt_lengths are [48, 600]"),      # r01
+    (lambda d: d["runs"][_T].__setitem__("backend_requested", _FM), "is not the request"),                   # r03
+    (lambda d: d["runs"][_FM]["environment"].__setitem__("gpu", "NVIDIA H100 80GB HBM3"), "gpu 'NVIDIA H100"),  # r07
+    (lambda d: d["runs"][_FM]["environment"].__setitem__("date", "2026-12-02T00:11:41+00:00"),
+     "not within 6 hours"),                                                                                  # r08
+    (lambda d: d["runs"][_T]["throughput"].__setitem__("generated_tokens", 2048), "generated_tokens 2048"),  # r12
+    (lambda d: _mla_impl(d["runs"][_FM]), "names impl 'TritonMLASparseImpl'"),                               # r13
+    (lambda d: d["runs"][_T]["throughput"].__setitem__("seconds", math.nan), "in nan s"),                    # r14
+    (lambda d: d["runs"][_T].__setitem__("tp", 1), "tp 1, the record's 2"),                                  # r23
+    (lambda d: d["parity_vs_ours"][_FM]["per_prompt"][0].__setitem__("identical", True), "parity_vs_ours"),  # s05
+    (lambda d: d["throughput_tokens_per_s"].__setitem__(_T, 9999.0), "throughput_tokens_per_s"),            # s06
+    (lambda d: d["reference_first_token"][_T][0].__setitem__("same_first_token", False),
+     "same_first_token False"),                                                                              # s07
+    (lambda d: d["runs"][_T]["attention_backends"].append(_FM), "its layers' backends"),                    # s08
+    (lambda d: _not_argmax(d["runs"][_T]), "vllm_first_token"),                                              # s09
+    (lambda d: d["runs"].__setitem__(f"{_T}+bogus", d["runs"].pop(f"{_T}+eager")), "reference_first_token"),  # s11
+    (lambda d: d["serve"].__setitem__("matches_offline", True), "serve: matches_offline True"),
+])
+def test_a_record_without_ran_is_held_to_what_needs_no_ran(tp2, edit, needle):
+    """The breaker's round 13 edits of a record without ``ran`` blocks (each invalid on a record with them): invalid
+    too, naming what is not its writer's (before: 'unproven: no ran block', every within-record check skipped)."""
+    import copy
+
+    rec = copy.deepcopy(tp2)
+    edit(rec)
+    v = proof.judge(str(_TP2), rec)
+    assert (v.status, needle in v.reason) == ("invalid", True), v.reason
+
+
+def test_every_committed_record_without_ran_stays_unproven():
+    """The older writers' records (no ``ran`` block, most before ``run_specs``) are consistent with themselves under
+    the checks above, read in their writer's form: unproven, none invalid."""
+    from sparse_mla.records.engine_tables import engine_runs
+
+    root = _TP2.parents[1]
+    seen = 0
+    for f in sorted(root.rglob("*.json")):
+        rec = json.loads(f.read_text())
+        if not proof.is_run_record(rec) or any("ran" in r for r in engine_runs(rec).values()):
+            continue
+        seen += 1
+        v = proof.judge(str(f), rec)
+        assert v.status == "unproven", (f, v.reason)
+    assert seen >= 20

@@ -2,10 +2,10 @@
 otherwise than the data they summarize **invalid** (no writer of ours makes one; each summary is computed from that
 data by the function named below, in the process that ran).
 
-* a parity record's (one with ``run_specs``) ``parity_baseline``, ``parity_vs_ours``, ``parity_pairs``,
-  ``engine_agreement`` and ``throughput_tokens_per_s`` are what the writer's own functions
-  (:func:`sparse_mla.launch.engine.compare`, :func:`sparse_mla.launch.agreement.first_token_agreement`) give from its
-  runs, each present where the writer writes it (a run cut short, ``interrupted``, writes what it had);
+* a parity record's (:func:`parity_record`: one with ``run_specs``, or an earlier one's) ``parity_baseline``,
+  ``parity_vs_ours``, ``parity_pairs``, ``engine_agreement`` and ``throughput_tokens_per_s`` are what the writer's
+  own functions (:func:`sparse_mla.launch.engine.compare`, :func:`sparse_mla.launch.agreement.first_token_agreement`)
+  give from its runs, each present where the writer writes it (a run cut short, ``interrupted``, writes what it had);
 * its ``reference_first_token`` has one entry per run and judged prompt (within ``reference_max_len``) whose first
   token, ``same_first_token`` and ``top_k`` are the run's (:func:`sparse_mla.launch.engine.compare_reference`), and
   its ``first_token_criterion`` (records from :data:`CRITERION_SINCE` on) judges the same prompts with the runs' first
@@ -14,7 +14,8 @@ data by the function named below, in the process that ran).
 * a serving benchmark's per-run ``summary``: the spread of its repeats (:func:`sparse_mla.bench.serve.spread`); its
   passes, agreement summaries, verdict, server block and servers' ``ran`` (:mod:`sparse_mla.workbook.serving`);
   vLLM's results, its servers' command lines and its wall time (:mod:`sparse_mla.workbook.serving_results`);
-* ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``);
+* ``serve.matches_offline``: the served tokens against the first 16 of the run it names (``compared_with``; before
+  :data:`COMPARED_WITH_SINCE`, our backend's);
 * each engine run's ``throughput``: ``output_tokens_per_s`` its ``generated_tokens`` over its ``seconds``, those
   ``num_seqs`` x ``max_tokens`` (it ignores EOS); its prompts and generations within the record's ``max_model_len``;
 * a serving benchmark's ``repeats``: none completed more prompts than it asked, each asked the load's
@@ -91,7 +92,8 @@ def writer_summaries(rec: dict) -> dict:
     from ..launch.engine import compare
 
     ok = _ok(rec)
-    base = rec["parity_baseline"] if "parity_baseline" in rec else _baseline(list(rec["run_specs"]))
+    specs = rec["run_specs"] if isinstance(rec.get("run_specs"), dict) else rec["runs"]      # an earlier record's runs
+    base = rec["parity_baseline"] if "parity_baseline" in rec else _baseline(list(specs))
     out: dict = {}
     if base in ok and len(ok) > 1:
         out["parity_baseline"] = base
@@ -115,10 +117,19 @@ def _unordered(key: str, value):
                    for p in value), key=lambda p: (p["a"], p["b"]))
 
 
+def parity_record(rec: dict) -> bool:
+    """A record of ``launch --parity``: one with ``run_specs`` (its writer since 2026-12-01), or one of the earlier
+    writer, which wrote no ``run_specs``, ``parity_baseline`` nor ``parity_pairs`` but the same ``parity_vs_ours``,
+    ``reference_first_token`` and ``throughput_tokens_per_s`` (``results/h200/launch_h200.json``, ``launch_tp2.json``,
+    ``launch_h200_topk256.json``)."""
+    return isinstance(rec.get("runs"), dict) and (isinstance(rec.get("run_specs"), dict) or "parity_vs_ours" in rec)
+
+
 def summary_problems(rec: dict) -> list[str]:
-    """A parity record's (one with ``run_specs``) summaries against :func:`writer_summaries`: each the writer writes
-    must be there and equal, and none it does not write may be."""
-    if not isinstance(rec.get("run_specs"), dict) or not isinstance(rec.get("runs"), dict):
+    """A parity record's (:func:`parity_record`) summaries against :func:`writer_summaries`: each the writer writes
+    must be there and equal, and none it does not write may be; an earlier record's (no ``run_specs``) each where it
+    has it (that writer wrote fewer)."""
+    if not parity_record(rec):
         return []
     try:
         want = writer_summaries(rec)
@@ -127,7 +138,7 @@ def summary_problems(rec: dict) -> list[str]:
     out = [f"{k}: not what its runs give (recomputed by the writer's own functions)"
            for k, v in want.items() if k in rec and not _same(*map(_unordered, (k, k), (v, rec[k])))]
     out += [f"no {k}, which the writer writes from these runs" for k in want if k not in rec
-            and rec.get("interrupted") is None]      # a run cut short mid-way writes what it had
+            and rec.get("interrupted") is None and "run_specs" in rec]      # a run cut short mid-way writes what it had
     out += [f"{k}, which the writer does not write from these runs" for k in ("parity_baseline", "parity_vs_ours",
                                                                               "engine_agreement")
             if k in rec and k not in want]
@@ -140,7 +151,7 @@ def reference_problems(rec: dict) -> list[str]:
     token is the run's and ``same_first_token`` and ``top_k`` its own; the criterion judges the same prompts with the
     same first tokens and reference argmax, ``decisive`` is its gap above its tolerance, ``decisive_prompts`` their
     count. An ``error`` in either (the writer's, holding the exception) leaves the rest to ``said_failed``."""
-    if not isinstance(rec.get("run_specs"), dict):
+    if not parity_record(rec):
         return []
     ok = _ok(rec)
     try:
@@ -269,20 +280,38 @@ def criterion_figure_problems(rec: dict) -> list[str]:
     return out
 
 
+#: When the writer began to write ``serve.compared_with`` (commit 8cef006's date): before it, ``matches_offline``
+#: compared the served tokens with our backend's offline run (:data:`sparse_mla.launch.specs.OURS`) and named none
+#: (``results/h200/launch_h200.json``, ``launch_tp2.json``).
+COMPARED_WITH_SINCE = "2026-11-30T00:48:46+00:00"
+
+
+def _compared_with(rec: dict, s: dict):
+    """The offline run ``serve.matches_offline`` compares with: its ``compared_with``, or our backend's run in a
+    record dated before :data:`COMPARED_WITH_SINCE` that names none."""
+    from ..launch.specs import OURS
+
+    when = header_time((rec.get("environment") or {}).get("date")) if isinstance(rec.get("environment"), dict) \
+        else None
+    older = "compared_with" not in s and when is not None and when < header_time(COMPARED_WITH_SINCE)
+    return OURS if older else s.get("compared_with")
+
+
 def served_problems(rec: dict) -> list[str]:
     """``serve.matches_offline`` against the served tokens and the offline run it names (``compared_with``: the
-    writer writes both or neither)."""
+    writer writes both or neither; a record before :data:`COMPARED_WITH_SINCE`: ours, unnamed)."""
     s = rec.get("serve")
     if not isinstance(s, dict) or ("matches_offline" not in s and "compared_with" not in s):
         return []
     if "matches_offline" not in s:
         return [f"serve: compared_with {s.get('compared_with')!r} and no matches_offline (the writer writes both)"]
-    run = _with_generations(rec).get(s.get("compared_with"))
+    against = _compared_with(rec, s)
+    run = _with_generations(rec).get(against)
     if run is None or not run["generations"] or not isinstance(run["generations"][0], dict):
-        return [f"serve: matches_offline compares with {s.get('compared_with')!r}, which has no generations here"]
+        return [f"serve: matches_offline compares with {against!r}, which has no generations here"]
     same = s.get("token_ids") == run["generations"][0].get("token_ids", [])[:16]
     return [] if s["matches_offline"] is same else \
-        [f"serve: matches_offline {s['matches_offline']!r}, yet its tokens and {s['compared_with']}'s first 16 are "
+        [f"serve: matches_offline {s['matches_offline']!r}, yet its tokens and {against}'s first 16 are "
          f"{'the same' if same else 'not the same'}"]
 
 
@@ -416,7 +445,7 @@ def _layer_problems(rec: dict, name: str, run: dict) -> list[str]:
     model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
     decoder = model.get("num_hidden_layers")
     decoder = decoder + (_layers(ran.get("draft_attention")) or 0) if _int(decoder) else None
-    out = layer_map_problems(name, ran, layers, decoder)
+    out = layer_map_problems(name, ran, layers, decoder) if "ran" in run else []
     for n, v in layers.items():
         kv = v.get("kv_cache_dtype") if isinstance(v, dict) else None
         if isinstance(v, dict) and n not in _indexer_layers(layers) and isinstance(asked, str) and kv != asked and \
@@ -597,4 +626,4 @@ def consistency_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     out += [p for k, r in runs.items() if k != "serve" for p in throughput_problems(k, r) + length_problems(rec, k, r)]
     out += model_layer_problems(rec, runs) + serving_record_problems(rec) + serving_result_problems(rec)
     out += serve_command_problems(rec)
-    return out + [p for k, r in runs.items() if k != "serve" and "ran" in r for p in run_problems(rec, k, r)]
+    return out + [p for k, r in runs.items() if k != "serve" for p in run_problems(rec, k, r)]

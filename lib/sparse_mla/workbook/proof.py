@@ -929,43 +929,25 @@ def _judge(path: str, obj) -> Verdict:
     failed = [r for r in runs.values() if "error" in r and r["error"] is not None]    # "" too: no writer makes it
     live = {k: r for k, r in runs.items() if r not in failed}
     with_ran = {k: r for k, r in live.items() if "ran" in r}
-    if not with_ran:
-        bad = command_problems(obj, plan=False) + serve_command_problems(obj) if runs else []
-        bad = header_problems(obj, {}) + [f"{k}: {p}" for k, r in runs.items() if isinstance(r.get("environment"), dict)
-                                          for p in header_problems({"environment": r["environment"]}, {})] + \
-            kernel_record_problems(obj) + bad
-        if bad:            # the header, a kernel row, what the command asked against what the record ran: no ran needed
-            return Verdict(path, "invalid", "; ".join(bad))
-        what = (["no engine run"] if not runs else
-                ([f"no ran block in {', '.join(live)}"] if live else []) + ([f"{len(failed)} engine(s) failed"]
-                                                                            if failed else []))
-        return Verdict(path, "unproven", "; ".join([*what, *gaps]))
-    gaps += [f"no {k}" for k in PROOF_HEADER if not _known((obj.get("environment") or {}).get(k))]
-    if gaps:
-        return Verdict(path, "invalid", "; ".join(gaps))
-    _vllm_importable()
-    requests = {k: asked(r, obj) for k, r in with_ran.items()}
-    bad = [f"{k}: {a}" for k, a in requests.items() if isinstance(a, str)]
-    bad += [f"{k}: {n}" for k, r in runs.items() for n in unknown_names(r)]
-    vllm = (obj.get("environment") or {}).get("vllm")
-    bad += [p for k, r in with_ran.items() for p in impl_problems(k, r, (r.get("environment") or {}).get("vllm", vllm))]
-    bad += [f"{k}: {m}" for k, r in with_ran.items() if isinstance(requests[k], dict)
-            for name in {k, r.get("run"), r.get("run_spec")} - {None}
-            if (m := _spec_mismatch(name, requests[k]["backend_requested"], requests[k]["indexer"],
-                                    r.get("simulated_capability")))]
-    env = obj.get("environment") or {}
-    if isinstance(obj.get("tp"), int) and isinstance(env.get("gpu_count"), int) and obj["tp"] > env["gpu_count"]:
-        bad.append(f"tp {obj['tp']} on {env['gpu_count']} GPU(s)")
-    bad += header_problems(obj, with_ran) + written_after_runs(obj)
-    bad += record_problems(obj, runs) + outcome_problems(obj) + command_problems(obj) + diagnosis_problems(obj)
-    bad += [f"{k}: {p}" for k, r in with_ran.items() if isinstance(r.get("environment"), dict)
-            for p in header_problems({"environment": r["environment"]}, {k: r})]   # a run's own header, as the top
+    if with_ran:
+        gaps += [f"no {k}" for k in PROOF_HEADER if not _known((obj.get("environment") or {}).get(k))]
+        if gaps:
+            return Verdict(path, "invalid", "; ".join(gaps))
+    if runs:
+        _vllm_importable()
+    requests = {k: asked(r, obj) for k, r in live.items()}
+    bad = written_problems(obj, runs, requests, with_ran)
     bad += [f"{k}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)
             for c in contradictions(requests[k], r["ran"])]
     bad += [f"{where}: {c}" for k, r in with_ran.items() if isinstance(requests[k], dict)     # each live server's
             for where, ran in ran_blocks({k: r}) if ran is not r["ran"] for c in contradictions(requests[k], ran)]
     if bad:
         return Verdict(path, "invalid", "; ".join(bad))
+    if not with_ran:
+        what = (["no engine run"] if not runs else
+                ([f"no ran block in {', '.join(live)}"] if live else []) + ([f"{len(failed)} engine(s) failed"]
+                                                                            if failed else []))
+        return Verdict(path, "unproven", "; ".join([*what, *gaps]))
     missing = [k for k in live if k not in with_ran]
     said = said_failed(obj) + revision_unknown(path, obj)
     if missing or failed or said:
@@ -974,6 +956,38 @@ def _judge(path: str, obj) -> Verdict:
                 ([f"(and {len(said) - 3} more)"] if len(said) > 3 else [])
         return Verdict(path, "unproven", "; ".join(parts))
     return Verdict(path, "proven", f"{len(with_ran)} engine run(s) with ran")
+
+
+def written_problems(rec: dict, runs: dict[str, dict], requests: dict[str, dict | str],
+                     with_ran: dict[str, dict]) -> list[str]:
+    """What record ``rec`` says of itself that no writer of ours writes, judged whether or not its engines carry a
+    ``ran`` block (issue 47, round 13: an older record without one was held to none of it): each request that cannot
+    be read (``requests``: :func:`asked` of each live run) or whose run key names another, names no vLLM has, a
+    layer's impl not its backend's, ``tp`` beyond the header's GPUs, the header and each run's header
+    (:func:`header_problems`, the device of ``with_ran``'s ``ran`` blocks where there are some), a run dated after
+    its parity header, :func:`record_problems`, :func:`outcome_problems`, the command
+    (:func:`sparse_mla.workbook.commands.command_problems`; today's parity plan only for a record with ``ran``
+    blocks or ``run_specs``), the diagnosis, a kernel benchmark's rows. What reads ``ran`` (its contradictions of
+    the request) is :func:`_judge`'s. One line each."""
+    vllm = (rec.get("environment") or {}).get("vllm")
+    bad = [f"{k}: {a}" for k, a in requests.items() if isinstance(a, str)]
+    bad += [f"{k}: {n}" for k, r in runs.items() for n in unknown_names(r)]
+    bad += [p for k, r in runs.items() if k in requests
+            for p in impl_problems(k, r, (r.get("environment") or {}).get("vllm", vllm))]
+    bad += [f"{k}: {m}" for k, r in runs.items() if isinstance(requests.get(k), dict)
+            for name in {k, r.get("run"), r.get("run_spec")} - {None}
+            if (m := _spec_mismatch(name, requests[k]["backend_requested"], requests[k]["indexer"],
+                                    r.get("simulated_capability")))]
+    env = rec.get("environment") or {}
+    if isinstance(rec.get("tp"), int) and isinstance(env.get("gpu_count"), int) and rec["tp"] > env["gpu_count"]:
+        bad.append(f"tp {rec['tp']} on {env['gpu_count']} GPU(s)")
+    bad += header_problems(rec, with_ran) + written_after_runs(rec)
+    if runs:
+        bad += record_problems(rec, runs) + outcome_problems(rec) + command_problems(rec, plan=bool(with_ran)) + \
+            diagnosis_problems(rec)
+    bad += [f"{k}: {p}" for k, r in runs.items() if isinstance(r.get("environment"), dict)   # a run's own header
+            for p in header_problems({"environment": r["environment"]}, {k: r} if k in with_ran else {})]
+    return bad + kernel_record_problems(rec)
 
 
 def _vllm_importable() -> None:
