@@ -64,7 +64,6 @@ from ..vllm_plugin.ran import contradictions
 from .commands import command_problems
 from .consistency import consistency_problems, ran_blocks, unrecorded_failures
 from .serving import passes_not_completed
-from .serve_command import serve_command_problems
 from .diagnosis import diagnosis_problems, diagnosis_said
 from .kernel_record import kernel_record_problems
 from .written import is_glm5next_comparison, unwritten_keys
