@@ -76,6 +76,7 @@ def mig_parent(gpu: str) -> tuple[str, bool]:
     parent = MIG_SLICE.sub("", gpu)
     return parent, parent != gpu
 
+
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``), from :data:`GPUS`.
 GPU_PRESETS: dict[str, str] = {name: gpu.capability for name, gpu in GPUS.items()}
 
