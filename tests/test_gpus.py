@@ -1,7 +1,7 @@
 """``sparse_mla.gpus``: the named GPUs' SM counts, which ``records check`` holds a header's ``sm_count`` to."""
 import pytest
 
-from sparse_mla.gpus import DEVICE_LIMITS, GPUS
+from sparse_mla.gpus import DEVICE_LIMITS, GPUS, mig_parent
 
 
 @pytest.mark.parametrize("preset, name, sms", [
@@ -9,6 +9,7 @@ from sparse_mla.gpus import DEVICE_LIMITS, GPUS
     ("h200", "NVIDIA H200", 132), ("h200", "NVIDIA H200 NVL", 132), ("a100", "NVIDIA A100-SXM4-80GB", 108),
     ("rtx-4090", "NVIDIA GeForce RTX 4090", 128), ("rtx-4090", "NVIDIA GeForce RTX 4090 D", 114),
     ("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 188),
+    ("h100", "NVIDIA H100 PCIe MIG 1g.10gb", 114),      # a MIG slice: its whole GPU's, the most it may have
 ])
 def test_a_cards_sms_are_its_variants_else_the_presets(preset, name, sms):
     assert GPUS[preset].sm_count(name) == sms
@@ -18,3 +19,15 @@ def test_every_planning_row_is_the_sm_count_of_a_preset_of_its_capability():
     """DEVICE_LIMITS holds one GPU's SMs per capability: that of a named GPU of the same capability."""
     for (major, minor), lim in DEVICE_LIMITS.items():
         assert lim.sm_count in {g.sms for g in GPUS.values() if g.capability == f"{major}.{minor}"}, (major, minor)
+
+
+@pytest.mark.parametrize("name, parent, mig", [
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "NVIDIA H100 80GB HBM3", True),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100-SXM4-40GB", True),
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", "NVIDIA H100 80GB HBM3", True),
+    ("NVIDIA A100-SXM4-40GB MIG 4c.7g.40gb", "NVIDIA A100-SXM4-40GB", True),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", False),
+    ("NVIDIA H100 80GB HBM3 MIG", "NVIDIA H100 80GB HBM3 MIG", False),
+])
+def test_a_mig_slices_name_is_its_gpus_and_its_profile(name, parent, mig):
+    assert mig_parent(name) == (parent, mig)

@@ -25,8 +25,9 @@ class GpuPreset:
 
     def sm_count(self, gpu: str) -> int | None:
         """The SMs of the card named ``gpu`` (a name holding this preset's, ``torch.cuda.get_device_name()``): the
-        first variant whose word the name holds (any case), else :attr:`sms`."""
-        words = set(re.sub(r"[^A-Z0-9]+", " ", gpu.upper()).split())
+        first variant whose word the name holds (any case), else :attr:`sms`. A MIG slice's name (:data:`MIG_SLICE`)
+        gives its whole GPU's, the most the slice may have."""
+        words = set(re.sub(r"[^A-Z0-9]+", " ", mig_parent(gpu)[0].upper()).split())
         return next((n for word, n in self.variants if word in words), self.sms)
 
 
@@ -59,6 +60,22 @@ GPUS: dict[str, GpuPreset] = {
 #: ``NVIDIA H100 80GB HBM3``, ``NVIDIA GeForce RTX 4090``, ``NVIDIA A100-SXM4-80GB``. A preset's name (``h100``) or a
 #: file-name form (:func:`sparse_mla.records.gpu_slug`) is none.
 DEVICE_NAME_PREFIX = "NVIDIA "
+
+#: How a MIG slice's name ends: the driver names a MIG instance by its GPU's name and its profile, which
+#: ``torch.cuda.get_device_properties(0).name`` reads with the slice's own ``multi_processor_count`` (JAX's GPU
+#: table: ``NVIDIA H100 80GB HBM3 MIG 1g.10gb`` with 16 SMs, ``NVIDIA B200 MIG 1g.23gb`` with 18; NVIDIA's MIG user
+#: guide names the profiles ``<g>g.<mem>gb``, those with the media engines ``+me``, a compute instance smaller than
+#: its GPU instance ``<c>c.<g>g.<mem>gb``, as in an OpenCL listing's ``A100-SXM4-40GB MIG 4c.7g.40gb``). The slice
+#: has its GPU's capability and at most its SMs; which SMs a profile has is not tabled here.
+MIG_SLICE = re.compile(r" MIG (?:\d+c\.)?\d+g\.\d+gb(?:\+me)?$", re.IGNORECASE)
+
+
+def mig_parent(gpu: str) -> tuple[str, bool]:
+    """``(name of the whole GPU, whether gpu names a MIG slice of it)``: ``"NVIDIA H100 80GB HBM3 MIG 1g.10gb"`` ->
+    ``("NVIDIA H100 80GB HBM3", True)``; any other name is its own GPU's (:data:`MIG_SLICE`)."""
+    parent = MIG_SLICE.sub("", gpu)
+    return parent, parent != gpu
+
 
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``), from :data:`GPUS`.
 GPU_PRESETS: dict[str, str] = {name: gpu.capability for name, gpu in GPUS.items()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -119,20 +120,46 @@ def test_launch_refuses_the_8_head_shard_before_an_engine_starts(splits, tmp_pat
     assert check_model(str(splits["a"] / SHARDS[0])) == splits["a"] / SHARDS[0]
 
 
-def test_launch_on_a_gguf_prints_only_its_answer_in_a_fresh_process(splits, tmp_path):
+@pytest.mark.parametrize("form", ["file", pytest.param("DIR:QUANT", marks=pytest.mark.slow)])
+def test_launch_on_a_gguf_prints_only_its_answer_in_a_fresh_process(splits, tmp_path, form):
     """Breaker round 12 (class 8): launch's GGUF checks import vLLM, whose import logged four "Failed to import from
     vllm._C" warnings on stdout (and torch's "No CUDA runtime" on stderr) before the answer; they run under the
-    diagnosis' ``quiet_logs``: stdout empty, stderr the one refusal naming the shard."""
+    diagnosis' ``quiet_logs``: stdout empty, stderr the one refusal naming the shard. Round 13 (M6: l01, l02): the
+    DIR:QUANT form's plugin test ran before them (is_gguf); a fresh process each (the slow tier has the second,
+    the default tier :func:`test_whether_a_model_is_a_gguf_imports_neither_the_plugin_nor_vllm`)."""
     pytest.importorskip("vllm_gguf_plugin", reason="launch loads a GGUF through vllm-gguf-plugin")
     import subprocess
     import sys
 
     folder = _mixed(splits, tmp_path, "h8")
-    r = subprocess.run([sys.executable, "-m", "sparse_mla", "launch", "--model", str(folder / SHARDS[0])],
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    model = str(folder / SHARDS[0]) if form == "file" else f"{folder}:Q8_0"
+    import os
+
+    import sparse_mla
+
+    lib = str(Path(sparse_mla.__file__).resolve().parents[1])       # this package, not one installed elsewhere
+    r = subprocess.run([sys.executable, "-m", "sparse_mla", "launch", "--model", model], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path, env={**os.environ, "PYTHONPATH": lib})
     assert r.returncode == 2 and r.stdout == "", r.stdout[-2000:]
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("sparse-mla launch: error: "), r.stderr[-2000:]
     assert f"in {SHARDS[1]}: " in r.stderr
+
+
+def test_whether_a_model_is_a_gguf_imports_neither_the_plugin_nor_vllm(splits, monkeypatch):
+    """is_gguf is the form alone: the plugin's quant test (it imports vLLM, which logs on stdout) is the reader's,
+    under launch's quiet_logs for every GGUF form (round 13, M6: DIR:QUANT's ran before it); its refusal stays."""
+    from sparse_mla.gguf import files
+
+    def plugin(*a):
+        raise AssertionError(f"the plugin asked for {a} while telling the form")
+
+    with monkeypatch.context() as m:
+        m.setattr(files, "plugin_object", plugin)
+        assert files.is_gguf(f"{splits['a']}:Q8_0") and files.is_gguf(f"{splits['a']}:q8_0")
+        assert files.is_gguf(str(splits["a"] / SHARDS[0])) and not files.is_gguf(str(splits["a"]))
+    if files.plugin_object("gguf_utils", "is_local_gguf_quant") is not None:
+        with pytest.raises(UserInputError, match="vllm-gguf-plugin does not take 'q8_0'"):
+            files.reference(f"{splits['a']}:q8_0")
 
 
 @pytest.mark.every_line

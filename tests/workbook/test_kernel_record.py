@@ -44,6 +44,14 @@ def test_a_kernel_record_whose_header_or_names_no_writer_writes_is_invalid(tmp_p
     assert v.status == "invalid" and says in v.reason, v.line()
 
 
+def test_a_kernel_record_written_on_a_mig_slice_is_not_invalid(tmp_path):
+    """Its name the GPU's and profile, its SMs the slice's (torch reads both so; issue 47 round 13, r42)."""
+    rec = copy.deepcopy(_COMMITTED)
+    rec["environment"].update(gpu="NVIDIA H100 80GB HBM3 MIG 1g.10gb", sm_count=16)
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven" and v.reason.startswith("no engine run"), v.line()
+
+
 def test_the_committed_records_without_an_engine_run_keep_their_verdict():
     files = [f for f in RESULTS.rglob("*.json") if f.name.startswith(("bench_kernel", "bench_indexer", "fp8_where"))]
     verdicts = proof.check([str(f) for f in files])

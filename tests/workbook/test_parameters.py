@@ -18,6 +18,8 @@ from sparse_mla.workbook.parameters import check_values
     ("device", "gpu", "cpu, cuda"), ("machine", "8x H100", "8x RTX PRO 6000"),
     ("tp", -8, "num_attention_heads"), ("tp", 3, "num_attention_heads"), ("capability", "rtx-9090", "h200"),
     ("kv_cache_dtype", "fp4", "fp8_ds_mla"), ("model", "glm-6", "glm-5"),
+    # the empty value by name, not read as the notebooks' folder (issue 47, breaker round 13, p32)
+    ("model", "", "model '' is empty; accepted: a preset (glm-5, deepseek-v3.2)"), ("model", " ", "model ' ' is empty"),
 ])
 def test_a_refused_value_names_the_notebook_key_value_and_what_is_accepted(key, value, accepted, tmp_path):
     defaults = {"model": "glm-5", "tp": 8, "capability": "rtx-pro-6000", "kv_cache_dtype": "bfloat16"}

@@ -326,6 +326,22 @@ _GLM_DIR = Path(__file__).resolve().parents[2] / "results" / "h100-80gb-hbm3"
 #: The committed proven GLM-5.3-Flash comparisons (two engines; one simulating 8.0), read once.
 _GLM_PROVEN = {n: (_GLM_DIR / f"glm5next_parity_h100-80gb-hbm3_vllm033{n}.json").read_text() for n in ("", "_sim80")}
 _FM, _TM, _SIM = "FLASHMLA_SPARSE", "TRITON_MLA_SPARSE", "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER@8.0"
+
+
+@pytest.mark.parametrize("gpu, sm_count, status, needle", [
+    # a MIG slice: the driver's name of its GPU and profile, its own SMs (issue 47 round 13: r72 was invalid)
+    ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 60, "proven", "first-token criterion"),
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", 16, "proven", "first-token criterion"),
+    ("NVIDIA H100 80GB HBM3 MIG 7g.80gb", 133, "invalid",
+     "environment.sm_count 133 on a 'NVIDIA H100 80GB HBM3 MIG 7g.80gb'; accepted: 1 to 132 (a MIG slice"),
+    ("NVIDIA H100 80GB HBM3 MIG", 60, "invalid", "environment.sm_count 60 on a 'NVIDIA H100 80GB HBM3 MIG'; "
+                                                 "accepted: 132 (its SMs"),        # no profile: no slice's name
+])
+def test_a_header_written_on_a_mig_slice_is_judged_by_its_whole_gpu(gpu, sm_count, status, needle):
+    rec = json.loads(_GLM_PROVEN["_sim80"])
+    rec["environment"].update(gpu=gpu, sm_count=sm_count)
+    v = proof.judge("x.json", rec)
+    assert v.status == status and needle in v.reason, v.line()
 _MLA_LAYER = "model.layers.3.self_attn.attn"
 
 

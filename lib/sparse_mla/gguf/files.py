@@ -45,9 +45,9 @@ ACCEPTED = ("a .gguf file (any shard of a split model) or DIR:QUANT (vllm-gguf-p
 
 def is_gguf(model) -> bool:
     """Whether a ``--model`` names a GGUF, the one answer of the diagnosis and launch: vllm-gguf-plugin's ``DIR:QUANT``
-    for an existing folder (:func:`reference`), a path named ``*.gguf`` (any shard of a split model; one that does not
+    for an existing folder (its form, :func:`dir_quant`), a path named ``*.gguf`` (any shard of a split model; one that does not
     exist is the GGUF reader's to refuse), or an existing file starting with the GGUF magic ``b"GGUF"``."""
-    if reference(model) is not None:
+    if dir_quant(model) is not None:      # the form alone: the plugin (and vLLM, logging) is the reader's to import
         return True
     if str(model).lower().endswith(".gguf"):
         return True
@@ -64,8 +64,27 @@ def is_gguf(model) -> bool:
 def reference(model) -> tuple[Path, str] | None:
     """``(folder, quant type)`` where ``model`` is vllm-gguf-plugin's ``DIR:QUANT`` for an existing folder (and not
     itself an existing path), else None. Raises :class:`UserInputError` for a QUANT with characters no GGUF file name
-    carries (``*``, ``[``: the plugin would glob them) and, where the plugin is installed, one its
-    ``is_local_gguf_quant`` does not take (``q8_0``, ``UD-Q4_K_XL``: not a GGUF to vLLM)."""
+    carries (``*``, ``[``: the plugin would glob them, :func:`dir_quant`) and, where the plugin is installed, one its
+    ``is_local_gguf_quant`` does not take (``q8_0``, ``UD-Q4_K_XL``: not a GGUF to vLLM). Importing the plugin imports
+    vLLM, which logs on stdout: callers that print read it under the diagnosis' ``quiet_logs`` (launch's
+    ``check_model``)."""
+    ref = dir_quant(model)
+    if ref is None:
+        return None
+    folder_path, quant = ref
+    takes = plugin_object("gguf_utils", "is_local_gguf_quant")     # what vLLM's side asks (the plugin, where installed)
+    if takes is not None and not takes(f"{folder_path}:{quant}"):
+        raise UserInputError(f"model {str(model)!r}: vllm-gguf-plugin does not take {quant!r} for a GGUF quant type "
+                             f"(is_local_gguf_quant: a GGUF type spelled as llama.cpp does, Q8_0, Q4_K_M, IQ3_M; "
+                             f"vLLM would not read {str(model)!r} as a local GGUF); accepted: such a type after DIR:, "
+                             f"or the path of the model's first .gguf file")
+    return ref
+
+
+def dir_quant(model) -> tuple[Path, str] | None:
+    """``(folder, quant type)`` where ``model`` has ``DIR:QUANT``'s form for an existing folder (and is not itself an
+    existing path), else None -- the form alone, without the plugin's word on the quant (:func:`reference`). Raises
+    :class:`UserInputError` for a QUANT with characters no GGUF file name carries (``*``, ``[``)."""
     text = str(model)
     if ":" not in text or os.path.exists(text):
         return None
@@ -79,12 +98,6 @@ def reference(model) -> tuple[Path, str] | None:
     if not QUANT.fullmatch(quant):          # vllm-gguf-plugin globs for it: no pattern characters
         raise UserInputError(f"model {text!r}: {quant!r} is not a GGUF quant type; accepted: a type as GGUF file names "
                              f"carry it (letters, digits, _ . + -: Q8_0, Q4_K_M, UD-Q4_K_XL) after DIR:")
-    takes = plugin_object("gguf_utils", "is_local_gguf_quant")     # what vLLM's side asks (the plugin, where installed)
-    if takes is not None and not takes(f"{folder_path}:{quant}"):
-        raise UserInputError(f"model {text!r}: vllm-gguf-plugin does not take {quant!r} for a GGUF quant type "
-                             f"(is_local_gguf_quant: a GGUF type spelled as llama.cpp does, Q8_0, Q4_K_M, IQ3_M; "
-                             f"vLLM would not read {text!r} as a local GGUF); accepted: such a type after DIR:, or "
-                             f"the path of the model's first .gguf file")
     return folder_path, quant
 
 

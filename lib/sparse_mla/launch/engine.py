@@ -124,7 +124,9 @@ def check_model(model: str | os.PathLike) -> Path:
     from ..diagnose.probe import quiet_logs
     from .gguf_reader import gguf_config
 
-    with quiet_logs():   # vLLM's first import (the plugin's shard discovery) logs on stdout, as in the diagnosis
+    # every GGUF form (a file, a shard, DIR:QUANT) meets the plugin first here, is_gguf being the form alone: vLLM's
+    # first import (the plugin's quant test, shard discovery) logs on stdout, kept off as in the diagnosis
+    with quiet_logs():
         info = read_gguf(model)      # the files first, read once: importing vllm-gguf-plugin imports vLLM (seconds)
         p, _ = gguf_config(model, info)
         check_model_dir(p.parent)

@@ -285,12 +285,12 @@ def _inside_the_run(value, notebooks_dir: Path, out_dir: Path, run_files=()) -> 
 def _request(values: dict, notebooks_dir: Path) -> None:
     """The diagnosis request a notebook's model / tp / capability / KV-cache dtype make, checked by vLLM-free
     :func:`~sparse_mla.diagnose.request.resolve` (a model path relative to the notebooks' folder, as the notebook
-    reads it)."""
+    reads it; an empty one is refused as given, not read as the notebooks' folder: issue 47, round 13, p32)."""
     from ..diagnose.request import resolve
     from ..models import PRESET_CONFIGS
 
     model = values.get("model", "glm-5")
-    if isinstance(model, str) and model not in PRESET_CONFIGS:
+    if isinstance(model, str) and model.strip() and model not in PRESET_CONFIGS:
         model = str(_as_read(model, notebooks_dir))
     resolve(model, values.get("capability", "h200"), values.get("kv_cache_dtype", "auto"), values.get("tp", 1),
             values.get("with_plugin", False))

@@ -327,11 +327,12 @@ def environment_problems(env: dict) -> list[str]:
     """A header's fields against each other, as :func:`sparse_mla.records.environment` reads them in one process:
     ``gpu`` the device's name (:data:`sparse_mla.gpus.DEVICE_NAME_PREFIX`, holding one of our presets; issue 47,
     round 12: a GLM-5.3-Flash record's ``h100`` was proven); ``sm_count`` the SMs of the GPU it names
-    (:meth:`sparse_mla.gpus.GpuPreset.sm_count`, where the name holds a preset that knows them; no check elsewhere);
+    (:meth:`sparse_mla.gpus.GpuPreset.sm_count`, where the name holds a preset that knows them; no check elsewhere),
+    1 to those on a MIG slice of it (:data:`sparse_mla.gpus.MIG_SLICE`; issue 47, round 13: r42, r72 were refused);
     ``cuda`` (``torch.version.cuda``) the CUDA torch was
     built for, which torch's local version names (``2.11.0+cu130``: ``13.0``); torch and Triton the ones the header's
     vLLM line pins (:func:`sparse_mla.vllm_lines.pin_problems`). One line per disagreement."""
-    from ..gpus import DEVICE_NAME_PREFIX, GPUS
+    from ..gpus import DEVICE_NAME_PREFIX, GPUS, mig_parent
     from ..vllm_lines import pin_problems
 
     gpu = env.get("gpu")
@@ -340,7 +341,11 @@ def environment_problems(env: dict) -> list[str]:
         f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS) as the header's writer reads "
         f"the device's (torch.cuda.get_device_properties(0).name, {DEVICE_NAME_PREFIX!r} first)"]
     sms = {GPUS[name].sm_count(env["gpu"]) for name, _ in gpu_presets_named(env.get("gpu"))} - {None}
-    if sms and _int(env.get("sm_count")) and env["sm_count"] not in sms:
+    if sms and _int(env.get("sm_count")) and mig_parent(env["gpu"])[1]:
+        if env["sm_count"] > max(sms):     # a MIG slice: some of its GPU's SMs (the schema holds it to 1 or more)
+            out.append(f"environment.sm_count {env['sm_count']} on a {env['gpu']!r}; accepted: 1 to {max(sms)} (a MIG "
+                       f"slice of a GPU with {max(sms)} SMs, sparse_mla.gpus.GPUS, MIG_SLICE)")
+    elif sms and _int(env.get("sm_count")) and env["sm_count"] not in sms:
         out.append(f"environment.sm_count {env['sm_count']} on a {env['gpu']!r}; accepted: "
                    f"{' or '.join(map(str, sorted(sms)))} (its SMs, sparse_mla.gpus.GPUS)")
     m = re.search(r"\+cu(\d+)(\d)$", env["torch"]) if isinstance(env.get("torch"), str) else None
@@ -382,14 +387,15 @@ def _commit_known(rev: str, folder: str) -> bool | None:
 
 def gpu_presets_named(gpu) -> list[tuple[str, str]]:
     """``(preset, capability)`` of the diagnosis's GPU presets (:data:`sparse_mla.diagnose.request.GPUS`) whose name
-    a GPU name holds as a word (``NVIDIA A100-SXM4-80GB`` -> ``a100``, 8.0)."""
+    a GPU name holds as a word (``NVIDIA A100-SXM4-80GB`` -> ``a100``, 8.0); a MIG slice's, its whole GPU's
+    (``NVIDIA H100 80GB HBM3 MIG 1g.10gb`` -> ``h100``, 9.0: :func:`sparse_mla.gpus.mig_parent`)."""
     import re
 
-    from ..gpus import GPUS
+    from ..gpus import GPUS, mig_parent
 
     if not isinstance(gpu, str):
         return []
-    words = " " + re.sub(r"[^A-Z0-9]+", " ", gpu.upper()) + " "
+    words = " " + re.sub(r"[^A-Z0-9]+", " ", mig_parent(gpu)[0].upper()) + " "
     return [(k, p.capability) for k, p in GPUS.items() if f" {k.upper().replace('-', ' ')} " in words]
 
 
