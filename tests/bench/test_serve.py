@@ -591,7 +591,7 @@ def test_a_failing_server_fails_the_command_and_the_record_says_why(vllm_on_path
         assert judge("rec", rec).status == "invalid" and "asked" in judge("rec", rec).reason
     else:
         assert run["error"] and "FAKE_VLLM argv" in run["servers"][0]["log_tail"]
-        assert rec["repeats"][key] == [None] and judge("rec", rec).status == "unproven"
+        assert rec["repeats"][key] == [None] and judge("rec", rec).status == "unproven", judge("rec", rec).reason
     if "FAKE_VLLM_DIE_AFTER" in env:
         assert any("warm-up pass: " in f for f in rec["failures"])
     if extra:   # MTP: the plain run passed; vLLM's numbers of the speculative pass are in its repeat

@@ -716,7 +716,9 @@ def _criterion_problems(rec: dict) -> list[str]:
 
 def _serving_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     """A serving benchmark (``load.repeats``): every engine with at least one server, its passes and its ``repeats``
-    entries that many."""
+    entries that many -- an engine that failed (its ``error``) no more passes than that: ``bench serve`` stops its
+    passes at the failure and writes a ``None`` repeat for each pass it did not time (a record without ``ran`` blocks
+    is judged by this too since round 13)."""
     load = rec.get("load")
     n = load.get("repeats") if isinstance(load, dict) else None
     if not isinstance(n, int) or isinstance(n, bool) or "repeats" not in rec:
@@ -729,7 +731,8 @@ def _serving_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
         if not r.get("servers"):
             out.append(f"{k}: no server in a serving benchmark")
         for what, have in (("passes", r.get("passes")), ("repeats", reps.get(k))):
-            if not isinstance(have, list) or len(have) != n:
+            short = what == "passes" and r.get("error") is not None and isinstance(have, list) and len(have) <= n
+            if not short and (not isinstance(have, list) or len(have) != n):
                 out.append(f"{k}: {len(have) if isinstance(have, list) else 'no'} {what} of the {n} repeats load asks")
     return out
 
