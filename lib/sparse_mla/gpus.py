@@ -27,7 +27,7 @@ class GpuPreset:
         """The SMs of the card named ``gpu`` (a name holding this preset's, ``torch.cuda.get_device_name()``): the
         first variant whose word the name holds (any case), else :attr:`sms`. A MIG slice's name (:data:`MIG_SLICE`)
         gives its whole GPU's, the most the slice may have."""
-        words = set(re.sub(r"[^A-Z0-9]+", " ", mig_parent(gpu)[0].upper()).split())
+        words = set(name_words(gpu))
         return next((n for word, n in self.variants if word in words), self.sms)
 
 
@@ -75,6 +75,13 @@ def mig_parent(gpu: str) -> tuple[str, bool]:
     ``("NVIDIA H100 80GB HBM3", True)``; any other name is its own GPU's (:data:`MIG_SLICE`)."""
     parent = MIG_SLICE.sub("", gpu)
     return parent, parent != gpu
+
+
+def name_words(gpu: str) -> list[str]:
+    """The words of a GPU's name as presets and variants are matched against it, in upper case, punctuation dropped;
+    a MIG slice's, its whole GPU's (:func:`mig_parent`): ``"NVIDIA A100-SXM4-80GB MIG 1g.10gb"`` -> ``["NVIDIA",
+    "A100", "SXM4", "80GB"]``."""
+    return re.sub(r"[^A-Z0-9]+", " ", mig_parent(gpu)[0].upper()).split()
 
 
 #: Named GPUs accepted as ``capability`` (CUDA compute capability ``major.minor``), from :data:`GPUS`.

@@ -345,7 +345,7 @@ def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     return out
 
 
-def _method(cfg):
+def spec_method(cfg):
     """A speculative config's method and token count (an MTP drafter's backend is added by the writer), else it."""
     return {f: cfg.get(f) for f in ("method", "num_speculative_tokens")} if isinstance(cfg, dict) else cfg
 
@@ -368,7 +368,7 @@ def one_engine_problems(rec: dict, args: argparse.Namespace, generations: bool =
         out.append(f"enforce_eager {rec['enforce_eager']!r}, the command "
                    f"{'asked --cuda-graphs' if args.cuda_graphs else 'runs eager (no --cuda-graphs)'}")
     scfg, have = _asked_speculation(args), rec.get("speculative_config")
-    if isinstance(scfg, str) or ("speculative_config" in rec and _method(have) != _method(scfg)):
+    if isinstance(scfg, str) or ("speculative_config" in rec and spec_method(have) != spec_method(scfg)):
         out.append(scfg if isinstance(scfg, str) else f"speculative_config {have!r}, the command asked "
                                                       f"--speculative-config {scfg!r}")
     thr = _json(args.throughput)

@@ -335,12 +335,12 @@ def environment_problems(env: dict) -> list[str]:
     from ..gpus import DEVICE_NAME_PREFIX, GPUS, mig_parent
     from ..vllm_lines import pin_problems
 
-    gpu = env.get("gpu")
-    out = [] if not isinstance(gpu, str) or (gpu.startswith(DEVICE_NAME_PREFIX) and gpu_presets_named(gpu)) else [
+    gpu, named = env.get("gpu"), gpu_presets_named(env.get("gpu"))
+    out = [] if not isinstance(gpu, str) or (gpu.startswith(DEVICE_NAME_PREFIX) and named) else [
         f"the header's GPU {gpu!r} is none of ours; accepted: a name holding one of "
         f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS) as the header's writer reads "
         f"the device's (torch.cuda.get_device_properties(0).name, {DEVICE_NAME_PREFIX!r} first)"]
-    sms = {GPUS[name].sm_count(env["gpu"]) for name, _ in gpu_presets_named(env.get("gpu"))} - {None}
+    sms = {GPUS[name].sm_count(gpu) for name, _ in named} - {None}
     if sms and _int(env.get("sm_count")) and mig_parent(env["gpu"])[1]:
         if env["sm_count"] > max(sms):     # a MIG slice: some of its GPU's SMs (the schema holds it to 1 or more)
             out.append(f"environment.sm_count {env['sm_count']} on a {env['gpu']!r}; accepted: 1 to {max(sms)} (a MIG "
@@ -389,13 +389,11 @@ def gpu_presets_named(gpu) -> list[tuple[str, str]]:
     """``(preset, capability)`` of the diagnosis's GPU presets (:data:`sparse_mla.diagnose.request.GPUS`) whose name
     a GPU name holds as a word (``NVIDIA A100-SXM4-80GB`` -> ``a100``, 8.0); a MIG slice's, its whole GPU's
     (``NVIDIA H100 80GB HBM3 MIG 1g.10gb`` -> ``h100``, 9.0: :func:`sparse_mla.gpus.mig_parent`)."""
-    import re
-
-    from ..gpus import GPUS, mig_parent
+    from ..gpus import GPUS, name_words
 
     if not isinstance(gpu, str):
         return []
-    words = " " + re.sub(r"[^A-Z0-9]+", " ", mig_parent(gpu)[0].upper()) + " "
+    words = " " + " ".join(name_words(gpu)) + " "
     return [(k, p.capability) for k, p in GPUS.items() if f" {k.upper().replace('-', ' ')} " in words]
 
 

@@ -123,7 +123,7 @@ def _earlier_method_problems(rec: dict) -> list[str]:
     of :data:`EARLIER_SERVER` it holds, as today's writer derives them (:func:`asked`); its runs are not held to
     today's plan (that writer kept no run whose server died). Issue 47, round 12 (d35): such a record has no ``ran``
     block, and its command was never compared."""
-    from .commands import _method
+    from .commands import spec_method
 
     env = _dict(rec.get("environment"))
     args = parsed_serve(env["command"])
@@ -138,7 +138,7 @@ def _earlier_method_problems(rec: dict) -> list[str]:
         (f"runs.{k}.speculative_config", r["speculative_config"]) for k, r in rec["runs"].items()
         if isinstance(r, dict) and r.get("speculative_config") is not None]
     return out + [f"{where} {have!r}, the command asks {want['speculative_config']!r}" for where, have in said
-                  if _method(have) != _method(want["speculative_config"])]
+                  if spec_method(have) != spec_method(want["speculative_config"])]
 
 
 def _tag_problems(runs: dict, tag: str | None) -> list[str]:
