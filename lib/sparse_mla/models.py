@@ -556,6 +556,18 @@ INDEXER_QUANT_BLOCK = 128
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 
+def preset_key(spec: str | Path) -> str | None:
+    """The preset (:data:`PRESET_CONFIGS`) that ``spec`` names as :func:`load_model` reads it: its name as written, or
+    in another case where no path of that name exists (``GLM-5``, as the other names match whatever their case);
+    None for another spec. Raises :class:`UserInputError` for a name the file system refuses (too long, a NUL)."""
+    s = str(spec)
+    if s in PRESET_CONFIGS:
+        return s
+    if s.strip() and s.lower() in PRESET_CONFIGS and not expand_path(s, "model").exists():
+        return s.lower()
+    return None
+
+
 def load_model(spec: str | Path) -> ModelGeometry:
     """Resolve ``spec`` to a geometry: a preset name (``glm-5``, ``deepseek-v3.2``), a ``config.json`` path,
     or a checkpoint directory holding one.
@@ -567,12 +579,11 @@ def load_model(spec: str | Path) -> ModelGeometry:
     if not s.strip():
         raise UserInputError(f"model {s!r} is empty; accepted: a preset ({', '.join(PRESETS)}), a config.json, a "
                              f"checkpoint directory holding one, or a GLM-5 .gguf file (diagnose)")
-    if s in PRESET_CONFIGS:
-        return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s])), s)
+    key = preset_key(s)
+    if key is not None:
+        return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[key])), key)
     source = str(expand_path(s, "model"))
     p = expand_path(s, "model")
-    if not p.exists() and s.lower() in PRESET_CONFIGS:   # presets match whatever their case, as the other names do
-        return geometry_from_config(json.loads(json.dumps(PRESET_CONFIGS[s.lower()])), s.lower())
     if p.is_dir():
         p = p / "config.json"
         if p.exists() and not p.is_file():

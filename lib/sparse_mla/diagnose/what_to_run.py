@@ -77,11 +77,13 @@ def check_request(machines, weights, kv_cache_dtypes) -> tuple[list[str], list[s
 def model_name(model) -> str:
     """The name of ``model`` (a preset, a config.json or a folder holding one) in the placeholder checkpoints:
     :data:`MODEL_NAMES` of a preset, :data:`GLM5NEXT_NAME` for GLM-5.3-Flash, else the checkpoint folder's name."""
+    from ..models import preset_key
+
     if is_glm5next(model):
         return GLM5NEXT_NAME
-    key = str(model)
-    if key in MODEL_NAMES or (key.lower() in MODEL_NAMES and not Path(key).exists()):   # as models.load_model reads
-        return MODEL_NAMES[key.lower()]
+    key = preset_key(model)                 # as models.load_model reads it
+    if key in MODEL_NAMES:
+        return MODEL_NAMES[key]
     path = Path(str(model))
     return (path.parent if path.suffix == ".json" else path).resolve().name
 
