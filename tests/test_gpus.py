@@ -31,3 +31,19 @@ def test_every_planning_row_is_the_sm_count_of_a_preset_of_its_capability():
 ])
 def test_a_mig_slices_name_is_its_gpus_and_its_profile(name, parent, mig):
     assert mig_parent(name) == (parent, mig)
+
+
+@pytest.mark.parametrize("name, preset", [
+    ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA H100 PCIe", "h100"), ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA A100 80GB PCIe", "a100"),
+    ("NVIDIA GeForce RTX 4090 D", "rtx-4090"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+    ("NVIDIA GeForce RTX 5090 Laptop GPU", "rtx-5090"),
+    ("NVIDIA GB10", "gb10"), ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "h100"),
+    # issue 47 round 13 (r46, r47): a preset held as a word is no driver's name
+    ("NVIDIA h200", None), ("NVIDIA Fake H200 Clone", None), ("NVIDIA H2000", None), ("NVIDIA A400", None),
+    ("h200", None), ("NVIDIA", None), ("H200", None), (None, None),
+])
+def test_a_device_name_is_the_drivers_name_of_a_preset(name, preset):
+    from sparse_mla.gpus import device_name_preset
+
+    assert device_name_preset(name) == preset

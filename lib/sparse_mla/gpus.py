@@ -61,6 +61,18 @@ GPUS: dict[str, GpuPreset] = {
 #: file-name form (:func:`sparse_mla.records.gpu_slug`) is none.
 DEVICE_NAME_PREFIX = "NVIDIA "
 
+
+def device_name_preset(gpu) -> str | None:
+    """The preset (a key of :data:`GPUS`) that ``gpu`` is a driver's product name of, or None: the driver writes
+    :data:`DEVICE_NAME_PREFIX`, ``GeForce `` on consumer cards, then the product, whose first words are the preset's in
+    upper case (``NVIDIA H200``, ``NVIDIA H100 PCIe``, ``NVIDIA A100-SXM4-80GB``, ``NVIDIA GeForce RTX 4090 D``,
+    ``NVIDIA RTX PRO 6000 Blackwell Server Edition``), a MIG slice its whole GPU's (:func:`mig_parent`). Issue 47,
+    round 13 (r46, r47): ``NVIDIA h200`` and ``NVIDIA Fake H200 Clone`` held a preset as a word and were accepted."""
+    if not isinstance(gpu, str) or not gpu.startswith(DEVICE_NAME_PREFIX):
+        return None
+    product = mig_parent(gpu)[0][len(DEVICE_NAME_PREFIX):].removeprefix("GeForce ")
+    return next((k for k in GPUS if re.match(re.escape(k.upper().replace("-", " ")) + r"(?:$|[ -])", product)), None)
+
 #: How a MIG slice's name ends: the driver names a MIG instance by its GPU's name and its profile, which
 #: ``torch.cuda.get_device_properties(0).name`` reads with the slice's own ``multi_processor_count`` (JAX's GPU
 #: table: ``NVIDIA H100 80GB HBM3 MIG 1g.10gb`` with 16 SMs, ``NVIDIA B200 MIG 1g.23gb`` with 18; NVIDIA's MIG user

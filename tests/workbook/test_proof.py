@@ -1432,7 +1432,7 @@ def _every_header(r, **changes):
 @pytest.mark.parametrize("name,edit,says", [
     # a GPU that is none of ours, with the capability of one (b36, b37)
     (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Tesla V100-SXM2-32GB"),
-     "the header's GPU 'Tesla V100-SXM2-32GB' is none of ours; accepted: a name holding one of "),
+     "the header's GPU 'Tesla V100-SXM2-32GB' is none of ours; accepted: the driver's name of one of "),
     (SIMULATED_RECORD, lambda r: _every_header(r, gpu="Banana Accelerator 9000"), "'Banana Accelerator 9000' is none"),
     (SIMULATED_RECORD, lambda r: _every_header(r, gpu="H200"), "the header's GPU 'H200' is none of ours"),   # b43
     # SMs no GPU has, or not the device's the launch was planned with (a20, a21)
@@ -1816,3 +1816,52 @@ def test_every_committed_record_without_ran_stays_unproven():
         v = proof.judge(str(f), rec)
         assert v.status == "unproven", (f, v.reason)
     assert seen >= 20
+
+
+# -- issue 47, round 13 leftovers: an earlier parity record's own commands and --backends; inherited simulation -------
+
+@pytest.mark.parametrize("edit,needle", [
+    # r02: a run's own command asks 16 tokens where the parity command gives every engine 32
+    (lambda d: d["runs"][_T]["environment"].__setitem__(
+        "command", d["runs"][_T]["environment"]["command"].replace("--max-tokens 32", "--max-tokens 16")),
+     "TRITON_MLA_SPARSE: its own command asks --max-tokens 16, the parity run's command gives this engine 32"),
+    # r19: the parity command's --backends leave out a backend the record ran
+    (lambda d: d["environment"].__setitem__(
+        "command", d["environment"]["command"].replace("--parity", "--parity --backends TRITON_MLA_SPARSE,"
+                                                                   "FLASHMLA_SPARSE")),
+     "its runs ran the specs ['FLASHMLA_SPARSE', 'FLASH_ATTN_MLA_SPARSE', 'TRITON_MLA_SPARSE'], the command's "
+     "--backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE asks"),
+    (lambda d: d["runs"]["FLASHMLA_SPARSE"].__setitem__("indexer", "TRITON_DSA_INDEXER"),
+     "its runs ran the specs ['FLASHMLA_SPARSE+TRITON_DSA_INDEXER', 'FLASH_ATTN_MLA_SPARSE', 'TRITON_MLA_SPARSE'], "
+     "the command's --backends (launch default) asks"),
+])
+def test_an_earlier_parity_record_is_held_to_its_commands(tp2, edit, needle):
+    """A parity record without ``run_specs`` is exempt from today's plan (its writer ran other mode variants) but not
+    from what every plan keeps: each engine's own command the one its parity command gives it, the runs' specs
+    those of ``--backends``."""
+    import copy
+
+    rec = copy.deepcopy(tp2)
+    edit(rec)
+    v = proof.judge(str(_TP2), rec)
+    assert (v.status, needle in v.reason) == ("invalid", True), v.reason
+
+
+_SIM80 = _TP2.parent / "launch_h200_simulated_sm80.json"
+
+
+@pytest.mark.parametrize("top, run, status", [
+    ("12.0", "8.0", "invalid"),        # r22: the record's harness capability is not its engine's
+    (None, "8.0", "invalid"),          # an engine simulating where its writer's process did not
+    ("8.0", None, "invalid"),
+    ("8.0", "8.0", "unproven"),        # as written (no ran blocks: never more than unproven)
+])
+def test_an_engine_without_its_own_capability_simulates_its_writers(top, run, status):
+    import copy
+
+    rec = copy.deepcopy(json.loads(_SIM80.read_text()))
+    for where, cap in ((rec, top), (rec["runs"][_T], run)):
+        where.pop("simulated") if cap is None else where["simulated"].__setitem__("capability", cap)
+    v = proof.judge(str(_SIM80), rec)
+    assert v.status == status, v.reason
+    assert status != "invalid" or "simulated capability" in v.reason, v.reason

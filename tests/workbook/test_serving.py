@@ -154,3 +154,44 @@ def test_a_serving_record_whose_servers_say_what_the_writer_never_writes_is_inva
     edit(rec)
     v = verdict(tmp_path, rec)
     assert v.status == "invalid" and says in v.reason, v.line()
+
+
+EARLIER = project_root() / "results" / "h200" / "bench_serve_h200.json"     # the openai-client method, no ran
+
+
+def _rep(r, run=T, **changes):
+    r["runs"][run]["repeats"][0].update(changes)
+
+
+@pytest.mark.parametrize("edit,says", [                     # issue 47, breaker round 13 (r26, s14)
+    (lambda r: r["load"].__setitem__("num_requests", 64), "repeats[0].requests 48, the load's num_requests 64"),
+    (lambda r: _rep(r, output_tokens_per_s=float("inf")), "output_tokens_per_s inf, its output_tokens 2304"),
+    (lambda r: _rep(r, output_tokens_per_s=1300.0), "output_tokens_per_s 1300.0, its output_tokens 2304"),
+    (lambda r: _rep(r, duration_s=float("nan")), "duration_s nan is no finite figure"),
+    (lambda r: r["runs"][T]["repeats"][0]["ttft_ms"].__setitem__("max", float("inf")), "ttft_ms.max inf"),
+    (lambda r: _rep(r, errors=49), "errors 49 is no count of its 48 requests"),
+    (lambda r: r["runs"][T]["repeats"].append(copy.deepcopy(r["runs"][T]["repeats"][0])),
+     f"runs.{T}: 2 repeats, the load asks 1"),
+    (lambda r: r["runs"][T]["summary"].__setitem__("errors", 3), "summary.errors 3, its repeats' errors sum to 0"),
+])
+def test_an_earlier_serving_record_is_held_to_its_own_load(tmp_path, edit, says):
+    """A serving record of the earlier method (before ``vllm bench serve``) has no ``ran`` block, so it is never
+    more than unproven; its repeats are still its load's and its figures finite (the live-server method's were)."""
+    rec = json.loads(EARLIER.read_text())
+    assert verdict(tmp_path, rec).status == "unproven"
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert (v.status, says in v.reason) == ("invalid", True), v.line()
+
+
+def test_an_earlier_repeats_rate_is_its_tokens_over_its_rounded_duration():
+    """The earlier writer divided by the unrounded duration and wrote ``duration_s`` to 0.1 ms: a rate whose implied
+    duration rounds to it is the writer's, one just past half a step is not."""
+    from sparse_mla.workbook.serving import earlier_method_problems
+
+    rec = json.loads(EARLIER.read_text())
+    rep = rec["runs"][T]["repeats"][0]
+    tok, dur = rep["output_tokens"], rep["duration_s"]
+    for implied, ok in ((dur + 4.9e-5, True), (dur - 4.9e-5, True), (dur + 5.2e-5, False)):
+        rep["output_tokens_per_s"] = tok / implied
+        assert (earlier_method_problems(rec) == []) is ok, (implied, earlier_method_problems(rec))

@@ -124,7 +124,8 @@ def command_problems(rec: dict, plan: bool = True) -> list[str]:
     args = parsed_launch(cmd) if isinstance(cmd, str) else None
     if args is None or isinstance(args, str):
         return ([] if args is None else [args]) + own_command_problems(rec, None)
-    planned = _run_problems(rec, args) if plan or not args.parity or isinstance(rec.get("run_specs"), dict) else []
+    planned = _run_problems(rec, args) if plan or not args.parity or isinstance(rec.get("run_specs"), dict) else \
+        _exempt_run_problems(rec, args)
     out = launch_refuses(args) + planned + own_command_problems(rec, args if args.parity else None)
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     lens = [int(n) for n in str(args.prompt_lengths).split(",") if n.strip().isdigit()]
@@ -184,18 +185,28 @@ def _reference_problems(rec: dict, args: argparse.Namespace, lens: list[int]) ->
 _NOT_COMPARED = ("json_out", "func", "model", "throughput", "speculative_config")
 
 
+def parity_record(rec: dict) -> bool:
+    """A record of ``launch --parity``: one with ``run_specs`` (its writer since 2026-12-01), or one of the earlier
+    writer, which wrote no ``run_specs``, ``parity_baseline`` nor ``parity_pairs`` but the same ``parity_vs_ours``,
+    ``reference_first_token`` and ``throughput_tokens_per_s`` (``results/h200/launch_h200.json``, ``launch_tp2.json``,
+    ``launch_h200_topk256.json``)."""
+    return isinstance(rec.get("runs"), dict) and (isinstance(rec.get("run_specs"), dict) or "parity_vs_ours" in rec)
+
+
 def own_command_problems(rec: dict, args: argparse.Namespace | None) -> list[str]:
-    """Each engine run of a parity record (one with ``run_specs``) against the command that ran it, its own
-    ``environment.command`` (every engine runs in a ``sparse-mla launch`` process of its own): that command is one
-    engine's
+    """Each engine run of a parity record (:func:`parity_record`, also the earlier
+    writer's without ``run_specs``) against the command that ran it, its own ``environment.command`` (every engine
+    runs in a ``sparse-mla launch`` process of its own): that command is one engine's
     (:func:`one_engine_problems`: its ``--backend`` the run's spec, its mode, speculation, generations and
     throughput batch the run's); and where the record's own command ``args`` (parsed, ``--parity``) is known, it is
     the one the parity run gives that engine (:func:`sparse_mla.launch.engine.engine_args` of the parity plan's entry,
-    both read by launch's parser; ``--model`` by its folder and the checkpoint's name, :func:`same_model`). One
-    line per difference."""
+    both read by launch's parser; ``--model`` by its folder and the checkpoint's name, :func:`same_model`). Issue 47,
+    round 13 (r02): an earlier record's run whose own command asked 16 tokens beside the parity command's 32 was not
+    compared. Its scratch files' names are today's writer's only where the record has ``run_specs`` (the earlier
+    writer named ``TRITON_MLA_SPARSE+eager.json``, not ``TRITON_MLA_SPARSE_eager.json``). One line per difference."""
     runs = rec.get("runs") if isinstance(rec.get("runs"), dict) else {}
-    if not isinstance(rec.get("run_specs"), dict):
-        return []                          # no parity record (run_parity writes run_specs): another tool's runs
+    if not parity_record(rec):
+        return []                          # no parity record: another tool's runs
     want = _engine_commands(args) if args is not None else {}
     if isinstance(want, str):
         return [want]
@@ -225,7 +236,7 @@ def own_command_problems(rec: dict, args: argparse.Namespace | None) -> list[str
             differ += [] if same_model(w.model, own.model) else ["model"]
             out += [f"{key}: its own command asks --{f.replace('_', '-')} {getattr(own, f)}, the parity run's command "
                     f"gives this engine {getattr(w, f)} (launch.engine.engine_args)" for f in differ]
-    return out + scratch_problems(files)
+    return out + (scratch_problems(files) if isinstance(rec.get("run_specs"), dict) else [])
 
 
 def scratch_problems(files: dict) -> list[str]:
@@ -256,7 +267,6 @@ def _engine_commands(args: argparse.Namespace) -> dict[str, argparse.Namespace |
     the command's values are none launch takes."""
     from ..errors import UserInputError
     from ..launch.engine import DEFAULT_THROUGHPUT, check_generation, engine_args, parity_plan
-    from ..launch.specs import OURS, PEERS, parse_run_spec
     from ..layouts import check_kv_cache_dtype
 
     try:
@@ -264,8 +274,7 @@ def _engine_commands(args: argparse.Namespace) -> dict[str, argparse.Namespace |
         thr = json.loads(args.throughput) if args.throughput is not None else None
         lens, max_tokens, thr = check_generation(lens, args.max_tokens, thr, args.max_model_len)
         kv = check_kv_cache_dtype(args.kv_cache_dtype)
-        names = str(args.backends).split(",") if args.backends else [OURS, *PEERS]
-        specs = tuple(dict.fromkeys(parse_run_spec(n).name for n in names if n.strip()))
+        specs = _command_specs(args)
     except (UserInputError, ValueError, TypeError) as e:
         return f"environment.command's values are none launch takes ({str(e)[:120]})"
     scfg = _asked_speculation(args)
@@ -315,13 +324,11 @@ def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     another baseline, was proven), each in its mode (eager or CUDA graphs) and with or without speculation as the plan runs it, the record's speculative config
     the command's; or the one engine's (:func:`one_engine_problems`)."""
     from ..launch.engine import parity_baseline, parity_plan
-    from ..launch.specs import OURS, PEERS, parse_run_spec
 
     if not args.parity:
         return one_engine_problems(rec, args)
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
-    names = str(args.backends).split(",") if args.backends else [OURS, *PEERS]
-    specs = tuple(dict.fromkeys(parse_run_spec(n).name for n in names if n.strip()))
+    specs = _command_specs(args)
     scfg = _asked_speculation(args)
     if isinstance(scfg, str):
         return [scfg]
@@ -343,6 +350,37 @@ def _run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
             out.append(f"{key}: speculative {run['speculative']!r}, the command's plan runs it "
                        f"{'with' if speculates else 'without'} --speculative-config")
     return out
+
+
+def _command_specs(args: argparse.Namespace) -> tuple[str, ...]:
+    """The run spec names a parity command's ``--backends`` asks (launch's default: ours and vLLM's peers), each once,
+    in order."""
+    from ..launch.specs import OURS, PEERS, parse_run_spec
+
+    names = str(args.backends).split(",") if args.backends else [OURS, *PEERS]
+    return tuple(dict.fromkeys(parse_run_spec(n).name for n in names if n.strip()))
+
+
+def _exempt_run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
+    """A parity record exempt from today's plan (no ``run_specs``: its writer ran other mode variants, e.g. a
+    ``+cudagraph`` run) against the one thing every plan keeps: its runs' run specs (``backend_requested``,
+    ``indexer``, ``simulated_capability``) are among those of the command's ``--backends`` (a spec without a run is
+    not held against it: whether that writer kept a run whose engine died is not known). Issue 47, round 13 (r19):
+    ``--backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE`` beside a ``FLASH_ATTN_MLA_SPARSE`` run was accepted."""
+    from ..errors import UserInputError
+    from ..launch.specs import RunSpec
+
+    try:
+        want = set(_command_specs(args))
+    except UserInputError as e:
+        return [f"environment.command's --backends are none launch takes ({str(e)[:120]})"]
+    runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
+    have = {RunSpec(r["backend_requested"], r.get("indexer") or "vllm", r.get("simulated_capability")).name
+            for r in runs.values() if isinstance(r, dict) and isinstance(r.get("backend_requested"), str)}
+    if have <= want:
+        return []
+    return [f"its runs ran the specs {sorted(have)}, the command's --backends {args.backends or '(launch default)'} "
+            f"asks {sorted(want)}"]
 
 
 def spec_method(cfg):

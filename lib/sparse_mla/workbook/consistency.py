@@ -41,6 +41,7 @@ from collections import Counter
 from ..layouts import FP8_KV_CACHE_DTYPES
 from ..records.values import header_time, is_int as _int, is_number as _num, same_json as _same
 from ..vllm_plugin.ran import count_backends
+from .commands import parity_record
 from .serving import serving_record_problems
 from .serve_command import serve_command_problems
 from .serving_results import serving_result_problems
@@ -115,14 +116,6 @@ def _unordered(key: str, value):
         return value
     return sorted(({**p, "a": min(str(p.get("a")), str(p.get("b"))), "b": max(str(p.get("a")), str(p.get("b")))}
                    for p in value), key=lambda p: (p["a"], p["b"]))
-
-
-def parity_record(rec: dict) -> bool:
-    """A record of ``launch --parity``: one with ``run_specs`` (its writer since 2026-12-01), or one of the earlier
-    writer, which wrote no ``run_specs``, ``parity_baseline`` nor ``parity_pairs`` but the same ``parity_vs_ours``,
-    ``reference_first_token`` and ``throughput_tokens_per_s`` (``results/h200/launch_h200.json``, ``launch_tp2.json``,
-    ``launch_h200_topk256.json``)."""
-    return isinstance(rec.get("runs"), dict) and (isinstance(rec.get("run_specs"), dict) or "parity_vs_ours" in rec)
 
 
 def summary_problems(rec: dict) -> list[str]:

@@ -325,21 +325,23 @@ def header_problems(rec: dict, with_ran: dict[str, dict]) -> list[str]:
 
 def environment_problems(env: dict) -> list[str]:
     """A header's fields against each other, as :func:`sparse_mla.records.environment` reads them in one process:
-    ``gpu`` the device's name (:data:`sparse_mla.gpus.DEVICE_NAME_PREFIX`, holding one of our presets; issue 47,
-    round 12: a GLM-5.3-Flash record's ``h100`` was proven); ``sm_count`` the SMs of the GPU it names
+    ``gpu`` the device's name (:func:`sparse_mla.gpus.device_name_preset`: the driver's name of one of our presets;
+    issue 47, round 12: a GLM-5.3-Flash record's ``h100`` was proven; round 13: ``NVIDIA Fake H200 Clone``);
+    ``sm_count`` the SMs of the GPU it names
     (:meth:`sparse_mla.gpus.GpuPreset.sm_count`, where the name holds a preset that knows them; no check elsewhere),
     1 to those on a MIG slice of it (:data:`sparse_mla.gpus.MIG_SLICE`; issue 47, round 13: r42, r72 were refused);
     ``cuda`` (``torch.version.cuda``) the CUDA torch was
     built for, which torch's local version names (``2.11.0+cu130``: ``13.0``); torch and Triton the ones the header's
     vLLM line pins (:func:`sparse_mla.vllm_lines.pin_problems`). One line per disagreement."""
-    from ..gpus import DEVICE_NAME_PREFIX, GPUS, mig_parent
+    from ..gpus import DEVICE_NAME_PREFIX, GPUS, device_name_preset, mig_parent
     from ..vllm_lines import pin_problems
 
     gpu, named = env.get("gpu"), gpu_presets_named(env.get("gpu"))
-    out = [] if not isinstance(gpu, str) or (gpu.startswith(DEVICE_NAME_PREFIX) and named) else [
-        f"the header's GPU {gpu!r} is none of ours; accepted: a name holding one of "
+    out = [] if not isinstance(gpu, str) or device_name_preset(gpu) else [
+        f"the header's GPU {gpu!r} is none of ours; accepted: the driver's name of one of "
         f"{', '.join(k.upper().replace('-', ' ') for k in GPUS)} (sparse_mla.gpus.GPUS) as the header's writer reads "
-        f"the device's (torch.cuda.get_device_properties(0).name, {DEVICE_NAME_PREFIX!r} first)"]
+        f"the device's (torch.cuda.get_device_properties(0).name: {DEVICE_NAME_PREFIX!r}, 'GeForce ' on consumer "
+        f"cards, then the product, e.g. 'NVIDIA H100 80GB HBM3'; sparse_mla.gpus.device_name_preset)"]
     sms = {GPUS[name].sm_count(gpu) for name, _ in named} - {None}
     if sms and _int(env.get("sm_count")) and mig_parent(env["gpu"])[1]:
         if env["sm_count"] > max(sms):     # a MIG slice: some of its GPU's SMs (the schema holds it to 1 or more)
@@ -987,13 +989,33 @@ def written_problems(rec: dict, runs: dict[str, dict], requests: dict[str, dict 
     env = rec.get("environment") or {}
     if isinstance(rec.get("tp"), int) and isinstance(env.get("gpu_count"), int) and rec["tp"] > env["gpu_count"]:
         bad.append(f"tp {rec['tp']} on {env['gpu_count']} GPU(s)")
-    bad += header_problems(rec, with_ran) + written_after_runs(rec)
+    bad += header_problems(rec, with_ran) + written_after_runs(rec) + inherited_simulation_problems(rec, runs)
     if runs:
         bad += record_problems(rec, runs) + outcome_problems(rec) + command_problems(rec, plan=bool(with_ran)) + \
             diagnosis_problems(rec)
     bad += [f"{k}: {p}" for k, r in runs.items() if isinstance(r.get("environment"), dict)   # a run's own header
             for p in header_problems({"environment": r["environment"]}, {k: r} if k in with_ran else {})]
     return bad + kernel_record_problems(rec)
+
+
+def inherited_simulation_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
+    """A record's ``simulated`` block (:func:`sparse_mla.launch.specs.with_simulated`: the variable the harness set in
+    the writer's process) against each engine run's that has no capability of its own (no ``simulated_capability``,
+    no ``@M.m``): such an engine's process inherits the writer's environment, so its header-written block (a run with
+    an ``environment``) says the same capability, or none where the record has none. Issue 47, round 13 (r22): a
+    record's ``simulated`` 12.0 beside its run's 8.0 was accepted where the run had no ``ran``."""
+    top = rec.get("simulated")
+    want = top.get("capability") if isinstance(top, dict) else None
+    out = []
+    for k, r in runs.items():
+        if not isinstance(r.get("environment"), dict) or r.get("simulated_capability") is not None:
+            continue
+        sim = r.get("simulated")
+        have = sim.get("capability") if isinstance(sim, dict) else None
+        if have != want:
+            out.append(f"{k}: simulated capability {have!r}, the record's {want!r}; an engine without @M.m runs in "
+                       f"the writer's environment (launch.specs.with_simulated writes the same block in both)")
+    return out
 
 
 def _vllm_importable() -> None:

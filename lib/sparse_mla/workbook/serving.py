@@ -34,6 +34,7 @@ the record has them (a record of the live-server method: runs with ``servers`` a
 """
 from __future__ import annotations
 
+import math
 import re
 
 from ..records.values import is_int as _int, is_number as _num, same_json as _same
@@ -405,10 +406,72 @@ def ran_problems(rec: dict) -> list[str]:
     return out
 
 
+def earlier_runs(rec: dict) -> dict[str, dict]:
+    """The runs of a serving benchmark of the earlier method (the openai client's load, before vLLM's ``bench serve``,
+    2026-12-01: a ``load`` block, runs with a ``repeats`` list and no ``servers``, no top-level ``repeats``;
+    ``results/h200/bench_serve_h200*.json``): ``{name: run}``; ``{}`` for another record."""
+    if "load" not in rec or "repeats" in rec or not isinstance(rec.get("runs"), dict):
+        return {}
+    return {k: r for k, r in rec["runs"].items() if isinstance(r, dict) and "servers" not in r and "repeats" in r}
+
+
+def _finite(v) -> bool:
+    return _num(v) and math.isfinite(v) and v >= 0
+
+
+def _earlier_repeat(where: str, rep, asked_requests) -> list[str]:
+    """One repeat of the earlier writer (its ``repeat_stats``: ``requests`` = the load's prompts, each sent once;
+    ``errors`` of them; ``output_tokens`` over ``duration_s`` = ``output_tokens_per_s``; spreads of finite
+    milliseconds)."""
+    if not isinstance(rep, dict):
+        return [f"{where} {str(rep)[:40]} is no repeat the writer writes (an object of its figures)"]
+    out = [f"{where}.{f} {rep.get(f)!r} is no finite figure >= 0" for f in ("duration_s", "output_tokens")
+           if not _finite(rep.get(f))]
+    out += [f"{where}.{k}.{f} {v!r} is no finite figure >= 0" for k in ("ttft_ms", "tpot_ms", "latency_ms")
+            for f, v in _dict(rep.get(k)).items() if not _finite(v)]
+    req, err = rep.get("requests"), rep.get("errors")
+    if req != asked_requests:
+        out.append(f"{where}.requests {req!r}, the load's num_requests {asked_requests!r} (the writer sends each "
+                   f"of the load's prompts once a repeat)")
+    if not (_int(err) and _int(req) and 0 <= err <= req):
+        out.append(f"{where}.errors {err!r} is no count of its {req!r} requests")
+    tps, tok, dur = rep.get("output_tokens_per_s"), rep.get("output_tokens"), rep.get("duration_s")
+    # the writer divided by the unrounded duration and wrote duration_s rounded to 0.1 ms (round(d, 4))
+    implied = tok / tps if _finite(tps) and tps > 0 and _finite(tok) else None
+    if _finite(tok) and _finite(dur) and dur > 0 and not (implied is not None and abs(implied - dur) <= 5.001e-5):
+        out.append(f"{where}.output_tokens_per_s {tps!r}, its output_tokens {tok} over duration_s {dur} (to 0.1 ms) "
+                   f"give {tok / dur:.6g}")
+    return out
+
+
+def earlier_method_problems(rec: dict) -> list[str]:
+    """A serving record of the earlier method (:func:`earlier_runs`) against its own load: each run that did not fail
+    (no ``error``) has ``load.repeats`` repeats, each of ``load.num_requests`` requests with finite figures
+    (:func:`_earlier_repeat`), and its summary's error count their sum. Issue 47, round 13 (r26, s14): such a record
+    with ``num_requests`` 64 beside repeats of 48 requests, or an infinite tokens/s, was accepted (unproven: no
+    ``ran``), where the live-server method's were invalid."""
+    load = _dict(rec.get("load"))
+    out = []
+    for k, run in earlier_runs(rec).items():
+        reps = run["repeats"]
+        if not isinstance(reps, list):
+            out.append(f"runs.{k}.repeats {str(reps)[:40]} is no list of repeats")
+            continue
+        if run.get("error") is None and len(reps) != load.get("repeats"):
+            out.append(f"runs.{k}: {len(reps)} repeats, the load asks {load.get('repeats')!r}")
+        for i, rep in enumerate(reps):
+            out += _earlier_repeat(f"runs.{k}.repeats[{i}]", rep, load.get("num_requests"))
+        errors = _dict(run.get("summary")).get("errors")
+        counted = [r.get("errors") for r in reps if isinstance(r, dict)]
+        if "errors" in _dict(run.get("summary")) and all(_int(e) for e in counted) and errors != sum(counted):
+            out.append(f"runs.{k}.summary.errors {errors!r}, its repeats' errors sum to {sum(counted)}")
+    return out
+
+
 def serving_record_problems(rec: dict) -> list[str]:
     """Every line of this module's checks for one record; ``[]`` where its parts agree or it is no serving benchmark
-    of the live-server method."""
+    (:func:`earlier_method_problems` for one of the earlier method)."""
     if not live_server_runs(rec):
-        return []
+        return earlier_method_problems(rec)
     return pass_problems(rec) + position_problems(rec) + agreement_problems(rec) + verdict_problems(rec) + \
         server_problems(rec) + ran_problems(rec)
