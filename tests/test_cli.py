@@ -221,6 +221,7 @@ def test_a_reader_that_leaves_the_pipe_gets_no_traceback():
     assert p.wait(timeout=120) == 141 and "Traceback" not in err, err
 
 
+@pytest.mark.slow   # default tier's budget (2026-12-07: CLI processes, ~10 s); .ci/run's slow tier runs it
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full on this system")
 def test_a_full_output_device_is_one_line_and_exit_1(tmp_path):
     """``sparse-mla records check DIR > /dev/full``: the output cannot be written; one line on stderr naming why,

@@ -563,11 +563,12 @@ def test_speculative_ngram_records_vllms_numbers_and_no_drafts_fails(vllm_on_pat
 
 @pytest.mark.parametrize("env,extra,says", [
     ({"FAKE_VLLM_EXIT": "1"}, [], "TRITON_MLA_SPARSE: vllm serve exited with 1 before it was ready"),
-    ({"FAKE_VLLM_DIE_AFTER": "2"}, [], "TRITON_MLA_SPARSE: warm-up pass: "),
+    pytest.param({"FAKE_VLLM_DIE_AFTER": "2"}, [], "TRITON_MLA_SPARSE: warm-up pass: ", marks=pytest.mark.slow),
     ({"FAKE_VLLM_RAN_BACKEND": "FLASHMLA_SPARSE"}, [],
      "TRITON_MLA_SPARSE: what ran contradicts what was asked: attention: asked TRITON_MLA_SPARSE"),
-    ({"FAKE_VLLM_RAN_DRAFT_BACKEND": "FLASH_ATTN_MLA_SPARSE"}, ["--speculative", "mtp"],
-     "TRITON_MLA_SPARSE+mtp: what ran contradicts what was asked: draft_attention: asked TRITON_MLA_SPARSE"),
+    pytest.param({"FAKE_VLLM_RAN_DRAFT_BACKEND": "FLASH_ATTN_MLA_SPARSE"}, ["--speculative", "mtp"],
+                 "TRITON_MLA_SPARSE+mtp: what ran contradicts what was asked: draft_attention: asked TRITON_MLA_SPARSE",
+                 marks=pytest.mark.slow),                     # the two slowest cases: the slow tier (budget)
 ])
 def test_a_failing_server_fails_the_command_and_the_record_says_why(vllm_on_path, vllm_rules, model_dir, tmp_path,
                                                                     monkeypatch, env, extra, says):

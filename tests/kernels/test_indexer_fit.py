@@ -102,6 +102,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow   # default tier's budget (2026-12-07: a fresh process, ~7 s); .ci/run's slow tier runs it
 def test_vllm_q_quant_kernel_does_not_build_below_sm89():
     env = dict(os.environ, TRITON_INTERPRET="0")
     r = subprocess.run([sys.executable, "-c", VLLM_SCRIPT], env=env, capture_output=True, text=True, timeout=600)

@@ -363,6 +363,7 @@ def test_v32_geometry_and_softmax_scale(v32):
     assert ref.indexer_interleaved is False and ref.own_indexer == [True, True]
 
 
+@pytest.mark.slow   # default tier's budget (2026-12-07: ~5 s); .ci/run's slow tier runs it
 def test_v32_selection_matches_transformers(v32):
     """A prompt past index_topk through transformers' DeepseekV32ForCausalLM (its indexer: NeoX rope, YaRN, 64
     heads): every layer selects the same positions as the reference."""
@@ -390,6 +391,7 @@ def test_v32_selection_matches_transformers(v32):
             assert set(hf_idx[0, t].tolist()) == set(mine[t].tolist()), (layer, t)
 
 
+@pytest.mark.slow   # default tier's budget (2026-12-07: interpreted kernels, ~7 s); .ci/run's slow tier runs it
 @pytest.mark.interpreter
 @pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")  # Triton interpreter
 def test_kernels_on_v32_checkpoint(v32):

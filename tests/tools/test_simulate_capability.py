@@ -40,7 +40,8 @@ def _run(value):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("value, cap, deep_gemm", [("8.0", [8, 0], False), ("9.0", [9, 0], True)])
+@pytest.mark.parametrize("value, cap, deep_gemm", [("8.0", [8, 0], False),
+                                                   pytest.param("9.0", [9, 0], True, marks=pytest.mark.slow)])
 def test_platform_reports_the_simulated_capability(value, cap, deep_gemm):
     got = _run(value)
     assert got["sitecustomize"] == str(HARNESS / "sitecustomize.py")
@@ -96,8 +97,9 @@ print(json.dumps({"fa_utils": fa_utils.get_flash_attn_version(head_size=192, hea
 """
 
 
-@pytest.mark.parametrize("value, build, version", [("12.0", "no-fa2", 3), ("8.0", "fa2", None),
-                                                   (None, "no-fa2", None)])
+@pytest.mark.parametrize("value, build, version", [("12.0", "no-fa2", 3),     # the others: the slow tier (budget)
+                                                   pytest.param("8.0", "fa2", None, marks=pytest.mark.slow),
+                                                   pytest.param(None, "no-fa2", None, marks=pytest.mark.slow)])
 def test_dense_prefill_takes_fa3_only_where_the_build_has_no_fa2(value, build, version):
     """vLLM's ``get_flash_attn_version`` (what the MLA dense prefill imports by name) answers 3 under the harness
     only where FA2 is missing from the build and the live device is SM90; otherwise vLLM's own answer stands (on the
