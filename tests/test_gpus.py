@@ -42,6 +42,12 @@ def test_a_mig_slices_name_is_its_gpus_and_its_profile(name, parent, mig):
     # issue 47 round 13 (r46, r47): a preset held as a word is no driver's name
     ("NVIDIA h200", None), ("NVIDIA Fake H200 Clone", None), ("NVIDIA H2000", None), ("NVIDIA A400", None),
     ("h200", None), ("NVIDIA", None), ("H200", None), (None, None),
+    # round 14 (t88-t96): a profile in another case or twice, the consumer brand on the wrong card, a line break
+    ("NVIDIA H200 mig 1G.18GB", None), ("NVIDIA H200 MIG 1g.18gb MIG 1g.18gb", None), ("NVIDIA GeForce H200", None),
+    ("NVIDIA RTX 4090", None), ("NVIDIA H200\n", None), ("NVIDIA H200 ", None),
+    # later drivers' engine suffixes, taken in the +me form (t85-t87)
+    ("NVIDIA B200 MIG 1g.23gb+me.all", "b200"), ("NVIDIA B200 MIG 1g.23gb-me", "b200"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 1g.24gb+gfx", "rtx-pro-6000"),
 ])
 def test_a_device_name_is_the_drivers_name_of_a_preset(name, preset):
     from sparse_mla.gpus import device_name_preset

@@ -60,6 +60,9 @@ GPUS: dict[str, GpuPreset] = {
 #: ``NVIDIA H100 80GB HBM3``, ``NVIDIA GeForce RTX 4090``, ``NVIDIA A100-SXM4-80GB``. A preset's name (``h100``) or a
 #: file-name form (:func:`sparse_mla.records.gpu_slug`) is none.
 DEVICE_NAME_PREFIX = "NVIDIA "
+#: The brand the driver puts before a consumer card's product (``NVIDIA GeForce RTX 4090``), and only there; a preset
+#: whose ``note`` starts with it is such a card.
+GEFORCE = "GeForce "
 
 
 def device_name_preset(gpu) -> str | None:
@@ -67,19 +70,31 @@ def device_name_preset(gpu) -> str | None:
     :data:`DEVICE_NAME_PREFIX`, ``GeForce `` on consumer cards, then the product, whose first words are the preset's in
     upper case (``NVIDIA H200``, ``NVIDIA H100 PCIe``, ``NVIDIA A100-SXM4-80GB``, ``NVIDIA GeForce RTX 4090 D``,
     ``NVIDIA RTX PRO 6000 Blackwell Server Edition``), a MIG slice its whole GPU's (:func:`mig_parent`). Issue 47,
-    round 13 (r46, r47): ``NVIDIA h200`` and ``NVIDIA Fake H200 Clone`` held a preset as a word and were accepted."""
-    if not isinstance(gpu, str) or not gpu.startswith(DEVICE_NAME_PREFIX):
+    round 13 (r46, r47): ``NVIDIA h200`` and ``NVIDIA Fake H200 Clone`` held a preset as a word and were accepted;
+    round 14 (t88-t96): ``GeForce`` on a data-centre card or missing on a consumer one, a profile twice or in other
+    case, a trailing line break."""
+    if not isinstance(gpu, str) or not gpu.startswith(DEVICE_NAME_PREFIX) or gpu != gpu.strip():
         return None
-    product = mig_parent(gpu)[0][len(DEVICE_NAME_PREFIX):].removeprefix("GeForce ")
-    return next((k for k in GPUS if re.match(re.escape(k.upper().replace("-", " ")) + r"(?:$|[ -])", product)), None)
+    parent = mig_parent(gpu)[0]
+    if "MIG" in parent.upper().split() or not parent.isprintable():   # one slice's profile, once, as the driver
+        return None                                                      # writes it; no line breaks
+    product = parent[len(DEVICE_NAME_PREFIX):]
+    for key, preset in GPUS.items():
+        brand = GEFORCE if preset.note.startswith(GEFORCE) else ""      # the note names a consumer card's brand
+        if re.match(re.escape(brand + key.upper().replace("-", " ")) + r"(?:\Z|[ -])", product):
+            return key
+    return None
+
 
 #: How a MIG slice's name ends: the driver names a MIG instance by its GPU's name and its profile, which
 #: ``torch.cuda.get_device_properties(0).name`` reads with the slice's own ``multi_processor_count`` (JAX's GPU
 #: table: ``NVIDIA H100 80GB HBM3 MIG 1g.10gb`` with 16 SMs, ``NVIDIA B200 MIG 1g.23gb`` with 18; NVIDIA's MIG user
-#: guide names the profiles ``<g>g.<mem>gb``, those with the media engines ``+me``, a compute instance smaller than
-#: its GPU instance ``<c>c.<g>g.<mem>gb``, as in an OpenCL listing's ``A100-SXM4-40GB MIG 4c.7g.40gb``). The slice
-#: has its GPU's capability and at most its SMs; which SMs a profile has is not tabled here.
-MIG_SLICE = re.compile(r" MIG (?:\d+c\.)?\d+g\.\d+gb(?:\+me)?$", re.IGNORECASE)
+#: guide names the profiles ``MIG <g>g.<mem>gb``, those with the media engines ``+me``, a compute instance smaller
+#: than its GPU instance ``<c>c.<g>g.<mem>gb``, as in an OpenCL listing's ``A100-SXM4-40GB MIG 4c.7g.40gb``). Later
+#: drivers' other engine suffixes (``-me``, ``+me.all``, ``+gfx``: named by round 14's breaker from NVIDIA's guide,
+#: not seen here) are taken in the same form, ``+`` or ``-`` and lower-case words. Case as the driver writes it. The
+#: slice has its GPU's capability and at most its SMs; which SMs a profile has is not tabled here.
+MIG_SLICE = re.compile(r" MIG (?:\d+c\.)?\d+g\.\d+gb(?:[+-][a-z]+(?:\.[a-z]+)*)*\Z")
 
 
 def mig_parent(gpu: str) -> tuple[str, bool]:

@@ -556,14 +556,16 @@ INDEXER_QUANT_BLOCK = 128
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 
-def preset_key(spec: str | Path) -> str | None:
+def preset_key(spec: str | Path, base: Path | None = None) -> str | None:
     """The preset (:data:`PRESET_CONFIGS`) that ``spec`` names as :func:`load_model` reads it: its name as written, or
-    in another case where no path of that name exists (``GLM-5``, as the other names match whatever their case);
-    None for another spec. Raises :class:`UserInputError` for a name the file system refuses (too long, a NUL)."""
+    in another case where no path of that name exists (``GLM-5``, as the other names match whatever their case;
+    relative to ``base`` where given, the folder the reader runs in: a notebook's); None for another spec. Raises
+    :class:`UserInputError` for a name the file system refuses (too long, a NUL)."""
     s = str(spec)
     if s in PRESET_CONFIGS:
         return s
-    if s.strip() and s.lower() in PRESET_CONFIGS and not expand_path(s, "model").exists():
+    if s.strip() and s.lower() in PRESET_CONFIGS and not (
+            expand_path(s, "model") if base is None else Path(base) / s).exists():
         return s.lower()
     return None
 

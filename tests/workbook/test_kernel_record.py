@@ -85,6 +85,17 @@ def _command(old: str, new: str):
      "bench[0].speedup_vs_flashmla 0.5389338579029984 stands without its flashmla_us (a number)"),
     (lambda r: r["bench"][0].update(speedup_vs_flashmla=str(r["bench"][0]["speedup_vs_flashmla"])),         # r36
      "bench[0].speedup_vs_flashmla '0.5389338579029984' is not a number"),
+    # breaker round 14: the command's cases, cache size, launch comparison and checks against the rows (t61-t65)
+    (_command("--quick", "--quick --heads 16"), "its rows' H [8, 16, 64, 128], the command's `sparse-mla bench "
+                                                "kernel` asks [16]"),
+    (_command("--quick", "--quick --tokens 1 4"), "its rows' T [1, 4, 32, 128, 1024, 4096], the command's"),
+    (_command("--quick", "--quick --cache-tokens 65536"), "its rows' cache_tokens [131072], the command's"),
+    (_command(" --compare-launch", ""), "24 of its 24 rows hold the launch comparison (old_graph_us); the command "
+                                        "did not ask --compare-launch"),
+    (lambda r: r["bench"][2].pop("old_graph_us"), "23 of its 24 rows hold the launch comparison"),
+    (_command("--quick", "--quick --no-check"), "24 checks, the command's --no-check asks none"),
+    (lambda r: r["checks"].pop(), "23 checks, the command's 24 cases ask one each"),
+    (lambda r: r.pop("checks"), "no checks, which `sparse-mla bench kernel` writes into every record"),
 ])
 def test_a_kernel_record_against_its_command_and_times(tmp_path, edit, says):
     rec = copy.deepcopy(_COMMITTED)
@@ -102,6 +113,10 @@ def test_a_kernel_record_against_its_command_and_times(tmp_path, edit, says):
     (lambda r: r["bench"][0].update(speed_vs_deepgemm=5.0),                                                  # s16
      "bench[0].speed_vs_deepgemm 5.0, not its deepgemm_us 2.904987316342849 over its triton_us 2.358399987220764"),
     (lambda r: r["bench"][1].pop("triton_us"), "bench[1].speed_vs_deepgemm "),
+    (_command("--quick", "--quick --heads 64"), "its rows' H [32], the command's `sparse-mla bench indexer` asks "
+                                                "[64]"),                                                   # t68
+    (lambda r: [r.pop(k) for k in ("targets", "sm80_build")], "no targets or sm80_build, which `sparse-mla bench "
+                                                              "indexer` writes"),
 ])
 def test_an_indexer_record_against_its_command_and_times(tmp_path, edit, says):
     rec = copy.deepcopy(_INDEXER)

@@ -20,6 +20,8 @@ from sparse_mla.workbook.parameters import check_values
     ("kv_cache_dtype", "fp4", "fp8_ds_mla"), ("model", "glm-6", "glm-5"),
     # the empty value by name, not read as the notebooks' folder (issue 47, breaker round 13, p32)
     ("model", "", "model '' is empty; accepted: a preset (glm-5, deepseek-v3.2)"), ("model", " ", "model ' ' is empty"),
+    # a GGUF, which the notebooks' load_model does not read (breaker round 14: notebook 01 failed in its fifth cell)
+    ("model", "/nowhere/GLM-5-Q4_K_M.gguf", "is a GGUF; accepted: a preset (glm-5, deepseek-v3.2), a config.json"),
 ])
 def test_a_refused_value_names_the_notebook_key_value_and_what_is_accepted(key, value, accepted, tmp_path):
     defaults = {"model": "glm-5", "tp": 8, "capability": "rtx-pro-6000", "kv_cache_dtype": "bfloat16"}
@@ -30,6 +32,12 @@ def test_a_refused_value_names_the_notebook_key_value_and_what_is_accepted(key, 
 
 
 REQUEST_KEYS = ("tp", "capability", "kv_cache_dtype", "model")
+
+
+def test_a_preset_in_another_case_passes_as_the_notebook_reads_it(tmp_path):
+    """``GLM-5``: the notebook's ``load_model`` reads it as the preset where no such path is beside the notebooks
+    (breaker round 14, q10: refused as '<notebooks>/GLM-5')."""
+    check_values("p", "01_x", {"model": "GLM-5"}, {"model": "glm-5", "tp": 8, "capability": "h200"}, tmp_path)
 
 
 def test_accepted_values_and_the_notebooks_defaults_pass(tmp_path, monkeypatch):

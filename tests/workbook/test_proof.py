@@ -699,7 +699,8 @@ def test_a_header_gpu_that_is_not_the_engines_device_is_invalid(tmp_path):
     (lambda r: r.update(failures=["parity run None"]), "unproven", "it says it failed: parity run None"),
     (lambda r: r.update(interrupted=False), "invalid", "interrupted"),
     (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(simulated_capability="8.0",
-                                                     simulated={"capability": "8.9"}), "invalid", "disagree"),
+                                                     simulated={"capability": "8.9"}), "invalid",
+     "simulated_capability '8.0'"),     # its key names no @8.0 (round 14, t40), and its simulated block 8.9
     # vLLM saw another GPU than the device, and no simulation was asked
     (lambda r: r["runs"]["TRITON_MLA_SPARSE"].update(ran={**RAN, "capability": "8.0", "device_capability": "9.0",
                                                           "triton_targets": {"attention.k": ["sm80"]}}),
@@ -1831,6 +1832,8 @@ def test_every_committed_record_without_ran_stays_unproven():
                                                                    "FLASHMLA_SPARSE")),
      "its runs ran the specs ['FLASHMLA_SPARSE', 'FLASH_ATTN_MLA_SPARSE', 'TRITON_MLA_SPARSE'], the command's "
      "--backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE asks"),
+    # round 14 (t21, t28): a run's tp against the command's --tp (absent: 1)
+    (lambda d: d["runs"]["FLASHMLA_SPARSE"].__setitem__("tp", 1), "FLASHMLA_SPARSE: tp 1, the command asked --tp 2"),
     (lambda d: d["runs"]["FLASHMLA_SPARSE"].__setitem__("indexer", "TRITON_DSA_INDEXER"),
      "its runs ran the specs ['FLASHMLA_SPARSE+TRITON_DSA_INDEXER', 'FLASH_ATTN_MLA_SPARSE', 'TRITON_MLA_SPARSE'], "
      "the command's --backends (launch default) asks"),
@@ -1855,13 +1858,19 @@ _SIM80 = _TP2.parent / "launch_h200_simulated_sm80.json"
     (None, "8.0", "invalid"),          # an engine simulating where its writer's process did not
     ("8.0", None, "invalid"),
     ("8.0", "8.0", "unproven"),        # as written (no ran blocks: never more than unproven)
+    ("8.0", "sim-key", "invalid"),     # round 14 (t40): simulated_capability under a key without its @8.0
 ])
 def test_an_engine_without_its_own_capability_simulates_its_writers(top, run, status):
     import copy
 
     rec = copy.deepcopy(json.loads(_SIM80.read_text()))
+    if run == "sim-key":
+        rec["runs"][_T].update(simulated_capability="8.0")
+        rec["runs"][_T].pop("simulated")
+        run = "8.0"
     for where, cap in ((rec, top), (rec["runs"][_T], run)):
-        where.pop("simulated") if cap is None else where["simulated"].__setitem__("capability", cap)
+        if "simulated" in where or cap is None:
+            where.pop("simulated") if cap is None else where["simulated"].__setitem__("capability", cap)
     v = proof.judge(str(_SIM80), rec)
     assert v.status == status, v.reason
-    assert status != "invalid" or "simulated capability" in v.reason, v.reason
+    assert status != "invalid" or "simulated" in v.reason, v.reason

@@ -167,7 +167,7 @@ def _rep(r, run=T, **changes):
     (lambda r: r["load"].__setitem__("num_requests", 64), "repeats[0].requests 48, the load's num_requests 64"),
     (lambda r: _rep(r, output_tokens_per_s=float("inf")), "output_tokens_per_s inf, its output_tokens 2304"),
     (lambda r: _rep(r, output_tokens_per_s=1300.0), "output_tokens_per_s 1300.0, its output_tokens 2304"),
-    (lambda r: _rep(r, duration_s=float("nan")), "duration_s nan is no finite figure"),
+    (lambda r: _rep(r, duration_s=float("nan")), "duration_s nan is no time above 0 s"),
     (lambda r: r["runs"][T]["repeats"][0]["ttft_ms"].__setitem__("max", float("inf")), "ttft_ms.max inf"),
     (lambda r: _rep(r, errors=49), "errors 49 is no count of its 48 requests"),
     (lambda r: r["runs"][T]["repeats"].append(copy.deepcopy(r["runs"][T]["repeats"][0])),
@@ -195,3 +195,17 @@ def test_an_earlier_repeats_rate_is_its_tokens_over_its_rounded_duration():
     for implied, ok in ((dur + 4.9e-5, True), (dur - 4.9e-5, True), (dur + 5.2e-5, False)):
         rep["output_tokens_per_s"] = tok / implied
         assert (earlier_method_problems(rec) == []) is ok, (implied, earlier_method_problems(rec))
+
+
+@pytest.mark.parametrize("edit,says", [                     # breaker round 14 (t43, t52, t55, t56)
+    (lambda r: _rep(r, duration_s=0.0), "repeats[0].duration_s 0.0 is no time above 0 s"),
+    (lambda r: _rep(r, output_tokens=2304.5, output_tokens_per_s=2304.5 / 1.9037), "output_tokens 2304.5 is no count"),
+    (lambda r: r["runs"][T]["repeats"][0]["tpot_ms"].__setitem__("min", 50.0), "tpot_ms: min 50.0 above q1"),
+    (lambda r: r["runs"][T].__setitem__("servers", []), f"runs.{T}.servers: the live-server method's"),
+    (lambda r: r["runs"][T].pop("repeats"), f"runs.{T}.repeats None is no list of repeats"),
+])
+def test_an_earlier_serving_records_repeats_are_its_writers(tmp_path, edit, says):
+    rec = json.loads(EARLIER.read_text())
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert (v.status, says in v.reason) == ("invalid", True), v.line()

@@ -26,7 +26,10 @@ def test_status_places_each_proven_run_of_ours_and_says_never_elsewhere(tmp_path
                  ran={**RAN, "capability": "8.0", "device_capability": "9.0",
                       "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"]},
                       "indexer": {"triton": 5, "deepgemm": 0}})
-    _write(tmp_path, "sim.json", sim)
+    sim["runs"] = {"TRITON_MLA_SPARSE@8.0": {**sim["runs"]["TRITON_MLA_SPARSE"], "run": "TRITON_MLA_SPARSE@8.0"}}
+    sim["environment"]["command"] = sim["environment"]["command"].replace("--backends TRITON_MLA_SPARSE",
+                                                                          "--backends TRITON_MLA_SPARSE@8.0")
+    _write(tmp_path, "sim.json", sim)                                     # the run named as launch names it
     failed = copy.deepcopy(real)
     failed["failures"] = ["first-token criterion: OutOfMemoryError"]      # unproven: left out
     failed["runs"]["TRITON_MLA_SPARSE"]["ran"] = {**RAN, "capability": "8.9", "device_capability": "8.9"}

@@ -18,6 +18,7 @@ import shlex
 from pathlib import Path
 
 from ..layouts import FP8_KV_CACHE_DTYPES
+from ..records.values import is_int as _int
 
 #: Top-level keys of a serving benchmark's record (``sparse-mla bench serve``), whose command is not launch's.
 SERVE_KEYS = ("repeats", "load")
@@ -365,8 +366,9 @@ def _exempt_run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     """A parity record exempt from today's plan (no ``run_specs``: its writer ran other mode variants, e.g. a
     ``+cudagraph`` run) against the one thing every plan keeps: its runs' run specs (``backend_requested``,
     ``indexer``, ``simulated_capability``) are among those of the command's ``--backends`` (a spec without a run is
-    not held against it: whether that writer kept a run whose engine died is not known). Issue 47, round 13 (r19):
-    ``--backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE`` beside a ``FLASH_ATTN_MLA_SPARSE`` run was accepted."""
+    not held against it: whether that writer kept a run whose engine died is not known), each run's ``tp`` the
+    command's ``--tp``. Issue 47, round 13 (r19): ``--backends TRITON_MLA_SPARSE,FLASHMLA_SPARSE`` beside a
+    ``FLASH_ATTN_MLA_SPARSE`` run was accepted; round 14 (t21, t28): a run's tp 2 under a command without ``--tp``."""
     from ..errors import UserInputError
     from ..launch.specs import RunSpec
 
@@ -377,10 +379,10 @@ def _exempt_run_problems(rec: dict, args: argparse.Namespace) -> list[str]:
     runs = rec["runs"] if isinstance(rec.get("runs"), dict) else {}
     have = {RunSpec(r["backend_requested"], r.get("indexer") or "vllm", r.get("simulated_capability")).name
             for r in runs.values() if isinstance(r, dict) and isinstance(r.get("backend_requested"), str)}
-    if have <= want:
-        return []
-    return [f"its runs ran the specs {sorted(have)}, the command's --backends {args.backends or '(launch default)'} "
-            f"asks {sorted(want)}"]
+    out = [] if have <= want else [f"its runs ran the specs {sorted(have)}, the command's --backends "
+                                    f"{args.backends or '(launch default)'} asks {sorted(want)}"]
+    return out + [f"{k}: tp {r['tp']}, the command asked --tp {args.tp} (launch gives every engine its --tp)"
+                  for k, r in runs.items() if isinstance(r, dict) and _int(r.get("tp")) and r["tp"] != args.tp]
 
 
 def spec_method(cfg):

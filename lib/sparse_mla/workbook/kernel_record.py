@@ -83,13 +83,17 @@ def command_problems(rec: dict, places: list[tuple[str, dict]]) -> list[str]:
     kind = record_kind(rec)
     env = rec.get("environment") if isinstance(rec.get("environment"), dict) else {}
     when = header_time(env.get("date"))
-    if kind is None or isinstance(kind, list) or not isinstance(env.get("command"), str) or (
+    if isinstance(kind, list) or not isinstance(env.get("command"), str) or (
             when is not None and when < header_time(COMMAND_SINCE)):
         return kind if isinstance(kind, list) else []
+    if kind is None:
+        return _kind_missing(rec, env["command"])
     args = parsed_cli(env["command"], ("bench", kind), add_cli, f"a{'n' if kind == 'indexer' else ''} {kind} "
                                                                f"benchmark's record")
-    if args is None or isinstance(args, str) or kind != "kernel":
+    if args is None or isinstance(args, str):
         return [args] if isinstance(args, str) else []
+    if kind == "indexer":
+        return _asked_problems(rec, {"H": set(args.heads)}, "bench indexer")
     try:
         kv = check_kv_cache_dtype(args.kv_cache_dtype, CACHE_LAYOUTS)
     except UserInputError as e:
@@ -100,7 +104,62 @@ def command_problems(rec: dict, places: list[tuple[str, dict]]) -> list[str]:
             other.setdefault(d["kv_cache_dtype"], []).append(where)
     return [f"{w[0]}.kv_cache_dtype {v!r}{f' (and {len(w) - 1} more)' if len(w) > 1 else ''}, the command asked "
             f"--kv-cache-dtype {kv} (sparse-mla bench kernel writes it into the header and every row)"
-            for v, w in other.items()]
+            for v, w in other.items()] + _kernel_asked_problems(rec, args, kv)
+
+
+def _kind_missing(rec: dict, command: str) -> list[str]:
+    """A record with ``bench`` rows whose keys name no writer (:func:`record_kind` None) but whose command is one of
+    the two benchmarks': the keys that writer always writes are missing (issue 47, round 14, t65: a kernel record
+    without ``checks`` was never compared with its command)."""
+    from .commands import shell_words
+
+    words = shell_words(command)
+    sub = words[1:3] if isinstance(words, list) and words[:1] == ["sparse-mla"] else []
+    if not isinstance(rec.get("bench"), list) or sub[:1] != ["bench"] or sub[1:] not in (["kernel"], ["indexer"]):
+        return []
+    return [f"no {' or '.join(KIND_KEYS[sub[1]])}, which `sparse-mla bench {sub[1]}` writes into every record "
+            f"(sparse_mla.workbook.kernel_record.KIND_KEYS)"]
+
+
+def _sorted(values: set) -> list:
+    """Numbers in order, then anything else (a hand-edited row's text) by its text."""
+    return sorted(values, key=lambda v: (0, v, "") if is_number(v) else (1, 0, str(v)))
+
+
+def _asked_problems(rec: dict, asked: dict[str, set], tool: str) -> list[str]:
+    """Each row field of ``asked`` (``{field: the values the command asks}``): the values of the ``bench`` rows are
+    those values, every one asked run (the writer times every case it is asked)."""
+    rows = _dicts(rec.get("bench"))
+    out = []
+    for field, want in asked.items():
+        have = {r.get(field) for r in rows if field in r}
+        if rows and have != want:
+            out.append(f"its rows' {field} {_sorted(have)}, the command's `sparse-mla {tool}` asks {_sorted(want)}")
+    return out
+
+
+def _kernel_asked_problems(rec: dict, args, kv: str) -> list[str]:
+    """A kernel record's rows and checks against ``sparse-mla bench kernel``'s ``args`` (the writer's ``run_bench``):
+    one row per ``--heads`` x ``--tokens`` case (default :data:`sparse_mla.bench.kernel.TOKENS`, or ``FP8_TOKENS`` on
+    ``fp8_ds_mla``), each at ``--cache-tokens``; the launch comparison's ``old_*`` figures exactly where
+    ``--compare-launch`` asked them; checks none under ``--no-check``, one per case otherwise. Issue 47, round 14
+    (t61-t64, t68): only ``--kv-cache-dtype`` was compared."""
+    from ..bench.kernel import FP8_TOKENS, TOKENS
+
+    tokens = args.tokens or (FP8_TOKENS if kv == "fp8_ds_mla" else TOKENS)
+    out = _asked_problems(rec, {"H": set(args.heads), "T": set(tokens), "cache_tokens": {args.cache_tokens}},
+                          "bench kernel")
+    rows = _dicts(rec.get("bench"))
+    compared = [i for i, r in enumerate(rows) if "old_graph_us" in r]
+    if bool(args.compare_launch) != bool(compared) or (compared and len(compared) != len(rows)):
+        out.append(f"{len(compared)} of its {len(rows)} rows hold the launch comparison (old_graph_us); the command "
+                   f"{'asked' if args.compare_launch else 'did not ask'} --compare-launch (every row or none)")
+    checks = rec.get("checks") if isinstance(rec.get("checks"), list) else []
+    want = 0 if args.no_check else len(set(args.heads)) * len(set(tokens))
+    if len(checks) != want:
+        out.append(f"{len(checks)} checks, the command's {'--no-check asks none' if args.no_check else ''}"
+                   f"{'' if args.no_check else f'{want} cases ask one each'} (bench.kernel.run_bench)")
+    return out
 
 
 def _speedup_problems(rec: dict) -> list[str]:

@@ -285,13 +285,22 @@ def _inside_the_run(value, notebooks_dir: Path, out_dir: Path, run_files=()) -> 
 def _request(values: dict, notebooks_dir: Path) -> None:
     """The diagnosis request a notebook's model / tp / capability / KV-cache dtype make, checked by vLLM-free
     :func:`~sparse_mla.diagnose.request.resolve` (a model path relative to the notebooks' folder, as the notebook
-    reads it; an empty one is refused as given, not read as the notebooks' folder: issue 47, round 13, p32)."""
+    reads it; an empty one is refused as given, not read as the notebooks' folder: issue 47, round 13, p32; a preset
+    in another case, ``GLM-5``, as the notebook's ``load_model`` reads it: round 14, q10). A GGUF (``DIR:QUANT``, a
+    ``.gguf`` file) is refused: the notebooks read their model with :func:`sparse_mla.models.load_model`, which takes
+    none (round 14: notebook 01 failed in its fifth cell, after vLLM's import noise)."""
     from ..diagnose.request import resolve
-    from ..models import PRESET_CONFIGS
+    from ..gguf.files import is_gguf
+    from ..models import PRESETS, preset_key
 
     model = values.get("model", "glm-5")
-    if isinstance(model, str) and model.strip() and model not in PRESET_CONFIGS:
-        model = str(_as_read(model, notebooks_dir))
+    if isinstance(model, str) and model.strip():
+        key = preset_key(model, notebooks_dir)
+        model = key if key is not None else str(_as_read(model, notebooks_dir))
+        if key is None and is_gguf(model):
+            raise UserInputError(f"model {values['model']!r} is a GGUF; accepted: a preset ({', '.join(PRESETS)}), a "
+                                 f"config.json or a checkpoint directory holding one (the notebooks read the model "
+                                 f"with load_model); a GGUF's diagnosis: sparse-mla diagnose --model {values['model']}")
     resolve(model, values.get("capability", "h200"), values.get("kv_cache_dtype", "auto"), values.get("tp", 1),
             values.get("with_plugin", False))
 

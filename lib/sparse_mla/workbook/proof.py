@@ -749,7 +749,7 @@ def _spec_mismatch(name, backend: str, indexer: str, cap) -> str | None:
         spec = parse_run_spec(name)
     except UserInputError:
         return None
-    if (spec.backend, spec.indexer) != (backend, indexer) or (spec.capability and spec.capability != cap):
+    if (spec.backend, spec.indexer, spec.capability) != (backend, indexer, cap):   # describe() names @cap (t40)
         return (f"run spec {name!r} is not the request (backend_requested {backend!r}, indexer {indexer!r}, "
                 f"simulated_capability {cap!r})")
     return None

@@ -408,34 +408,47 @@ def ran_problems(rec: dict) -> list[str]:
 
 def earlier_runs(rec: dict) -> dict[str, dict]:
     """The runs of a serving benchmark of the earlier method (the openai client's load, before vLLM's ``bench serve``,
-    2026-12-01: a ``load`` block, runs with a ``repeats`` list and no ``servers``, no top-level ``repeats``;
+    2026-12-01: a ``load`` block and no top-level ``repeats``; each run a ``repeats`` list, no ``servers``;
     ``results/h200/bench_serve_h200*.json``): ``{name: run}``; ``{}`` for another record."""
     if "load" not in rec or "repeats" in rec or not isinstance(rec.get("runs"), dict):
         return {}
-    return {k: r for k, r in rec["runs"].items() if isinstance(r, dict) and "servers" not in r and "repeats" in r}
+    return {k: r for k, r in rec["runs"].items() if isinstance(r, dict)}
 
 
 def _finite(v) -> bool:
     return _num(v) and math.isfinite(v) and v >= 0
 
 
+#: A spread's statistics in the order they must hold (the earlier writer's ``spread``: min, quartiles, median, max).
+_SPREAD_ORDER = ("min", "q1", "median", "q3", "max")
+
+
+def _spread_problems(where: str, spread) -> list[str]:
+    """One of the earlier writer's spreads (``{"min", "q1", "median", "q3", "max", "n"}`` of finite milliseconds):
+    each figure finite and >= 0, in that order, ``n`` a count."""
+    d = _dict(spread)
+    out = [f"{where}.{f} {v!r} is no finite figure >= 0" for f, v in d.items() if f != "n" and not _finite(v)]
+    have = [(f, d[f]) for f in _SPREAD_ORDER if _finite(d.get(f))]
+    out += [f"{where}: {a} {x!r} above {b} {y!r}" for (a, x), (b, y) in zip(have, have[1:]) if x > y]
+    return out + ([f"{where}.n {d['n']!r} is no count"] if "n" in d and not _int(d["n"]) else [])
+
+
 def _earlier_repeat(where: str, rep, asked_requests) -> list[str]:
     """One repeat of the earlier writer (its ``repeat_stats``: ``requests`` = the load's prompts, each sent once;
-    ``errors`` of them; ``output_tokens`` over ``duration_s`` = ``output_tokens_per_s``; spreads of finite
-    milliseconds)."""
+    ``errors`` of them; an integer ``output_tokens`` over a ``duration_s`` above 0 = ``output_tokens_per_s``;
+    spreads of finite milliseconds, :func:`_spread_problems`)."""
     if not isinstance(rep, dict):
         return [f"{where} {str(rep)[:40]} is no repeat the writer writes (an object of its figures)"]
-    out = [f"{where}.{f} {rep.get(f)!r} is no finite figure >= 0" for f in ("duration_s", "output_tokens")
-           if not _finite(rep.get(f))]
-    out += [f"{where}.{k}.{f} {v!r} is no finite figure >= 0" for k in ("ttft_ms", "tpot_ms", "latency_ms")
-            for f, v in _dict(rep.get(k)).items() if not _finite(v)]
+    tps, tok, dur = rep.get("output_tokens_per_s"), rep.get("output_tokens"), rep.get("duration_s")
+    out = [] if _finite(dur) and dur > 0 else [f"{where}.duration_s {dur!r} is no time above 0 s"]
+    out += [] if _int(tok) and tok >= 0 else [f"{where}.output_tokens {tok!r} is no count of tokens"]
+    out += [p for k in ("ttft_ms", "tpot_ms", "latency_ms") for p in _spread_problems(f"{where}.{k}", rep.get(k))]
     req, err = rep.get("requests"), rep.get("errors")
     if req != asked_requests:
         out.append(f"{where}.requests {req!r}, the load's num_requests {asked_requests!r} (the writer sends each "
                    f"of the load's prompts once a repeat)")
     if not (_int(err) and _int(req) and 0 <= err <= req):
         out.append(f"{where}.errors {err!r} is no count of its {req!r} requests")
-    tps, tok, dur = rep.get("output_tokens_per_s"), rep.get("output_tokens"), rep.get("duration_s")
     # the writer divided by the unrounded duration and wrote duration_s rounded to 0.1 ms (round(d, 4))
     implied = tok / tps if _finite(tps) and tps > 0 and _finite(tok) else None
     if _finite(tok) and _finite(dur) and dur > 0 and not (implied is not None and abs(implied - dur) <= 5.001e-5):
@@ -445,15 +458,19 @@ def _earlier_repeat(where: str, rep, asked_requests) -> list[str]:
 
 
 def earlier_method_problems(rec: dict) -> list[str]:
-    """A serving record of the earlier method (:func:`earlier_runs`) against its own load: each run that did not fail
-    (no ``error``) has ``load.repeats`` repeats, each of ``load.num_requests`` requests with finite figures
-    (:func:`_earlier_repeat`), and its summary's error count their sum. Issue 47, round 13 (r26, s14): such a record
-    with ``num_requests`` 64 beside repeats of 48 requests, or an infinite tokens/s, was accepted (unproven: no
-    ``ran``), where the live-server method's were invalid."""
+    """A serving record of the earlier method (:func:`earlier_runs`) against its own load: no run holds the later
+    method's ``servers`` or ``passes``; each run that did not fail (no ``error``) has ``load.repeats`` repeats, each
+    of ``load.num_requests`` requests with the writer's figures (:func:`_earlier_repeat`), and its summary's error
+    count their sum. Issue 47, round 13 (r26, s14): such a record with ``num_requests`` 64 beside repeats of 48
+    requests, or an infinite tokens/s, was accepted (unproven: no ``ran``), where the live-server method's were
+    invalid; round 14 (t43, t52, t55, t56): a 0 s repeat, fractional tokens, a spread out of order, a run with an
+    empty ``servers``."""
     load = _dict(rec.get("load"))
     out = []
     for k, run in earlier_runs(rec).items():
-        reps = run["repeats"]
+        out += [f"runs.{k}.{f}: the live-server method's, in a record of the earlier method (no top-level repeats)"
+                for f in ("servers", "passes") if f in run]
+        reps = run.get("repeats", [] if run.get("error") is not None else None)
         if not isinstance(reps, list):
             out.append(f"runs.{k}.repeats {str(reps)[:40]} is no list of repeats")
             continue
