@@ -48,6 +48,9 @@ def test_a_mig_slices_name_is_its_gpus_and_its_profile(name, parent, mig):
     # later drivers' engine suffixes, taken in the +me form (t85-t87)
     ("NVIDIA B200 MIG 1g.23gb+me.all", "b200"), ("NVIDIA B200 MIG 1g.23gb-me", "b200"),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 1g.24gb+gfx", "rtx-pro-6000"),
+    # round 15 (u40, u46, u47): one engine suffix; a slice only of a GPU with MIG
+    ("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me+me", None), ("NVIDIA GeForce RTX 4090 MIG 1g.10gb", None),
+    ("NVIDIA L40S MIG 1g.12gb", None), ("NVIDIA A100-SXM4-40GB MIG 4c.7g.40gb", "a100"),
 ])
 def test_a_device_name_is_the_drivers_name_of_a_preset(name, preset):
     from sparse_mla.gpus import device_name_preset

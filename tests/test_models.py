@@ -87,6 +87,10 @@ def test_writable_dir(tmp_path):
     # bounds before anything is built: 100,000 layers built on the meta device ran past two minutes
     ({"num_hidden_layers": 100000}, "num_hidden_layers = 100000, which must be a positive integer up to 1024"),
     ({"n_routed_experts": 10 ** 7}, "n_routed_experts = 10000000, which must be a positive integer up to 65536"),
+    # issue 47 round 15 (z64): 2**31 - 1 heads took 20 GB and ran past 150 s in the diagnosis
+    ({"num_attention_heads": 2**31 - 1, "num_key_value_heads": 2**31 - 1},
+     "num_attention_heads = 2147483647, which must be a positive integer up to 4096"),
+    ({"index_n_heads": 4097}, "index_n_heads = 4097, which must be a positive integer up to 4096"),
     # the breaker's round of 2026-12-05: each was a memory-stage ZeroDivisionError or a negative dimension, or passed
     ({"moe_layer_freq": 0}, "moe_layer_freq = 0, which must be a positive integer"),
     ({"n_shared_experts": -1}, "n_shared_experts = -1; accepted: an integer from 0"),

@@ -18,6 +18,7 @@ class GpuPreset:
     note: str
     sms: int | None = None                    # multiProcessorCount of the card the note names (see GPUS); None unknown
     variants: tuple[tuple[str, int], ...] = ()    # (a word of another card's name, its SMs): ("PCIE", 114)
+    mig: bool = False                         # partitions into MIG slices (NVIDIA's MIG user guide, supported GPUs)
 
     @property
     def memory_gib(self) -> float:
@@ -41,12 +42,13 @@ class GpuPreset:
 #: cores per SM (64 on the A100, 128 on the others); ``records check`` holds a header's ``sm_count`` to it.
 GPUS: dict[str, GpuPreset] = {
     "rtx-pro-6000": GpuPreset("12.0", 97887, "RTX PRO 6000 Blackwell (Workstation, Max-Q, Server Edition), 96 GB",
-                              188),
+                              188, mig=True),
     "rtx-5090": GpuPreset("12.0", 32607, "GeForce RTX 5090, 32 GB", 170, (("LAPTOP", 82),)),   # 5090 D: 170 too
-    "b200": GpuPreset("10.0", 183359, "B200, 180 GB", 148),
-    "h100": GpuPreset("9.0", 81559, "H100 80GB HBM3", 132, (("PCIE", 114),)),                 # NVL: 132 too
-    "h200": GpuPreset("9.0", 143771, "H200, 141 GB", 132),                                    # NVL: 132 too
-    "a100": GpuPreset("8.0", 81920, "A100 80GB (SXM4, PCIe); the 40 GB A100 (40960 MiB): --gpu-memory-gib 40", 108),
+    "b200": GpuPreset("10.0", 183359, "B200, 180 GB", 148, mig=True),
+    "h100": GpuPreset("9.0", 81559, "H100 80GB HBM3", 132, (("PCIE", 114),), mig=True),      # NVL: 132 too
+    "h200": GpuPreset("9.0", 143771, "H200, 141 GB", 132, mig=True),                         # NVL: 132 too
+    "a100": GpuPreset("8.0", 81920, "A100 80GB (SXM4, PCIe); the 40 GB A100 (40960 MiB): --gpu-memory-gib 40", 108,
+                      mig=True),
     "l40s": GpuPreset("8.9", 46068, "L40S, 48 GB, ECC on", 142),
     "rtx-4090": GpuPreset("8.9", 24564, "GeForce RTX 4090, 24 GB", 128, (("D", 114), ("LAPTOP", 76))),
     "rtx-3090": GpuPreset("8.6", 24576, "GeForce RTX 3090, 24 GB", 82, (("TI", 84),)),
@@ -72,17 +74,18 @@ def device_name_preset(gpu) -> str | None:
     ``NVIDIA RTX PRO 6000 Blackwell Server Edition``), a MIG slice its whole GPU's (:func:`mig_parent`). Issue 47,
     round 13 (r46, r47): ``NVIDIA h200`` and ``NVIDIA Fake H200 Clone`` held a preset as a word and were accepted;
     round 14 (t88-t96): ``GeForce`` on a data-centre card or missing on a consumer one, a profile twice or in other
-    case, a trailing line break."""
+    case, a trailing line break; round 15 (u40, u46, u47): an engine suffix twice, a slice of a card without MIG
+    (:attr:`GpuPreset.mig`)."""
     if not isinstance(gpu, str) or not gpu.startswith(DEVICE_NAME_PREFIX) or gpu != gpu.strip():
         return None
-    parent = mig_parent(gpu)[0]
+    parent, slice_ = mig_parent(gpu)
     if "MIG" in parent.upper().split() or not parent.isprintable():   # one slice's profile, once, as the driver
         return None                                                      # writes it; no line breaks
     product = parent[len(DEVICE_NAME_PREFIX):]
     for key, preset in GPUS.items():
         brand = GEFORCE if preset.note.startswith(GEFORCE) else ""      # the note names a consumer card's brand
         if re.match(re.escape(brand + key.upper().replace("-", " ")) + r"(?:\Z|[ -])", product):
-            return key
+            return key if preset.mig or not slice_ else None            # a slice only of a GPU that has MIG
     return None
 
 
@@ -94,7 +97,7 @@ def device_name_preset(gpu) -> str | None:
 #: drivers' other engine suffixes (``-me``, ``+me.all``, ``+gfx``: named by round 14's breaker from NVIDIA's guide,
 #: not seen here) are taken in the same form, ``+`` or ``-`` and lower-case words. Case as the driver writes it. The
 #: slice has its GPU's capability and at most its SMs; which SMs a profile has is not tabled here.
-MIG_SLICE = re.compile(r" MIG (?:\d+c\.)?\d+g\.\d+gb(?:[+-][a-z]+(?:\.[a-z]+)*)*\Z")
+MIG_SLICE = re.compile(r" MIG (?:\d+c\.)?\d+g\.\d+gb(?:[+-][a-z]+(?:\.[a-z]+)*)?\Z")
 
 
 def mig_parent(gpu: str) -> tuple[str, bool]:

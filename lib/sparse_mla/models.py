@@ -205,9 +205,11 @@ AT_MOST = (("num_experts_per_tok", "n_routed_experts"), ("topk_group", "n_group"
 
 
 #: Upper bounds checked before vLLM builds anything (the diagnosis builds vLLM's model on the meta device, one module
-#: per layer: 100,000 layers ran past two minutes; 10 million experts took 4 GB of host memory): far above any DSA
-#: model (GLM-5: 78 layers, 256 experts).
-UPPER_BOUNDS = {"num_hidden_layers": 1024, "n_routed_experts": 65536, "num_experts_per_tok": 65536}
+#: per layer: 100,000 layers ran past two minutes; 10 million experts took 4 GB of host memory; 2**31 - 1 attention
+#: heads took 20 GB and ran past 150 s, a million 42 s: issue 47, round 15, z64): far above any DSA model (GLM-5:
+#: 78 layers, 256 experts, 64 attention heads, 32 indexer heads; DeepSeek-V3.2: 128 and 64).
+UPPER_BOUNDS = {"num_hidden_layers": 1024, "n_routed_experts": 65536, "num_experts_per_tok": 65536,
+                "num_attention_heads": 4096, "num_key_value_heads": 4096, "index_n_heads": 4096}
 
 
 #: Numbers of a config vLLM's model code computes with (``RMSNorm(..., eps=config.rms_norm_eps)``, the routed experts'

@@ -86,18 +86,25 @@ def _command(old: str, new: str):
     (lambda r: r["bench"][0].update(speedup_vs_flashmla=str(r["bench"][0]["speedup_vs_flashmla"])),         # r36
      "bench[0].speedup_vs_flashmla '0.5389338579029984' is not a number"),
     # breaker round 14: the command's cases, cache size, launch comparison and checks against the rows (t61-t65)
-    (_command("--quick", "--quick --heads 16"), "its rows' H [8, 16, 64, 128], the command's `sparse-mla bench "
-                                                "kernel` asks [16]"),
-    (_command("--quick", "--quick --tokens 1 4"), "its rows' T [1, 4, 32, 128, 1024, 4096], the command's"),
+    (_command("--quick", "--quick --heads 16"), "its rows' cases (H, T) are not the command's: 18 more"),
+    (_command("--quick", "--quick --tokens 1 4"), "its rows' cases (H, T) are not the command's: 16 more"),
     (_command("--quick", "--quick --cache-tokens 65536"), "its rows' cache_tokens [131072], the command's"),
     (_command(" --compare-launch", ""), "24 of its 24 rows hold the launch comparison (old_graph_us); the command "
                                         "did not ask --compare-launch"),
     (lambda r: r["bench"][2].pop("old_graph_us"), "23 of its 24 rows hold the launch comparison"),
-    (_command("--quick", "--quick --no-check"), "24 checks, the command's --no-check asks none"),
-    (lambda r: r["checks"].pop(), "23 checks, the command's 24 cases ask one each"),
+    (_command("--quick", "--quick --no-check"), "its checks' cases (H, T) are not the command's (--no-check: none): "
+                                                "24 more"),
+    (lambda r: r["checks"].pop(), "its checks' cases (H, T) are not the command's: 0 more ([]), 1 missing"),
     (lambda r: r.pop("checks"), "no checks, which `sparse-mla bench kernel` writes into every record"),
+    # round 15: the cases as a list, not a set (u09-u12)
+    (lambda r: r["bench"].pop(0), "its rows' cases (H, T) are not the command's: 0 more ([]), 1 missing ([(8, 1)])"),
+    (lambda r: r["bench"].append(dict(r["bench"][5])), "its rows' cases (H, T) are not the command's: 1 more "
+                                                       "([(8, 4096)]), 0 missing"),
+    (lambda r: r["checks"][0].update(H=999), "its checks' cases (H, T) are not the command's: 1 more ([(999, 1)]), "
+                                             "1 missing ([(8, 1)])"),
 ])
 def test_a_kernel_record_against_its_command_and_times(tmp_path, edit, says):
+    """Each edit of the committed record makes it one its writer never writes."""
     rec = copy.deepcopy(_COMMITTED)
     edit(rec)
     v = verdict(tmp_path, rec)
@@ -133,3 +140,14 @@ def test_a_record_older_than_the_writers_command_form_is_not_compared(tmp_path):
     assert verdict(tmp_path, rec).status == "invalid"
     rec["environment"]["date"] = "2026-11-29T21:47:14+00:00"
     assert verdict(tmp_path, rec).status == "unproven"
+
+
+def test_a_command_listing_a_value_twice_runs_it_twice(tmp_path):
+    """``--heads 8 8 --tokens 1``: the writer runs (8, 1) twice, two rows and two checks (breaker round 15, u01: a
+    real writer's record was refused by a count of distinct values)."""
+    rec = copy.deepcopy(_COMMITTED)
+    rec["environment"]["command"] = rec["environment"]["command"] + " --heads 8 8 --tokens 1"
+    rec["bench"] = [dict(rec["bench"][0]), dict(rec["bench"][0])]
+    rec["checks"] = [dict(rec["checks"][0]), dict(rec["checks"][0])]
+    v = verdict(tmp_path, rec)
+    assert v.status == "unproven", v.line()

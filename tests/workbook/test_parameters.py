@@ -22,6 +22,8 @@ from sparse_mla.workbook.parameters import check_values
     ("model", "", "model '' is empty; accepted: a preset (glm-5, deepseek-v3.2)"), ("model", " ", "model ' ' is empty"),
     # a GGUF, which the notebooks' load_model does not read (breaker round 14: notebook 01 failed in its fifth cell)
     ("model", "/nowhere/GLM-5-Q4_K_M.gguf", "is a GGUF; accepted: a preset (glm-5, deepseek-v3.2), a config.json"),
+    # no GGUF offered where the notebooks take none (breaker round 15, r01)
+    ("model", "GLM-5 ", "model 'GLM-5 ' is no preset and no file or folder"),
 ])
 def test_a_refused_value_names_the_notebook_key_value_and_what_is_accepted(key, value, accepted, tmp_path):
     defaults = {"model": "glm-5", "tp": 8, "capability": "rtx-pro-6000", "kv_cache_dtype": "bfloat16"}

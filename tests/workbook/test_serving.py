@@ -203,6 +203,7 @@ def test_an_earlier_repeats_rate_is_its_tokens_over_its_rounded_duration():
     (lambda r: r["runs"][T]["repeats"][0]["tpot_ms"].__setitem__("min", 50.0), "tpot_ms: min 50.0 above q1"),
     (lambda r: r["runs"][T].__setitem__("servers", []), f"runs.{T}.servers: the live-server method's"),
     (lambda r: r["runs"][T].pop("repeats"), f"runs.{T}.repeats None is no list of repeats"),
+    (lambda r: r["runs"][T]["repeats"][0]["ttft_ms"].pop("median"), "ttft_ms: no median, which the writer's spread"),
 ])
 def test_an_earlier_serving_records_repeats_are_its_writers(tmp_path, edit, says):
     rec = json.loads(EARLIER.read_text())

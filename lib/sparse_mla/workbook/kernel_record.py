@@ -140,25 +140,33 @@ def _asked_problems(rec: dict, asked: dict[str, set], tool: str) -> list[str]:
 
 def _kernel_asked_problems(rec: dict, args, kv: str) -> list[str]:
     """A kernel record's rows and checks against ``sparse-mla bench kernel``'s ``args`` (the writer's ``run_bench``):
-    one row per ``--heads`` x ``--tokens`` case (default :data:`sparse_mla.bench.kernel.TOKENS`, or ``FP8_TOKENS`` on
-    ``fp8_ds_mla``), each at ``--cache-tokens``; the launch comparison's ``old_*`` figures exactly where
-    ``--compare-launch`` asked them; checks none under ``--no-check``, one per case otherwise. Issue 47, round 14
-    (t61-t64, t68): only ``--kv-cache-dtype`` was compared."""
+    its cases are ``--heads`` x ``--tokens`` in that order, each value as often as listed (default tokens
+    :data:`sparse_mla.bench.kernel.TOKENS`, or ``FP8_TOKENS`` on ``fp8_ds_mla``); one row per case, each at
+    ``--cache-tokens``; the launch comparison's ``old_*`` figures in every row exactly where ``--compare-launch``
+    asked them; one check per case (its ``H`` and ``T``), none under ``--no-check``. Issue 47, round 14 (t61-t64,
+    t68): only ``--kv-cache-dtype`` was compared; round 15 (u01, u09-u12): a missing, repeated or other case, and a
+    check of another case, passed a comparison of sets."""
+    from collections import Counter
+
     from ..bench.kernel import FP8_TOKENS, TOKENS
 
     tokens = args.tokens or (FP8_TOKENS if kv == "fp8_ds_mla" else TOKENS)
-    out = _asked_problems(rec, {"H": set(args.heads), "T": set(tokens), "cache_tokens": {args.cache_tokens}},
-                          "bench kernel")
+    cases = Counter((h, t) for h in args.heads for t in tokens)
     rows = _dicts(rec.get("bench"))
+    out = _asked_problems(rec, {"cache_tokens": {args.cache_tokens}}, "bench kernel")
+    for what, items, want in (("rows", rows, cases), ("checks", _dicts(rec.get("checks")),
+                                                      Counter() if args.no_check else cases)):
+        have = Counter((r.get("H"), r.get("T")) for r in items)
+        if have != want:
+            extra, missing = sorted((have - want).elements(), key=str), sorted((want - have).elements(), key=str)
+            none = " (--no-check: none)" if args.no_check and what == "checks" else ""
+            out.append(f"its {what}' cases (H, T) are not the command's{none}: {len(extra)} more ({extra[:3]}), "
+                       f"{len(missing)} missing ({missing[:3]}); the writer runs --heads x --tokens, each as listed "
+                       f"(bench.kernel.run_bench)")
     compared = [i for i, r in enumerate(rows) if "old_graph_us" in r]
     if bool(args.compare_launch) != bool(compared) or (compared and len(compared) != len(rows)):
         out.append(f"{len(compared)} of its {len(rows)} rows hold the launch comparison (old_graph_us); the command "
                    f"{'asked' if args.compare_launch else 'did not ask'} --compare-launch (every row or none)")
-    checks = rec.get("checks") if isinstance(rec.get("checks"), list) else []
-    want = 0 if args.no_check else len(set(args.heads)) * len(set(tokens))
-    if len(checks) != want:
-        out.append(f"{len(checks)} checks, the command's {'--no-check asks none' if args.no_check else ''}"
-                   f"{'' if args.no_check else f'{want} cases ask one each'} (bench.kernel.run_bench)")
     return out
 
 

@@ -297,10 +297,13 @@ def _request(values: dict, notebooks_dir: Path) -> None:
     if isinstance(model, str) and model.strip():
         key = preset_key(model, notebooks_dir)
         model = key if key is not None else str(_as_read(model, notebooks_dir))
+        accepted = (f"accepted: a preset ({', '.join(PRESETS)}), a config.json or a checkpoint directory holding one, "
+                    f"relative to notebooks/ (the notebooks read the model with load_model)")
         if key is None and is_gguf(model):
-            raise UserInputError(f"model {values['model']!r} is a GGUF; accepted: a preset ({', '.join(PRESETS)}), a "
-                                 f"config.json or a checkpoint directory holding one (the notebooks read the model "
-                                 f"with load_model); a GGUF's diagnosis: sparse-mla diagnose --model {values['model']}")
+            raise UserInputError(f"model {values['model']!r} is a GGUF; {accepted}; a GGUF's diagnosis: sparse-mla "
+                                 f"diagnose --model {values['model']}")
+        if key is None and not Path(model).exists():         # round 15 (r01, r10, r11): load_model's words offer a GGUF
+            raise UserInputError(f"model {values['model']!r} is no preset and no file or folder ({model}); {accepted}")
     resolve(model, values.get("capability", "h200"), values.get("kv_cache_dtype", "auto"), values.get("tp", 1),
             values.get("with_plugin", False))
 

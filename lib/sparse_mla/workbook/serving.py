@@ -427,7 +427,9 @@ def _spread_problems(where: str, spread) -> list[str]:
     """One of the earlier writer's spreads (``{"min", "q1", "median", "q3", "max", "n"}`` of finite milliseconds):
     each figure finite and >= 0, in that order, ``n`` a count."""
     d = _dict(spread)
-    out = [f"{where}.{f} {v!r} is no finite figure >= 0" for f, v in d.items() if f != "n" and not _finite(v)]
+    out = [f"{where}: no {f}, which the writer's spread holds ({', '.join(_SPREAD_ORDER)}, n)"
+           for f in (*_SPREAD_ORDER, "n") if f not in d]               # round 15 (u28): a missing median passed
+    out += [f"{where}.{f} {v!r} is no finite figure >= 0" for f, v in d.items() if f != "n" and not _finite(v)]
     have = [(f, d[f]) for f in _SPREAD_ORDER if _finite(d.get(f))]
     out += [f"{where}: {a} {x!r} above {b} {y!r}" for (a, x), (b, y) in zip(have, have[1:]) if x > y]
     return out + ([f"{where}.n {d['n']!r} is no count"] if "n" in d and not _int(d["n"]) else [])
