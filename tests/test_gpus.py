@@ -51,6 +51,7 @@ def test_a_mig_slices_name_is_its_gpus_and_its_profile(name, parent, mig):
     # round 15 (u40, u46, u47): one engine suffix; a slice only of a GPU with MIG
     ("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me+me", None), ("NVIDIA GeForce RTX 4090 MIG 1g.10gb", None),
     ("NVIDIA L40S MIG 1g.12gb", None), ("NVIDIA A100-SXM4-40GB MIG 4c.7g.40gb", "a100"),
+    ("NVIDIA B200 MIG 1g.23gb+me.all.all", None),                                    # round 16 (v34)
 ])
 def test_a_device_name_is_the_drivers_name_of_a_preset(name, preset):
     from sparse_mla.gpus import device_name_preset

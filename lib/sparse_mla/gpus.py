@@ -97,7 +97,7 @@ def device_name_preset(gpu) -> str | None:
 #: drivers' other engine suffixes (``-me``, ``+me.all``, ``+gfx``: named by round 14's breaker from NVIDIA's guide,
 #: not seen here) are taken in the same form, ``+`` or ``-`` and lower-case words. Case as the driver writes it. The
 #: slice has its GPU's capability and at most its SMs; which SMs a profile has is not tabled here.
-MIG_SLICE = re.compile(r" MIG (?:\d+c\.)?\d+g\.\d+gb(?:[+-][a-z]+(?:\.[a-z]+)*)?\Z")
+MIG_SLICE = re.compile(r" MIG (?:\d+c\.)?\d+g\.\d+gb(?:[+-][a-z]+(?:\.[a-z]+)?)?\Z")
 
 
 def mig_parent(gpu: str) -> tuple[str, bool]:

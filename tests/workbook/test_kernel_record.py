@@ -102,6 +102,17 @@ def _command(old: str, new: str):
                                                        "([(8, 4096)]), 0 missing"),
     (lambda r: r["checks"][0].update(H=999), "its checks' cases (H, T) are not the command's: 1 more ([(999, 1)]), "
                                              "1 missing ([(8, 1)])"),
+    # round 16 (v02, v06, v11): a case written as a float, a command value the writer refuses, another top-k
+    (lambda r: r["checks"][0].update(T=1.0), "its checks' cases (H, T) are not the command's: 1 more ([(8, '<1.0>')])"),
+    (_command("--quick", "--quick --heads 0"), "environment.command's values are none bench kernel takes (--heads 0"),
+    (lambda r: r["bench"][3].update(topk=1024), "its rows' topk [1024, 2048], the command's `sparse-mla bench kernel` "
+                                                "asks [2048]"),
+    (lambda r: r["checks"][0].update(H=8.0), "its checks' cases (H, T) are not the command's: 1 more ([('<8.0>', 1)])"),
+    # a check's cache as text, or another cache than the writer's (v53, v09)
+    (lambda r: r["checks"][0].update(cache_tokens="8192"), "checks[0].cache_tokens '8192', the writer checks case 0 on "
+                                                           "8192 (bench.kernel.CHECK_CACHE_TOKENS, --quick: the first"),
+    (lambda r: r["checks"][1].update(cache_tokens=131072), "checks[1].cache_tokens 131072, the writer checks case 1 on "
+                                                           "32768"),
 ])
 def test_a_kernel_record_against_its_command_and_times(tmp_path, edit, says):
     """Each edit of the committed record makes it one its writer never writes."""
@@ -120,8 +131,12 @@ def test_a_kernel_record_against_its_command_and_times(tmp_path, edit, says):
     (lambda r: r["bench"][0].update(speed_vs_deepgemm=5.0),                                                  # s16
      "bench[0].speed_vs_deepgemm 5.0, not its deepgemm_us 2.904987316342849 over its triton_us 2.358399987220764"),
     (lambda r: r["bench"][1].pop("triton_us"), "bench[1].speed_vs_deepgemm "),
-    (_command("--quick", "--quick --heads 64"), "its rows' H [32], the command's `sparse-mla bench indexer` asks "
-                                                "[64]"),                                                   # t68
+    (_command("--quick", "--quick --heads 64"), "its rows' cases (kind, H, B, context, next_n / M, N) are not the "
+                                                "command's: 9 more"),                                       # t68
+    # round 16 (v20, v21): a row twice or missing; a command value the writer refuses (v06)
+    (lambda r: r["bench"].append(dict(r["bench"][0])), "are not the command's: 1 more ([('decode', 32, 1, 8192, 1)])"),
+    (lambda r: r["bench"].pop(), "are not the command's: 0 more ([]), 1 missing ([('prefill', 32, 4096, 32768)])"),
+    (_command("--quick", "--quick --heads 0"), "environment.command's values are none bench indexer takes (--heads 0"),
     (lambda r: [r.pop(k) for k in ("targets", "sm80_build")], "no targets or sm80_build, which `sparse-mla bench "
                                                               "indexer` writes"),
 ])
@@ -148,6 +163,6 @@ def test_a_command_listing_a_value_twice_runs_it_twice(tmp_path):
     rec = copy.deepcopy(_COMMITTED)
     rec["environment"]["command"] = rec["environment"]["command"] + " --heads 8 8 --tokens 1"
     rec["bench"] = [dict(rec["bench"][0]), dict(rec["bench"][0])]
-    rec["checks"] = [dict(rec["checks"][0]), dict(rec["checks"][0])]
+    rec["checks"] = [dict(rec["checks"][0]), {**rec["checks"][0], "cache_tokens": 32768}]   # case i on cache i % 2
     v = verdict(tmp_path, rec)
     assert v.status == "unproven", v.line()

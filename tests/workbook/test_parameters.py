@@ -24,6 +24,9 @@ from sparse_mla.workbook.parameters import check_values
     ("model", "/nowhere/GLM-5-Q4_K_M.gguf", "is a GGUF; accepted: a preset (glm-5, deepseek-v3.2), a config.json"),
     # no GGUF offered where the notebooks take none (breaker round 15, r01)
     ("model", "GLM-5 ", "model 'GLM-5 ' is no preset and no file or folder"),
+    # round 16 (p05, p19): a folder without config.json, a device -- none offered a GGUF
+    ("model", "/", "model '/' is a folder without a config.json (/); accepted: a preset"),
+    ("model", "/dev/null", "model '/dev/null' is no regular file (/dev/null); accepted: a preset"),
 ])
 def test_a_refused_value_names_the_notebook_key_value_and_what_is_accepted(key, value, accepted, tmp_path):
     defaults = {"model": "glm-5", "tp": 8, "capability": "rtx-pro-6000", "kv_cache_dtype": "bfloat16"}

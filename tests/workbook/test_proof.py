@@ -765,6 +765,9 @@ def test_a_record_with_a_byte_order_mark_or_broken_json_says_why(tmp_path):
                                           "of ours makes)")
     assert got["cut.json"][0] == "invalid" and got["cut.json"][1].startswith("not readable JSON (Expecting "), got
     assert "at line 2 column 1" in got["cut.json"][1]
+    (tmp_path / "utf16.json").write_text('{"runs": {}}', encoding="utf-16")     # breaker round 16 (x26)
+    [v] = proof.check([str(tmp_path / "utf16.json")])
+    assert v.status == "invalid" and "it is not UTF-8 (" in v.reason and "accepted: UTF-8 JSON" in v.reason, v.line()
 
 
 def test_a_file_larger_than_any_record_is_invalid_unread(tmp_path, monkeypatch):

@@ -204,6 +204,10 @@ def test_an_earlier_repeats_rate_is_its_tokens_over_its_rounded_duration():
     (lambda r: r["runs"][T].__setitem__("servers", []), f"runs.{T}.servers: the live-server method's"),
     (lambda r: r["runs"][T].pop("repeats"), f"runs.{T}.repeats None is no list of repeats"),
     (lambda r: r["runs"][T]["repeats"][0]["ttft_ms"].pop("median"), "ttft_ms: no median, which the writer's spread"),
+    # round 16 (v22, v25, v26): a statistic the writer never writes; n none of the completed requests
+    (lambda r: r["runs"][T]["repeats"][0]["ttft_ms"].__setitem__("mean", 500.0), "ttft_ms.mean: no statistic"),
+    (lambda r: r["runs"][T]["repeats"][0]["ttft_ms"].__setitem__("n", 0), "ttft_ms.n 0: accepted exactly 48"),
+    (lambda r: r["runs"][T]["repeats"][0]["tpot_ms"].__setitem__("n", 49), "tpot_ms.n 49: accepted from 1 to 48"),
 ])
 def test_an_earlier_serving_records_repeats_are_its_writers(tmp_path, edit, says):
     rec = json.loads(EARLIER.read_text())

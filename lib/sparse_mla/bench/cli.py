@@ -113,9 +113,13 @@ def _serve_cli(args) -> int:
     return cli_run(args, record_place)
 
 
-def _kernel_cli(args) -> int:
-    require("sparse-mla bench kernel", "pandas", "matplotlib")
-    from .kernel import TOPK, run_bench
+def check_kernel_args(args) -> list[tuple[int, ...]] | None:
+    """What ``sparse-mla bench kernel`` refuses in its parsed ``args`` before it runs anything (``records check``
+    asks the same of a record's command): a cache layout the kernels do not read, heads or tokens below 1, a
+    ``--cache-tokens`` that is no multiple of 64 of at least the top-k, malformed ``--configs``. Sets
+    ``args.kv_cache_dtype`` to the layout's name; returns the ``--configs`` tuples (None: the built-in grids).
+    Raises :class:`UserInputError` naming the value and what is accepted."""
+    from .kernel import TOPK
 
     from ..layouts import CACHE_LAYOUTS, check_kv_cache_dtype
 
@@ -134,6 +138,14 @@ def _kernel_cli(args) -> int:
         except (ValueError, AssertionError):
             raise UserInputError(f"--configs {args.configs!r} is not accepted; accepted: "
                                  f"'BH,BN,BDV,WARPS,STAGES;...' e.g. '64,64,512,8,1'") from None
+    return configs
+
+
+def _kernel_cli(args) -> int:
+    require("sparse-mla bench kernel", "pandas", "matplotlib")
+    from .kernel import run_bench
+
+    configs = check_kernel_args(args)
     out_dir, tag = record_place(args)
     rec = run_bench(args.heads, args.tokens, args.cache_tokens, sweep=args.sweep, out_dir=out_dir, tag=tag,
                     quick=args.quick, sweep_configs=configs, check=not args.no_check,
@@ -152,10 +164,10 @@ def _kernel_cli(args) -> int:
     return 0
 
 
-def _indexer_cli(args) -> int:
-    require("sparse-mla bench indexer", "pandas", "matplotlib")
-    from . import indexer as ib
-
+def check_indexer_args(args) -> list[tuple[int, int]] | None:
+    """What ``sparse-mla bench indexer`` refuses in its parsed ``args`` before it runs anything (``records check``
+    asks the same of a record's command): heads outside 1..128, batches or contexts below 1, malformed ``--prefill``.
+    Returns the ``--prefill`` shapes (None: the defaults). Raises :class:`UserInputError` naming the value."""
     for name in ("heads", "batches", "contexts"):
         bad = [v for v in (getattr(args, name) or []) if v < 1 or (name == "heads" and v > 128)]
         if bad:
@@ -169,6 +181,14 @@ def _indexer_cli(args) -> int:
         except (ValueError, AssertionError):
             raise UserInputError(f"--prefill {' '.join(args.prefill)!r} is not accepted; accepted: MxN shapes with "
                                  f"1 <= M <= N, e.g. 4096x32768") from None
+    return prefill
+
+
+def _indexer_cli(args) -> int:
+    require("sparse-mla bench indexer", "pandas", "matplotlib")
+    from . import indexer as ib
+
+    prefill = check_indexer_args(args)
     out_dir, tag = record_place(args)
     rec = ib.run_bench(args.heads, args.batches, args.contexts, prefill, quick=args.quick, sweep=args.sweep,
                        check=not args.no_check, out_dir=out_dir, tag=tag)

@@ -105,6 +105,17 @@ def _rel(ours, theirs, win) -> float:
     return ((ours[win] - theirs[win]).abs().max() / theirs[win].abs().max().clamp_min(1e-30)).item()
 
 
+def cases(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, quick: bool = False):
+    """The cases :func:`run_bench` times, in its order: decode ``(H, B, context, next_n)`` for every head count,
+    batch and context (``contexts`` default :data:`CONTEXTS`, :data:`QUICK_CONTEXTS` with ``quick``) and the MTP case
+    (:data:`MTP_CASE`, ``next_n`` 2) per head count; prefill ``(H, M, N)`` for every head count and shape (default
+    :data:`PREFILL`, :data:`QUICK_PREFILL` with ``quick``). Returns ``(decode, prefill)`` lists."""
+    contexts = tuple(contexts or (QUICK_CONTEXTS if quick else CONTEXTS))
+    prefill = tuple(prefill or (QUICK_PREFILL if quick else PREFILL))
+    decode = [(H, B, L, 1) for H in heads for B in batches for L in contexts] + [(H, *MTP_CASE, 2) for H in heads]
+    return decode, [(H, M, N) for H in heads for M, N in prefill]
+
+
 def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quick: bool = False,
               sweep: bool = False, check: bool = True, out_dir: Path | str | None = None,
               tag: str | None = None) -> dict:
@@ -122,8 +133,7 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
     if dg is None:
         raise UserInputError("DeepGEMM's indexer kernels are not available in this vLLM (the benchmark's peer); "
                              "accepted: a GPU where vLLM's DeepGEMM runs (SM90/100/120)")
-    contexts = tuple(contexts or (QUICK_CONTEXTS if quick else CONTEXTS))
-    prefill = tuple(prefill or (QUICK_PREFILL if quick else PREFILL))
+    decode_cases, prefill_cases = cases(heads, batches, contexts, prefill, quick)
     tag = gpu_slug() if tag is None else tag
     out_dir = gpu_record_dir() if out_dir is None else Path(out_dir)
     make_dir(out_dir)
@@ -137,9 +147,8 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
         return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
 
     rows, sweep_rows = [], []
-    decode_cases = [(H, B, L, 1) for H in heads for B in batches for L in contexts]
-    decode_cases += [(H, *MTP_CASE, 2) for H in heads]
-    big_decode, big_prefill = (max(batches), max(contexts)), max(prefill)
+    plain = [c for c in decode_cases if c[3] == 1]             # the largest batch and context: a case of the product
+    big_decode, big_prefill = (max(c[1] for c in plain), max(c[2] for c in plain)), max(c[1:] for c in prefill_cases)
     for i, (H, B, L, nn) in enumerate(decode_cases):
         sm80 = not quick or ((B, L) == big_decode and nn == 1)     # --quick: the SM80 path on the largest case only
         row, swept = _decode_case(dg, H, B, L, nn, seed=i, sm80=sm80, check=check, sweep=sweep, graphed=graphed,
@@ -147,7 +156,7 @@ def run_bench(heads=HEADS, batches=BATCHES, contexts=None, prefill=None, *, quic
         rows.append(row)
         sweep_rows += swept
         torch.cuda.empty_cache()
-    for i, (H, (M, N)) in enumerate([(H, p) for H in heads for p in prefill]):
+    for i, (H, M, N) in enumerate(prefill_cases):
         sm80 = not quick or (M, N) == big_prefill
         row, swept = _prefill_case(dg, H, M, N, seed=100 + i, sm80=sm80, check=check, sweep=sweep, graphed=graphed)
         rows.append(row)

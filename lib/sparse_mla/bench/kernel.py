@@ -216,7 +216,11 @@ def _peer(kv_cache_dtype, q_nope, q_pe, kv, idx, scale):
 PEER_NAME = {"auto": "flash_mla_sparse_fwd (bf16 prefill)", "fp8_ds_mla": "flash_mla_with_kvcache (fp8 sparse decode)"}
 
 
-def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_cache_tokens=(8192, 32768, 131072),
+#: The caches the correctness pass checks, case ``i`` on ``CHECK_CACHE_TOKENS[i % 3]`` (``--quick``: the first two).
+CHECK_CACHE_TOKENS = (8192, 32768, 131072)
+
+
+def run_bench(heads=HEADS, tokens=None, cache_tokens: int = 128 * 1024, check_cache_tokens=CHECK_CACHE_TOKENS,
               sweep: bool = False, out_dir: Path | str | None = None, tag: str | None = None, quick: bool = False,
               sweep_configs: list[tuple[int, int, int, int, int]] | None = None, check: bool = True,
               kv_cache_dtype: str = "auto", compare_launch: bool = False) -> dict:

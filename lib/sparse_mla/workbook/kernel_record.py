@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from ..records.values import header_time, is_number
+from ..records.values import header_time, is_int, is_number
 
 #: The keys only each benchmark writer writes at the top of its record (:func:`sparse_mla.bench.kernel.run_bench`:
 #: ``environment``, ``checks``, ``bench``; :func:`sparse_mla.bench.indexer.run_bench`: ``environment``, ``bench``,
@@ -75,9 +75,9 @@ def command_problems(rec: dict, places: list[tuple[str, dict]]) -> list[str]:
     :data:`~sparse_mla.layouts.CACHE_LAYOUTS`; the writer writes it into the header and every row). ``[]`` for a
     record of a notebook or script (``python: sparse_mla (called from ...)``), without a command, or older than
     :data:`COMMAND_SINCE`."""
-    from ..bench.cli import add_cli
+    from ..bench.cli import add_cli, check_indexer_args, check_kernel_args
     from ..errors import UserInputError
-    from ..layouts import CACHE_LAYOUTS, check_kv_cache_dtype
+    from ..layouts import CACHE_LAYOUTS
     from .commands import parsed_cli
 
     kind = record_kind(rec)
@@ -92,12 +92,13 @@ def command_problems(rec: dict, places: list[tuple[str, dict]]) -> list[str]:
                                                                f"benchmark's record")
     if args is None or isinstance(args, str):
         return [args] if isinstance(args, str) else []
-    if kind == "indexer":
-        return _asked_problems(rec, {"H": set(args.heads)}, "bench indexer")
-    try:
-        kv = check_kv_cache_dtype(args.kv_cache_dtype, CACHE_LAYOUTS)
+    try:        # what the writer refuses before it runs (bench.cli.check_kernel_args / check_indexer_args)
+        checked = (check_indexer_args if kind == "indexer" else check_kernel_args)(args)
     except UserInputError as e:
-        return [f"environment.command's values are none bench kernel takes ({e})"]
+        return [f"environment.command's values are none bench {kind} takes ({e})"]
+    if kind == "indexer":
+        return _indexer_case_problems(rec, args, checked)
+    kv = args.kv_cache_dtype
     other: dict = {}
     for where, d in places:
         if d.get("kv_cache_dtype") in CACHE_LAYOUTS and d["kv_cache_dtype"] != kv:
@@ -138,6 +139,40 @@ def _asked_problems(rec: dict, asked: dict[str, set], tool: str) -> list[str]:
     return out
 
 
+def _case(row: dict, fields: tuple[str, ...]) -> tuple:
+    """A row's case: its ``fields`` in order, each an integer as the writer writes it, else the text ``"<value>"``
+    (a float ``1.0`` equals ``1`` in Python; the writer writes neither a float nor text there)."""
+    return tuple(v if is_int(v) or isinstance(v, str) else f"<{v!r}>" for v in (row.get(f) for f in fields))
+
+
+def _case_problems(what: str, have: list[tuple], want, whose: str, why: str) -> list[str]:
+    """``have`` (a record's cases, in any order) against ``want`` (a ``Counter`` of the writer's): one line naming
+    what is more and what is missing."""
+    from collections import Counter
+
+    got = Counter(have)
+    if got == want:
+        return []
+    extra, missing = sorted((got - want).elements(), key=str), sorted((want - got).elements(), key=str)
+    return [f"{what} are not {whose}: {len(extra)} more ({extra[:3]}), {len(missing)} missing ({missing[:3]}); {why}"]
+
+
+def _indexer_case_problems(rec: dict, args, prefill) -> list[str]:
+    """An indexer record's rows against its command: one row per case :func:`sparse_mla.bench.indexer.cases` gives
+    for ``--heads``, ``--batches``, ``--contexts``, ``--prefill`` (parsed: ``prefill``) and ``--quick``, each as often
+    as listed. Issue 47, round 16 (v20, v21): a repeated or deleted row, and heads compared as a set."""
+    from collections import Counter
+
+    from ..bench.indexer import cases
+
+    decode, pre = cases(args.heads, args.batches, args.contexts, prefill, args.quick)
+    want = Counter([("decode", *c) for c in decode] + [("prefill", *c) for c in pre])
+    have = [_case(r, ("kind", "H", "B", "context", "next_n") if r.get("kind") == "decode" else ("kind", "H", "M", "N"))
+            for r in _dicts(rec.get("bench"))]
+    return _case_problems("its rows' cases (kind, H, B, context, next_n / M, N)", have, want, "the command's",
+                          "the writer times each case of bench.indexer.cases once")
+
+
 def _kernel_asked_problems(rec: dict, args, kv: str) -> list[str]:
     """A kernel record's rows and checks against ``sparse-mla bench kernel``'s ``args`` (the writer's ``run_bench``):
     its cases are ``--heads`` x ``--tokens`` in that order, each value as often as listed (default tokens
@@ -148,21 +183,24 @@ def _kernel_asked_problems(rec: dict, args, kv: str) -> list[str]:
     check of another case, passed a comparison of sets."""
     from collections import Counter
 
-    from ..bench.kernel import FP8_TOKENS, TOKENS
+    from ..bench.kernel import CHECK_CACHE_TOKENS, FP8_TOKENS, TOKENS, TOPK
 
     tokens = args.tokens or (FP8_TOKENS if kv == "fp8_ds_mla" else TOKENS)
     cases = Counter((h, t) for h in args.heads for t in tokens)
     rows = _dicts(rec.get("bench"))
-    out = _asked_problems(rec, {"cache_tokens": {args.cache_tokens}}, "bench kernel")
+    out = _asked_problems(rec, {"cache_tokens": {args.cache_tokens}, "topk": {TOPK}}, "bench kernel")
     for what, items, want in (("rows", rows, cases), ("checks", _dicts(rec.get("checks")),
                                                       Counter() if args.no_check else cases)):
-        have = Counter((r.get("H"), r.get("T")) for r in items)
-        if have != want:
-            extra, missing = sorted((have - want).elements(), key=str), sorted((want - have).elements(), key=str)
-            none = " (--no-check: none)" if args.no_check and what == "checks" else ""
-            out.append(f"its {what}' cases (H, T) are not the command's{none}: {len(extra)} more ({extra[:3]}), "
-                       f"{len(missing)} missing ({missing[:3]}); the writer runs --heads x --tokens, each as listed "
-                       f"(bench.kernel.run_bench)")
+        none = " (--no-check: none)" if args.no_check and what == "checks" else ""
+        out += _case_problems(f"its {what}' cases (H, T)", [_case(r, ("H", "T")) for r in items], want,
+                              f"the command's{none}", "the writer runs --heads x --tokens, each as listed "
+                                                       "(bench.kernel.run_bench)")
+    caches = CHECK_CACHE_TOKENS[:2] if args.quick else CHECK_CACHE_TOKENS      # run_bench's, case i on i % len
+    quick = ", --quick: the first two" if args.quick else ""
+    out += [f"checks[{i}].cache_tokens {c.get('cache_tokens')!r}, the writer checks case {i} on "
+            f"{caches[i % len(caches)]} (bench.kernel.CHECK_CACHE_TOKENS{quick})"
+            for i, c in enumerate(_dicts(rec.get("checks"))) if c.get("cache_tokens") != caches[i % len(caches)]
+            or not is_int(c.get("cache_tokens"))]
     compared = [i for i, r in enumerate(rows) if "old_graph_us" in r]
     if bool(args.compare_launch) != bool(compared) or (compared and len(compared) != len(rows)):
         out.append(f"{len(compared)} of its {len(rows)} rows hold the launch comparison (old_graph_us); the command "

@@ -294,16 +294,22 @@ def _request(values: dict, notebooks_dir: Path) -> None:
     from ..models import PRESETS, preset_key
 
     model = values.get("model", "glm-5")
-    if isinstance(model, str) and model.strip():
+    accepted = (f"accepted: a preset ({', '.join(PRESETS)}), a config.json or a checkpoint directory holding one, "
+                f"relative to notebooks/ (the notebooks read the model with load_model)")
+    if isinstance(model, str) and not model.strip():             # round 16 (p04): load_model's words offer a GGUF
+        raise UserInputError(f"model {model!r} is empty; {accepted}")
+    if isinstance(model, str):
         key = preset_key(model, notebooks_dir)
         model = key if key is not None else str(_as_read(model, notebooks_dir))
-        accepted = (f"accepted: a preset ({', '.join(PRESETS)}), a config.json or a checkpoint directory holding one, "
-                    f"relative to notebooks/ (the notebooks read the model with load_model)")
-        if key is None and is_gguf(model):
-            raise UserInputError(f"model {values['model']!r} is a GGUF; {accepted}; a GGUF's diagnosis: sparse-mla "
-                                 f"diagnose --model {values['model']}")
-        if key is None and not Path(model).exists():         # round 15 (r01, r10, r11): load_model's words offer a GGUF
-            raise UserInputError(f"model {values['model']!r} is no preset and no file or folder ({model}); {accepted}")
+        p = Path(model)
+        why = None if key is not None else (
+            "is a GGUF" if is_gguf(model) else                          # round 14: the notebooks take none
+            f"is no preset and no file or folder ({model})" if not p.exists() else      # round 15 (r01, r10, r11)
+            f"is a folder without a config.json ({model})" if p.is_dir() and not (p / "config.json").is_file() else
+            f"is no regular file ({model})" if not p.is_dir() and not p.is_file() else None)   # round 16 (p05, p19)
+        if why:
+            gguf = f"; a GGUF's diagnosis: sparse-mla diagnose --model {values['model']}" if why == "is a GGUF" else ""
+            raise UserInputError(f"model {values['model']!r} {why}; {accepted}{gguf}")
     resolve(model, values.get("capability", "h200"), values.get("kv_cache_dtype", "auto"), values.get("tp", 1),
             values.get("with_plugin", False))
 

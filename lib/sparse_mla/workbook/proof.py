@@ -1057,6 +1057,9 @@ def _why_unreadable(f: Path, e: BaseException) -> str:
         if e.msg.startswith("Unexpected UTF-8 BOM"):
             return "it starts with a UTF-8 byte-order mark, which no writer of ours makes"
         return f"{e.msg} at line {e.lineno} column {e.colno}"
+    if isinstance(e, UnicodeDecodeError):       # issue 47, round 16 (x26): a UTF-16 file was "UnicodeDecodeError"
+        return (f"it is not UTF-8 ({e.reason} at byte {e.start}: a UTF-16 or UTF-32 file, or another encoding); "
+                f"accepted: UTF-8 JSON, as every writer of ours writes")
     return type(e).__name__
 
 

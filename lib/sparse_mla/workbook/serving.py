@@ -423,16 +423,28 @@ def _finite(v) -> bool:
 _SPREAD_ORDER = ("min", "q1", "median", "q3", "max")
 
 
-def _spread_problems(where: str, spread) -> list[str]:
-    """One of the earlier writer's spreads (``{"min", "q1", "median", "q3", "max", "n"}`` of finite milliseconds):
-    each figure finite and >= 0, in that order, ``n`` a count."""
+def _spread_problems(where: str, spread, ok) -> list[str]:
+    """One of the earlier writer's spreads (its ``spread``: ``{"min", "q1", "median", "q3", "max", "n"}`` of finite
+    milliseconds over ``n`` values, None where there were none) of a repeat whose ``ok`` requests completed (None:
+    not known): exactly those keys, each figure finite and >= 0, in that order; ``n`` a count from 1 to ``ok``, and
+    ``ok`` itself for TTFT and latency (every completed request has both; TPOT only those with two tokens or more).
+    Issue 47, round 15 (u28) and 16: a missing median, an extra key, ``n`` 0 or above the requests passed."""
+    if spread is None:
+        return [] if ok == 0 or where.endswith("tpot_ms") else [f"{where} None beside {ok} completed requests"]
     d = _dict(spread)
-    out = [f"{where}: no {f}, which the writer's spread holds ({', '.join(_SPREAD_ORDER)}, n)"
-           for f in (*_SPREAD_ORDER, "n") if f not in d]               # round 15 (u28): a missing median passed
-    out += [f"{where}.{f} {v!r} is no finite figure >= 0" for f, v in d.items() if f != "n" and not _finite(v)]
+    keys = (*_SPREAD_ORDER, "n")
+    out = [f"{where}: no {f}, which the writer's spread holds ({', '.join(keys)})" for f in keys if f not in d]
+    out += [f"{where}.{f}: no statistic the writer's spread holds ({', '.join(keys)})" for f in d if f not in keys]
+    out += [f"{where}.{f} {v!r} is no finite figure >= 0" for f, v in d.items()
+            if f in _SPREAD_ORDER and not _finite(v)]
     have = [(f, d[f]) for f in _SPREAD_ORDER if _finite(d.get(f))]
     out += [f"{where}: {a} {x!r} above {b} {y!r}" for (a, x), (b, y) in zip(have, have[1:]) if x > y]
-    return out + ([f"{where}.n {d['n']!r} is no count"] if "n" in d and not _int(d["n"]) else [])
+    n, top = d.get("n"), ok if _int(ok) else None
+    exact = not where.endswith("tpot_ms")
+    if "n" in d and not (_int(n) and n >= 1 and (top is None or (n == top if exact else n <= top))):
+        out.append(f"{where}.n {n!r}: accepted {'exactly' if exact else 'from 1 to'} "
+                   f"{top if top is not None else 'a count'} (the requests that completed: requests - errors)")
+    return out
 
 
 def _earlier_repeat(where: str, rep, asked_requests) -> list[str]:
@@ -444,8 +456,9 @@ def _earlier_repeat(where: str, rep, asked_requests) -> list[str]:
     tps, tok, dur = rep.get("output_tokens_per_s"), rep.get("output_tokens"), rep.get("duration_s")
     out = [] if _finite(dur) and dur > 0 else [f"{where}.duration_s {dur!r} is no time above 0 s"]
     out += [] if _int(tok) and tok >= 0 else [f"{where}.output_tokens {tok!r} is no count of tokens"]
-    out += [p for k in ("ttft_ms", "tpot_ms", "latency_ms") for p in _spread_problems(f"{where}.{k}", rep.get(k))]
     req, err = rep.get("requests"), rep.get("errors")
+    ok = req - err if _int(req) and _int(err) and 0 <= err <= req else None
+    out += [p for k in ("ttft_ms", "tpot_ms", "latency_ms") for p in _spread_problems(f"{where}.{k}", rep.get(k), ok)]
     if req != asked_requests:
         out.append(f"{where}.requests {req!r}, the load's num_requests {asked_requests!r} (the writer sends each "
                    f"of the load's prompts once a repeat)")
