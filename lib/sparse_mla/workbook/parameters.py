@@ -282,6 +282,25 @@ def _inside_the_run(value, notebooks_dir: Path, out_dir: Path, run_files=()) -> 
                              f"e.g. {example!r} (tmp/ is git-ignored; relative to notebooks/), or null")
 
 
+def _not_a_notebook_model(path: str, given: str) -> tuple[str, str] | None:
+    """Why ``path`` (no preset; ``given`` as the notebook reads it) is no model the notebooks' ``load_model`` reads,
+    and a hint to add after what is accepted; None for a file or a folder holding a ``config.json``. Issue 47: a GGUF (round 14:
+    the notebooks take none), a missing path (round 15: r01, r10, r11), a folder without ``config.json`` or no
+    regular file (round 16: p05, p19) were refused in load_model's words, which offer a GGUF."""
+    from ..gguf.files import is_gguf
+
+    p = Path(path)
+    if is_gguf(path):
+        return "is a GGUF", f"; a GGUF's diagnosis: sparse-mla diagnose --model {given}"
+    if not p.exists():
+        return f"is no preset and no file or folder ({path})", ""
+    if p.is_dir() and not (p / "config.json").is_file():
+        return f"is a folder without a config.json ({path})", ""
+    if not p.is_dir() and not p.is_file():
+        return f"is no regular file ({path})", ""
+    return None
+
+
 def _request(values: dict, notebooks_dir: Path) -> None:
     """The diagnosis request a notebook's model / tp / capability / KV-cache dtype make, checked by vLLM-free
     :func:`~sparse_mla.diagnose.request.resolve` (a model path relative to the notebooks' folder, as the notebook
@@ -290,7 +309,6 @@ def _request(values: dict, notebooks_dir: Path) -> None:
     ``.gguf`` file) is refused: the notebooks read their model with :func:`sparse_mla.models.load_model`, which takes
     none (round 14: notebook 01 failed in its fifth cell, after vLLM's import noise)."""
     from ..diagnose.request import resolve
-    from ..gguf.files import is_gguf
     from ..models import PRESETS, preset_key
 
     model = values.get("model", "glm-5")
@@ -301,15 +319,9 @@ def _request(values: dict, notebooks_dir: Path) -> None:
     if isinstance(model, str):
         key = preset_key(model, notebooks_dir)
         model = key if key is not None else str(_as_read(model, notebooks_dir))
-        p = Path(model)
-        why = None if key is not None else (
-            "is a GGUF" if is_gguf(model) else                          # round 14: the notebooks take none
-            f"is no preset and no file or folder ({model})" if not p.exists() else      # round 15 (r01, r10, r11)
-            f"is a folder without a config.json ({model})" if p.is_dir() and not (p / "config.json").is_file() else
-            f"is no regular file ({model})" if not p.is_dir() and not p.is_file() else None)   # round 16 (p05, p19)
-        if why:
-            gguf = f"; a GGUF's diagnosis: sparse-mla diagnose --model {values['model']}" if why == "is a GGUF" else ""
-            raise UserInputError(f"model {values['model']!r} {why}; {accepted}{gguf}")
+        why = None if key is not None else _not_a_notebook_model(model, values["model"])
+        if why is not None:
+            raise UserInputError(f"model {values['model']!r} {why[0]}; {accepted}{why[1]}")
     resolve(model, values.get("capability", "h200"), values.get("kv_cache_dtype", "auto"), values.get("tp", 1),
             values.get("with_plugin", False))
 
