@@ -135,3 +135,34 @@ def test_a_folder_this_user_may_not_write_is_named(bare, monkeypatch):
     with pytest.raises(UserInputError, match=rf"VLLM_CACHE_ROOT='{ro}/vllm' cannot hold vLLM's cache \({ro} is not "
                                              r"writable by this user\); accepted: a folder this user may write"):
         machine.check_environment()
+
+
+def _descend(tmp_path, monkeypatch, length: int) -> int:
+    """Change into a folder ``length`` bytes deep below ``tmp_path`` (one 200-byte name at a time: ``chdir`` of the
+    whole path would itself be refused); its path's length."""
+    monkeypatch.chdir(tmp_path)
+    need = length - len(os.fsencode(str(tmp_path)))
+    while need > 1:
+        name = "e" * min(200, need - 1)
+        os.mkdir(name)
+        os.chdir(name)
+        need -= len(name) + 1
+    return len(os.fsencode(os.getcwd()))
+
+
+@pytest.mark.parametrize("length, refused", [(4095, False), (4096, True), (4300, True)])
+def test_a_working_folder_past_path_max_is_refused_before_torch_loads(tmp_path, monkeypatch, capsys, length,
+                                                                      refused):
+    """Breaker round 16's e11: from a folder whose path is 4096 bytes or more, torch's import dies in Intel oneMKL
+    ("Cannot load libtorch_cpu.so", seen here at 4096, not at 4095); every command now refuses it first, by length."""
+    assert _descend(tmp_path, monkeypatch, length) == length
+    if not refused:
+        machine.check_working_folder()
+        return
+    with pytest.raises(UserInputError, match=f"working folder's path is {length} bytes, past the system's PATH_MAX "
+                                             f"of 4096"):
+        machine.check_working_folder()
+    from sparse_mla import cli
+
+    assert cli.main(["diagnose", "--capability", "12.0"]) == 2
+    assert "PATH_MAX of 4096" in capsys.readouterr().err

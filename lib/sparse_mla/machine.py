@@ -72,6 +72,25 @@ def check_environment() -> None:
                              f"ERROR or CRITICAL (or unset)")
     _check_vllm_logging_config()
     _check_cache_folders()
+    check_working_folder()
+
+
+def check_working_folder() -> None:
+    """Refuse a working folder whose path, with its final NUL, is longer than the system's ``PATH_MAX`` (4096 bytes
+    on Linux): the kernel's ``getcwd`` fails there, and torch's import dies in Intel oneMKL with "Cannot load
+    libtorch_cpu.so" and no Python error (issue 47, breaker round 16's e11: a folder 4096 bytes deep)."""
+    from .errors import UserInputError
+
+    try:
+        cwd = os.fsencode(os.getcwd())
+        limit = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):   # no working folder (deleted), or no such limit: nothing to judge here
+        return
+    if len(cwd) + 1 > limit:
+        raise UserInputError(f"the working folder's path is {len(cwd)} bytes, past the system's PATH_MAX of {limit} "
+                             f"with its final NUL: torch cannot load its libraries from there; accepted: a working "
+                             f"folder whose path is at most {limit - 1} bytes (cd to one; absolute paths in the "
+                             f"arguments may stay long)")
 
 
 #: The cache folders vLLM, FlashInfer and Triton create and write (at import, model inspection, kernel builds): per

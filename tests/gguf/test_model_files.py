@@ -138,6 +138,20 @@ def test_dir_quant_that_matches_nothing_names_what_is_there(models):
     assert not is_gguf(f"{split}/nowhere:Q8_0") and gguf_files.reference(f"{split}:Q8_0") == (split, "Q8_0")
 
 
+def test_dir_quant_whose_folder_is_a_symlink_loop_is_named_in_diagnose_and_launch(tmp_path, monkeypatch, capsys):
+    """Breaker round 16's x29: ``LOOP:Q8_0`` with LOOP a link to itself read as one unknown model name; the folder of
+    DIR:QUANT and its loop are named. A colon form whose tail is no quant type stays the other commands' to judge."""
+    (tmp_path / "LOOP").symlink_to("LOOP")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserInputError, match=r"model 'LOOP:Q8_0': its DIR:QUANT folder 'LOOP' is a loop of symbolic"):
+        is_gguf("LOOP:Q8_0")
+    assert gguf_files.dir_quant("LOOP:not a quant") is None
+    for command in (["diagnose", "--capability", "12.0"], ["launch", "--no-serve"]):
+        assert cli.main([*command, "--model", "LOOP:Q8_0"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "DIR:QUANT folder 'LOOP' is a loop of symbolic links" in err[0], err
+
+
 def test_the_plugins_own_discovery_is_used_where_it_is_importable(models, tmp_path, monkeypatch):
     """With vllm-gguf-plugin importable its functions answer (here stand-ins recording their calls); a shard it
     skips silently (as the plugin does) is still refused here by name."""

@@ -89,10 +89,12 @@ def dir_quant(model) -> tuple[Path, str] | None:
     if ":" not in text or os.path.exists(text):
         return None
     folder, quant = text.rsplit(":", 1)
-    try:
-        folder_path = expand_path(folder, "model")
+    try:   # a symlink loop, a name too long: DIR:QUANT's folder named, not an unknown model
+        folder_path = expand_path(folder, f"model {text!r}: its DIR:QUANT folder")
     except UserInputError:
-        return None
+        if not QUANT.fullmatch(quant):
+            return None
+        raise
     if not (quant and folder_path.is_dir()):
         return None
     if not QUANT.fullmatch(quant):          # vllm-gguf-plugin globs for it: no pattern characters
