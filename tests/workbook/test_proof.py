@@ -595,7 +595,8 @@ def test_the_proof_table_gives_the_checks_verdicts(tmp_path):
     lines = md.split("\n")
     assert lines[2].startswith("| `bad.json` | invalid | TRITON_MLA_SPARSE: capability: asked 8.6"), md
     assert lines[3] == "| `good.json` | proven | 1 engine run(s) with ran |", md
-    assert lines[-1] == "2 run records: 1 proven, 0 unproven, 1 invalid (`sparse-mla records check`)."
+    assert lines[-1] == ("2 run records under `.`: 1 proven, 0 unproven, 1 invalid (`sparse-mla records check` of the "
+                         "same paths).")
 
 
 def test_the_what_to_run_table_renders_what_starts_and_refuses_bad_input(tmp_path):

@@ -12,7 +12,7 @@ def time_ratios(row: dict, table: dict[str, tuple[str, str]]) -> dict:
     return {k: row[a] / row[b] for k, (a, b) in table.items() if a in row and b in row}
 
 
-_BENCH_INSTEAD = "a machine with an NVIDIA GPU (the workbook's records come from an H200, see results/)"
+_BENCH_INSTEAD = "a machine with an NVIDIA GPU (the workbook's records come from an H200 and an H100, see results/)"
 
 
 def require_cuda():

@@ -1110,5 +1110,6 @@ def proof_table(args: list[str], base: Path) -> str:
     verdicts = [v for v in check(paths_under(base, args)) if v.status != "skipped"]
     rows = [[f"`{os.path.relpath(v.path, base)}`", v.status, v.reason or None] for v in verdicts]
     counts = ", ".join(f"{sum(v.status == s for v in verdicts)} {s}" for s in ("proven", "unproven", "invalid"))
-    return markdown(["record", "verdict", "why"], rows, [f"{_plural(len(verdicts), 'run record')}: {counts} "
-                                                         f"(`sparse-mla records check`)."])
+    under = " ".join(f"`{a}`" for a in args or ["results"])
+    return markdown(["record", "verdict", "why"], rows, [f"{_plural(len(verdicts), 'run record')} under {under}: "
+                                                         f"{counts} (`sparse-mla records check` of the same paths)."])
