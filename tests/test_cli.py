@@ -1,6 +1,8 @@
 """The command line: help, and GPU-only commands failing clearly (exit 2, one line) on a CPU-only machine."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from sparse_mla import cli
@@ -239,6 +241,17 @@ def test_a_full_output_device_is_one_line_and_exit_1(tmp_path):
                            cwd=str(root))
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.strip() == "sparse-mla records: error: its output could not be written (No space left on device)"
+
+
+@pytest.mark.parametrize("argv", [["records", "check", "results/h200/launch_h200.json"],
+                                  ["diagnose", "--capability", "h200", "--json"], ["--help"]])
+def test_a_closed_stdout_is_one_line_before_any_work(monkeypatch, capsys, argv):
+    """``sparse-mla ... >&-``: Python starts with ``sys.stdout`` None; breaker round 17's B8 (records check after
+    its work, diagnose --json at once) ended in "AttributeError: 'NoneType' object has no attribute 'flush'"."""
+    monkeypatch.setattr(sys, "stdout", None)
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == ("sparse-mla: error: standard output is closed (the shell's >&-); accepted: an "
+                                       "open stdout (a file, a pipe or /dev/null)\n")
 
 
 @pytest.mark.parametrize("argv", [["records", "check", "{long}.json"], ["records", "table", "proof", "{long}"],

@@ -166,3 +166,20 @@ def test_a_working_folder_past_path_max_is_refused_before_torch_loads(tmp_path, 
 
     assert cli.main(["diagnose", "--capability", "12.0"]) == 2
     assert "PATH_MAX of 4096" in capsys.readouterr().err
+
+
+def test_a_working_folder_deleted_under_the_shell_is_refused_before_torch_loads(tmp_path, monkeypatch, capsys):
+    """Breaker round 17's B9/U1: from a deleted working folder, make-checkpoint and run ended in a FileNotFoundError
+    traceback and diagnose in torch's "Intel oneMKL FATAL ERROR"; every command now refuses it first."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(UserInputError, match="the working folder no longer exists"):
+        machine.check_working_folder()
+    from sparse_mla import cli
+
+    assert cli.main(["make-checkpoint", str(tmp_path / "ck")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "working folder no longer exists" in err[0], err
+    assert not (tmp_path / "ck").exists()

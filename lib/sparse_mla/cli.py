@@ -60,6 +60,11 @@ def _printable_streams() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if sys.stdout is None:      # started with stdout closed (`>&-`): Python gives None; nothing could be written
+        if sys.stderr is not None:
+            print("sparse-mla: error: standard output is closed (the shell's >&-); accepted: an open stdout (a file, "
+                  "a pipe or /dev/null)", file=sys.stderr)
+        return 2
     _printable_streams()
     try:
         parser = build_parser()

@@ -76,15 +76,23 @@ def check_environment() -> None:
 
 
 def check_working_folder() -> None:
-    """Refuse a working folder whose path, with its final NUL, is longer than the system's ``PATH_MAX`` (4096 bytes
-    on Linux): the kernel's ``getcwd`` fails there, and torch's import dies in Intel oneMKL with "Cannot load
-    libtorch_cpu.so" and no Python error (issue 47, breaker round 16's e11: a folder 4096 bytes deep)."""
+    """Refuse a working folder that no longer exists, or whose path, with its final NUL, is longer than the system's
+    ``PATH_MAX`` (4096 bytes on Linux): the kernel's ``getcwd`` fails there, and torch's import dies in Intel oneMKL
+    with "Cannot load libtorch_cpu.so" and no Python error (issue 47: breaker round 16's e11, a folder 4096 bytes
+    deep; round 17's U1/B9, a folder deleted under the shell)."""
     from .errors import UserInputError
 
     try:
         cwd = os.fsencode(os.getcwd())
+    except FileNotFoundError:       # deleted (or moved) under the shell: torch's oneMKL dies there the same way
+        raise UserInputError("the working folder no longer exists (deleted or moved while this shell was in it): "
+                             "torch cannot load its libraries from there; accepted: an existing working folder (cd "
+                             "to one)") from None
+    except OSError:                 # not readable (permissions): torch loads there, the commands' paths are judged
+        return
+    try:
         limit = os.pathconf("/", "PC_PATH_MAX")
-    except (OSError, ValueError):   # no working folder (deleted), or no such limit: nothing to judge here
+    except (OSError, ValueError):   # no such limit: nothing to judge here
         return
     if len(cwd) + 1 > limit:
         raise UserInputError(f"the working folder's path is {len(cwd)} bytes, past the system's PATH_MAX of {limit} "

@@ -104,14 +104,16 @@ def driver_symbols() -> list[str]:
 
 def _build_stub_driver(symbols: list[str]) -> Path:
     """Compile a ``libcuda.so.1`` whose entry points all return ``CUDA_ERROR_NO_DEVICE`` (``cuGetErrorString``
-    fills in a message) into a fresh temporary folder; the caller loads it and removes the folder."""
+    fills in a message) into a fresh temporary folder; the caller loads it and removes the folder. Raises
+    :class:`UserInputError` naming what stopped the build: no C compiler, a ``CC`` that does not compile, a file-size
+    limit or a full temporary folder (breaker round 17's B6/B7: tracebacks advising to install gcc)."""
     import shutil
     import subprocess
     import tempfile
 
     cc = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None)
     if cc is None:
-        raise RuntimeError("no C compiler (cc, gcc or clang)")
+        raise _stub_error("no C compiler (cc, gcc or clang) is on PATH", "a C compiler on PATH")
     folder = Path(tempfile.mkdtemp(prefix="sparse_mla_probe_"))
     lines = ["/* stand-in for the NVIDIA driver: sparse_mla.diagnose.probe; no GPU, every call fails */",
              f"#define NO_DEVICE {CUDA_ERROR_NO_DEVICE}"]
@@ -123,14 +125,39 @@ def _build_stub_driver(symbols: list[str]) -> Path:
             lines.append('int cuGetErrorName(int e, const char **s) { *s = "CUDA_ERROR_NO_DEVICE"; return 0; }')
         else:
             lines.append(f"int {name}() {{ return NO_DEVICE; }}")
-    (folder / "stub.c").write_text("\n".join(lines) + "\n")
     so = folder / "libcuda.so.1"
-    r = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", str(so),
-                        str(folder / "stub.c")], capture_output=True, text=True)
-    if r.returncode != 0:
+    try:
+        (folder / "stub.c").write_text("\n".join(lines) + "\n")
+        r = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", str(so),
+                            str(folder / "stub.c")], capture_output=True, text=True)
+        out = " ".join((r.stderr or r.stdout).split())      # one line: the compiler's own words
+    except OSError as e:
+        r, out = None, f"{type(e).__name__}: {e.strerror or e}"
+    if r is None or r.returncode != 0 or not so.is_file():
         shutil.rmtree(folder, ignore_errors=True)
-        raise RuntimeError(f"{cc} failed: {r.stderr.strip()[:300]}")
+        raise _stub_failure(cc, r, out)
     return so
+
+
+def _stub_error(why: str, accepted: str):
+    from ..errors import UserInputError
+
+    return UserInputError(f"the GPU-less probe needs a stand-in libcuda.so.1 and could not build one in the temporary "
+                          f"folder: {why}; accepted: {accepted}, or a machine with the NVIDIA driver")
+
+
+def _stub_failure(cc: str, r, out: str):
+    """The :func:`_stub_error` of a compiler run that failed (``r`` None: it could not be started or written)."""
+    who = f"CC={cc!r}" if cc == os.environ.get("CC") else f"{cc!r}"
+    said = f": {out[:300]}" if out else ""
+    if "File size limit exceeded" in out or "signal 25" in out or "File too large" in out:
+        return _stub_error(f"{who} was stopped by a file-size limit (ulimit -f){said}",
+                           "no file-size limit, or one of a few MB")
+    if "No space left on device" in out or "Disk quota exceeded" in out:
+        return _stub_error(f"the temporary folder is full{said}", "a temporary folder with room ($TMPDIR)")
+    if r is not None and r.returncode == 0:
+        return _stub_error(f"{who} exited 0 without writing libcuda.so.1", "CC unset, or a C compiler (gcc, clang)")
+    return _stub_error(f"{who} failed{said}", "CC unset, or a C compiler that builds a shared library (gcc, clang)")
 
 
 def load_vllm_extensions() -> dict[str, Any]:
@@ -144,7 +171,8 @@ def load_vllm_extensions() -> dict[str, Any]:
     anything that would touch a device gets an error, as on a machine whose GPU is gone. Once per process.
 
     Returns (and keeps in :data:`DRIVER`) ``{"driver": "nvidia" | "stand-in", "symbols": n, "loaded": [...],
-    "failed": {module: error}}``. Raises ``RuntimeError`` when no driver is present and no C compiler is found.
+    "failed": {module: error}}``. Raises :class:`UserInputError` when no driver is present and no stand-in can be
+    built (no C compiler, a ``CC`` that does not compile, a file-size limit, a full temporary folder).
     """
     import ctypes
     import shutil
@@ -157,11 +185,7 @@ def load_vllm_extensions() -> dict[str, Any]:
             DRIVER["driver"] = "nvidia"
         except OSError:
             symbols = driver_symbols()
-            try:
-                so = _build_stub_driver(symbols)
-            except RuntimeError as e:
-                raise RuntimeError(f"the GPU-less probe needs a stand-in libcuda.so.1 and could not build one ({e}); "
-                                   f"install a C compiler (gcc), or run where the NVIDIA driver is installed") from None
+            so = _build_stub_driver(symbols)
             try:
                 ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL)
             finally:
