@@ -127,6 +127,8 @@ def vllm_rules():
 OK = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"]},
       "indexer": {"triton": 0, "deepgemm": 12}, "attention": {"TRITON_MLA_SPARSE": 4}}
 ASK = {"backend_requested": "TRITON_MLA_SPARSE", "indexer": "vllm"}
+#: an engine whose Triton indexer ran: one of its logits kernels compiled beside the attention kernel
+IX90 = {"triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm90"], "indexer._prefill_logits_kernel": ["sm90"]}}
 SIM80 = {"capability": "8.0", "device_capability": "9.0", "triton_binaries": ["sm90"],
          "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"], "indexer._prefill_logits_kernel": ["sm80"]},
          "launch_plan": {"8.0": {"from": "DEVICE_LIMITS[8.0]", "sm_count": 108, "smem_per_block": 166912}}}
@@ -143,16 +145,21 @@ SIM80 = {"capability": "8.0", "device_capability": "9.0", "triton_binaries": ["s
     (ASK, {"triton_targets": {}}, ["none of its attention kernels"]),
     ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {}, ["TRITON_DSA_INDEXER asked; the Triton indexer made 0 calls"]),
     # ours asked beside DeepGEMM doing the work; no indexer at all
-    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 1, "deepgemm": 317}},
+    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 1, "deepgemm": 317}, **IX90},
      ["TRITON_DSA_INDEXER asked; the Triton indexer made 1 calls, DeepGEMM 317"]),
     (ASK, {"indexer": {"triton": 0, "deepgemm": 0}}, ["which at capability 9.0 is DeepGEMM; the Triton indexer made 0 calls, DeepGEMM 0"]),
-    (ASK, {"indexer": {"triton": 5, "deepgemm": 0}}, ["indexer: the default asked, which at capability 9.0 is DeepGEMM"]),
+    (ASK, {"indexer": {"triton": 5, "deepgemm": 0}, **IX90},
+     ["indexer: the default asked, which at capability 9.0 is DeepGEMM"]),
+    # Triton indexer calls with none of its kernels compiled (breaker round 17, c2_09r)
+    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 5, "deepgemm": 0}},
+     ["triton_targets: 5 Triton indexer calls, none of its kernels was compiled"]),
     # vLLM has no DeepGEMM at 8.0/8.6/8.9: there the default is the Triton indexer (the H200's simulated-SM80 run)
-    (ASK, {"capability": "8.9", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm89"]},
+    (ASK, {"capability": "8.9", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm89"],
+                                                   "indexer._paged_logits_kernel": ["sm89"]},
            "indexer": {"triton": 32, "deepgemm": 0}}, []),
     (ASK, {"capability": "8.0", "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"]}},
      ["indexer: the default asked, which at capability 8.0 is the Triton indexer; the Triton indexer made 0 calls"]),
-    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 5, "deepgemm": 0}}, []),
+    ({**ASK, "indexer": "TRITON_DSA_INDEXER"}, {"indexer": {"triton": 5, "deepgemm": 0}, **IX90}, []),
     # a simulation that runs the simulated GPU's code: SM80 generated, assembled for the H200, planned as an A100
     ({**ASK, "capability": "8.0"}, {**SIM80, "indexer": {"triton": 7, "deepgemm": 0}}, []),
     ({**ASK, "capability": "8.0"}, {**SIM80, "indexer": {"triton": 7, "deepgemm": 0},

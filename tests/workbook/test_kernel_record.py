@@ -84,7 +84,7 @@ def _command(old: str, new: str):
     (lambda r: r["bench"][0].pop("flashmla_us"),                                                              # r35
      "bench[0].speedup_vs_flashmla 0.5389338579029984 stands without its flashmla_us (a number)"),
     (lambda r: r["bench"][0].update(speedup_vs_flashmla=str(r["bench"][0]["speedup_vs_flashmla"])),         # r36
-     "bench[0].speedup_vs_flashmla '0.5389338579029984' is not a number"),
+     "bench[0].speedup_vs_flashmla is '0.5389338579029984'; accepted: a number"),   # the row's shape, since round 17
     # breaker round 14: the command's cases, cache size, launch comparison and checks against the rows (t61-t65)
     (_command("--quick", "--quick --heads 16"), "its rows' cases (H, T) are not the command's: 18 more"),
     (_command("--quick", "--quick --tokens 1 4"), "its rows' cases (H, T) are not the command's: 16 more"),
@@ -166,3 +166,28 @@ def test_a_command_listing_a_value_twice_runs_it_twice(tmp_path):
     rec["checks"] = [dict(rec["checks"][0]), {**rec["checks"][0], "cache_tokens": 32768}]   # case i on cache i % 2
     v = verdict(tmp_path, rec)
     assert v.status == "unproven", v.line()
+
+
+@pytest.mark.parametrize("record, edit, says", [
+    # round 17's B1/B2: every figure either writer writes is held to its range, not only some of each row's
+    (_COMMITTED, lambda r: r["bench"][0].update(triton_TBps=-0.2), "bench[0].triton_TBps is -0.2; accepted: a finite "
+                                                                    "number of at least 0"),
+    (_INDEXER, lambda r: r["bench"][0].update(triton_GBps=-5.0), "bench[0].triton_GBps is -5.0"),
+    (_INDEXER, lambda r: r["bench"][0].update(deepgemm_GBps=-366.0), "bench[0].deepgemm_GBps is -366.0"),
+    (_INDEXER, lambda r: r["bench"][0].update(rel_err_vs_ref=-1.0), "bench[0].rel_err_vs_ref is -1.0"),
+    (_INDEXER, lambda r: r["bench"][0].update(rel_err_vs_deepgemm=-1.0), "bench[0].rel_err_vs_deepgemm is -1.0"),
+    (_INDEXER, lambda r: r["bench"][0].update(splits=0), "bench[0].splits is 0; accepted: a number of at least 1"),
+    (_COMMITTED, lambda r: r["checks"][0].update(flashmla_lse_err_if_base2=-1.0),
+     "checks[0].flashmla_lse_err_if_base2 is -1.0"),
+    (_COMMITTED, lambda r: r["bench"][0].update(triton_us=0.0), "bench[0].triton_us is 0.0; accepted: a time in µs"),
+    # beyond in round 17 (c3_06, c3_07): launch parameters no Triton launch takes
+    (_COMMITTED, lambda r: r["bench"][0].update(block_n=0), "bench[0].block_n is 0; accepted: a power of two"),
+    (_COMMITTED, lambda r: r["bench"][0].update(num_warps=3), "bench[0].num_warps is 3; accepted: a power of two"),
+    (_COMMITTED, lambda r: r["bench"][0].update(num_splits=0), "bench[0].num_splits is 0; accepted: a number of at "
+                                                                "least 1"),
+])
+def test_every_figure_of_a_benchmark_row_is_held_to_its_range(tmp_path, record, edit, says):
+    rec = copy.deepcopy(record)
+    edit(rec)
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()

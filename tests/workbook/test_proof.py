@@ -64,6 +64,15 @@ def test_a_record_whose_ran_matches_its_request_is_proven(tmp_path):
     ({"indexer": "FAST_INDEXER"}, "invalid", "indexer 'FAST_INDEXER' is neither"),
     ({"ran": {**RAN, "attention": {"FLASH_ATTN_MLA_SPARSE": 4}}}, "invalid", "attention: asked TRITON_MLA_SPARSE"),
     ({"ran": None}, "invalid", "no ran block: nothing was read"),
+    # round 17: a kernel no revision of ours has (B4); Triton indexer calls with none of its kernels compiled (c2_09r)
+    ({"ran": {**RAN, "triton_targets": {**RAN["triton_targets"], "attention._no_such_kernel": ["sm90"]}}}, "invalid",
+     "triton_targets names 'attention._no_such_kernel', no Triton kernel of ours"),
+    ({"indexer": "TRITON_DSA_INDEXER", "run": "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER",
+      "ran": {**RAN, "indexer": {"triton": 8, "deepgemm": 0}}}, "invalid",
+     "triton_targets: 8 Triton indexer calls, none of its kernels was compiled"),
+    # round 17's B3: the tail of a log the writer keeps only for an engine that failed, in a run with no error
+    ({"log_tail": "RuntimeError: CUDA error: an illegal memory access was encountered"}, "invalid",
+     "accepted: a log_tail only beside an error"),
 ])
 def test_a_ran_that_contradicts_the_request_is_invalid(tmp_path, changes, status, reason):
     v = verdict(tmp_path, record(**changes))

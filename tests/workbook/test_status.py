@@ -24,7 +24,8 @@ def test_status_places_each_proven_run_of_ours_and_says_never_elsewhere(tmp_path
     _write(tmp_path, "real_h100.json", h100)
     sim = record(simulated_capability="8.0", simulated={"capability": "8.0"},     # the block its engine writes
                  ran={**RAN, "capability": "8.0", "device_capability": "9.0",
-                      "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"]},
+                      "triton_targets": {"attention._sparse_mla_fwd_kernel": ["sm80"],
+                                         "indexer._prefill_logits_kernel": ["sm80"]},
                       "indexer": {"triton": 5, "deepgemm": 0}})
     sim["runs"] = {"TRITON_MLA_SPARSE@8.0": {**sim["runs"]["TRITON_MLA_SPARSE"], "run": "TRITON_MLA_SPARSE@8.0"}}
     sim["environment"]["command"] = sim["environment"]["command"].replace("--backends TRITON_MLA_SPARSE",

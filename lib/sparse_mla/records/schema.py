@@ -39,6 +39,12 @@ def _within(low: float, high: float, what: str):
     return check
 
 
+def _power_of_two(v: int) -> int:
+    if not (1 <= v <= 2 ** 16 and v & (v - 1) == 0):
+        raise ValueError("a power of two from 1 to 65536")
+    return v
+
+
 #: A figure: an int or a float (strict: never a bool or a text), finite, or NaN (a record's "not measured").
 Figure = Annotated[float, AfterValidator(_finite_or_nan)]
 #: A count or a size: an integer from 0 to 2**53 (what a float still holds exactly).
@@ -51,6 +57,10 @@ Time = Annotated[float, AfterValidator(_within(1e-3, 1e12, "a time in µs from 0
 Ratio = Annotated[float, AfterValidator(_within(1e-12, 1e12, "a ratio from 1e-12 to 1e12 (or NaN: not measured)"))]
 #: A throughput, an error, a share: 0 or more, finite (or NaN).
 NonNeg = Annotated[float, AfterValidator(_within(0.0, 1e300, "a finite number of at least 0 (or NaN: not measured)"))]
+#: A Triton launch's block size or warp count as the writers' launch plans choose it: a power of two, 1 to 2**16.
+PowerOfTwo = Annotated[int, AfterValidator(_power_of_two)]
+#: A launch's split or stage count: 1 or more (the plan never chooses 0), at most 2**20.
+Launches = Annotated[int, Field(ge=1, le=2 ** 20)]
 Text = Optional[str]
 Int = Optional[Count]
 Num = Optional[Figure]
@@ -200,6 +210,23 @@ class KernelRow(_Shape):
     frac_of_copy_bw: Optional[NonNeg] = None
     triton_TFLOPs: Optional[NonNeg] = None
     flashmla_TFLOPs: Optional[NonNeg] = None
+    triton_us: Optional[Time] = None
+    flashmla_us: Optional[Time] = None
+    alt_graph_us: Optional[Time] = None
+    speedup_vs_flashmla: Optional[Ratio] = None
+    triton_TBps: Optional[NonNeg] = None
+    block_h: Optional[PowerOfTwo] = None
+    block_n: Optional[PowerOfTwo] = None
+    block_dv: Optional[PowerOfTwo] = None
+    num_warps: Optional[PowerOfTwo] = None
+    old_block_h: Optional[PowerOfTwo] = None
+    old_block_n: Optional[PowerOfTwo] = None
+    old_num_warps: Optional[PowerOfTwo] = None
+    alt_block_h: Optional[PowerOfTwo] = None
+    alt_block_n: Optional[PowerOfTwo] = None
+    num_splits: Optional[Launches] = None
+    old_num_splits: Optional[Launches] = None
+    num_stages: Optional[Launches] = None
 
 
 class KernelCheck(_Shape):
@@ -208,6 +235,8 @@ class KernelCheck(_Shape):
     nan: Int = None
     flashmla_out_rel_err: Optional[NonNeg] = None
     flashmla_lse_err_if_natural: Optional[NonNeg] = None
+    flashmla_lse_err_if_base2: Optional[NonNeg] = None
+    flashmla_lse_max_abs_err: Optional[NonNeg] = None
 
 
 class KernelBench(Record):
@@ -230,6 +259,13 @@ class IndexerRow(_Shape):
     triton_TFLOPs: Optional[NonNeg] = None
     deepgemm_TFLOPs: Optional[NonNeg] = None
     sm80_path_us: Optional[Time] = None
+    sm80_path_TFLOPs: Optional[NonNeg] = None
+    triton_GBps: Optional[NonNeg] = None
+    deepgemm_GBps: Optional[NonNeg] = None
+    rel_err_vs_ref: Optional[NonNeg] = None
+    rel_err_vs_deepgemm: Optional[NonNeg] = None
+    sm80_path_rel_err_vs_deepgemm: Optional[NonNeg] = None
+    splits: Optional[Launches] = None
 
 
 class IndexerTarget(_Shape):
@@ -428,6 +464,14 @@ class EngineRun(_Shape):
     engine_init_s: Optional[Seconds] = None
     environment: Optional[Header] = None     # a run's own header (a parity run's engines each write one)
     tp: Optional[Annotated[int, Field(ge=1, le=1024)]] = None
+    log_tail: Text = None
+
+    @model_validator(mode="after")
+    def _log_tail_beside_its_error(self):
+        if self.log_tail is not None and not self.error:      # launch.engine writes {"error", "log_tail"} together
+            raise ValueError("a log_tail only beside an error (sparse_mla.launch.engine writes the two together, for "
+                             "an engine that failed)")
+        return self
 
 
 class PromptParity(_Shape):

@@ -402,8 +402,9 @@ def gpu_presets_named(gpu) -> list[tuple[str, str]]:
 def unknown_names(run: dict) -> list[str]:
     """Backend and indexer names in an engine run that no vLLM of ours has: the request's ``backend_requested`` and
     ``indexer`` and the backends in ``ran.attention`` (:func:`known_backends`); the MLA prefills of ``ran`` and of
-    each layer (:func:`known_prefills`); a layer on an MLA backend of ``ran.attention`` whose class is one of vLLM's
-    attention layers without MLA (:func:`non_mla_layer_classes`)."""
+    each layer (:func:`known_prefills`); the kernels of ``ran.triton_targets`` (``ran.kernel_names``); a layer on an
+    MLA backend of ``ran.attention`` whose class is one of vLLM's attention layers without MLA
+    (:func:`non_mla_layer_classes`)."""
     from ..launch.specs import TRITON_INDEXER
     from ..vllm_plugin.ran import INDEXER_CACHE_BACKEND
 
@@ -421,6 +422,13 @@ def unknown_names(run: dict) -> list[str]:
     out += [f"layers.{k}.prefill {v['prefill']!r} is no vLLM MLA prefill" for k, v in layers.items()   # the same
             if isinstance(v, dict) and isinstance(v.get("prefill"), str) and prefills is not None   # name (n09)
             and v["prefill"].split(" ")[0] not in prefills]
+    targets = ran.get("triton_targets") if isinstance(ran.get("triton_targets"), dict) else {}
+    if targets:
+        from ..vllm_plugin.ran import kernel_names
+
+        ours = kernel_names()
+        out += [f"triton_targets names {n!r}, no Triton kernel of ours (sparse_mla.vllm_plugin.ran.kernel_names)"
+                for n in targets if n not in ours]
     attention = set(ran.get("attention") or {}) if isinstance(ran.get("attention"), dict) else set()
     not_mla = non_mla_layer_classes() if attention else set()
     wrong = [(k, v["layer"]) for k, v in layers.items() if isinstance(v, dict) and v.get("backend") in attention
