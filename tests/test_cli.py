@@ -99,6 +99,9 @@ def test_unknown_home_directory_is_a_clear_error(tmp_path):
     ({"VLLM_LOGGING_LEVEL": "NOPE"}, "VLLM_LOGGING_LEVEL='NOPE' is no logging level"),
     ({"VLLM_CONFIGURE_LOGGING": "banana"}, "VLLM_CONFIGURE_LOGGING='banana' is not an integer"),
     ({"VLLM_LOGGING_CONFIG_PATH": "/nonexistent/logging.json"}, "cannot be read as vLLM's logging configuration"),
+    # breaker round 18 (e02): an object dictConfig refuses before it changes anything (the others: test_machine.py)
+    ({"VLLM_LOGGING_CONFIG_PATH": "{tmp}/nover.json"}, "dictConfig, which vLLM applies it with, refuses it "
+                                                       "(ValueError: dictionary doesn't specify a version)"),
     # the breaker's sixth round (2026-12-06): vLLM logged a traceback saving its cache, the plugin took a typo as on
     ({"VLLM_CACHE_ROOT": "/dev/null/x"}, "VLLM_CACHE_ROOT='/dev/null/x' cannot hold vLLM's cache (/dev/null is not"),
     ({"XDG_CACHE_HOME": "/dev/null"}, "XDG_CACHE_HOME='/dev/null' cannot hold vLLM's cache"),
@@ -114,12 +117,13 @@ def test_unknown_home_directory_is_a_clear_error(tmp_path):
     # issue 47, breaker round 7 (e13): a home below /proc ended in FlashInfer's makedirs traceback (tests/test_machine.py)
     ({"HOME": "/proc/self"}, "HOME='/proc/self' cannot hold the caches of"),
 ])
-def test_environment_variables_are_named_up_front(capsys, monkeypatch, env, says):
+def test_environment_variables_are_named_up_front(capsys, monkeypatch, tmp_path, env, says):
     import sparse_mla.machine
 
     monkeypatch.setattr(sparse_mla.machine, "has_nvidia_gpu", lambda: False)
+    (tmp_path / "nover.json").write_text('{"handlers": {}}')
     for k, v in env.items():
-        monkeypatch.setenv(k, v)
+        monkeypatch.setenv(k, v.replace("{tmp}", str(tmp_path)))
     assert cli.main(["diagnose"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and "accepted:" in err[0], err

@@ -4,6 +4,7 @@ that reads a config file or a JSON option (bad-input issue, class 1)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -169,3 +170,36 @@ def test_atomic_write_all_replaces_nothing_when_one_write_fails(tmp_path):
     atomic_write_all([(tmp_path / "m.csv", lambda t: Path(t).write_text("new")),
                       (tmp_path / "m.png", lambda t: Path(t).write_bytes(b"png"))])
     assert (tmp_path / "m.csv").read_text() == "new" and (tmp_path / "m.png").read_bytes() == b"png"
+
+
+@pytest.mark.parametrize("when", ["before the renames", "at the second rename"])
+def test_atomic_write_all_puts_back_what_it_replaced_when_a_rename_fails(tmp_path, monkeypatch, when):
+    """Breaker round 18's w02: the Markdown path became a folder while the matrix was computed; the CSV had been
+    replaced and a hidden temporary file stayed. Now a path that is a folder is refused before any rename, and a
+    rename the system refuses puts the files already replaced back; one line, nothing left behind either way."""
+    from pathlib import Path
+
+    from sparse_mla.errors import UserInputError
+    from sparse_mla.files import atomic_write_all
+
+    (tmp_path / "m.csv").write_text("old")
+
+    def md(tmp):
+        Path(tmp).write_text("new md")
+        if when == "before the renames":
+            (tmp_path / "m.md").mkdir()
+
+    if when == "at the second rename":
+        real = os.replace
+
+        def refuse_md(src, dst):
+            if str(dst).endswith("m.md"):
+                raise OSError(28, "No space left on device", str(dst))
+            return real(src, dst)
+
+        monkeypatch.setattr(os, "replace", refuse_md)
+    with pytest.raises(UserInputError, match=r"writing '.*m\.md' failed: .*; nothing was left behind"):
+        atomic_write_all([(tmp_path / "m.csv", lambda t: Path(t).write_text("new")), (tmp_path / "m.md", md)])
+    assert (tmp_path / "m.csv").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["m.csv", "m.md"] if when == "before the renames"
+                                                          else ["m.csv"])

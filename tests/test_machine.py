@@ -183,3 +183,21 @@ def test_a_working_folder_deleted_under_the_shell_is_refused_before_torch_loads(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "working folder no longer exists" in err[0], err
     assert not (tmp_path / "ck").exists()
+
+
+def test_a_logging_config_dictconfig_refuses_is_named_in_dictconfigs_words(tmp_path):
+    """Breaker round 18's e06/e13: a handler class that does not exist, a root level that is no level: vLLM's import
+    applied them and ended in a 30-70-line traceback. Checked up front by applying them as vLLM does, in a process of
+    their own here (dictConfig closes the handlers it finds, pytest's among them)."""
+    configs = {"handler": {"version": 1, "handlers": {"h": {"class": "no.such.Handler"}}},
+               "level": {"version": 1, "root": {"level": "NOPE"}}}
+    for name, cfg in configs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(cfg))
+    code = ("import os, sys\nfrom sparse_mla import machine\nfrom sparse_mla.errors import UserInputError\n"
+            f"for name in {sorted(configs)!r}:\n"
+            f"    os.environ['VLLM_LOGGING_CONFIG_PATH'] = os.path.join({str(tmp_path)!r}, name + '.json')\n"
+            "    try:\n        machine._check_vllm_logging_config()\n        print(name, 'accepted')\n"
+            "    except UserInputError as e:\n        print(name, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "handler VLLM_LOGGING_CONFIG_PATH=" in out and "(ValueError: Unable to configure handler 'h')" in out, out
+    assert "(ValueError: Unable to configure root logger)" in out and "accepted" not in out.replace("; accepted:", ""), out

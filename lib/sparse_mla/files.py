@@ -74,9 +74,53 @@ def atomic_write_all(writes: list[tuple[str | os.PathLike, Callable[[str], objec
         if is_write_failure(e):
             raise write_failure(paths[len(tmps) - 1], e) from None
         raise
-    for tmp, p in zip(tmps, paths):
-        os.replace(tmp, p)
+    _replace_all(tmps, paths)
     return paths
+
+
+def _replace_all(tmps: list[str], paths: list[Path]) -> None:
+    """Rename each temporary file onto its path, all or none: a path that has become a folder is refused before the
+    first rename, and a rename the system refuses puts back the files already replaced (from hard links made just
+    before; where the file system makes none, that path cannot be put back) and removes every temporary file
+    (breaker round 17's w02: a Markdown path turned into a folder mid-run left the CSV replaced and a hidden file)."""
+    done: list[tuple[Path, bool, str | None]] = []      # (path, it existed, the hard link to its old content)
+    try:
+        for p in paths:
+            if p.is_dir():
+                raise IsADirectoryError(21, "Is a directory", str(p))
+        for tmp, p in zip(tmps, paths):
+            done.append((p, os.path.lexists(p), _hard_link_beside(p)))
+            os.replace(tmp, p)
+    except BaseException as e:
+        for p, existed, old in reversed(done):
+            with contextlib.suppress(OSError):
+                if old:
+                    os.replace(old, p)
+                elif not existed:
+                    os.unlink(p)
+        for tmp in tmps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if is_write_failure(e):
+            raise write_failure(getattr(e, "filename", None) or paths[max(len(done) - 1, 0)], e) from None
+        raise
+    for _, _, old in done:
+        if old:
+            with contextlib.suppress(OSError):
+                os.unlink(old)
+
+
+def _hard_link_beside(p: Path) -> str | None:
+    """A hidden hard link to the file ``p`` in its folder (the old content, kept until every rename is done), or
+    None where ``p`` is no file or the file system makes no link."""
+    if not p.is_file():
+        return None
+    old = f"{p.parent}/.{p.stem}.old-{os.getpid()}-{id(p)}{p.suffix}"
+    try:
+        os.link(p, old)
+    except OSError:
+        return None
+    return old
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object], mode: int | None = None) -> Path:

@@ -205,8 +205,8 @@ def _and(names: list[str]) -> str:
 
 def _check_vllm_logging_config() -> None:
     """vLLM's other logging variables as vLLM 0.26's ``envs.py`` / ``logger.py`` read them at import:
-    ``VLLM_CONFIGURE_LOGGING`` through ``int()``, ``VLLM_LOGGING_CONFIG_PATH`` a JSON file holding an object (where
-    logging is configured)."""
+    ``VLLM_CONFIGURE_LOGGING`` through ``int()``, ``VLLM_LOGGING_CONFIG_PATH`` a JSON file holding an object that
+    ``logging.config.dictConfig`` takes (where logging is configured; applied here as vLLM applies it)."""
     import json
 
     from .errors import UserInputError
@@ -222,14 +222,23 @@ def _check_vllm_logging_config() -> None:
         return
     try:
         with open(path, encoding="utf-8") as f:
-            ok = isinstance(json.load(f), dict)
+            config = json.load(f)
     except (OSError, ValueError) as e:
         raise UserInputError(f"VLLM_LOGGING_CONFIG_PATH={path!r} cannot be read as vLLM's logging configuration "
                              f"({type(e).__name__}: {e}); accepted: a JSON file holding a logging dictConfig "
                              f"object, or VLLM_LOGGING_CONFIG_PATH unset") from None
-    if not ok:
+    if not isinstance(config, dict):
         raise UserInputError(f"VLLM_LOGGING_CONFIG_PATH={path!r} holds no JSON object; accepted: a JSON file holding "
                              f"a logging dictConfig object, or VLLM_LOGGING_CONFIG_PATH unset")
+    import logging.config
+
+    try:        # what vLLM's logger does with it at import (breaker round 18's e02/e06/e13: a traceback there)
+        logging.config.dictConfig(config)
+    except Exception as e:  # noqa: BLE001 - every refusal of Python's dictConfig, in its words
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        raise UserInputError(f"VLLM_LOGGING_CONFIG_PATH={path!r}: Python's logging.config.dictConfig, which vLLM "
+                             f"applies it with, refuses it ({why}); accepted: a logging dictConfig object (\"version\": 1, "
+                             f"handlers and levels logging knows), or VLLM_LOGGING_CONFIG_PATH unset") from None
 
 
 def interpreting() -> bool:

@@ -1887,3 +1887,19 @@ def test_an_engine_without_its_own_capability_simulates_its_writers(top, run, st
     v = proof.judge(str(_SIM80), rec)
     assert v.status == status, v.reason
     assert status != "invalid" or "simulated" in v.reason, v.reason
+
+
+@pytest.mark.parametrize("name, says", [("h200/launch_h200_ran_indexer.json", "run_specs name ['TRITON_MLA_SPARSE', "
+                                                                              "'TRITON_MLA_SPARSE+TRITON_DSA_INDEXER'], "
+                                                                              "the runs are []"),
+                                        ("h200/bench_serve_h200_8heads.json", "which is no run of the record ([])")])
+def test_an_engine_record_with_its_runs_emptied_is_held_to_its_summaries(tmp_path, name, says):
+    """Breaker round 18's c1_20: ``runs: {}`` beside the run specs and summaries of two runs was "unproven: no engine
+    run" (the record's own checks ran only where it had runs); no writer writes it (an interrupted launch writes each
+    run with its error)."""
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).resolve().parents[2] / "results" / name).read_text())
+    rec["runs"] = {}
+    v = verdict(tmp_path, rec)
+    assert v.status == "invalid" and says in v.reason, v.line()

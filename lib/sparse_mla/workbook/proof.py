@@ -998,7 +998,7 @@ def written_problems(rec: dict, runs: dict[str, dict], requests: dict[str, dict 
     if isinstance(rec.get("tp"), int) and isinstance(env.get("gpu_count"), int) and rec["tp"] > env["gpu_count"]:
         bad.append(f"tp {rec['tp']} on {env['gpu_count']} GPU(s)")
     bad += header_problems(rec, with_ran) + written_after_runs(rec) + inherited_simulation_problems(rec, runs)
-    if runs:
+    if runs or isinstance(rec.get("runs"), dict):     # an engine record, even with its runs emptied (round 18, c1_20)
         bad += record_problems(rec, runs) + outcome_problems(rec) + command_problems(rec, plan=bool(with_ran)) + \
             diagnosis_problems(rec)
     bad += [f"{k}: {p}" for k, r in runs.items() if isinstance(r.get("environment"), dict)   # a run's own header
