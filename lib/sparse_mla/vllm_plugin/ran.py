@@ -32,6 +32,7 @@ every worker's block.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 
 from ..records import schema
@@ -46,16 +47,21 @@ OUR_BACKEND = "TRITON_MLA_SPARSE"
 INDEXER_CACHE_BACKEND = "DEEPSEEK_V32_INDEXER"
 
 
+def _defined_kernels():
+    """``("module.name", function)`` for every ``@triton.jit`` function defined (not imported) in
+    :data:`KERNEL_MODULES`: a ``JITFunction``, or under Triton's interpreter an ``InterpretedFunction``."""
+    from triton.runtime.jit import KernelInterface
+
+    for mod_name in KERNEL_MODULES:
+        for name, obj in vars(importlib.import_module(mod_name)).items():
+            if isinstance(obj, KernelInterface) and getattr(getattr(obj, "fn", obj), "__module__", None) == mod_name:
+                yield f"{mod_name.rsplit('.', 1)[-1]}.{name}", obj
+
+
 def our_kernels() -> dict[str, object]:
     """``{"module.name": JITFunction}`` for every Triton kernel of :data:`KERNEL_MODULES` (compiled ones have
     ``device_caches``; under ``TRITON_INTERPRET=1`` Triton makes interpreted functions, which have none)."""
-    out = {}
-    for mod_name in KERNEL_MODULES:
-        mod = importlib.import_module(mod_name)
-        for name, obj in vars(mod).items():
-            if hasattr(obj, "device_caches") and getattr(obj, "__module__", None) == mod_name:
-                out[f"{mod_name.rsplit('.', 1)[-1]}.{name}"] = obj
-    return out
+    return {name: fn for name, fn in _defined_kernels() if hasattr(fn, "device_caches")}
 
 
 #: Kernel names of earlier revisions that records may hold and :func:`kernel_names` no longer finds (none yet: a kernel
@@ -63,18 +69,12 @@ def our_kernels() -> dict[str, object]:
 RETIRED_KERNELS: tuple[str, ...] = ()
 
 
+@functools.cache
 def kernel_names() -> frozenset[str]:
-    """Every name :func:`triton_targets` can write: ``"module.name"`` of each ``@triton.jit`` function defined in
-    :data:`KERNEL_MODULES` (compiled or under Triton's interpreter, where :func:`our_kernels` finds none), and
-    :data:`RETIRED_KERNELS`. ``records check`` refuses another (breaker round 17's B4)."""
-    from triton.runtime.jit import KernelInterface
-
-    out = set(RETIRED_KERNELS)
-    for mod_name in KERNEL_MODULES:
-        for name, obj in vars(importlib.import_module(mod_name)).items():
-            if isinstance(obj, KernelInterface) and getattr(getattr(obj, "fn", obj), "__module__", None) == mod_name:
-                out.add(f"{mod_name.rsplit('.', 1)[-1]}.{name}")
-    return frozenset(out)
+    """Every name :func:`triton_targets` can write: each of :func:`_defined_kernels` (compiled or interpreted, where
+    :func:`our_kernels` finds none) and :data:`RETIRED_KERNELS`. ``records check`` refuses another (breaker round
+    17's B4); once per process (the modules' kernels do not change)."""
+    return frozenset({*RETIRED_KERNELS, *(name for name, _ in _defined_kernels())})
 
 
 def _compiled(kernels: dict | None):
