@@ -316,6 +316,10 @@ case "${1:-}" in
     cd $W || exit 1
     # shellcheck disable=SC1091
     source .dev/device_env.sh
+    # the project's code is this copy's (REVISION): the editable install points at the call's repo root, which a later
+    # device call re-copies while a stage runs (2026-12-07c: gpu_tests collected during a `wait` call's copy and found
+    # half a package), so $W/lib goes first for every stage and the engines they start
+    export PYTHONPATH=$W/lib:$PYTHONPATH
     if ls .dev/wheels/*.whl >/dev/null 2>&1; then   # hypothesis (the tests), and the suite's extras if present
       python3 -m pip install -q --no-index --no-deps .dev/wheels/*.whl $(ls .dev/wheels/suite/*.whl 2>/dev/null)
       python3 -m ipykernel install --user >/dev/null 2>&1 || true
