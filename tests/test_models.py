@@ -115,9 +115,15 @@ def test_writable_dir(tmp_path):
     ({"index_head_dim": 7}, "index_head_dim = 7; accepted: a multiple of 128"),
     ({"index_head_dim": 192}, "index_head_dim = 192; accepted: a multiple of 128"),
     ({"dtype": 123}, "dtype = 123; accepted: a dtype name"),
-    ({"index_topk_pattern": 5}, "index_topk_pattern = 5; accepted: a string of F"),
+    ({"index_topk_pattern": 5}, "index_topk_pattern = 5; accepted: a string (or list) of F"),
     ({"indexer_types": "full"}, "indexer_types = 'full'; accepted: a list"),
-    ({"index_topk_freq": 2, "index_skip_topk_offset": "x"}, "index_skip_topk_offset = 'x'; accepted: an integer"),
+    ({"index_topk_freq": 2, "index_skip_topk_offset": "x"}, "index_skip_topk_offset = 'x'; accepted: a finite number"),
+    ({"index_topk_freq": 2, "index_skip_topk_offset": float("nan")}, "index_skip_topk_offset = nan"),
+    # breaker round 18 (Y3): what vLLM 0.26 reads its own way passes (below); what it cannot divide by does not
+    ({"index_topk_freq": 0}, "index_topk_freq = 0; accepted: a number other than 0 (vLLM divides by it"),
+    ({"index_topk_freq": False}, "index_topk_freq = False; accepted: a number other than 0"),
+    ({"index_topk_freq": "2"}, "index_topk_freq = '2'; accepted: a number other than 0"),
+    ({"index_topk_freq": float("inf")}, "index_topk_freq = inf"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 1e-300, "original_max_position_embeddings": 4096}},
      "rope_parameters.factor = 1e-300, which times the 4096 positions"),
     ({"torch_dtype": ["bfloat16"]}, "torch_dtype = ['bfloat16']"),
@@ -144,9 +150,6 @@ def test_writable_dir(tmp_path):
      "rope_scaling.factor = 1000000000000.0, which times the 8192 positions it scales gives 8.19e+15 tokens"),
     ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [2 ** 40, 128]}},
      "weight_block_size = [1099511627776, 128]; accepted: a list of positive integers up to 2147483647 each"),
-    ({"index_topk_pattern": "FSX"}, "index_topk_pattern = 'FSX', whose letter 2 is 'X'; accepted: a string of F (full) "
-                                    "and S (shared)"),
-    ({"index_topk_pattern": "fs"}, "index_topk_pattern = 'fs', whose letter 0 is 'f'"),
     ({"indexer_types": ["full", "banana"]}, "indexer_types = ['full', 'banana'], whose item 1 is 'banana'"),
     ({"rope_parameters": "yarn"}, "rope_parameters = 'yarn'; accepted: an object of the rope's settings"),
     ({"rope_scaling": ["yarn", 40]}, "rope_scaling = ['yarn', 40]; accepted: an object of the rope's settings"),
@@ -165,6 +168,21 @@ def test_check_config_names_the_field(change, names):
         check_config({**PRESET_CONFIGS["glm-5"], **change}, "cfg")
     assert names in str(e.value) and "accepted:" in str(e.value) and "model_type" not in str(e.value).split(
         "accepted:")[1], str(e.value)
+
+
+@pytest.mark.parametrize("change", [
+    {"index_topk_pattern": "fs"}, {"index_topk_pattern": "FSX"}, {"index_topk_pattern": "F S "},
+    {"index_topk_pattern": ["F", "S"]}, {"index_topk_freq": 2.0}, {"index_topk_freq": -2}, {"index_topk_freq": True},
+    {"index_topk_freq": 2, "index_skip_topk_offset": 1.5},
+])
+def test_check_config_passes_a_sharing_vllm_reads_its_own_way(change):
+    """Breaker round 18 (Y3): vLLM 0.26 reads these (``pattern[layer] == "S"``, ``% freq`` as Python computes it), so
+    the config's one validation lets them through; the diagnosis names what vLLM builds from them
+    (``tests/diagnose/test_config.py``), transformers' KeyError of a letter it cannot map is vLLM's config-load
+    refusal, and make-checkpoint's flags write F/S letters and integers only."""
+    from sparse_mla.models import check_config
+
+    check_config({**PRESET_CONFIGS["glm-5"], **change}, "cfg")
 
 
 @pytest.mark.parametrize("cmd", ["diagnose", "launch"])

@@ -194,7 +194,7 @@ POSITIVE_DIMENSIONS = ("hidden_size", "intermediate_size", "moe_intermediate_siz
                        "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings",
                        "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                        "index_topk", "index_head_dim", "index_n_heads", "n_routed_experts", "num_experts_per_tok",
-                       "index_topk_freq", "moe_layer_freq", "n_group", "topk_group")
+                       "moe_layer_freq", "n_group", "topk_group")
 #: Counts that may be 0 but not negative (a model without shared experts, dense layers or MTP layers).
 NON_NEGATIVE_DIMENSIONS = ("n_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers")
 #: ``(smaller, larger)``: a config's ``smaller`` may not exceed its ``larger`` (experts routed to per token among the
@@ -284,11 +284,16 @@ def check_config(cfg, name: str) -> dict[str, Any]:
     return text
 
 
-#: The indexer sharing keys of a config, their type and their items (``None``: any), as transformers maps them
-#: (``{"F": "full", "S": "shared"}[c]`` for each letter of ``index_topk_pattern``, ``configuration_glm_moe_dsa.py``).
-SHARING_KEYS = {"index_topk_pattern": (str, ("F", "S"), "a string of F (full) and S (shared), one per layer"),
+#: The indexer sharing keys of a config, the types vLLM reads them as and their items (``None``: any item), as the
+#: config's reader takes them: ``indexer_types`` as transformers and vLLM 0.34 map it (``["full", "shared", ...]``);
+#: ``index_topk_pattern`` as vLLM reads it (``pattern[layer] == "S"`` on a string or a list, ``deepseek_v2.py``; the
+#: letters transformers' ``GlmMoeDsaConfig`` cannot map are its ``KeyError``, named by the diagnosis in vLLM's words);
+#: ``index_skip_topk_offset`` any number (vLLM: ``max(layer - offset + 1, 0)``); ``index_topk_freq``:
+#: :func:`_check_freq`.
+SHARING_KEYS = {"index_topk_pattern": ((str, list), None, "a string (or list) of F (full) and S (shared), one per "
+                                       "layer; vLLM reads every entry but 'S' as full"),
                 "indexer_types": (list, ("full", "shared"), "a list of 'full' / 'shared', one per layer"),
-                "index_skip_topk_offset": (int, None, "an integer (vLLM's default: 2)")}
+                "index_skip_topk_offset": ((int, float), None, "a finite number (vLLM's default: 2)")}
 
 
 def check_sharing_length(pattern: str, num_layers: int, what: str) -> None:
@@ -317,19 +322,36 @@ def sharing_disagreement(indexer_types: str, vllm_reads: str) -> str | None:
 
 
 def _check_sharing(text: dict[str, Any], name: str) -> None:
-    """The indexer sharing keys (:data:`SHARING_KEYS`), where present, of their type, each letter or item one that
-    transformers maps (another letter is a bare ``KeyError`` in transformers' config class). Raises
+    """The indexer sharing keys (:data:`SHARING_KEYS`), where present, of a type vLLM reads, each item of
+    ``indexer_types`` one transformers maps; ``index_topk_freq`` by :func:`_check_freq`. What vLLM reads its own way
+    (a lower-case or list pattern, a float or negative freq) passes: the diagnosis says what vLLM builds from it, and
+    vLLM 0.34 (or transformers) refuses what it refuses in its own words (breaker round 18, Y3). Raises
     :class:`UserInputError` naming the key, the value, the item and what is accepted."""
     for k, (kind, items, what) in SHARING_KEYS.items():
         v = text.get(k)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, kind):
+        if (isinstance(v, bool) and k != "index_skip_topk_offset") or not isinstance(v, kind) \
+                or (isinstance(v, float) and not math.isfinite(v)):
             raise UserInputError(f"config {name!r} has {k} = {_short(v)}; accepted: {what}")
         bad = next(((i, x) for i, x in enumerate(v) if x not in items), None) if items else None
         if bad is not None:
             raise UserInputError(f"config {name!r} has {k} = {_short(v)}, whose {'letter' if kind is str else 'item'} "
                                  f"{bad[0]} is {_short(bad[1])}; accepted: {what}")
+    _check_freq(text.get("index_topk_freq"), name)
+
+
+def _check_freq(freq, name: str) -> None:
+    """``index_topk_freq``, where present, a finite number other than 0: vLLM 0.26 divides by it (layer ``l`` full iff
+    ``max(l - offset + 1, 0) % freq == 0``, ``deepseek_v2.py``; 0 is its ``ZeroDivisionError``) and reads any other
+    number so (a float, a negative one, ``true`` as 1); vLLM 0.34 refuses all but a positive integer itself
+    (``compute_skip_topk_layers``), transformers reads one below 1 as 1. Raises :class:`UserInputError`."""
+    if freq is None:
+        return
+    if not isinstance(freq, (int, float)) or (isinstance(freq, float) and not math.isfinite(freq)) or freq == 0:
+        raise UserInputError(f"config {name!r} has index_topk_freq = {_short(freq)}; accepted: a number other than 0 "
+                             f"(vLLM divides by it: layer l is full iff max(l - offset + 1, 0) % index_topk_freq == 0; "
+                             f"GLM-5.2: 4)")
 
 
 #: The longest model a config may describe in tokens: vLLM holds ``max_model_len`` as an integer, and a rope scaling

@@ -212,10 +212,11 @@ def test_quantized_indexer_types_checkpoint_runs_uninitialized_indexers(tmp_path
 
 
 @pytest.mark.parametrize("change, says", [
-    # (since issue 47's round of 2026-12-06 refused before vLLM's loader, whose KeyError 'X' said no more)
-    ({"index_topk_pattern": "FX"}, "config '{m}' has index_topk_pattern = 'FX', whose letter 1 is 'X'; accepted: a "
-                                   "string of F (full) and S (shared)"),
-    ({"index_topk_freq": 0}, "config '{m}' has index_topk_freq = 0, which must be a positive integer"),
+    # (issue 47's round of 2026-12-06 refused it before vLLM's loader, whose KeyError 'X' said no more; since round
+    # 18, Y3, vLLM's refusal itself, with the field that holds the letter and what transformers maps)
+    ({"index_topk_pattern": "FX"}, "vLLM cannot load the config of model '{m}': KeyError 'X' (in index_topk_pattern = "
+                                   "'FX'); accepted: an index_topk_pattern of the letters F (full) and S (shared)"),
+    ({"index_topk_freq": 0}, "config '{m}' has index_topk_freq = 0; accepted: a number other than 0 (vLLM divides"),
 ])
 def test_a_config_value_vllm_cannot_use_is_named_with_its_field(run_cli, tmp_path, change, says):
     """Issue 47's unclear messages: transformers' KeyError of a pattern's letter names the field holding it; an
@@ -226,6 +227,50 @@ def test_a_config_value_vllm_cannot_use_is_named_with_its_field(run_cli, tmp_pat
     rc, out, err = run_cli("--model", str(m), "--capability", "9.0")
     lines = err.strip().splitlines()
     assert rc == 2 and out == "" and len(lines) == 1 and says.format(m=m) in lines[0], lines
+
+
+@pytest.mark.parametrize("model_type, keys, layers026, layers034, says", [
+    ("deepseek_v32", {"index_topk_pattern": "fsfs"}, [0, 1, 2, 3], [0, 1, 2, 3], "index_topk_pattern 'fsfs' (vLLM "
+     "reads a layer as shared only where its entry is 'S'): vLLM builds DSA indexers in layers 0-3 of 4"),
+    ("deepseek_v32", {"index_topk_pattern": "F S "}, [0, 1, 3], [0, 1, 3],
+     "vLLM builds DSA indexers in layers 0-1, 3 of 4"),
+    # vLLM 0.34 reads the indexer_types transformers derives from a list (['F', 'S', ...]) and refuses it
+    ("glm_moe_dsa", {"index_topk_pattern": ["F", "S", "F", "S"]}, [0, 2], None,
+     "vLLM builds DSA indexers in layers 0, 2 of 4"),
+    ("glm_moe_dsa", {"index_topk_freq": 2.0}, [0, 1, 3], [0, 1, 3], "index_topk_freq 2.0 (vLLM: layer l full iff "
+     "max(l - offset + 1, 0) % 2.0 == 0): vLLM builds DSA indexers in layers 0-1, 3 of 4"),
+    ("glm_moe_dsa", {"index_topk_freq": -2}, [0, 1, 3], [0, 1, 2, 3], "vLLM builds DSA indexers in layers 0-1, 3 of 4 "
+     "from this config; make-checkpoint writes F/S letters and integers; transformers' GlmMoeDsaConfig derives "
+     "indexer_types FFFF from it, vLLM builds FFSF: the two run different models"),
+    ("deepseek_v32", {"index_topk_freq": 2.0}, [0, 1, 3], None, "vLLM builds DSA indexers in layers 0-1, 3 of 4"),
+])
+def test_a_sharing_vllm_reads_its_own_way_is_diagnosed_as_vllm_builds_it(tmp_path, model_type, keys, layers026,
+                                                                         layers034, says):
+    """Breaker round 18 (Y3): a lower-case, spaced or list pattern and a float or negative freq were refused as bad
+    input while vLLM 0.26 starts on them (``pattern[layer] == "S"``, ``% freq`` as Python computes it); the diagnosis
+    says what vLLM builds (its own model on the meta device), and the reference forward reads it so where transformers
+    reads it alike. vLLM 0.34 reads ``indexer_types`` (transformers derives one for glm_moe_dsa) and refuses a freq
+    other than a positive integer (``compute_skip_topk_layers``): its refusal in its words (``layers034`` None)."""
+    from sparse_mla import diagnose as dg
+    from sparse_mla.launch.index_sharing import own_indexer
+
+    from vllm_oracles import vllm_reads_indexer_types
+
+    d, cfg = _tiny_config(tmp_path, "m", 4, model_type=model_type, **keys)
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto")
+    notes = " | ".join(rec["config"].get("notes") or [])
+    want = layers034 if vllm_reads_indexer_types() else layers026
+    if want is None:
+        assert rec["indexer_layers"] is None and rec["engine_starts"] is False, rec["blockers"]
+        assert any("indexer_types only supports" in b["reason"] or "index_topk_freq must be a positive integer" in
+                   b["reason"] for b in rec["blockers"]), rec["blockers"]
+        return
+    assert rec["engine_starts"] is True and not rec["blockers"], rec["blockers"]
+    assert rec["indexer_layers"] == want
+    if not vllm_reads_indexer_types():
+        assert says in notes, notes
+        if "different models" not in says:          # the reference forward reads it as vLLM builds it
+            assert [i for i, own in enumerate(own_indexer(cfg)) if own] == want
 
 
 @pytest.mark.parametrize("pattern, says", [

@@ -615,7 +615,8 @@ def test_sharing_cli(tmp_path, only_checkpoint_cli, capsys):
     (["--indexer-types", "SF"], "--indexer-types (indexer_types) 'SF' makes layer 0 shared"),
     (["--indexer-types", "FS", "--layers", "3"], "2 letters for 3 layers"),
     (["--index-skip-topk-offset", "1"], "without index_topk_freq"),
-    (["--index-topk-freq", "0"], "has index_topk_freq = 0, which must be a positive integer"),   # check_config's
+    (["--index-topk-freq", "0"], "--index-topk-freq 0 is not accepted; accepted: an integer from 1"),
+    (["--index-topk-freq", "-2"], "--index-topk-freq -2 is not accepted; accepted: an integer from 1"),
 ])
 def test_sharing_cli_bad_input_returns_2(tmp_path, only_checkpoint_cli, capsys, argv, needle):
     assert cli.main(["make-checkpoint", str(tmp_path / "o"), *argv]) == 2

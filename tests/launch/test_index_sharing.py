@@ -6,6 +6,7 @@ attention kernel and indexer kernels on that checkpoint's own inputs (Triton int
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -66,8 +67,7 @@ def test_a_negative_offset_is_read_as_vllm_and_transformers_read_it_and_make_che
             num_hidden_layers=n, index_topk_freq=freq, index_skip_topk_offset=offset), (n, freq, offset)
     assert ix.sharing_keys(2, index_topk_freq=2, index_skip_topk_offset=-1) == {"index_topk_freq": 2,
                                                                                 "index_skip_topk_offset": -1}
-    with pytest.raises(UserInputError, match=r"'--index-topk-freq / --index-skip-topk-offset' has "
-                                             r"index_skip_topk_offset = True; accepted: an integer"):
+    with pytest.raises(UserInputError, match=r"--index-skip-topk-offset True is not accepted; accepted: an integer"):
         ix.sharing_keys(2, index_topk_freq=2, index_skip_topk_offset=True)
 
 
@@ -76,13 +76,43 @@ def test_pattern_read_as_vllm_reads_it():
     assert ix.own_indexer({"num_hidden_layers": 5, "index_topk_pattern": "FSS"}) == [True, False, False, True, True]
 
 
+@pytest.mark.parametrize("keys, letters", [
+    ({"index_topk_pattern": ["F", "S", "F", "S"]}, "FSFS"),    # a list: pattern[layer] == "S" as on a string
+    ({"index_topk_pattern": "fsfs"}, "FFFF"),                  # only "S" is shared
+    ({"index_topk_pattern": "F S "}, "FFSF"),
+    ({"index_topk_freq": 2.0}, "FFSF"),
+    ({"index_topk_freq": -1}, "FFFF"),                         # Python's % of a negative divisor; as transformers
+    ({"index_topk_freq": True}, "FFFF"),
+])
+def test_a_sharing_vllm_reads_its_own_way_is_read_so(keys, letters):
+    """Breaker round 18 (Y3): the reference forward reads what vLLM 0.26 reads, as its ``DeepseekV2MLAAttention``
+    builds it (the diagnosis' ``indexer_layers`` is vLLM's own answer: ``tests/diagnose/test_config.py``)."""
+    assert ix.letters(ix.own_indexer({"num_hidden_layers": 4, **keys})) == letters
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(index_topk_freq=-2), "--index-topk-freq -2 is not accepted; accepted: an integer from 1"),
+    (dict(index_topk_freq=2.0), "--index-topk-freq 2.0 is not accepted"),
+    (dict(index_topk_freq=True), "--index-topk-freq True is not accepted"),
+    (dict(index_topk_freq=2, index_skip_topk_offset=1.5), "--index-skip-topk-offset 1.5 is not accepted"),
+])
+def test_make_checkpoint_writes_integers_only(kw, says):
+    """A config may hold a freq vLLM 0.26 reads its own way; make-checkpoint writes only what vLLM 0.26, 0.34 and
+    transformers read alike (transformers reads a freq below 1 as 1, vLLM 0.34 refuses all but a positive integer)."""
+    with pytest.raises(UserInputError, match=re.escape(says)):
+        ix.sharing_keys(4, **kw)
+
+
 @pytest.mark.parametrize("cfg, says", [
     ({"num_hidden_layers": 2, "index_topk_pattern": "SF"}, "layer 0 shared"),
     ({"num_hidden_layers": 3, "index_topk_freq": 2, "index_skip_topk_offset": 0}, "layer 0 shared"),
     ({"num_hidden_layers": 2, "indexer_types": ["full", "sparse"]}, "'sparse'"),
     ({"num_hidden_layers": 3, "indexer_types": ["full", "shared"]}, "2 letters for 3 layers"),
     ({"num_hidden_layers": 2, "indexer_types": ["full", "shared"], "index_topk_pattern": "FF"}, "disagree"),
-    ({"num_hidden_layers": 2, "index_topk_freq": 0}, "index_topk_freq = 0, which must be a positive integer"),
+    ({"num_hidden_layers": 2, "index_topk_freq": 0}, "index_topk_freq = 0; accepted: a number other than 0"),
+    # round 18 (Y3): vLLM 0.26 builds FFSF (Python's % of -2), transformers FFFF (max(freq, 1))
+    ({"num_hidden_layers": 4, "index_topk_freq": -2}, "index_topk_freq -2 gives FFSF as vLLM 0.26 reads it and FFFF "
+                                                      "as transformers reads it"),
 ])
 def test_own_indexer_refuses(cfg, says):
     with pytest.raises(UserInputError, match=says):

@@ -171,8 +171,12 @@ def _accepted_config(field: str | None, validated: bool) -> str:
     its config class validates where a validator of the whole class refused them, else a known model type (an
     unrecognised model, the only case where the model type is what to change)."""
     compare = "compare the config.json `sparse-mla make-checkpoint` writes"
+    if field == "index_topk_pattern":       # GlmMoeDsaConfig: {"F": "full", "S": "shared"}[letter] (round 18, Y3)
+        return (f"an index_topk_pattern of the letters F (full) and S (shared), which transformers' config class "
+                f"maps to indexer_types, or a list ({compare})")
     if field:
-        return f"a {field} that transformers' config class takes, of the type the error names ({compare})"
+        return (f"{'an' if field[:1].lower() in 'aeiou' else 'a'} {field} that transformers' config class takes, of "
+                f"the type the error names ({compare})")
     if validated:
         return f"values that transformers' config class validates, as the error says ({compare})"
     return "a Hugging Face config.json with a model_type vLLM or transformers knows (e.g. glm_moe_dsa, deepseek_v32)"
@@ -358,7 +362,7 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
         raw = text_config(req.geometry.raw_config)
         _pattern_length_note(hf, cfg, layers, raw.get("indexer_types"))
         twice = _twice_declared(raw, layers, getattr(hf, "num_hidden_layers", None))
-        for note in (twice, _gguf_indexers_unbuilt(req.geometry.source, layers, raw)):
+        for note in (twice, _gguf_indexers_unbuilt(req.geometry.source, layers, raw), _own_reading(hf, raw, layers)):
             if note:
                 cfg.setdefault("notes", []).append(note)
     if layers == [] and hasattr(hf, "index_topk"):
@@ -457,6 +461,39 @@ def _pattern_length_note(hf, cfg: dict[str, Any], layers: list[int], declared) -
         f"index_topk_pattern {pat!r} has {len(pat)} letter{'s' if len(pat) != 1 else ''} for {n} layers: {what} "
         f"(DeepseekV2MLAAttention, deepseek_v2.py; the reference forward reads it so too); make-checkpoint writes one "
         f"letter per layer")
+
+
+def _own_reading(hf, raw: dict[str, Any], layers: list[int]) -> str | None:
+    """A top-k sharing vLLM 0.26 reads its own way (breaker round 18, Y3: these were refused as bad input while vLLM
+    starts): an ``index_topk_pattern`` that is a list or holds entries other than ``F``/``S`` (vLLM reads a layer as
+    shared only where its entry is ``"S"``), an ``index_topk_freq`` / ``index_skip_topk_offset`` that is not an
+    integer or a freq below 1 (vLLM takes ``max(l - offset + 1, 0) % freq`` as Python computes it). The note names
+    the ``layers`` vLLM builds DSA indexers in (its own model, :func:`indexer_layers`) and, where transformers derived
+    other ``indexer_types`` from the same keys (``GlmMoeDsaConfig`` reads a freq below 1 as 1), that the two differ;
+    None for what make-checkpoint writes (F/S letters, integer freq from 1 and offset)."""
+    pat, freq, off = (raw.get(k) for k in ("index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"))
+    odd = []
+    if pat is not None and (not isinstance(pat, str) or set(pat) - {"F", "S"}):
+        odd.append(f"index_topk_pattern {pat!r} (vLLM reads a layer as shared only where its entry is 'S')")
+    if pat is None and freq is not None and (isinstance(freq, bool) or not isinstance(freq, int) or freq < 1):
+        odd.append(f"index_topk_freq {freq!r} (vLLM: layer l full iff max(l - offset + 1, 0) % {freq!r} == 0)")
+    if pat is None and off is not None and (isinstance(off, bool) or not isinstance(off, int)):
+        odd.append(f"index_skip_topk_offset {off!r}")
+    n = getattr(hf, "num_hidden_layers", None)
+    if not odd or not isinstance(n, int):
+        return None
+    built = [i for i in layers if i < n]
+    note = (f"{'; '.join(odd)}: vLLM builds DSA indexers in {_layers(built) if built else 'no layer'} of {n} from "
+            f"this config; make-checkpoint writes F/S letters and integers")
+    from ..vllm_plugin.indexer_types import pattern_from_indexer_types
+
+    derived = pattern_from_indexer_types(getattr(hf, "indexer_types", None)) if raw.get("indexer_types") is None \
+        else None
+    vllm = "".join("F" if i in built else "S" for i in range(n))
+    if derived is not None and len(derived) == n and derived != vllm:
+        note += (f"; transformers' {type(hf).__name__} derives indexer_types {derived} from it, vLLM builds {vllm}: "
+                 f"the two run different models")
+    return note
 
 
 def _twice_declared(raw: dict[str, Any], layers: list[int], n) -> str | None:

@@ -40,9 +40,11 @@ def freq_pattern(num_layers: int, freq: int, offset: int = _VLLM_DEFAULT_OFFSET,
                  name: str = "index_topk_freq / index_skip_topk_offset") -> str:
     """The ``F``/``S`` letters of ``index_topk_freq = freq``, ``index_skip_topk_offset = offset`` for
     ``num_layers`` layers (layer ``l`` full iff ``max(l - offset + 1, 0) % freq == 0``). The two values pass the
-    rule the diagnosis reads a config by (:func:`sparse_mla.models.check_config`: ``freq`` an integer from 1 --
-    vLLM divides by it, and transformers reads one below 1 as 1 --, ``offset`` any integer, as vLLM and transformers
-    both read it; round 10: -1 was refused here and diagnosed as vLLM runs it). Raises :class:`UserInputError`
+    rule the diagnosis reads a config by (:func:`sparse_mla.models.check_config`: ``freq`` any finite number but 0 --
+    vLLM 0.26 divides by it and reads a float or a negative one so (round 18, Y3); transformers reads one below 1 as
+    1 --, ``offset`` any finite number, as vLLM and transformers both read it; round 10: -1 was refused here and
+    diagnosed as vLLM runs it; make-checkpoint's flags take integers only, :func:`sharing_keys`). Raises
+    :class:`UserInputError`
     naming ``name`` (where the values come from), the key and what is accepted."""
     from ..models import check_config
 
@@ -100,9 +102,10 @@ def _declared(cfg: dict[str, Any], num_layers: int) -> str | None:
     """The pattern ``index_topk_pattern`` / ``index_topk_freq`` declare as vLLM reads them (None: neither key)."""
     pattern = cfg.get("index_topk_pattern")
     if pattern is not None:
-        if not isinstance(pattern, str):
+        if not isinstance(pattern, (str, list, tuple)):
             raise UserInputError(f"index_topk_pattern {pattern!r} is not a string; accepted: F/S letters, e.g. FSSF")
-        # vLLM: layer l is shared iff pattern[l] == "S"; layers past the end are full
+        # vLLM: layer l is shared iff pattern[l] == "S" (a string's letter or a list's entry: any other is full);
+        # layers past the end are full
         return "".join("S" if i < len(pattern) and pattern[i] == "S" else "F" for i in range(num_layers))
     freq, offset = cfg.get("index_topk_freq"), cfg.get("index_skip_topk_offset")
     if freq is None and offset is None:
@@ -116,13 +119,21 @@ def own_indexer(cfg: dict[str, Any]) -> list[bool]:
 
     ``indexer_types`` wins where present (transformers); else ``index_topk_pattern``, else ``index_topk_freq`` /
     ``index_skip_topk_offset`` (vLLM and transformers alike); none of them: every layer is full. Raises
-    :class:`UserInputError` for a shared layer 0, an ``indexer_types`` of another length or values, or an
-    ``indexer_types`` that a pattern / freq in the same config contradicts (transformers and vLLM would then run
-    different models).
+    :class:`UserInputError` for a shared layer 0, an ``indexer_types`` of another length or values, an
+    ``indexer_types`` that a pattern / freq in the same config contradicts, or a freq below 1 that transformers (which
+    reads it as 1) and vLLM 0.26 read as different layers (transformers and vLLM would then run different models).
     """
     n = int(cfg["num_hidden_layers"])
     declared = _declared(cfg, n)
     types = cfg.get("indexer_types")
+    freq = cfg.get("index_topk_freq")
+    if types is None and cfg.get("index_topk_pattern") is None and freq is not None and freq < 1:
+        offset = cfg.get("index_skip_topk_offset", _VLLM_DEFAULT_OFFSET)
+        theirs = freq_pattern(n, max(freq, 1), offset)      # GlmMoeDsaConfig: max(index_topk_freq, 1)
+        if theirs != declared:
+            raise UserInputError(f"index_topk_freq {freq!r} gives {declared} as vLLM 0.26 reads it and {theirs} as "
+                                 f"transformers reads it (a freq below 1 as 1; vLLM 0.34 refuses it): they would run "
+                                 f"different models; accepted: an index_topk_freq from 1")
     if types is None:
         pattern = declared or "F" * n
         if pattern[0] != "F":
@@ -148,6 +159,13 @@ def sharing_keys(num_layers: int, *, index_topk_pattern: str | None = None, inde
     if len(given) > 1:
         raise UserInputError(f"{' and '.join(given)} both declare the top-k sharing; accepted: one of "
                              f"index_topk_pattern, index_topk_freq (+ index_skip_topk_offset), indexer_types")
+    for flag, v, least in (("--index-topk-freq", index_topk_freq, 1), ("--index-skip-topk-offset",
+                                                                         index_skip_topk_offset, None)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or (least is not None and v < least)):
+            # a config may hold what vLLM 0.26 reads its own way (models.check_config); make-checkpoint writes what
+            # vLLM 0.26, 0.34 and transformers read alike
+            raise UserInputError(f"{flag} {v!r} is not accepted; accepted: an integer"
+                                 + (f" from {least}" if least is not None else ""))
     if index_skip_topk_offset is not None and index_topk_freq is None:
         raise UserInputError(f"index_skip_topk_offset {index_skip_topk_offset!r} without index_topk_freq; accepted: "
                              f"it together with index_topk_freq")
