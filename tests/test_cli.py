@@ -229,9 +229,11 @@ def test_a_reader_that_leaves_the_pipe_gets_no_traceback():
 
 @pytest.mark.slow   # default tier's budget (2026-12-07: CLI processes, ~10 s); .ci/run's slow tier runs it
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="no /dev/full on this system")
-def test_a_full_output_device_is_one_line_and_exit_1(tmp_path):
+@pytest.mark.parametrize("argv", [["records", "check", "{d}"], ["diagnose", "--capability", "h200", "--json"]])
+def test_a_full_output_device_is_one_line_and_exit_2(tmp_path, argv):
     """``sparse-mla records check DIR > /dev/full``: the output cannot be written; one line on stderr naming why,
-    exit 1, no traceback (it ended in "OSError: [Errno 28] No space left on device")."""
+    no traceback (it ended in "OSError: [Errno 28] No space left on device"), exit 2 as any environment that cannot
+    work (breaker round 19, R19-3: it was 1, which `records check` means for an invalid record -- of a proven one)."""
     import subprocess
     import sys
 
@@ -239,12 +241,16 @@ def test_a_full_output_device_is_one_line_and_exit_1(tmp_path):
 
     root = __import__("pathlib").Path(__file__).resolve().parents[1]      # one record: its verdict line is output
     shutil.copy(root / "results" / "h200" / "launch_h200_cudagraph.json", tmp_path / "r.json")
-    code = f"import sys; from sparse_mla import cli; sys.exit(cli.main(['records', 'check', {str(tmp_path)!r}]))"
+    argv = [a.format(d=tmp_path) for a in argv]
+    code = f"import sys; from sparse_mla import cli; sys.exit(cli.main({argv!r}))"
     with open("/dev/full", "w") as full:
-        p = subprocess.run([sys.executable, "-c", code], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+        p = subprocess.run([sys.executable, "-c", code], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
                            cwd=str(root))
-    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
-    assert p.stderr.strip() == "sparse-mla records: error: its output could not be written (No space left on device)"
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    cmd = argv[0]
+    assert p.stderr.strip() == (f"sparse-mla {cmd}: error: its output could not be written (No space left on device): "
+                                f"a full device behind stdout or an output file; the files it finished are kept; "
+                                f"accepted: a device with room (or > /dev/null)")
 
 
 @pytest.mark.parametrize("argv", [["records", "check", "results/h200/launch_h200.json"],

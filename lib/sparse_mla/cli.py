@@ -107,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
             raise
         _silence_stdout()
-        print(f"sparse-mla {args.command}: error: its output could not be written ({e.strerror})", file=sys.stderr)
-        return 1
+        # exit 2, the environment's status (as a closed stdout): 1 means "a record is invalid" to `records check`
+        # and "a check failed" to launch (breaker round 19, R19-3); the files a command finished stay (U19-3:
+        # make-checkpoint's whole checkpoint was written before its summary met the full stdout)
+        print(f"sparse-mla {args.command}: error: its output could not be written ({e.strerror}): a full device "
+              f"behind stdout or an output file; the files it finished are kept; accepted: a device with room (or "
+              f"> /dev/null)", file=sys.stderr)
+        return 2
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

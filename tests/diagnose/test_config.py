@@ -217,6 +217,9 @@ def test_quantized_indexer_types_checkpoint_runs_uninitialized_indexers(tmp_path
     ({"index_topk_pattern": "FX"}, "vLLM cannot load the config of model '{m}': KeyError 'X' (in index_topk_pattern = "
                                    "'FX'); accepted: an index_topk_pattern of the letters F (full) and S (shared)"),
     ({"index_topk_freq": 0}, "config '{m}' has index_topk_freq = 0; accepted: a number other than 0 (vLLM divides"),
+    # round 19 (U19-2): a list pattern with an entry transformers' indexer_types does not take named by the pattern
+    ({"index_topk_pattern": [1, "S", "F", "S"]}, "(transformers derives indexer_types from index_topk_pattern = [1, "
+                                                 "'S', 'F', 'S']); accepted: an index_topk_pattern of the letters F"),
 ])
 def test_a_config_value_vllm_cannot_use_is_named_with_its_field(run_cli, tmp_path, change, says):
     """Issue 47's unclear messages: transformers' KeyError of a pattern's letter names the field holding it; an
@@ -271,6 +274,21 @@ def test_a_sharing_vllm_reads_its_own_way_is_diagnosed_as_vllm_builds_it(tmp_pat
         assert says in notes, notes
         if "different models" not in says:          # the reference forward reads it as vLLM builds it
             assert [i for i, own in enumerate(own_indexer(cfg)) if own] == want
+
+
+@pytest.mark.parametrize("model_type", ["glm_moe_dsa", "deepseek_v32"])
+def test_a_sharing_that_shares_every_layer_is_blocked_by_its_layer_0(tmp_path, model_type):
+    """Breaker round 19 (U19-1): freq 2 / offset 0.5 shares every layer (vLLM: max(l - 0.5 + 1, 0) % 2 != 0); the
+    blocker named the architecture and offered the one the config has; it is the sharing's layer 0 (or vLLM's own
+    refusal of it, where it reads the indexer_types transformers derives)."""
+    from sparse_mla import diagnose as dg
+
+    d, _ = _tiny_config(tmp_path, "m", 4, model_type=model_type, index_topk_freq=2, index_skip_topk_offset=0.5)
+    rec = dg.diagnose(str(d / "config.json"), "9.0", "auto")
+    assert rec["engine_starts"] is False and rec["blockers"], rec
+    reasons = " | ".join(b["reason"] for b in rec["blockers"])
+    assert "architectures" not in reasons, reasons
+    assert "makes layer 0 shared" in reasons or "preceding 'full'" in reasons, reasons
 
 
 @pytest.mark.parametrize("pattern, says", [

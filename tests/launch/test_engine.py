@@ -924,3 +924,16 @@ def test_a_served_record_from_the_command_line_is_one_records_check_reads(tmp_pa
     assert rec["environment"]["command"].startswith("sparse-mla launch") and rec["serve"]["token_ids"]
     [v] = proof.check([str(out)])
     assert v.status != "invalid", v.line()       # unproven: "no engine run" (a served check alone proves no parity)
+
+
+@pytest.mark.parametrize("config, method", [
+    ({}, None), ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}, "fp8"),
+    ({"text_config": {"quantization_config": {"quant_method": "fp8"}}}, "fp8"), ({"quantization_config": "x"}, None),
+])
+def test_a_folder_asks_the_quantization_its_config_declares(tmp_path, config, method):
+    """Breaker round 19 (R19-1): the ``ran`` block of a folder's engine is held to the folder's own quantization
+    method (vLLM loads a block-fp8 DeepSeek-V3.2 as ``fp8`` unasked; a bf16 folder loaded as fp8 is other weights)."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "glm_moe_dsa", **config}))
+    assert launch.weights_asked(tmp_path) == {"format": "safetensors", "file": None, "load_format": None,
+                                              "quantization": method}
+    assert launch.folder_quantization(tmp_path / "absent") is None

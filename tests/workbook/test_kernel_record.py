@@ -185,6 +185,9 @@ def test_a_command_listing_a_value_twice_runs_it_twice(tmp_path):
     (_COMMITTED, lambda r: r["bench"][0].update(num_warps=3), "bench[0].num_warps is 3; accepted: a power of two"),
     (_COMMITTED, lambda r: r["bench"][0].update(num_splits=0), "bench[0].num_splits is 0; accepted: a number of at "
                                                                 "least 1"),
+    # round 19 (R19-2): the header's measured copy bandwidth, which every row's frac_of_copy_bw is of
+    (_INDEXER, lambda r: r["environment"].update(copy_bandwidth_GBps=-5.0), "environment.copy_bandwidth_GBps is -5.0"),
+    (_COMMITTED, lambda r: r["environment"].update(copy_bandwidth_GBps=0), "environment.copy_bandwidth_GBps is 0"),
 ])
 def test_every_figure_of_a_benchmark_row_is_held_to_its_range(tmp_path, record, edit, says):
     rec = copy.deepcopy(record)

@@ -14,6 +14,11 @@ RAN = {"capability": "9.0", "triton_targets": {"attention._sparse_mla_fwd_kernel
        "indexer": {"triton": 0, "deepgemm": 8}, "attention": {"TRITON_MLA_SPARSE": 4}}
 
 
+#: What launch asks for a checkpoint folder (engine.weights_asked) and what an engine that loaded it reports.
+FOLDER = {"format": "safetensors", "file": None, "load_format": None, "quantization": None}
+FOLDER_LOADED = {"load_format": "auto", "quantization": None, "gguf_adapter": None}
+
+
 def command(*backends: str) -> str:
     """The ``sparse-mla launch`` command line of a parity run of ``backends`` (``records check`` holds a record's runs
     to it: :mod:`sparse_mla.workbook.commands`); none: one engine's."""
@@ -70,6 +75,17 @@ def test_a_record_whose_ran_matches_its_request_is_proven(tmp_path):
     ({"indexer": "TRITON_DSA_INDEXER", "run": "TRITON_MLA_SPARSE+TRITON_DSA_INDEXER",
       "ran": {**RAN, "indexer": {"triton": 8, "deepgemm": 0}}}, "invalid",
      "triton_targets: 8 Triton indexer calls, none of its kernels was compiled"),
+    # round 19 (R19-1): a folder asked, other weights loaded -- vLLM's random weights, a .pt load, an online fp8
+    ({"checkpoint": FOLDER, "ran": {**RAN, "weights": {**FOLDER_LOADED, "load_format": "dummy"}}}, "invalid",
+     "weights: a safetensors checkpoint asked (quantization None), the engine loaded {'load_format': 'dummy'"),
+    ({"checkpoint": FOLDER, "ran": {**RAN, "weights": {**FOLDER_LOADED, "load_format": "pt"}}}, "invalid",
+     "the engine loaded {'load_format': 'pt'"),
+    ({"checkpoint": FOLDER, "ran": {**RAN, "weights": {**FOLDER_LOADED, "quantization": "fp8"}}}, "invalid",
+     "a safetensors checkpoint asked (quantization None), the engine loaded {'load_format': 'auto', 'quantization': "
+     "'fp8'"),
+    # ... where the folder's config declares fp8 (launch asks it: engine.folder_quantization), a bf16 load is other
+    ({"checkpoint": {**FOLDER, "quantization": "fp8"}, "ran": {**RAN, "weights": FOLDER_LOADED}}, "invalid",
+     "a safetensors checkpoint asked (quantization 'fp8'), the engine loaded"),
     # round 17's B3: the tail of a log the writer keeps only for an engine that failed, in a run with no error
     ({"log_tail": "RuntimeError: CUDA error: an illegal memory access was encountered"}, "invalid",
      "accepted: a log_tail only beside an error"),
@@ -77,6 +93,14 @@ def test_a_record_whose_ran_matches_its_request_is_proven(tmp_path):
 def test_a_ran_that_contradicts_the_request_is_invalid(tmp_path, changes, status, reason):
     v = verdict(tmp_path, record(**changes))
     assert v.status == status and reason in v.reason, v.line()
+
+
+@pytest.mark.parametrize("asked, loaded", [({}, {}), ({}, {"load_format": "safetensors"}),
+                                           ({"quantization": "fp8"}, {"quantization": "fp8"})])
+def test_a_folder_loaded_as_asked_is_proven(tmp_path, asked, loaded):
+    """vLLM's default load format (``auto``) or ``safetensors``, with the quantization the folder's config declares."""
+    v = verdict(tmp_path, record(checkpoint={**FOLDER, **asked}, ran={**RAN, "weights": {**FOLDER_LOADED, **loaded}}))
+    assert v.status == "proven", v.line()
 
 
 def test_header_gaps(tmp_path):

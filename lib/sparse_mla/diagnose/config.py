@@ -162,6 +162,10 @@ def load_hf_config(path: Path, name: str):
             held = _holding(path, e.args[0] if e.args else None)
             first, field = f"KeyError {first}{held}", held.split(" = ")[0].removeprefix(" (in ") or None
         field = field or next(iter(re.findall(r"[Vv]alidation error for field '([^']+)'", str(e))), None)
+        pattern = _pattern_behind(path) if field == "indexer_types" else None
+        if pattern is not None:      # transformers' indexer_types derived from the pattern: the key the user wrote
+            first, field = f"{first} (transformers derives indexer_types from index_topk_pattern = {pattern!r})", \
+                "index_topk_pattern"
         accepted = _accepted_config(field, "validation error" in str(e).lower())
         raise UserInputError(f"vLLM cannot load the config of model {name!r}: {first}; accepted: {accepted}") from None
 
@@ -180,6 +184,21 @@ def _accepted_config(field: str | None, validated: bool) -> str:
     if validated:
         return f"values that transformers' config class validates, as the error says ({compare})"
     return "a Hugging Face config.json with a model_type vLLM or transformers knows (e.g. glm_moe_dsa, deepseek_v32)"
+
+
+def _pattern_behind(path: Path):
+    """The ``index_topk_pattern`` of the config.json in ``path`` where it has no ``indexer_types`` (transformers'
+    ``GlmMoeDsaConfig`` then derives that field from the pattern, and its validation error names the field the user
+    never wrote: breaker round 19, U19-2), else None."""
+    from ..files import read_json
+    from ..models import text_config
+
+    try:
+        cfg = read_json(path / "config.json")
+    except Exception:  # noqa: BLE001 - only a hint
+        return None
+    text = text_config(cfg) if isinstance(cfg, dict) else {}
+    return text.get("index_topk_pattern") if text.get("indexer_types") is None else None
 
 
 def _holding(path: Path, key) -> str:
@@ -365,7 +384,11 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
         for note in (twice, _gguf_indexers_unbuilt(req.geometry.source, layers, raw), _own_reading(hf, raw, layers)):
             if note:
                 cfg.setdefault("notes", []).append(note)
-    if layers == [] and hasattr(hf, "index_topk"):
+    from ..models import text_config
+    from ..vllm_plugin.indexer_types import VLLM_KEYS
+
+    shares = any(text_config(req.geometry.raw_config).get(k) is not None for k in (*VLLM_KEYS, "indexer_types"))
+    if layers == [] and hasattr(hf, "index_topk") and not shares:   # a sharing that shares every layer: below (U19-1)
         out["blocker"] = _no_indexer_blocker(vc)
         return out
     first = _first_mla_layer(hf)

@@ -149,7 +149,24 @@ def weights_asked(model: Path) -> dict:
     format and quantization for a GGUF file, vLLM's default for a directory; plus the checkpoint's format and file."""
     if is_gguf(model):
         return {"format": "gguf", "file": model.name, "load_format": "gguf", "quantization": "gguf"}
-    return {"format": "safetensors", "file": None, "load_format": None, "quantization": None}
+    return {"format": "safetensors", "file": None, "load_format": None, "quantization": folder_quantization(model)}
+
+
+def folder_quantization(model: Path) -> str | None:
+    """The quantization method a checkpoint folder's ``config.json`` declares (``quantization_config.quant_method``,
+    e.g. ``"fp8"`` for DeepSeek-V3.2's block-fp8 weights), which vLLM loads it with unasked; None for an unquantized
+    one (make-checkpoint's, every record's so far) or a folder without a readable config."""
+    from ..files import read_json
+    from ..models import text_config
+
+    try:
+        cfg = read_json(Path(model) / "config.json")
+    except Exception:  # noqa: BLE001 - launch checked the folder before; a config it cannot read asks nothing
+        return None
+    q = (text_config(cfg) if isinstance(cfg, dict) else {}).get("quantization_config")
+    q = q if isinstance(q, dict) else (cfg.get("quantization_config") if isinstance(cfg, dict) else None)
+    method = q.get("quant_method") if isinstance(q, dict) else None
+    return method if isinstance(method, str) and method else None
 
 
 def check_tp(model: str | os.PathLike, tp) -> int:
@@ -407,7 +424,7 @@ def _ran_fields(llm, spec: RunSpec, speculative_config: dict | None, weights: di
     asked = {**spec.describe(), "capability": spec.capability or (simulated() or {}).get("capability"),
              "draft_backend": drafter_backend(spec, speculative_config),
              "speculative": (speculative_config or {}).get("method"),
-             "load_format": (weights or {}).get("load_format")}
+             "load_format": (weights or {}).get("load_format"), "quantization": (weights or {}).get("quantization")}
     out["ran_contradictions"] = sorted({c for r in ranks for c in contradictions(asked, r)})
     return out
 
@@ -485,7 +502,7 @@ def served_ran(base_url: str, spec: RunSpec, speculative_config: dict | None = N
         return {"ran_error": str(e), "ran_contradictions": ["no ran block: nothing was read inside the engine"]}
     asked = {**spec.describe(), "capability": spec.capability or (simulated() or {}).get("capability"),
              "draft_backend": drafter_backend(spec, speculative_config),
-             "load_format": (weights or {}).get("load_format")}
+             "load_format": (weights or {}).get("load_format"), "quantization": (weights or {}).get("quantization")}
     out = {"ran": ranks[0] if ranks else None,
            "ran_contradictions": sorted({c for r in (ranks or [None]) for c in contradictions(asked, r)})}
     if len(ranks) > 1:

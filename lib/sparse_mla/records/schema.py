@@ -182,6 +182,8 @@ class Header(_Shape):
     sm_count: Optional[SmCount] = None
     cuda: Version = None
     vllm: Version = None
+    #: the benchmarks' measured device-to-device copy bandwidth, their rows' ``frac_of_copy_bw`` is of (round 19, R19-2)
+    copy_bandwidth_GBps: Positive = None
 
 
 class Record(_Shape):

@@ -178,6 +178,12 @@ def other_layers(layers: dict) -> dict[str, int]:
     return _count(layers, "other")
 
 
+#: The load formats vLLM reads a safetensors checkpoint folder with: its default ``auto`` (which picks the folder's
+#: ``*.safetensors``) and ``safetensors`` itself; ``dummy`` (random weights), ``pt``, ``gguf`` and the rest load other
+#: weights than the folder's.
+FOLDER_LOAD_FORMATS = ("auto", "safetensors")
+
+
 def weights_loaded(worker) -> dict:
     """How this worker loaded its weights: vLLM's ``load_config.load_format`` and ``model_config.quantization`` of the
     worker's own config, and the vllm-gguf-plugin weights adapter that mapped a GGUF in this process, if any
@@ -255,7 +261,9 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     :func:`sparse_mla.launch.specs.drafter_layers`; False: ``draft_attention`` must be absent) and ``speculative``
     (the method asked: the engine's
     ``speculative`` counters must show drafts) and ``load_format`` (``"gguf"``: the weights loaded in that format
-    through :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter`). Checked: the capability vLLM saw;
+    through :class:`~sparse_mla.vllm_plugin.gguf_adapter.GlmDsaGGUFAdapter`; None: a folder's, in one of
+    :data:`FOLDER_LOAD_FORMATS` and with ``quantization``, the folder's own quantization method, or None).
+    Checked: the capability vLLM saw;
     every attention layer on the requested backend (the drafter's on ``draft_backend``); our Triton kernels generated for that capability's
     architecture only; the launch planned with that GPU's limits (its own where the device is that GPU, else its row
     of ``DEVICE_LIMITS``); the indexer (:func:`_indexer_contradictions`): the Triton indexer alone if it was asked for,
@@ -288,9 +296,13 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     w = ran.get("weights") or {}
     if load is not None and w.get("load_format") != load:
         out.append(f"weights: asked load_format {load}, the engine loaded {w}")
-    if "load_format" in asked and load is None and (w.get("load_format") == "gguf" or w.get("quantization") == "gguf"
-                                                     or w.get("gguf_adapter")):
-        out.append(f"weights: a safetensors checkpoint asked, the engine loaded {w}")
+    if "load_format" in asked and load is None and w and (w.get("load_format") not in FOLDER_LOAD_FORMATS or
+                                                          w.get("quantization") != asked.get("quantization")
+                                                          or w.get("gguf_adapter")):
+        # a folder's weights as they are: vLLM's default load format (no dummy / pt / GGUF load) and the quantization
+        # its config declares (none for a bf16 checkpoint: an online fp8 is other weights; round 19, R19-1)
+        out.append(f"weights: a safetensors checkpoint asked (quantization {asked.get('quantization')!r}), the engine "
+                   f"loaded {w}")
     if str(load).lower() == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
         out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")
     if str(load).lower() == "gguf" and w.get("quantization") != "gguf":       # launch asks it; the plugin sets it too

@@ -657,7 +657,8 @@ def _speculation_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
 
 
 #: What ``launch`` asks an engine to load (:func:`sparse_mla.launch.engine.weights_asked`), field by field: a GGUF file
-#: through vllm-gguf-plugin, or a checkpoint folder at vLLM's defaults.
+#: through vllm-gguf-plugin, or a checkpoint folder at vLLM's defaults (its ``quantization`` the method its config
+#: declares, if any: :func:`sparse_mla.launch.engine.folder_quantization`).
 ASKED_WEIGHTS = {"gguf": {"format": "gguf", "load_format": "gguf", "quantization": "gguf"},
                  "safetensors": {"format": "safetensors", "file": None, "load_format": None, "quantization": None}}
 
@@ -675,6 +676,9 @@ def _checkpoint_problems(rec: dict, runs: dict[str, dict]) -> list[str]:
     out = []
     for where, c in blocks:
         want = ASKED_WEIGHTS.get(c.get("format"))
+        if want is not None and c.get("format") == "safetensors" and isinstance(c.get("quantization"), str) \
+                and c["quantization"].strip():         # a folder whose config declares its quantization method
+            want = {**want, "quantization": c["quantization"]}
         file = c.get("file")
         if want is None or any(c.get(f) != v for f, v in want.items()) or (
                 c.get("format") == "gguf" and not (isinstance(file, str) and file.lower().endswith(".gguf"))):
@@ -786,6 +790,7 @@ def asked(run: dict, rec: dict) -> dict | str:
     weights = run.get("checkpoint", rec.get("checkpoint"))
     # what launch asked: gguf through our adapter, or vLLM's default (also where the record names no checkpoint)
     out["load_format"] = weights.get("load_format") if isinstance(weights, dict) else None
+    out["quantization"] = weights.get("quantization") if isinstance(weights, dict) else None
     if isinstance(weights, dict) and weights.get("format") == "gguf" and out["load_format"] != "gguf":
         return f"checkpoint format 'gguf' with load_format {out['load_format']!r}: launch asks a GGUF as 'gguf'"
     if cap is not None and sim is not None and sim["capability"] != cap:
