@@ -292,22 +292,7 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
                    f"engine ran drafter layers {ran['draft_attention']}")
     if layers is True and draft is None and not ran.get("draft_attention"):
         out.append("draft_attention: an MTP drafter asked, the engine ran no drafter layer")
-    load = asked.get("load_format")
-    w = ran.get("weights") or {}
-    if load is not None and w.get("load_format") != load:
-        out.append(f"weights: asked load_format {load}, the engine loaded {w}")
-    if "load_format" in asked and load is None and w and (w.get("load_format") not in FOLDER_LOAD_FORMATS or
-                                                          w.get("quantization") != asked.get("quantization")
-                                                          or w.get("gguf_adapter")):
-        # a folder's weights as they are: vLLM's default load format (no dummy / pt / GGUF load) and the quantization
-        # its config declares (none for a bf16 checkpoint: an online fp8 is other weights; round 19, R19-1)
-        out.append(f"weights: a safetensors checkpoint asked (quantization {asked.get('quantization')!r}), the engine "
-                   f"loaded {w}")
-    if str(load).lower() == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
-        out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")
-    if str(load).lower() == "gguf" and w.get("quantization") != "gguf":       # launch asks it; the plugin sets it too
-        out.append(f"weights: a GGUF asked, the engine's quantization was {w.get('quantization')!r}; accepted: 'gguf' "
-                   f"(vllm-gguf-plugin's EngineArgs.create_model_config sets it for every GGUF it loads)")
+    out += _weights_contradictions(asked, ran.get("weights") or {})
     method = asked.get("speculative")
     if method and not (ran.get("speculative") or {}).get("drafts"):
         out.append(f"speculative: {method} asked, the engine made no draft ({ran.get('speculative')})")
@@ -336,6 +321,28 @@ def contradictions(asked: dict, ran: dict | None) -> list[str]:
     out += _layer_contradictions(ran)
     out += _plan_contradictions(cap, ran)
     return out + _indexer_contradictions(asked, cap, ran)
+
+
+def _weights_contradictions(asked: dict, w: dict) -> list[str]:
+    """:func:`contradictions`' lines for the weights: ``w`` (``ran.weights``, :func:`weights_loaded`) against the
+    ``load_format`` and ``quantization`` asked -- a GGUF through our adapter with vllm-gguf-plugin's quantization, or
+    a folder's weights as they are."""
+    load, out = asked.get("load_format"), []
+    if load is not None and w.get("load_format") != load:
+        out.append(f"weights: asked load_format {load}, the engine loaded {w}")
+    if "load_format" in asked and load is None and w and (w.get("load_format") not in FOLDER_LOAD_FORMATS or
+                                                          w.get("quantization") != asked.get("quantization")
+                                                          or w.get("gguf_adapter")):
+        # a folder's weights as they are: vLLM's default load format (no dummy / pt / GGUF load) and the quantization
+        # its config declares (none for a bf16 checkpoint: an online fp8 is other weights; round 19, R19-1)
+        out.append(f"weights: a safetensors checkpoint asked (quantization {asked.get('quantization')!r}), the engine "
+                   f"loaded {w}")
+    if str(load).lower() == "gguf" and w.get("gguf_adapter") != "GlmDsaGGUFAdapter":
+        out.append(f"weights: a GGUF asked, the engine's weights adapter was {w.get('gguf_adapter')}")
+    if str(load).lower() == "gguf" and w.get("quantization") != "gguf":       # launch asks it; the plugin sets it too
+        out.append(f"weights: a GGUF asked, the engine's quantization was {w.get('quantization')!r}; accepted: 'gguf' "
+                   f"(vllm-gguf-plugin's EngineArgs.create_model_config sets it for every GGUF it loads)")
+    return out
 
 
 def _layer_contradictions(ran: dict) -> list[str]:
