@@ -124,6 +124,9 @@ def test_writable_dir(tmp_path):
     ({"index_topk_freq": False}, "index_topk_freq = False; accepted: a number other than 0"),
     ({"index_topk_freq": "2"}, "index_topk_freq = '2'; accepted: a number other than 0"),
     ({"index_topk_freq": float("inf")}, "index_topk_freq = inf"),
+    # round 20 (U1): an explicit null, which transformers' GlmMoeDsaConfig and vLLM compute with
+    ({"index_topk_freq": None}, "index_topk_freq = null, which vLLM and transformers compute with"),
+    ({"index_skip_topk_offset": None}, "index_skip_topk_offset = null"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 1e-300, "original_max_position_embeddings": 4096}},
      "rope_parameters.factor = 1e-300, which times the 4096 positions"),
     ({"torch_dtype": ["bfloat16"]}, "torch_dtype = ['bfloat16']"),

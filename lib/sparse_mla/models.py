@@ -327,6 +327,11 @@ def _check_sharing(text: dict[str, Any], name: str) -> None:
     (a lower-case or list pattern, a float or negative freq) passes: the diagnosis says what vLLM builds from it, and
     vLLM 0.34 (or transformers) refuses what it refuses in its own words (breaker round 18, Y3). Raises
     :class:`UserInputError` naming the key, the value, the item and what is accepted."""
+    for k in ("index_topk_freq", "index_skip_topk_offset"):     # vLLM and transformers compute with them (round 20)
+        if k in text and text[k] is None:
+            raise UserInputError(f"config {name!r} has {k} = null, which vLLM and transformers compute with (a "
+                                 f"TypeError); accepted: a number, or no {k} key (vLLM's default: "
+                                 f"{ {'index_topk_freq': 1, 'index_skip_topk_offset': 2}[k] })")
     for k, (kind, items, what) in SHARING_KEYS.items():
         v = text.get(k)
         if v is None:

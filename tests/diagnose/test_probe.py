@@ -47,3 +47,16 @@ def test_a_file_size_limit_is_named_as_such():
                          env={k: v for k, v in __import__("os").environ.items() if k != "CC"})
     assert "stopped by a file-size limit (ulimit -f)" in out.stdout, (out.stdout, out.stderr)
     assert "accepted: no file-size limit" in out.stdout and "\n" not in out.stdout.strip()
+
+
+def test_a_tmpdir_the_compiler_cannot_write_is_named(monkeypatch):
+    """Breaker round 20 (U2): ``TMPDIR=/proc``: Python's tempfile falls back to /tmp, the compiler does not ("Cannot
+    create temporary file in /proc/"); the error named CC instead of TMPDIR."""
+    import tempfile
+
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("TMPDIR", "/proc")
+    monkeypatch.setattr(tempfile, "tempdir", None)      # recomputed from TMPDIR: /proc is not writable, /tmp is
+    with pytest.raises(UserInputError, match=r"could not write its temporary files in TMPDIR='/proc'.*accepted: a "
+                                             r"TMPDIR that is a writable folder, or TMPDIR unset"):
+        probe._build_stub_driver(["cuInit"])

@@ -153,6 +153,10 @@ def _stub_failure(cc: str, r, out: str):
     if "File size limit exceeded" in out or "signal 25" in out or "File too large" in out:
         return _stub_error(f"{who} was stopped by a file-size limit (ulimit -f){said}",
                            "no file-size limit, or one of a few MB")
+    if "cannot create temporary file" in out.lower() and os.environ.get("TMPDIR"):
+        # the compiler writes its own temporary files in $TMPDIR (Python's tempfile fell back from it; round 20, U2)
+        return _stub_error(f"{who} could not write its temporary files in TMPDIR={os.environ.get('TMPDIR')!r}{said}",
+                           "a TMPDIR that is a writable folder, or TMPDIR unset")
     if "No space left on device" in out or "Disk quota exceeded" in out:
         return _stub_error(f"the temporary folder is full{said}", "a temporary folder with room ($TMPDIR)")
     if r is not None and r.returncode == 0:
