@@ -190,6 +190,12 @@ def _pattern_behind(path: Path):
     """The ``index_topk_pattern`` of the config.json in ``path`` where it has no ``indexer_types`` (transformers'
     ``GlmMoeDsaConfig`` then derives that field from the pattern, and its validation error names the field the user
     never wrote: breaker round 19, U19-2), else None."""
+    text = _text_config_of(path) or {}
+    return text.get("index_topk_pattern") if text.get("indexer_types") is None else None
+
+
+def _text_config_of(path: Path) -> dict | None:
+    """The text config of the config.json in ``path`` for the refusal's hints, None where it cannot be read."""
     from ..files import read_json
     from ..models import text_config
 
@@ -197,22 +203,15 @@ def _pattern_behind(path: Path):
         cfg = read_json(path / "config.json")
     except Exception:  # noqa: BLE001 - only a hint
         return None
-    text = text_config(cfg) if isinstance(cfg, dict) else {}
-    return text.get("index_topk_pattern") if text.get("indexer_types") is None else None
+    return text_config(cfg) if isinstance(cfg, dict) else None
 
 
 def _holding(path: Path, key) -> str:
     """`` (in FIELD = VALUE)`` for the config.json fields whose text value holds ``key`` (a KeyError's key, e.g. the
     'X' of index_topk_pattern "FX"), else ""."""
-    from ..files import read_json
-
-    try:
-        cfg = read_json(path / "config.json")
-    except Exception:  # noqa: BLE001 - only a hint
+    text = _text_config_of(path)
+    if not isinstance(key, str) or not key or text is None:
         return ""
-    if not isinstance(key, str) or not key or not isinstance(cfg, dict):
-        return ""
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     held = [f"{k} = {v!r}" for k, v in text.items() if isinstance(v, str) and key in v and k != "model_type"]
     patterns = [h for h in held if h.split(" = ")[0].endswith(("pattern", "types"))]   # a pattern's letters first
     return f" (in {', '.join((patterns or held)[:2])})" if held else ""
@@ -374,20 +373,18 @@ def indexer_layers_stage(req: Request, vc, cfg: dict[str, Any]) -> dict[str, Any
     them = "it" if len(declared_shared) == 1 else "them"
     why = (f" (config.json's indexer_types declares {them} shared, and vLLM 0.26 reads only index_topk_pattern / "
            f"index_topk_freq)" if declared_shared else "")
+    from ..models import text_config
+    from ..vllm_plugin.indexer_types import VLLM_KEYS
+
+    raw = text_config(req.geometry.raw_config)
     twice = None
     if layers is not None:          # vLLM built the model (0.34 refuses another length: the memory stage says so)
-        from ..models import text_config
-
-        raw = text_config(req.geometry.raw_config)
         _pattern_length_note(hf, cfg, layers, raw.get("indexer_types"))
         twice = _twice_declared(raw, layers, getattr(hf, "num_hidden_layers", None))
         for note in (twice, _gguf_indexers_unbuilt(req.geometry.source, layers, raw), _own_reading(hf, raw, layers)):
             if note:
                 cfg.setdefault("notes", []).append(note)
-    from ..models import text_config
-    from ..vllm_plugin.indexer_types import VLLM_KEYS
-
-    shares = any(text_config(req.geometry.raw_config).get(k) is not None for k in (*VLLM_KEYS, "indexer_types"))
+    shares = any(raw.get(k) is not None for k in (*VLLM_KEYS, "indexer_types"))
     if layers == [] and hasattr(hf, "index_topk") and not shares:   # a sharing that shares every layer: below (U19-1)
         out["blocker"] = _no_indexer_blocker(vc)
         return out
